@@ -1,0 +1,35 @@
+# `make demo` and `make test` each bring up what they need on a fresh machine
+# (Python 3.11 and Java 17 present): the venv, the package, Redis's server binary.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export PYSPARK_PYTHON := $(abspath $(PY))
+export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
+export SPARK_LOCAL_IP := 127.0.0.1
+export PYTHONHASHSEED := 0
+
+.PHONY: demo test venv check-java clean bench
+
+venv: $(STAMP)
+
+# Reinstall only when the project's dependencies change: a second call installs nothing.
+$(STAMP): pyproject.toml
+	@command -v java >/dev/null || { echo "error: java not found on PATH (Spark needs Java 17)" >&2; exit 2; }
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m recovery.demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(PY) bench/tracking_overhead.py
+	$(PY) bench/recovery_cost.py
+
+clean:
+	rm -rf .recovery out .pytest_cache

@@ -1,0 +1,51 @@
+"""The `recovery` command line. Each module of this package adds its commands to `main`
+(a module defines `register(main)`), so commands live beside what they drive."""
+from __future__ import annotations
+
+import importlib
+import json
+import pkgutil
+import sys
+from typing import Any
+
+import click
+
+from recovery.errors import RecoveryError
+
+
+class _Group(click.Group):
+    """Turns every RecoveryError into one line on stderr and its exit code, never a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except RecoveryError as err:
+            click.echo(f"error: {err}", err=True)
+            sys.exit(err.exit_code)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="recovery")
+def main() -> None:
+    """Failure-localizing recovery for Storm-style stream workflows on Apache Spark."""
+
+
+def redis_option(f):
+    """--redis URL (or RECOVERY_REDIS_URL); the embedded server when neither is given."""
+    return click.option("--redis", "redis_url", envvar="RECOVERY_REDIS_URL", default=None,
+                        metavar="URL", help="Redis URL (redis://, rediss://, unix://). "
+                        "Default: the embedded server under RECOVERY_HOME (.recovery/).")(f)
+
+
+def json_option(f):
+    return click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")(f)
+
+
+def echo_json(obj: Any) -> None:
+    click.echo(json.dumps(obj, indent=2, sort_keys=True, default=str))
+
+
+for _mod in pkgutil.iter_modules(__path__):
+    _m = importlib.import_module(f"{__name__}.{_mod.name}")
+    if hasattr(_m, "register"):
+        _m.register(main)

@@ -1,0 +1,28 @@
+"""Errors the CLI turns into one line and a non-zero exit code (2 for bad input)."""
+from __future__ import annotations
+
+
+class RecoveryError(Exception):
+    """Base for errors a user can act on. str(err) is the one line the CLI prints."""
+    exit_code = 2
+
+
+class WorkflowError(RecoveryError):
+    """A workflow file is wrong: names the file, the line (when known) and what is wrong."""
+
+    def __init__(self, message: str, file: str | None = None, line: int | None = None):
+        self.message = message
+        self.file = file
+        self.line = line
+        where = file or "<workflow>"
+        if line:
+            where = f"{where}:{line}"
+        super().__init__(f"{where}: {message}")
+
+
+class RedisUnavailable(RecoveryError):
+    """Redis cannot be reached; names the URL (without its password)."""
+
+
+class RunError(RecoveryError):
+    """A run id that does not exist, or a run in a state the command cannot act on."""

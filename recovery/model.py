@@ -1,0 +1,161 @@
+"""The workflow model: plain, frozen, typed data with no Spark and no Redis in it.
+
+A Workflow is what the XML describes (see schemas/workflow.xsd). The engine executes a
+Workflow; recovery synthesis maps (Workflow, failed positions) to another Workflow.
+"""
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+DEFAULT_STREAM = "default"
+NAMESPACE = "urn:recovery:workflow:1"
+
+# Storm's names where Storm has the setting, ours under recovery.*. Values are strings in the
+# XML; typed access goes through Workflow.conf_int / conf_float / conf_bool.
+CONFIG_DEFAULTS: dict[str, str] = {
+    "topology.message.timeout.secs": "30",
+    "topology.max.spout.pending": "1000",
+    "topology.tick.tuple.freq.secs": "0",          # 0: no tick tuples
+    "topology.subprocess.timeout.secs": "30",      # shell heartbeat limit
+    "topology.multilang.heartbeat.interval.secs": "1",
+    "recovery.max.attempts": "3",
+    # KafkaSpoutRetryExponentialBackoff's shape: initial delay, then period * 2^(n-1), capped.
+    "recovery.retry.initial.delay.ms": "0",
+    "recovery.retry.delay.period.ms": "200",
+    "recovery.retry.max.delay.ms": "10000",
+    "recovery.tracking": "true",
+    "recovery.auto": "false",
+}
+
+
+class Grouping(str, Enum):
+    SHUFFLE = "shuffle"
+    FIELDS = "fields"
+    ALL = "all"
+    GLOBAL = "global"
+    NONE = "none"
+    DIRECT = "direct"
+    LOCAL_OR_SHUFFLE = "local_or_shuffle"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class StreamDef(_Frozen):
+    """An output stream a component declares (Storm's declareStream)."""
+    id: str = DEFAULT_STREAM
+    fields: tuple[str, ...] = ()
+    direct: bool = False
+
+
+class Input(_Frozen):
+    """A subscription: `source` is the upstream component id (the XML's `from`)."""
+    source: str
+    stream: str = DEFAULT_STREAM
+    grouping: Grouping = Grouping.SHUFFLE
+    fields: tuple[str, ...] = ()   # only for the fields grouping
+
+
+class ClassImpl(_Frozen):
+    kind: Literal["class"] = "class"
+    ref: str                       # "package.module:ClassName"
+
+
+class ShellImpl(_Frozen):
+    kind: Literal["shell"] = "shell"
+    command: str
+    script: str | None = None
+    args: tuple[str, ...] = ()
+
+
+class SourceImpl(_Frozen):
+    """A built-in source (spouts only). `params` holds every other XML attribute."""
+    kind: Literal["source"] = "source"
+    type: str                      # file | redis-stream | queue
+    params: tuple[tuple[str, str], ...] = ()
+
+    def param(self, name: str, default: str | None = None) -> str | None:
+        return dict(self.params).get(name, default)
+
+
+class SinkImpl(_Frozen):
+    """A built-in sink (bolts only). `params` holds every other XML attribute."""
+    kind: Literal["sink"] = "sink"
+    type: str                      # jsonl | parquet | redis
+    params: tuple[tuple[str, str], ...] = ()
+
+    def param(self, name: str, default: str | None = None) -> str | None:
+        return dict(self.params).get(name, default)
+
+
+Implementation = Annotated[Union[ClassImpl, ShellImpl, SourceImpl, SinkImpl], Field(discriminator="kind")]
+
+
+class Component(_Frozen):
+    id: str
+    kind: Literal["spout", "bolt"]
+    parallelism: int = 1
+    impl: Implementation
+    streams: tuple[StreamDef, ...] = ()
+    inputs: tuple[Input, ...] = ()            # bolts only
+    config: tuple[tuple[str, str], ...] = ()  # component-level properties, override the workflow's
+
+    @field_validator("parallelism")
+    @classmethod
+    def _positive(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError(f"parallelism must be at least 1, got {v}")
+        return v
+
+    def stream(self, stream_id: str) -> StreamDef | None:
+        for s in self.streams:
+            if s.id == stream_id:
+                return s
+        return None
+
+    @property
+    def is_spout(self) -> bool:
+        return self.kind == "spout"
+
+
+class Workflow(_Frozen):
+    name: str
+    config: tuple[tuple[str, str], ...] = ()
+    components: tuple[Component, ...] = ()
+    # Folder that relative paths resolve against; not part of the XML.
+    base_dir: str | None = Field(default=None, exclude=True)
+
+    def component(self, component_id: str) -> Component:
+        for c in self.components:
+            if c.id == component_id:
+                return c
+        raise KeyError(component_id)
+
+    def conf(self, component_id: str | None = None) -> dict[str, str]:
+        """Effective configuration: defaults < workflow properties < component properties."""
+        merged = dict(CONFIG_DEFAULTS)
+        merged.update(dict(self.config))
+        if component_id is not None:
+            merged.update(dict(self.component(component_id).config))
+        return merged
+
+    def conf_int(self, key: str, component_id: str | None = None) -> int:
+        return int(float(self.conf(component_id)[key]))
+
+    def conf_float(self, key: str, component_id: str | None = None) -> float:
+        return float(self.conf(component_id)[key])
+
+    def conf_bool(self, key: str, component_id: str | None = None) -> bool:
+        return self.conf(component_id)[key].strip().lower() in ("1", "true", "yes", "on")
+
+    @property
+    def spouts(self) -> tuple[Component, ...]:
+        return tuple(c for c in self.components if c.kind == "spout")
+
+    @property
+    def bolts(self) -> tuple[Component, ...]:
+        return tuple(c for c in self.components if c.kind == "bolt")
