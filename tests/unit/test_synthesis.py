@@ -387,3 +387,16 @@ def test_random_recovery_round_trips_and_validates(case):
     assert parse_string(to_xml(wf)) == wf        # the generator makes valid user workflows
     rec = synthesize(wf, failed)
     assert parse_string(to_xml(rec)) == rec
+
+
+# --------------------------------------------------------------------------- drawing the plan
+
+@pytest.mark.parametrize("fmt", ["text", "dot", "mermaid"])
+def test_plan_marks_draw_with_render(fmt):
+    from recovery.render import render
+    wf = _fanout()
+    marks, dim = plan_marks(wf, {("C", 4): 12, ("C", 5): 1})
+    out = render(wf, fmt, marks=marks, dim=dim)
+    assert "FAILED task 4: 12 tuples, task 5: 1 tuple" in out
+    for cid in _ids(wf):
+        assert cid in out
