@@ -323,13 +323,16 @@ class EmbeddedServer:
         finally:
             client.close()
 
-    def pid(self) -> int | None:
-        """The pid in the pid file, when that process is alive and a redis-server."""
+    def _pidfile_value(self) -> int | None:
         try:
-            pid = int(self.pidfile.read_text().strip())
+            return int(self.pidfile.read_text().strip())
         except (OSError, ValueError):
             return None
-        return pid if _pid_alive(pid) and _is_redis(pid) else None
+
+    def pid(self) -> int | None:
+        """The pid in the pid file, when that process is alive and a redis-server."""
+        pid = self._pidfile_value()
+        return pid if pid is not None and _pid_alive(pid) and _is_redis(pid) else None
 
     def is_running(self) -> bool:
         return self.ping()
@@ -412,7 +415,8 @@ class EmbeddedServer:
                     f"the embedded Redis failed to start (exit {proc.returncode}): "
                     f"{said[-300:] or self._new_log(log_size)}")
             if not self._wait_ready(timeout):
-                why = ("exited at startup" if self.pidfile.exists() and self.pid() is None
+                written = self._pidfile_value()
+                why = ("exited at startup" if written is not None and not _pid_alive(written)
                        else f"did not answer within {timeout:.0f}s")
                 raise RecoveryError(
                     f"the embedded Redis {why}; {self.logfile} says: "
@@ -435,9 +439,8 @@ class EmbeddedServer:
             if self.ping():
                 return True
             if pid is None:
-                pid_now = self.pid()
-                started = self.pidfile.exists()
-                if started and pid_now is None:
+                written = self._pidfile_value()
+                if written is not None and not _pid_alive(written):
                     return False  # wrote its pid file, then died
             elif not _pid_alive(pid):
                 return False

@@ -12,6 +12,7 @@ test talks to a Redis of the developer's by accident).
 """
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import subprocess
@@ -42,8 +43,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.integration)
 
 
-def pytest_unconfigure(config: pytest.Config) -> None:
-    """Stop an embedded server a test may have started in the session's RECOVERY_HOME."""
+def _cleanup_session_home() -> None:
+    """Stop an embedded server a test may have started in the session's RECOVERY_HOME, then
+    remove that folder. Runs at pytest_unconfigure, and at exit when pytest stopped earlier."""
+    if not os.path.isdir(_SESSION_HOME):
+        return
     try:
         from recovery.store import EmbeddedServer
 
@@ -54,6 +58,13 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         print(f"warning: could not stop the embedded Redis in {_SESSION_HOME}: {err}",
               file=sys.stderr)
     shutil.rmtree(_SESSION_HOME, ignore_errors=True)
+
+
+atexit.register(_cleanup_session_home)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    _cleanup_session_home()
 
 
 def _wait_for_ping(sock: Path, proc: subprocess.Popen, log: Path, timeout: float = 15.0) -> None:

@@ -224,3 +224,15 @@ def test_redis_fixture_flushes_between_tests(redis_client):
 
 def test_integration_marker(request):
     assert request.node.get_closest_marker("integration") is not None
+
+
+def test_default_home_is_the_session_tmp_home():
+    """With no home and no URL, the suite's embedded server lives in the session's temporary
+    RECOVERY_HOME (stopped by conftest at the end), never in the checkout."""
+    client = store.connect()
+    client.close()
+    srv = store.EmbeddedServer()
+    assert srv.home == Path(os.environ["RECOVERY_HOME"])
+    assert srv.status()["running"]
+    assert not (Path(__file__).resolve().parents[2] / ".recovery").exists() or \
+        store.EmbeddedServer(Path(__file__).resolve().parents[2] / ".recovery").dir != srv.dir
