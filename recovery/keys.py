@@ -40,3 +40,48 @@ def topic_partition(topic: str, partition: int) -> str:
 def offsets(consumer: str, topic: str) -> str:
     """Hash: partition -> committed offset, for one consumer (workflow + spout)."""
     return f"{PREFIX}offsets:{consumer}:{topic}"
+
+
+# Per run (all under run_prefix, so `clear` finds them with one SCAN pattern).
+def ledger(run_id: str, bucket: int) -> str:
+    """Hash: producing task ("round:component:index" or "compacted") -> XOR contributions."""
+    return run_key(run_id, "ledger", bucket)
+
+
+def failed_set(run_id: str) -> str:
+    """Set of failed positions "component:task"."""
+    return run_key(run_id, "failed")
+
+
+def queue(run_id: str, component: str, task: int) -> str:
+    """Hash: tuple id -> the failed tuple (values, roots, error, attempt, ...)."""
+    return run_key(run_id, "queue", component, task)
+
+
+def dead(run_id: str) -> str:
+    """Hash: "component:task:tuple id" -> a tuple that exhausted its attempts."""
+    return run_key(run_id, "dead")
+
+
+def dead_roots(run_id: str) -> str:
+    return run_key(run_id, "deadroots")
+
+
+def task_output(run_id: str, round_no: int, component: str, index: int) -> str:
+    """Hash: chunk number -> (routing key, blob): the tuples a task emitted, in flight until
+    the round completes; a committed task's output is replayed from here, never recomputed."""
+    return run_key(run_id, "out", round_no, component, index)
+
+
+def task_done(run_id: str, round_no: int) -> str:
+    """Hash: "component:index" -> the committed task's counters."""
+    return run_key(run_id, "done", round_no)
+
+
+def state(run_id: str, component: str) -> str:
+    return run_key(run_id, "state", component)
+
+
+def log(run_id: str) -> str:
+    """List: the run's component logs and errors (capped)."""
+    return run_key(run_id, "log")

@@ -1,0 +1,21 @@
+"""Builds the object that implements a component: a user's class, a shell program, a sink."""
+from __future__ import annotations
+
+from typing import Any
+
+from recovery.model import Component, Workflow
+
+
+def build(comp: Component, wf: Workflow) -> Any:
+    impl = comp.impl
+    if impl.kind == "class":
+        from recovery.loader import load_class
+        return load_class(impl.ref, wf.base_dir)()
+    if impl.kind == "shell":
+        from recovery import multilang
+        cls = multilang.ShellSpout if comp.is_spout else multilang.ShellBolt
+        return cls(impl, wf.base_dir or ".")
+    if impl.kind == "sink":
+        from recovery import sinks
+        return sinks.make_sink(impl, wf.base_dir or ".")
+    raise ValueError(f"component {comp.id!r}: a built-in source is driven by the engine, not built")

@@ -1,0 +1,149 @@
+"""The Spark engine: turns a Workflow into a PySpark job and runs one round of it.
+
+One component is one stage; its parallelism is its number of Spark partitions (= Storm tasks).
+A component's output RDD is persisted, so it is computed once however many components
+subscribe to it. Routing happens in the emitting task (runtime.Router), so a consumer's input
+is the upstream outputs filtered by consumer and partitioned by target task index.
+The driver only sees counters: sources are read by tasks, tuples move through Spark's shuffle.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable
+
+from recovery import keys, runtime, tracking
+from recovery.graph import subscribers, topological_order
+from recovery.model import Workflow
+from recovery.runtime import RunSpec
+
+
+# --- task entry points (pickled into Spark tasks: module-level functions) --------------
+def _spout_task(spec: RunSpec, component_id: str, index: int, _it: Any):
+    from recovery import sources
+    runner = runtime.TaskRunner(spec, component_id, index)
+    impl = runner.comp.impl
+    if impl.kind == "source":
+        driver = {"file": sources.file_source, "queue": sources.queue_source}.get(impl.type)
+        if driver is None and impl.type == "redis-stream":
+            from recovery import logsource
+            driver = logsource.stream_source
+        if driver is None:
+            raise ValueError(f"unknown source type {impl.type!r}")
+        return runner.run_spout(driver)
+    return runner.run_spout(None)
+
+
+def _bolt_task(spec: RunSpec, component_id: str, index: int, it: Any):
+    return runtime.TaskRunner(spec, component_id, index).run_bolt(it)
+
+
+def _resolve_bucket(spec: RunSpec, bucket: int) -> int:
+    return tracking.resolve_bucket(runtime.redis_of(spec), spec.run_id, bucket)
+
+
+def _target_index(key: tuple) -> int:
+    return key[1]
+
+
+def _noop(_: Any) -> None:
+    pass
+
+
+def build(spark: Any, wf: Workflow, spec: RunSpec) -> tuple[list[Any], list[Any]]:
+    """The RDD graph of one round: (leaf RDDs, persisted shared outputs)."""
+    from pyspark import StorageLevel
+    sc = spark.sparkContext
+    outputs: dict[str, Any] = {}
+    leaves, persisted = [], []
+    for cid in topological_order(wf):
+        comp = wf.component(cid)
+        p = comp.parallelism
+        if comp.is_spout:
+            rdd = sc.parallelize(range(p), p).mapPartitionsWithIndex(
+                lambda i, it, cid=cid: _spout_task(spec, cid, i, it))
+        else:
+            parts = []
+            for src in dict.fromkeys(i.source for i in comp.inputs):
+                parts.append(outputs[src].filter(lambda kv, cid=cid: kv[0][0] == cid))
+            joined = parts[0] if len(parts) == 1 else sc.union(parts)
+            rdd = joined.partitionBy(p, _target_index).mapPartitionsWithIndex(
+                lambda i, it, cid=cid: _bolt_task(spec, cid, i, it))
+        rdd.setName(f"{cid}")
+        if subscribers(wf, cid):
+            rdd.persist(StorageLevel.MEMORY_AND_DISK)
+            persisted.append(rdd)
+            outputs[cid] = rdd
+        else:
+            leaves.append(rdd)
+    return leaves, persisted
+
+
+def run_round(spark: Any, wf: Workflow, spec: RunSpec,
+              on_progress: Callable[[int, int], None] | None = None) -> None:
+    """Run one round to the end (its counters are in the tasks' commits)."""
+    sc = spark.sparkContext
+    leaves, persisted = build(spark, wf, spec)
+    total_tasks = sum(c.parallelism for c in wf.components)
+    stop = threading.Event()
+    watcher = None
+    if on_progress is not None and spec.tracking:
+        from recovery import store
+        client = store.connect(spec.redis_url, start=False)
+
+        def watch() -> None:
+            while not stop.wait(0.5):
+                try:
+                    on_progress(client.hlen(keys.task_done(spec.run_id, spec.round)), total_tasks)
+                except Exception:
+                    pass
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+    try:
+        sc.setJobDescription(f"recovery {spec.run_id} round {spec.round}")
+        (leaves[0] if len(leaves) == 1 else sc.union(leaves)).foreach(_noop)
+    finally:
+        stop.set()
+        if watcher is not None:
+            watcher.join()
+        for rdd in persisted:
+            rdd.unpersist()
+    if on_progress is not None:
+        on_progress(total_tasks, total_tasks)
+
+
+def collect_stats(client: Any, run_id: str, round_no: int) -> dict[str, dict]:
+    import msgpack
+    per: dict[str, dict] = {}
+    for field, raw in client.hgetall(keys.task_done(run_id, round_no)).items():
+        comp = field.decode().rsplit(":", 1)[0]
+        s = msgpack.unpackb(raw)
+        agg = per.setdefault(comp, {})
+        for k, v in s.items():
+            if k == "seconds":
+                agg[k] = max(agg.get(k, 0), v)
+            else:
+                agg[k] = agg.get(k, 0) + v
+    return per
+
+
+def resolve_ledger(spark: Any, spec: RunSpec) -> int:
+    """The acker's verdict, computed by Spark tasks (one per ledger bucket): folds every
+    bucket to the roots still pending and returns how many there are."""
+    sc = spark.sparkContext
+    n = tracking.LEDGER_BUCKETS
+    return sum(sc.parallelize(range(n), n).map(lambda b: _resolve_bucket(spec, b)).collect())
+
+
+def clear_round(client: Any, run_id: str, round_no: int) -> None:
+    """A finished round's in-flight tuples and done markers are no longer needed."""
+    pattern = keys.run_key(run_id, "out", round_no, "*")
+    batch = []
+    for key in client.scan_iter(match=pattern, count=1000):
+        batch.append(key)
+        if len(batch) >= 500:
+            client.delete(*batch)
+            batch = []
+    if batch:
+        client.delete(*batch)
+    client.delete(keys.task_done(run_id, round_no))

@@ -1,0 +1,502 @@
+"""What runs inside a Spark task: one component's task over its partition of tuples.
+
+A task's output is a stream of ((consumer, consumer_task_index), blob) records, a blob being a
+msgpack chunk [source component, source task id, [[id, roots, stream, values(, attempt)], ...]].
+The same bytes travel through Spark's shuffle and, with tracking on, into Redis as the task's
+in-flight tuples. Routing happens here, at emit time, as in Storm: the emitter knows the target
+tasks, so `emit` can return them and the ids it creates can be XORed into the ledger.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator
+
+import msgpack
+
+from recovery import ids
+from recovery.components import Bolt, Spout, Tuple, BasicBolt
+from recovery.graph import TaskContext, TaskMap, subscribers
+from recovery.model import Component, Grouping, Workflow
+from recovery.state import KeyedState, LocalState
+
+CHUNK = 2048          # tuples per blob
+ERROR_CAP = 4000      # characters of an error/traceback kept with a failed tuple
+
+
+class TupleTimeout(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything a task needs, shipped with the closure (small: the workflow, not data)."""
+    run_id: str
+    round: int
+    workflow_json: str
+    redis_url: str | None
+    tracking: bool = True
+    replay_roots: frozenset[int] | None = None     # root-replay: spouts emit only these roots
+    root_epoch: int = 0                             # root-replay gives replayed roots new ids
+
+
+# --- per-process caches (a Python worker runs many tasks) --------------------------------
+_workflows: dict[str, tuple[Workflow, TaskMap]] = {}
+_clients: dict[str, Any] = {}
+
+
+def workflow_of(spec: RunSpec) -> tuple[Workflow, TaskMap]:
+    got = _workflows.get(spec.workflow_json)
+    if got is None:
+        wf = Workflow.model_validate_json(spec.workflow_json)
+        got = _workflows[spec.workflow_json] = (wf, TaskMap.of(wf))
+        if wf.base_dir and wf.base_dir not in sys.path:
+            sys.path.insert(0, wf.base_dir)
+    return got
+
+
+def redis_of(spec: RunSpec) -> Any:
+    client = _clients.get(spec.redis_url or "")
+    if client is None:
+        from recovery import store
+        client = _clients[spec.redis_url or ""] = store.connect(spec.redis_url, start=False)
+    return client
+
+
+def format_error(err: BaseException) -> tuple[str, str]:
+    message = f"{type(err).__name__}: {err}"
+    tb = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+    return message[:ERROR_CAP], tb[-ERROR_CAP:]
+
+
+# --- routing -------------------------------------------------------------------------------
+class _Route:
+    __slots__ = ("consumer", "p", "first", "grouping", "idx")
+
+    def __init__(self, consumer: str, p: int, first: int, grouping: Grouping, idx: tuple[int, ...]):
+        self.consumer, self.p, self.first, self.grouping, self.idx = consumer, p, first, grouping, idx
+
+
+class Router:
+    """Storm's groupings, computed by the emitter. Deterministic: shuffle spreads by the
+    tuple's derived id, so a re-run routes every tuple to the same task."""
+
+    def __init__(self, wf: Workflow, tm: TaskMap, component_id: str):
+        me = wf.component(component_id)
+        self.component = component_id
+        self.routes: dict[str, list[_Route]] = {s.id: [] for s in me.streams}
+        self.direct: dict[str, dict[int, tuple[str, int]]] = {s.id: {} for s in me.streams}
+        self.salts = {s.id: ids.name_salt(component_id, s.id) for s in me.streams}
+        for consumer, inp in subscribers(wf, component_id):
+            stream = me.stream(inp.stream)
+            if stream is None:
+                continue
+            if inp.grouping == Grouping.DIRECT:
+                for i, t in enumerate(tm.task_ids(consumer.id)):
+                    self.direct[inp.stream][t] = (consumer.id, i)
+                continue
+            idx = tuple(stream.fields.index(f) for f in inp.fields) if inp.grouping == Grouping.FIELDS else ()
+            self.routes[inp.stream].append(
+                _Route(consumer.id, consumer.parallelism, tm.first[consumer.id], inp.grouping, idx))
+
+    def deliver(self, stream: str, values: list, base: int, direct_task: int | None
+                ) -> list[tuple[str, int, int, int]]:
+        """(consumer, index, task id, tuple id) for every copy of one emit."""
+        if stream not in self.routes:
+            raise ValueError(f"{self.component!r} emitted on undeclared stream {stream!r}")
+        if direct_task is not None:
+            target = self.direct[stream].get(direct_task)
+            if target is None:
+                raise ValueError(f"task {direct_task} does not subscribe to {self.component!r} "
+                                 f"stream {stream!r} with a direct grouping")
+            return [(target[0], target[1], direct_task, ids.derive(base, direct_task))]
+        out = []
+        for r in self.routes[stream]:
+            g = r.grouping
+            if g is Grouping.FIELDS:
+                i = ids.fields_hash([values[j] for j in r.idx]) % r.p
+            elif g is Grouping.GLOBAL:
+                i = 0
+            elif g is Grouping.ALL:
+                for i in range(r.p):
+                    t = r.first + i
+                    out.append((r.consumer, i, t, ids.derive(base, t)))
+                continue
+            else:  # shuffle, none, local_or_shuffle: spread evenly and deterministically
+                i = base % r.p
+            t = r.first + i
+            out.append((r.consumer, i, t, ids.derive(base, t)))
+        return out
+
+
+# --- the task runner -----------------------------------------------------------------------
+class TaskRunner:
+    """Hosts one component's task: collector for its emits/acks/fails, ledger contributions,
+    failure records, output chunks, commit."""
+
+    def __init__(self, spec: RunSpec, component_id: str, index: int):
+        self.spec = spec
+        self.wf, self.tm = workflow_of(spec)
+        self.comp: Component = self.wf.component(component_id)
+        self.component_id = component_id
+        self.index = index
+        self.task_id = self.tm.task_id(component_id, index)
+        self.conf = self.wf.conf(component_id)
+        self.router = Router(self.wf, self.tm, component_id)
+        self.tracking = spec.tracking
+        self.client = redis_of(spec) if (spec.tracking or self._needs_redis()) else None
+        self.tracker = None
+        if self.tracking:
+            from recovery.tracking import TaskTracker
+            self.tracker = TaskTracker(self.client, spec.run_id, spec.round, component_id, index,
+                                       self.task_id, self.conf)
+        self.contrib: dict[int, int] = {}
+        self.out: dict[tuple[str, int], list] = {}
+        self.ready: list[tuple[tuple[str, int], bytes]] = []
+        self.replays: dict[tuple, list] = {}
+        self.stats = {"executed": 0, "acked": 0, "failed": 0, "emitted": 0, "roots": 0, "dead": 0}
+        self.fields_of: dict[tuple[str, str], tuple[str, ...]] = {}
+        # Bolt bookkeeping
+        self.current: Tuple | None = None
+        self.outstanding: dict[int, Tuple] = {}
+        self.held: dict[int, list] = {}
+        self.emit_counts: dict[int, int] = {}
+        self.unanchored_seq = 0
+        self.component_obj: Any = None
+        self.state: Any = None
+        self._timeout = float(self.conf.get("topology.message.timeout.secs", "30"))
+        self._busy_since = 0.0
+        self._watchdog: threading.Thread | None = None
+        self._stop_watchdog = threading.Event()
+
+    def _needs_redis(self) -> bool:
+        impl = self.comp.impl
+        return impl.kind == "sink" and impl.type == "redis" or (
+            impl.kind == "source" and impl.type in ("queue", "redis-stream"))
+
+    # -- collector protocol ---------------------------------------------------------------
+    def emit(self, component: Any, values: Any, stream: str, anchors: tuple, direct_task: int | None,
+             message_id: Any) -> list[int]:
+        values = list(values)
+        if isinstance(component, Spout):
+            if message_id is None:
+                self.unanchored_seq += 1
+                return self._emit(values, stream, (), ids.derive(self.task_id, self.unanchored_seq),
+                                  direct_task, hold=None)
+            root = ids.root_id(ids.name_salt(self.component_id, str(self.spec.root_epoch)) if self.spec.root_epoch
+                               else ids.name_salt(self.component_id), message_id)
+            if self.spec.replay_roots is not None and root not in self.spec.replay_roots:
+                return []
+            self.stats["roots"] += 1
+            base = ids.derive(root, self.router.salts.get(stream, 0), 0)
+            return self._emit(values, stream, (root,), base, direct_task, hold=None, root_xor=root)
+        if not anchors and getattr(component, "auto_anchor", False) and self.current is not None:
+            anchors = (self.current,)
+        if anchors:
+            key = 0
+            roots: list[int] = []
+            for a in anchors:
+                key ^= a.id
+                for r in a.roots:
+                    if r not in roots:
+                        roots.append(r)
+            n = self.emit_counts.get(key, 0)
+            self.emit_counts[key] = n + 1
+            base = ids.derive(key, self.router.salts.get(stream, 0), n)
+            return self._emit(values, stream, tuple(roots), base, direct_task, hold=anchors)
+        self.unanchored_seq += 1
+        base = ids.derive(self.task_id, self.router.salts.get(stream, 0), self.unanchored_seq, 1)
+        return self._emit(values, stream, (), base, direct_task, hold=None)
+
+    def _emit(self, values, stream, roots, base, direct_task, hold, root_xor: int = 0) -> list[int]:
+        deliveries = self.router.deliver(stream, values, base, direct_task)
+        roots = list(roots)
+        recs = [(consumer, i, [tid, roots, stream, values]) for consumer, i, _, tid in deliveries]
+        if hold:
+            entry = [len(hold), recs, False]
+            for a in hold:
+                if a.id not in self.outstanding:
+                    raise ValueError(f"emit anchored to tuple {a.id:#x}, which was already acked or failed")
+                self.held.setdefault(a.id, []).append(entry)
+        else:
+            x = 0
+            for rec in recs:
+                x ^= rec[2][0]
+            if root_xor:
+                self.contrib[root_xor] = self.contrib.get(root_xor, 0) ^ x
+            self._release(recs, xor_roots=False)
+        return [t for _, _, t, _ in deliveries]
+
+    def _release(self, recs: list, xor_roots: bool = True) -> None:
+        out, contrib = self.out, self.contrib
+        for consumer, i, rec in recs:
+            if xor_roots:
+                tid = rec[0]
+                for r in rec[1]:
+                    contrib[r] = contrib.get(r, 0) ^ tid
+            key = (consumer, i)
+            buf = out.get(key)
+            if buf is None:
+                buf = out[key] = []
+            buf.append(rec)
+            if len(buf) >= CHUNK:
+                self._seal(key)
+        self.stats["emitted"] += len(recs)
+
+    def _seal(self, key: tuple[str, int]) -> None:
+        blob = msgpack.packb([self.component_id, self.task_id, self.out.pop(key)])
+        self.ready.append((key, blob))
+        if self.tracker is not None:
+            self.tracker.add_output(key, blob)
+
+    def ack(self, tup: Tuple) -> None:
+        if self.outstanding.pop(tup.id, None) is None:
+            return  # already acked or failed: Storm ignores it too
+        self.stats["acked"] += 1
+        for r in tup.roots:
+            self.contrib[r] = self.contrib.get(r, 0) ^ tup.id
+        if tup.attempt > 1:
+            if self.tracker is not None:
+                self.tracker.replay_done(self.component_id, self.task_id, tup.id)
+        for entry in self.held.pop(tup.id, ()):
+            entry[0] -= 1
+            if entry[0] == 0 and not entry[2]:
+                self._release(entry[1])
+
+    def fail(self, tup: Tuple, error: str | None = None, tb: str = "") -> None:
+        if self.outstanding.pop(tup.id, None) is None:
+            return
+        self.stats["failed"] += 1
+        for entry in self.held.pop(tup.id, ()):
+            entry[2] = True   # nothing emitted on a failed tuple's behalf flows on
+        if self.tracker is not None:
+            rec = {"id": tup.id, "roots": list(tup.roots), "src_component": tup.component,
+                   "src_task": tup.source_task, "stream": tup.stream, "values": tup.values,
+                   "attempt": tup.attempt, "error": error or f"failed by {self.component_id}",
+                   "traceback": tb}
+            self.tracker.failure(rec)
+            if rec.get("dead"):
+                self.stats["dead"] += 1
+        else:
+            self.log(f"tuple {tup.id:#x} failed: {error}", "error")
+
+    def log(self, message: str, level: str = "info") -> None:
+        if self.tracker is not None:
+            self.tracker.log(level, message)
+
+    # -- timeouts -------------------------------------------------------------------------
+    def _start_watchdog(self) -> None:
+        if self._timeout <= 0 or threading.current_thread() is not threading.main_thread():
+            return
+        main = threading.main_thread().ident
+
+        def on_alarm(signum, frame):
+            if self._busy_since and time.monotonic() - self._busy_since > self._timeout:
+                raise TupleTimeout(f"tuple timed out after {self._timeout:g}s in {self.component_id}")
+
+        self._old_handler = signal.signal(signal.SIGALRM, on_alarm)
+
+        def watch():
+            tick = min(1.0, self._timeout / 4)
+            while not self._stop_watchdog.wait(tick):
+                if self._busy_since and time.monotonic() - self._busy_since > self._timeout:
+                    signal.pthread_kill(main, signal.SIGALRM)
+
+        self._watchdog = threading.Thread(target=watch, daemon=True)
+        self._watchdog.start()
+
+    def _stop(self) -> None:
+        if self._watchdog is not None:
+            self._stop_watchdog.set()
+            self._watchdog.join()
+            signal.signal(signal.SIGALRM, self._old_handler)
+
+    # -- component set-up -----------------------------------------------------------------
+    def _context(self) -> TaskContext:
+        ctx = TaskContext(self.wf, self.component_id, self.task_id, self.tm)
+        ctx.run_id = self.spec.run_id        # type: ignore[attr-defined]
+        ctx.round = self.spec.round          # type: ignore[attr-defined]
+        ctx.redis = self.client              # type: ignore[attr-defined]
+        return ctx
+
+    def _make_state(self) -> Any:
+        if self.tracking:
+            from recovery import keys
+            return KeyedState(self.client, keys.state(self.spec.run_id, self.component_id))
+        return LocalState()
+
+    def _instantiate(self) -> Any:
+        from recovery import components_factory
+        obj = components_factory.build(self.comp, self.wf)
+        obj._collector = self
+        obj.conf = self.conf
+        obj.context = self._context()
+        obj.state = self.state = self._make_state()
+        return obj
+
+    def _fields(self, src: str, stream: str) -> tuple[str, ...]:
+        key = (src, stream)
+        f = self.fields_of.get(key)
+        if f is None:
+            try:
+                sd = self.wf.component(src).stream(stream)
+                f = sd.fields if sd else ()
+            except KeyError:   # a replayed tuple from a component not in this workflow
+                f = ()
+            self.fields_of[key] = f
+        return f
+
+    # -- bolts ----------------------------------------------------------------------------
+    def run_bolt(self, records: Iterable[tuple[Any, bytes]]) -> Iterator[tuple[Any, bytes]]:
+        if self.tracker is not None and self.tracker.committed() is not None:
+            yield from self.tracker.stored_output()
+            return
+        started = time.time()
+        bolt = self._instantiate()
+        self.component_obj = bolt
+        bolt.prepare(bolt.conf, bolt.context)
+        auto_ack = getattr(bolt, "auto_ack", False)
+        self._start_watchdog()
+        try:
+            for _, blob in records:
+                src, src_task, recs = msgpack.unpackb(blob)
+                for rec in recs:
+                    self._execute(bolt, src, src_task, rec, auto_ack)
+                    if self.ready:
+                        yield from self._drain()
+            self._busy_since = time.monotonic()
+            try:
+                bolt.finish()
+            except Exception as err:
+                msg, tb = format_error(err)
+                for tup in list(self.outstanding.values()):
+                    self.fail(tup, f"{self.component_id}.finish raised {msg}", tb)
+            finally:
+                self._busy_since = 0.0
+        finally:
+            self._stop()
+        for tup in list(self.outstanding.values()):
+            self.fail(tup, f"not acked by {self.component_id}")
+        try:
+            bolt.cleanup()
+        except Exception as err:
+            self.log(f"cleanup raised {format_error(err)[0]}", "error")
+        yield from self._finish(started)
+
+    def _execute(self, bolt: Any, src: str, src_task: int, rec: list, auto_ack: bool) -> None:
+        tid, roots, stream, values = rec[0], rec[1], rec[2], rec[3]
+        attempt = rec[4] if len(rec) > 4 else 1
+        tup = Tuple(tid, src, stream, self.task_id, values, self._fields(src, stream), roots,
+                    src_task, attempt)
+        self.outstanding[tid] = tup
+        self.current = tup
+        self.stats["executed"] += 1
+        self._busy_since = time.monotonic()
+        try:
+            bolt.process(tup)
+        except (Exception, SystemExit) as err:  # a bolt's bug fails its tuple, never the task
+            self._busy_since = 0.0
+            msg, tb = format_error(err)
+            self.fail(tup, msg, tb)
+        else:
+            self._busy_since = 0.0
+            if auto_ack and tid in self.outstanding:
+                self.ack(tup)
+        finally:
+            self.current = None
+
+    # -- spouts ---------------------------------------------------------------------------
+    def run_spout(self, emit_source: Callable[["TaskRunner"], None] | None) -> Iterator[tuple[Any, bytes]]:
+        """`emit_source` drives a built-in source; None means the component is a Spout class."""
+        if self.tracker is not None and self.tracker.committed() is not None:
+            yield from self.tracker.stored_output()
+            return
+        started = time.time()
+        if emit_source is not None:
+            for _ in emit_source(self):
+                if self.ready:
+                    yield from self._drain()
+        else:
+            spout = self._instantiate()
+            self.component_obj = spout
+            spout.open(spout.conf, spout.context)
+            spout.activate()
+            try:
+                while True:
+                    before = self.stats["emitted"] + self.stats["roots"] + self.unanchored_seq
+                    more = spout.next_tuple()
+                    if self.ready:
+                        yield from self._drain()
+                    if more is False or self.stats["emitted"] + self.stats["roots"] + self.unanchored_seq == before:
+                        break
+            finally:
+                spout.deactivate()
+                spout.close()
+        yield from self._finish(started)
+
+    def spout_record(self, message_id: Any, decode: Callable[[], list | None], raw: Any,
+                     stream: str = "default", fmt: str = "", attempt: int = 1) -> None:
+        """One record of a built-in source: a root tuple, or a failure at the spout position
+        with the raw record kept when it cannot be decoded."""
+        salt = ids.name_salt(self.component_id, str(self.spec.root_epoch)) if self.spec.root_epoch \
+            else ids.name_salt(self.component_id)
+        root = ids.root_id(salt, message_id)
+        if self.spec.replay_roots is not None and root not in self.spec.replay_roots:
+            return
+        self.stats["roots"] += 1
+        try:
+            values = decode()
+        except Exception as err:
+            self.stats["failed"] += 1
+            # The root stays pending: its "tuple" (the raw record) was created, never acked.
+            self.contrib[root] = self.contrib.get(root, 0) ^ root
+            msg, tb = format_error(err)
+            if self.tracker is not None:
+                rec = {"id": root, "roots": [root], "src_component": self.component_id,
+                       "src_task": self.task_id, "stream": stream, "values": None,
+                       "raw": raw, "message_id": message_id, "format": fmt,
+                       "attempt": attempt, "error": msg, "traceback": tb}
+                self.tracker.failure(rec)
+                if rec.get("dead"):
+                    self.stats["dead"] += 1
+            return
+        if attempt > 1 and self.tracker is not None:
+            # a replayed spout record: its pending "raw tuple" is acked now
+            self.contrib[root] = self.contrib.get(root, 0) ^ root
+            self.tracker.replay_done(self.component_id, self.task_id, root)
+        base = ids.derive(root, self.router.salts.get(stream, 0), 0)
+        self._emit(values, stream, (root,), base, None, hold=None, root_xor=root)
+
+    def replay_to(self, component: str, task: int, rec: dict, attempt: int) -> None:
+        """Send a cached failed tuple, unchanged but for its attempt, to the task it failed at."""
+        key = (component, self.tm.index(component, task))
+        group = (key, rec["src_component"], rec["src_task"])
+        self.replays.setdefault(group, []).append(
+            [rec["id"], rec["roots"], rec["stream"], rec["values"], attempt])
+        self.stats["emitted"] += 1
+
+    # -- end of task ------------------------------------------------------------------------
+    def _drain(self) -> Iterator[tuple[Any, bytes]]:
+        ready, self.ready = self.ready, []
+        return iter(ready)
+
+    def _finish(self, started: float) -> Iterator[tuple[Any, bytes]]:
+        for key in list(self.out):
+            self._seal(key)
+        for (key, src, src_task), recs in self.replays.items():
+            blob = msgpack.packb([src, src_task, recs])
+            self.ready.append((key, blob))
+            if self.tracker is not None:
+                self.tracker.add_output(key, blob)
+        self.replays.clear()
+        ready, self.ready = self.ready, []
+        self.stats["seconds"] = round(time.time() - started, 3)
+        if self.tracker is not None:
+            self.tracker.commit(self.contrib, self.stats, self.state)
+        return iter(ready)
