@@ -80,6 +80,20 @@ class TaskMap:
             nxt += c.parallelism
         return cls(first, count)
 
+    def extended(self, wf: Workflow) -> "TaskMap":
+        """Numbering for a workflow derived from this one (a recovery workflow): components
+        this map knows keep their task ids, so a failed position means the same task in every
+        round; new components (queue spouts) get ids after the highest one."""
+        first, count = {}, {}
+        nxt = max((f + self.count[c] for c, f in self.first.items()), default=1)
+        for c in sorted(wf.components, key=lambda c: c.id):
+            if c.id in self.first and self.count[c.id] == c.parallelism:
+                first[c.id], count[c.id] = self.first[c.id], c.parallelism
+            else:
+                first[c.id], count[c.id] = nxt, c.parallelism
+                nxt += c.parallelism
+        return TaskMap(first, count)
+
     def task_ids(self, component_id: str) -> list[int]:
         f = self.first[component_id]
         return list(range(f, f + self.count[component_id]))
@@ -148,12 +162,17 @@ class TaskContext:
             "streams": [s.id for s in me.streams],
             "stream->outputfields": {s.id: list(s.fields) for s in me.streams},
             "source->stream->grouping": sources,
-            "source->stream->fields": {
-                inp.source: {inp.stream: list(s.fields)}
-                for inp in me.inputs
-                for s in [_stream_of(wf, inp)] if s is not None
-            },
+            "source->stream->fields": _source_fields(wf, me),
         }
+
+
+def _source_fields(wf: Workflow, me: Component) -> dict[str, dict[str, list[str]]]:
+    out: dict[str, dict[str, list[str]]] = {}
+    for inp in me.inputs:
+        s = _stream_of(wf, inp)
+        if s is not None:
+            out.setdefault(inp.source, {})[inp.stream] = list(s.fields)
+    return out
 
 
 def _stream_of(wf: Workflow, inp: Input):

@@ -114,3 +114,190 @@ def summarize(client: Any, run_id: str, rounds: list | None = None, settled: boo
         "components": stats,
         "started": float(rec.get("started") or 0), "ended": float(rec["ended"]) if rec.get("ended") else None,
     }
+
+
+# --- recovery ------------------------------------------------------------------------------
+def original_workflow(rec: dict[str, Any]) -> Workflow:
+    return Workflow.model_validate_json(rec["workflow_json"])
+
+
+def _queued(client: Any, run_id: str) -> list[dict[str, Any]]:
+    """Every queued failed tuple (small: failures only)."""
+    out = []
+    for p in failed_positions(client, run_id):
+        for _, raw in client.hscan_iter(keys.queue(run_id, p["component"], p["task"])):
+            out.append(msgpack.unpackb(raw, strict_map_key=False))
+    return out
+
+
+def prune_failed_set(client: Any, run_id: str) -> None:
+    """A position leaves the failed set once its queue is empty."""
+    for pos in client.smembers(keys.failed_set(run_id)):
+        comp, task = pos.decode().rsplit(":", 1)
+        if client.hlen(keys.queue(run_id, comp, int(task))) == 0:
+            client.srem(keys.failed_set(run_id), pos)
+
+
+def resume_if_crashed(spark: Any, client: Any, redis_url: str, rec: dict[str, Any],
+                      progress: Progress | None = None) -> dict[str, Any] | None:
+    """A run whose driver died mid-round: run that round again. Committed tasks replay their
+    stored output instead of executing, so only what was in flight is processed."""
+    if runs.status_of(rec) != runs.CRASHED:
+        return None
+    run_id = rec["run_id"]
+    runs.update(client, run_id, driver_pid=__import__("os").getpid(),
+                driver_host=__import__("socket").gethostname())
+    wf = Workflow.model_validate_json(rec.get("current_workflow") or rec["workflow_json"])
+    extra = json.loads(rec.get("current_spec") or "{}")
+    replay = extra.get("replay_roots")
+    round_no = int(rec.get("round") or 0)
+    spec = RunSpec(run_id, round_no, json.dumps({**json.loads(wf.model_dump_json()), "base_dir": wf.base_dir}),
+                   redis_url, True,
+                   replay_roots=frozenset(replay) if replay is not None else None,
+                   root_epoch=extra.get("root_epoch", 0), filter_epoch=extra.get("filter_epoch", 0),
+                   original_json=rec["workflow_json"] if round_no else None)
+    summary = run_and_settle(spark, client, wf, spec, progress)
+    prune_failed_set(client, run_id)
+    return summary
+
+
+def _wf_json(wf: Workflow) -> str:
+    return json.dumps({**json.loads(wf.model_dump_json()), "base_dir": wf.base_dir})
+
+
+def recover(spark: Any, client: Any, redis_url: str, run_id: str, max_rounds: int | None = None,
+            strategy: str = "localized", progress: Progress | None = None,
+            on_round: Callable[[dict], None] | None = None) -> dict[str, Any]:
+    """Rounds until the failed set is empty (or max_rounds): each synthesizes a recovery
+    workflow from the failed positions and runs it with the same tracking."""
+    import os
+    import socket
+    from recovery.synthesis import synthesize
+    rec = runs.get(client, run_id)
+    if runs.status_of(rec) == runs.RUNNING:
+        raise RunError(f"run {run_id} is still running (driver pid {rec.get('driver_pid')} on "
+                       f"{rec.get('driver_host')}); wait for it, or kill it first")
+    if not int(rec.get("tracking") or 0):
+        raise RunError(f"run {run_id} ran with tracking off: there is nothing to recover from")
+    started = time.time()
+    resumed = resume_if_crashed(spark, client, redis_url, rec, progress)
+    runs.update(client, run_id, status=runs.RUNNING, driver_pid=os.getpid(), driver_host=socket.gethostname())
+    original = original_workflow(rec)
+    rounds_run = 0
+    queued_at_start = len(_queued(client, run_id))
+    dead_at_start = client.hlen(keys.dead(run_id))
+    try:
+        while True:
+            prune_failed_set(client, run_id)
+            queued = _queued(client, run_id)
+            if not queued or (max_rounds is not None and rounds_run >= max_rounds):
+                break
+            wait = min(r.get("not_before", 0) for r in queued) - time.time()
+            if wait > 0:   # every queued tuple is still backing off
+                time.sleep(min(wait, float(original.conf()["recovery.retry.max.delay.ms"]) / 1000))
+            round_no = int(runs.get(client, run_id).get("round") or 0) + 1
+            if strategy == "root-replay":
+                spec, wf = _root_replay_round(client, run_id, original, redis_url, round_no, queued)
+            else:
+                failed: dict[str, list[int]] = {}
+                for r in queued:
+                    failed.setdefault(r["component"], [])
+                    if r["task"] not in failed[r["component"]]:
+                        failed[r["component"]].append(r["task"])
+                wf = synthesize(original, failed)
+                spec = RunSpec(run_id, round_no, _wf_json(wf), redis_url, True,
+                               original_json=rec["workflow_json"])
+            runs.update(client, run_id, round=round_no, current_workflow=_wf_json(wf),
+                        current_spec=_spec_json(spec), status=runs.RUNNING)
+            summary = run_and_settle(spark, client, wf, spec, progress)
+            prune_failed_set(client, run_id)
+            rounds_run += 1
+            if on_round is not None:
+                on_round({"round": round_no, "replayed": len(queued), "summary": summary})
+    finally:
+        final = summarize(client, run_id, settled=True)
+        runs.update(client, run_id, status=final["status"], summary=final, ended=time.time())
+    newly_dead = client.hlen(keys.dead(run_id)) - dead_at_start
+    final.update({"rounds": rounds_run, "resumed": resumed is not None,
+                  "recovered": max(0, queued_at_start - len(_queued(client, run_id)) - newly_dead),
+                  "newly_dead": newly_dead,
+                  "duration": round(time.time() - started, 3), "strategy": strategy})
+    return final
+
+
+def _root_replay_round(client: Any, run_id: str, original: Workflow, redis_url: str, round_no: int,
+                       queued: list[dict]) -> tuple[RunSpec, Workflow]:
+    """Storm's behaviour, for comparison: replay every failed root from its spout, under a new
+    root id (as Storm's acker would see a re-emitted message). The old roots are settled as
+    superseded and their queue entries dropped."""
+    rec = runs.get(client, run_id)
+    epoch = int(rec.get("root_epoch") or 0)
+    old_roots = {int(r) for q in queued for r in (q.get("roots") or [])}
+    # supersede: zero the old roots' ledger entries and drop their queued tuples
+    pending = {}
+    for b in range(tracking.LEDGER_BUCKETS):
+        roots, xors = tracking.fold(client.hvals(keys.ledger(run_id, b)))
+        for r, x in zip(roots.tolist(), xors.tolist()):
+            if r in old_roots:
+                pending[r] = x
+    blobs = tracking.pack_xors(pending)
+    with client.pipeline(transaction=True) as pipe:
+        for b, blob in enumerate(blobs):
+            if blob:
+                pipe.hset(keys.ledger(run_id, b), f"superseded:{round_no}", blob)
+        for q in queued:
+            pipe.hdel(keys.queue(run_id, q["component"], q["task"]), str(q["id"]))
+        pipe.execute()
+    runs.update(client, run_id, root_epoch=round_no)
+    spec = RunSpec(run_id, round_no, _wf_json(original), redis_url, True,
+                   replay_roots=frozenset(old_roots), root_epoch=round_no, filter_epoch=epoch)
+    return spec, original
+
+
+# --- dead letters and clearing ------------------------------------------------------------
+def dead_letters(client: Any, run_id: str, component: str | None = None) -> list[dict[str, Any]]:
+    runs.get(client, run_id)
+    out = []
+    for field, raw in sorted(client.hgetall(keys.dead(run_id)).items()):
+        rec = msgpack.unpackb(raw, strict_map_key=False)
+        if component is None or rec.get("component") == component:
+            out.append(rec)
+    return out
+
+
+def requeue_dead(client: Any, run_id: str, component: str | None = None) -> int:
+    """Put dead tuples back in their queues (attempts reset) after the cause was fixed."""
+    n = 0
+    for field, raw in client.hgetall(keys.dead(run_id)).items():
+        rec = msgpack.unpackb(raw, strict_map_key=False)
+        if component is not None and rec.get("component") != component:
+            continue
+        rec.pop("dead", None)
+        rec["attempt"] = 0     # the next replay is attempt 1 of a fresh allowance
+        rec["not_before"] = 0
+        with client.pipeline(transaction=True) as pipe:
+            pipe.hset(keys.queue(run_id, rec["component"], rec["task"]), str(rec["id"]),
+                      msgpack.packb(rec, default=repr))
+            pipe.sadd(keys.failed_set(run_id), f"{rec['component']}:{rec['task']}")
+            pipe.hdel(keys.dead(run_id), field)
+            if rec.get("roots"):
+                pipe.srem(keys.dead_roots(run_id), *[str(r) for r in rec["roots"]])
+            pipe.execute()
+        n += 1
+    if n:
+        runs.update(client, run_id, status=runs.PENDING)
+    return n
+
+
+def clear(client: Any, run_id: str, force: bool = False) -> list[str]:
+    """Remove every key of the run (its record too) and nothing else; returns what it removed."""
+    rec = runs.get(client, run_id)
+    if runs.status_of(rec) == runs.RUNNING and not force:
+        raise RunError(f"run {run_id} is still running (driver pid {rec.get('driver_pid')}); "
+                       "use --force to clear it anyway")
+    removed = [k.decode() for k in client.scan_iter(match=keys.run_prefix(run_id) + "*", count=1000)]
+    for i in range(0, len(removed), 500):
+        client.delete(*removed[i:i + 500])
+    client.delete(keys.run_record(run_id))
+    client.zrem(keys.runs_index(), run_id)
+    return [keys.run_record(run_id)] + sorted(removed)

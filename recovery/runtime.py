@@ -44,18 +44,26 @@ class RunSpec:
     tracking: bool = True
     replay_roots: frozenset[int] | None = None     # root-replay: spouts emit only these roots
     root_epoch: int = 0                             # root-replay gives replayed roots new ids
+    filter_epoch: int = 0                           # ... and selects them by their old ids
+    original_json: str | None = None                # the submitted workflow: task numbering
 
 
 # --- per-process caches (a Python worker runs many tasks) --------------------------------
-_workflows: dict[str, tuple[Workflow, TaskMap]] = {}
+_workflows: dict[str, tuple[Workflow, TaskMap, Workflow]] = {}
 _clients: dict[str, Any] = {}
 
 
-def workflow_of(spec: RunSpec) -> tuple[Workflow, TaskMap]:
-    got = _workflows.get(spec.workflow_json)
+def workflow_of(spec: RunSpec) -> tuple[Workflow, TaskMap, Workflow]:
+    """(the workflow this round runs, its task numbering, the submitted workflow)."""
+    cache_key = spec.workflow_json + (spec.original_json or "")
+    got = _workflows.get(cache_key)
     if got is None:
         wf = Workflow.model_validate_json(spec.workflow_json)
-        got = _workflows[spec.workflow_json] = (wf, TaskMap.of(wf))
+        tm, original = TaskMap.of(wf), wf
+        if spec.original_json:
+            original = Workflow.model_validate_json(spec.original_json)
+            tm = TaskMap.of(original).extended(wf)
+        got = _workflows[cache_key] = (wf, tm, original)
         if wf.base_dir and wf.base_dir not in sys.path:
             sys.path.insert(0, wf.base_dir)
     return got
@@ -142,7 +150,7 @@ class TaskRunner:
 
     def __init__(self, spec: RunSpec, component_id: str, index: int):
         self.spec = spec
-        self.wf, self.tm = workflow_of(spec)
+        self.wf, self.tm, self.original = workflow_of(spec)
         self.comp: Component = self.wf.component(component_id)
         self.component_id = component_id
         self.index = index
@@ -160,6 +168,9 @@ class TaskRunner:
         self.out: dict[tuple[str, int], list] = {}
         self.ready: list[tuple[tuple[str, int], bytes]] = []
         self.replays: dict[tuple, list] = {}
+        self.replayed: set[int] = set()
+        from recovery.testing import injections
+        self.injections = injections(self.conf, component_id)
         self.stats = {"executed": 0, "acked": 0, "failed": 0, "emitted": 0, "roots": 0, "dead": 0}
         self.fields_of: dict[tuple[str, str], tuple[str, ...]] = {}
         # Bolt bookkeeping
@@ -189,10 +200,9 @@ class TaskRunner:
                 self.unanchored_seq += 1
                 return self._emit(values, stream, (), ids.derive(self.task_id, self.unanchored_seq),
                                   direct_task, hold=None)
-            root = ids.root_id(ids.name_salt(self.component_id, str(self.spec.root_epoch)) if self.spec.root_epoch
-                               else ids.name_salt(self.component_id), message_id)
-            if self.spec.replay_roots is not None and root not in self.spec.replay_roots:
+            if not self._selected(message_id):
                 return []
+            root = ids.root_id(self._root_salt(self.spec.root_epoch), message_id)
             self.stats["roots"] += 1
             base = ids.derive(root, self.router.salts.get(stream, 0), 0)
             return self._emit(values, stream, (root,), base, direct_task, hold=None, root_xor=root)
@@ -261,9 +271,8 @@ class TaskRunner:
         self.stats["acked"] += 1
         for r in tup.roots:
             self.contrib[r] = self.contrib.get(r, 0) ^ tup.id
-        if tup.attempt > 1:
-            if self.tracker is not None:
-                self.tracker.replay_done(self.component_id, self.task_id, tup.id)
+        if tup.id in self.replayed and self.tracker is not None:
+            self.tracker.replay_done(self.component_id, self.task_id, tup.id)
         for entry in self.held.pop(tup.id, ()):
             entry[0] -= 1
             if entry[0] == 0 and not entry[2]:
@@ -344,10 +353,14 @@ class TaskRunner:
         key = (src, stream)
         f = self.fields_of.get(key)
         if f is None:
-            try:
-                sd = self.wf.component(src).stream(stream)
+            for wf in (self.wf, self.original):   # a replayed tuple's source may not re-run
+                try:
+                    sd = wf.component(src).stream(stream)
+                except KeyError:
+                    continue
                 f = sd.fields if sd else ()
-            except KeyError:   # a replayed tuple from a component not in this workflow
+                break
+            else:
                 f = ()
             self.fields_of[key] = f
         return f
@@ -391,7 +404,10 @@ class TaskRunner:
 
     def _execute(self, bolt: Any, src: str, src_task: int, rec: list, auto_ack: bool) -> None:
         tid, roots, stream, values = rec[0], rec[1], rec[2], rec[3]
-        attempt = rec[4] if len(rec) > 4 else 1
+        attempt = 1
+        if len(rec) > 4:   # replayed from a failed position's queue
+            attempt = rec[4]
+            self.replayed.add(tid)
         tup = Tuple(tid, src, stream, self.task_id, values, self._fields(src, stream), roots,
                     src_task, attempt)
         self.outstanding[tid] = tup
@@ -399,6 +415,8 @@ class TaskRunner:
         self.stats["executed"] += 1
         self._busy_since = time.monotonic()
         try:
+            for inj in self.injections:
+                inj.before_process(tup)
             bolt.process(tup)
         except (Exception, SystemExit) as err:  # a bolt's bug fails its tuple, never the task
             self._busy_since = 0.0
@@ -441,21 +459,22 @@ class TaskRunner:
         yield from self._finish(started)
 
     def spout_record(self, message_id: Any, decode: Callable[[], list | None], raw: Any,
-                     stream: str = "default", fmt: str = "", attempt: int = 1) -> None:
+                     stream: str = "default", fmt: str = "", attempt: int = 1,
+                     replayed: bool = False) -> None:
         """One record of a built-in source: a root tuple, or a failure at the spout position
         with the raw record kept when it cannot be decoded."""
-        salt = ids.name_salt(self.component_id, str(self.spec.root_epoch)) if self.spec.root_epoch \
-            else ids.name_salt(self.component_id)
-        root = ids.root_id(salt, message_id)
-        if self.spec.replay_roots is not None and root not in self.spec.replay_roots:
+        if not self._selected(message_id):
             return
+        root = ids.root_id(self._root_salt(self.spec.root_epoch), message_id)
         self.stats["roots"] += 1
         try:
             values = decode()
         except Exception as err:
             self.stats["failed"] += 1
-            # The root stays pending: its "tuple" (the raw record) was created, never acked.
-            self.contrib[root] = self.contrib.get(root, 0) ^ root
+            # The root stays pending: its "tuple" (the raw record) was created, never acked
+            # (a replay that fails again was created already).
+            if not replayed:
+                self.contrib[root] = self.contrib.get(root, 0) ^ root
             msg, tb = format_error(err)
             if self.tracker is not None:
                 rec = {"id": root, "roots": [root], "src_component": self.component_id,
@@ -466,7 +485,7 @@ class TaskRunner:
                 if rec.get("dead"):
                     self.stats["dead"] += 1
             return
-        if attempt > 1 and self.tracker is not None:
+        if replayed and self.tracker is not None:
             # a replayed spout record: its pending "raw tuple" is acked now
             self.contrib[root] = self.contrib.get(root, 0) ^ root
             self.tracker.replay_done(self.component_id, self.task_id, root)
@@ -480,6 +499,15 @@ class TaskRunner:
         self.replays.setdefault(group, []).append(
             [rec["id"], rec["roots"], rec["stream"], rec["values"], attempt])
         self.stats["emitted"] += 1
+
+    def _root_salt(self, epoch: int) -> int:
+        return ids.name_salt(self.component_id, str(epoch)) if epoch else ids.name_salt(self.component_id)
+
+    def _selected(self, message_id: Any) -> bool:
+        """Root replay re-reads the source and emits only the failed roots (by their old ids)."""
+        if self.spec.replay_roots is None:
+            return True
+        return ids.root_id(self._root_salt(self.spec.filter_epoch), message_id) in self.spec.replay_roots
 
     # -- end of task ------------------------------------------------------------------------
     def _drain(self) -> Iterator[tuple[Any, bytes]]:

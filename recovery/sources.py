@@ -121,7 +121,8 @@ def queue_source(runner: Any) -> Iterator[None]:
                 raw = rec.get("raw")
                 mid = rec.get("message_id")
                 mid = tuple(mid) if isinstance(mid, list) else mid
-                runner.spout_record(mid, lambda raw=raw: decode(raw), raw, stream.id, fmt, attempt)
+                runner.spout_record(mid, lambda raw=raw: decode(raw), raw, stream.id, fmt, attempt,
+                                    replayed=True)
             else:
                 runner.replay_to(target, task, rec, attempt)
         yield None

@@ -1,0 +1,276 @@
+"""`recovery submit | runs | status | plan | recover | dead | clear`: running workflows and
+recovering what failed."""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import click
+
+from recovery.cli import echo_json, json_option, redis_option
+from recovery.errors import RecoveryError
+
+
+def _client(redis_url: str | None) -> tuple[Any, str]:
+    from recovery import store
+    url = store.resolve_url(redis_url)
+    return store.connect(url), url
+
+
+def _kv(pairs: tuple[str, ...], what: str) -> dict[str, str]:
+    out = {}
+    for p in pairs:
+        if "=" not in p:
+            raise RecoveryError(f"{what} {p!r}: expected KEY=VALUE")
+        k, v = p.split("=", 1)
+        out[k.strip()] = v
+    return out
+
+
+class _Progress:
+    """Tasks committed / total, on stderr, while a round runs (quiet with --json)."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self._progress = None
+        self._tasks: dict[str, Any] = {}
+
+    def __enter__(self) -> "_Progress":
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                      TextColumn("tasks"), TimeElapsedColumn(),
+                                      console=Console(stderr=True), transient=False)
+            self._progress.__enter__()
+        return self
+
+    def __call__(self, label: str, done: int, total: int) -> None:
+        if self._progress is None:
+            return
+        if label not in self._tasks:
+            self._tasks[label] = self._progress.add_task(label, total=total)
+        self._progress.update(self._tasks[label], completed=min(done, total), total=total)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._progress is not None:
+            self._progress.__exit__(*exc)
+
+
+def _spark(master: str | None, conf: dict[str, str]) -> Any:
+    from recovery.spark import session
+    return session(master, conf)
+
+
+def print_summary(s: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    console = Console()
+    console.print(f"run [bold]{s['run_id']}[/bold]  status [bold]{s['status']}[/bold]  "
+                  f"roots {s['roots']}: complete {s['complete']}, pending {s['pending']} "
+                  f"(failed {s['failed']}, in flight {s.get('in_flight', 0)}), dead {s['dead']}")
+    comps = s.get("components") or {}
+    if comps:
+        t = Table(title="components (first round)", show_edge=False)
+        for col in ("component", "executed", "acked", "failed", "emitted", "roots", "seconds"):
+            t.add_column(col, justify="left" if col == "component" else "right")
+        for name, c in comps.items():
+            t.add_row(name, *(str(c.get(k, 0)) for k in ("executed", "acked", "failed", "emitted", "roots", "seconds")))
+        console.print(t)
+    if s.get("failed_positions"):
+        t = Table(title="failed positions", show_edge=False)
+        for col in ("component", "task", "tuples", "sample error"):
+            t.add_column(col)
+        for p in s["failed_positions"]:
+            t.add_row(p["component"], str(p["task"]), str(p["count"]), (p.get("sample_error") or "")[:100])
+        console.print(t)
+
+
+def register(main: click.Group) -> None:
+    @main.command()
+    @click.argument("file")
+    @click.option("--master", default=None, help="Spark master URL (default local[*]).")
+    @click.option("--conf", "spark_conf", multiple=True, metavar="K=V", help="A Spark setting (repeatable).")
+    @click.option("--property", "-p", "props", multiple=True, metavar="K=V",
+                  help="Override a workflow config property (repeatable).")
+    @click.option("--no-tracking", is_flag=True, help="Run without tracking (no recovery possible).")
+    @click.option("--run-id", default=None, help="Use this run id instead of a generated one.")
+    @redis_option
+    @json_option
+    def submit(file: str, master: str | None, spark_conf: tuple[str, ...], props: tuple[str, ...],
+               no_tracking: bool, run_id: str | None, redis_url: str | None, as_json: bool) -> None:
+        """Run the workflow FILE on Spark with every tuple tracked; prints a summary."""
+        from recovery import jobs, runs, workflow_xml
+        wf = workflow_xml.load(file)
+        overrides = _kv(props, "--property")
+        if overrides:
+            merged = dict(wf.config)
+            merged.update(overrides)
+            wf = wf.model_copy(update={"config": tuple(merged.items())})
+        jobs.check_classes(wf)
+        with open(file, encoding="utf-8", errors="replace") as fh:
+            xml = fh.read()
+        client, url = _client(redis_url)
+        if run_id and client.exists(f"recovery:run:{run_id}"):
+            raise RecoveryError(f"run {run_id!r} exists already")
+        spark = _spark(master, _kv(spark_conf, "--conf"))
+        with _Progress(not as_json) as progress:
+            summary = jobs.submit(spark, client, url, wf, xml, os.path.abspath(file),
+                                  tracking_on=not no_tracking, master=master or "local[*]",
+                                  progress=progress, run_id=run_id)
+        if as_json:
+            echo_json(summary)
+        else:
+            print_summary(summary)
+            if summary["failed_positions"]:
+                click.echo(f"next: recovery plan {summary['run_id']}   then: recovery recover {summary['run_id']}")
+
+    @main.command("runs")
+    @redis_option
+    @json_option
+    def runs_cmd(redis_url: str | None, as_json: bool) -> None:
+        """The runs this Redis knows."""
+        from recovery import runs
+        client, _ = _client(redis_url)
+        rows = []
+        for rid in runs.list_ids(client):
+            rec = runs.get(client, rid)
+            s = rec.get("summary") or {}
+            rows.append({"run_id": rid, "status": runs.status_of(rec), "round": int(rec.get("round") or 0),
+                         "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(rec["started"]))),
+                         "roots": s.get("roots"), "pending": s.get("pending"), "dead": s.get("dead")})
+        if as_json:
+            echo_json({"runs": rows})
+            return
+        if not rows:
+            click.echo("no runs")
+        for r in rows:
+            click.echo(f"{r['run_id']}  {r['status']:<9}  round {r['round']}  started {r['started']}  "
+                       f"roots {r['roots']}  pending {r['pending']}  dead {r['dead']}")
+
+    @main.command()
+    @click.argument("run_id")
+    @redis_option
+    @json_option
+    def status(run_id: str, redis_url: str | None, as_json: bool) -> None:
+        """Roots complete / pending / failed / dead, and the failed positions."""
+        from recovery import jobs
+        client, _ = _client(redis_url)
+        summary = jobs.summarize(client, run_id)
+        if as_json:
+            echo_json(summary)
+        else:
+            print_summary(summary)
+
+    @main.command()
+    @click.argument("run_id")
+    @click.option("--format", "-f", "fmt", type=click.Choice(["xml", "text", "dot", "mermaid"]),
+                  default="xml", show_default=True)
+    @redis_option
+    def plan(run_id: str, fmt: str, redis_url: str | None) -> None:
+        """The recovery workflow `recover` would run next: as XML, or the original topology
+        drawn with the failed positions marked and the part that re-runs set apart."""
+        from recovery import jobs, render, workflow_xml
+        from recovery.synthesis import plan_marks, synthesize
+        client, _ = _client(redis_url)
+        rec = jobs.runs.get(client, run_id)
+        original = jobs.original_workflow(rec)
+        positions = jobs.failed_positions(client, run_id)
+        counts = {(p["component"], p["task"]): p["count"] for p in positions if p["count"]}
+        if fmt != "xml":
+            marks, dim = plan_marks(original, counts)
+            click.echo(render.render(original, fmt, marks, dim))
+            return
+        if not counts:
+            raise RecoveryError(f"run {run_id} has no failed positions: nothing to recover")
+        failed: dict[str, list[int]] = {}
+        for comp, task in counts:
+            failed.setdefault(comp, []).append(task)
+        click.echo(workflow_xml.to_xml(synthesize(original, failed)))
+
+    @main.command()
+    @click.argument("run_id")
+    @click.option("--max-rounds", type=click.IntRange(min=1), default=None)
+    @click.option("--strategy", type=click.Choice(["localized", "root-replay"]), default="localized",
+                  show_default=True, help="root-replay replays failed roots from their spout (Storm).")
+    @click.option("--master", default=None, help="Spark master URL (default local[*]).")
+    @click.option("--conf", "spark_conf", multiple=True, metavar="K=V")
+    @redis_option
+    @json_option
+    def recover(run_id: str, max_rounds: int | None, strategy: str, master: str | None,
+                spark_conf: tuple[str, ...], redis_url: str | None, as_json: bool) -> None:
+        """Run recovery rounds until the failed set is empty."""
+        from recovery import jobs
+        client, url = _client(redis_url)
+        jobs.runs.get(client, run_id)
+        spark = _spark(master, _kv(spark_conf, "--conf"))
+
+        def on_round(r: dict) -> None:
+            if not as_json:
+                s = r["summary"]
+                click.echo(f"round {r['round']}: replayed {r['replayed']} tuples; pending {s['pending']}, "
+                           f"dead {s['dead']}", err=True)
+        with _Progress(not as_json) as progress:
+            summary = jobs.recover(spark, client, url, run_id, max_rounds, strategy, progress, on_round)
+        if as_json:
+            echo_json(summary)
+        else:
+            print_summary(summary)
+            click.echo(f"rounds {summary['rounds']}, recovered {summary['recovered']} tuples, "
+                       f"dead {summary['dead_tuples']} tuples, {summary['duration']:.1f}s"
+                       + (" (resumed a crashed round first)" if summary.get("resumed") else ""))
+
+    @main.command()
+    @click.argument("run_id")
+    @click.option("--requeue", is_flag=True, help="Put dead tuples back for another recovery.")
+    @click.option("--component", default=None, help="Only this component's dead tuples.")
+    @redis_option
+    @json_option
+    def dead(run_id: str, requeue: bool, component: str | None, redis_url: str | None, as_json: bool) -> None:
+        """Tuples that exhausted their retries, with their errors."""
+        from recovery import jobs
+        client, _ = _client(redis_url)
+        if requeue:
+            n = jobs.requeue_dead(client, run_id, component)
+            if as_json:
+                echo_json({"run_id": run_id, "requeued": n})
+            else:
+                click.echo(f"requeued {n} dead tuple{'s' if n != 1 else ''}; run `recovery recover {run_id}`")
+            return
+        rows = jobs.dead_letters(client, run_id, component)
+        if as_json:
+            echo_json({"run_id": run_id, "dead": [
+                {k: (v.decode("utf-8", "replace") if isinstance(v, bytes) else v) for k, v in r.items()}
+                for r in rows]})
+            return
+        if not rows:
+            click.echo("no dead tuples")
+        for r in rows:
+            vals = r.get("values") if r.get("values") is not None else r.get("raw")
+            if isinstance(vals, bytes):
+                vals = vals.decode("utf-8", "replace").rstrip()
+            click.echo(f"{r['component']} task {r['task']}  attempts {r.get('attempt')}  values {vals!r}\n"
+                       f"    error: {r.get('error')}")
+
+    @main.command()
+    @click.argument("run_id", required=False)
+    @click.option("--all", "all_runs", is_flag=True, help="Every run this Redis knows.")
+    @click.option("--force", is_flag=True, help="Clear a run even if it is still running.")
+    @redis_option
+    @json_option
+    def clear(run_id: str | None, all_runs: bool, force: bool, redis_url: str | None, as_json: bool) -> None:
+        """Remove a run's cached state (every key of the run and nothing else)."""
+        from recovery import jobs, runs
+        if bool(run_id) == all_runs:
+            raise RecoveryError("give a RUN id or --all (not both)")
+        client, _ = _client(redis_url)
+        ids = runs.list_ids(client) if all_runs else [run_id]
+        removed = {}
+        for rid in ids:
+            removed[rid] = jobs.clear(client, rid, force)
+        if as_json:
+            echo_json({"removed": removed})
+            return
+        for rid, ks in removed.items():
+            click.echo(f"cleared {rid}: {len(ks)} keys")

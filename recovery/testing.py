@@ -1,0 +1,92 @@
+"""Fault injection for tests, benchmarks and the demo, set in a workflow's config (or with
+`recovery submit -p KEY=VALUE`). Each injection has a name and these properties:
+
+    recovery.inject.<name>.component   the component it acts at (required)
+    recovery.inject.<name>.mode        transient | permanent | crash | slow   (default transient)
+    recovery.inject.<name>.rate        fraction of tuples chosen, by tuple id (default 0.01)
+    recovery.inject.<name>.match       or: choose tuples whose values contain this text
+    recovery.inject.<name>.attempts    transient: fail the first N attempts (default 1)
+    recovery.inject.<name>.task        crash: the global task id whose process dies ...
+    recovery.inject.<name>.after       ... after this many tuples, on Spark's first attempt only
+    recovery.inject.<name>.delay.ms    slow: sleep this long per tuple
+
+Choices are deterministic (a hash of the derived tuple id), so a re-run chooses the same tuples.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+PREFIX = "recovery.inject."
+
+
+class InjectedFailure(RuntimeError):
+    """Raised in place of a component's process() for a chosen tuple."""
+
+
+@dataclass
+class Injection:
+    name: str
+    component: str
+    mode: str = "transient"
+    rate: float = 0.01
+    match: str | None = None
+    attempts: int = 1
+    task: int | None = None
+    after: int = 0
+    delay_ms: float = 0.0
+    seen: int = 0
+
+    def chosen(self, tup: Any) -> bool:
+        if self.match is not None:
+            return any(self.match in str(v) for v in tup.values)
+        return (tup.id % 1_000_003) < self.rate * 1_000_003
+
+    def before_process(self, tup: Any) -> None:
+        self.seen += 1
+        if self.mode == "slow":
+            time.sleep(self.delay_ms / 1000.0)
+            return
+        if self.mode == "crash":
+            if tup.task == self.task and self.seen > self.after and _first_spark_attempt():
+                os._exit(17)   # the Python worker dies mid-task, as an executor loss would
+            return
+        if not self.chosen(tup):
+            return
+        if self.mode == "permanent":
+            raise InjectedFailure(f"injected permanent failure ({self.name}) at {self.component}")
+        if tup.attempt <= self.attempts:
+            raise InjectedFailure(f"injected transient failure ({self.name}) at {self.component}, "
+                                  f"attempt {tup.attempt} of {self.attempts} failing")
+
+
+def _first_spark_attempt() -> bool:
+    try:
+        from pyspark import TaskContext
+        ctx = TaskContext.get()
+        return ctx is None or ctx.attemptNumber() == 0
+    except Exception:
+        return True
+
+
+def injections(conf: dict[str, str], component: str) -> list[Injection]:
+    """The injections configured for `component`."""
+    by_name: dict[str, dict[str, str]] = {}
+    for key, value in conf.items():
+        if key.startswith(PREFIX):
+            name, _, attr = key[len(PREFIX):].partition(".")
+            if attr:
+                by_name.setdefault(name, {})[attr] = value
+    out = []
+    for name, a in sorted(by_name.items()):
+        if a.get("component") != component:
+            continue
+        out.append(Injection(
+            name=name, component=component, mode=a.get("mode", "transient"),
+            rate=float(a.get("rate", "0.01")), match=a.get("match"),
+            attempts=int(a.get("attempts", "1")),
+            task=int(a["task"]) if "task" in a else None, after=int(a.get("after", "0")),
+            delay_ms=float(a.get("delay.ms", "0"))))
+    return out
