@@ -1,0 +1,90 @@
+"""`recovery validate` and `recovery graph`: check workflow files, draw them."""
+from __future__ import annotations
+
+import sys
+
+import click
+
+from recovery.errors import WorkflowError
+
+
+def _file_report(path: str) -> tuple[dict, WorkflowError | None]:
+    from recovery.workflow_xml import validate_file
+
+    try:
+        wf, warnings = validate_file(path)
+    except WorkflowError as err:
+        return {"file": path, "ok": False,
+                "error": {"message": err.message, "file": err.file, "line": err.line,
+                          "text": str(err)}}, err
+    return {"file": path, "ok": True, "workflow": wf.name,
+            "components": len(wf.components), "spouts": len(wf.spouts),
+            "bolts": len(wf.bolts), "warnings": warnings}, None
+
+
+def register(main: click.Group) -> None:
+    @main.command()
+    @click.argument("files", nargs=-1, required=True, type=str)
+    @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+    @click.pass_context
+    def validate(ctx: click.Context, files: tuple[str, ...], as_json: bool) -> None:
+        """Check workflow FILES: XML, schema, graph, and that their classes import.
+
+        Prints `ok FILE (N components)` per good file and `warning: ...` for classes that
+        do not load; a bad file prints `error: FILE:LINE: message` and the exit code is 2.
+        """
+        from recovery.cli import echo_json
+
+        reports, failed = [], False
+        for path in files:
+            report, err = _file_report(path)
+            reports.append(report)
+            if err is not None:
+                failed = True
+                click.echo(f"error: {err}", err=True)
+            elif not as_json:
+                n = report["components"]
+                click.echo(f"ok {path} ({n} component{'s' if n != 1 else ''})")
+                for w in report["warnings"]:
+                    click.echo(f"warning: {w}")
+        if as_json:
+            echo_json({"ok": not failed, "files": reports})
+        if failed:
+            ctx.exit(2)
+
+    @main.command()
+    @click.argument("file", type=str)
+    @click.option("--format", "-f", "fmt", type=click.Choice(["text", "dot", "mermaid"]),
+                  default="text", show_default=True, help="Drawing format.")
+    @click.option("--ascii", "ascii_only", is_flag=True,
+                  help="Text format without box-drawing characters.")
+    @click.option("--color/--no-color", default=None,
+                  help="Colour the text format (default: when writing to a terminal).")
+    @click.option("--json", "as_json", is_flag=True,
+                  help="Print one JSON object: the drawing plus the graph's structure.")
+    def graph(file: str, fmt: str, ascii_only: bool, color: bool | None, as_json: bool) -> None:
+        """Draw the topology of workflow FILE (text, Graphviz DOT or Mermaid)."""
+        from recovery.cli import echo_json
+        from recovery.graph import TaskMap, topological_order
+        from recovery.render import render
+        from recovery.workflow_xml import load
+
+        wf = load(file)
+        if color is None:
+            color = fmt == "text" and not as_json and sys.stdout.isatty()
+        drawing = render(wf, fmt, color=color and fmt == "text", ascii_only=ascii_only)
+        if not as_json:
+            click.echo(drawing, nl=False, color=bool(color))
+            return
+        tasks = TaskMap.of(wf)
+        echo_json({
+            "workflow": wf.name, "file": file, "format": fmt, "drawing": drawing,
+            "order": topological_order(wf),
+            "components": [{"id": c.id, "kind": c.kind, "parallelism": c.parallelism,
+                            "implementation": c.impl.kind, "tasks": tasks.task_ids(c.id),
+                            "streams": [s.model_dump() for s in c.streams]}
+                           for c in wf.components],
+            "edges": [{"from": i.source, "to": c.id, "stream": i.stream,
+                       "grouping": i.grouping.value, "fields": list(i.fields)}
+                      for c in wf.components for i in c.inputs],
+        })

@@ -1,0 +1,1 @@
+"""The word-count example workflow (workflows/wordcount.xml)."""
