@@ -34,15 +34,24 @@ def submit(spark: Any, client: Any, redis_url: str, wf: Workflow, xml: str, file
     run_id = run_id or runs.new_run_id(wf.name)
     wf_json = wf.model_dump_json(exclude=set())
     wf_json = json.dumps({**json.loads(wf_json), "base_dir": wf.base_dir})
+    source_json = "{}"
+    if uses_log_source(wf):   # a bounded run reads each partition up to its end now
+        from recovery import logsource
+        source_json = logsource.plan_ranges(client, wf, run_id)
     runs.create(client, run_id, xml, wf_json, file, master, tracking_on)
-    spec = RunSpec(run_id, 0, wf_json, redis_url, tracking_on)
+    spec = RunSpec(run_id, 0, wf_json, redis_url, tracking_on, source_json=source_json)
     runs.update(client, run_id, round=0, current_workflow=wf_json, current_spec=_spec_json(spec))
     return run_and_settle(spark, client, wf, spec, progress)
 
 
 def _spec_json(spec: RunSpec) -> str:
     return json.dumps({"replay_roots": sorted(spec.replay_roots) if spec.replay_roots is not None else None,
-                       "root_epoch": spec.root_epoch})
+                       "root_epoch": spec.root_epoch, "filter_epoch": spec.filter_epoch,
+                       "source_json": spec.source_json})
+
+
+def uses_log_source(wf: Workflow) -> bool:
+    return any(c.impl.kind == "source" and c.impl.type == "redis-stream" for c in wf.spouts)
 
 
 def run_and_settle(spark: Any, client: Any, wf: Workflow, spec: RunSpec,
@@ -54,6 +63,10 @@ def run_and_settle(spark: Any, client: Any, wf: Workflow, spec: RunSpec,
     if spec.tracking:
         engine.resolve_ledger(spark, spec)
         engine.clear_round(client, spec.run_id, spec.round)
+    if spec.source_json != "{}" and uses_log_source(wf):
+        # every root read in this round is now complete, queued or dead: commit past it
+        from recovery import logsource
+        logsource.commit_ranges(client, wf, spec.source_json)
     rec = runs.get(client, spec.run_id)
     rounds = rec.get("rounds") or []
     rounds = [r for r in rounds if r.get("round") != spec.round]
@@ -155,7 +168,8 @@ def resume_if_crashed(spark: Any, client: Any, redis_url: str, rec: dict[str, An
                    redis_url, True,
                    replay_roots=frozenset(replay) if replay is not None else None,
                    root_epoch=extra.get("root_epoch", 0), filter_epoch=extra.get("filter_epoch", 0),
-                   original_json=rec["workflow_json"] if round_no else None)
+                   original_json=rec["workflow_json"] if round_no else None,
+                   source_json=extra.get("source_json") or "{}")
     summary = run_and_settle(spark, client, wf, spec, progress)
     prune_failed_set(client, run_id)
     return summary

@@ -46,6 +46,7 @@ class RunSpec:
     root_epoch: int = 0                             # root-replay gives replayed roots new ids
     filter_epoch: int = 0                           # ... and selects them by their old ids
     original_json: str | None = None                # the submitted workflow: task numbering
+    source_json: str = "{}"                         # per-round source settings (e.g. offset ranges)
 
 
 # --- per-process caches (a Python worker runs many tasks) --------------------------------

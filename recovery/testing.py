@@ -8,6 +8,7 @@
     recovery.inject.<name>.attempts    transient: fail the first N attempts (default 1)
     recovery.inject.<name>.task        crash: the global task id whose process dies ...
     recovery.inject.<name>.after       ... after this many tuples, on Spark's first attempt only
+    recovery.inject.<name>.marker      crash: a file created just before the process dies
     recovery.inject.<name>.delay.ms    slow: sleep this long per tuple
 
 Choices are deterministic (a hash of the derived tuple id), so a re-run chooses the same tuples.
@@ -37,6 +38,7 @@ class Injection:
     task: int | None = None
     after: int = 0
     delay_ms: float = 0.0
+    marker: str | None = None
     seen: int = 0
 
     def chosen(self, tup: Any) -> bool:
@@ -51,6 +53,8 @@ class Injection:
             return
         if self.mode == "crash":
             if tup.task == self.task and self.seen > self.after and _first_spark_attempt():
+                if self.marker:
+                    open(self.marker, "a").close()
                 os._exit(17)   # the Python worker dies mid-task, as an executor loss would
             return
         if not self.chosen(tup):
@@ -88,5 +92,5 @@ def injections(conf: dict[str, str], component: str) -> list[Injection]:
             rate=float(a.get("rate", "0.01")), match=a.get("match"),
             attempts=int(a.get("attempts", "1")),
             task=int(a["task"]) if "task" in a else None, after=int(a.get("after", "0")),
-            delay_ms=float(a.get("delay.ms", "0"))))
+            delay_ms=float(a.get("delay.ms", "0")), marker=a.get("marker")))
     return out

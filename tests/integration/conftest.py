@@ -1,0 +1,58 @@
+"""Integration fixtures: one real local Spark session for the whole test session, and copies
+of the example workflows in a temporary folder (sinks write next to the XML)."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from recovery import jobs, workflow_xml
+from recovery.sinks import read_jsonl_dir
+
+WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from recovery.spark import session
+    home = tmp_path_factory.mktemp("spark-home")
+    # local[2,3]: two cores, and a task may fail up to 3 times (Spark retries are tested)
+    s = session("local[2,3]", {"spark.default.parallelism": "2"}, home=home)
+    yield s
+    s.stop()
+
+
+def copy_workflow(name: str, dest: Path) -> Path:
+    """workflows/NAME.xml with its package and data, copied under dest; returns the XML path."""
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy(WORKFLOWS / f"{name}.xml", dest / f"{name}.xml")
+    if (WORKFLOWS / name).is_dir():
+        shutil.copytree(WORKFLOWS / name, dest / name, dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(WORKFLOWS / "data", dest / "data", dirs_exist_ok=True)
+    return dest / f"{name}.xml"
+
+
+def with_config(wf: Any, **props: str) -> Any:
+    merged = dict(wf.config)
+    merged.update({k.replace("__", "."): v for k, v in props.items()})
+    return wf.model_copy(update={"config": tuple(merged.items())})
+
+
+def submit(spark: Any, redis_url: str, client: Any, xml_path: Path, config: dict[str, str] | None = None,
+           tracking: bool = True, run_id: str | None = None) -> dict:
+    wf = workflow_xml.load(xml_path)
+    if config:
+        merged = dict(wf.config)
+        merged.update(config)
+        wf = wf.model_copy(update={"config": tuple(merged.items())})
+    return jobs.submit(spark, client, redis_url, wf, xml_path.read_text(), str(xml_path),
+                       tracking_on=tracking, run_id=run_id)
+
+
+def sink_records(folder: Path) -> list[str]:
+    """A jsonl sink's contents as a sorted list of canonical JSON lines (a multiset)."""
+    import json
+    return sorted(json.dumps(r, sort_keys=True) for r in read_jsonl_dir(str(folder)))
