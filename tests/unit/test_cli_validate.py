@@ -147,3 +147,11 @@ def test_graph_json():
 def test_graph_rejects_unknown_format():
     result = CliRunner().invoke(main, ["graph", str(EXAMPLES[0]), "--format", "png"])
     assert result.exit_code == 2
+
+
+def test_graph_draws_a_workflow_whose_data_is_not_there_yet():
+    path = str(BAD / "missing_data_file.xml")
+    assert run("validate", path).exit_code == 2
+    result = run("graph", path)
+    assert result.exit_code == 0
+    assert "source file (path=data/no-such-file.txt)" in result.stdout
