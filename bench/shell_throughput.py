@@ -1,0 +1,92 @@
+"""Tuples per second through one shell bolt (a pystorm pass-through bolt, need_task_ids false)
+against a Python recovery Bolt doing the same (emit anchored to the input, ack), both driven
+by the same minimal harness collector (no Spark, no Redis).
+
+    .venv/bin/python bench/shell_throughput.py [--tuples 100000]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from recovery.components import Bolt, Tuple  # noqa: E402
+from recovery.graph import TaskContext  # noqa: E402
+from recovery.model import Component, Input, ShellImpl, StreamDef, Workflow  # noqa: E402
+from recovery.multilang import ShellBolt  # noqa: E402
+
+PROGRAMS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "tests", "multilang_programs")
+
+
+class Harness:
+    """Counts what a runtime's collector would route."""
+
+    def __init__(self) -> None:
+        self.emitted = self.acked = self.failed = 0
+
+    def emit(self, component, values, stream, anchors, direct_task, message_id):
+        self.emitted += 1
+        return [direct_task] if direct_task is not None else [5, 6]
+
+    def ack(self, tup):
+        self.acked += 1
+
+    def fail(self, tup, error=None):
+        self.failed += 1
+
+    def log(self, message, level):
+        pass
+
+
+class PassThrough(Bolt):
+    def process(self, tup):
+        self.emit(tup.values, anchors=tup)
+        self.ack(tup)
+
+
+def workflow(impl) -> Workflow:
+    return Workflow(name="bench", components=(
+        Component(id="src", kind="spout", impl=ShellImpl(command="true"),
+                  streams=(StreamDef(fields=("word", "n")),)),
+        Component(id="pass", kind="bolt", impl=impl, inputs=(Input(source="src"),),
+                  streams=(StreamDef(fields=("word", "n")),)),
+    ))
+
+
+def run(bolt, wf: Workflow, tuples: list[Tuple]) -> tuple[float, Harness]:
+    harness = Harness()
+    bolt._collector = harness
+    bolt.prepare(wf.conf("pass"), TaskContext(wf, "pass", 1))
+    start = time.perf_counter()
+    for tup in tuples:
+        bolt.process(tup)
+    bolt.finish()
+    elapsed = time.perf_counter() - start
+    bolt.cleanup()
+    assert harness.acked == len(tuples) and harness.emitted == len(tuples), vars(harness)
+    return elapsed, harness
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tuples", type=int, default=100_000)
+    args = parser.parse_args()
+    tuples = [Tuple(i, "src", "default", 1, [f"word{i % 1000}", i], fields=("word", "n"),
+                    source_task=2) for i in range(args.tuples)]
+    impl = ShellImpl(command=sys.executable, script="pystorm_bolt.py", args=("passthrough",))
+    shell_s, _ = run(ShellBolt(impl, PROGRAMS), workflow(impl), tuples)
+    py_impl = ShellImpl(command="true")      # the model needs one; the Bolt is plain Python
+    py_s, _ = run(PassThrough(), workflow(py_impl), tuples)
+    n = len(tuples)
+    print(f"tuples:                     {n}")
+    print(f"shell bolt (pystorm 3.1.4): {n / shell_s:12,.0f} tuples/s  ({shell_s:.2f} s)")
+    print(f"python Bolt:                {n / py_s:12,.0f} tuples/s  ({py_s:.2f} s)")
+    print(f"python / shell:             {shell_s / py_s:12.1f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""A bolt speaking the multilang protocol by hand, misbehaving on request.
+
+The first argument is the mode: "ok" (misbehave only on the values below), "noack" (read
+everything, answer heartbeats, ack nothing), "nopid" (no pid file), "crashstart" (exit before
+the handshake answer), "fork" (start a grandchild `sleep` in its process group first).
+Per tuple value, in mode "ok": "badjson", "noend" (an ack without its end line, then exit),
+"exit" (exit 3), "hang" (sleep), "unknown" (an unknown command), "garbage" (raw text before
+the emit); anything else is emitted (anchored) and acked.
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+
+
+def read_msg():
+    lines = []
+    while True:
+        line = sys.stdin.readline()
+        if not line:
+            sys.exit(0)
+        if line == "end\n":
+            return json.loads("".join(lines))
+        lines.append(line)
+
+
+def raw(text):
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def send(obj):
+    raw(json.dumps(obj) + "\nend\n")
+
+
+mode = sys.argv[1] if len(sys.argv) > 1 else "ok"
+handshake = read_msg()
+if mode == "crashstart":
+    sys.stderr.write("cannot start: missing configuration\n")
+    sys.exit(5)
+if mode == "fork":
+    child = subprocess.Popen(["sleep", "60"])
+    sys.stderr.write("grandchild %d\n" % child.pid)
+    sys.stderr.flush()
+if mode != "nopid":
+    open(os.path.join(handshake["pidDir"], str(os.getpid())), "w").close()
+send({"pid": os.getpid()})
+
+while True:
+    msg = read_msg()
+    if msg.get("stream") == "__heartbeat":
+        send({"command": "sync"})
+        continue
+    if mode == "noack":
+        continue
+    value = msg["tuple"][0] if msg["tuple"] else None
+    if value == "badjson":
+        raw("{this is not json\nend\n")
+        continue
+    if value == "noend":
+        raw('{"command": "ack", "id": "%s"}\n' % msg["id"])
+        sys.exit(0)
+    if value == "exit":
+        sys.stderr.write("dying on purpose\n")
+        sys.stderr.flush()
+        sys.exit(3)
+    if value == "hang":
+        time.sleep(3600)
+    if value == "unknown":
+        send({"command": "dance", "id": msg["id"]})
+        continue
+    if value == "garbage":
+        raw("Traceback? no, just text on stdout\n")
+    send({"command": "emit", "anchors": [msg["id"]], "tuple": [value], "need_task_ids": False})
+    send({"command": "ack", "id": msg["id"]})

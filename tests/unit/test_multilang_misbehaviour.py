@@ -1,0 +1,185 @@
+"""Shell processes that break the protocol never stall or crash the run: the tuples involved
+fail at the component with an error quoting what the process sent, the process is killed and
+a fresh one (a new handshake) takes the tuples after, and nothing is left running.
+
+The programs are tests/multilang_programs/raw_bolt.py and raw_spout.py (the protocol by hand,
+misbehaving on request) and pystorm_bolt.py ("prints")."""
+from __future__ import annotations
+
+import re
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "multilang_programs"))
+
+from multilang_harness import Shells, run  # noqa: E402
+
+from recovery.multilang import ShellError  # noqa: E402
+
+pytestmark = pytest.mark.timeout(60)
+RAW = "raw_bolt.py"
+FAST = {"topology.subprocess.timeout.secs": "2",
+        "topology.multilang.heartbeat.interval.secs": "0.2"}
+
+
+@pytest.fixture
+def shells():
+    s = Shells()
+    yield s
+    s.close()
+
+
+def check_one_failure(bolt, h, bad_id: int, quoted: str, all_ids: list[int]) -> str:
+    """The bad tuple failed (once, quoting `quoted`), every other tuple was acked, by a
+    fresh process after the failure."""
+    assert [i for i, _ in h.failed] == [bad_id], h.failed
+    error = h.failed[0][1]
+    assert quoted in error, error
+    assert f"`{bolt.label}`" in error                 # names the program
+    assert len(error) < 1500
+    assert sorted(h.acked) == sorted(i for i in all_ids if i != bad_id)
+    assert bolt.restarts == 1 and len(bolt.pids) == 2
+    assert bolt.errors and bolt.errors[0] in error
+    assert any(level == "error" and quoted in msg for level, msg in h.logs)
+    return error
+
+
+def test_invalid_json(shells):
+    bolt, h = shells.bolt(RAW, "ok")
+    tups = run(bolt, ["a", "badjson", "b", "c"])
+    error = check_one_failure(bolt, h, 1001, "{this is not json", [t.id for t in tups])
+    assert "invalid JSON" in error
+    assert h.emitted() == [["a"], ["b"], ["c"]]
+
+
+def test_message_without_end_then_eof(shells):
+    bolt, h = shells.bolt(RAW, "ok")
+    tups = run(bolt, ["a", "noend", "b"])
+    error = check_one_failure(bolt, h, 1001, '{"command": "ack", "id": "1001"}',
+                              [t.id for t in tups])
+    assert "without an 'end' line" in error and "code 0" in error
+
+
+def test_raw_text_on_stdout(shells):
+    bolt, h = shells.bolt(RAW, "ok")
+    tups = run(bolt, ["a", "garbage", "b"])
+    check_one_failure(bolt, h, 1001, "just text on stdout", [t.id for t in tups])
+
+
+def test_print_inside_a_pystorm_bolt(shells):
+    # on Python 3 pystorm does not redirect print(): the text lands in the protocol stream
+    bolt, h = shells.bolt("pystorm_bolt.py", "prints")
+    tups = run(bolt, ["a", "bad", "b", "c"])
+    check_one_failure(bolt, h, 1001, "debugging output from a bolt", [t.id for t in tups])
+    assert h.emitted() == [["a"], ["b"], ["c"]]
+
+
+def test_unknown_command(shells):
+    bolt, h = shells.bolt(RAW, "ok")
+    tups = run(bolt, ["a", "unknown", "b"])
+    check_one_failure(bolt, h, 1001, '"command": "dance"', [t.id for t in tups])
+
+
+def test_exit_mid_stream_quotes_stderr(shells):
+    bolt, h = shells.bolt(RAW, "ok")
+    tups = run(bolt, ["a", "exit", "b", "c", "d"])
+    error = check_one_failure(bolt, h, 1001, "exited with code 3", [t.id for t in tups])
+    assert "dying on purpose" in error                 # its stderr, quoted
+    assert ("stderr", "dying on purpose") in h.logs    # and logged line by line
+    assert h.emitted() == [["a"], ["b"], ["c"], ["d"]]
+
+
+def test_hang_is_detected_within_the_subprocess_timeout(shells):
+    bolt, h = shells.bolt(RAW, "ok", config=FAST)
+    start = time.monotonic()
+    tups = run(bolt, ["a", "hang", "b", "c"])
+    elapsed = time.monotonic() - start
+    error = check_one_failure(bolt, h, 1001, "did not answer for 2 s", [t.id for t in tups])
+    assert "hung" in error
+    assert 1.9 < elapsed < 6, elapsed
+
+
+def test_never_acks(shells):
+    bolt, h = shells.bolt(RAW, "noack", config=FAST)
+    start = time.monotonic()
+    run(bolt, ["a", "b", "c"])
+    assert time.monotonic() - start < 6
+    assert [i for i, _ in h.failed] == [1000, 1001, 1002]
+    for _, error in h.failed:
+        assert "did not ack or fail" in error and "answered heartbeats" in error
+    assert not h.acked
+    assert bolt.heartbeats >= 1 and bolt.syncs >= 1    # it was alive, just not acking
+    # the next tuples get a fresh process
+    run(bolt, ["d"], first_id=2000)
+    assert [i for i, _ in h.failed][-1] == 2000 and len(bolt.pids) == 2
+
+
+def test_tuples_written_before_a_crash_go_to_the_fresh_process(shells):
+    # everything is written before anything is read: "exit" dies with b..j in its pipe;
+    # those were never touched, so the fresh process handles them, once
+    bolt, h = shells.bolt(RAW, "ok")
+    values = ["a", "exit"] + list("bcdefghij")
+    tups = run(bolt, values)
+    check_one_failure(bolt, h, 1001, "exited with code 3", [t.id for t in tups])
+    assert h.emitted() == [[v] for v in values if v != "exit"]
+
+
+def test_pipelined_tuples_that_all_kill_the_program(shells):
+    bolt, h = shells.bolt(RAW, "ok")
+    tups = run(bolt, ["exit"] * 12)
+    assert not h.acked
+    assert sorted(i for i, _ in h.failed) == [t.id for t in tups]  # each fails once
+    assert len(bolt.pids) <= bolt.max_resends + 2      # not a process per tuple
+
+
+def test_a_program_that_always_dies_is_given_up(shells):
+    bolt, h = shells.bolt(RAW, "ok")
+    for i in range(10):
+        run(bolt, ["exit"], first_id=1000 + i)
+    assert sorted(i for i, _ in h.failed) == list(range(1000, 1010))
+    assert len(bolt.pids) == bolt.max_restarts + 1     # then it stops starting it
+    assert "gave up after 6 consecutive process failures" in h.failed[-1][1]
+    assert "dying on purpose" in h.failed[-1][1]
+
+
+def test_program_that_cannot_start(shells):
+    with pytest.raises(ShellError, match=r"exited with code 5 during the handshake.*"
+                                         r"cannot start: missing configuration"):
+        shells.bolt(RAW, "crashstart")
+
+
+def test_program_that_writes_no_pid_file(shells):
+    with pytest.raises(ShellError, match="wrote no pid file"):
+        shells.bolt(RAW, "nopid")
+
+
+def test_cleanup_kills_the_whole_process_group(shells):
+    bolt, h = shells.bolt(RAW, "fork")
+    run(bolt, ["a"])
+    deadline = time.monotonic() + 2
+    while not any("grandchild" in m for _, m in h.logs) and time.monotonic() < deadline:
+        time.sleep(0.01)               # stderr is read by a thread, logged by finish()
+        bolt.finish()
+    [line] = [m for level, m in h.logs if level == "stderr" and "grandchild" in m]
+    shells.extra_pids.append(int(re.search(r"grandchild (\d+)", line).group(1)))
+    # Shells.close() (the fixture) checks it and the bolt's own process are gone
+
+
+@pytest.mark.parametrize("mode, quoted", [("exit", "exited with code 4"),
+                                          ("hang", "did not answer for 2 s"),
+                                          ("garbage", "not the protocol")])
+def test_spout_failures_restart_the_program(shells, tmp_path, mode, quoted):
+    spout, h = shells.spout("raw_spout.py", mode, str(tmp_path / "marker"), config=FAST)
+    results = []
+    while spout.next_tuple():
+        results.append(True)
+        assert len(results) < 20
+    # 0, 1, then the program misbehaves on the third `next`; a fresh one starts from 0
+    assert [e.message_id for e in h.emits] == [0, 1, 0, 1, 2, 3, 4]
+    assert spout.restarts == 1 and len(spout.errors) == 1 and quoted in spout.errors[0]
+    assert any(level == "error" and quoted in msg for level, msg in h.logs)
+    # the raw spout asks for task ids (Storm's default) and logs what it got
+    assert "sent 4 to [5, 6]" in [m for _, m in h.logs]
