@@ -1,0 +1,154 @@
+"""Recovery end to end on a real local Spark and a real Redis (DESIGN section 7)."""
+from __future__ import annotations
+
+import collections
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import msgpack
+import pytest
+
+from recovery import jobs, keys, runs, tracking
+from tests.integration.conftest import copy_workflow, sink_records, submit
+from tests.integration.test_engine import run_keys, wordcount_reference
+
+TRANSIENT_SPLIT = {"recovery.inject.s.component": "split", "recovery.inject.s.rate": "0.03"}
+TRANSIENT_COUNT = {"recovery.inject.c.component": "count", "recovery.inject.c.rate": "0.02",
+                   "recovery.inject.c.attempts": "2"}
+FAST_RETRY = {"recovery.retry.delay.period.ms": "10"}
+
+
+def final_counts(path: Path) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for line in sink_records(path):
+        r = json.loads(line)
+        out[r["word"]] = max(out.get(r["word"], 0), r["count"])
+    return out
+
+
+def test_transient_failures_at_two_positions_on_one_path_recover_exactly(spark, redis_url, redis_client, tmp_path):
+    xml = copy_workflow("wordcount", tmp_path)
+    s = submit(spark, redis_url, redis_client, xml, {**TRANSIENT_SPLIT, **TRANSIENT_COUNT, **FAST_RETRY})
+    failed_components = {p["component"] for p in s["failed_positions"]}
+    assert failed_components == {"split", "count"} and s["status"] == "pending"
+    out = tmp_path / "out" / "wordcount"
+    assert sink_records(out) != wordcount_reference(tmp_path / "data" / "sentences.txt")
+    r = jobs.recover(spark, redis_client, redis_url, s["run_id"])
+    assert r["status"] == "completed" and r["pending"] == 0 and r["dead"] == 0
+    assert r["rounds"] >= 2          # count's tuples fail their first two attempts
+    # nothing lost, nothing twice; the fields-grouped aggregate equals the failure-free one
+    assert sink_records(out) == wordcount_reference(tmp_path / "data" / "sentences.txt")
+    assert redis_client.scard(keys.failed_set(s["run_id"])) == 0
+    assert run_keys(redis_client, s["run_id"]) == {keys.state(s["run_id"], "count")}
+    state = {msgpack.unpackb(k): msgpack.unpackb(v)
+             for k, v in redis_client.hgetall(keys.state(s["run_id"], "count")).items()}
+    assert state == final_counts(out)
+
+
+def test_permanent_failures_end_dead_after_max_attempts_and_recover_terminates(spark, redis_url, redis_client, tmp_path):
+    xml = copy_workflow("wordcount", tmp_path)
+    s = submit(spark, redis_url, redis_client, xml, {
+        "recovery.inject.p.component": "count", "recovery.inject.p.match": "acker",
+        "recovery.inject.p.mode": "permanent", "recovery.max.attempts": "3", **FAST_RETRY})
+    n_failed = sum(p["count"] for p in s["failed_positions"])
+    assert n_failed > 0
+    r = jobs.recover(spark, redis_client, redis_url, s["run_id"], max_rounds=10)
+    assert r["rounds"] == 2 and r["status"] == "dead"
+    assert r["dead_tuples"] == n_failed and r["pending"] == 0 and r["dead"] > 0
+    dead = jobs.dead_letters(redis_client, s["run_id"])
+    assert len(dead) == n_failed
+    assert all(d["attempt"] == 3 and "injected permanent failure" in d["error"] for d in dead)
+    assert all(d["values"][0] == "acker" for d in dead)
+    # a second recover has nothing to do and ends at once
+    again = jobs.recover(spark, redis_client, redis_url, s["run_id"])
+    assert again["rounds"] == 0
+    # requeue after "fixing the cause" (here: nothing fixed, so they die again, attempts fresh)
+    assert jobs.requeue_dead(redis_client, s["run_id"]) == n_failed
+    assert jobs.summarize(redis_client, s["run_id"])["failed"] > 0
+    third = jobs.recover(spark, redis_client, redis_url, s["run_id"])
+    assert third["rounds"] == 3 and third["dead_tuples"] == n_failed
+
+
+def test_localized_recovery_writes_no_duplicates_where_root_replay_does(spark, redis_url, redis_client, tmp_path):
+    """fanout: a failure in `cube`. Localized recovery re-runs cube, join, out; root replay
+    re-runs the whole tree, so the branch that succeeded (archive) is written twice."""
+    inject = {"recovery.inject.f.component": "cube", "recovery.inject.f.rate": "0.05", **FAST_RETRY}
+    clean = copy_workflow("fanout", tmp_path / "clean")
+    submit(spark, redis_url, redis_client, clean)
+    results = {}
+    for strategy in ("localized", "root-replay"):
+        xml = copy_workflow("fanout", tmp_path / strategy)
+        s = submit(spark, redis_url, redis_client, xml, inject)
+        assert {p["component"] for p in s["failed_positions"]} == {"cube"}
+        r = jobs.recover(spark, redis_client, redis_url, s["run_id"], strategy=strategy)
+        assert r["status"] == "completed"
+        results[strategy] = (sink_records(tmp_path / strategy / "out" / "fanout" / "archive"),
+                             sink_records(tmp_path / strategy / "out" / "fanout" / "joined"))
+        n_failed = sum(p["count"] for p in s["failed_positions"])
+    clean_archive = sink_records(tmp_path / "clean" / "out" / "fanout" / "archive")
+    clean_joined = sink_records(tmp_path / "clean" / "out" / "fanout" / "joined")
+    assert results["localized"] == (clean_archive, clean_joined)
+    archive_rr = results["root-replay"][0]
+    dupes = collections.Counter(archive_rr) - collections.Counter(clean_archive)
+    assert sum(dupes.values()) == n_failed > 0      # every replayed root written twice
+
+
+def test_clear_removes_every_key_of_the_run_and_nothing_else(spark, redis_url, redis_client, tmp_path):
+    inject = {"recovery.inject.s.component": "split", "recovery.inject.s.rate": "0.05"}
+    a = submit(spark, redis_url, redis_client, copy_workflow("wordcount", tmp_path / "a"), inject)
+    b = submit(spark, redis_url, redis_client, copy_workflow("wordcount", tmp_path / "b"), inject)
+    redis_client.set("unrelated:key", "1")
+    before_b = {k: redis_client.dump(k) for k in run_keys(redis_client, b["run_id"])}
+    assert len(run_keys(redis_client, a["run_id"])) > 2
+    removed = jobs.clear(redis_client, a["run_id"])
+    assert keys.run_record(a["run_id"]) in removed
+    assert run_keys(redis_client, a["run_id"]) == set()
+    assert not redis_client.exists(keys.run_record(a["run_id"]))
+    assert a["run_id"] not in runs.list_ids(redis_client)
+    assert {k: redis_client.dump(k) for k in run_keys(redis_client, b["run_id"])} == before_b
+    assert redis_client.get("unrelated:key") == b"1"
+    assert b["run_id"] in runs.list_ids(redis_client)
+
+
+def _spawn_submit(xml: Path, redis_url: str, run_id: str, props: dict[str, str]) -> subprocess.Popen:
+    env = dict(os.environ, RECOVERY_REDIS_URL=redis_url)
+    cmd = [sys.executable, "-m", "recovery", "submit", str(xml), "--run-id", run_id, "--json"]
+    for k, v in props.items():
+        cmd += ["-p", f"{k}={v}"]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("trial", range(3))
+def test_kill_9_of_the_driver_then_recover_gives_exact_output(spark, redis_url, redis_client, tmp_path, trial):
+    """kill -9 of a `submit` at a random moment of its run; `recover` resumes the crashed
+    round from its tracking info, then recovers failures: the sink is exact."""
+    rng = random.Random(trial)
+    xml = copy_workflow("wordcount", tmp_path)
+    run_id = f"crash-{trial}"
+    slow = {"recovery.inject.z.component": "count", "recovery.inject.z.mode": "slow",
+            "recovery.inject.z.delay.ms": "2", **TRANSIENT_SPLIT, **FAST_RETRY}
+    proc = _spawn_submit(xml, redis_url, run_id, slow)
+    try:
+        deadline = time.monotonic() + 120
+        while not redis_client.exists(keys.run_record(run_id)):
+            assert proc.poll() is None, "submit ended before its run started"
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        # somewhere in the round: spout done, bolts partly committed, sink maybe written
+        time.sleep(rng.uniform(1.0, 6.0))
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+    rec = runs.get(redis_client, run_id)
+    if rec["status"] == runs.RUNNING:
+        assert runs.status_of(rec) == runs.CRASHED
+    r = jobs.recover(spark, redis_client, redis_url, run_id)
+    assert r["status"] == "completed", r
+    assert sink_records(tmp_path / "out" / "wordcount") == wordcount_reference(tmp_path / "data" / "sentences.txt")
+    assert run_keys(redis_client, run_id) == {keys.state(run_id, "count")}
