@@ -53,9 +53,24 @@ class _Progress:
             self._tasks[label] = self._progress.add_task(label, total=total)
         self._progress.update(self._tasks[label], completed=min(done, total), total=total)
 
+    def note(self, text: str) -> None:
+        """A line printed above the bars (so it lands in order with them)."""
+        if self._progress is not None:
+            self._progress.console.print(text, highlight=False)
+        else:
+            click.echo(text, err=True)
+
     def __exit__(self, *exc: Any) -> None:
         if self._progress is not None:
             self._progress.__exit__(*exc)
+
+
+_LAST: dict[str, Any] = {}
+
+
+def last_summary() -> dict[str, Any]:
+    """The summary the last submit/recover in this process printed (for the demo)."""
+    return _LAST
 
 
 def _spark(master: str | None, conf: dict[str, str]) -> Any:
@@ -96,10 +111,19 @@ def register(main: click.Group) -> None:
                   help="Override a workflow config property (repeatable).")
     @click.option("--no-tracking", is_flag=True, help="Run without tracking (no recovery possible).")
     @click.option("--run-id", default=None, help="Use this run id instead of a generated one.")
+    # --- log source (recovery/follow.py): continuous runs over redis-stream topics ---
+    @click.option("--follow", is_flag=True, help="Keep reading the workflow's topics in micro-batches "
+                  "until Ctrl-C/SIGTERM (finishes and commits the batch under way).")
+    @click.option("--max-batches", type=click.IntRange(min=1), default=None, metavar="N",
+                  help="With --follow: stop after N batches.")
+    @click.option("--idle-exit", type=click.FloatRange(min=0), default=None, metavar="SECS",
+                  help="With --follow: stop after SECS seconds without a new message.")
+    # --- end log source ---
     @redis_option
     @json_option
     def submit(file: str, master: str | None, spark_conf: tuple[str, ...], props: tuple[str, ...],
-               no_tracking: bool, run_id: str | None, redis_url: str | None, as_json: bool) -> None:
+               no_tracking: bool, run_id: str | None, follow: bool, max_batches: int | None,
+               idle_exit: float | None, redis_url: str | None, as_json: bool) -> None:
         """Run the workflow FILE on Spark with every tuple tracked; prints a summary."""
         from recovery import jobs, runs, workflow_xml
         wf = workflow_xml.load(file)
@@ -114,15 +138,44 @@ def register(main: click.Group) -> None:
         client, url = _client(redis_url)
         if run_id and client.exists(f"recovery:run:{run_id}"):
             raise RecoveryError(f"run {run_id!r} exists already")
+        # --- log source (recovery/follow.py): topics exist (exit 2 before Spark starts); --follow ---
+        from recovery import follow as follow_mod
+        if follow or jobs.uses_log_source(wf):
+            follow_mod.check(client, wf, follow, not no_tracking)
+        if follow:
+            summary = follow_mod.cli_follow(wf, xml, os.path.abspath(file), client, url,
+                                            lambda: _spark(master, _kv(spark_conf, "--conf")),
+                                            master, max_batches, idle_exit, as_json, run_id)
+            if as_json:
+                echo_json(summary)
+            elif summary.get("run_id"):
+                print_summary(summary)
+                for line in follow_mod.report_lines(summary):
+                    click.echo(line)
+            else:
+                click.echo("no messages to read: no run was started")
+            return
+        # --- end log source ---
         spark = _spark(master, _kv(spark_conf, "--conf"))
+        # --- log source: resume a crashed run of the same consumer first (recovery/follow.py) ---
+        if jobs.uses_log_source(wf):
+            for resumed in follow_mod.resume_crashed(spark, client, url, wf):
+                click.echo(f"resumed crashed run {resumed['run_id']} of the same consumer first", err=True)
+        # --- end log source ---
         with _Progress(not as_json) as progress:
             summary = jobs.submit(spark, client, url, wf, xml, os.path.abspath(file),
                                   tracking_on=not no_tracking, master=master or "local[*]",
                                   progress=progress, run_id=run_id)
+        _LAST.clear()
+        _LAST.update(summary)
+        if jobs.uses_log_source(wf):   # --- log source: partitions, lag, warnings (recovery/follow.py)
+            summary = follow_mod.enrich(client, summary, wf)
         if as_json:
             echo_json(summary)
         else:
             print_summary(summary)
+            for line in follow_mod.report_lines(summary):   # --- log source
+                click.echo(line)
             if summary["failed_positions"]:
                 click.echo(f"next: recovery plan {summary['run_id']}   then: recovery recover {summary['run_id']}")
 
@@ -158,10 +211,14 @@ def register(main: click.Group) -> None:
         from recovery import jobs
         client, _ = _client(redis_url)
         summary = jobs.summarize(client, run_id)
+        from recovery import follow as follow_mod   # --- log source: per-partition committed/end/lag
+        summary = follow_mod.enrich(client, summary)
         if as_json:
             echo_json(summary)
         else:
             print_summary(summary)
+            for line in follow_mod.report_lines(summary):   # --- log source
+                click.echo(line)
 
     @main.command()
     @click.argument("run_id")
@@ -206,12 +263,11 @@ def register(main: click.Group) -> None:
         jobs.runs.get(client, run_id)
         spark = _spark(master, _kv(spark_conf, "--conf"))
 
-        def on_round(r: dict) -> None:
-            if not as_json:
-                s = r["summary"]
-                click.echo(f"round {r['round']}: replayed {r['replayed']} tuples; pending {s['pending']}, "
-                           f"dead {s['dead']}", err=True)
         with _Progress(not as_json) as progress:
+            def on_round(r: dict) -> None:
+                s = r["summary"]
+                progress.note(f"round {r['round']}: replayed {r['replayed']} tuples; "
+                              f"roots pending {s['pending']}, dead {s['dead']}")
             summary = jobs.recover(spark, client, url, run_id, max_rounds, strategy, progress, on_round)
         if as_json:
             echo_json(summary)
