@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import sys
 import time
 
@@ -57,18 +58,28 @@ def workflow(impl) -> Workflow:
     ))
 
 
-def run(bolt, wf: Workflow, tuples: list[Tuple]) -> tuple[float, Harness]:
+def cpu(who: int) -> float:
+    r = resource.getrusage(who)
+    return r.ru_utime + r.ru_stime
+
+
+def run(bolt, wf: Workflow, tuples: list[Tuple]) -> tuple[float, float, float]:
+    """Wall seconds from the first process() to finish() returning, and the CPU seconds
+    this process (all its threads) and its children (the shell program) spent."""
     harness = Harness()
     bolt._collector = harness
     bolt.prepare(wf.conf("pass"), TaskContext(wf, "pass", 1))
+    host0, child0 = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     for tup in tuples:
         bolt.process(tup)
     bolt.finish()
     elapsed = time.perf_counter() - start
-    bolt.cleanup()
+    host = cpu(resource.RUSAGE_SELF) - host0
+    bolt.cleanup()                            # reaps the child: its CPU time is counted now
+    child = cpu(resource.RUSAGE_CHILDREN) - child0
     assert harness.acked == len(tuples) and harness.emitted == len(tuples), vars(harness)
-    return elapsed, harness
+    return elapsed, host, child
 
 
 def main() -> None:
@@ -78,13 +89,16 @@ def main() -> None:
     tuples = [Tuple(i, "src", "default", 1, [f"word{i % 1000}", i], fields=("word", "n"),
                     source_task=2) for i in range(args.tuples)]
     impl = ShellImpl(command=sys.executable, script="pystorm_bolt.py", args=("passthrough",))
-    shell_s, _ = run(ShellBolt(impl, PROGRAMS), workflow(impl), tuples)
+    shell_s, host, child = run(ShellBolt(impl, PROGRAMS), workflow(impl), tuples)
     py_impl = ShellImpl(command="true")      # the model needs one; the Bolt is plain Python
-    py_s, _ = run(PassThrough(), workflow(py_impl), tuples)
+    py_s, py_host, _ = run(PassThrough(), workflow(py_impl), tuples)
     n = len(tuples)
+    us = 1e6 / n
     print(f"tuples:                     {n}")
-    print(f"shell bolt (pystorm 3.1.4): {n / shell_s:12,.0f} tuples/s  ({shell_s:.2f} s)")
-    print(f"python Bolt:                {n / py_s:12,.0f} tuples/s  ({py_s:.2f} s)")
+    print(f"shell bolt (pystorm 3.1.4): {n / shell_s:12,.0f} tuples/s  ({shell_s:.2f} s; CPU per "
+          f"tuple: host {host * us:.1f} us, pystorm {child * us:.1f} us)")
+    print(f"python Bolt:                {n / py_s:12,.0f} tuples/s  ({py_s:.2f} s; CPU per "
+          f"tuple: {py_host * us:.1f} us)")
     print(f"python / shell:             {shell_s / py_s:12.1f}x")
 
 

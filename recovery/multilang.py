@@ -62,11 +62,13 @@ OUT_LIMIT = 1 << 18         # bytes buffered for the child's stdin before proces
 WRITE_BATCH = 16384         # process() writes when this much is buffered...
 WRITE_DELAY = 0.002         # ...or this long after the last write
 IDLE_DELAY = 0.0005         # ...or the child has nothing else to do and this much passed
+READ_DELAY = 0.001          # a bolt's reader lets small outputs accumulate this long
 _END = b"\nend\n"
 _LOG_LEVELS = {0: "trace", 1: "debug", 2: "info", 3: "warn", 4: "error"}
 _INT_RE = re.compile(r"[+-]?\d+")
 _FLOAT_RE = re.compile(r"[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?")
 _dumps = json.dumps
+_encode_compact = json.JSONEncoder(separators=(",", ":")).encode   # tuples and task ids
 _loads = json.loads
 _monotonic = time.monotonic
 
@@ -143,8 +145,12 @@ def _conf_float(conf: dict, key: str) -> float:
     return 0.0
 
 
-def _read_stdout(stream: Any, q: "queue.SimpleQueue", clock: list) -> None:
-    """Reader thread: frame messages on `end` lines, parse them, queue them in batches."""
+def _read_stdout(stream: Any, q: "queue.SimpleQueue", clock: list, partial: list,
+                 delay: list) -> None:
+    """Reader thread: frame messages on `end` lines, parse them, queue them in batches.
+    After a small read it waits `delay[0]` seconds for more (a child writing one message at
+    a time would otherwise cost a thread switch per message); 0 for children that wait for
+    answers (spouts, emits that ask for task ids)."""
     fd = stream.fileno()
     buf = b""
     try:
@@ -157,6 +163,7 @@ def _read_stdout(stream: Any, q: "queue.SimpleQueue", clock: list) -> None:
                 break
             clock[0] = _monotonic()
             buf = buf + chunk if buf else chunk
+            partial[0] = buf
             if _END not in buf:
                 if len(buf) > MAX_MESSAGE_BYTES:
                     q.put([_Bad(buf[:QUOTE_CHARS * 2], f"a message longer than "
@@ -164,7 +171,7 @@ def _read_stdout(stream: Any, q: "queue.SimpleQueue", clock: list) -> None:
                     buf = b""
                 continue
             parts = buf.split(_END)
-            buf = parts.pop()
+            buf = partial[0] = parts.pop()
             msgs: list = []
             for part in parts:
                 try:
@@ -172,6 +179,8 @@ def _read_stdout(stream: Any, q: "queue.SimpleQueue", clock: list) -> None:
                 except ValueError as exc:      # JSONDecodeError, UnicodeDecodeError
                     msgs.append(_Bad(part, f"invalid JSON ({exc})"))
             q.put(msgs)
+            if delay[0] and len(chunk) < 8192:
+                time.sleep(delay[0])
     finally:
         q.put(_Eof(buf))
         try:
@@ -211,7 +220,7 @@ class _Child:
     """One running program: its own process group, stdin written without blocking, a reader
     thread for stdout and one for stderr feeding one queue."""
 
-    def __init__(self, argv: list[str], cwd: str, label: str):
+    def __init__(self, argv: list[str], cwd: str, label: str, read_delay: float):
         self.label = label
         self.popen = subprocess.Popen(argv, cwd=cwd, env=os.environ.copy(),
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -224,12 +233,15 @@ class _Child:
         os.set_blocking(self.fd_in, False)
         self.queue: queue.SimpleQueue = queue.SimpleQueue()
         self.clock = [_monotonic()]           # when stdout last delivered bytes
+        self.partial = [b""]                  # what came after the last complete message
+        self.read_delay = [read_delay]
         self.stderr_tail: deque = deque(maxlen=20)
         self.stdin_closed = False
         self.returncode: int | None = None
         self.killed = False                   # True when stop() had to kill it
         self._threads = [
-            threading.Thread(target=_read_stdout, args=(self.popen.stdout, self.queue, self.clock),
+            threading.Thread(target=_read_stdout, args=(self.popen.stdout, self.queue, self.clock,
+                                                        self.partial, self.read_delay),
                              name=f"shell-stdout-{self.pid}", daemon=True),
             threading.Thread(target=_read_stderr,
                              args=(self.popen.stderr, self.queue, self.stderr_tail),
@@ -321,6 +333,7 @@ class _ShellBase:
     """What ShellBolt and ShellSpout share: starting, handshaking, stopping children."""
 
     max_restarts = 5          # consecutive child failures without an ack before giving up
+    _read_delay = 0.0
 
     def _shell_init(self, impl: ShellImpl, base_dir: str) -> None:
         self.impl = impl
@@ -386,7 +399,7 @@ class _ShellBase:
         """Start a child and do the handshake; raises ShellError saying why it failed."""
         where = f"shell component {self._component_id()!r} (`{self.label}` in {self.base_dir})"
         try:
-            child = _Child(self.argv, self.base_dir, self.label)
+            child = _Child(self.argv, self.base_dir, self.label, self._read_delay)
         except OSError as exc:
             raise ShellError(f"{where}: cannot start: {exc}") from None
         self.pids.append(child.pid)
@@ -520,6 +533,12 @@ class _ShellBase:
             return what
         return None
 
+    def _hung(self, child: _Child) -> str:
+        what = f"did not answer for {self._timeout:g} s (hung)"
+        if child.partial[0]:
+            what += f"; it sent {_quote(child.partial[0])} without an 'end' line"
+        return what
+
     def _remove_pid_dir(self) -> None:
         if self._pid_dir and self._own_pid_dir:
             shutil.rmtree(self._pid_dir, ignore_errors=True)
@@ -531,6 +550,7 @@ class ShellBolt(_ShellBase, Bolt):
 
     max_outstanding = 1000    # tuples written to the child and not yet acked or failed
     max_resends = 3           # times a tuple moves to a fresh child after unexplained failures
+    _read_delay = READ_DELAY
 
     def __init__(self, impl: ShellImpl, base_dir: str):
         self._shell_init(impl, base_dir)
@@ -539,6 +559,7 @@ class ShellBolt(_ShellBase, Bolt):
         self._resent: dict[str, int] = {}
         self._out = bytearray()
         self._unsent = 0                      # tuples in _out not written yet
+        self._urgent = False                  # _out holds an answer the child waits for
         self._last_write = 0.0
         self._prefixes: dict[tuple, str] = {}
         self._hb_sent = 0                     # heartbeats sent to the current child...
@@ -585,7 +606,7 @@ class ShellBolt(_ShellBase, Bolt):
             self._collector.fail(tup, f"cannot send the tuple to shell process `{self.label}`: "
                                       f"its values are not JSON ({exc})")
             return
-        if tup.is_tick:
+        if tup.stream == TICK_STREAM and tup.is_tick:
             self._engine_ticks = True
             self._next_tick = float("inf")
         if not self._pending:
@@ -613,7 +634,7 @@ class ShellBolt(_ShellBase, Bolt):
     # -- writing ------------------------------------------------------------------------------
 
     def _encode(self, tup: Tuple, tid: str) -> bytes:
-        key = (tup.component, tup.stream, tup.source_task, tup.is_tick)
+        key = (tup.component, tup.stream, tup.source_task)   # (a tick is known by the first two)
         prefix = self._prefixes.get(key)
         if prefix is None:
             if tup.is_tick:
@@ -622,17 +643,20 @@ class ShellBolt(_ShellBase, Bolt):
                 prefix = (f'{{"comp":{_dumps(tup.component)},"stream":{_dumps(tup.stream)},'
                           f'"task":{int(tup.source_task)},"id":"')
             self._prefixes[key] = prefix
-        return (prefix + tid + '","tuple":' + _dumps(tup.values) + "}\nend\n").encode()
+        return (prefix + tid + '","tuple":' + _encode_compact(tup.values) + "}\nend\n").encode()
 
     def _send_system(self, stream: str, values: list) -> None:
         self._seq += 1
         self._out += (f'{{"id":"{stream}-{self._seq}","comp":"{SYSTEM_COMPONENT}",'
                       f'"stream":"{stream}","task":-1,"tuple":{_dumps(values)}}}\nend\n').encode()
 
-    def _timers(self, now: float) -> None:
+    def _timers(self, now: float) -> bool:
         """Send a tick when one is due, and a heartbeat every interval while tuples are
-        outstanding (one at a time: the next goes after the child's `sync`)."""
+        outstanding (one at a time: the next goes after the child's `sync`). True when it
+        sent something."""
+        sent = False
         if now >= self._next_tick:
+            sent = True
             secs = self._tick_secs
             self._send_system(TICK_STREAM, [int(secs) if secs == int(secs) else secs])
             self._next_tick = now + secs
@@ -641,10 +665,12 @@ class ShellBolt(_ShellBase, Bolt):
         if self._pending and answered and now >= self._next_hb:
             self._send_heartbeat(now)
             answered = False
+            sent = True
         nxt = self._next_tick
         if answered:
             nxt = min(nxt, self._next_hb if self._pending else now + self._hb_secs)
         self._next_timer = nxt
+        return sent
 
     def _send_heartbeat(self, now: float) -> None:
         self._send_system(HEARTBEAT_STREAM, [])
@@ -671,7 +697,7 @@ class ShellBolt(_ShellBase, Bolt):
         """Without blocking: write what the child takes, handle what it sent, run timers.
         Tuples are written in batches (WRITE_BATCH bytes, WRITE_DELAY seconds, sooner when
         the child has nothing else to work on): fewer, larger writes cost both processes
-        much less than one per tuple."""
+        much less than one per tuple. Task-id answers, ticks and heartbeats go at once."""
         child = self._child
         if child is None:
             return
@@ -679,11 +705,19 @@ class ShellBolt(_ShellBase, Bolt):
             items, self._backlog = self._backlog, None
             if not self._handle(items):
                 return
+        q = child.queue
+        while not q.empty():
+            if not self._handle(q.get()):
+                return
         now = _monotonic()
+        if now >= self._next_timer and self._timers(now):
+            self._urgent = True
         out = self._out
-        if out and (len(out) >= WRITE_BATCH or now - self._last_write >= WRITE_DELAY
+        if out and (self._urgent or len(out) >= WRITE_BATCH
+                    or now - self._last_write >= WRITE_DELAY
                     or (len(self._pending) <= self._unsent
                         and now - self._last_write >= IDLE_DELAY)):
+            self._urgent = False
             self._last_write = now
             if not child.write(out):
                 # stdin closed: the child is going away; handle what it sent until its EOF
@@ -691,13 +725,6 @@ class ShellBolt(_ShellBase, Bolt):
                 return
             if not out:
                 self._unsent = 0
-        q = child.queue
-        while not q.empty():
-            if not self._handle(q.get()):
-                return
-        if now >= self._next_timer:
-            self._timers(now)
-            self._write()
 
     def _write(self) -> None:
         if self._out:
@@ -736,7 +763,7 @@ class ShellBolt(_ShellBase, Bolt):
             limit = self._timeout
             silent = now - max(child.clock[0], start)
             if silent > limit:
-                self._lose(f"did not answer for {limit:g} s (hung)")
+                self._lose(self._hung(child))
                 continue
             if self._pending and now - max(self._last_progress, start) > limit:
                 self._lose(f"answered heartbeats but did not ack or fail any of "
@@ -814,7 +841,9 @@ class ShellBolt(_ShellBase, Bolt):
                 self._log(error, "error")
             task_ids = []
         if task is None and msg.get("need_task_ids", True):
-            self._out += _dumps(list(task_ids or ())).encode() + _END
+            self._out += _encode_compact(list(task_ids or ())).encode() + _END
+            self._urgent = True
+            self._child.read_delay[0] = 0.0   # it waits for answers: read without delay
 
     def _fail_tuple(self, tup: Tuple, error: str) -> None:
         for tid, t in self._pending.items():
@@ -1013,7 +1042,7 @@ class ShellSpout(_ShellBase, Spout):
             now = _monotonic()
             silent = now - max(child.clock[0], start)
             if silent > self._timeout:
-                self._lose(f"did not answer for {self._timeout:g} s (hung)")
+                self._lose(self._hung(child))
                 return None
             try:
                 item = child.queue.get(timeout=min(self._timeout - silent + 0.01,
@@ -1067,7 +1096,7 @@ class ShellSpout(_ShellBase, Spout):
             self._log(f"shell process `{self.label}` emitted {_quote(msg)}: {exc}", "error")
             task_ids = []
         if task is None and msg.get("need_task_ids", True):
-            self._out += _dumps(list(task_ids or ())).encode() + _END
+            self._out += _encode_compact(list(task_ids or ())).encode() + _END
             self._child.write(self._out)      # the program waits for these
 
     def _on_sync(self, msg: dict) -> None:

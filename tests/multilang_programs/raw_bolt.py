@@ -3,7 +3,8 @@
 The first argument is the mode: "ok" (misbehave only on the values below), "noack" (read
 everything, answer heartbeats, ack nothing), "nopid" (no pid file), "crashstart" (exit before
 the handshake answer), "fork" (start a grandchild `sleep` in its process group first).
-Per tuple value, in mode "ok": "badjson", "noend" (an ack without its end line, then exit),
+Per tuple value, in mode "ok": "badjson", "noend" (an ack without its end line, then exit;
+"noend-stay": then sleep),
 "exit" (exit 3), "hang" (sleep), "unknown" (an unknown command), "garbage" (raw text before
 the emit); anything else is emitted (anchored) and acked.
 """
@@ -58,9 +59,11 @@ while True:
     if value == "badjson":
         raw("{this is not json\nend\n")
         continue
-    if value == "noend":
+    if value in ("noend", "noend-stay"):
         raw('{"command": "ack", "id": "%s"}\n' % msg["id"])
-        sys.exit(0)
+        if value == "noend":
+            sys.exit(0)
+        time.sleep(3600)
     if value == "exit":
         sys.stderr.write("dying on purpose\n")
         sys.stderr.flush()

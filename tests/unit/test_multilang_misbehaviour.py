@@ -63,6 +63,14 @@ def test_message_without_end_then_eof(shells):
     assert "without an 'end' line" in error and "code 0" in error
 
 
+def test_message_without_end_from_a_process_that_stays(shells):
+    bolt, h = shells.bolt(RAW, "ok", config=FAST)
+    tups = run(bolt, ["a", "noend-stay", "b"])
+    error = check_one_failure(bolt, h, 1001, '{"command": "ack", "id": "1001"}',
+                              [t.id for t in tups])
+    assert "hung" in error and "without an 'end' line" in error
+
+
 def test_raw_text_on_stdout(shells):
     bolt, h = shells.bolt(RAW, "ok")
     tups = run(bolt, ["a", "garbage", "b"])
