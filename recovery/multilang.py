@@ -4,18 +4,21 @@
 (cwd = base_dir, the environment passed through) and speak the protocol unchanged, so a
 program written for Storm (storm.py, storm.js, storm.rb, pystorm) runs as it is.
 
-How the bolt works, for throughput: `process()` writes the tuple to the child's stdin (one
-non-blocking write) and returns without waiting for its ack; a reader thread parses whatever
-the child sends into a queue; every collector call (emit, ack, fail, log) happens on the
-runtime's thread, in `process()` (what is already there, without blocking) and in `finish()`
-(until every outstanding tuple is acked or failed). At most `max_outstanding` tuples are in
-the child at a time.
+How the bolt works, for throughput: `process()` queues the tuple for the child's stdin
+(written without blocking, a few milliseconds' worth at a time) and returns without waiting
+for its ack; a reader thread parses whatever the child sends into a queue; every collector
+call (emit, ack, fail, log) happens on the runtime's thread, in `process()` (what is already
+there, without blocking) and in `finish()` (until every outstanding tuple is acked or
+failed). At most `max_outstanding` tuples are in the child at a time. Waits are bounded by
+`topology.subprocess.timeout.secs` (and kept under `topology.message.timeout.secs`, so the
+runtime's own per-tuple timeout does not fire first).
 
 A child that misbehaves (invalid JSON, a message cut short by EOF, raw text printed on
 stdout, exits, hangs, never acks) never stalls the run and never raises out of
 `process()`/`finish()`: the child's process group is killed, the tuples it was working on
 fail here with an error quoting what it sent (and the tail of its stderr), and a fresh child
-(a new handshake) takes the tuples after. Which outstanding tuples fail:
+(a new handshake) takes the tuples after. Children run in their own process group, killed
+as a whole and reaped: nothing is left behind. Which outstanding tuples fail:
 
 - the tuples the child already emitted for (anchored to) but never acked or failed;
 - when the child did not fail a tuple itself just before it went away (pystorm reports an
@@ -26,9 +29,10 @@ fail here with an error quoting what it sent (and the tail of its stderr), and a
 - a child that answers heartbeats but acks nothing for `topology.subprocess.timeout.secs`
   fails every outstanding tuple.
 
-After `max_restarts` consecutive failures without one ack in between, the component stops
-starting children and fails its tuples at once (a program that cannot work does not cost a
-restart per tuple). The child's stderr goes to the collector's log at level "stderr".
+After `max_restarts` consecutive failures without one ack in between (`max_explained_restarts`
+when the child reported each one, as pystorm does for an exception), the component stops
+starting children and fails its tuples at once: a program that cannot work does not cost a
+restart per tuple. The child's stderr goes to the collector's log at level "stderr".
 """
 from __future__ import annotations
 
@@ -332,13 +336,17 @@ class _Child:
 class _ShellBase:
     """What ShellBolt and ShellSpout share: starting, handshaking, stopping children."""
 
-    max_restarts = 5          # consecutive child failures without an ack before giving up
+    max_restarts = 5          # consecutive child failures without an ack before giving up...
+    max_explained_restarts = 50   # ...or ones the child reported (an exception in pystorm)
     _read_delay = 0.0
 
     def _shell_init(self, impl: ShellImpl, base_dir: str) -> None:
         self.impl = impl
         self.base_dir = os.path.abspath(base_dir or ".")
-        argv = shlex.split(impl.command)
+        try:
+            argv = shlex.split(impl.command)
+        except ValueError as exc:
+            raise ShellError(f"shell command {impl.command!r}: {exc}") from None
         if impl.script:
             argv.append(impl.script)
         argv.extend(impl.args)
@@ -357,7 +365,8 @@ class _ShellBase:
         self._own_pid_dir = False
         self._backlog: list | None = None
         self._broken: str | None = None
-        self._strikes = 0
+        self._strikes = 0                     # unexplained failures since the last ack
+        self._explained = 0                   # failures reported by the child since then
         self._last_error: str | None = None
         self._timeout = 30.0
         self._handlers: dict[str, Callable[[dict], None]] = {}
@@ -368,7 +377,11 @@ class _ShellBase:
         self.conf = conf
         self.context = context
         timeout = _conf_float(conf, "topology.subprocess.timeout.secs")
-        self._timeout = timeout if timeout > 0 else 30.0
+        timeout = timeout if timeout > 0 else 30.0
+        message_timeout = _conf_float(conf, "topology.message.timeout.secs")
+        if message_timeout > 0:
+            timeout = min(timeout, 0.9 * message_timeout)
+        self._timeout = timeout
         if hasattr(context, "to_storm"):
             self._storm_context = context.to_storm()
         else:
@@ -436,6 +449,7 @@ class _ShellBase:
                            f"{os.path.join(self._pid_dir, str(first['pid']))}")
         if problem is not None:
             code = child.stop()
+            self._live.remove(child)
             if problem.startswith("exited during") and code is not None and not child.killed:
                 problem = problem.replace("exited", f"exited with code {code}", 1)
             for item in child.leftover():
@@ -460,7 +474,7 @@ class _ShellBase:
 
     def _on_log(self, msg: dict) -> None:
         level = msg.get("level", 2)
-        level = _LOG_LEVELS.get(level, level) if isinstance(level, int) else str(level)
+        level = _LOG_LEVELS.get(level, str(level)) if isinstance(level, int) else str(level)
         self._log(str(msg.get("msg", "")), level)
 
     def _on_error(self, msg: dict) -> None:
@@ -532,6 +546,20 @@ class _ShellBase:
                                                             " without an 'end' line")
             return what
         return None
+
+    def _strike(self, error: str, explained: bool = False) -> None:
+        """Count a child failure; too many in a row without an ack and the component gives
+        up (its tuples fail at once, no more children are started)."""
+        if explained:
+            self._explained += 1
+        else:
+            self._strikes += 1
+        if self._strikes > self.max_restarts or self._explained > self.max_explained_restarts:
+            self._broken = (f"shell component {self._component_id()!r} gave up after "
+                            f"{self._strikes + self._explained} consecutive process failures "
+                            f"without an ack (its tuples now fail without being run); "
+                            f"last failure: {error}")
+            self._log(self._broken, "error")
 
     def _hung(self, child: _Child) -> str:
         what = f"did not answer for {self._timeout:g} s (hung)"
@@ -766,8 +794,9 @@ class ShellBolt(_ShellBase, Bolt):
                 self._lose(self._hung(child))
                 continue
             if self._pending and now - max(self._last_progress, start) > limit:
-                self._lose(f"answered heartbeats but did not ack or fail any of "
-                           f"{len(self._pending)} outstanding tuples for {limit:g} s",
+                self._lose(f"did not ack or fail any of {len(self._pending)} outstanding "
+                           f"tuples for {limit:g} s" + ("; it answered heartbeats"
+                                                         if self._syncs else ""),
                            fail_all=True)
                 continue
             wait = min(self._next_timer - now, limit - silent + 0.01,
@@ -860,7 +889,7 @@ class ShellBolt(_ShellBase, Bolt):
         tup = self._pending.pop(tid, None)
         self._last_progress = _monotonic()
         self._last_kind = "ack"
-        self._strikes = 0
+        self._strikes = self._explained = 0
         if tup is not None:
             if self._touched:
                 self._touched.discard(tid)
@@ -924,11 +953,7 @@ class ShellBolt(_ShellBase, Bolt):
                     fail(tup, error + " (outstanding in an earlier failure too)")
                 else:
                     again.append((tid, tup, n))
-        self._strikes += 1
-        if self._strikes > self.max_restarts:
-            self._broken = (f"shell component {self._component_id()!r} gave up after "
-                            f"{self._strikes} consecutive process failures; last: {error}")
-            self._log(self._broken, "error")
+        self._strike(error, explained)
         if not again:
             return                               # start a fresh child when a tuple comes
         if not self._restart(None):
@@ -950,14 +975,10 @@ class ShellBolt(_ShellBase, Bolt):
                 self.restarts += 1
                 return True
             except ShellError as exc:
-                self._strikes += 1
                 error = str(exc)
                 self.errors.append(error)
                 self._log(error, "error")
-                if self._strikes > self.max_restarts:
-                    self._broken = (f"shell component {self._component_id()!r} gave up after "
-                                    f"{self._strikes} consecutive process failures; "
-                                    f"last: {error}")
+                self._strike(error)
         else:
             error = self._broken
         if tup is not None:
@@ -1054,7 +1075,7 @@ class ShellSpout(_ShellBase, Spout):
                 continue
             if not self._handle(item):
                 return None
-        self._strikes = 0
+        self._strikes = self._explained = 0
         return self._emitted
 
     def _handle(self, item: Any) -> bool:
@@ -1105,11 +1126,7 @@ class ShellSpout(_ShellBase, Spout):
     def _note_failure(self, error: str) -> None:
         self.errors.append(error)
         self._log(error, "error")
-        self._strikes += 1
-        if self._strikes > self.max_restarts:
-            self._broken = (f"shell component {self._component_id()!r} gave up after "
-                            f"{self._strikes} consecutive process failures; last: {error}")
-            self._log(self._broken, "error")
+        self._strike(error)
 
     def _lose(self, problem: str) -> None:
         pid = self._child.pid if self._child else "?"

@@ -181,6 +181,16 @@ def test_exception_in_process_fails_that_tuple_and_a_fresh_process_takes_the_res
     assert "exited with code 1" in bolt.errors[0]
 
 
+def test_every_tuple_that_raises_gets_a_real_try(shells):
+    # each exception costs a fresh process; failures the program reports itself do not make
+    # the component give up as fast as silent deaths do (tuples are tried, not written off)
+    bolt, h = shells.bolt(BOLT, "raises")
+    run(bolt, ["bad"] * 8 + ["good"])
+    assert [i for i, _ in h.failed] == list(range(1000, 1008))
+    assert all("ValueError" in e and "gave up" not in e for _, e in h.failed)
+    assert h.acked == [1008] and bolt.restarts == 8
+
+
 def test_many_tuples_in_flight(shells):
     bolt, h = shells.bolt(BOLT, "passthrough")
     bolt.max_outstanding = 50                          # exercises waiting at the limit
