@@ -989,7 +989,13 @@ class ShellBolt(_ShellBase, Bolt):
 class ShellSpout(_ShellBase, Spout):
     """A spout implemented by a multilang program (Storm's ShellSpout). Synchronous: each
     call sends one command and handles emits and logs until the program's `sync`.
-    `next_tuple()` returns whether it emitted anything (nothing: the spout is exhausted)."""
+    `next_tuple()` returns whether it emitted anything (nothing: the spout is exhausted).
+    A program that fails is restarted and `next` asked again of the fresh one (as Storm
+    restarts a spout); after `max_restarts` failures in a row, or `max_failures` in all (a
+    program that restarts from its beginning and fails at the same place again would run
+    for ever), the spout gives up and reports itself exhausted."""
+
+    max_failures = 25
 
     def __init__(self, impl: ShellImpl, base_dir: str):
         self._shell_init(impl, base_dir)
@@ -1127,6 +1133,10 @@ class ShellSpout(_ShellBase, Spout):
         self.errors.append(error)
         self._log(error, "error")
         self._strike(error)
+        if self._broken is None and len(self.errors) > self.max_failures:
+            self._broken = (f"shell component {self._component_id()!r} gave up after "
+                            f"{len(self.errors)} process failures; last failure: {error}")
+            self._log(self._broken, "error")
 
     def _lose(self, problem: str) -> None:
         pid = self._child.pid if self._child else "?"

@@ -193,3 +193,18 @@ def test_spout_failures_restart_the_program(shells, tmp_path, mode, quoted):
     assert any(level == "error" and quoted in msg for level, msg in h.logs)
     # the raw spout asks for task ids (Storm's default) and logs what it got
     assert "sent 4 to [5, 6]" in [m for _, m in h.logs]
+
+
+def test_spout_that_fails_at_the_same_place_for_ever_is_given_up(shells, tmp_path):
+    # "exit" misbehaves only when its marker file is missing: remove it after every failure
+    # and every fresh program emits 0, 1 and dies again
+    marker = tmp_path / "marker"
+    spout, h = shells.spout("raw_spout.py", "exit", str(marker), config=FAST)
+    spout.max_failures = 4
+    calls = 0
+    while spout.next_tuple():
+        calls += 1
+        marker.unlink(missing_ok=True)
+        assert calls < 100
+    assert len(spout.errors) == 5 and "gave up after 5 process failures" in h.logs[-1][1]
+    assert spout.next_tuple() is False
