@@ -49,6 +49,26 @@ def _on_sys_path(base_dir: str | None) -> Iterator[None]:
         sys.dont_write_bytecode = saved
 
 
+def _forget_shadowed(module_name: str, base_dir: str | None) -> None:
+    """Two workflows may ship packages of the same name from different folders (copies of
+    one example, say). If the package already imported is not the one under base_dir, drop
+    it from sys.modules so this workflow gets its own code."""
+    if not base_dir:
+        return
+    top = module_name.split(".")[0]
+    loaded = sys.modules.get(top)
+    if loaded is None:
+        return
+    root = os.path.abspath(base_dir)
+    if not (os.path.isdir(os.path.join(root, top)) or os.path.isfile(os.path.join(root, top + ".py"))):
+        return
+    files = [getattr(loaded, "__file__", None) or ""] + list(getattr(loaded, "__path__", []) or [])
+    if any(os.path.abspath(f).startswith(root + os.sep) for f in files if f):
+        return
+    for name in [m for m in sys.modules if m == top or m.startswith(top + ".")]:
+        del sys.modules[name]
+
+
 def _who(component: str | None, ref: str) -> str:
     return f"component {component!r}: class {ref!r}" if component else f"class {ref!r}"
 
@@ -70,6 +90,7 @@ def load_class(ref: str, base_dir: str | None = None, *, component: str | None =
     if not sep or not module_name or not attr_path:
         raise ClassLoadError(f'{who}: expected "package.module:ClassName"', component, ref)
     with _on_sys_path(base_dir):
+        _forget_shadowed(module_name, base_dir)
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as err:
