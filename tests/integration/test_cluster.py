@@ -1,0 +1,98 @@
+"""A real Spark standalone cluster (master + worker from the pip-installed pyspark, on
+127.0.0.1, free ports), a workflow submitted to it with --master, stopped by PID."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import copy_workflow, sink_records
+from tests.integration.test_engine import wordcount_reference
+
+pytestmark = pytest.mark.cluster
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_port(port: int, proc: subprocess.Popen, log: Path, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"exited early: {log.read_text()[-2000:]}"
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise AssertionError(f"port {port} never opened: {log.read_text()[-2000:]}")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    import pyspark
+    spark_home = Path(pyspark.__file__).parent
+    spark_class = spark_home / "bin" / "spark-class"
+    tmp = tmp_path_factory.mktemp("cluster")
+    env = dict(os.environ, SPARK_HOME=str(spark_home), SPARK_LOCAL_IP="127.0.0.1",
+               PYSPARK_PYTHON=sys.executable, SPARK_LOG_DIR=str(tmp), SPARK_WORKER_DIR=str(tmp / "work"))
+    port, ui, rest, wui = _free_port(), _free_port(), _free_port(), _free_port()
+    mlog, wlog = tmp / "master.log", tmp / "worker.log"
+    procs = []
+    try:
+        master = subprocess.Popen(
+            [str(spark_class), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+             "--port", str(port), "--webui-port", str(ui)],
+            env={**env, "SPARK_MASTER_OPTS": f"-Dspark.master.rest.port={rest}"},
+            stdout=mlog.open("w"), stderr=subprocess.STDOUT)
+        procs.append(master)
+        _wait_port(port, master, mlog)
+        url = f"spark://127.0.0.1:{port}"
+        worker = subprocess.Popen(
+            [str(spark_class), "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
+             "--webui-port", str(wui), "--cores", "2", "--memory", "2g",
+             "--work-dir", str(tmp / "work"), url],
+            env=env, stdout=wlog.open("w"), stderr=subprocess.STDOUT)
+        procs.append(worker)
+        deadline = time.monotonic() + 60
+        while "Successfully registered with master" not in wlog.read_text():
+            assert worker.poll() is None, wlog.read_text()[-2000:]
+            assert time.monotonic() < deadline, wlog.read_text()[-2000:]
+            time.sleep(0.3)
+        yield url
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+def test_submit_to_a_standalone_cluster(cluster, redis_url, redis_client, tmp_path):
+    xml = copy_workflow("wordcount", tmp_path)
+    env = dict(os.environ, RECOVERY_REDIS_URL=redis_url)
+    done = subprocess.run([sys.executable, "-m", "recovery", "submit", str(xml), "--master", cluster,
+                           "--conf", "spark.executor.memory=1g", "--json",
+                           "-p", "recovery.inject.t.component=count", "-p", "recovery.inject.t.rate=0.05"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout)
+    assert summary["status"] == "pending" and summary["failed_positions"]
+    assert {p["component"] for p in summary["failed_positions"]} == {"count"}
+    done = subprocess.run([sys.executable, "-m", "recovery", "recover", summary["run_id"],
+                           "--master", cluster, "--json"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout)["status"] == "completed"
+    assert sink_records(tmp_path / "out" / "wordcount") == wordcount_reference(tmp_path / "data" / "sentences.txt")
