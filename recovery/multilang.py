@@ -448,7 +448,7 @@ class _ShellBase:
                 problem = (f"sent pid {first['pid']} but wrote no pid file "
                            f"{os.path.join(self._pid_dir, str(first['pid']))}")
         if problem is not None:
-            code = child.stop()
+            code = child.stop(grace=1.0 if problem.startswith("exited") else 0.0)
             self._live.remove(child)
             if problem.startswith("exited during") and code is not None and not child.killed:
                 problem = problem.replace("exited", f"exited with code {code}", 1)
