@@ -1,9 +1,18 @@
 """Builds the object that implements a component: a user's class, a shell program, a sink."""
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from recovery.model import Component, Workflow
+
+
+def python_is_ours(impl: Any) -> Any:
+    """`command="python"` (or python3) means the interpreter running recovery, so a program
+    finds the packages of recovery's environment (pystorm, say) wherever it runs."""
+    if impl.command in ("python", "python3"):
+        return impl.model_copy(update={"command": sys.executable})
+    return impl
 
 
 def build(comp: Component, wf: Workflow) -> Any:
@@ -14,7 +23,7 @@ def build(comp: Component, wf: Workflow) -> Any:
     if impl.kind == "shell":
         from recovery import multilang
         cls = multilang.ShellSpout if comp.is_spout else multilang.ShellBolt
-        return cls(impl, wf.base_dir or ".")
+        return cls(python_is_ours(impl), wf.base_dir or ".")
     if impl.kind == "sink":
         from recovery import sinks
         return sinks.make_sink(impl, wf.base_dir or ".")

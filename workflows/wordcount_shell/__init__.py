@@ -1,0 +1,1 @@
+"""wordcount with pystorm multilang components (see wordcount_shell.xml)."""
