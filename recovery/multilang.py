@@ -368,6 +368,7 @@ class _ShellBase:
         self._strikes = 0                     # unexplained failures since the last ack
         self._explained = 0                   # failures reported by the child since then
         self._last_error: str | None = None
+        self._last_error_log: str | None = None
         self._timeout = 30.0
         self._handlers: dict[str, Callable[[dict], None]] = {}
 
@@ -458,7 +459,7 @@ class _ShellBase:
             raise ShellError(self._describe(where + " " + problem, child, code))
         self._child = child
         self._backlog = rest or None
-        self._last_error = None
+        self._last_error = self._last_error_log = None
         self._on_started()
         return child
 
@@ -475,7 +476,10 @@ class _ShellBase:
     def _on_log(self, msg: dict) -> None:
         level = msg.get("level", 2)
         level = _LOG_LEVELS.get(level, str(level)) if isinstance(level, int) else str(level)
-        self._log(str(msg.get("msg", "")), level)
+        text = str(msg.get("msg", ""))
+        if level == "error":                  # quoted if the child then goes away
+            self._last_error_log = text
+        self._log(text, level)
 
     def _on_error(self, msg: dict) -> None:
         text = str(msg.get("msg", ""))
@@ -499,6 +503,8 @@ class _ShellBase:
             parts.append(f"exit code {code}" if code >= 0 else f"killed by signal {-code}")
         if self._last_error:
             parts.append(f"last error: {_quote(self._last_error)}")
+        elif self._last_error_log:
+            parts.append(f"last error logged: {_quote(self._last_error_log, ERROR_CHARS)}")
         if child is not None and child.stderr_tail:
             parts.append(f"stderr: {_quote(chr(10).join(child.stderr_tail))}")
         return "; ".join(parts)

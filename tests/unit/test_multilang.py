@@ -181,6 +181,18 @@ def test_exception_in_process_fails_that_tuple_and_a_fresh_process_takes_the_res
     assert "exited with code 1" in bolt.errors[0]
 
 
+def test_values_that_do_not_fit_the_declared_fields(shells):
+    # pystorm builds a namedtuple from source->stream->fields before process() is called: it
+    # raises outside process(), logs the traceback and exits without failing the tuple
+    bolt, h = shells.bolt(BOLT, "passthrough")
+    bolt.process(Tuple(1, "spout", "default", 1, ["a", "extra"], source_task=2))
+    bolt.process(Tuple(2, "spout", "default", 1, ["b"], source_task=2))
+    bolt.finish()
+    assert [i for i, _ in h.failed] == [1] and h.acked == [2]
+    error = h.failed[0][1]
+    assert "exited with code 1" in error and "TypeError" in error
+
+
 def test_every_tuple_that_raises_gets_a_real_try(shells):
     # each exception costs a fresh process; failures the program reports itself do not make
     # the component give up as fast as silent deaths do (tuples are tried, not written off)
