@@ -147,3 +147,70 @@ def clear_round(client: Any, run_id: str, round_no: int) -> None:
     if batch:
         client.delete(*batch)
     client.delete(keys.task_done(run_id, round_no))
+
+
+class _FateCollector:
+    """The collector of a spout that is only told fates: it emits nothing further."""
+
+    def emit(self, *args: Any, **kwargs: Any) -> list[int]:
+        return []
+
+    def log(self, message: str, level: str = "info") -> None:
+        pass
+
+
+def _tell_spout(spec: RunSpec, component_id: str, field: str, pending: frozenset, dead: frozenset) -> int:
+    """Tell one spout task the fates now known: ack for complete roots, fail for dead ones;
+    roots still pending (queued for recovery) wait for a later round."""
+    import msgpack
+    from recovery import components_factory
+    from recovery.graph import TaskContext
+    client = runtime.redis_of(spec)
+    wf, tm, _ = runtime.workflow_of(spec)
+    key = keys.spout_messages(spec.run_id, component_id)
+    raw = client.hget(key, field)
+    if raw is None:
+        return 0
+    waiting, told = [], 0
+    index = int(field.split(":")[1])
+    spout = components_factory.build(wf.component(component_id), wf)
+    spout._collector = _FateCollector()
+    spout.conf = wf.conf(component_id)
+    spout.context = TaskContext(wf, component_id, tm.task_id(component_id, index), tm)
+    spout.open(spout.conf, spout.context)
+    try:
+        for root, message_id in msgpack.unpackb(raw):
+            mid = tuple(message_id) if isinstance(message_id, list) else message_id
+            if root in dead:
+                spout.fail(mid)
+            elif root not in pending:
+                spout.ack(mid)
+            else:
+                waiting.append([root, message_id])
+                continue
+            told += 1
+    finally:
+        spout.close()
+    if waiting:
+        client.hset(key, field, msgpack.packb(waiting))
+    else:
+        client.hdel(key, field)
+    return told
+
+
+def tell_spouts(spark: Any, client: Any, spec: RunSpec, pending: set[int], dead: set[int]) -> int:
+    """Deliver acks and fails to the spouts (Python and shell) whose roots' fates are known,
+    in Spark tasks, one per spout task with messages waiting."""
+    wf, _, original = runtime.workflow_of(spec)
+    jobs_ = []
+    for comp in original.spouts:
+        if comp.impl.kind in ("class", "shell"):
+            for field in client.hkeys(keys.spout_messages(spec.run_id, comp.id)):
+                jobs_.append((comp.id, field.decode()))
+    if not jobs_:
+        return 0
+    # tasks run against the submitted workflow, where the spouts are
+    base = RunSpec(spec.run_id, spec.round, spec.original_json or spec.workflow_json, spec.redis_url, True)
+    p, d = frozenset(pending), frozenset(dead)
+    sc = spark.sparkContext
+    return sum(sc.parallelize(jobs_, len(jobs_)).map(lambda j: _tell_spout(base, j[0], j[1], p, d)).collect())

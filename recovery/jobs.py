@@ -62,11 +62,17 @@ def run_and_settle(spark: Any, client: Any, wf: Workflow, spec: RunSpec,
     stats = engine.collect_stats(client, spec.run_id, spec.round) if spec.tracking else {}
     if spec.tracking:
         engine.resolve_ledger(spark, spec)
-        engine.clear_round(client, spec.run_id, spec.round)
     if spec.source_json != "{}" and uses_log_source(wf):
-        # every root read in this round is now complete, queued or dead: commit past it
+        # every root read in this round is now complete, queued or dead: commit past it.
+        # (log source: committed before clear_round, so a driver dying in between resumes a
+        # round whose tasks are all committed, or whose ranges are committed: no re-reading)
         from recovery import logsource
         logsource.commit_ranges(client, wf, spec.source_json)
+    if spec.tracking:
+        engine.clear_round(client, spec.run_id, spec.round)
+        pending = tracking.pending_roots(client, spec.run_id)
+        engine.tell_spouts(spark, client, spec, pending,
+                           {int(r) for r in client.smembers(keys.dead_roots(spec.run_id))})
     rec = runs.get(client, spec.run_id)
     rounds = rec.get("rounds") or []
     rounds = [r for r in rounds if r.get("round") != spec.round]

@@ -85,3 +85,9 @@ def state(run_id: str, component: str) -> str:
 def log(run_id: str) -> str:
     """List: the run's component logs and errors (capped)."""
     return run_key(run_id, "log")
+
+
+def spout_messages(run_id: str, component: str) -> str:
+    """Hash: "round:task index" -> [(root, message id)] a spout emitted whose fate its ack or
+    fail has not been told yet (Storm spouts hear of every message id they emitted)."""
+    return run_key(run_id, "spoutmsgs", component)

@@ -170,6 +170,7 @@ class TaskRunner:
         self.ready: list[tuple[tuple[str, int], bytes]] = []
         self.replays: dict[tuple, list] = {}
         self.replayed: set[int] = set()
+        self.spout_messages: list[list] = []   # (root, message id): acked/failed later
         from recovery.testing import injections
         self.injections = injections(self.conf, component_id)
         self.stats = {"executed": 0, "acked": 0, "failed": 0, "emitted": 0, "roots": 0, "dead": 0}
@@ -205,6 +206,7 @@ class TaskRunner:
                 return []
             root = ids.root_id(self._root_salt(self.spec.root_epoch), message_id)
             self.stats["roots"] += 1
+            self.spout_messages.append([root, message_id])
             base = ids.derive(root, self.router.salts.get(stream, 0), 0)
             return self._emit(values, stream, (root,), base, direct_task, hold=None, root_xor=root)
         if not anchors and getattr(component, "auto_anchor", False) and self.current is not None:
@@ -527,5 +529,12 @@ class TaskRunner:
         ready, self.ready = self.ready, []
         self.stats["seconds"] = round(time.time() - started, 3)
         if self.tracker is not None:
-            self.tracker.commit(self.contrib, self.stats, self.state)
+            extra = None
+            if self.spout_messages:
+                from recovery import keys
+                key = keys.spout_messages(self.spec.run_id, self.component_id)
+                field = f"{self.spec.round}:{self.index}"
+                blob = msgpack.packb(self.spout_messages, default=repr)
+                extra = lambda pipe: pipe.hset(key, field, blob)   # noqa: E731
+            self.tracker.commit(self.contrib, self.stats, self.state, extra)
         return iter(ready)

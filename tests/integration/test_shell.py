@@ -27,13 +27,20 @@ def test_a_tuple_failed_in_a_shell_bolt_is_recovered_by_a_fresh_process(spark, r
     xml = shell_workflow(tmp_path)
     markers = tmp_path / "markers"
     markers.mkdir()
+    fates = tmp_path / "fates.txt"
     s = submit(spark, redis_url, redis_client, xml, {
         "wordcount_shell.fail.word": "acker", "wordcount_shell.fail.markers": str(markers),
-        "recovery.retry.delay.period.ms": "10"})
+        "wordcount_shell.fates": str(fates), "recovery.retry.delay.period.ms": "10"})
     assert {p["component"] for p in s["failed_positions"]} == {"split"}
     n = sum(p["count"] for p in s["failed_positions"])
     assert n == len(list(markers.iterdir())) > 0
     assert all("transient failure" in p["sample_error"] for p in s["failed_positions"])
+    # the spout heard "ack" for every complete root, and nothing yet for the pending ones
+    lines = [l.split() for l in fates.read_text().splitlines()]
+    assert all(what == "ack" for what, _ in lines) and len(lines) == s["complete"]
     r = jobs.recover(spark, redis_client, redis_url, s["run_id"])
     assert r["status"] == "completed" and r["rounds"] == 1 and r["recovered"] == n
+    # once recovered, their roots complete and the spout hears of them too: every line once
+    acked = [int(i) for what, i in (l.split() for l in fates.read_text().splitlines()) if what == "ack"]
+    assert len(acked) == len(set(acked)) == s["roots"]
     assert sink_records(tmp_path / "out" / "wordcount_shell") == wordcount_reference(tmp_path / "data" / "sentences.txt")
