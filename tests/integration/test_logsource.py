@@ -1,0 +1,254 @@
+"""Redis-stream topics on a real Redis and a real local Spark: bounded runs, lag in `status`,
+kill -9 of a `submit --follow` driver and its restart, a poison message at the head of a
+partition (shared/seeds/004), a topic that does not exist.
+
+Workflows are copied into tmp_path (sinks write next to the XML), so nothing lands in the
+checkout. The `spark` fixture (one session for the whole test session) is tests/integration's.
+"""
+from __future__ import annotations
+
+import collections
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from recovery import follow, jobs, keys, logsource, runs, workflow_xml
+from recovery.cli import main
+from recovery.sinks import read_jsonl_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKFLOWS = ROOT / "workflows"
+
+COPY_XML = """<?xml version="1.0" encoding="UTF-8"?>
+<workflow xmlns="urn:recovery:workflow:1" name="topic_copy">
+  <spout id="events" parallelism="3">
+    <source type="redis-stream" topic="events" format="jsonl"/>
+    <stream fields="id word"/>
+  </spout>
+  <bolt id="out" parallelism="2">
+    <sink type="jsonl" path="out/copy"/>
+    <input from="events" grouping="shuffle"/>
+  </bolt>
+</workflow>
+"""
+
+
+def _canon(records) -> list[str]:
+    return sorted(json.dumps(r, sort_keys=True) for r in records)
+
+
+def _cdn_components():
+    """workflows/cdn_logs/components.py, loaded under its own name (plain Python reference)."""
+    spec = importlib.util.spec_from_file_location("_cdn_reference", WORKFLOWS / "cdn_logs" / "components.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _copy_cdn_stream(dest: Path) -> Path:
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy(WORKFLOWS / "cdn_logs_stream.xml", dest / "cdn_logs_stream.xml")
+    shutil.copytree(WORKFLOWS / "cdn_logs", dest / "cdn_logs", ignore=shutil.ignore_patterns("__pycache__"))
+    return dest / "cdn_logs_stream.xml"
+
+
+def _valid(lines: list[str]) -> list[list]:
+    """[key, host, minute, code, bytes, dltime] of each line the cdn workflow accepts."""
+    comp = _cdn_components()
+    out = []
+    for line in lines:
+        try:
+            f = comp.parse_line(line)
+            out.append(comp.normalize(f[3], f[1], f[7], f[8], f[9]))
+        except ValueError:
+            pass
+    return out
+
+
+def _assert_aggregates_exactly_once(sink: list[dict], valid: list[list]) -> None:
+    """The aggregate bolt emits [key, running requests, running bytes] per accepted line: each
+    line's effect exactly once means requests 1..n per key and the last running total = sum."""
+    n = collections.Counter(v[0] for v in valid)
+    total = collections.Counter()
+    for v in valid:
+        total[v[0]] += v[4]
+    requests: dict[str, list[int]] = collections.defaultdict(list)
+    biggest: dict[str, int] = collections.defaultdict(int)
+    for r in sink:
+        requests[r["key"]].append(r["requests"])
+        biggest[r["key"]] = max(biggest[r["key"]], r["bytes"])
+    assert len(sink) == len(valid)
+    assert {k: sorted(v) for k, v in requests.items()} == {k: list(range(1, c + 1)) for k, c in n.items()}
+    assert dict(biggest) == dict(total)
+
+
+def _committed_to_end(client, wf) -> bool:
+    return all(r["committed"] == r["end"] for r in logsource.partition_report(client, wf))
+
+
+# --- bounded ----------------------------------------------------------------------------------
+def test_bounded_run_from_a_topic_equals_its_input_and_status_shows_lag(spark, redis_url, redis_client, tmp_path):
+    xml = tmp_path / "copy.xml"
+    xml.write_text(COPY_XML)
+    records = [{"id": i, "word": f"w{i % 13}"} for i in range(500)]
+    counts = logsource.produce(redis_client, "events",
+                               [(r["word"], json.dumps(r).encode()) for r in records], 5, "jsonl")
+    assert sum(counts.values()) == 500
+    wf = workflow_xml.load(xml)
+
+    summary = jobs.submit(spark, redis_client, redis_url, wf, COPY_XML, str(xml))
+    assert summary["status"] == "completed"
+    assert summary["roots"] == summary["complete"] == 500
+    assert _canon(read_jsonl_dir(str(tmp_path / "out" / "copy"))) == _canon(records)
+    assert _committed_to_end(redis_client, wf)
+    # the plan went into the run record: a resumed round would read the same ranges
+    rec = runs.get(redis_client, summary["run_id"])
+    plan = json.loads(json.loads(rec["current_spec"])["source_json"])["events"]
+    assert {int(p): r[1] for p, r in plan["ranges"].items()} == counts
+
+    # 40 more messages: status shows them as lag, per partition
+    more = [{"id": 500 + i, "word": f"w{i % 13}"} for i in range(40)]
+    added = logsource.produce(redis_client, "events", [(r["word"], json.dumps(r).encode()) for r in more])
+    res = CliRunner().invoke(main, ["status", summary["run_id"], "--json", "--redis", redis_url])
+    assert res.exit_code == 0, res.output
+    parts = json.loads(res.output)["partitions"]
+    assert [(p["partition"], p["lag"]) for p in parts] == sorted(added.items())
+    assert all(p["committed"] + p["lag"] == p["end"] and p["task_index"] == p["partition"] % 3 for p in parts)
+    res = CliRunner().invoke(main, ["status", summary["run_id"], "--redis", redis_url])
+    assert res.exit_code == 0 and f"lag {added[0]}" in res.output and "events <- events[4]" in res.output
+
+    # a second bounded run of the same consumer reads only the new messages (sink elsewhere)
+    again = tmp_path / "again"
+    again.mkdir()
+    (again / "copy.xml").write_text(COPY_XML)
+    s2 = jobs.submit(spark, redis_client, redis_url, workflow_xml.load(again / "copy.xml"), COPY_XML,
+                     str(again / "copy.xml"))
+    assert s2["roots"] == s2["complete"] == 40
+    assert _canon(read_jsonl_dir(str(again / "out" / "copy"))) == _canon(more)
+    assert _committed_to_end(redis_client, wf)
+
+
+# --- a poison message at the head of a partition (seeds/004) --------------------------------------
+def test_a_poison_message_at_the_head_of_a_partition_does_not_hold_the_stream(spark, redis_url, redis_client, tmp_path):
+    xml = _copy_cdn_stream(tmp_path)
+    wf = workflow_xml.load(xml)
+    merged = dict(wf.config)
+    merged.update({"topology.max.spout.pending": "1000", "recovery.auto": "true",
+                   "recovery.max.attempts": "2", "recovery.retry.delay.period.ms": "0"})
+    wf = wf.model_copy(update={"config": tuple(merged.items())})
+    lines = [x for x in (WORKFLOWS / "data" / "cdn.log").read_text().splitlines() if x.strip()]
+    valid_lines = [x for x in lines if _valid([x])]
+    first, second = valid_lines[:300], valid_lines[300:400]
+    poison_key = next(k for k in (f"poison{i}" for i in range(100)) if logsource.partition_of(k, 2) == 0)
+    logsource.produce(redis_client, "cdn_logs", [(poison_key, b"this is not a log line")], 2)
+    logsource.produce(redis_client, "cdn_logs", [(x, x.encode()) for x in first])
+    head = redis_client.xrange(keys.topic_partition("cdn_logs", 0), count=1)[0]
+    assert head == (b"0-1", {b"v": b"this is not a log line"})          # offset 0 of partition 0
+    after_poison = redis_client.xlen(keys.topic_partition("cdn_logs", 0)) - 1
+    assert after_poison > 100
+
+    batches: list[dict] = []
+
+    def on_event(kind: str, info: dict) -> None:
+        if kind == "batch":
+            batches.append(info)
+            if len(batches) == 1:   # the partitions were read to their ends, the poison included
+                assert _committed_to_end(redis_client, wf)
+                logsource.produce(redis_client, "cdn_logs", [(x, x.encode()) for x in second])
+
+    summary = follow.follow(spark, redis_client, redis_url, wf, xml.read_text(), str(xml),
+                            max_batches=2, on_event=on_event)
+    # batch 1 processed every message after the poison (in both partitions alike): it read all
+    # of them, and only the poison is not complete
+    assert [b["messages"] for b in batches] == [1 + len(first), len(second)]
+    assert batches[0]["roots"] == 1 + len(first) and batches[0]["failed"] == 1
+    assert batches[0]["pending"] == 1
+    # the poison was retried between batches and is dead; batch 2 read only new messages
+    assert batches[1]["roots"] == len(second) and batches[1]["failed"] == 0
+    assert summary["dead"] == 1 and summary["pending"] == 0
+    assert summary["follow"]["recovery_rounds"] >= 1
+    assert _committed_to_end(redis_client, wf)
+    sink = read_jsonl_dir(str(tmp_path / "out" / "cdn_logs_stream"))
+    _assert_aggregates_exactly_once(sink, _valid(first + second))
+    part0 = [f for f in os.listdir(tmp_path / "out" / "cdn_logs_stream") if f.startswith("part-r0000-")]
+    assert sum(1 for f in part0 for _ in open(tmp_path / "out" / "cdn_logs_stream" / f)) == len(first)
+
+
+# --- kill -9 of a follow driver, then restart ------------------------------------------------------
+def _cli_env(redis_url: str, home: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({"RECOVERY_REDIS_URL": redis_url, "RECOVERY_HOME": str(home),
+                "PYTHONPATH": os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])})
+    return env
+
+
+def test_kill_9_of_a_follow_driver_then_restart_gives_every_effect_exactly_once(redis_url, redis_client, tmp_path):
+    xml = _copy_cdn_stream(tmp_path)
+    lines = [x for x in (WORKFLOWS / "data" / "cdn.log").read_text().splitlines() if x.strip()][:240]
+    logsource.produce(redis_client, "cdn_logs", [(x, x.encode()) for x in lines], 4)
+    wf = workflow_xml.load(xml)
+    cmd = [sys.executable, "-m", "recovery", "submit", str(xml), "--follow", "--json",
+           "-p", "topology.max.spout.pending=40", "--idle-exit", "2"]
+    env = _cli_env(redis_url, tmp_path / "home")
+    with open(tmp_path / "first.err", "wb") as err:
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err,
+                                start_new_session=True)
+    killed = None
+    try:
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline and proc.poll() is None:
+            for rid in runs.list_ids(redis_client):
+                rec = runs.get(redis_client, rid)
+                r = int(rec.get("round") or 0)
+                done = redis_client.hlen(keys.task_done(rid, r))
+                # mid-round: a batch after the first one, some of its tasks committed
+                if r >= 1 and rec.get("status") == runs.RUNNING and 0 < done:
+                    os.kill(proc.pid, signal.SIGKILL)
+                    killed = (rid, r, done)
+                    break
+            if killed:
+                break
+            time.sleep(0.02)
+    finally:
+        if proc.poll() is None and not killed:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    assert killed, (tmp_path / "first.err").read_text()[-2000:]
+    run_id, killed_round, _ = killed
+    assert runs.status_of(runs.get(redis_client, run_id)) == runs.CRASHED
+    assert not _committed_to_end(redis_client, wf)
+
+    out = subprocess.run(cmd, env=env, capture_output=True, timeout=240)
+    assert out.returncode == 0, out.stderr.decode()[-3000:]
+    summary = json.loads(out.stdout)
+    assert summary["run_id"] == run_id                       # the crashed run, continued
+    assert summary["follow"]["resumed"] == [run_id]
+    assert summary["round"] > killed_round
+    assert _committed_to_end(redis_client, wf)
+    valid = _valid(lines)
+    # every root complete, or queued at the task where it failed: nothing lost
+    assert summary["roots"] == len(lines)
+    assert summary["pending"] == summary["failed"] == len(lines) - len(valid) and summary["dead"] == 0
+    _assert_aggregates_exactly_once(read_jsonl_dir(str(tmp_path / "out" / "cdn_logs_stream")), valid)
+
+
+# --- a topic that does not exist -------------------------------------------------------------------
+def test_a_topic_that_does_not_exist_is_exit_2_with_a_one_line_error(redis_url, tmp_path):
+    xml = _copy_cdn_stream(tmp_path)
+    env = _cli_env(redis_url, tmp_path / "home")
+    for extra in ([], ["--follow"]):
+        out = subprocess.run([sys.executable, "-m", "recovery", "submit", str(xml), *extra], env=env,
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2
+        err = [x for x in out.stderr.splitlines() if x.strip()]
+        assert len(err) == 1 and "topic 'cdn_logs'" in err[0] and "does not exist" in err[0], out.stderr
+        assert not os.path.exists(tmp_path / "out")
