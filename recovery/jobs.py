@@ -55,11 +55,27 @@ def uses_log_source(wf: Workflow) -> bool:
 
 
 def run_and_settle(spark: Any, client: Any, wf: Workflow, spec: RunSpec,
-                   progress: Progress | None = None) -> dict[str, Any]:
-    """Run (or resume) one round, let the acker decide, record the outcome, drop in-flight keys."""
+                   progress: Progress | None = None, execute: bool = True) -> dict[str, Any]:
+    """Run (or resume) one round, let the acker decide, record the outcome, drop in-flight keys.
+    `execute=False` only settles a round whose tasks all ran (a driver killed while settling)."""
     label = "submit" if spec.round == 0 else f"round {spec.round}"
-    engine.run_round(spark, wf, spec, (lambda d, t: progress(label, d, t)) if progress else None)
+    try:
+        if execute:
+            engine.run_round(spark, wf, spec, (lambda d, t: progress(label, d, t)) if progress else None)
+    except Exception as err:
+        # Spark gave up on a task (a spout that cannot open, a worker that keeps dying):
+        # the round stays resumable; say where, in one line
+        reason = spark_failure_reason(err)
+        runs.update(client, spec.run_id, status=runs.ERROR, error=reason)
+        raise RunError(f"run {spec.run_id} round {spec.round} failed in Spark: {reason} "
+                       f"(fix the cause, then `recovery recover {spec.run_id}` resumes it)") from None
     stats = engine.collect_stats(client, spec.run_id, spec.round) if spec.tracking else {}
+    rec = runs.get(client, spec.run_id)
+    rounds = rec.get("rounds") or []
+    if stats or execute:   # (a settle-only resume after the markers went keeps what was recorded)
+        rounds = [r for r in rounds if r.get("round") != spec.round]
+        rounds.append({"round": spec.round, "components": stats, "ended": time.time()})
+        runs.update(client, spec.run_id, rounds=rounds, **({"stats": stats} if spec.round == 0 else {}))
     if spec.tracking:
         engine.resolve_ledger(spark, spec)
     if spec.source_json != "{}" and uses_log_source(wf):
@@ -68,21 +84,27 @@ def run_and_settle(spark: Any, client: Any, wf: Workflow, spec: RunSpec,
         # round whose tasks are all committed, or whose ranges are committed: no re-reading)
         from recovery import logsource
         logsource.commit_ranges(client, wf, spec.source_json)
+    # from here on the round is settled: a resumed driver must not execute it again (its done
+    # markers and in-flight tuples are about to go)
+    runs.update(client, spec.run_id, settled_round=spec.round)
     if spec.tracking:
         engine.clear_round(client, spec.run_id, spec.round)
         pending = tracking.pending_roots(client, spec.run_id)
         engine.tell_spouts(spark, client, spec, pending,
                            {int(r) for r in client.smembers(keys.dead_roots(spec.run_id))})
-    rec = runs.get(client, spec.run_id)
-    rounds = rec.get("rounds") or []
-    rounds = [r for r in rounds if r.get("round") != spec.round]
-    rounds.append({"round": spec.round, "components": stats, "ended": time.time()})
-    if spec.round == 0:
-        runs.update(client, spec.run_id, stats=stats)
     summary = summarize(client, spec.run_id, rounds=rounds, settled=True)
-    runs.update(client, spec.run_id, rounds=rounds, summary=summary, status=summary["status"],
-                ended=time.time())
+    runs.update(client, spec.run_id, summary=summary, status=summary["status"], ended=time.time())
     return summary
+
+
+def spark_failure_reason(err: BaseException) -> str:
+    """The last exception line of a Python worker's traceback inside a Spark error."""
+    text = str(err)
+    lines = [l.strip() for l in text.splitlines() if l.strip()]
+    for line in reversed(lines):
+        if ("Error" in line or "Exception" in line) and ":" in line and not line.startswith("at "):
+            return line[:500]
+    return (lines[0] if lines else type(err).__name__)[:500]
 
 
 def failed_positions(client: Any, run_id: str) -> list[dict[str, Any]]:
@@ -109,7 +131,11 @@ def summarize(client: Any, run_id: str, rounds: list | None = None, settled: boo
         rounds = rec.get("rounds") or []
     first = next((r for r in rounds if r.get("round") == 0), None)
     stats = first["components"] if first else (rec.get("stats") or {})
-    roots = sum(s.get("roots", 0) for s in stats.values())
+    # every round's new roots (continuous runs read new messages in later rounds; replays
+    # are counted apart by the tasks)
+    roots = sum(c.get("roots", 0) for r in rounds for c in (r.get("components") or {}).values())
+    if not rounds:
+        roots = sum(s.get("roots", 0) for s in stats.values())
     pending = tracking.pending_roots(client, run_id)
     dead_roots = {int(r) for r in client.smembers(keys.dead_roots(run_id))}
     dead = len(pending & dead_roots)
@@ -161,7 +187,7 @@ def resume_if_crashed(spark: Any, client: Any, redis_url: str, rec: dict[str, An
                       progress: Progress | None = None) -> dict[str, Any] | None:
     """A run whose driver died mid-round: run that round again. Committed tasks replay their
     stored output instead of executing, so only what was in flight is processed."""
-    if runs.status_of(rec) != runs.CRASHED:
+    if runs.status_of(rec) not in (runs.CRASHED, runs.ERROR):
         return None
     run_id = rec["run_id"]
     runs.update(client, run_id, driver_pid=__import__("os").getpid(),
@@ -176,7 +202,8 @@ def resume_if_crashed(spark: Any, client: Any, redis_url: str, rec: dict[str, An
                    root_epoch=extra.get("root_epoch", 0), filter_epoch=extra.get("filter_epoch", 0),
                    original_json=rec["workflow_json"] if round_no else None,
                    source_json=extra.get("source_json") or "{}")
-    summary = run_and_settle(spark, client, wf, spec, progress)
+    settled = str(rec.get("settled_round", "")) == str(round_no)
+    summary = run_and_settle(spark, client, wf, spec, progress, execute=not settled)
     prune_failed_set(client, run_id)
     return summary
 
@@ -206,37 +233,37 @@ def recover(spark: Any, client: Any, redis_url: str, run_id: str, max_rounds: in
     rounds_run = 0
     queued_at_start = len(_queued(client, run_id))
     dead_at_start = client.hlen(keys.dead(run_id))
-    try:
-        while True:
-            prune_failed_set(client, run_id)
-            queued = _queued(client, run_id)
-            if not queued or (max_rounds is not None and rounds_run >= max_rounds):
-                break
-            wait = min(r.get("not_before", 0) for r in queued) - time.time()
-            if wait > 0:   # every queued tuple is still backing off
-                time.sleep(min(wait, float(original.conf()["recovery.retry.max.delay.ms"]) / 1000))
-            round_no = int(runs.get(client, run_id).get("round") or 0) + 1
-            if strategy == "root-replay":
-                spec, wf = _root_replay_round(client, run_id, original, redis_url, round_no, queued)
-            else:
-                failed: dict[str, list[int]] = {}
-                for r in queued:
-                    failed.setdefault(r["component"], [])
-                    if r["task"] not in failed[r["component"]]:
-                        failed[r["component"]].append(r["task"])
-                wf = synthesize(original, failed)
-                spec = RunSpec(run_id, round_no, _wf_json(wf), redis_url, True,
-                               original_json=rec["workflow_json"])
-            runs.update(client, run_id, round=round_no, current_workflow=_wf_json(wf),
-                        current_spec=_spec_json(spec), status=runs.RUNNING)
-            summary = run_and_settle(spark, client, wf, spec, progress)
-            prune_failed_set(client, run_id)
-            rounds_run += 1
-            if on_round is not None:
-                on_round({"round": round_no, "replayed": len(queued), "summary": summary})
-    finally:
-        final = summarize(client, run_id, settled=True)
-        runs.update(client, run_id, status=final["status"], summary=final, ended=time.time())
+    while True:
+        prune_failed_set(client, run_id)
+        queued = _queued(client, run_id)
+        if not queued or (max_rounds is not None and rounds_run >= max_rounds):
+            break
+        wait = min(r.get("not_before", 0) for r in queued) - time.time()
+        if wait > 0:   # every queued tuple is still backing off
+            time.sleep(min(wait, float(original.conf()["recovery.retry.max.delay.ms"]) / 1000))
+        round_no = int(runs.get(client, run_id).get("round") or 0) + 1
+        if strategy == "root-replay":
+            spec, wf = _root_replay_round(client, run_id, original, redis_url, round_no, queued)
+        else:
+            failed: dict[str, list[int]] = {}
+            for r in queued:
+                failed.setdefault(r["component"], [])
+                if r["task"] not in failed[r["component"]]:
+                    failed[r["component"]].append(r["task"])
+            wf = synthesize(original, failed)
+            spec = RunSpec(run_id, round_no, _wf_json(wf), redis_url, True,
+                           original_json=rec["workflow_json"])
+        runs.update(client, run_id, round=round_no, current_workflow=_wf_json(wf),
+                    current_spec=_spec_json(spec), status=runs.RUNNING)
+        summary = run_and_settle(spark, client, wf, spec, progress)
+        prune_failed_set(client, run_id)
+        rounds_run += 1
+        if on_round is not None:
+            on_round({"round": round_no, "replayed": len(queued), "summary": summary})
+    # (a round that raised left the run in `error` or, killed, `running`: the next recover
+    # resumes exactly that round, so the status is only settled here, after a clean loop)
+    final = summarize(client, run_id, settled=True)
+    runs.update(client, run_id, status=final["status"], summary=final, ended=time.time())
     newly_dead = client.hlen(keys.dead(run_id)) - dead_at_start
     final.update({"rounds": rounds_run, "resumed": resumed is not None,
                   "recovered": max(0, queued_at_start - len(_queued(client, run_id)) - newly_dead),

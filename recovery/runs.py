@@ -16,6 +16,7 @@ COMPLETED = "completed"      # every root complete
 PENDING = "pending"          # failures queued for recovery
 DEAD = "dead"                # nothing left to recover, but some roots are dead
 CRASHED = "crashed"          # the driver died mid-round (found when its pid is gone)
+ERROR = "error"              # Spark gave up on a round; `recover` resumes it
 
 
 def new_run_id(name: str) -> str:

@@ -205,7 +205,7 @@ class TaskRunner:
             if not self._selected(message_id):
                 return []
             root = ids.root_id(self._root_salt(self.spec.root_epoch), message_id)
-            self.stats["roots"] += 1
+            self._count_root(False)
             self.spout_messages.append([root, message_id])
             base = ids.derive(root, self.router.salts.get(stream, 0), 0)
             return self._emit(values, stream, (root,), base, direct_task, hold=None, root_xor=root)
@@ -374,18 +374,34 @@ class TaskRunner:
             yield from self.tracker.stored_output()
             return
         started = time.time()
-        bolt = self._instantiate()
-        self.component_obj = bolt
-        bolt.prepare(bolt.conf, bolt.context)
+        try:
+            bolt = self._instantiate()
+            self.component_obj = bolt
+            bolt.prepare(bolt.conf, bolt.context)
+        except Exception as err:
+            # a bolt that cannot start fails its tuples here; the run goes on
+            msg, tb = format_error(err)
+            yield from self._fail_all(records, f"{self.component_id} could not start: {msg}", tb)
+            yield from self._finish(started)
+            return
         auto_ack = getattr(bolt, "auto_ack", False)
+        tick_every = float(self.conf.get("topology.tick.tuple.freq.secs") or 0)
+        # shell bolts send ticks to their program themselves
+        ticks = tick_every > 0 and not hasattr(bolt, "metrics")
+        next_tick = time.monotonic() + tick_every
         self._start_watchdog()
         try:
             for _, blob in records:
                 src, src_task, recs = msgpack.unpackb(blob)
                 for rec in recs:
+                    if ticks and time.monotonic() >= next_tick:
+                        self._tick(bolt, tick_every)
+                        next_tick = time.monotonic() + tick_every
                     self._execute(bolt, src, src_task, rec, auto_ack)
                     if self.ready:
                         yield from self._drain()
+            if ticks:   # a last tick at the end of the input, so windowing bolts can flush
+                self._tick(bolt, tick_every)
             self._busy_since = time.monotonic()
             try:
                 bolt.finish()
@@ -404,6 +420,29 @@ class TaskRunner:
         except Exception as err:
             self.log(f"cleanup raised {format_error(err)[0]}", "error")
         yield from self._finish(started)
+
+    def _tick(self, bolt: Any, secs: float) -> None:
+        from recovery.components import SYSTEM_COMPONENT, TICK_STREAM
+        tick = Tuple(0, SYSTEM_COMPONENT, TICK_STREAM, -1, [int(secs)])
+        try:
+            bolt.process_tick(tick)
+        except Exception as err:
+            self.log(f"process_tick raised {format_error(err)[0]}", "error")
+
+    def _fail_all(self, records: Iterable[tuple[Any, bytes]], error: str, tb: str
+                  ) -> Iterator[tuple[Any, bytes]]:
+        for _, blob in records:
+            src, src_task, recs = msgpack.unpackb(blob)
+            for rec in recs:
+                tid, roots, stream, values = rec[0], rec[1], rec[2], rec[3]
+                if len(rec) > 4:
+                    self.replayed.add(tid)
+                tup = Tuple(tid, src, stream, self.task_id, values, self._fields(src, stream), roots,
+                            src_task, rec[4] if len(rec) > 4 else 1)
+                self.outstanding[tid] = tup
+                self.stats["executed"] += 1
+                self.fail(tup, error, tb)
+        return iter(())
 
     def _execute(self, bolt: Any, src: str, src_task: int, rec: list, auto_ack: bool) -> None:
         tid, roots, stream, values = rec[0], rec[1], rec[2], rec[3]
@@ -469,7 +508,7 @@ class TaskRunner:
         if not self._selected(message_id):
             return
         root = ids.root_id(self._root_salt(self.spec.root_epoch), message_id)
-        self.stats["roots"] += 1
+        self._count_root(replayed)
         try:
             values = decode()
         except Exception as err:
@@ -502,6 +541,14 @@ class TaskRunner:
         self.replays.setdefault(group, []).append(
             [rec["id"], rec["roots"], rec["stream"], rec["values"], attempt])
         self.stats["emitted"] += 1
+
+    def _count_root(self, replayed: bool) -> None:
+        """`roots` counts each root once over a run's rounds: a replay (from a queue, or a
+        root replay) is counted apart."""
+        if replayed or self.spec.replay_roots is not None:
+            self.stats["replayed_roots"] = self.stats.get("replayed_roots", 0) + 1
+        else:
+            self.stats["roots"] += 1
 
     def _root_salt(self, epoch: int) -> int:
         return ids.name_salt(self.component_id, str(epoch)) if epoch else ids.name_salt(self.component_id)

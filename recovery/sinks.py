@@ -17,7 +17,10 @@ from recovery.sources import resolve
 
 
 def _part_name(context: Any, ext: str) -> str:
-    return f"part-r{getattr(context, 'round', 0):04d}-{context.component_id}-t{context.task_id:04d}.{ext}"
+    """One part per (run, round, task): a re-executed task overwrites its own part; another
+    run of the same workflow writes beside it."""
+    run = getattr(context, "run_id", "run")
+    return f"part-{run}-r{getattr(context, 'round', 0):04d}-{context.component_id}-t{context.task_id:04d}.{ext}"
 
 
 def _atomic_write(path: str, data: bytes) -> None:

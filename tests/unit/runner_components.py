@@ -45,3 +45,20 @@ class Collect(Bolt):
 class Unmsgpackable(BasicBolt):
     def process(self, tup):
         self.state.put("k", object())   # cannot be stored: fails this tuple, not the task
+
+
+class TickCounter(Bolt):
+    """Counts its tuples; on a tick, emits the count so far (unanchored)."""
+
+    def prepare(self, conf, context):
+        self.n = 0
+        self.ticks = 0
+
+    def process(self, tup):
+        self.n += 1
+        self.ack(tup)
+
+    def process_tick(self, tup):
+        assert tup.is_tick and tup.task == -1
+        self.ticks += 1
+        self.emit([self.n])

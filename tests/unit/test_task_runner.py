@@ -66,3 +66,17 @@ def test_a_state_value_that_cannot_be_stored_fails_only_its_tuple():
     client = _run(wf)
     assert len(_queued(client)) == 6
     assert all("TypeError" in r["error"] for r in _queued(client))
+
+
+def test_tick_tuples_reach_process_tick_and_a_last_one_ends_the_input():
+    rc.Collect.SEEN.clear()
+    wf = Workflow(name="k", config=(("topology.tick.tuple.freq.secs", "1"),), components=(
+        Component(id="src", kind="spout", impl=ClassImpl(ref=REF + "Numbers"), streams=(StreamDef(fields=("n",)),)),
+        Component(id="ticker", kind="bolt", impl=ClassImpl(ref=REF + "TickCounter"),
+                  streams=(StreamDef(fields=("n",)),), inputs=(Input(source="src"),)),
+        Component(id="sink", kind="bolt", impl=ClassImpl(ref=REF + "Collect"),
+                  inputs=(Input(source="ticker"),))))
+    client = _run(wf)
+    counts = [n for _, n in rc.Collect.SEEN]
+    assert counts and counts[-1] == 6            # the last tick saw the whole input
+    assert tracking.pending_roots(client, "r") == set()
