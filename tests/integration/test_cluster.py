@@ -44,6 +44,9 @@ def cluster(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("cluster")
     env = dict(os.environ, SPARK_HOME=str(spark_home), SPARK_LOCAL_IP="127.0.0.1",
                PYSPARK_PYTHON=sys.executable, SPARK_LOG_DIR=str(tmp), SPARK_WORKER_DIR=str(tmp / "work"))
+    # the daemons log to their console at Spark's default level (the session fixture's quiet
+    # log4j file config would hide the worker's registration line)
+    env.pop("SPARK_CONF_DIR", None)
     port, ui, rest, wui = _free_port(), _free_port(), _free_port(), _free_port()
     mlog, wlog = tmp / "master.log", tmp / "worker.log"
     procs = []
