@@ -6,7 +6,6 @@ recovery plan, recovers, and checks the output against a failure-free run.
 """
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 from pathlib import Path

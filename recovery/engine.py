@@ -9,7 +9,6 @@ The driver only sees counters: sources are read by tasks, tuples move through Sp
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any, Callable
 
 from recovery import keys, runtime, tracking

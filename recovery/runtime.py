@@ -8,20 +8,18 @@ tasks, so `emit` can return them and the ids it creates can be XORed into the le
 """
 from __future__ import annotations
 
-import json
-import os
 import signal
 import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
 import msgpack
 
 from recovery import ids
-from recovery.components import Bolt, Spout, Tuple, BasicBolt
+from recovery.components import Spout, Tuple
 from recovery.graph import TaskContext, TaskMap, subscribers
 from recovery.model import Component, Grouping, Workflow
 from recovery.state import KeyedState, LocalState

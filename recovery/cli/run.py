@@ -125,7 +125,7 @@ def register(main: click.Group) -> None:
                no_tracking: bool, run_id: str | None, follow: bool, max_batches: int | None,
                idle_exit: float | None, redis_url: str | None, as_json: bool) -> None:
         """Run the workflow FILE on Spark with every tuple tracked; prints a summary."""
-        from recovery import jobs, runs, workflow_xml
+        from recovery import jobs, workflow_xml
         wf = workflow_xml.load(file)
         overrides = _kv(props, "--property")
         if overrides:

@@ -7,9 +7,8 @@ import textwrap
 from pathlib import Path
 
 import msgpack
-import pytest
 
-from recovery import jobs, keys, tracking
+from recovery import keys, tracking
 from tests.integration.conftest import copy_workflow, sink_records, submit
 
 

@@ -18,7 +18,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 from click.testing import CliRunner
 
 from recovery import follow, jobs, keys, logsource, runs, workflow_xml

@@ -14,7 +14,7 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from recovery import jobs, keys, runs, tracking
+from recovery import jobs, keys, runs
 from tests.integration.conftest import copy_workflow, sink_records, submit
 from tests.integration.test_engine import run_keys, wordcount_reference
 

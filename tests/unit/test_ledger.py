@@ -2,7 +2,6 @@
 (hypothesis): every root ends complete, or pending with its failure localized, never neither."""
 from __future__ import annotations
 
-import json
 
 import fakeredis
 import msgpack
