@@ -35,9 +35,9 @@ class Tuple:
         self.component = component
         self.stream = stream
         self.task = task
-        self.values = list(values)
-        self.fields = tuple(fields)
-        self.roots = tuple(roots)
+        self.values = values if type(values) is list else list(values)
+        self.fields = fields if type(fields) is tuple else tuple(fields)
+        self.roots = roots if type(roots) is tuple else tuple(roots)
         self.source_task = source_task
         self.attempt = attempt
 

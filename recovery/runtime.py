@@ -151,6 +151,8 @@ class TaskRunner:
         self.spec = spec
         self.wf, self.tm, self.original = workflow_of(spec)
         self.comp: Component = self.wf.component(component_id)
+        self.is_spout = self.comp.is_spout
+        self.auto_anchor = False
         self.component_id = component_id
         self.index = index
         self.task_id = self.tm.task_id(component_id, index)
@@ -194,8 +196,9 @@ class TaskRunner:
     # -- collector protocol ---------------------------------------------------------------
     def emit(self, component: Any, values: Any, stream: str, anchors: tuple, direct_task: int | None,
              message_id: Any) -> list[int]:
-        values = list(values)
-        if isinstance(component, Spout):
+        if type(values) is not list:
+            values = list(values)
+        if self.is_spout:
             if message_id is None:
                 self.unanchored_seq += 1
                 return self._emit(values, stream, (), ids.derive(self.task_id, self.unanchored_seq),
@@ -207,8 +210,15 @@ class TaskRunner:
             self.spout_messages.append([root, message_id])
             base = ids.derive(root, self.router.salts.get(stream, 0), 0)
             return self._emit(values, stream, (root,), base, direct_task, hold=None, root_xor=root)
-        if not anchors and getattr(component, "auto_anchor", False) and self.current is not None:
+        if not anchors and self.auto_anchor and self.current is not None:
             anchors = (self.current,)
+        if len(anchors) == 1:   # the common case, kept short
+            a = anchors[0]
+            key = a.id
+            n = self.emit_counts.get(key, 0)
+            self.emit_counts[key] = n + 1
+            return self._emit(values, stream, a.roots, ids.derive(key, self.router.salts.get(stream, 0), n),
+                              direct_task, hold=anchors)
         if anchors:
             key = 0
             roots: list[int] = []
@@ -227,7 +237,6 @@ class TaskRunner:
 
     def _emit(self, values, stream, roots, base, direct_task, hold, root_xor: int = 0) -> list[int]:
         deliveries = self.router.deliver(stream, values, base, direct_task)
-        roots = list(roots)
         recs = [(consumer, i, [tid, roots, stream, values]) for consumer, i, _, tid in deliveries]
         if hold:
             entry = [len(hold), recs, False]
@@ -376,6 +385,7 @@ class TaskRunner:
             bolt = self._instantiate()
             self.component_obj = bolt
             bolt.prepare(bolt.conf, bolt.context)
+            self.auto_anchor = getattr(bolt, "auto_anchor", False)
         except Exception as err:
             # a bolt that cannot start fails its tuples here; the run goes on
             msg, tb = format_error(err)

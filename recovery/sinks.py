@@ -46,11 +46,12 @@ class _BufferedSink(Bolt):
         self.impl = impl
         self.base_dir = base_dir
         self.pending: list[Tuple] = []
+        self.encoded: list[Any] = []
 
     def process(self, tup: Tuple) -> None:
         if tup.is_tick:
             return
-        self.encode(tup)          # an unencodable tuple fails here, alone
+        self.encoded.append(self.encode(tup))   # an unencodable tuple fails here, alone
         self.pending.append(tup)
 
     def encode(self, tup: Tuple) -> Any:
@@ -58,12 +59,13 @@ class _BufferedSink(Bolt):
 
     def finish(self) -> None:
         if self.pending:
-            self.write(self.pending)
+            self.write(self.encoded)
         for tup in self.pending:
             self.ack(tup)
-        self.pending = []
+        self.pending, self.encoded = [], []
 
-    def write(self, tuples: list[Tuple]) -> None:
+    def write(self, encoded: list[Any]) -> None:
+        """Make the task's encoded tuples durable (before they are acked)."""
         raise NotImplementedError
 
 
@@ -71,18 +73,17 @@ class JsonlSink(_BufferedSink):
     def encode(self, tup: Tuple) -> bytes:
         return json.dumps(super().encode(tup), ensure_ascii=False, sort_keys=True).encode() + b"\n"
 
-    def write(self, tuples: list[Tuple]) -> None:
+    def write(self, encoded: list[bytes]) -> None:
         folder = resolve(self.impl.param("path") or "out", self.base_dir)
-        _atomic_write(os.path.join(folder, _part_name(self.context, "jsonl")),
-                      b"".join(self.encode(t) for t in tuples))
+        _atomic_write(os.path.join(folder, _part_name(self.context, "jsonl")), b"".join(encoded))
 
 
 class ParquetSink(_BufferedSink):
-    def write(self, tuples: list[Tuple]) -> None:
+    def write(self, encoded: list[dict]) -> None:
         import pyarrow as pa
         import pyarrow.parquet as pq
         folder = resolve(self.impl.param("path") or "out", self.base_dir)
-        table = pa.Table.from_pylist([_BufferedSink.encode(self, t) for t in tuples])
+        table = pa.Table.from_pylist(encoded)
         path = os.path.join(folder, _part_name(self.context, "parquet"))
         os.makedirs(folder, exist_ok=True)
         tmp = path + ".tmp"
@@ -99,12 +100,12 @@ class RedisHashSink(_BufferedSink):
         key = tup[field] if field else tup.values[0]
         return str(key), json.dumps(obj, ensure_ascii=False, sort_keys=True)
 
-    def write(self, tuples: list[Tuple]) -> None:
+    def write(self, encoded: list[tuple[str, str]]) -> None:
         client = self.context.redis
         if client is None:
             raise RuntimeError("the redis sink needs a Redis connection")
         key = self.impl.param("key") or f"recovery:sink:{self.context.component_id}"
-        mapping = dict(self.encode(t) for t in tuples)
+        mapping = dict(encoded)
         client.hset(key, mapping=mapping)
 
 
