@@ -77,6 +77,18 @@ _loads = json.loads
 _monotonic = time.monotonic
 
 
+def _dispatch(component: Any, msg: Any) -> None:
+    """Hand one message from the program to the component's handler for its command
+    (ShellBolt and ShellSpout alike); anything else is a _ProtocolError quoting it."""
+    if msg.__class__ is not dict:
+        raise _ProtocolError(component._child_problem(msg) or
+                             f"sent {_quote(msg)}, which is not a command")
+    handler = component._handlers.get(msg.get("command"))
+    if handler is None:
+        raise _ProtocolError(f"sent an unknown command: {_quote(msg)}")
+    handler(msg)
+
+
 class ShellError(RecoveryError):
     """A shell component's program cannot be started or fails its handshake."""
 
@@ -822,16 +834,9 @@ class ShellBolt(_ShellBase, Bolt):
     def _handle(self, item: Any) -> bool:
         """Handle one queued item; False when it ended the child (it has been lost)."""
         if item.__class__ is list:
-            handlers = self._handlers
             for msg in item:
                 try:
-                    if msg.__class__ is not dict:
-                        raise _ProtocolError(self._child_problem(msg) or
-                                             f"sent {_quote(msg)}, which is not a command")
-                    handler = handlers.get(msg.get("command"))
-                    if handler is None:
-                        raise _ProtocolError(f"sent an unknown command: {_quote(msg)}")
-                    handler(msg)
+                    _dispatch(self, msg)
                 except _ProtocolError as exc:
                     self._lose(str(exc))
                     return False
@@ -1097,13 +1102,7 @@ class ShellSpout(_ShellBase, Spout):
                     self._backlog = item[i:]
                     return True
                 try:
-                    if msg.__class__ is not dict:
-                        raise _ProtocolError(self._child_problem(msg) or
-                                             f"sent {_quote(msg)}, which is not a command")
-                    handler = self._handlers.get(msg.get("command"))
-                    if handler is None:
-                        raise _ProtocolError(f"sent an unknown command: {_quote(msg)}")
-                    handler(msg)
+                    _dispatch(self, msg)
                 except _ProtocolError as exc:
                     self._lose(str(exc))
                     return False
