@@ -1,0 +1,418 @@
+"""Helpers shared by the benches: a temporary home with one Spark session and one Redis,
+workflow copies in a temporary folder, sink contents as multisets, a plain-PySpark runner of a
+workflow's component classes, and small table printing.
+
+Nothing here writes into the checkout: RECOVERY_HOME, Spark's temporary folders, the embedded
+Redis's state, the generated input and every sink live under one temporary folder that is
+removed at the end (unless --keep).
+"""
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Callable, Iterator
+
+REPO = Path(__file__).resolve().parents[1]
+WORKFLOWS = REPO / "workflows"
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+
+# --------------------------------------------------------------------------- environment
+
+@contextlib.contextmanager
+def bench_home(keep: bool = False, prefix: str = "recovery-bench-") -> Iterator[Path]:
+    """A temporary RECOVERY_HOME, set before anything reads it; removed at the end."""
+    home = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    os.environ["RECOVERY_HOME"] = str(home)
+    from recovery.spark import prepare_environment
+    prepare_environment(home)          # PYSPARK_PYTHON, SPARK_LOCAL_IP, PYTHONHASHSEED, log4j
+    try:
+        yield home
+    finally:
+        if keep:
+            print(f"kept {home}", file=sys.stderr)
+        else:
+            shutil.rmtree(home, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def redis_for(home: Path, url: str | None = None) -> Iterator[tuple[Any, str]]:
+    """(client, url): the given Redis, or an embedded server under `home`, stopped at the end."""
+    from recovery import store
+    if url:
+        yield store.connect(url), url
+        return
+    server = store.EmbeddedServer(home)
+    server.start()
+    try:
+        yield store.connect(server.url, start=False), server.url
+    finally:
+        server.stop()
+
+
+@contextlib.contextmanager
+def spark_session(home: Path, master: str = "local[2]") -> Iterator[Any]:
+    from recovery.spark import session
+    spark = session(master, {"spark.default.parallelism": "2"}, home=home, app_name="recovery-bench")
+    try:
+        yield spark
+    finally:
+        spark.stop()
+
+
+_CLK = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_seconds(root: int | None = None) -> float:
+    """CPU seconds used so far by this process and every descendant (Spark's JVM, its Python
+    daemon and workers), reaped children included (their parents' cutime/cstime)."""
+    root = root or os.getpid()
+    parent: dict[int, int] = {}
+    times: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                stat = fh.read().decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        pid = int(entry)
+        parent[pid] = int(fields[1])
+        times[pid] = sum(int(x) for x in fields[11:15]) / _CLK   # utime stime cutime cstime
+    total = 0.0
+    for pid, t in times.items():
+        p, seen = pid, 0
+        while p and p != root and seen < 64:
+            p, seen = parent.get(p, 0), seen + 1
+        if p == root:
+            total += t
+    return total
+
+
+def redis_cpu_seconds(client: Any) -> float:
+    """The Redis server's CPU seconds so far, its forks (AOF rewrites) included."""
+    try:
+        i = client.info("cpu")
+    except Exception:
+        return 0.0
+    return sum(float(i.get(k, 0)) for k in ("used_cpu_sys", "used_cpu_user",
+                                             "used_cpu_sys_children", "used_cpu_user_children"))
+
+
+class CpuMeter:
+    """CPU seconds of the driver's process tree plus the Redis server over a block."""
+
+    def __init__(self, client: Any = None):
+        self.client = client
+        self.seconds = 0.0
+
+    def __enter__(self) -> "CpuMeter":
+        self._t0 = tree_cpu_seconds()
+        self._r0 = redis_cpu_seconds(self.client) if self.client is not None else 0.0
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.seconds = tree_cpu_seconds() - self._t0
+        if self.client is not None:
+            self.seconds += redis_cpu_seconds(self.client) - self._r0
+
+
+def redis_used_memory(client: Any) -> int:
+    try:
+        return int(client.info("memory").get("used_memory", 0))
+    except Exception:
+        return 0
+
+
+class MemorySampler:
+    """Peak of Redis's used_memory above its level at start, sampled every `every` seconds
+    on a thread with its own connection (INFO's own peak cannot be reset on 6.2)."""
+
+    def __init__(self, url: str, every: float = 0.2):
+        import threading
+        from recovery import store
+        self.client = store.connect(url, start=False)
+        self.every = every
+        self.base = redis_used_memory(self.client)
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            self.peak = max(self.peak, redis_used_memory(self.client) - self.base)
+
+    def __enter__(self) -> "MemorySampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.client.close()
+
+
+# --------------------------------------------------------------------------- workflows
+
+def copy_workflow(name: str, dest: Path) -> Path:
+    """workflows/NAME.xml and its package under dest (no data, no outputs); returns the XML."""
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy(WORKFLOWS / f"{name}.xml", dest / f"{name}.xml")
+    shutil.copytree(WORKFLOWS / name, dest / name, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    (dest / "data").mkdir(exist_ok=True)
+    return dest / f"{name}.xml"
+
+
+def load_workflow(xml: Path, config: dict[str, str] | None = None) -> Any:
+    from recovery import workflow_xml
+    wf = workflow_xml.load(xml, check_paths=False)
+    if config:
+        merged = dict(wf.config)
+        merged.update(config)
+        wf = wf.model_copy(update={"config": tuple(merged.items())})
+    return wf
+
+
+def submit(spark: Any, client: Any, url: str, xml: Path, config: dict[str, str] | None = None,
+           tracking: bool = True, run_id: str | None = None) -> tuple[dict, float]:
+    """jobs.submit of xml (with config overrides); returns (summary, wall seconds)."""
+    from recovery import jobs
+    wf = load_workflow(xml, config)
+    text = xml.read_text()
+    t0 = time.perf_counter()
+    summary = jobs.submit(spark, client, url, wf, text, str(xml), tracking_on=tracking,
+                          master="local[2]", run_id=run_id)
+    return summary, time.perf_counter() - t0
+
+
+def sink_multiset(folder: Path, run_id: str | None = None) -> collections.Counter:
+    """A jsonl sink folder's records as a multiset of canonical JSON lines (only the parts a
+    run wrote, `part-<run_id>-...`, when run_id is given)."""
+    out: collections.Counter = collections.Counter()
+    if not folder.is_dir():
+        return out
+    for part in sorted(folder.iterdir()):
+        if run_id is not None and not part.name.startswith(f"part-{run_id}-"):
+            continue
+        if part.suffix == ".jsonl" and not part.name.startswith("."):
+            with open(part, encoding="utf-8") as fh:
+                for line in fh:
+                    if line.strip():
+                        out[json.dumps(json.loads(line), sort_keys=True)] += 1
+    return out
+
+
+# --------------------------------------------------------------------------- a plain PySpark pipeline
+
+class _PlainCollector:
+    """Just enough of the collector protocol to host a component outside the recovery runtime:
+    emits are buffered as (stream, values); acks do nothing; fails are counted."""
+
+    def __init__(self) -> None:
+        self.out: list[tuple[str, list]] = []
+        self.failed = 0
+
+    def emit(self, component, values, stream, anchors, direct_task, message_id):
+        self.out.append((stream, values))
+        return []
+
+    def ack(self, tup) -> None:
+        pass
+
+    def fail(self, tup, error=None) -> None:
+        self.failed += 1
+
+    def log(self, message, level="info") -> None:
+        pass
+
+
+def _read_split(path: str, index: int, parts: int) -> Iterator[bytes]:
+    """The lines starting in byte range [size*index/parts, size*(index+1)/parts) of path."""
+    size = os.path.getsize(path)
+    start, end = size * index // parts, size * (index + 1) // parts
+    with open(path, "rb") as fh:
+        if start:
+            fh.seek(start - 1)
+            fh.readline()               # the line holding byte start-1 belongs to the previous split
+        while fh.tell() < end:
+            line = fh.readline()
+            if not line:
+                break
+            yield line
+
+
+class _Routes:
+    """Target (consumer, index) of each emit: round-robin for shuffle-like groupings, a hash of
+    the grouping fields for fields, 0 for global; one copy per subscribing input."""
+
+    def __init__(self, wf: Any, cid: str):
+        from recovery.graph import subscribers
+        from recovery.model import Grouping
+        me = wf.component(cid)
+        self.routes: dict[str, list[tuple[str, int, str, tuple[int, ...]]]] = {}
+        for consumer, inp in subscribers(wf, cid):
+            stream = me.stream(inp.stream)
+            g = inp.grouping
+            kind = ("fields" if g == Grouping.FIELDS else "global" if g == Grouping.GLOBAL
+                    else "all" if g == Grouping.ALL else "shuffle")
+            idx = tuple(stream.fields.index(f) for f in inp.fields) if kind == "fields" else ()
+            self.routes.setdefault(inp.stream, []).append((consumer.id, consumer.parallelism, kind, idx))
+        self.n = 0
+
+    def route(self, stream: str, values: list) -> Iterator[tuple[str, int]]:
+        from recovery.ids import fields_hash
+        for consumer, p, kind, idx in self.routes.get(stream, ()):
+            if kind == "fields":
+                yield consumer, fields_hash([values[j] for j in idx]) % p
+            elif kind == "global":
+                yield consumer, 0
+            elif kind == "all":
+                for i in range(p):
+                    yield consumer, i
+            else:
+                self.n += 1
+                yield consumer, self.n % p
+
+
+def _plain_context(wf: Any, cid: str, index: int) -> Any:
+    from recovery.graph import TaskMap
+    return SimpleNamespace(component_id=cid, task_id=TaskMap.of(wf).task_id(cid, index), round=0,
+                           redis=None, workflow=wf)
+
+
+def _plain_spout(wf_json: str, cid: str, index: int) -> Iterator[tuple[tuple[str, int], tuple]]:
+    from recovery.model import Workflow
+    from recovery.sources import resolve
+    wf = Workflow.model_validate_json(wf_json)
+    comp = wf.component(cid)
+    impl = comp.impl
+    if impl.kind != "source" or impl.type != "file" or impl.param("format", "text") != "text":
+        raise ValueError(f"the plain pipeline reads text file sources only, not {cid!r}")
+    stream = comp.streams[0].id
+    routes = _Routes(wf, cid)
+    path = resolve(impl.param("path"), wf.base_dir)
+    for raw in _read_split(path, index, comp.parallelism):
+        if not raw.strip():
+            continue
+        values = [raw.rstrip(b"\r\n").decode("utf-8")]
+        for target in routes.route(stream, values):
+            yield target, (cid, stream, values)
+
+
+def _plain_bolt(wf_json: str, cid: str, index: int, records: Iterator[tuple[Any, tuple]]
+                ) -> Iterator[tuple[tuple[str, int], tuple]]:
+    from recovery import components_factory
+    from recovery.components import Tuple
+    from recovery.model import Workflow
+    from recovery.state import LocalState
+    wf = Workflow.model_validate_json(wf_json)
+    comp = wf.component(cid)
+    obj = components_factory.build(comp, wf)
+    collector = obj._collector = _PlainCollector()
+    obj.conf = wf.conf(cid)
+    obj.context = _plain_context(wf, cid, index)
+    obj.state = LocalState()
+    obj.prepare(obj.conf, obj.context)
+    routes = _Routes(wf, cid)
+    fields: dict[tuple[str, str], tuple[str, ...]] = {}
+    task = obj.context.task_id
+    for _, (src, stream, values) in records:
+        f = fields.get((src, stream))
+        if f is None:
+            f = fields[(src, stream)] = wf.component(src).stream(stream).fields
+        try:
+            obj.process(Tuple(0, src, stream, task, values, f))
+        except Exception:
+            collector.failed += 1
+        if collector.out:
+            out, collector.out = collector.out, []
+            for s, v in out:
+                for target in routes.route(s, v):
+                    yield target, (cid, s, v)
+    obj.finish()
+    for s, v in collector.out:
+        for target in routes.route(s, v):
+            yield target, (cid, s, v)
+    obj.cleanup()
+
+
+def _noop(_: Any) -> None:
+    pass
+
+
+def run_plain(spark: Any, wf: Any) -> float:
+    """The workflow as a plain PySpark RDD pipeline of the same component classes: one
+    mapPartitions per component, partitionBy into the consumer's parallelism, no ids, no
+    anchoring, no ledger, no Redis. Returns wall seconds."""
+    from pyspark import StorageLevel
+    from recovery.graph import subscribers, topological_order
+    wf_json = json.dumps({**json.loads(wf.model_dump_json()), "base_dir": wf.base_dir})
+    sc = spark.sparkContext
+    t0 = time.perf_counter()
+    outputs: dict[str, Any] = {}
+    leaves, persisted = [], []
+    for cid in topological_order(wf):
+        comp = wf.component(cid)
+        p = comp.parallelism
+        if comp.is_spout:
+            rdd = sc.parallelize(range(p), p).mapPartitionsWithIndex(
+                lambda i, _it, cid=cid: _plain_spout(wf_json, cid, i))
+        else:
+            parts = []
+            for src in dict.fromkeys(i.source for i in comp.inputs):
+                up = outputs[src]
+                if len({c.id for c, _ in subscribers(wf, src)}) > 1:
+                    up = up.filter(lambda kv, cid=cid: kv[0][0] == cid)
+                parts.append(up)
+            joined = parts[0] if len(parts) == 1 else sc.union(parts)
+            rdd = joined.partitionBy(p, lambda key: key[1]).mapPartitionsWithIndex(
+                lambda i, it, cid=cid: _plain_bolt(wf_json, cid, i, it))
+        if subscribers(wf, cid):
+            if len({c.id for c, _ in subscribers(wf, cid)}) > 1:
+                rdd.persist(StorageLevel.MEMORY_AND_DISK)
+                persisted.append(rdd)
+            outputs[cid] = rdd
+        else:
+            leaves.append(rdd)
+    (leaves[0] if len(leaves) == 1 else sc.union(leaves)).foreach(_noop)
+    for rdd in persisted:
+        rdd.unpersist()
+    return time.perf_counter() - t0
+
+
+# --------------------------------------------------------------------------- printing
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def table(headers: list[str], rows: list[list[Any]]) -> str:
+    """A GitHub-flavoured markdown table (readable in a terminal too)."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+
+    def line(r: list[str]) -> str:
+        return "| " + " | ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                                 for i, (c, w) in enumerate(zip(r, widths))) + " |"
+    sep = "|" + "|".join(("-" * (w + 2)) if i == 0 else ("-" * (w + 1) + ":")
+                         for i, w in enumerate(widths)) + "|"
+    return "\n".join([line(cells[0]), sep] + [line(r) for r in cells[1:]])
+
+
+def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0

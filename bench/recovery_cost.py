@@ -1,0 +1,190 @@
+"""Recovery cost (DESIGN section 8): workflows/bench_pipeline.xml (events → parse → enrich →
+aggregate (fields grouping, keyed state) → format → out, and parse → archive), N root tuples,
+1% of the tuples failing once at stage 4 (`aggregate`, by recovery.inject.*). What does it cost
+to get the exact failure-free output?
+
+  localized     jobs.recover(strategy="localized"): re-runs aggregate, format and out, fed
+                from the failed tuples' queues
+  root-replay   jobs.recover(strategy="root-replay"): Storm's way, every failed root replayed
+                from the spout (the source is re-read; its whole tree re-runs)
+  full rerun    a failure-free submit of the whole input into the failed run's folder (its
+                sink parts are named by run, so they land beside the failed run's: the
+                duplicates it reports are what rerunning without emptying the output gives;
+                its own parts are checked against the reference too)
+
+The same failing run is submitted once per strategy, each under its own run id and folder
+(tuple ids and injections are deterministic, so the three are identical; the bench checks
+their failure counts agree). A failure-free run in a fourth folder is the reference.
+
+For each strategy: tuple executions (the sum of `executed` over components in the round stats
+of the run record, recovery rounds only for the two recoveries), recovery rounds, wall time,
+duplicate sink writes (records in the sinks beyond the failure-free run's, as a multiset
+difference) and missing records; then the ratios localized/root-replay and
+localized/full-rerun. Times are printed, never asserted.
+
+    .venv/bin/python bench/recovery_cost.py [--tuples 200000] [--rate 0.01] [--redis URL]
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench import _common as C  # noqa: E402
+
+WORKFLOW = "bench_pipeline"
+STAGE4 = "aggregate"
+SINKS = ("main", "archive")
+DATA = Path("bench_pipeline") / "data" / "events.csv"   # relative to the XML, as in the XML
+
+
+def injection(rate: float) -> dict[str, str]:
+    return {"recovery.inject.bench.component": STAGE4,
+            "recovery.inject.bench.mode": "transient",
+            "recovery.inject.bench.rate": str(rate),
+            "recovery.inject.bench.attempts": "1"}
+
+
+def executions(rec: dict, recovery_rounds: bool) -> int:
+    """Sum of `executed` over components: round 0 only, or every round after it."""
+    total = 0
+    for r in rec.get("rounds") or []:
+        if (r.get("round", 0) > 0) == recovery_rounds:
+            total += sum(int(c.get("executed", 0)) for c in r.get("components", {}).values())
+    return total
+
+
+def sinks_of(folder: Path, run_id: str | None = None) -> dict[str, collections.Counter]:
+    return {s: C.sink_multiset(folder / "out" / WORKFLOW / s, run_id) for s in SINKS}
+
+
+def diff(got: dict[str, collections.Counter], ref: dict[str, collections.Counter]) -> tuple[dict, dict]:
+    dupes = {s: sum((got[s] - ref[s]).values()) for s in SINKS}
+    missing = {s: sum((ref[s] - got[s]).values()) for s in SINKS}
+    return dupes, missing
+
+
+def ratio(a: float, b: float) -> str:
+    return f"{a / b:.3f}" if b else "n/a"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tuples", type=int, default=200_000, help="root tuples (default 200,000)")
+    ap.add_argument("--rate", type=float, default=0.01,
+                    help="fraction of tuples failing once at stage 4 (default 0.01)")
+    ap.add_argument("--redis", default=None, help="a Redis URL (default: an embedded server)")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    args = ap.parse_args(argv)
+    n = args.tuples
+    inject = injection(args.rate)
+
+    with C.bench_home(args.keep, "recovery-bench-cost-") as home:
+        src = home / "events.csv"
+        sys.path.insert(0, str(C.WORKFLOWS))
+        from bench_pipeline.generate import generate
+        t0 = time.perf_counter()
+        generate(str(src), n)
+        print(f"input: {n:,} events ({src.stat().st_size / 1e6:.1f} MB), generated in "
+              f"{time.perf_counter() - t0:.1f}s", file=sys.stderr)
+
+        def folder(name: str, data: Path = src) -> Path:
+            xml = C.copy_workflow(WORKFLOW, home / name)
+            target = xml.parent / DATA
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.unlink(missing_ok=True)
+            os.link(data, target)
+            return xml
+
+        from recovery import jobs, runs
+        with C.redis_for(home, args.redis) as (client, url), C.spark_session(home) as spark:
+            # warm-up (not measured): Python workers started, classes imported
+            small = home / "warm.csv"
+            generate(str(small), 2000)
+            s, _ = C.submit(spark, client, url, folder("warm", small), inject)
+            jobs.recover(spark, client, url, s["run_id"])
+            jobs.clear(client, s["run_id"])
+
+            # the reference: a failure-free run
+            s, clean_secs = C.submit(spark, client, url, folder("clean"), run_id="bench-clean")
+            assert s["status"] == "completed", s["status"]
+            ref = sinks_of(home / "clean")
+            print(f"failure-free run: {clean_secs:.2f}s, "
+                  f"{executions(runs.get(client, 'bench-clean'), False):,} executions", file=sys.stderr)
+            jobs.clear(client, "bench-clean")
+
+            # the same failing run, once per strategy
+            failing: dict[str, dict] = {}
+            for name in ("localized", "root-replay", "full-rerun"):
+                s, secs = C.submit(spark, client, url, folder(name), inject, run_id=f"bench-{name}")
+                failed = sum(p["count"] for p in s["failed_positions"])
+                where = sorted({p["component"] for p in s["failed_positions"]})
+                failing[name] = {"secs": secs, "failed": failed, "where": where,
+                                 "status": s["status"]}
+                print(f"failing run for {name}: {secs:.2f}s, {failed:,} tuples failed at "
+                      f"{', '.join(where)}", file=sys.stderr)
+            counts = {f["failed"] for f in failing.values()}
+            if len(counts) != 1:
+                print(f"warning: the failing runs differ: {failing}", file=sys.stderr)
+            n_failed = failing["localized"]["failed"]
+
+            results: dict[str, dict] = {}
+            for strategy in ("localized", "root-replay"):
+                run_id = f"bench-{strategy}"
+                t0 = time.perf_counter()
+                r = jobs.recover(spark, client, url, run_id, strategy=strategy)
+                secs = time.perf_counter() - t0
+                rec = runs.get(client, run_id)
+                dupes, missing = diff(sinks_of(home / strategy), ref)
+                results[strategy] = {"secs": secs, "exec": executions(rec, True),
+                                     "rounds": r["rounds"], "status": r["status"],
+                                     "dupes": dupes, "missing": missing}
+                print(f"{strategy}: {secs:.2f}s, {r['rounds']} rounds, {r['status']}", file=sys.stderr)
+                jobs.clear(client, run_id)
+
+            # full rerun: a failure-free submit over the failed run's output folder
+            s, secs = C.submit(spark, client, url, home / "full-rerun" / f"{WORKFLOW}.xml",
+                               run_id="bench-full-rerun-2")
+            rec = runs.get(client, "bench-full-rerun-2")
+            dupes, missing = diff(sinks_of(home / "full-rerun"), ref)
+            own_dupes, own_missing = diff(sinks_of(home / "full-rerun", "bench-full-rerun-2"), ref)
+            results["full rerun"] = {"secs": secs, "exec": executions(rec, False), "rounds": 1,
+                                     "status": s["status"], "dupes": dupes, "missing": missing}
+            print(f"full rerun: {secs:.2f}s", file=sys.stderr)
+            for run_id in ("bench-full-rerun", "bench-full-rerun-2"):
+                jobs.clear(client, run_id)
+
+        print()
+        print(f"{WORKFLOW}, {n:,} roots, {args.rate:.0%} of tuples failing once at stage 4 "
+              f"({STAGE4}): {n_failed:,} failed tuples; Spark local[2], "
+              f"{'Redis ' + args.redis if args.redis else 'embedded Redis'}, {time.strftime('%Y-%m-%d')}")
+        print(f"failing submit {C.median([f['secs'] for f in failing.values()]):.2f}s (median of 3), "
+              f"failure-free submit {clean_secs:.2f}s")
+        rows = []
+        for name, r in results.items():
+            rows.append([name, f"{r['exec']:,}", str(r["rounds"]), f"{r['secs']:.2f}",
+                         f"{r['dupes']['main']:,} / {r['dupes']['archive']:,}",
+                         f"{r['missing']['main']:,} / {r['missing']['archive']:,}", r["status"]])
+        print(C.table(["strategy", "tuple executions", "rounds", "wall s",
+                       "duplicates main / archive", "missing main / archive", "final status"], rows))
+        print(f"full rerun: the failure-free run writes its own part files beside the failed run's "
+              f"(sink parts are named by run), so its folder holds both; its own parts alone "
+              f"differ from the reference by {sum(own_dupes.values()):,} duplicates and "
+              f"{sum(own_missing.values()):,} missing (what a rerun into an emptied folder gives).")
+        loc, rr, full = results["localized"], results["root-replay"], results["full rerun"]
+        print()
+        print(C.table(["ratio", "executions", "wall time"], [
+            ["localized / root-replay", ratio(loc["exec"], rr["exec"]), ratio(loc["secs"], rr["secs"])],
+            ["localized / full rerun", ratio(loc["exec"], full["exec"]), ratio(loc["secs"], full["secs"])],
+        ]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,231 @@
+"""Tracking overhead (DESIGN section 8): the same workflow, in one process with one Spark
+session (local[2]) and one Redis, run three ways, alternating per repeat:
+
+  tracked    jobs.submit(tracking_on=True): derived ids, XOR ledger, in-flight tuples and
+             task commits in Redis, keyed state in Redis
+  untracked  jobs.submit(tracking_on=False): the same engine and runtime, no Redis
+  plain      a plain PySpark RDD pipeline of the same component classes (mapPartitions +
+             partitionBy with the same parallelism and groupings; no recovery runtime)
+
+Every run's keys are removed after it (jobs.clear). Prints each variant's median seconds and
+the median ratios tracked/untracked (the design's goal: at most 1.3x) and untracked/plain.
+
+    .venv/bin/python bench/tracking_overhead.py [--tuples 1000000] [--repeats 3]
+        [--workflow cdn_logs|wordcount] [--invalid 0.0] [--redis URL] [--profile]
+
+--tuples counts root tuples (log lines for cdn_logs, sentences for wordcount); the input is
+generated into a temporary folder with the workflow's own generator. --profile then runs one
+tracked task of the heaviest bolt in-process under cProfile and prints its top functions.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench import _common as C  # noqa: E402
+
+GOAL = 1.3
+
+
+def generate_input(workflow: str, folder: Path, n: int, invalid: float) -> Path:
+    """The workflow's own deterministic generator, writing into the copy's data folder."""
+    sys.path.insert(0, str(folder))
+    if workflow == "cdn_logs":
+        from cdn_logs.generate import generate
+        path = folder / "data" / "cdn.log"
+        generate(str(path), n, seed=4, invalid=invalid)
+    elif workflow == "wordcount":
+        from wordcount.generate import generate
+        path = folder / "data" / "sentences.txt"
+        generate(str(path), n)
+    else:
+        raise SystemExit(f"unknown workflow {workflow!r} (cdn_logs or wordcount)")
+    return path
+
+
+def sink_folder(wf) -> Path:
+    from recovery.sources import resolve
+    sinks = [c for c in wf.components if c.impl.kind == "sink"]
+    return Path(resolve(sinks[0].impl.param("path"), wf.base_dir))
+
+
+def fingerprint(workflow: str, folder: Path) -> tuple[int, str]:
+    """(records, an order-insensitive digest of the final result) of a sink folder: the last
+    running aggregate per key, which does not depend on the order tuples arrived in."""
+    import hashlib
+    final: dict = {}
+    n = 0
+    for part in sorted(folder.glob("*.jsonl")):
+        with open(part, encoding="utf-8") as fh:
+            for line in fh:
+                r = json.loads(line)
+                n += 1
+                if workflow == "cdn_logs":
+                    k, v = r["key"], (r["requests"], r["bytes"])
+                else:
+                    k, v = r["word"], (r["count"],)
+                if k not in final or v[0] > final[k][0]:
+                    final[k] = v
+    digest = hashlib.sha256(json.dumps(sorted(final.items())).encode()).hexdigest()[:12]
+    return n, digest
+
+
+def profile_task(wf, spec_url: str, client, component: str, index: int) -> None:
+    """Run one tracked task of `component` in-process under cProfile, fed with the records
+    its upstream tasks produce (computed in-process too, untracked, not profiled)."""
+    import cProfile
+    import pstats
+    from recovery import engine, jobs, runs
+    from recovery.graph import topological_order
+    from recovery.runtime import RunSpec, TaskRunner
+    wf_json = json.dumps({**json.loads(wf.model_dump_json()), "base_dir": wf.base_dir})
+    feed_spec = RunSpec("profile-feed", 0, wf_json, spec_url, tracking=False)
+    outputs: dict[str, list] = {}
+    order = topological_order(wf)
+    for cid in order[:order.index(component)]:
+        comp = wf.component(cid)
+        recs = []
+        for i in range(comp.parallelism):
+            if comp.is_spout:
+                recs.extend(engine._spout_task(feed_spec, cid, i, iter(())))
+            else:
+                mine = [kv for src in {x.source for x in comp.inputs} for kv in outputs[src]
+                        if kv[0] == (cid, i)]
+                recs.extend(engine._bolt_task(feed_spec, cid, i, iter(mine)))
+        outputs[cid] = recs
+    comp = wf.component(component)
+    feed = [kv for src in {x.source for x in comp.inputs} for kv in outputs[src]
+            if kv[0] == (component, index)]
+    n_in = sum(1 for _ in feed)
+    for tracking in (False, True):
+        run_id = f"profile-{'on' if tracking else 'off'}"
+        runs.create(client, run_id, "", wf_json, None, "local", tracking)
+        spec = RunSpec(run_id, 0, wf_json, spec_url, tracking=tracking)
+        prof = cProfile.Profile()
+        t0 = time.perf_counter()
+        prof.enable()
+        out = list(TaskRunner(spec, component, index).run_bolt(iter(feed)))
+        prof.disable()
+        took = time.perf_counter() - t0
+        print(f"\n{component}[{index}] in-process, tracking {'on' if tracking else 'off'}: "
+              f"{n_in} input chunks -> {len(out)} output chunks in {took:.2f}s (under cProfile)")
+        pstats.Stats(prof).sort_stats("tottime").print_stats(14)
+        jobs.clear(client, run_id, force=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tuples", type=int, default=1_000_000, help="root tuples (default 1,000,000)")
+    ap.add_argument("--repeats", type=int, default=3, help="repeats of each variant (default 3)")
+    ap.add_argument("--workflow", default="cdn_logs", choices=("cdn_logs", "wordcount"))
+    ap.add_argument("--invalid", type=float, default=0.0,
+                    help="cdn_logs: fraction of invalid lines (default 0: the success path)")
+    ap.add_argument("--redis", default=None, help="a Redis URL (default: an embedded server)")
+    ap.add_argument("--profile", action="store_true",
+                    help="also profile one tracked task of the heaviest bolt in-process")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    args = ap.parse_args(argv)
+
+    with C.bench_home(args.keep, "recovery-bench-overhead-") as home:
+        folder = home / "wf"
+        xml = C.copy_workflow(args.workflow, folder)
+        t0 = time.perf_counter()
+        data = generate_input(args.workflow, folder, args.tuples, args.invalid)
+        print(f"input: {args.tuples:,} root tuples of {args.workflow} ({data.stat().st_size / 1e6:.1f} MB), "
+              f"generated in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+        from recovery import jobs
+        wf = C.load_workflow(xml)
+        out_dir = sink_folder(wf)
+        times: dict[str, list[float]] = collections.defaultdict(list)
+        cpus: dict[str, list[float]] = collections.defaultdict(list)
+        ratios: dict[str, list[float]] = collections.defaultdict(list)
+        cpu_ratios: dict[str, list[float]] = collections.defaultdict(list)
+        load_before = os.getloadavg()
+        redis_peak = 0
+        with C.redis_for(home, args.redis) as (client, url), C.spark_session(home) as spark:
+            # warm-up: Python workers started, classes imported (not measured)
+            warm = folder / "warm"
+            C.copy_workflow(args.workflow, warm)
+            generate_input(args.workflow, warm, min(args.tuples, 2000), args.invalid)
+            s, _ = C.submit(spark, client, url, warm / f"{args.workflow}.xml", tracking=True)
+            jobs.clear(client, s["run_id"])
+            C.run_plain(spark, C.load_workflow(warm / f"{args.workflow}.xml"))
+            prints: dict[str, tuple[int, str]] = {}
+            for rep in range(args.repeats):
+                order = ["tracked", "untracked", "plain"]
+                order = order[rep % 3:] + order[:rep % 3]      # alternate who goes first
+                this: dict[str, float] = {}
+                for variant in order:
+                    shutil.rmtree(out_dir, ignore_errors=True)
+                    with C.CpuMeter(client) as cpu:
+                        if variant == "plain":
+                            secs = C.run_plain(spark, wf)
+                        else:
+                            with C.MemorySampler(url) as mem:
+                                summary, secs = C.submit(spark, client, url, xml,
+                                                         tracking=(variant == "tracked"))
+                    if variant != "plain":
+                        if variant == "tracked":
+                            redis_peak = max(redis_peak, mem.peak)
+                            if summary["status"] != "completed" and not args.invalid:
+                                print(f"warning: tracked run ended {summary['status']}", file=sys.stderr)
+                        jobs.clear(client, summary["run_id"])
+                    times[variant].append(secs)
+                    cpus[variant].append(cpu.seconds)
+                    this[variant] = (secs, cpu.seconds)
+                    if rep == 0:
+                        prints[variant] = fingerprint(args.workflow, out_dir)
+                    print(f"repeat {rep + 1}/{args.repeats}  {variant:<9} {secs:7.2f}s wall "
+                          f"{cpu.seconds:7.2f}s cpu  (load average {os.getloadavg()[0]:.1f})",
+                          file=sys.stderr)
+                for k, (a, b) in {"tracked/untracked": ("tracked", "untracked"),
+                                  "untracked/plain": ("untracked", "plain")}.items():
+                    ratios[k].append(this[a][0] / this[b][0])
+                    cpu_ratios[k].append(this[a][1] / this[b][1])
+            if args.profile:
+                heaviest = "normalize" if args.workflow == "cdn_logs" else "split"
+                profile_task(wf, url, client, heaviest, 0)
+
+        n = args.tuples
+        rows = []
+        for v in ("tracked", "untracked", "plain"):
+            m = C.median(times[v])
+            rows.append([v, f"{m:.2f}", " ".join(f"{t:.2f}" for t in times[v]),
+                         f"{C.median(cpus[v]):.2f}", f"{n / m:,.0f}", f"{prints[v][0]:,}",
+                         prints[v][1]])
+        print()
+        print(f"{args.workflow}, {n:,} root tuples, {args.repeats} repeats, Spark local[2], "
+              f"{'Redis ' + args.redis if args.redis else 'embedded Redis'}, {time.strftime('%Y-%m-%d %H:%M')}, "
+              f"{os.cpu_count()} CPUs, load average {load_before[0]:.1f} at start, "
+              f"{os.getloadavg()[0]:.1f} at end")
+        print(C.table(["variant", "median wall s", "wall s per repeat", "median CPU s",
+                       "roots/s", "sink records", "result digest"], rows))
+        same = len({p[1] for p in prints.values()}) == 1
+        print(f"\nsame final result in all three variants: {'yes' if same else 'NO'}")
+        rt = C.median(ratios["tracked/untracked"])
+        ru = C.median(ratios["untracked/plain"])
+        ct = C.median(cpu_ratios["tracked/untracked"])
+        cu = C.median(cpu_ratios["untracked/plain"])
+        print(C.table(["ratio (median of per-repeat ratios)", "wall", "CPU", "goal"], [
+            ["tracked / untracked", f"{rt:.2f}x", f"{ct:.2f}x",
+             f"<= {GOAL}x (wall: {'met' if rt <= GOAL else 'not met'})"],
+            ["untracked / plain", f"{ru:.2f}x", f"{cu:.2f}x", "(engine overhead; no goal set)"],
+        ]))
+        print("CPU = CPU seconds of this process, Spark's JVM, its Python workers and the Redis "
+              "server; steadier than wall time when other work shares the machine.")
+        if redis_peak:
+            print(f"\nRedis used_memory at its peak during a tracked run (above the level before it): "
+                  f"{redis_peak / 1e6:.0f} MB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
