@@ -20,6 +20,9 @@ SYSTEM_COMPONENT = "__system"
 HEARTBEAT_STREAM = "__heartbeat"
 
 
+_FIELD_INDEX: dict[tuple[str, ...], dict[str, int]] = {}   # fields -> name -> position
+
+
 class Tuple:
     """A tuple as a bolt sees it. `task` is the global task id it was sent to (Storm's
     numbering); `source_task` the task that emitted it. `roots` are the root ids whose
@@ -53,9 +56,12 @@ class Tuple:
             return default
 
     def _index(self, name: str) -> int:
+        positions = _FIELD_INDEX.get(self.fields)
+        if positions is None:
+            positions = _FIELD_INDEX[self.fields] = {f: i for i, f in enumerate(self.fields)}
         try:
-            return self.fields.index(name)
-        except ValueError:
+            return positions[name]
+        except KeyError:
             raise KeyError(f"tuple from {self.component!r} stream {self.stream!r} has no field "
                            f"{name!r} (fields: {', '.join(self.fields) or 'none'})") from None
 

@@ -152,6 +152,7 @@ class TaskRunner:
         self.wf, self.tm, self.original = workflow_of(spec)
         self.comp: Component = self.wf.component(component_id)
         self.is_spout = self.comp.is_spout
+        self._salts: dict[int, int] = {}
         self.auto_anchor = False
         self.component_id = component_id
         self.index = index
@@ -542,6 +543,22 @@ class TaskRunner:
         base = ids.derive(root, self.router.salts.get(stream, 0), 0)
         self._emit(values, stream, (root,), base, None, hold=None, root_xor=root)
 
+    def _drop_consumed_outputs(self) -> None:
+        """Once every task reading an upstream component has committed, nothing can need that
+        component's stored output again (a committed task never re-executes): drop it now,
+        so Redis holds about two stages of in-flight tuples, not the whole round."""
+        from recovery import keys
+        done_key = keys.task_done(self.spec.run_id, self.spec.round)
+        for src in dict.fromkeys(i.source for i in self.comp.inputs):
+            try:
+                upstream = self.wf.component(src)
+            except KeyError:
+                continue
+            readers = [f"{c.id}:{i}" for c, _ in subscribers(self.wf, src) for i in range(c.parallelism)]
+            if all(self.client.hmget(done_key, readers)):
+                self.client.delete(*[keys.task_output(self.spec.run_id, self.spec.round, src, i)
+                                     for i in range(upstream.parallelism)])
+
     def replay_to(self, component: str, task: int, rec: dict, attempt: int) -> None:
         """Send a cached failed tuple, unchanged but for its attempt, to the task it failed at."""
         key = (component, self.tm.index(component, task))
@@ -559,7 +576,11 @@ class TaskRunner:
             self.stats["roots"] += 1
 
     def _root_salt(self, epoch: int) -> int:
-        return ids.name_salt(self.component_id, str(epoch)) if epoch else ids.name_salt(self.component_id)
+        salt = self._salts.get(epoch)
+        if salt is None:   # a blake2b per record would cost more than the record's routing
+            salt = self._salts[epoch] = (ids.name_salt(self.component_id, str(epoch)) if epoch
+                                         else ids.name_salt(self.component_id))
+        return salt
 
     def _selected(self, message_id: Any) -> bool:
         """Root replay re-reads the source and emits only the failed roots (by their old ids)."""
@@ -592,4 +613,5 @@ class TaskRunner:
                 blob = msgpack.packb(self.spout_messages, default=repr)
                 extra = lambda pipe: pipe.hset(key, field, blob)   # noqa: E731
             self.tracker.commit(self.contrib, self.stats, self.state, extra)
+            self._drop_consumed_outputs()
         return iter(ready)

@@ -373,6 +373,9 @@ class EmbeddedServer:
             ("loglevel", "notice"),
             ("appendonly", "yes"),
             ("appendfilename", "appendonly.aof"),
+            # in-flight tuples pass through the AOF by the hundred MB per round: rewriting it
+            # from 64 MB on would fork a copy of the dataset several times a run
+            ("auto-aof-rewrite-min-size", "1gb"),
             ("appendfsync", "everysec"),
             ("save", ""),
             ("databases", "16"),
