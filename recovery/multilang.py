@@ -590,6 +590,29 @@ class _ShellBase:
             shutil.rmtree(self._pid_dir, ignore_errors=True)
             self._pid_dir = None
 
+    # A spout's answer ends at its `sync`; a bolt never waits for one (stays False).
+    _synced = False
+
+    def _handle(self, item: Any) -> bool:
+        """Handle one item the reader queued; False when it ended the child (it was lost).
+        Messages after a spout's `sync` are kept for its next command."""
+        if item.__class__ is list:
+            for i, msg in enumerate(item):
+                if self._synced:
+                    self._backlog = item[i:]
+                    return True
+                try:
+                    _dispatch(self, msg)
+                except _ProtocolError as exc:
+                    self._lose(str(exc))
+                    return False
+            return True
+        if item.__class__ is _Stderr:
+            self._log(item.line, "stderr")
+            return True
+        self._lose(self._child_problem(item) or f"sent {_quote(item)}")
+        return False
+
 
 class ShellBolt(_ShellBase, Bolt):
     """A bolt implemented by a multilang program (Storm's ShellBolt)."""
@@ -830,22 +853,6 @@ class ShellBolt(_ShellBase, Bolt):
                 q = child.queue
                 while not q.empty() and self._handle(q.get()):
                     pass
-
-    def _handle(self, item: Any) -> bool:
-        """Handle one queued item; False when it ended the child (it has been lost)."""
-        if item.__class__ is list:
-            for msg in item:
-                try:
-                    _dispatch(self, msg)
-                except _ProtocolError as exc:
-                    self._lose(str(exc))
-                    return False
-            return True
-        if item.__class__ is _Stderr:
-            self._log(item.line, "stderr")
-            return True
-        self._lose(self._child_problem(item) or f"sent {_quote(item)}")
-        return False
 
     def _on_emit(self, msg: dict) -> None:
         values = msg.get("tuple")
@@ -1094,24 +1101,6 @@ class ShellSpout(_ShellBase, Spout):
                 return None
         self._strikes = self._explained = 0
         return self._emitted
-
-    def _handle(self, item: Any) -> bool:
-        if item.__class__ is list:
-            for i, msg in enumerate(item):
-                if self._synced:               # sent after its sync: part of the next answer
-                    self._backlog = item[i:]
-                    return True
-                try:
-                    _dispatch(self, msg)
-                except _ProtocolError as exc:
-                    self._lose(str(exc))
-                    return False
-            return True
-        if item.__class__ is _Stderr:
-            self._log(item.line, "stderr")
-            return True
-        self._lose(self._child_problem(item) or f"sent {_quote(item)}")
-        return False
 
     def _on_emit(self, msg: dict) -> None:
         values = msg.get("tuple")
