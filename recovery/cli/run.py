@@ -102,6 +102,17 @@ def print_summary(s: dict[str, Any]) -> None:
         console.print(t)
 
 
+def show(summary: dict[str, Any], as_json: bool) -> None:
+    """A run's summary: one JSON object, or the tables plus the log source's partition lines."""
+    from recovery import follow
+    if as_json:
+        echo_json(summary)
+        return
+    print_summary(summary)
+    for line in follow.report_lines(summary):
+        click.echo(line)
+
+
 def register(main: click.Group) -> None:
     @main.command()
     @click.argument("file")
@@ -170,12 +181,8 @@ def register(main: click.Group) -> None:
         _LAST.update(summary)
         if jobs.uses_log_source(wf):   # --- log source: partitions, lag, warnings (recovery/follow.py)
             summary = follow_mod.enrich(client, summary, wf)
-        if as_json:
-            echo_json(summary)
-        else:
-            print_summary(summary)
-            for line in follow_mod.report_lines(summary):   # --- log source
-                click.echo(line)
+        show(summary, as_json)
+        if not as_json:
             if summary["failed_positions"]:
                 click.echo(f"next: recovery plan {summary['run_id']}   then: recovery recover {summary['run_id']}")
 
@@ -213,12 +220,7 @@ def register(main: click.Group) -> None:
         summary = jobs.summarize(client, run_id)
         from recovery import follow as follow_mod   # --- log source: per-partition committed/end/lag
         summary = follow_mod.enrich(client, summary)
-        if as_json:
-            echo_json(summary)
-        else:
-            print_summary(summary)
-            for line in follow_mod.report_lines(summary):   # --- log source
-                click.echo(line)
+        show(summary, as_json)
 
     @main.command()
     @click.argument("run_id")
