@@ -358,8 +358,9 @@ def run_plain(spark: Any, wf: Any) -> float:
     mapPartitions per component, partitionBy into the consumer's parallelism, no ids, no
     anchoring, no ledger, no Redis. Returns wall seconds."""
     from pyspark import StorageLevel
+    from recovery import jobs
     from recovery.graph import subscribers, topological_order
-    wf_json = json.dumps({**json.loads(wf.model_dump_json()), "base_dir": wf.base_dir})
+    wf_json = jobs.workflow_json(wf)
     sc = spark.sparkContext
     t0 = time.perf_counter()
     outputs: dict[str, Any] = {}

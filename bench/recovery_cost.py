@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import collections
 import os
-import shutil
 import sys
 import time
 from pathlib import Path

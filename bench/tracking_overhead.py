@@ -86,7 +86,7 @@ def profile_task(wf, spec_url: str, client, component: str, index: int) -> None:
     from recovery import engine, jobs, runs
     from recovery.graph import topological_order
     from recovery.runtime import RunSpec, TaskRunner
-    wf_json = json.dumps({**json.loads(wf.model_dump_json()), "base_dir": wf.base_dir})
+    wf_json = jobs.workflow_json(wf)
     feed_spec = RunSpec("profile-feed", 0, wf_json, spec_url, tracking=False)
     outputs: dict[str, list] = {}
     order = topological_order(wf)

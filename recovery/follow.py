@@ -15,7 +15,6 @@ the sinks exactly once.
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -67,10 +66,6 @@ class Stopper:
         for sig, old in self._old.items():
             signal.signal(sig, old)
         self._old.clear()
-
-
-def _wf_json(wf: Workflow) -> str:
-    return json.dumps({**json.loads(wf.model_dump_json()), "base_dir": wf.base_dir})
 
 
 def owner_runs(client: Any, wf: Workflow) -> list[dict[str, Any]]:
@@ -178,7 +173,7 @@ def follow(spark: Any, client: Any, redis_url: str, wf: Workflow, xml: str, file
     idle_exit seconds without a message); returns the run's summary."""
     emit: Event = on_event or (lambda kind, info: None)
     check(client, wf, follow=True)
-    wf_json = _wf_json(wf)
+    wf_json = jobs.workflow_json(wf)
     resumed = resume_crashed(spark, client, redis_url, wf)
     for s in resumed:
         emit("resumed", s)

@@ -6,6 +6,8 @@ recovery workflows. Each function takes a Redis client and, where it runs Spark,
 from __future__ import annotations
 
 import json
+import os
+import socket
 import time
 from typing import Any, Callable
 
@@ -32,8 +34,7 @@ def submit(spark: Any, client: Any, redis_url: str, wf: Workflow, xml: str, file
            progress: Progress | None = None, run_id: str | None = None) -> dict[str, Any]:
     check_classes(wf)
     run_id = run_id or runs.new_run_id(wf.name)
-    wf_json = wf.model_dump_json(exclude=set())
-    wf_json = json.dumps({**json.loads(wf_json), "base_dir": wf.base_dir})
+    wf_json = workflow_json(wf)
     source_json = "{}"
     if uses_log_source(wf):   # a bounded run reads each partition up to its end now
         from recovery import logsource
@@ -42,6 +43,16 @@ def submit(spark: Any, client: Any, redis_url: str, wf: Workflow, xml: str, file
     spec = RunSpec(run_id, 0, wf_json, redis_url, tracking_on, source_json=source_json)
     runs.update(client, run_id, round=0, current_workflow=wf_json, current_spec=_spec_json(spec))
     return run_and_settle(spark, client, wf, spec, progress)
+
+
+def workflow_json(wf: Workflow) -> str:
+    """The workflow as tasks receive it: base_dir kept (the model leaves it out of dumps)."""
+    return json.dumps({**json.loads(wf.model_dump_json()), "base_dir": wf.base_dir})
+
+
+def _claim(client: Any, run_id: str, **fields: Any) -> None:
+    """This process is now the run's driver (how a later call tells it alive or crashed)."""
+    runs.update(client, run_id, driver_pid=os.getpid(), driver_host=socket.gethostname(), **fields)
 
 
 def _spec_json(spec: RunSpec) -> str:
@@ -140,10 +151,7 @@ def summarize(client: Any, run_id: str, rounds: list | None = None, settled: boo
     dead_roots = {int(r) for r in client.smembers(keys.dead_roots(run_id))}
     dead = len(pending & dead_roots)
     positions = [p for p in failed_positions(client, run_id) if p["count"] > 0]
-    queued_roots: set[int] = set()
-    for p in positions:
-        for _, raw in client.hscan_iter(keys.queue(run_id, p["component"], p["task"])):
-            queued_roots.update(msgpack.unpackb(raw, strict_map_key=False).get("roots") or [])
+    queued_roots = {r for q in _queued(client, run_id, positions) for r in (q.get("roots") or [])}
     failed = len((pending - dead_roots) & queued_roots)
     in_flight = len(pending) - dead - failed
     status = runs.status_of(rec)
@@ -166,10 +174,11 @@ def original_workflow(rec: dict[str, Any]) -> Workflow:
     return Workflow.model_validate_json(rec["workflow_json"])
 
 
-def _queued(client: Any, run_id: str) -> list[dict[str, Any]]:
-    """Every queued failed tuple (small: failures only)."""
+def _queued(client: Any, run_id: str, positions: list[dict[str, Any]] | None = None
+            ) -> list[dict[str, Any]]:
+    """Every queued failed tuple (small: failures only), of `positions` if already read."""
     out = []
-    for p in failed_positions(client, run_id):
+    for p in failed_positions(client, run_id) if positions is None else positions:
         for _, raw in client.hscan_iter(keys.queue(run_id, p["component"], p["task"])):
             out.append(msgpack.unpackb(raw, strict_map_key=False))
     return out
@@ -190,14 +199,12 @@ def resume_if_crashed(spark: Any, client: Any, redis_url: str, rec: dict[str, An
     if runs.status_of(rec) not in (runs.CRASHED, runs.ERROR):
         return None
     run_id = rec["run_id"]
-    runs.update(client, run_id, driver_pid=__import__("os").getpid(),
-                driver_host=__import__("socket").gethostname())
+    _claim(client, run_id)
     wf = Workflow.model_validate_json(rec.get("current_workflow") or rec["workflow_json"])
     extra = json.loads(rec.get("current_spec") or "{}")
     replay = extra.get("replay_roots")
     round_no = int(rec.get("round") or 0)
-    spec = RunSpec(run_id, round_no, json.dumps({**json.loads(wf.model_dump_json()), "base_dir": wf.base_dir}),
-                   redis_url, True,
+    spec = RunSpec(run_id, round_no, workflow_json(wf), redis_url, True,
                    replay_roots=frozenset(replay) if replay is not None else None,
                    root_epoch=extra.get("root_epoch", 0), filter_epoch=extra.get("filter_epoch", 0),
                    original_json=rec["workflow_json"] if round_no else None,
@@ -208,17 +215,11 @@ def resume_if_crashed(spark: Any, client: Any, redis_url: str, rec: dict[str, An
     return summary
 
 
-def _wf_json(wf: Workflow) -> str:
-    return json.dumps({**json.loads(wf.model_dump_json()), "base_dir": wf.base_dir})
-
-
 def recover(spark: Any, client: Any, redis_url: str, run_id: str, max_rounds: int | None = None,
             strategy: str = "localized", progress: Progress | None = None,
             on_round: Callable[[dict], None] | None = None) -> dict[str, Any]:
     """Rounds until the failed set is empty (or max_rounds): each synthesizes a recovery
     workflow from the failed positions and runs it with the same tracking."""
-    import os
-    import socket
     from recovery.synthesis import synthesize
     rec = runs.get(client, run_id)
     if runs.status_of(rec) == runs.RUNNING:
@@ -228,7 +229,7 @@ def recover(spark: Any, client: Any, redis_url: str, run_id: str, max_rounds: in
         raise RunError(f"run {run_id} ran with tracking off: there is nothing to recover from")
     started = time.time()
     resumed = resume_if_crashed(spark, client, redis_url, rec, progress)
-    runs.update(client, run_id, status=runs.RUNNING, driver_pid=os.getpid(), driver_host=socket.gethostname())
+    _claim(client, run_id, status=runs.RUNNING)
     original = original_workflow(rec)
     rounds_run = 0
     queued_at_start = len(_queued(client, run_id))
@@ -251,9 +252,9 @@ def recover(spark: Any, client: Any, redis_url: str, run_id: str, max_rounds: in
                 if r["task"] not in failed[r["component"]]:
                     failed[r["component"]].append(r["task"])
             wf = synthesize(original, failed)
-            spec = RunSpec(run_id, round_no, _wf_json(wf), redis_url, True,
+            spec = RunSpec(run_id, round_no, workflow_json(wf), redis_url, True,
                            original_json=rec["workflow_json"])
-        runs.update(client, run_id, round=round_no, current_workflow=_wf_json(wf),
+        runs.update(client, run_id, round=round_no, current_workflow=workflow_json(wf),
                     current_spec=_spec_json(spec), status=runs.RUNNING)
         summary = run_and_settle(spark, client, wf, spec, progress)
         prune_failed_set(client, run_id)
@@ -296,7 +297,7 @@ def _root_replay_round(client: Any, run_id: str, original: Workflow, redis_url: 
             pipe.hdel(keys.queue(run_id, q["component"], q["task"]), str(q["id"]))
         pipe.execute()
     runs.update(client, run_id, root_epoch=round_no)
-    spec = RunSpec(run_id, round_no, _wf_json(original), redis_url, True,
+    spec = RunSpec(run_id, round_no, workflow_json(original), redis_url, True,
                    replay_roots=frozenset(old_roots), root_epoch=round_no, filter_epoch=epoch)
     return spec, original
 

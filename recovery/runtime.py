@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Iterator
 import msgpack
 
 from recovery import ids
-from recovery.components import Spout, Tuple
+from recovery.components import Tuple
 from recovery.graph import TaskContext, TaskMap, subscribers
 from recovery.model import Component, Grouping, Workflow
 from recovery.state import KeyedState, LocalState
