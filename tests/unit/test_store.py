@@ -302,6 +302,21 @@ def test_state_folder_of_another_user_is_refused(tmp_path, monkeypatch, whose):
     assert "owned by uid" in str(err.value)
 
 
+def test_spark_files_in_home_are_private(tmp_path, monkeypatch, umask_022):
+    """Spark's log and shuffle folder under the home (it may log tuple values) are private too;
+    no JVM is started: only the files prepared for it are checked."""
+    from recovery.spark import prepare_environment
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path / "unused"))  # never change the suite's
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "spark.log").write_text("earlier run\n")
+    prepare_environment(home)
+    for folder in (home, home / "spark-conf", home / "spark-tmp"):
+        assert _mode(folder) == 0o700, folder
+    assert _mode(home / "spark.log") == 0o600
+    assert (home / "spark.log").read_text() == "earlier run\n"  # log4j appends to it
+
+
 @pytest.fixture
 def long_home(tmp_path, monkeypatch):
     """A home too long for a unix socket, whose fallback socket folder goes in a private stand-in
