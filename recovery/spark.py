@@ -22,9 +22,12 @@ def prepare_environment(home: Path) -> None:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYTHONHASHSEED", "0")
-    conf_dir = home / "spark-conf"
-    conf_dir.mkdir(parents=True, exist_ok=True)
-    log = (home / "spark.log").resolve()
+    from recovery.store import private_dir, private_file
+    # the log and spark-tmp's shuffle files hold tuple values: private, like the rest of home
+    private_dir(home, "state folder")
+    conf_dir = private_dir(home / "spark-conf")
+    log = private_file(home / "spark.log").resolve()  # log4j appends to it, keeping its mode
+    private_dir(home / "spark-tmp")
     (conf_dir / "log4j2.properties").write_text(LOG4J.format(level="warn", log=log))
     os.environ.setdefault("SPARK_CONF_DIR", str(conf_dir))
 

