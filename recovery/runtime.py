@@ -390,19 +390,29 @@ class TaskRunner:
         not (plain `local[N]` allows one attempt), the round fails in Spark and the driver says
         so in one line (jobs.run_and_settle); `recovery recover RUN` resumes that round, its
         committed tasks replaying their stored output and this task reading the mark. With
-        tracking off there is no mark: Spark's attempts run out and the round fails."""
+        tracking off there is no mark: Spark's attempts run out and the round fails.
+
+        Not covered: C code that holds the GIL while it is stuck (this thread cannot run then;
+        waits, sleeps and I/O release the GIL)."""
         tick = min(1.0, self._timeout / 4)
         while not self._stop_watchdog.wait(tick):
             running = self._running
             if running is None or _monotonic() <= running[1] + self._timeout:
                 continue
             what = running[0]
+            marked = False
             if self.tracker is not None:
                 try:
                     self.client.sadd(self._marks_key(), what)
+                    marked = True
                 except Exception:   # Redis down: end the worker anyway; Spark bounds the retries
                     log.exception("could not record the timeout of %s at %s task %d",
                                   what, self.component_id, self.task_id)
+            if self._running is not running:
+                # it returned while the mark was written: the runner fails it itself
+                if marked:
+                    self.client.srem(self._marks_key(), what)
+                continue
             _end_worker(f"recovery: {self._timeout_text()} and did not return: {what} at "
                         f"{self.component_id} task {self.task_id} marked timed out, worker ended")
             return
