@@ -137,3 +137,25 @@ class TickCounter(Bolt):
         assert tup.is_tick and tup.task == -1
         self.ticks += 1
         self.emit([self.n])
+
+
+class AcksInFinish(Bolt):
+    """Emits anchored to each tuple and acks them all in finish(), which is slow (past the
+    message timeout) when the conf property `test.slow.finish` is set."""
+
+    FINISHED: list = []
+
+    def prepare(self, conf, context):
+        self.slow = bool(conf.get("test.slow.finish"))
+        self.held = []
+
+    def process(self, tup):
+        self.emit([tup["n"]], anchors=[tup])
+        self.held.append(tup)
+
+    def finish(self):
+        AcksInFinish.FINISHED.append(self.context.task_id)
+        if self.slow:
+            time.sleep(SLOW)
+        for tup in self.held:
+            self.ack(tup)

@@ -136,6 +136,29 @@ def test_a_stuck_tuple_is_marked_before_its_worker_ends_and_the_retry_fails_it_u
     assert not fake_redis.exists(marks_key)    # the task committed: its marks are done
 
 
+def test_a_slow_finish_fails_what_is_outstanding_with_the_timeout():
+    rc.Collect.SEEN.clear()
+    client = _run(_slow_workflow("AcksInFinish", **{"test.slow.finish": "1"}))
+    queued = _queued(client)
+    assert sorted(r["values"][0] for r in queued) == list(range(6)) and rc.Collect.SEEN == []
+    assert {r["error"] for r in queued} == {"slow.finish raised TupleTimeout: tuple timed out after 0.5s in slow"}
+    assert tracking.pending_roots(client, "r") == {r["roots"][0] for r in queued}
+
+
+def test_a_finish_marked_timed_out_is_not_run_again_and_fails_what_is_outstanding(fake_redis):
+    wf = _slow_workflow("AcksInFinish")
+    fake_redis.sadd(keys.timed_out("r", 0, "slow", 0), runtime.FINISH)   # an attempt killed in it
+    rc.AcksInFinish.FINISHED.clear()
+    rc.Collect.SEEN.clear()
+    execute(wf, RunSpec("r", 0, wf.model_dump_json(), "fake://", True), fake_redis)
+    for b in range(tracking.LEDGER_BUCKETS):
+        tracking.resolve_bucket(fake_redis, "r", b)
+    assert rc.AcksInFinish.FINISHED == [] and rc.Collect.SEEN == []
+    queued = _queued(fake_redis)
+    assert len(queued) == 6 and all("timed out after 0.5s in slow" in r["error"] for r in queued)
+    assert not fake_redis.exists(keys.timed_out("r", 0, "slow", 0))
+
+
 def test_direct_emits_reach_the_named_task_and_double_acks_are_ignored():
     rc.Collect.SEEN.clear()
     wf = Workflow(name="d", components=(
