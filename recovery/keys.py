@@ -91,3 +91,10 @@ def spout_messages(run_id: str, component: str) -> str:
     """Hash: "round:task index" -> [(root, message id)] a spout emitted whose fate its ack or
     fail has not been told yet (Storm spouts hear of every message id they emitted)."""
     return run_key(run_id, "spoutmsgs", component)
+
+
+def timed_out(run_id: str, round_no: int, component: str, index: int) -> str:
+    """Set: what the message-timeout watchdog ended by killing a task's worker (tuple ids, or
+    "finish"), so that the task's retry fails it without running it again. Dropped at the
+    task's commit."""
+    return run_key(run_id, "timedout", round_no, component, index)

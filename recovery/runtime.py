@@ -8,7 +8,8 @@ tasks, so `emit` can return them and the ids it creates can be XORed into the le
 """
 from __future__ import annotations
 
-import signal
+import logging
+import os
 import sys
 import threading
 import time
@@ -26,10 +27,34 @@ from recovery.state import KeyedState, LocalState
 
 CHUNK = 2048          # tuples per blob
 ERROR_CAP = 4000      # characters of an error/traceback kept with a failed tuple
+FINISH = "finish"     # what a timed-out `finish()` is called in a task's timeout marks
+KILLED_EXIT = 70      # the exit code of a worker the message-timeout watchdog ended
+
+log = logging.getLogger(__name__)
+_monotonic = time.monotonic
 
 
 class TupleTimeout(Exception):
-    pass
+    """A tuple's execution passed `topology.message.timeout.secs`. Raised cooperatively, by
+    the collector call the component makes after its deadline (never asynchronously), so it
+    always lands where the runner's state is consistent."""
+
+
+def _kill_armed() -> bool:
+    """The last-resort kill ends the process, so it is armed only in a Spark Python worker
+    (whose task Spark retries, or whose round `recover` resumes), never in a driver or a test."""
+    try:
+        from pyspark import TaskContext
+    except ImportError:
+        return False
+    return TaskContext.get() is not None
+
+
+def _end_worker(message: str) -> None:
+    """End this Python worker now: nothing of the task is committed, so nothing is lost."""
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+    os._exit(KILLED_EXIT)
 
 
 @dataclass(frozen=True)
@@ -185,7 +210,11 @@ class TaskRunner:
         self.component_obj: Any = None
         self.state: Any = None
         self._timeout = float(self.conf.get("topology.message.timeout.secs", "30"))
-        self._busy_since = 0.0
+        self._timed = False                 # this task's executions have a deadline
+        # (what runs: a tuple id or FINISH, its deadline): one object, so that the watchdog
+        # thread reads both at once; None between executions
+        self._running: tuple[int | str, float] | None = None
+        self._timed_out: set[int | str] = set()   # marks left by a killed earlier attempt
         self._watchdog: threading.Thread | None = None
         self._stop_watchdog = threading.Event()
 
@@ -197,6 +226,8 @@ class TaskRunner:
     # -- collector protocol ---------------------------------------------------------------
     def emit(self, component: Any, values: Any, stream: str, anchors: tuple, direct_task: int | None,
              message_id: Any) -> list[int]:
+        if self._running is not None and _monotonic() > self._running[1]:
+            self._raise_timeout()
         if type(values) is not list:
             values = list(values)
         if self.is_spout:
@@ -277,6 +308,8 @@ class TaskRunner:
             self.tracker.add_output(key, blob)
 
     def ack(self, tup: Tuple) -> None:
+        if self._running is not None and _monotonic() > self._running[1]:
+            self._raise_timeout()
         if self.outstanding.pop(tup.id, None) is None:
             return  # already acked or failed: Storm ignores it too
         self.stats["acked"] += 1
@@ -290,6 +323,8 @@ class TaskRunner:
                 self._release(entry[1])
 
     def fail(self, tup: Tuple, error: str | None = None, tb: str = "") -> None:
+        if self._running is not None and _monotonic() > self._running[1]:
+            self._raise_timeout()
         if self.outstanding.pop(tup.id, None) is None:
             return
         self.stats["failed"] += 1
@@ -307,35 +342,87 @@ class TaskRunner:
             self.log(f"tuple {tup.id:#x} failed: {error}", "error")
 
     def log(self, message: str, level: str = "info") -> None:
+        if self._running is not None and _monotonic() > self._running[1]:
+            self._raise_timeout()
         if self.tracker is not None:
             self.tracker.log(level, message)
 
     # -- timeouts -------------------------------------------------------------------------
-    def _start_watchdog(self) -> None:
-        if self._timeout <= 0 or threading.current_thread() is not threading.main_thread():
+    # The message timeout is cooperative: an execution (a tuple's process(), or finish()) has
+    # a deadline, checked at every collector call (emit, ack, fail, log) and when it returns;
+    # past it, the collector call raises TupleTimeout before it changes anything, and the tuple
+    # fails alone. Nothing is ever raised asynchronously, so no timeout can land between two
+    # statements of the runner (e.g. in `_seal`, between taking a chunk out and storing it).
+    # For code that never hands control back (stuck in C, or a loop without collector calls)
+    # the last resort is `_watch`.
+    def _timeout_text(self) -> str:
+        return f"tuple timed out after {self._timeout:g}s in {self.component_id}"
+
+    def _raise_timeout(self) -> None:
+        raise TupleTimeout(self._timeout_text())
+
+    def _start_timing(self, bolt: Any) -> None:
+        ml = sys.modules.get("recovery.multilang")
+        if self._timeout <= 0 or (ml is not None and isinstance(bolt, ml.ShellBolt)):
+            return   # shell bolts bound every wait on their program themselves
+        self._timed = True
+        if self.tracker is not None:
+            marks = self.client.smembers(self._marks_key())
+            self._timed_out = {m.decode() if m == FINISH.encode() else int(m) for m in marks}
+        if _kill_armed():
+            self._watchdog = threading.Thread(target=self._watch, daemon=True,
+                                              name=f"timeout-{self.component_id}-{self.index}")
+            self._watchdog.start()
+
+    def _marks_key(self) -> str:
+        from recovery import keys
+        return keys.timed_out(self.spec.run_id, self.spec.round, self.component_id, self.index)
+
+    def _watch(self) -> None:
+        """The last resort: an execution still running a whole timeout past its deadline will
+        not hand control back. Record durably that it timed out here, then end the worker.
+
+        Nothing is lost: the task has committed nothing (its outputs, ledger contributions and
+        failures are committed together at its end, and a retry overwrites whatever in-flight
+        chunks it stored). Nothing loops: the retry reads the mark and fails that tuple with the
+        timeout error without running it (`_execute`), then goes on. Where Spark retries the
+        task (`local[N,F]` with F > 1, a cluster), that happens within the round. Where it will
+        not (plain `local[N]` allows one attempt), the round fails in Spark and the driver says
+        so in one line (jobs.run_and_settle); `recovery recover RUN` resumes that round, its
+        committed tasks replaying their stored output and this task reading the mark. With
+        tracking off there is no mark: Spark's attempts run out and the round fails.
+
+        Not covered: C code that holds the GIL while it is stuck (this thread cannot run then;
+        waits, sleeps and I/O release the GIL)."""
+        tick = min(1.0, self._timeout / 4)
+        while not self._stop_watchdog.wait(tick):
+            running = self._running
+            if running is None or _monotonic() <= running[1] + self._timeout:
+                continue
+            what = running[0]
+            marked = False
+            if self.tracker is not None:
+                try:
+                    self.client.sadd(self._marks_key(), what)
+                    marked = True
+                except Exception:   # Redis down: end the worker anyway; Spark bounds the retries
+                    log.exception("could not record the timeout of %s at %s task %d",
+                                  what, self.component_id, self.task_id)
+            if self._running is not running:
+                # it returned while the mark was written: the runner fails it itself
+                if marked:
+                    self.client.srem(self._marks_key(), what)
+                continue
+            _end_worker(f"recovery: {self._timeout_text()} and did not return: {what} at "
+                        f"{self.component_id} task {self.task_id} marked timed out, worker ended")
             return
-        main = threading.main_thread().ident
-
-        def on_alarm(signum, frame):
-            if self._busy_since and time.monotonic() - self._busy_since > self._timeout:
-                raise TupleTimeout(f"tuple timed out after {self._timeout:g}s in {self.component_id}")
-
-        self._old_handler = signal.signal(signal.SIGALRM, on_alarm)
-
-        def watch():
-            tick = min(1.0, self._timeout / 4)
-            while not self._stop_watchdog.wait(tick):
-                if self._busy_since and time.monotonic() - self._busy_since > self._timeout:
-                    signal.pthread_kill(main, signal.SIGALRM)
-
-        self._watchdog = threading.Thread(target=watch, daemon=True)
-        self._watchdog.start()
 
     def _stop(self) -> None:
+        self._running = None
         if self._watchdog is not None:
             self._stop_watchdog.set()
             self._watchdog.join()
-            signal.signal(signal.SIGALRM, self._old_handler)
+            self._watchdog = None
 
     # -- component set-up -----------------------------------------------------------------
     def _context(self) -> TaskContext:
@@ -398,7 +485,7 @@ class TaskRunner:
         # shell bolts send ticks to their program themselves
         ticks = tick_every > 0 and not hasattr(bolt, "metrics")
         next_tick = time.monotonic() + tick_every
-        self._start_watchdog()
+        self._start_timing(bolt)
         try:
             for _, blob in records:
                 src, src_task, recs = msgpack.unpackb(blob)
@@ -411,15 +498,7 @@ class TaskRunner:
                         yield from self._drain()
             if ticks:   # a last tick at the end of the input, so windowing bolts can flush
                 self._tick(bolt, tick_every)
-            self._busy_since = time.monotonic()
-            try:
-                bolt.finish()
-            except Exception as err:
-                msg, tb = format_error(err)
-                for tup in list(self.outstanding.values()):
-                    self.fail(tup, f"{self.component_id}.finish raised {msg}", tb)
-            finally:
-                self._busy_since = 0.0
+            self._run_finish(bolt)
         finally:
             self._stop()
         for tup in list(self.outstanding.values()):
@@ -429,6 +508,29 @@ class TaskRunner:
         except Exception as err:
             self.log(f"cleanup raised {format_error(err)[0]}", "error")
         yield from self._finish(started)
+
+    def _run_finish(self, bolt: Any) -> None:
+        """finish() under the message timeout too: past it, what is outstanding fails."""
+        timeout_error = f"{self.component_id}.finish raised TupleTimeout: {self._timeout_text()}"
+        if FINISH in self._timed_out:   # an earlier attempt was killed in it: never again
+            for tup in list(self.outstanding.values()):
+                self.fail(tup, timeout_error)
+            return
+        running = self._running = (FINISH, _monotonic() + self._timeout) if self._timed else None
+        try:
+            bolt.finish()
+        except Exception as err:
+            self._running = None
+            msg, tb = format_error(err)
+            for tup in list(self.outstanding.values()):
+                self.fail(tup, f"{self.component_id}.finish raised {msg}", tb)
+        else:
+            self._running = None
+            if running is not None and _monotonic() > running[1]:
+                for tup in list(self.outstanding.values()):
+                    self.fail(tup, timeout_error)
+        finally:
+            self._running = None
 
     def _tick(self, bolt: Any, secs: float) -> None:
         from recovery.components import SYSTEM_COMPONENT, TICK_STREAM
@@ -462,22 +564,39 @@ class TaskRunner:
         tup = Tuple(tid, src, stream, self.task_id, values, self._fields(src, stream), roots,
                     src_task, attempt)
         self.outstanding[tid] = tup
-        self.current = tup
         self.stats["executed"] += 1
-        self._busy_since = time.monotonic()
+        if self._timed_out and tid in self._timed_out:
+            # an earlier attempt of this task was killed running it (see _watch): it fails
+            # with the timeout it had, and is not run again
+            self.fail(tup, f"TupleTimeout: {self._timeout_text()} (stuck: its worker was ended)")
+            return
+        self.current = tup
+        running = self._running = (tid, _monotonic() + self._timeout) if self._timed else None
         try:
             for inj in self.injections:
                 inj.before_process(tup)
             bolt.process(tup)
         except (Exception, SystemExit) as err:  # a bolt's bug fails its tuple, never the task
-            self._busy_since = 0.0
+            self._running = None
             msg, tb = format_error(err)
-            self.fail(tup, msg, tb)
+            if tid in self.outstanding:
+                self.fail(tup, msg, tb)
+            else:   # acked (or failed) before: as in Storm, that stands
+                self.log(f"{self.component_id}.process raised {msg} after tuple {tid:#x} was "
+                         "acked or failed", "warn")
         else:
-            self._busy_since = 0.0
-            if auto_ack and tid in self.outstanding:
+            self._running = None
+            if running is not None and _monotonic() > running[1]:
+                # it returned late without a collector call to raise at (between tuples)
+                if tid in self.outstanding:
+                    self.fail(tup, f"TupleTimeout: {self._timeout_text()}")
+                else:   # acked (or failed) in time: as in Storm, that stands
+                    self.log(f"tuple {tid:#x} was acked, then {self.component_id}.process "
+                             f"ran past the {self._timeout:g}s timeout", "warn")
+            elif auto_ack and tid in self.outstanding:
                 self.ack(tup)
         finally:
+            self._running = None
             self.current = None
 
     # -- spouts ---------------------------------------------------------------------------
@@ -612,6 +731,9 @@ class TaskRunner:
                 field = f"{self.spec.round}:{self.index}"
                 blob = msgpack.packb(self.spout_messages, default=repr)
                 extra = lambda pipe: pipe.hset(key, field, blob)   # noqa: E731
+            elif self._timed_out:   # a committed task never runs again: its marks are done
+                marks = self._marks_key()
+                extra = lambda pipe: pipe.delete(marks)   # noqa: E731
             self.tracker.commit(self.contrib, self.stats, self.state, extra)
             self._drop_consumed_outputs()
         return iter(ready)

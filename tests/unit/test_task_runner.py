@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import fakeredis
 import msgpack
+import pytest
 
-from recovery import keys, tracking
+from recovery import keys, runtime, tracking
 from recovery.model import ClassImpl, Component, Grouping, Input, StreamDef, Workflow
 from recovery.runtime import RunSpec
 from tests.unit import runner_components as rc
@@ -30,16 +31,132 @@ def _queued(client, run_id="r"):
 
 
 def test_a_tuple_over_the_message_timeout_fails_and_the_task_goes_on():
-    wf = Workflow(name="t", config=(("topology.message.timeout.secs", "1"),), components=(
+    wf = Workflow(name="t", config=(("topology.message.timeout.secs", "0.5"),), components=(
         Component(id="src", kind="spout", impl=ClassImpl(ref=REF + "Numbers"), streams=(StreamDef(fields=("n",)),)),
         Component(id="slow", kind="bolt", impl=ClassImpl(ref=REF + "SlowOnThree"),
                   streams=(StreamDef(fields=("n",)),), inputs=(Input(source="src"),))))
     client = _run(wf)
     [rec] = _queued(client)
-    assert rec["values"] == [3] and "timed out after 1s" in rec["error"]
+    assert rec["values"] == [3] and "timed out after 0.5s" in rec["error"]
     assert len(tracking.pending_roots(client, "r")) == 1
     stats = msgpack.unpackb(client.hget(keys.task_done("r", 0), "slow:0"))
     assert stats["executed"] == 6 and stats["acked"] == 5
+
+
+def _slow_workflow(slow_ref: str, **conf: str) -> Workflow:
+    """Numbers -> slow (a component under the 0.5 s message timeout) -> sink (Collect)."""
+    return Workflow(name="t", config=(("topology.message.timeout.secs", "0.5"), *conf.items()),
+                    components=(
+        Component(id="src", kind="spout", impl=ClassImpl(ref=REF + "Numbers"), streams=(StreamDef(fields=("n",)),)),
+        Component(id="slow", kind="bolt", impl=ClassImpl(ref=REF + slow_ref),
+                  streams=(StreamDef(fields=("n", "extra")),), inputs=(Input(source="src"),)),
+        Component(id="sink", kind="bolt", impl=ClassImpl(ref=REF + "Collect"), inputs=(Input(source="slow"),))))
+
+
+def _stats(client, component, run_id="r"):
+    return msgpack.unpackb(client.hget(keys.task_done(run_id, 0), f"{component}:0"))
+
+
+@pytest.mark.parametrize("point", ["before its first emit", "between emits", "between emit and ack",
+                                   "inside ack"])
+def test_a_tuple_slow_at_any_point_before_its_ack_fails_alone_with_the_timeout(point):
+    rc.Collect.SEEN.clear()
+    client = _run(_slow_workflow("SlowAt", **{"test.slow.at": point}))
+    [rec] = _queued(client)
+    assert rec["values"] == [3] and rec["component"] == "slow"
+    assert rec["error"] == "TupleTimeout: tuple timed out after 0.5s in slow"
+    # nothing the timed-out tuple emitted flowed on; every other output arrived, once
+    assert sorted(n for _, n in rc.Collect.SEEN) == sorted([n for n in range(6) if n != 3] +
+                                                          [n + 100 for n in range(6) if n != 3])
+    # its root is pending, and only its root: the queued tuple completes it when replayed
+    assert tracking.pending_roots(client, "r") == set(rec["roots"])
+    stats = _stats(client, "slow")
+    assert (stats["executed"], stats["acked"], stats["failed"], stats["emitted"]) == (6, 5, 1, 10)
+
+
+def test_a_tuple_slow_after_its_ack_stays_acked_and_the_overrun_is_logged():
+    rc.Collect.SEEN.clear()
+    client = _run(_slow_workflow("SlowAt", **{"test.slow.at": "after ack"}))
+    assert _queued(client) == [] and tracking.pending_roots(client, "r") == set()
+    assert sorted(n for _, n in rc.Collect.SEEN) == sorted(list(range(6)) + [n + 100 for n in range(6)])
+    logs = [msgpack.unpackb(m) for m in client.lrange(keys.log("r"), 0, -1)]
+    assert any("ran past the 0.5s timeout" in m[4] or "TupleTimeout" in m[4] for m in logs)
+
+
+def test_a_slow_seal_inside_ack_loses_no_chunk(monkeypatch):
+    """The runner's own code is never interrupted: `_seal` takes a chunk out of the task's
+    buffers and stores it as one step. (SIGALRM used to raise in the slow serialization,
+    after the chunk was taken out and its tuples' ids XORed: the chunk was lost, its roots
+    pending for ever with nothing queued.)"""
+    monkeypatch.setattr(runtime, "CHUNK", 4)    # the ack of tuple 3 seals a chunk of 4
+    rc.Collect.SEEN.clear()
+    client = _run(_slow_workflow("SlowToSeal"))
+    assert sorted(n for _, n in rc.Collect.SEEN) == list(range(6))
+    assert tracking.pending_roots(client, "r") == set() and _queued(client) == []
+    stats = _stats(client, "slow")
+    assert (stats["executed"], stats["acked"], stats["failed"], stats["emitted"]) == (6, 6, 0, 6)
+
+
+def test_a_stuck_tuple_is_marked_before_its_worker_ends_and_the_retry_fails_it_unrun(monkeypatch, fake_redis):
+    """The last resort: a tuple that never hands control back (a C-level wait) is marked timed
+    out in Redis, then the worker ends; the task's retry fails that tuple without running it."""
+    wf = _slow_workflow("StuckOnThree")
+    spec = RunSpec("r", 0, wf.model_dump_json(), "fake://", True)
+    marks_key = keys.timed_out("r", 0, "slow", 0)
+    marks_at_kill = []
+
+    def end_worker(message):   # stands for os._exit: records what Redis holds at that moment
+        marks_at_kill.append((fake_redis.smembers(marks_key), message))
+        rc.StuckOnThree.KILLED.set()
+
+    monkeypatch.setattr(runtime, "_kill_armed", lambda: True)
+    monkeypatch.setattr(runtime, "_end_worker", end_worker)
+    rc.StuckOnThree.KILLED.clear()
+    rc.StuckOnThree.RAN.clear()
+    rc.Collect.SEEN.clear()
+    with pytest.raises(rc.WorkerEnded):
+        execute(wf, spec, fake_redis)
+    [(marks, message)] = marks_at_kill
+    assert len(marks) == 1 and "tuple timed out after 0.5s in slow" in message
+    assert fake_redis.hget(keys.task_done("r", 0), "slow:0") is None    # nothing committed
+    stuck_id = int(next(iter(marks)))
+
+    # the retry (Spark's, or the resumed round of `recover`): the spout committed, so it
+    # replays its stored output; the bolt task fails tuple 3 without running it and goes on
+    rc.StuckOnThree.RAN.clear()
+    execute(wf, spec, fake_redis)
+    for b in range(tracking.LEDGER_BUCKETS):
+        tracking.resolve_bucket(fake_redis, "r", b)
+    assert sorted(rc.StuckOnThree.RAN) == [0, 1, 2, 4, 5]
+    [rec] = _queued(fake_redis)
+    assert rec["id"] == stuck_id and rec["values"] == [3]
+    assert rec["error"].startswith("TupleTimeout: tuple timed out after 0.5s in slow")
+    assert sorted(n for _, n in rc.Collect.SEEN) == [0, 1, 2, 4, 5]
+    assert tracking.pending_roots(fake_redis, "r") == set(rec["roots"])
+    assert not fake_redis.exists(marks_key)    # the task committed: its marks are done
+
+
+def test_a_slow_finish_fails_what_is_outstanding_with_the_timeout():
+    rc.Collect.SEEN.clear()
+    client = _run(_slow_workflow("AcksInFinish", **{"test.slow.finish": "1"}))
+    queued = _queued(client)
+    assert sorted(r["values"][0] for r in queued) == list(range(6)) and rc.Collect.SEEN == []
+    assert {r["error"] for r in queued} == {"slow.finish raised TupleTimeout: tuple timed out after 0.5s in slow"}
+    assert tracking.pending_roots(client, "r") == {r["roots"][0] for r in queued}
+
+
+def test_a_finish_marked_timed_out_is_not_run_again_and_fails_what_is_outstanding(fake_redis):
+    wf = _slow_workflow("AcksInFinish")
+    fake_redis.sadd(keys.timed_out("r", 0, "slow", 0), runtime.FINISH)   # an attempt killed in it
+    rc.AcksInFinish.FINISHED.clear()
+    rc.Collect.SEEN.clear()
+    execute(wf, RunSpec("r", 0, wf.model_dump_json(), "fake://", True), fake_redis)
+    for b in range(tracking.LEDGER_BUCKETS):
+        tracking.resolve_bucket(fake_redis, "r", b)
+    assert rc.AcksInFinish.FINISHED == [] and rc.Collect.SEEN == []
+    queued = _queued(fake_redis)
+    assert len(queued) == 6 and all("timed out after 0.5s in slow" in r["error"] for r in queued)
+    assert not fake_redis.exists(keys.timed_out("r", 0, "slow", 0))
 
 
 def test_direct_emits_reach_the_named_task_and_double_acks_are_ignored():
