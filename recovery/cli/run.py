@@ -253,8 +253,8 @@ def register(main: click.Group) -> None:
     @click.option("--master", default=None, help="Spark master URL (default local[*]).")
     @click.option("--conf", "spark_conf", multiple=True, metavar="K=V")
     @click.option("--property", "-p", "props", multiple=True, metavar="K=V",
-                  help="Change a workflow config property of the run (repeatable), checked "
-                  "as at submit and stored in the run: this and later rounds use it.")
+                  help="Set a workflow config property of the run (repeatable); stored in "
+                  "the run, used by this and later rounds.")
     @redis_option
     @json_option
     def recover(run_id: str, max_rounds: int | None, strategy: str, master: str | None,
@@ -262,8 +262,10 @@ def register(main: click.Group) -> None:
                 as_json: bool) -> None:
         """Run recovery rounds until the failed set is empty.
 
-        With -p KEY=VALUE, first change the run's stored configuration (e.g. mend a bad
-        recovery.max.attempts a run was submitted with, or allow more attempts)."""
+        With -p KEY=VALUE (repeatable), first change the run's configuration: each value is
+        checked as at submit, stored in the run record, and used by this and every later
+        round (a crashed round that resumes too). Use it to mend a bad value a run was
+        submitted with, or to allow more attempts before `recovery dead --requeue`."""
         from recovery import config, jobs
         client, url = _client(redis_url)
         rec = jobs.runs.get(client, run_id)
