@@ -237,16 +237,6 @@ def value(conf: Mapping[str, Any], name: str) -> Any:
     return check_property(name, raw)
 
 
-def settings(conf: Mapping[str, Any]) -> Settings:
-    """Every declared property of `conf`, typed (defaults for those absent)."""
-    try:
-        return Settings.model_validate({k: v for k, v in conf.items() if k in PROPERTIES})
-    except ValidationError as err:
-        name = str(err.errors()[0]["loc"][0])
-        raise PropertyError(f"{name} must be {_expected(PROPERTIES[name])}, got "
-                            f"{conf.get(name)!r}", name) from None
-
-
 def describe() -> list[tuple[str, str, str, str]]:
     """(name, accepts, default, help) for every declared property, for documentation."""
     rows = [(n, _expected(f), DEFAULTS.get(n, ""), f.description or "")

@@ -6,8 +6,10 @@ WorkflowError naming the file and the line of the element at fault:
 1. a safe XML parse: no DOCTYPE at all (so no entity can resolve or expand: XXE and
    "billion laughs" are refused before libxml2 sees them), no DTD loading, no network,
    no huge trees;
-2. validation against schemas/workflow.xsd (namespace ``urn:recovery:workflow:1``);
-3. the checks a schema cannot express: unique ids, exactly one implementation per
+2. validation against the schema, recovery/schemas/workflow.xsd (namespace
+   ``urn:recovery:workflow:1``);
+3. the checks a schema cannot express: property names and values against their
+   declarations (recovery/config.py), unique ids, exactly one implementation per
    component, required source/sink attributes, inputs naming a known component and
    stream, groupings consistent with what the upstream stream declares, no cycles;
 4. (``load`` only) the files the sources read exist.

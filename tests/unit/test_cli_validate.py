@@ -190,3 +190,13 @@ def test_recover_help_says_what_p_does():
     text = " ".join(result.stdout.split())
     assert "-p, --property K=V" in text
     assert "stored in the run record, and used by this and every later round" in text
+
+
+def test_properties_lists_every_declaration():
+    from recovery import config
+    result = run("properties")
+    assert result.exit_code == 0
+    assert "recovery.max.attempts  (an integer >= 1, default 3)" in result.stdout
+    doc = json.loads(run("properties", "--json").stdout)
+    names = {p["name"] for p in doc["properties"]}
+    assert set(config.PROPERTIES) <= names and "recovery.inject.NAME.mode" in names
