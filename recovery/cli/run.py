@@ -119,7 +119,8 @@ def register(main: click.Group) -> None:
     @click.option("--master", default=None, help="Spark master URL (default local[*]).")
     @click.option("--conf", "spark_conf", multiple=True, metavar="K=V", help="A Spark setting (repeatable).")
     @click.option("--property", "-p", "props", multiple=True, metavar="K=V",
-                  help="Override a workflow config property (repeatable).")
+                  help="Set a workflow config property (repeatable; `recovery properties` "
+                  "lists them), checked before anything runs.")
     @click.option("--no-tracking", is_flag=True, help="Run without tracking (no recovery possible).")
     @click.option("--run-id", default=None, help="Use this run id instead of a generated one.")
     # --- log source (recovery/follow.py): continuous runs over redis-stream topics ---
