@@ -131,6 +131,9 @@ def _text(value: Any) -> str:
     return str(value)
 
 
+_ATTRIBUTES: dict[str, str] = {_alias(n, f): n for n, f in Settings.model_fields.items()}
+_DEFAULT_SETTINGS = Settings()          # the defaults, typed (30.0, not 30)
+
 # The defaults as text, merged under a workflow's properties (Workflow.conf).
 DEFAULTS: dict[str, str] = {name: _text(f.default) for name, f in PROPERTIES.items()
                             if f.default is not None}
@@ -233,7 +236,7 @@ def value(conf: Mapping[str, Any], name: str) -> Any:
         raise KeyError(f"{name} is not a declared property")
     raw = conf.get(name) if conf else None
     if raw is None:
-        return PROPERTIES[name].default
+        return getattr(_DEFAULT_SETTINGS, _ATTRIBUTES[name])
     return check_property(name, raw)
 
 

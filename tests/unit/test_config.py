@@ -130,6 +130,7 @@ def test_backoff_and_multilang_read_the_declared_defaults():
     assert backoff_ms(10, {}) == 10000.0                  # capped
     assert backoff_ms(2, {"recovery.retry.delay.period.ms": "10"}) == 20.0
     assert _conf_float({}, "topology.subprocess.timeout.secs") == 30.0
+    assert type(config.value({}, "recovery.retry.max.delay.ms")) is float   # typed defaults
     assert _conf_float({"topology.tick.tuple.freq.secs": "2"}, "topology.tick.tuple.freq.secs") == 2.0
 
 
