@@ -184,6 +184,20 @@ def _queued(client: Any, run_id: str, positions: list[dict[str, Any]] | None = N
     return out
 
 
+def reconfigure(client: Any, run_id: str, overrides: dict[str, str]) -> None:
+    """Set workflow properties of a stored run (`recover -p`, values already checked): the
+    next rounds, and a resumed round, read the stored workflows."""
+    rec = runs.get(client, run_id)
+    if runs.status_of(rec) == runs.RUNNING:
+        raise RunError(f"run {run_id} is still running (driver pid {rec.get('driver_pid')} on "
+                       f"{rec.get('driver_host')}): its configuration cannot change now")
+    fields = {"workflow_json": workflow_json(original_workflow(rec).with_config(overrides))}
+    if rec.get("current_workflow"):
+        current = Workflow.model_validate_json(rec["current_workflow"])
+        fields["current_workflow"] = workflow_json(current.with_config(overrides))
+    runs.update(client, run_id, **fields)
+
+
 def prune_failed_set(client: Any, run_id: str) -> None:
     """A position leaves the failed set once its queue is empty."""
     for pos in client.smembers(keys.failed_set(run_id)):
@@ -241,7 +255,7 @@ def recover(spark: Any, client: Any, redis_url: str, run_id: str, max_rounds: in
             break
         wait = min(r.get("not_before", 0) for r in queued) - time.time()
         if wait > 0:   # every queued tuple is still backing off
-            time.sleep(min(wait, float(original.conf()["recovery.retry.max.delay.ms"]) / 1000))
+            time.sleep(min(wait, original.setting("recovery.retry.max.delay.ms") / 1000))
         round_no = int(runs.get(client, run_id).get("round") or 0) + 1
         if strategy == "root-replay":
             spec, wf = _root_replay_round(client, run_id, original, redis_url, round_no, queued)

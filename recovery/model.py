@@ -6,30 +6,14 @@ Workflow; recovery synthesis maps (Workflow, failed positions) to another Workfl
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from recovery import config as config_decl
+
 DEFAULT_STREAM = "default"
 NAMESPACE = "urn:recovery:workflow:1"
-
-# Storm's names where Storm has the setting, ours under recovery.*. Values are strings in the
-# XML; typed access goes through Workflow.conf_int / conf_float / conf_bool.
-CONFIG_DEFAULTS: dict[str, str] = {
-    "topology.message.timeout.secs": "30",
-    "topology.max.spout.pending": "1000",
-    "topology.tick.tuple.freq.secs": "0",          # 0: no tick tuples
-    "topology.subprocess.timeout.secs": "30",      # shell heartbeat limit
-    "topology.multilang.heartbeat.interval.secs": "1",
-    "recovery.max.attempts": "3",
-    # KafkaSpoutRetryExponentialBackoff's shape: initial delay, then period * 2^(n-1), capped.
-    "recovery.retry.initial.delay.ms": "0",
-    "recovery.retry.delay.period.ms": "200",
-    "recovery.retry.max.delay.ms": "10000",
-    "recovery.tracking": "true",
-    "recovery.auto": "false",
-}
-
 
 class Grouping(str, Enum):
     SHUFFLE = "shuffle"
@@ -136,21 +120,34 @@ class Workflow(_Frozen):
         raise KeyError(component_id)
 
     def conf(self, component_id: str | None = None) -> dict[str, str]:
-        """Effective configuration: defaults < workflow properties < component properties."""
-        merged = dict(CONFIG_DEFAULTS)
+        """Effective configuration as text, as components receive it: declared defaults
+        (recovery/config.py) < workflow properties < component properties."""
+        merged = dict(config_decl.DEFAULTS)
         merged.update(dict(self.config))
         if component_id is not None:
             merged.update(dict(self.component(component_id).config))
         return merged
 
+    def setting(self, key: str, component_id: str | None = None) -> Any:
+        """The typed value of a declared property (recovery/config.py)."""
+        return config_decl.value(self.conf(component_id), key)
+
     def conf_int(self, key: str, component_id: str | None = None) -> int:
-        return int(float(self.conf(component_id)[key]))
+        return int(self.setting(key, component_id))
 
     def conf_float(self, key: str, component_id: str | None = None) -> float:
-        return float(self.conf(component_id)[key])
+        return float(self.setting(key, component_id))
 
     def conf_bool(self, key: str, component_id: str | None = None) -> bool:
-        return self.conf(component_id)[key].strip().lower() in ("1", "true", "yes", "on")
+        return bool(self.setting(key, component_id))
+
+    def with_config(self, overrides: dict[str, str]) -> "Workflow":
+        """This workflow with workflow-level properties set or replaced (submit/recover -p)."""
+        if not overrides:
+            return self
+        merged = dict(self.config)
+        merged.update(overrides)
+        return self.model_copy(update={"config": tuple(merged.items())})
 
     @property
     def spouts(self) -> tuple[Component, ...]:

@@ -52,10 +52,11 @@ import weakref
 from collections import deque
 from typing import Any, Callable
 
+from recovery import config as config_decl
 from recovery.components import (HEARTBEAT_STREAM, SYSTEM_COMPONENT, TICK_STREAM, Bolt, Spout,
                                  Tuple)
 from recovery.errors import RecoveryError
-from recovery.model import CONFIG_DEFAULTS, ShellImpl
+from recovery.model import ShellImpl
 
 __all__ = ["ShellBolt", "ShellSpout", "ShellError"]
 
@@ -153,12 +154,7 @@ def _storm_conf(conf: dict) -> dict:
 
 
 def _conf_float(conf: dict, key: str) -> float:
-    for source in (conf or {}, CONFIG_DEFAULTS):
-        try:
-            return float(source[key])
-        except (KeyError, TypeError, ValueError):
-            continue
-    return 0.0
+    return float(config_decl.value(conf or {}, key))   # declared in recovery/config.py
 
 
 def _read_stdout(stream: Any, q: "queue.SimpleQueue", clock: list, partial: list,

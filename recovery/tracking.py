@@ -15,6 +15,7 @@ from typing import Any, Iterable, Iterator
 import msgpack
 import numpy as np
 
+from recovery import config as config_decl
 from recovery import keys
 
 LEDGER_BUCKETS = 8
@@ -90,9 +91,9 @@ def pending_roots(client: Any, run_id: str) -> set[int]:
 
 def backoff_ms(attempt: int, conf: dict[str, str]) -> float:
     """Delay before attempt `attempt + 1` (KafkaSpoutRetryExponentialBackoff's shape)."""
-    initial = float(conf["recovery.retry.initial.delay.ms"])
-    period = float(conf["recovery.retry.delay.period.ms"])
-    cap = float(conf["recovery.retry.max.delay.ms"])
+    initial = config_decl.value(conf, "recovery.retry.initial.delay.ms")
+    period = config_decl.value(conf, "recovery.retry.delay.period.ms")
+    cap = config_decl.value(conf, "recovery.retry.max.delay.ms")
     return min(cap, initial + period * (2 ** max(0, attempt - 1)))
 
 
@@ -109,7 +110,7 @@ class TaskTracker:
         self.index = index
         self.task_id = task_id
         self.conf = conf
-        self.max_attempts = int(float(conf["recovery.max.attempts"]))
+        self.max_attempts = config_decl.value(conf, "recovery.max.attempts")
         self.field = f"{component}:{index}"
         self.out_key = keys.task_output(run_id, round_no, component, index)
         self._out_pending: dict[int, bytes] = {}

@@ -6,8 +6,10 @@ WorkflowError naming the file and the line of the element at fault:
 1. a safe XML parse: no DOCTYPE at all (so no entity can resolve or expand: XXE and
    "billion laughs" are refused before libxml2 sees them), no DTD loading, no network,
    no huge trees;
-2. validation against schemas/workflow.xsd (namespace ``urn:recovery:workflow:1``);
-3. the checks a schema cannot express: unique ids, exactly one implementation per
+2. validation against the schema, recovery/schemas/workflow.xsd (namespace
+   ``urn:recovery:workflow:1``);
+3. the checks a schema cannot express: property names and values against their
+   declarations (recovery/config.py), unique ids, exactly one implementation per
    component, required source/sink attributes, inputs naming a known component and
    stream, groupings consistent with what the upstream stream declares, no cycles;
 4. (``load`` only) the files the sources read exist.
@@ -23,17 +25,21 @@ import os
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from pathlib import Path
+from importlib import resources
 from typing import Iterable
 
 from lxml import etree
 from pydantic import ValidationError
 
+from recovery import config as config_decl
+from recovery.config import PropertyError
 from recovery.errors import RecoveryError, WorkflowError
 from recovery.model import (DEFAULT_STREAM, NAMESPACE, ClassImpl, Component, Grouping,
                             Input, ShellImpl, SinkImpl, SourceImpl, StreamDef, Workflow)
 
-SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "workflow.xsd"
+# Package data, so that an installed wheel validates too; schemas/workflow.xsd at the top of
+# the repository is the documented copy (a test keeps the two identical).
+SCHEMA_RESOURCE = resources.files("recovery").joinpath("schemas", "workflow.xsd")
 
 _NS = "{%s}" % NAMESPACE
 
@@ -51,7 +57,8 @@ SINK_REQUIRED: dict[str, tuple[str, ...]] = {
 FILE_FORMATS = ("text", "jsonl")
 RESERVED_STREAMS = ("__tick", "__heartbeat", "__system", "__ack_init", "__ack_ack", "__ack_fail")
 
-__all__ = ["SCHEMA_PATH", "load", "parse_string", "to_xml", "validate_file", "schema"]
+__all__ = ["SCHEMA_RESOURCE", "check_runnable", "load", "parse_string", "to_xml",
+           "validate_file", "schema"]
 
 
 # ---------------------------------------------------------------------------- parsing
@@ -65,12 +72,12 @@ def _parser() -> etree.XMLParser:
 
 @lru_cache(maxsize=1)
 def schema() -> etree.XMLSchema:
-    """The compiled schemas/workflow.xsd (read once)."""
+    """The compiled workflow schema, recovery/schemas/workflow.xsd (read once)."""
     try:
-        data = SCHEMA_PATH.read_bytes()
+        data = SCHEMA_RESOURCE.read_bytes()
     except OSError as err:
-        raise RecoveryError(f"cannot read the workflow schema {SCHEMA_PATH}: {err.strerror}") \
-            from None
+        raise RecoveryError(f"cannot read the workflow schema {SCHEMA_RESOURCE}: "
+                            f"{err.strerror}") from None
     return etree.XMLSchema(etree.fromstring(data, _parser()))
 
 
@@ -219,6 +226,7 @@ class _Lines:
 
 
 def _props(config_el: etree._Element, file: str | None, what: str) -> tuple[tuple[str, str], ...]:
+    """The properties of a <config>, each checked against its declaration (recovery/config.py)."""
     seen: dict[str, int | None] = {}
     out = []
     for p in _children(config_el, "property"):
@@ -227,7 +235,15 @@ def _props(config_el: etree._Element, file: str | None, what: str) -> tuple[tupl
             raise WorkflowError(f"{what}: property {name!r} is set twice (first on line "
                                 f"{seen[name]})", file, p.sourceline)
         seen[name] = p.sourceline
+        try:
+            config_decl.check_property(name, value)
+        except PropertyError as err:
+            raise WorkflowError(f"{what}: {err}", file, p.sourceline) from None
         out.append((name, value))
+    try:
+        config_decl.check_injections(seen)
+    except PropertyError as err:
+        raise WorkflowError(f"{what}: {err}", file, seen[err.property]) from None
     return tuple(out)
 
 
@@ -498,6 +514,59 @@ def validate_file(path: str | os.PathLike) -> tuple[Workflow, list[str]]:
     warnings = check_classes(wf)
     warnings.extend(_shell_warnings(wf))
     return wf, warnings
+
+
+def _component_lines(path: str) -> dict[str, dict[str, int | None]]:
+    """Per component id, the line of its element and of each child element by name (the
+    model keeps no lines: read them again, as graph errors do)."""
+    with open(path, "rb") as fh:
+        root = _parse_tree(fh.read(), path)
+    out: dict[str, dict[str, int | None]] = {}
+    for el in _children(root):
+        if _local(el) in ("spout", "bolt"):
+            lines: dict[str, int | None] = {"": el.sourceline}
+            for child in _children(el):
+                lines.setdefault(_local(child), child.sourceline)
+            out[el.get("id", "")] = lines
+    return out
+
+
+def _missing_script(wf: Workflow, impl: ShellImpl) -> str | None:
+    """The full path of a shell component's script when it does not exist here (a script
+    beginning with "-" is an option of the command, as multilang.py reads it)."""
+    script = impl.script
+    if not script or script.startswith("-"):
+        return None
+    full = os.path.join(os.path.abspath(wf.base_dir or "."), script)
+    return None if os.path.exists(full) else os.path.normpath(full)
+
+
+def check_runnable(path: str | os.PathLike, wf: Workflow, local: bool) -> None:
+    """What `submit` refuses where `validate` only warns, with the file and line: a class=
+    that does not load, and, when the executors are this machine (`local`), a shell script
+    that does not exist (on a cluster it may exist on the executors only)."""
+    from recovery.loader import ClassLoadError, component_class   # imports user code: lazy
+
+    file = os.fspath(path)
+    lines: dict[str, dict[str, int | None]] | None = None
+    for c in wf.components:
+        problem, element = None, ""
+        if isinstance(c.impl, ClassImpl):
+            try:
+                component_class(wf, c)
+            except ClassLoadError as err:
+                problem = err.message
+        elif local and isinstance(c.impl, ShellImpl):
+            full = _missing_script(wf, c.impl)
+            if full is not None:
+                problem = (f"{c.kind} {c.id!r}: shell script {c.impl.script!r} not found "
+                           f"(looked for {full}); in local mode every tuple would fail")
+                element = "shell"
+        if problem is not None:
+            if lines is None:
+                lines = _component_lines(file)
+            where = lines.get(c.id, {})
+            raise WorkflowError(problem, file, where.get(element) or where.get(""))
 
 
 def _shell_warnings(wf: Workflow) -> list[str]:

@@ -119,7 +119,8 @@ def register(main: click.Group) -> None:
     @click.option("--master", default=None, help="Spark master URL (default local[*]).")
     @click.option("--conf", "spark_conf", multiple=True, metavar="K=V", help="A Spark setting (repeatable).")
     @click.option("--property", "-p", "props", multiple=True, metavar="K=V",
-                  help="Override a workflow config property (repeatable).")
+                  help="Set a workflow config property (repeatable; `recovery properties` "
+                  "lists them), checked before anything runs.")
     @click.option("--no-tracking", is_flag=True, help="Run without tracking (no recovery possible).")
     @click.option("--run-id", default=None, help="Use this run id instead of a generated one.")
     # --- log source (recovery/follow.py): continuous runs over redis-stream topics ---
@@ -136,14 +137,11 @@ def register(main: click.Group) -> None:
                no_tracking: bool, run_id: str | None, follow: bool, max_batches: int | None,
                idle_exit: float | None, redis_url: str | None, as_json: bool) -> None:
         """Run the workflow FILE on Spark with every tuple tracked; prints a summary."""
-        from recovery import jobs, workflow_xml
+        from recovery import config, jobs, workflow_xml
         wf = workflow_xml.load(file)
-        overrides = _kv(props, "--property")
-        if overrides:
-            merged = dict(wf.config)
-            merged.update(overrides)
-            wf = wf.model_copy(update={"config": tuple(merged.items())})
-        jobs.check_classes(wf)
+        # checked before anything is stored (exit 2); classes, and scripts in local mode
+        wf = wf.with_config(config.parse_assignments(props, "-p", dict(wf.config)))
+        workflow_xml.check_runnable(file, wf, local=master is None or master.startswith("local"))
         with open(file, encoding="utf-8", errors="replace") as fh:
             xml = fh.read()
         client, url = _client(redis_url)
@@ -255,14 +253,26 @@ def register(main: click.Group) -> None:
                   show_default=True, help="root-replay replays failed roots from their spout (Storm).")
     @click.option("--master", default=None, help="Spark master URL (default local[*]).")
     @click.option("--conf", "spark_conf", multiple=True, metavar="K=V")
+    @click.option("--property", "-p", "props", multiple=True, metavar="K=V",
+                  help="Set a workflow config property of the run (repeatable); stored in "
+                  "the run, used by this and later rounds.")
     @redis_option
     @json_option
     def recover(run_id: str, max_rounds: int | None, strategy: str, master: str | None,
-                spark_conf: tuple[str, ...], redis_url: str | None, as_json: bool) -> None:
-        """Run recovery rounds until the failed set is empty."""
-        from recovery import jobs
+                spark_conf: tuple[str, ...], props: tuple[str, ...], redis_url: str | None,
+                as_json: bool) -> None:
+        """Run recovery rounds until the failed set is empty.
+
+        With -p KEY=VALUE (repeatable), first change the run's configuration: each value is
+        checked as at submit, stored in the run record, and used by this and every later
+        round (a crashed round that resumes too). Use it to mend a bad value a run was
+        submitted with, or to allow more attempts before `recovery dead --requeue`."""
+        from recovery import config, jobs
         client, url = _client(redis_url)
-        jobs.runs.get(client, run_id)
+        rec = jobs.runs.get(client, run_id)
+        if props:
+            stored = jobs.original_workflow(rec).config
+            jobs.reconfigure(client, run_id, config.parse_assignments(props, "-p", dict(stored)))
         spark = _spark(master, _kv(spark_conf, "--conf"))
 
         with _Progress(not as_json) as progress:

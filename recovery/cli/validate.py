@@ -53,6 +53,27 @@ def register(main: click.Group) -> None:
             ctx.exit(2)
 
     @main.command()
+    @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+    def properties(as_json: bool) -> None:
+        """List the configuration properties recovery reads: name, accepted values, default.
+
+        Set them in a workflow's <config> (a component's own <config> overrides), with
+        `submit -p KEY=VALUE`, or on a stored run with `recover RUN -p KEY=VALUE`. Other
+        names than these pass through to the components as text, except under recovery.*,
+        where an unknown name is an error."""
+        from recovery.cli import echo_json
+        from recovery.config import describe
+
+        rows = describe()
+        if as_json:
+            echo_json({"properties": [{"name": n, "accepts": a, "default": d or None,
+                                       "help": h} for n, a, d, h in rows]})
+            return
+        for name, accepts, default, help_text in rows:
+            click.echo(f"{name}  ({accepts}{', default ' + default if default else ''})")
+            click.echo(f"    {help_text}")
+
+    @main.command()
     @click.argument("file", type=str)
     @click.option("--format", "-f", "fmt", type=click.Choice(["text", "dot", "mermaid"]),
                   default="text", show_default=True, help="Drawing format.")

@@ -155,3 +155,48 @@ def test_graph_draws_a_workflow_whose_data_is_not_there_yet():
     result = run("graph", path)
     assert result.exit_code == 0
     assert "source file (path=data/no-such-file.txt)" in result.stdout
+
+
+# ------------------------------------------- properties on the command line (issue 9, item 9)
+
+@pytest.mark.parametrize("prop,part", [
+    ("recovery.max.attempts=abc", "-p recovery.max.attempts=abc: recovery.max.attempts must be "
+                                  "an integer >= 1, got 'abc'"),
+    ("recovery.max.attempts=0", "-p recovery.max.attempts=0: "),
+    ("=x", "-p '=x': expected KEY=VALUE with a non-empty KEY"),
+    ("recovery.max.attemps=3", "did you mean recovery.max.attempts?"),
+])
+def test_submit_checks_properties_before_touching_redis(prop, part):
+    # an unreachable Redis: the property error must come first, before any connection
+    result = run("submit", str(WORKFLOWS / "wordcount.xml"), "-p", prop,
+                 "--redis", "redis://127.0.0.1:1/0")
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [f"error: {result.stderr[7:].strip()}"]
+    assert part in result.stderr
+    assert "127.0.0.1:1" not in result.stderr
+
+
+def test_validate_bad_property_names_file_and_line_in_json():
+    bad = str(BAD / "property_bad_value.xml")
+    result = run("validate", "--json", bad)
+    assert result.exit_code == 2
+    err = json.loads(result.stdout)["files"][0]["error"]
+    assert err["line"] == 5 and "recovery.max.attempts must be an integer" in err["message"]
+
+
+def test_recover_help_says_what_p_does():
+    result = run("recover", "--help")
+    assert result.exit_code == 0
+    text = " ".join(result.stdout.split())
+    assert "-p, --property K=V" in text
+    assert "stored in the run record, and used by this and every later round" in text
+
+
+def test_properties_lists_every_declaration():
+    from recovery import config
+    result = run("properties")
+    assert result.exit_code == 0
+    assert "recovery.max.attempts  (an integer >= 1, default 3)" in result.stdout
+    doc = json.loads(run("properties", "--json").stdout)
+    names = {p["name"] for p in doc["properties"]}
+    assert set(config.PROPERTIES) <= names and "recovery.inject.NAME.mode" in names

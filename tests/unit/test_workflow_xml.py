@@ -14,8 +14,8 @@ from lxml import etree
 from recovery.errors import RecoveryError, WorkflowError
 from recovery.model import (ClassImpl, Component, Grouping, Input, ShellImpl, SinkImpl,
                             SourceImpl, StreamDef, Workflow)
-from recovery.workflow_xml import (RESERVED_STREAMS, SCHEMA_PATH, load, parse_string, schema,
-                                   to_xml, validate_file)
+from recovery.workflow_xml import (RESERVED_STREAMS, SCHEMA_RESOURCE, check_runnable, load,
+                                   parse_string, schema, to_xml, validate_file)
 
 HERE = Path(__file__).parent
 BAD = HERE / "bad_workflows"
@@ -300,9 +300,112 @@ def test_to_xml_refuses_what_xml_cannot_hold():
         to_xml(wf)
 
 
-def test_schema_file_is_in_the_repository():
-    assert SCHEMA_PATH.name == "workflow.xsd" and SCHEMA_PATH.is_file()
-    assert 'targetNamespace="urn:recovery:workflow:1"' in SCHEMA_PATH.read_text()
+def test_schema_is_package_data():
+    assert SCHEMA_RESOURCE.name == "workflow.xsd" and SCHEMA_RESOURCE.is_file()
+    assert 'targetNamespace="urn:recovery:workflow:1"' in SCHEMA_RESOURCE.read_text()
+    packaged = Path(str(SCHEMA_RESOURCE))
+    assert packaged.parent.parent == Path(__file__).resolve().parents[2] / "recovery"
+
+
+def test_documented_schema_copy_is_identical_to_the_packaged_one():
+    documented = Path(__file__).resolve().parents[2] / "schemas" / "workflow.xsd"
+    assert documented.read_bytes() == SCHEMA_RESOURCE.read_bytes(), (
+        "schemas/workflow.xsd differs from recovery/schemas/workflow.xsd (the one loaded): "
+        "edit recovery/schemas/workflow.xsd and copy it to schemas/")
+
+
+# ------------------------------------------------ configuration properties (issue 9, item 9)
+
+def _with_config(props: str, component_props: str = "") -> str:
+    comp_config = f"<config>{component_props}</config>" if component_props else ""
+    return (f'<workflow {NS} name="w">\n<config>\n{props}\n</config>\n'
+            f'<spout id="s" class="m:S">{comp_config}\n<stream fields="x"/></spout>\n'
+            f'<bolt id="b" class="m:B">\n<input from="s"/></bolt>\n</workflow>\n')
+
+
+@pytest.mark.parametrize("name,value,part", [
+    ("recovery.max.attempts", "abc", "recovery.max.attempts must be an integer >= 1, got 'abc'"),
+    ("recovery.max.attempts", "0", "recovery.max.attempts must be an integer >= 1, got '0'"),
+    ("topology.message.timeout.secs", "-1", "must be a finite number > 0"),
+    ("topology.message.timeout.secs", "nan", "must be a finite number > 0"),
+    ("recovery.auto", "perhaps", "recovery.auto must be true or false"),
+    ("recovery.max.attemps", "3", "unknown property recovery.max.attemps (did you mean "
+                                  "recovery.max.attempts?)"),
+    ("recovery.inject.f.rate", "2", "recovery.inject.f.rate must be a finite number >= 0 and "
+                                    "<= 1"),
+    ("recovery.inject.f.mdoe", "slow", "did you mean recovery.inject.f.mode?"),
+])
+def test_bad_property_value_names_property_file_and_line(name, value, part):
+    text = _with_config(f'<property name="recovery.inject.f.component" value="b"/>\n'
+                        f'<property name="{name}" value="{value}"/>')
+    with pytest.raises(WorkflowError) as info:
+        parse_string(text, file="w.xml")
+    assert info.value.line == 4, str(info.value)
+    assert str(info.value).startswith("w.xml:4: workflow: ")
+    assert part in info.value.message
+
+
+def test_bad_component_level_property_names_its_line():
+    text = _with_config("", '<property name="topology.tick.tuple.freq.secs" value="often"/>')
+    with pytest.raises(WorkflowError) as info:
+        parse_string(text, file="w.xml")
+    assert info.value.line == 5
+    assert info.value.message.startswith("spout 's': topology.tick.tuple.freq.secs must be a "
+                                         "finite number >= 0, got 'often'")
+
+
+def test_injection_without_component_is_an_error():
+    text = _with_config('<property name="recovery.inject.f.rate" value="0.5"/>')
+    with pytest.raises(WorkflowError, match="injection 'f' names no component") as info:
+        parse_string(text, file="w.xml")
+    assert info.value.line == 3
+
+
+def test_other_properties_pass_through_as_text():
+    wf = parse_string(_with_config('<property name="topology.workers" value="many"/>\n'
+                                   '<property name="my.own" value=" x "/>\n'
+                                   '<property name="recovery.max.attempts" value=" 5 "/>'))
+    conf = wf.conf("s")
+    assert conf["topology.workers"] == "many" and conf["my.own"] == " x "
+    assert wf.conf_int("recovery.max.attempts") == 5
+    assert wf.conf_float("topology.message.timeout.secs") == 30.0   # the declared default
+
+
+# ------------------------------------------- submit's checks with file and line (item 16)
+
+def test_check_runnable_names_file_and_line_of_a_class_that_does_not_load(tmp_path):
+    path = tmp_path / "w.xml"
+    path.write_text(f'<workflow {NS} name="w">\n'
+                    '  <spout id="s" class="no_such_pkg_q.mod:S">\n'
+                    '    <stream fields="x"/>\n  </spout>\n</workflow>\n')
+    with pytest.raises(WorkflowError) as info:
+        check_runnable(path, load(path), local=True)
+    assert info.value.file == str(path) and info.value.line == 2
+    assert str(info.value).startswith(f"{path}:2: component 's': class 'no_such_pkg_q.mod:S'")
+
+
+def _shell_workflow(tmp_path: Path) -> Path:
+    path = tmp_path / "sh.xml"
+    path.write_text(f'<workflow {NS} name="sh">\n'
+                    '  <spout id="s"><source type="file" path="in.txt"/>'
+                    '<stream fields="x"/></spout>\n'
+                    '  <bolt id="b">\n'
+                    '    <shell command="python" script="missing_bolt.py"/>\n'
+                    '    <input from="s"/>\n  </bolt>\n</workflow>\n')
+    (tmp_path / "in.txt").write_text("a\n")
+    return path
+
+
+def test_missing_shell_script_is_refused_in_local_mode_only(tmp_path):
+    path = _shell_workflow(tmp_path)
+    wf = load(path)
+    with pytest.raises(WorkflowError) as info:
+        check_runnable(path, wf, local=True)
+    assert info.value.line == 4
+    assert "shell script 'missing_bolt.py' not found" in info.value.message
+    check_runnable(path, wf, local=False)   # may exist on a cluster's executors
+    _, warnings = validate_file(path)
+    assert any("missing_bolt.py" in w for w in warnings)
 
 
 def test_validate_file_returns_warnings(tmp_path):
