@@ -255,6 +255,7 @@ class _Child:
         self.stdin_closed = False
         self.returncode: int | None = None
         self.killed = False                   # True when stop() had to kill it
+        self.reported_pid: int | None = None  # the pid its handshake answer gave
         self._threads = [
             threading.Thread(target=_read_stdout, args=(self.popen.stdout, self.queue, self.clock,
                                                         self.partial, self.read_delay),
@@ -457,9 +458,8 @@ class _ShellBase:
                 problem = f"answered the handshake with {first.reason}: {_quote(first.raw)}"
             elif not (isinstance(first, dict) and isinstance(first.get("pid"), int)):
                 problem = f"answered the handshake with {_quote(first)} instead of {{\"pid\": N}}"
-            elif not os.path.exists(os.path.join(self._pid_dir, str(first["pid"]))):
-                problem = (f"sent pid {first['pid']} but wrote no pid file "
-                           f"{os.path.join(self._pid_dir, str(first['pid']))}")
+            # The pid file is not checked here: Storm's storm.py sends the pid before it writes
+            # the file (pystorm the other way round), and Storm's own host never needs it.
         if problem is not None:
             code = child.stop(grace=1.0 if problem.startswith("exited") else 0.0)
             self._live.remove(child)
@@ -469,6 +469,7 @@ class _ShellBase:
                 if isinstance(item, _Stderr):
                     self._log(item.line, "stderr")
             raise ShellError(self._describe(where + " " + problem, child, code))
+        child.reported_pid = first["pid"]
         self._child = child
         self._backlog = rest or None
         self._last_error = self._last_error_log = None
@@ -532,7 +533,19 @@ class _ShellBase:
         for item in child.leftover():
             if isinstance(item, _Stderr):
                 self._log(item.line, "stderr")
+        self._check_pid_file(child)
         return child, code
+
+    def _check_pid_file(self, child: _Child) -> None:
+        """Only a note: Storm's protocol asks for a pid file, but neither Storm's host nor
+        this one needs it (children are killed by process group), so its absence fails
+        nothing. Checked once the child is gone, when a late writer has had its chance."""
+        if child.reported_pid is None or self._pid_dir is None:
+            return
+        path = os.path.join(self._pid_dir, str(child.reported_pid))
+        if not os.path.exists(path):
+            self._log(f"shell process `{self.label}` (pid {child.pid}) sent pid "
+                      f"{child.reported_pid} but wrote no pid file {path}", "warn")
 
     def _shutdown(self) -> None:
         """cleanup()/close(): stop the child (a grace period to exit on EOF) and any other

@@ -161,9 +161,36 @@ def test_program_that_cannot_start(shells):
         shells.bolt(RAW, "crashstart")
 
 
-def test_program_that_writes_no_pid_file(shells):
-    with pytest.raises(ShellError, match="wrote no pid file"):
-        shells.bolt(RAW, "nopid")
+@pytest.mark.parametrize("mode", ["latepid", "nopid"])
+def test_bolt_that_writes_its_pid_file_late_or_never_works(shells, mode):
+    # Storm's storm.py answers {"pid": N} before it writes the pid file, and Storm's host
+    # never needs the file: "latepid" writes it only after reading its first tuple (a host
+    # that checks when the pid arrives always finds it missing), "nopid" never writes it
+    bolt, h = shells.bolt(RAW, mode)
+    tups = run(bolt, ["a", "b", "c"])
+    assert sorted(h.acked) == [t.id for t in tups] and not h.failed
+    assert h.emitted() == [["a"], ["b"], ["c"]]
+    assert not bolt.errors and bolt.restarts == 0
+    bolt.cleanup()
+    notes = [m for level, m in h.logs if "pid file" in m]
+    if mode == "nopid":          # noted once the process is gone, never an error
+        assert len(notes) == 1 and ("warn", notes[0]) in h.logs
+    else:
+        assert notes == []
+
+
+@pytest.mark.parametrize("mode", ["latepid", "nopid"])
+def test_spout_that_writes_its_pid_file_late_or_never_works(shells, mode):
+    spout, h = shells.spout("raw_spout.py", mode)
+    spout.activate()
+    emitted = 0
+    while spout.next_tuple():
+        emitted += 1
+        assert emitted < 20
+    assert [e.message_id for e in h.emits] == [0, 1, 2, 3, 4]
+    spout.ack(0)
+    assert "ack 0" in [m for _, m in h.logs]
+    assert not spout.errors and spout.restarts == 0
 
 
 def test_cleanup_kills_the_whole_process_group(shells):
