@@ -52,6 +52,8 @@ import weakref
 from collections import deque
 from typing import Any, Callable
 
+import msgpack
+
 from recovery.components import (HEARTBEAT_STREAM, SYSTEM_COMPONENT, TICK_STREAM, Bolt, Spout,
                                  Tuple)
 from recovery.errors import RecoveryError
@@ -75,6 +77,19 @@ _dumps = json.dumps
 _encode_compact = json.JSONEncoder(separators=(",", ":")).encode   # tuples and task ids
 _loads = json.loads
 _monotonic = time.monotonic
+_packb = msgpack.packb
+# What the collector raises for an emit that is the program's mistake (an undeclared stream,
+# a direct task that does not subscribe, values a grouping or the encoder cannot take);
+# anything else (Redis gone...) is the host's and propagates, failing the Spark task.
+_EMIT_ERRORS = (ValueError, TypeError, LookupError, OverflowError)
+
+
+def _collect_emit(component: Any, values: list, stream: str, anchors: tuple, task: Any,
+                  message_id: Any) -> list:
+    """The collector's emit, after checking that the values can be carried (JSON gives
+    integers msgpack cannot encode: they would fail a whole chunk at the task's end)."""
+    _packb(values)
+    return component._collector.emit(component, values, stream, anchors, task, message_id)
 
 
 def _dispatch(component: Any, msg: Any) -> None:
@@ -638,6 +653,9 @@ class ShellBolt(_ShellBase, Bolt):
         self._shell_init(impl, base_dir)
         self._pending: dict[str, Tuple] = {}
         self._touched: set[str] = set()
+        # tuples this host failed (an emit for them raised) that the child still works on:
+        # what it emits for them is dropped, their ack or fail ignored
+        self._failed_here: set[str] = set()
         self._resent: dict[str, int] = {}
         self._out = bytearray()
         self._unsent = 0                      # tuples in _out not written yet
@@ -679,7 +697,7 @@ class ShellBolt(_ShellBase, Bolt):
         if self._child is None and not self._restart(tup):
             return
         tid = str(tup.id) if type(tup.id) is int else _dumps(str(tup.id))[1:-1]
-        if tid in self._pending:              # the same tuple twice at once: keep both apart
+        if tid in self._pending or tid in self._failed_here:   # the same tuple twice at once
             self._seq += 1
             tid = f"{tid}#{self._seq}"
         try:
@@ -873,6 +891,7 @@ class ShellBolt(_ShellBase, Bolt):
             raise _ProtocolError(f"sent an emit without a tuple list: {_quote(msg)}")
         anchors: tuple = ()
         ids = msg.get("anchors")
+        anchored_to_failed = False
         if ids:
             pending = self._pending
             found = []
@@ -883,6 +902,8 @@ class ShellBolt(_ShellBase, Bolt):
                 if t is not None:
                     found.append(t)
                     self._touched.add(aid)
+                elif self._failed_here and aid in self._failed_here:
+                    anchored_to_failed = True
             anchors = tuple(found)
         stream = msg.get("stream") or "default"
         task = msg.get("task")
@@ -890,16 +911,25 @@ class ShellBolt(_ShellBase, Bolt):
             raise _ProtocolError(f"sent an emit whose task is not a number: {_quote(msg)}")
         self._last_progress = _monotonic()
         self._last_kind = "emit"
-        try:
-            task_ids = self._collector.emit(self, values, stream, anchors, task, None)
-        except Exception as exc:  # noqa: BLE001 - e.g. an undeclared stream: the program's error
-            error = f"shell process `{self.label}` emitted {_quote(msg)}: {exc}"
-            if anchors:
-                for t in anchors:
-                    self._fail_tuple(t, error)
-            else:
-                self._log(error, "error")
+        if anchored_to_failed:
+            # on behalf of a tuple failed here: it must not flow (the tuple is replayed, and
+            # emitted unanchored it would flow untracked and twice); its other anchors fail
+            # too, as a Python bolt's emit onto a failed tuple raises and fails its input
+            for t in anchors:
+                self._fail_tuple(t, f"shell process `{self.label}` emitted {_quote(msg)} "
+                                    f"anchored to a tuple that already failed here")
             task_ids = []
+        else:
+            try:
+                task_ids = _collect_emit(self, values, stream, anchors, task, None)
+            except _EMIT_ERRORS as exc:
+                error = f"shell process `{self.label}` emitted {_quote(msg)}: {exc}"
+                if anchors:
+                    for t in anchors:
+                        self._fail_tuple(t, error)
+                else:
+                    self._log(error, "error")
+                task_ids = []
         if task is None and msg.get("need_task_ids", True):
             self._out += _encode_compact(list(task_ids or ())).encode() + _END
             self._urgent = True
@@ -910,6 +940,7 @@ class ShellBolt(_ShellBase, Bolt):
             if t is tup:
                 del self._pending[tid]
                 self._touched.discard(tid)
+                self._failed_here.add(tid)
                 self._collector.fail(tup, error)
                 return
 
@@ -925,6 +956,8 @@ class ShellBolt(_ShellBase, Bolt):
             if self._touched:
                 self._touched.discard(tid)
             self._collector.ack(tup)
+        elif self._failed_here:
+            self._failed_here.discard(tid)    # failed here already: that fail stands
 
     def _on_fail(self, msg: dict) -> None:
         tid = msg.get("id")
@@ -937,6 +970,8 @@ class ShellBolt(_ShellBase, Bolt):
         if tup is not None:
             self._touched.discard(tid)
             self._collector.fail(tup, error or f"failed by shell process `{self.label}`")
+        elif self._failed_here:
+            self._failed_here.discard(tid)
 
     def _on_error(self, msg: dict) -> None:
         super()._on_error(msg)
@@ -968,6 +1003,7 @@ class ShellBolt(_ShellBase, Bolt):
         self._unsent = 0
         pending, self._pending = self._pending, {}
         touched, self._touched = self._touched, set()
+        self._failed_here.clear()             # the fresh child knows none of them
         resent, self._resent = self._resent, {}
         blame_first = not (fail_all or explained or touched.intersection(pending))
         again: list[tuple[str, Tuple, int]] = []
@@ -1033,6 +1069,8 @@ class ShellSpout(_ShellBase, Spout):
         self._out = bytearray()
         self._emitted = 0
         self._synced = False
+        self._failed_ids: set[str] = set()    # message ids whose emit raised here (JSON)
+        self._to_fail: list[Any] = []         # ...to tell the program once its answer is over
         self._handlers = {"emit": self._on_emit, "log": self._on_log, "error": self._on_error,
                           "metrics": self._on_metrics, "sync": self._on_sync}
 
@@ -1045,7 +1083,10 @@ class ShellSpout(_ShellBase, Spout):
             raise
 
     def next_tuple(self) -> bool:
-        return self._command({"command": "next"}, retry=True) > 0
+        emitted = self._command({"command": "next"}, retry=True)
+        while self._to_fail:                  # Storm calls the spout's fail for these
+            self._command({"command": "fail", "id": self._to_fail.pop(0)})
+        return emitted > 0
 
     def ack(self, tup_id: Any) -> None:
         self._command({"command": "ack", "id": tup_id})
@@ -1124,10 +1165,11 @@ class ShellSpout(_ShellBase, Spout):
             raise _ProtocolError(f"sent an emit whose task is not a number: {_quote(msg)}")
         stream = msg.get("stream") or "default"
         self._emitted += 1
+        message_id = msg.get("id")
         try:
-            task_ids = self._collector.emit(self, values, stream, (), task, msg.get("id"))
-        except Exception as exc:  # noqa: BLE001 - the program's error (undeclared stream...)
-            self._log(f"shell process `{self.label}` emitted {_quote(msg)}: {exc}", "error")
+            task_ids = _collect_emit(self, values, stream, (), task, message_id)
+        except _EMIT_ERRORS as exc:
+            self._emit_failed(msg, message_id, stream, exc)
             task_ids = []
         if task is None and msg.get("need_task_ids", True):
             self._out += _encode_compact(list(task_ids or ())).encode() + _END
@@ -1135,6 +1177,29 @@ class ShellSpout(_ShellBase, Spout):
 
     def _on_sync(self, msg: dict) -> None:
         self._synced = True
+
+    def _emit_failed(self, msg: dict, message_id: Any, stream: str, exc: Exception) -> None:
+        """An emit the collector refused. With a message id its record must not vanish: its
+        root fails at the spout's position, with the emit and the error, and goes straight to
+        the dead letters (the stored workflow decides streams, direct tasks and groupings,
+        so a replay could only fail again), so the root is dead, never complete; and the
+        program is sent `fail` for it, as Storm's spout would be. Once per message id: a
+        spout that re-emits what failed would otherwise loop for ever."""
+        self._log(f"shell process `{self.label}` emitted {_quote(msg)}: {exc}", "error")
+        if message_id is None:                # an unreliable emit: no root to fail
+            return
+        key = _dumps(message_id, sort_keys=True, default=str)
+        if key in self._failed_ids:
+            return
+        self._failed_ids.add(key)
+
+        def refused() -> list:
+            raise exc
+
+        attempts = max(1, int(_conf_float(self.conf, "recovery.max.attempts")))
+        self._collector.spout_record(message_id, refused, _dumps(msg, default=str).encode(),
+                                     stream, "json", attempts)
+        self._to_fail.append(message_id)
 
     def _note_failure(self, error: str) -> None:
         self.errors.append(error)

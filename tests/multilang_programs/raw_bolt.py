@@ -9,7 +9,9 @@ it missing), "crashstart" (exit before the handshake answer), "fork" (start a gr
 Per tuple value, in mode "ok": "badjson", "noend" (an ack without its end line, then exit;
 "noend-stay": then sleep),
 "exit" (exit 3), "hang" (sleep), "unknown" (an unknown command), "garbage" (raw text before
-the emit); anything else is emitted (anchored) and acked.
+the emit), "badstream" (an anchored emit on the undeclared stream "nowhere" first), "bigint"
+(emits 2**70 instead, which JSON carries and msgpack cannot); anything else is emitted
+(anchored) and acked.
 """
 import json
 import os
@@ -81,5 +83,10 @@ while True:
         continue
     if value == "garbage":
         raw("Traceback? no, just text on stdout\n")
+    if value == "badstream":
+        send({"command": "emit", "anchors": [msg["id"]], "stream": "nowhere", "tuple": [value],
+              "need_task_ids": False})
+    if value == "bigint":
+        value = 2 ** 70
     send({"command": "emit", "anchors": [msg["id"]], "tuple": [value], "need_task_ids": False})
     send({"command": "ack", "id": msg["id"]})
