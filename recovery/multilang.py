@@ -1063,11 +1063,13 @@ class ShellSpout(_ShellBase, Spout):
     for ever), the spout gives up and reports itself exhausted."""
 
     max_failures = 25
+    max_unseen_nexts = 100    # `next`s in a row whose emits the runtime cannot see
 
     def __init__(self, impl: ShellImpl, base_dir: str):
         self._shell_init(impl, base_dir)
         self._out = bytearray()
         self._emitted = 0
+        self._seen = 0                        # emits that made or failed a record (visible)
         self._synced = False
         self._failed_ids: set[str] = set()    # message ids whose emit raised here (JSON)
         self._to_fail: list[Any] = []         # ...to tell the program once its answer is over
@@ -1083,10 +1085,20 @@ class ShellSpout(_ShellBase, Spout):
             raise
 
     def next_tuple(self) -> bool:
-        emitted = self._command({"command": "next"}, retry=True)
-        while self._to_fail:                  # Storm calls the spout's fail for these
-            self._command({"command": "fail", "id": self._to_fail.pop(0)})
-        return emitted > 0
+        """Ask for `next` until an emit the runtime can see (a record made, or failed here):
+        the runtime takes a `next_tuple()` that changed nothing for an exhausted spout, so
+        one whose only emits were refused (an unreliable one, or a re-emit of a record
+        already failed here) must not end the spout while it has more to give."""
+        for _ in range(self.max_unseen_nexts):
+            self._seen = 0
+            emitted = self._command({"command": "next"}, retry=True)
+            while self._to_fail:              # Storm calls the spout's fail for these
+                self._command({"command": "fail", "id": self._to_fail.pop(0)})
+            if emitted == 0 or self._seen:
+                return emitted > 0
+        self._log(f"shell process `{self.label}` answered {self.max_unseen_nexts} `next`s in "
+                  f"a row only with emits the host refused: taken for exhausted", "error")
+        return False
 
     def ack(self, tup_id: Any) -> None:
         self._command({"command": "ack", "id": tup_id})
@@ -1168,6 +1180,7 @@ class ShellSpout(_ShellBase, Spout):
         message_id = msg.get("id")
         try:
             task_ids = _collect_emit(self, values, stream, (), task, message_id)
+            self._seen += 1
         except _EMIT_ERRORS as exc:
             self._emit_failed(msg, message_id, stream, exc)
             task_ids = []
@@ -1199,6 +1212,7 @@ class ShellSpout(_ShellBase, Spout):
         attempts = max(1, int(_conf_float(self.conf, "recovery.max.attempts")))
         self._collector.spout_record(message_id, refused, _dumps(msg, default=str).encode(),
                                      stream, "json", attempts)
+        self._seen += 1
         self._to_fail.append(message_id)
 
     def _note_failure(self, error: str) -> None:
