@@ -77,7 +77,6 @@ _dumps = json.dumps
 _encode_compact = json.JSONEncoder(separators=(",", ":")).encode   # tuples and task ids
 _loads = json.loads
 _monotonic = time.monotonic
-_packb = msgpack.packb
 # What the collector raises for an emit that is the program's mistake (an undeclared stream,
 # a direct task that does not subscribe, values a grouping or the encoder cannot take);
 # anything else (Redis gone...) is the host's and propagates, failing the Spark task.
@@ -88,7 +87,7 @@ def _collect_emit(component: Any, values: list, stream: str, anchors: tuple, tas
                   message_id: Any) -> list:
     """The collector's emit, after checking that the values can be carried (JSON gives
     integers msgpack cannot encode: they would fail a whole chunk at the task's end)."""
-    _packb(values)
+    component._pack(values)
     return component._collector.emit(component, values, stream, anchors, task, message_id)
 
 
@@ -384,6 +383,7 @@ class _ShellBase:
         label = " ".join(argv)
         self.label = label if len(label) <= 120 else label[:117] + "..."
         self.metrics: dict[str, list] = {}
+        self._pack = msgpack.Packer().pack     # (a Packer reused: a third of packb's cost)
         self.errors: list[str] = []           # every child failure, described
         self.pids: list[int] = []             # every child started (tests check they are gone)
         self.restarts = 0
