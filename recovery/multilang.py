@@ -33,6 +33,13 @@ After `max_restarts` consecutive failures without one ack in between (`max_expla
 when the child reported each one, as pystorm does for an exception), the component stops
 starting children and fails its tuples at once: a program that cannot work does not cost a
 restart per tuple. The child's stderr goes to the collector's log at level "stderr".
+
+An emit the collector refuses (an undeclared stream, a direct task that does not subscribe,
+values a grouping or msgpack cannot take) is the program's mistake, never silent: a bolt's
+fails the tuples it was anchored to (and later emits for them are dropped); a spout's with a
+message id fails its record at the spout's position, dead at once, and the program is sent
+`fail` for it. The pid file is not required (Storm's storm.py writes it after sending its
+pid, and Storm's host never needs it); its absence is only noted when the child stops.
 """
 from __future__ import annotations
 
