@@ -33,6 +33,13 @@ After `max_restarts` consecutive failures without one ack in between (`max_expla
 when the child reported each one, as pystorm does for an exception), the component stops
 starting children and fails its tuples at once: a program that cannot work does not cost a
 restart per tuple. The child's stderr goes to the collector's log at level "stderr".
+
+An emit the collector refuses (an undeclared stream, a direct task that does not subscribe,
+values a grouping or msgpack cannot take) is the program's mistake, never silent: a bolt's
+fails the tuples it was anchored to (and later emits for them are dropped); a spout's with a
+message id fails its record at the spout's position, dead at once, and the program is sent
+`fail` for it. The pid file is not required (Storm's storm.py writes it after sending its
+pid, and Storm's host never needs it); its absence is only noted when the child stops.
 """
 from __future__ import annotations
 
@@ -51,6 +58,8 @@ import time
 import weakref
 from collections import deque
 from typing import Any, Callable
+
+import msgpack
 
 from recovery import config as config_decl
 from recovery.components import (HEARTBEAT_STREAM, SYSTEM_COMPONENT, TICK_STREAM, Bolt, Spout,
@@ -76,6 +85,18 @@ _dumps = json.dumps
 _encode_compact = json.JSONEncoder(separators=(",", ":")).encode   # tuples and task ids
 _loads = json.loads
 _monotonic = time.monotonic
+# What the collector raises for an emit that is the program's mistake (an undeclared stream,
+# a direct task that does not subscribe, values a grouping or the encoder cannot take);
+# anything else (Redis gone...) is the host's and propagates, failing the Spark task.
+_EMIT_ERRORS = (ValueError, TypeError, LookupError, OverflowError)
+
+
+def _collect_emit(component: Any, values: list, stream: str, anchors: tuple, task: Any,
+                  message_id: Any) -> list:
+    """The collector's emit, after checking that the values can be carried (JSON gives
+    integers msgpack cannot encode: they would fail a whole chunk at the task's end)."""
+    component._pack(values)
+    return component._collector.emit(component, values, stream, anchors, task, message_id)
 
 
 def _dispatch(component: Any, msg: Any) -> None:
@@ -251,6 +272,7 @@ class _Child:
         self.stdin_closed = False
         self.returncode: int | None = None
         self.killed = False                   # True when stop() had to kill it
+        self.reported_pid: int | None = None  # the pid its handshake answer gave
         self._threads = [
             threading.Thread(target=_read_stdout, args=(self.popen.stdout, self.queue, self.clock,
                                                         self.partial, self.read_delay),
@@ -364,6 +386,7 @@ class _ShellBase:
         label = " ".join(argv)
         self.label = label if len(label) <= 120 else label[:117] + "..."
         self.metrics: dict[str, list] = {}
+        self._pack = msgpack.Packer().pack     # (a Packer reused: a third of packb's cost)
         self.errors: list[str] = []           # every child failure, described
         self.pids: list[int] = []             # every child started (tests check they are gone)
         self.restarts = 0
@@ -453,9 +476,8 @@ class _ShellBase:
                 problem = f"answered the handshake with {first.reason}: {_quote(first.raw)}"
             elif not (isinstance(first, dict) and isinstance(first.get("pid"), int)):
                 problem = f"answered the handshake with {_quote(first)} instead of {{\"pid\": N}}"
-            elif not os.path.exists(os.path.join(self._pid_dir, str(first["pid"]))):
-                problem = (f"sent pid {first['pid']} but wrote no pid file "
-                           f"{os.path.join(self._pid_dir, str(first['pid']))}")
+            # The pid file is not checked here: Storm's storm.py sends the pid before it writes
+            # the file (pystorm the other way round), and Storm's own host never needs it.
         if problem is not None:
             code = child.stop(grace=1.0 if problem.startswith("exited") else 0.0)
             self._live.remove(child)
@@ -465,6 +487,7 @@ class _ShellBase:
                 if isinstance(item, _Stderr):
                     self._log(item.line, "stderr")
             raise ShellError(self._describe(where + " " + problem, child, code))
+        child.reported_pid = first["pid"]
         self._child = child
         self._backlog = rest or None
         self._last_error = self._last_error_log = None
@@ -528,7 +551,19 @@ class _ShellBase:
         for item in child.leftover():
             if isinstance(item, _Stderr):
                 self._log(item.line, "stderr")
+        self._check_pid_file(child)
         return child, code
+
+    def _check_pid_file(self, child: _Child) -> None:
+        """Only a note: Storm's protocol asks for a pid file, but neither Storm's host nor
+        this one needs it (children are killed by process group), so its absence fails
+        nothing. Checked once the child is gone, when a late writer has had its chance."""
+        if child.reported_pid is None or self._pid_dir is None:
+            return
+        path = os.path.join(self._pid_dir, str(child.reported_pid))
+        if not os.path.exists(path):
+            self._log(f"shell process `{self.label}` (pid {child.pid}) sent pid "
+                      f"{child.reported_pid} but wrote no pid file {path}", "warn")
 
     def _shutdown(self) -> None:
         """cleanup()/close(): stop the child (a grace period to exit on EOF) and any other
@@ -621,6 +656,9 @@ class ShellBolt(_ShellBase, Bolt):
         self._shell_init(impl, base_dir)
         self._pending: dict[str, Tuple] = {}
         self._touched: set[str] = set()
+        # tuples this host failed (an emit for them raised) that the child still works on:
+        # what it emits for them is dropped, their ack or fail ignored
+        self._failed_here: set[str] = set()
         self._resent: dict[str, int] = {}
         self._out = bytearray()
         self._unsent = 0                      # tuples in _out not written yet
@@ -662,7 +700,7 @@ class ShellBolt(_ShellBase, Bolt):
         if self._child is None and not self._restart(tup):
             return
         tid = str(tup.id) if type(tup.id) is int else _dumps(str(tup.id))[1:-1]
-        if tid in self._pending:              # the same tuple twice at once: keep both apart
+        if tid in self._pending or tid in self._failed_here:   # the same tuple twice at once
             self._seq += 1
             tid = f"{tid}#{self._seq}"
         try:
@@ -856,6 +894,7 @@ class ShellBolt(_ShellBase, Bolt):
             raise _ProtocolError(f"sent an emit without a tuple list: {_quote(msg)}")
         anchors: tuple = ()
         ids = msg.get("anchors")
+        anchored_to_failed = False
         if ids:
             pending = self._pending
             found = []
@@ -866,6 +905,8 @@ class ShellBolt(_ShellBase, Bolt):
                 if t is not None:
                     found.append(t)
                     self._touched.add(aid)
+                elif self._failed_here and aid in self._failed_here:
+                    anchored_to_failed = True
             anchors = tuple(found)
         stream = msg.get("stream") or "default"
         task = msg.get("task")
@@ -873,16 +914,25 @@ class ShellBolt(_ShellBase, Bolt):
             raise _ProtocolError(f"sent an emit whose task is not a number: {_quote(msg)}")
         self._last_progress = _monotonic()
         self._last_kind = "emit"
-        try:
-            task_ids = self._collector.emit(self, values, stream, anchors, task, None)
-        except Exception as exc:  # noqa: BLE001 - e.g. an undeclared stream: the program's error
-            error = f"shell process `{self.label}` emitted {_quote(msg)}: {exc}"
-            if anchors:
-                for t in anchors:
-                    self._fail_tuple(t, error)
-            else:
-                self._log(error, "error")
+        if anchored_to_failed:
+            # on behalf of a tuple failed here: it must not flow (the tuple is replayed, and
+            # emitted unanchored it would flow untracked and twice); its other anchors fail
+            # too, as a Python bolt's emit onto a failed tuple raises and fails its input
+            for t in anchors:
+                self._fail_tuple(t, f"shell process `{self.label}` emitted {_quote(msg)} "
+                                    f"anchored to a tuple that already failed here")
             task_ids = []
+        else:
+            try:
+                task_ids = _collect_emit(self, values, stream, anchors, task, None)
+            except _EMIT_ERRORS as exc:
+                error = f"shell process `{self.label}` emitted {_quote(msg)}: {exc}"
+                if anchors:
+                    for t in anchors:
+                        self._fail_tuple(t, error)
+                else:
+                    self._log(error, "error")
+                task_ids = []
         if task is None and msg.get("need_task_ids", True):
             self._out += _encode_compact(list(task_ids or ())).encode() + _END
             self._urgent = True
@@ -893,6 +943,7 @@ class ShellBolt(_ShellBase, Bolt):
             if t is tup:
                 del self._pending[tid]
                 self._touched.discard(tid)
+                self._failed_here.add(tid)
                 self._collector.fail(tup, error)
                 return
 
@@ -908,6 +959,8 @@ class ShellBolt(_ShellBase, Bolt):
             if self._touched:
                 self._touched.discard(tid)
             self._collector.ack(tup)
+        elif self._failed_here:
+            self._failed_here.discard(tid)    # failed here already: that fail stands
 
     def _on_fail(self, msg: dict) -> None:
         tid = msg.get("id")
@@ -920,6 +973,8 @@ class ShellBolt(_ShellBase, Bolt):
         if tup is not None:
             self._touched.discard(tid)
             self._collector.fail(tup, error or f"failed by shell process `{self.label}`")
+        elif self._failed_here:
+            self._failed_here.discard(tid)
 
     def _on_error(self, msg: dict) -> None:
         super()._on_error(msg)
@@ -951,6 +1006,7 @@ class ShellBolt(_ShellBase, Bolt):
         self._unsent = 0
         pending, self._pending = self._pending, {}
         touched, self._touched = self._touched, set()
+        self._failed_here.clear()             # the fresh child knows none of them
         resent, self._resent = self._resent, {}
         blame_first = not (fail_all or explained or touched.intersection(pending))
         again: list[tuple[str, Tuple, int]] = []
@@ -1010,12 +1066,16 @@ class ShellSpout(_ShellBase, Spout):
     for ever), the spout gives up and reports itself exhausted."""
 
     max_failures = 25
+    max_unseen_nexts = 100    # `next`s in a row whose emits the runtime cannot see
 
     def __init__(self, impl: ShellImpl, base_dir: str):
         self._shell_init(impl, base_dir)
         self._out = bytearray()
         self._emitted = 0
+        self._seen = 0                        # emits that made or failed a record (visible)
         self._synced = False
+        self._failed_ids: set[str] = set()    # message ids whose emit raised here (JSON)
+        self._to_fail: list[Any] = []         # ...to tell the program once its answer is over
         self._handlers = {"emit": self._on_emit, "log": self._on_log, "error": self._on_error,
                           "metrics": self._on_metrics, "sync": self._on_sync}
 
@@ -1028,7 +1088,20 @@ class ShellSpout(_ShellBase, Spout):
             raise
 
     def next_tuple(self) -> bool:
-        return self._command({"command": "next"}, retry=True) > 0
+        """Ask for `next` until an emit the runtime can see (a record made, or failed here):
+        the runtime takes a `next_tuple()` that changed nothing for an exhausted spout, so
+        one whose only emits were refused (an unreliable one, or a re-emit of a record
+        already failed here) must not end the spout while it has more to give."""
+        for _ in range(self.max_unseen_nexts):
+            self._seen = 0
+            emitted = self._command({"command": "next"}, retry=True)
+            while self._to_fail:              # Storm calls the spout's fail for these
+                self._command({"command": "fail", "id": self._to_fail.pop(0)})
+            if emitted == 0 or self._seen:
+                return emitted > 0
+        self._log(f"shell process `{self.label}` answered {self.max_unseen_nexts} `next`s in "
+                  f"a row only with emits the host refused: taken for exhausted", "error")
+        return False
 
     def ack(self, tup_id: Any) -> None:
         self._command({"command": "ack", "id": tup_id})
@@ -1107,10 +1180,12 @@ class ShellSpout(_ShellBase, Spout):
             raise _ProtocolError(f"sent an emit whose task is not a number: {_quote(msg)}")
         stream = msg.get("stream") or "default"
         self._emitted += 1
+        message_id = msg.get("id")
         try:
-            task_ids = self._collector.emit(self, values, stream, (), task, msg.get("id"))
-        except Exception as exc:  # noqa: BLE001 - the program's error (undeclared stream...)
-            self._log(f"shell process `{self.label}` emitted {_quote(msg)}: {exc}", "error")
+            task_ids = _collect_emit(self, values, stream, (), task, message_id)
+            self._seen += 1
+        except _EMIT_ERRORS as exc:
+            self._emit_failed(msg, message_id, stream, exc)
             task_ids = []
         if task is None and msg.get("need_task_ids", True):
             self._out += _encode_compact(list(task_ids or ())).encode() + _END
@@ -1118,6 +1193,30 @@ class ShellSpout(_ShellBase, Spout):
 
     def _on_sync(self, msg: dict) -> None:
         self._synced = True
+
+    def _emit_failed(self, msg: dict, message_id: Any, stream: str, exc: Exception) -> None:
+        """An emit the collector refused. With a message id its record must not vanish: its
+        root fails at the spout's position, with the emit and the error, and goes straight to
+        the dead letters (the stored workflow decides streams, direct tasks and groupings,
+        so a replay could only fail again), so the root is dead, never complete; and the
+        program is sent `fail` for it, as Storm's spout would be. Once per message id: a
+        spout that re-emits what failed would otherwise loop for ever."""
+        self._log(f"shell process `{self.label}` emitted {_quote(msg)}: {exc}", "error")
+        if message_id is None:                # an unreliable emit: no root to fail
+            return
+        key = _dumps(message_id, sort_keys=True, default=str)
+        if key in self._failed_ids:
+            return
+        self._failed_ids.add(key)
+
+        def refused() -> list:
+            raise exc
+
+        attempts = max(1, int(_conf_float(self.conf, "recovery.max.attempts")))
+        self._collector.spout_record(message_id, refused, _dumps(msg, default=str).encode(),
+                                     stream, "json", attempts)
+        self._seen += 1
+        self._to_fail.append(message_id)
 
     def _note_failure(self, error: str) -> None:
         self.errors.append(error)

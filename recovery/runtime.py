@@ -238,10 +238,13 @@ class TaskRunner:
             if not self._selected(message_id):
                 return []
             root = ids.root_id(self._root_salt(self.spec.root_epoch), message_id)
+            base = ids.derive(root, self.router.salts.get(stream, 0), 0)
+            targets = self._emit(values, stream, (root,), base, direct_task, hold=None, root_xor=root)
+            # only an emit that routed makes a root: one that raised (an undeclared stream...)
+            # would otherwise count as complete and be acked to its spout
             self._count_root(False)
             self.spout_messages.append([root, message_id])
-            base = ids.derive(root, self.router.salts.get(stream, 0), 0)
-            return self._emit(values, stream, (root,), base, direct_task, hold=None, root_xor=root)
+            return targets
         if not anchors and self.auto_anchor and self.current is not None:
             anchors = (self.current,)
         if len(anchors) == 1:   # the common case, kept short

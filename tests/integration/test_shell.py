@@ -3,8 +3,11 @@ localization in a shell bolt, and its recovery into a fresh process of the same 
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
-from recovery import jobs
+import msgpack
+
+from recovery import jobs, keys
 from tests.integration.conftest import WORKFLOWS, copy_workflow, sink_records, submit
 from tests.integration.test_engine import wordcount_reference
 
@@ -44,3 +47,44 @@ def test_a_tuple_failed_in_a_shell_bolt_is_recovered_by_a_fresh_process(spark, r
     acked = [int(i) for what, i in (l.split() for l in fates.read_text().splitlines()) if what == "ack"]
     assert len(acked) == len(set(acked)) == s["roots"]
     assert sink_records(tmp_path / "out" / "wordcount_shell") == wordcount_reference(tmp_path / "data" / "sentences.txt")
+
+
+PROGRAMS = Path(__file__).resolve().parents[1] / "multilang_programs"
+BAD_STREAM_XML = """<?xml version="1.0" encoding="UTF-8"?>
+<workflow xmlns="urn:recovery:workflow:1" name="shell_bad_stream">
+  <spout id="numbers" parallelism="1">
+    <shell command="python" script="raw_spout.py" args="badstream"/>
+    <stream fields="n"/>
+  </spout>
+  <bolt id="out" parallelism="1">
+    <sink type="jsonl" path="out/numbers"/>
+    <input from="numbers" grouping="shuffle"/>
+  </bolt>
+</workflow>
+"""
+
+
+def test_a_shell_spout_emit_the_host_refuses_ends_dead_never_complete(spark, redis_url, redis_client, tmp_path):
+    # raw_spout.py "badstream" emits message 2 on a stream the XML does not declare: its
+    # root is dead (not counted complete, not acked), its emit and error are in the dead
+    # letters, the program heard `fail 2`, and the other four records reach the sink
+    shutil.copy(PROGRAMS / "raw_spout.py", tmp_path / "raw_spout.py")
+    xml = tmp_path / "shell_bad_stream.xml"
+    xml.write_text(BAD_STREAM_XML)
+    s = submit(spark, redis_url, redis_client, xml)
+    assert (s["roots"], s["complete"], s["pending"], s["dead"]) == (5, 4, 0, 1)
+    assert s["status"] == "dead"
+    assert sink_records(tmp_path / "out" / "numbers") == sink_records_of([0, 1, 3, 4])
+    [dead] = jobs.dead_letters(redis_client, s["run_id"])
+    assert dead["component"] == "numbers" and dead["message_id"] == 2
+    assert "undeclared stream 'nowhere'" in dead["error"]
+    assert b'"stream": "nowhere"' in dead["raw"]
+    logs = [msgpack.unpackb(r)[4] for r in redis_client.lrange(keys.log(s["run_id"]), 0, -1)]
+    assert logs.count("fail 2") == 1
+    r = jobs.recover(spark, redis_client, redis_url, s["run_id"])
+    assert r["rounds"] == 0 and r["dead"] == 1          # nothing to replay: it is settled
+
+
+def sink_records_of(numbers):
+    import json
+    return sorted(json.dumps({"n": n}, sort_keys=True) for n in numbers)

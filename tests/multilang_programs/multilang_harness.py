@@ -29,12 +29,27 @@ class Emit:
     task_ids: list
 
 
+@dataclass
+class SpoutFailure:
+    """A record failed at the spout's position (TaskRunner.spout_record whose decode raised)."""
+    message_id: Any
+    raw: Any
+    stream: str
+    format: str
+    attempt: int
+    error: str
+
+
 class Harness:
     """The collector protocol, recorded. Non-direct emits go to the next list of
-    `task_id_lists` (cycling; [5, 6] by default), direct ones to [task]."""
+    `task_id_lists` (cycling; [5, 6] by default), direct ones to [task]. With `streams`, an
+    emit on another stream raises ValueError, as the runtime's router does."""
 
-    def __init__(self, task_id_lists: list[list[int]] | None = None):
+    def __init__(self, task_id_lists: list[list[int]] | None = None,
+                 streams: set[str] | None = None):
         self.emits: list[Emit] = []
+        self.spout_failures: list[SpoutFailure] = []
+        self.streams = streams
         self.acked: list[int] = []
         self.failed: list[tuple[int, str | None]] = []
         self.logs: list[tuple[str, str]] = []
@@ -43,6 +58,8 @@ class Harness:
 
     def emit(self, component, values, stream, anchors, direct_task, message_id):
         self.threads.add(threading.get_ident())
+        if self.streams is not None and stream not in self.streams:
+            raise ValueError(f"emitted on undeclared stream {stream!r}")
         if direct_task is not None:
             ids = [direct_task]
         else:
@@ -58,6 +75,17 @@ class Harness:
     def fail(self, tup, error=None):
         self.threads.add(threading.get_ident())
         self.failed.append((tup.id, error))
+
+    def spout_record(self, message_id, decode, raw, stream="default", fmt="", attempt=1,
+                     replayed=False):
+        self.threads.add(threading.get_ident())
+        try:
+            values = decode()
+        except Exception as exc:  # noqa: BLE001 - recorded, as the runtime queues it
+            self.spout_failures.append(SpoutFailure(message_id, raw, stream, fmt, attempt,
+                                                    f"{type(exc).__name__}: {exc}"))
+            return
+        self.emits.append(Emit(list(values), stream, [], None, message_id, []))
 
     def log(self, message, level):
         self.threads.add(threading.get_ident())
@@ -123,12 +151,12 @@ class Shells:
         bolt.prepare(wf.conf("bolt"), TaskContext(wf, "bolt", 1))
         return bolt, harness
 
-    def spout(self, script: str, *args: str,
-              config: dict[str, str] | None = None) -> tuple[ShellSpout, Harness]:
+    def spout(self, script: str, *args: str, config: dict[str, str] | None = None,
+              harness: Harness | None = None) -> tuple[ShellSpout, Harness]:
         impl = self.impl(script, *args)
         wf = workflow(impl, config)
         spout = ShellSpout(impl, str(PROGRAMS))
-        harness = Harness()
+        harness = harness or Harness()
         spout._collector = harness
         self.made.append((spout, harness))
         spout.open(wf.conf("spout"), TaskContext(wf, "spout", 2))

@@ -1,12 +1,17 @@
 """A bolt speaking the multilang protocol by hand, misbehaving on request.
 
 The first argument is the mode: "ok" (misbehave only on the values below), "noack" (read
-everything, answer heartbeats, ack nothing), "nopid" (no pid file), "crashstart" (exit before
-the handshake answer), "fork" (start a grandchild `sleep` in its process group first).
+everything, answer heartbeats, ack nothing), "nopid" (answers its pid, never writes the pid
+file), "latepid" (answers its pid first, as Storm's storm.py does, and writes the pid file only
+once it has read its first tuple: a host that checks the file when the pid arrives always finds
+it missing), "crashstart" (exit before the handshake answer), "fork" (start a grandchild
+`sleep` in its process group first).
 Per tuple value, in mode "ok": "badjson", "noend" (an ack without its end line, then exit;
 "noend-stay": then sleep),
 "exit" (exit 3), "hang" (sleep), "unknown" (an unknown command), "garbage" (raw text before
-the emit); anything else is emitted (anchored) and acked.
+the emit), "badstream" (an anchored emit on the undeclared stream "nowhere" first), "bigint"
+(emits 2**70 instead, which JSON carries and msgpack cannot); anything else is emitted
+(anchored) and acked.
 """
 import json
 import os
@@ -44,12 +49,15 @@ if mode == "fork":
     child = subprocess.Popen(["sleep", "60"])
     sys.stderr.write("grandchild %d\n" % child.pid)
     sys.stderr.flush()
-if mode != "nopid":
-    open(os.path.join(handshake["pidDir"], str(os.getpid())), "w").close()
+pid_file = os.path.join(handshake["pidDir"], str(os.getpid()))
+if mode not in ("nopid", "latepid"):
+    open(pid_file, "w").close()
 send({"pid": os.getpid()})
 
 while True:
     msg = read_msg()
+    if mode == "latepid" and not os.path.exists(pid_file):
+        open(pid_file, "w").close()
     if msg.get("stream") == "__heartbeat":
         send({"command": "sync"})
         continue
@@ -75,5 +83,10 @@ while True:
         continue
     if value == "garbage":
         raw("Traceback? no, just text on stdout\n")
+    if value == "badstream":
+        send({"command": "emit", "anchors": [msg["id"]], "stream": "nowhere", "tuple": [value],
+              "need_task_ids": False})
+    if value == "bigint":
+        value = 2 ** 70
     send({"command": "emit", "anchors": [msg["id"]], "tuple": [value], "need_task_ids": False})
     send({"command": "ack", "id": msg["id"]})

@@ -1,6 +1,10 @@
 """A spout speaking the multilang protocol by hand: emits 0..4 (message id = value, task ids
 requested as in Storm's default) then nothing. Mode "exit" / "hang" / "garbage" misbehaves
-once on the third `next` (a marker file, the second argument, remembers it did)."""
+once on the third `next` (a marker file, the second argument, remembers it did).
+Mode "nopid" answers its pid and never writes the pid file; "latepid" answers its pid first (as
+Storm's storm.py does) and writes the file only once it has read its first command.
+Mode "badstream" emits message 2 on the undeclared stream "nowhere"; "badstream-retry" also
+re-emits every message it is told failed, at its next `next` (a spout that retries for ever)."""
 import json
 import os
 import sys
@@ -30,13 +34,22 @@ def send(obj):
 mode = sys.argv[1] if len(sys.argv) > 1 else "ok"
 marker = sys.argv[2] if len(sys.argv) > 2 else None
 handshake = read_msg()
-open(os.path.join(handshake["pidDir"], str(os.getpid())), "w").close()
+pid_file = os.path.join(handshake["pidDir"], str(os.getpid()))
+if mode not in ("nopid", "latepid"):
+    open(pid_file, "w").close()
 send({"pid": os.getpid()})
 count = 0
+retry = []
 while True:
     cmd = read_msg()
-    if cmd["command"] == "next":
-        if count == 2 and mode != "ok" and not os.path.exists(marker):
+    if mode == "latepid" and not os.path.exists(pid_file):
+        open(pid_file, "w").close()
+    if cmd["command"] == "next" and retry:
+        mid = retry.pop(0)
+        send({"command": "emit", "id": mid, "tuple": [mid], "stream": "nowhere"})
+        read_msg()                      # its task ids
+    elif cmd["command"] == "next":
+        if count == 2 and mode in ("exit", "hang", "garbage") and not os.path.exists(marker):
             open(marker, "w").close()
             if mode == "exit":
                 sys.exit(4)
@@ -45,7 +58,10 @@ while True:
             if mode == "garbage":
                 raw("not the protocol\n")
         if count < 5:
-            send({"command": "emit", "id": count, "tuple": [count]})
+            emit = {"command": "emit", "id": count, "tuple": [count]}
+            if count == 2 and mode.startswith("badstream"):
+                emit["stream"] = "nowhere"
+            send(emit)
             ids = read_msg()
             if not isinstance(ids, list):
                 sys.stderr.write("expected task ids, got %r\n" % (ids,))
@@ -54,4 +70,6 @@ while True:
         count += 1
     elif cmd["command"] in ("ack", "fail"):
         send({"command": "log", "msg": "%s %s" % (cmd["command"], cmd["id"])})
+        if cmd["command"] == "fail" and mode == "badstream-retry":
+            retry.append(cmd["id"])
     send({"command": "sync"})

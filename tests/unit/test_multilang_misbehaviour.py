@@ -6,6 +6,7 @@ The programs are tests/multilang_programs/raw_bolt.py and raw_spout.py (the prot
 misbehaving on request) and pystorm_bolt.py ("prints")."""
 from __future__ import annotations
 
+import json
 import re
 import sys
 import time
@@ -15,7 +16,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "multilang_programs"))
 
-from multilang_harness import Shells, run  # noqa: E402
+from multilang_harness import Harness, Shells, run  # noqa: E402
 
 from recovery.multilang import ShellError  # noqa: E402
 
@@ -161,9 +162,36 @@ def test_program_that_cannot_start(shells):
         shells.bolt(RAW, "crashstart")
 
 
-def test_program_that_writes_no_pid_file(shells):
-    with pytest.raises(ShellError, match="wrote no pid file"):
-        shells.bolt(RAW, "nopid")
+@pytest.mark.parametrize("mode", ["latepid", "nopid"])
+def test_bolt_that_writes_its_pid_file_late_or_never_works(shells, mode):
+    # Storm's storm.py answers {"pid": N} before it writes the pid file, and Storm's host
+    # never needs the file: "latepid" writes it only after reading its first tuple (a host
+    # that checks when the pid arrives always finds it missing), "nopid" never writes it
+    bolt, h = shells.bolt(RAW, mode)
+    tups = run(bolt, ["a", "b", "c"])
+    assert sorted(h.acked) == [t.id for t in tups] and not h.failed
+    assert h.emitted() == [["a"], ["b"], ["c"]]
+    assert not bolt.errors and bolt.restarts == 0
+    bolt.cleanup()
+    notes = [m for level, m in h.logs if "pid file" in m]
+    if mode == "nopid":          # noted once the process is gone, never an error
+        assert len(notes) == 1 and ("warn", notes[0]) in h.logs
+    else:
+        assert notes == []
+
+
+@pytest.mark.parametrize("mode", ["latepid", "nopid"])
+def test_spout_that_writes_its_pid_file_late_or_never_works(shells, mode):
+    spout, h = shells.spout("raw_spout.py", mode)
+    spout.activate()
+    emitted = 0
+    while spout.next_tuple():
+        emitted += 1
+        assert emitted < 20
+    assert [e.message_id for e in h.emits] == [0, 1, 2, 3, 4]
+    spout.ack(0)
+    assert "ack 0" in [m for _, m in h.logs]
+    assert not spout.errors and spout.restarts == 0
 
 
 def test_cleanup_kills_the_whole_process_group(shells):
@@ -208,3 +236,68 @@ def test_spout_that_fails_at_the_same_place_for_ever_is_given_up(shells, tmp_pat
         assert calls < 100
     assert len(spout.errors) == 5 and "gave up after 5 process failures" in h.logs[-1][1]
     assert spout.next_tuple() is False
+
+
+def test_spout_emit_the_host_refuses_fails_its_record_and_the_spout_hears_fail(shells):
+    # message 2 goes to an undeclared stream: the collector raises; its record must not
+    # vanish: it fails at the spout's position, dead at once (a replay could only fail the
+    # same way), and the program hears `fail 2`; the other messages flow
+    spout, h = shells.spout("raw_spout.py", "badstream", harness=Harness(streams={"default"}))
+    spout.activate()
+    drain_as_the_runtime_does(spout, h)
+    assert [e.message_id for e in h.emits] == [0, 1, 3, 4]
+    [failure] = h.spout_failures
+    assert failure.message_id == 2 and failure.stream == "nowhere"
+    assert failure.attempt == 3                        # recovery.max.attempts: dead at once
+    assert "undeclared stream 'nowhere'" in failure.error
+    assert json.loads(failure.raw)["tuple"] == [2]    # the emit as the program sent it
+    messages = [m for _, m in h.logs]
+    assert messages.count("fail 2") == 1 and "sent 2 to []" in messages
+    assert any(level == "error" and "nowhere" in m for level, m in h.logs)
+    assert not spout.errors and spout.restarts == 0
+
+
+def drain_as_the_runtime_does(spout, h) -> None:
+    """TaskRunner.run_spout's loop: a next_tuple() that made or failed no record ends it."""
+    for _ in range(20):
+        before = len(h.emits) + len(h.spout_failures)
+        if spout.next_tuple() is False or len(h.emits) + len(h.spout_failures) == before:
+            return
+    raise AssertionError("the spout never ended")
+
+
+def test_spout_that_re_emits_what_failed_is_told_once_and_goes_on(shells):
+    # a spout re-emitting every failed message would loop for ever: the second refusal of
+    # message 2 neither fails its root again nor sends another `fail`; and the `next` that
+    # only re-emitted it must not make the runtime take the spout for exhausted
+    spout, h = shells.spout("raw_spout.py", "badstream-retry",
+                            harness=Harness(streams={"default"}))
+    drain_as_the_runtime_does(spout, h)
+    assert [e.message_id for e in h.emits] == [0, 1, 3, 4]
+    assert [f.message_id for f in h.spout_failures] == [2]
+    assert [m for _, m in h.logs].count("fail 2") == 1
+
+
+def test_bolt_emits_for_a_tuple_failed_by_the_host_do_not_flow(shells):
+    # "badstream" first emits on an undeclared stream (the host fails that tuple), then on
+    # the default stream anchored to it, then acks it: that emit must not flow (not
+    # unanchored and untracked either: the tuple is replayed and would emit it twice)
+    bolt, h = shells.bolt(RAW, "ok", harness=Harness(streams={"default"}))
+    tups = run(bolt, ["a", "badstream", "b"])
+    assert [i for i, _ in h.failed] == [tups[1].id]
+    assert "undeclared stream 'nowhere'" in h.failed[0][1]
+    assert h.emitted() == [["a"], ["b"]]
+    assert all(e.anchors for e in h.emits)
+    assert sorted(h.acked) == [tups[0].id, tups[2].id]
+    assert bolt.restarts == 0 and not bolt._failed_here   # its ack closed the entry
+
+
+def test_bolt_emit_of_values_that_cannot_be_encoded_fails_its_tuple(shells):
+    # JSON carries 2**70; msgpack (the runtime's encoding) cannot: the emit fails its input
+    # tuple instead of failing a whole chunk of other tuples at the task's end
+    bolt, h = shells.bolt(RAW, "ok")
+    tups = run(bolt, ["a", "bigint", "b"])
+    assert [i for i, _ in h.failed] == [tups[1].id]
+    assert "out of range" in h.failed[0][1] and str(2 ** 70) in h.failed[0][1]
+    assert h.emitted() == [["a"], ["b"]]
+    assert sorted(h.acked) == [tups[0].id, tups[2].id]
