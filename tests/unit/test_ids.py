@@ -150,3 +150,26 @@ def test_both_colliding_messages_are_queued_and_pending_when_both_fail():
     comp, task = pos.decode().rsplit(":", 1)
     queued = [msgpack.unpackb(v) for v in client.hvals(keys.queue("r1", comp, int(task)))]
     assert sorted(rec["values"][0] for rec in queued) == sorted(CRC_TWINS)
+
+
+def _first_unanchored_id(wf: Workflow, component: str, round_no: int) -> int:
+    from recovery.runtime import TaskRunner
+    runner = TaskRunner(RunSpec("r1", round_no, wf.model_dump_json(), None, False), component, 0)
+    runner.emit(None, ["v"], "default", (), None, None)
+    [[rec]] = runner.out.values()
+    return rec[0]
+
+
+def test_a_later_round_emits_unanchored_tuples_under_new_ids():
+    """A task re-executed in a recovery round counts its unanchored emits from 1 again, on other
+    input: its tuples must not take the ids of the first round's (still queued, maybe)."""
+    wf = Workflow(name="u", components=(
+        Component(id="s", kind="spout", impl=ClassImpl(ref="tests.unit.test_ids:TwinSpout"),
+                  streams=(StreamDef(fields=("m",)),)),
+        Component(id="b", kind="bolt", impl=ClassImpl(ref="tests.unit.test_ids:FailingBolt"),
+                  streams=(StreamDef(fields=("m",)),), inputs=(Input(source="s"),)),
+        Component(id="c", kind="bolt", impl=ClassImpl(ref="tests.unit.test_ids:FailingBolt"),
+                  inputs=(Input(source="b"),))))
+    for component in ("s", "b"):
+        assert _first_unanchored_id(wf, component, 0) == _first_unanchored_id(wf, component, 0)
+        assert _first_unanchored_id(wf, component, 0) != _first_unanchored_id(wf, component, 1)
