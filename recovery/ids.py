@@ -121,7 +121,10 @@ def stable_hash(obj: Any) -> int:
 def fields_hash(values: list) -> int:
     """Storm's fields grouping: equal values -> equal hash, in every process."""
     if len(values) == 1:   # the common case: one grouping field
-        return hash((_STABLE, _T_SEQ, 1, *_lanes(values[0]))) & MASK64
+        v = values[0]
+        if type(v) is int and 0 <= v <= MASK64:
+            return hash((_STABLE, _T_SEQ, 1, _T_UINT, v, v >> _HI)) & MASK64
+        return hash((_STABLE, _T_SEQ, 1, *_lanes(v))) & MASK64
     if len(values) == 2:
         return hash((_STABLE, _T_SEQ, 2, *_lanes(values[0]), *_lanes(values[1]))) & MASK64
     return stable_hash(values)
