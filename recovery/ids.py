@@ -10,10 +10,10 @@ in [0, 2**64); strings, bytes and ints beyond 64 bits are first hashed with blak
 personalisation per type). It runs in C (a derive ~0.15 us, the same in pure Python ~2 us),
 is not salted per process (only str/bytes hashing is), and is plain uint64 arithmetic
 (multiply, rotate, add, and `hash(int)` = the int mod 2**61-1), so numpy can compute the
-same ids vectorized. `_reference_tuple_hash` is that algorithm in pure Python; at import the builtin is compared
-with it on fixed vectors and the import fails with a clear message on a Python whose hash
-differs (a 32-bit build, PyPy, a future CPython), instead of deriving ids that differ from the
-rest of the cluster.
+same ids vectorized. `_reference_tuple_hash` is that algorithm in pure Python; at import the
+builtin is compared with it on fixed vectors and the import fails with a clear message on a
+Python whose hash differs (a 32-bit build, PyPy, a future CPython), instead of deriving ids
+that differ from the rest of the cluster.
 
 Injectivity: `hash(int)` reduces mod 2**61-1, so a 64-bit part `p` alone would collide with
 `p ± k(2**61-1)`. Each part therefore goes in as two lanes `(p, p >> 60)`, which together
