@@ -24,6 +24,8 @@ driver); :func:`commit_ranges` commits the ends once the round settled.
 from __future__ import annotations
 
 import json
+import os
+import socket
 import time
 from typing import Any, Iterable, Iterator
 
@@ -248,29 +250,55 @@ def produce(client: Any, topic: str, records: Iterable[tuple[Any, bytes]], parti
 
 
 # --- planning and committing ------------------------------------------------------------------
+def claimer_key(consumer: str, topic: str) -> str:
+    """String: "host pid" of the driver that took the owner key (its run record may not
+    exist yet: a submit plans its ranges before it creates the record)."""
+    return owner_key(consumer, topic) + ":driver"
+
+
+def _refuse_if_owned(client: Any, consumer: str, topic: str, owner: str, claimer: str | None) -> None:
+    """Raise when `owner` may still read the consumer: running, crashed mid-round, or not yet
+    recorded by a driver that is alive. A run that was cleared (no record, driver gone) or
+    finished owns nothing."""
+    from recovery import runs
+    try:
+        rec = runs.get(client, owner)
+    except RecoveryError:
+        rec = None
+    if rec is None:
+        host, _, pid = (claimer or "").partition(" ")
+        # (liveness is only knowable on this host; another host's claim counts as cleared)
+        if host == socket.gethostname() and runs.driver_alive({"driver_host": host, "driver_pid": pid}):
+            raise TopicError(f"consumer {consumer!r} of topic {topic!r} is being claimed by run "
+                             f"{owner} (driver pid {pid} on {host}); stop it first")
+        return        # cleared: nobody owns it any more
+    status = runs.status_of(rec)
+    if status == runs.RUNNING:
+        raise TopicError(f"consumer {consumer!r} of topic {topic!r} is being read by run "
+                         f"{owner} (driver pid {rec.get('driver_pid')} on "
+                         f"{rec.get('driver_host')}); stop it first")
+    if status == runs.CRASHED:
+        raise TopicError(f"run {owner} of consumer {consumer!r} crashed mid-round; resume "
+                         f"it first (`recovery recover {owner}` or `recovery submit "
+                         f"--follow` again)")
+
+
 def _claim(client: Any, consumer: str, topic: str, run_id: str) -> None:
     """One reader per consumer: refuse when another run of it is alive or crashed mid-round
-    (its uncommitted messages would be read twice)."""
-    from recovery import runs
-    key = owner_key(consumer, topic)
-    owner = client.get(key)
-    owner = owner.decode() if owner is not None else None
-    if owner and owner != run_id:
-        try:
-            rec = runs.get(client, owner)
-        except RecoveryError:
-            rec = None        # cleared: nobody owns it any more
-        if rec is not None:
-            status = runs.status_of(rec)
-            if status == runs.RUNNING:
-                raise TopicError(f"consumer {consumer!r} of topic {topic!r} is being read by run "
-                                 f"{owner} (driver pid {rec.get('driver_pid')} on "
-                                 f"{rec.get('driver_host')}); stop it first")
-            if status == runs.CRASHED:
-                raise TopicError(f"run {owner} of consumer {consumer!r} crashed mid-round; resume "
-                                 f"it first (`recovery recover {owner}` or `recovery submit "
-                                 f"--follow` again)")
-    client.set(key, run_id)
+    (its uncommitted messages would be read twice). Atomic: the owner is checked and taken in
+    one WATCH/MULTI transaction, so of two claims racing exactly one wins (the other retries,
+    sees the winner and is refused)."""
+    key, driver = owner_key(consumer, topic), claimer_key(consumer, topic)
+
+    def check_and_take(pipe: Any) -> None:
+        owner, claimer = (_dec(v) if v is not None else None for v in pipe.mget(key, driver))
+        if owner and owner != run_id:
+            _refuse_if_owned(client, consumer, topic, owner, claimer)
+        pipe.multi()
+        pipe.set(key, run_id)
+        pipe.set(driver, f"{socket.gethostname()} {os.getpid()}")
+
+    client.transaction(check_and_take, key, driver)
 
 
 def _share(budget: int, lags: list[int]) -> list[int]:
@@ -298,6 +326,7 @@ def plan_spout(client: Any, wf: Workflow, spout: Component, run_id: str | None =
     topic = spout.impl.param("topic") or ""
     n = require_topic(client, topic, spout.id)
     consumer = consumer_name(wf, spout.id)
+    fmt = spout_format(client, spout)      # refused before the claim: no claim left behind
     if run_id is not None:
         _claim(client, consumer, topic, run_id)
     committed = committed_offsets(client, consumer, topic)
@@ -317,7 +346,6 @@ def plan_spout(client: Any, wf: Workflow, spout: Component, run_id: str | None =
                 takes = _share(budget, [ranges[p][1] - ranges[p][0] for p in mine])
                 for p, t in zip(mine, takes):
                     ranges[p][1] = ranges[p][0] + t
-    fmt = spout_format(client, spout)
     return {"topic": topic, "consumer": consumer, "partitions": n, "tasks": spout.parallelism,
             "format": fmt, "ranges": {str(p): r for p, r in ranges.items()}}
 

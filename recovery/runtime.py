@@ -233,8 +233,9 @@ class TaskRunner:
         if self.is_spout:
             if message_id is None:
                 self.unanchored_seq += 1
-                return self._emit(values, stream, (), ids.derive(self.task_id, self.unanchored_seq),
-                                  direct_task, hold=None)
+                # the round keeps a later round's unanchored tuples apart from this one's
+                return self._emit(values, stream, (), ids.derive(self.task_id, self.unanchored_seq,
+                                                                 self.spec.round), direct_task, hold=None)
             if not self._selected(message_id):
                 return []
             root = ids.root_id(self._root_salt(self.spec.root_epoch), message_id)
@@ -267,7 +268,8 @@ class TaskRunner:
             base = ids.derive(key, self.router.salts.get(stream, 0), n)
             return self._emit(values, stream, tuple(roots), base, direct_task, hold=anchors)
         self.unanchored_seq += 1
-        base = ids.derive(self.task_id, self.router.salts.get(stream, 0), self.unanchored_seq, 1)
+        base = ids.derive(self.task_id, self.router.salts.get(stream, 0), self.unanchored_seq, 1,
+                          self.spec.round)
         return self._emit(values, stream, (), base, direct_task, hold=None)
 
     def _emit(self, values, stream, roots, base, direct_task, hold, root_xor: int = 0) -> list[int]:

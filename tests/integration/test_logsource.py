@@ -251,3 +251,37 @@ def test_a_topic_that_does_not_exist_is_exit_2_with_a_one_line_error(redis_url, 
         err = [x for x in out.stderr.splitlines() if x.strip()]
         assert len(err) == 1 and "topic 'cdn_logs'" in err[0] and "does not exist" in err[0], out.stderr
         assert not os.path.exists(tmp_path / "out")
+
+
+def test_claims_racing_on_a_real_redis_exactly_one_wins(redis_client):
+    """Eight drivers claim one consumer at once (released together by a barrier) after the
+    previous owner finished: exactly one takes it, every other one is refused."""
+    import threading
+
+    from recovery.model import Component, SourceImpl, StreamDef, Workflow
+    wf = Workflow(name="wf", components=(Component(
+        id="src", kind="spout", impl=SourceImpl(type="redis-stream", params=(("topic", "t"),)),
+        streams=(StreamDef(fields=("line",)),)),))
+    logsource.produce(redis_client, "t", [("k", b"x")], 1)
+    logsource.plan_ranges(redis_client, wf, "run-old")
+    runs.create(redis_client, "run-old", "<xml/>", "{}", None, "local", True)
+    runs.update(redis_client, "run-old", status=runs.COMPLETED)
+    barrier = threading.Barrier(8)
+    won, refused = [], []
+
+    def claim(run_id: str) -> None:
+        barrier.wait()
+        try:
+            logsource.plan_ranges(redis_client, wf, run_id)
+            won.append(run_id)
+        except logsource.TopicError as err:
+            refused.append(str(err))
+
+    threads = [threading.Thread(target=claim, args=(f"run-{i}",)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(won) == 1 and len(refused) == 7, (won, refused)
+    assert redis_client.get(logsource.owner_key("wf:src", "t")).decode() == won[0]
+    assert all(f"run {won[0]}" in msg for msg in refused)

@@ -242,6 +242,39 @@ def test_one_reader_per_consumer(fake_redis):
     assert _ranges(logsource.plan_ranges(fake_redis, wf, "run-b")) == {0: [0, 3, 0]}
 
 
+def test_two_racing_claims_exactly_one_wins(fake_redis, monkeypatch):
+    """The second claim lands between the first one's check of the old owner (a finished run)
+    and its write: the first must see it (WATCH) and be refused, not overwrite it."""
+    wf = _wf()
+    _fill(fake_redis, "t", 1, [3])
+    logsource.plan_ranges(fake_redis, wf, "run-old")
+    runs.create(fake_redis, "run-old", "<xml/>", "{}", None, "local", True)
+    runs.update(fake_redis, "run-old", status=runs.COMPLETED)
+    real_get, raced = runs.get, []
+
+    def get_while_another_claims(client, run_id):
+        if not raced:
+            raced.append(True)
+            logsource.plan_ranges(fake_redis, wf, "run-b")     # wins: run-old is finished
+        return real_get(client, run_id)
+
+    monkeypatch.setattr(runs, "get", get_while_another_claims)
+    with pytest.raises(RecoveryError, match="being claimed by run run-b"):
+        logsource.plan_ranges(fake_redis, wf, "run-a")
+    assert raced and fake_redis.get(logsource.owner_key("wf:src", "t")) == b"run-b"
+
+
+def test_a_claim_without_a_run_record_yet_holds_while_its_driver_lives(fake_redis):
+    wf = _wf()
+    _fill(fake_redis, "t", 1, [3])
+    logsource.plan_ranges(fake_redis, wf, "run-a")      # submit plans before it records the run
+    with pytest.raises(RecoveryError, match="being claimed by run run-a"):
+        logsource.plan_ranges(fake_redis, wf, "run-b")
+    host = fake_redis.get(logsource.claimer_key("wf:src", "t")).decode().split()[0]
+    fake_redis.set(logsource.claimer_key("wf:src", "t"), f"{host} {_dead_pid()}")
+    assert _ranges(logsource.plan_ranges(fake_redis, wf, "run-b")) == {0: [0, 3, 0]}  # cleared
+
+
 # --- reading inside a task (a stub runner, no Spark) ---------------------------------------------
 class StubRunner:
     def __init__(self, client, wf: Workflow, index: int, source_json: str, replay=None, run_id="run-1"):
