@@ -30,8 +30,8 @@ from lxml import etree
 from pydantic import ValidationError
 
 from recovery.errors import RecoveryError, WorkflowError
-from recovery.model import (DEFAULT_STREAM, NAMESPACE, ClassImpl, Component, Grouping,
-                            Input, ShellImpl, SinkImpl, SourceImpl, StreamDef, Workflow)
+from recovery.model import (DEFAULT_STREAM, FILE_SINK_TYPES, NAMESPACE, ClassImpl, Component,
+                            Grouping, Input, ShellImpl, SinkImpl, SourceImpl, StreamDef, Workflow)
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "workflow.xsd"
 
@@ -288,8 +288,16 @@ def _build_component(el: etree._Element, file: str | None) -> tuple[Component, _
                     raise WorkflowError(f'{what}: <source type="queue"> tasks= must be '
                                         f"space-separated task ids (positive integers), got "
                                         f"{child.get('tasks')!r}", file, line)
-            impl_cls = SourceImpl if name == "source" else SinkImpl
-            impls.append((f"<{name}>", line, impl_cls(type=typ, params=_params(child))))
+            if name == "source":
+                impls.append(("<source>", line, SourceImpl(type=typ, params=_params(child))))
+            else:
+                mode = child.get("mode")
+                if mode is not None and typ not in FILE_SINK_TYPES:
+                    raise WorkflowError(f'{what}: <sink type="{typ}"> takes no mode= (only '
+                                        f"{' and '.join(FILE_SINK_TYPES)} sinks write part files)",
+                                        file, line)
+                params = tuple(p for p in _params(child) if p[0] != "mode")
+                impls.append(("<sink>", line, SinkImpl(type=typ, mode=mode, params=params)))
         elif name == "stream":
             sid = child.get("id") or DEFAULT_STREAM
             if sid in stream_lines:
@@ -562,8 +570,11 @@ def to_xml(wf: Workflow) -> str:
                 if impl.args:
                     a.append(("args", " ".join(impl.args)))
                 _el(el, "shell", a)
-            elif isinstance(impl, (SourceImpl, SinkImpl)):
+            elif isinstance(impl, SourceImpl):
                 _el(el, impl.kind, [("type", impl.type), *impl.params])
+            elif isinstance(impl, SinkImpl):
+                mode = [("mode", impl.mode)] if impl.mode is not None else []
+                _el(el, impl.kind, [("type", impl.type), *impl.params, *mode])
             for i in c.inputs:
                 a = [("from", i.source)]
                 if i.stream != DEFAULT_STREAM:
