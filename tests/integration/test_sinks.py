@@ -135,3 +135,27 @@ def test_append_keeps_every_runs_parts(spark, redis_url, redis_client, tmp_path)
     want = wordcount_reference(tmp_path / "data" / "sentences.txt")
     assert sink_records(folder) == sorted(want + want)
 
+
+# --- exactness of the examples (issue 9, item 15) ------------------------------------------------
+def test_cdn_logs_recovered_output_equals_a_failure_free_runs_record_for_record(spark, redis_url, redis_client, tmp_path):
+    """What `make demo` checks (recovery/demo.py): every sink record, as a multiset, and the
+    final aggregates in keyed state, after transient failures at two stages and recovery."""
+    from recovery import demo
+    inject = {"recovery.inject.a.component": "aggregate", "recovery.inject.a.rate": "0.05",
+              "recovery.inject.n.component": "normalize", "recovery.inject.n.rate": "0.03",
+              "recovery.retry.delay.period.ms": "10"}
+    outcome = {}
+    for name, config in (("clean", {"recovery.retry.delay.period.ms": "10"}), ("failing", inject)):
+        xml = copy_workflow("cdn_logs", tmp_path / name)
+        s = submit(spark, redis_url, redis_client, xml, config)
+        if name == "failing":
+            assert {p["component"] for p in s["failed_positions"]} == {"split", "normalize", "aggregate"}
+        r = jobs.recover(spark, redis_client, redis_url, s["run_id"])
+        assert r["status"] == "dead" and r["dead_tuples"] == 20      # the data's poison lines
+        outcome[name] = (demo.sink_records(tmp_path / name / "out" / "cdn_logs"),
+                         demo.keyed_state(redis_client, s["run_id"], "aggregate"))
+    (got, got_state), (want, want_state) = outcome["failing"], outcome["clean"]
+    result = demo.compare(got, want, got_state, want_state)
+    assert result.records == result.want_records == 980
+    assert result.missing == result.extra == 0
+    assert result.same_state and result.same and result.keys > 0
