@@ -121,7 +121,10 @@ def check_folders(wf: Workflow, run_id: str | None) -> None:
         where = f"sink {s.component!r} ({s.type}): folder {s.folder}"
         if os.path.exists(s.folder) and not os.path.isdir(s.folder):
             raise SinkFolderError(f"{where} is a file, not a folder")
-        parts = part_files(s.folder)
+        try:
+            parts = part_files(s.folder)
+        except OSError as err:
+            raise SinkFolderError(f"{where} cannot be read: {err.strerror}") from None
         same_id = [p for p in parts if run_id is not None and own.match(p)]
         if same_id:
             raise SinkFolderError(f"{where} already holds {len(same_id)} part files of an earlier "
@@ -147,7 +150,13 @@ def replace_other_runs(wf: Workflow, run_id: str, original_json: str | None = No
     for folder in sorted({s.folder for s in sinks if s.mode == "overwrite"}):
         others = [os.path.join(folder, n) for n in part_files(folder) if not own.match(n)]
         for path in others:
-            os.unlink(path)
+            try:
+                os.unlink(path)
+            except FileNotFoundError:   # removed already (by a driver that died after it)
+                pass
+            except OSError as err:      # the run itself is settled; say what is left to remove
+                raise SinkFolderError(f"overwrite sink folder {folder}: cannot remove {path}, a part "
+                                      f"of another run: {err.strerror} (remove it by hand)") from None
         if others:
             _fsync_dir(folder)
         removed += others

@@ -115,3 +115,14 @@ def test_error_and_append_remove_nothing(tmp_path, mode):
     names = touch_parts(folder, "run-a") + touch_parts(folder, "run-b")
     assert replace_other_runs(workflow(tmp_path, mode), "run-b") == []
     assert part_files(str(folder)) == sorted(names)
+
+
+def test_an_unreadable_folder_is_a_one_line_error(tmp_path, monkeypatch):
+    import os as os_module
+    touch_parts(tmp_path / "out" / "x", "run-a")
+
+    def denied(path):
+        raise PermissionError(13, "Permission denied", path)
+    monkeypatch.setattr(os_module, "listdir", denied)
+    with pytest.raises(RecoveryError, match=r"^sink 'out' \(jsonl\): folder .*out/x cannot be read: Permission denied$"):
+        check_folders(workflow(tmp_path, "append"), "run-b")
