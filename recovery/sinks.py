@@ -154,9 +154,9 @@ def replace_other_runs(wf: Workflow, run_id: str, original_json: str | None = No
                 os.unlink(path)
             except FileNotFoundError:   # removed already (by a driver that died after it)
                 pass
-            except OSError as err:      # the run itself is settled; say what is left to remove
+            except OSError as err:      # the round is settled: `recover` finishes it once this can go
                 raise SinkFolderError(f"overwrite sink folder {folder}: cannot remove {path}, a part "
-                                      f"of another run: {err.strerror} (remove it by hand)") from None
+                                      f"of another run: {err.strerror}") from None
         if others:
             _fsync_dir(folder)
         removed += others
