@@ -147,9 +147,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{strategy}: {secs:.2f}s, {r['rounds']} rounds, {r['status']}", file=sys.stderr)
                 jobs.clear(client, run_id)
 
-            # full rerun: a failure-free submit over the failed run's output folder
-            s, secs = C.submit(spark, client, url, home / "full-rerun" / f"{WORKFLOW}.xml",
-                               run_id="bench-full-rerun-2")
+            # full rerun: a failure-free submit over the failed run's output folder, its parts
+            # beside the failed run's (sink mode="append"; the default mode would refuse it)
+            rerun = home / "full-rerun" / f"{WORKFLOW}.xml"
+            rerun.write_text(rerun.read_text().replace('<sink type="jsonl"', '<sink type="jsonl" mode="append"'))
+            s, secs = C.submit(spark, client, url, rerun, run_id="bench-full-rerun-2")
             rec = runs.get(client, "bench-full-rerun-2")
             dupes, missing = diff(sinks_of(home / "full-rerun"), ref)
             own_dupes, own_missing = diff(sinks_of(home / "full-rerun", "bench-full-rerun-2"), ref)

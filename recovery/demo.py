@@ -2,15 +2,22 @@
 
 Runs workflows/cdn_logs (the topology of shared/seeds/004) with transient failures injected
 at `aggregate` on top of the data's own poison records, shows the failed positions and the
-recovery plan, recovers, and checks the output against a failure-free run.
+recovery plan, recovers, and checks the output against a failure-free run: every record of
+the sink (as a multiset: part files and their order differ between runs) and the final
+aggregates in `aggregate`'s keyed state.
 """
 from __future__ import annotations
 
+import collections
+import json
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
+import msgpack
 
 from recovery.cli import main
 from recovery.sinks import read_jsonl_dir
@@ -33,14 +40,51 @@ def run(*args: str) -> None:
             raise
 
 
-def final_aggregates(folder: Path) -> dict[str, tuple]:
-    """The last running aggregate per key (the one with the most requests)."""
-    best: dict[str, tuple] = {}
-    for r in read_jsonl_dir(str(folder)):
-        row = (r["requests"], r["bytes"])
-        if r["key"] not in best or row > best[r["key"]]:
-            best[r["key"]] = row
-    return best
+def sink_records(folder: Path) -> collections.Counter[str]:
+    """Every record of a jsonl sink folder (all its part files), as a multiset of canonical
+    JSON lines."""
+    return collections.Counter(json.dumps(r, sort_keys=True) for r in read_jsonl_dir(str(folder)))
+
+
+def keyed_state(client: Any, run_id: str, component: str) -> dict[Any, Any]:
+    """A bolt's keyed state as the run left it (Redis)."""
+    from recovery import keys
+    return {msgpack.unpackb(k, strict_map_key=False): msgpack.unpackb(v, strict_map_key=False)
+            for k, v in client.hgetall(keys.state(run_id, component)).items()}
+
+
+def totals_per_key(records: collections.Counter[str]) -> dict[str, list[int]]:
+    """cdn_logs' sink records [key, requests, bytes] summed per key."""
+    out: dict[str, list[int]] = {}
+    for line, n in records.items():
+        r = json.loads(line)
+        t = out.setdefault(r["key"], [0, 0])
+        t[0] += r["requests"] * n
+        t[1] += r["bytes"] * n
+    return out
+
+
+@dataclass
+class Comparison:
+    records: int            # in the recovered run's sink
+    want_records: int       # in the failure-free run's
+    missing: int            # records the failure-free run wrote and the recovered one did not
+    extra: int              # records the recovered run wrote twice, or that are not the reference's
+    keys: int
+    same_state: bool        # the final aggregates (keyed state) agree, and agree with the sink
+
+    @property
+    def same(self) -> bool:
+        return self.missing == 0 and self.extra == 0 and self.same_state
+
+
+def compare(got: collections.Counter[str], want: collections.Counter[str],
+            got_state: dict, want_state: dict) -> Comparison:
+    """The recovered run against the failure-free one: every sink record, each as many times."""
+    return Comparison(records=sum(got.values()), want_records=sum(want.values()),
+                      missing=sum((want - got).values()), extra=sum((got - want).values()),
+                      keys=len(got_state),
+                      same_state=got_state == want_state == totals_per_key(got))
 
 
 def copy_example(dest: Path) -> Path:
@@ -83,16 +127,21 @@ def main_demo() -> None:
     say("6. Dead letters: the records no retry can fix")
     run("dead", demo_id)
 
-    say("7. The output equals the failure-free run's (each key's final aggregate)")
+    say("7. The output equals the failure-free run's: every sink record, and the final aggregates")
     run("recover", ref_id)      # the reference's poison lines end dead too: same valid output
-    got = final_aggregates(demo_xml.parent / "out" / "cdn_logs")
-    want = final_aggregates(reference_xml.parent / "out" / "cdn_logs")
-    same = got == want
-    click.secho(f"{len(got)} keys in the recovered output, {len(want)} in the failure-free run: "
-                f"{'IDENTICAL' if same else 'DIFFERENT'}", fg="green" if same else "red", bold=True)
+    from recovery import store
+    client = store.connect(store.resolve_url(None))
+    result = compare(sink_records(demo_xml.parent / "out" / "cdn_logs"),
+                     sink_records(reference_xml.parent / "out" / "cdn_logs"),
+                     keyed_state(client, demo_id, "aggregate"), keyed_state(client, ref_id, "aggregate"))
+    click.secho(f"{result.records} records in the recovered output, {result.want_records} in the "
+                f"failure-free run's: {result.missing} missing, {result.extra} extra; "
+                f"{result.keys} keys' final aggregates {'equal' if result.same_state else 'DIFFERENT'}: "
+                f"{'IDENTICAL' if result.same else 'DIFFERENT'}",
+                fg="green" if result.same else "red", bold=True)
     click.echo(f"\nExplore: recovery runs | recovery status {demo_id} | recovery clear --all | "
                f"recovery server stop\nOutput: {demo_xml.parent / 'out' / 'cdn_logs'}")
-    if not same:
+    if not result.same:
         sys.exit(1)
 
 

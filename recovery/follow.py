@@ -22,7 +22,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from recovery import jobs, keys, logsource, runs
+from recovery import jobs, keys, logsource, runs, sinks
 from recovery.errors import RecoveryError
 from recovery.model import Workflow
 from recovery.runtime import RunSpec
@@ -188,6 +188,8 @@ def follow(spark: Any, client: Any, redis_url: str, wf: Workflow, xml: str, file
             current = rec
     created = current is not None
     run_id = current["run_id"] if current else (run_id or runs.new_run_id(wf.name))
+    if current is None:   # a new run: mode="error" sinks refuse another run's output (recovery/sinks.py)
+        sinks.check_folders(wf, run_id)
     if created:
         runs.update(client, run_id, driver_pid=os.getpid(), driver_host=socket.gethostname())
         emit("continue", {"run_id": run_id, "round": int(current.get("round") or 0)})

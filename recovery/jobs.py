@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import msgpack
 
-from recovery import engine, keys, runs, tracking
+from recovery import engine, keys, runs, sinks, tracking
 from recovery.errors import RunError, WorkflowError
 from recovery.model import Workflow
 from recovery.runtime import RunSpec
@@ -34,6 +34,7 @@ def submit(spark: Any, client: Any, redis_url: str, wf: Workflow, xml: str, file
            progress: Progress | None = None, run_id: str | None = None) -> dict[str, Any]:
     check_classes(wf)
     run_id = run_id or runs.new_run_id(wf.name)
+    sinks.check_folders(wf, run_id)     # mode="error" sinks refuse another run's output
     wf_json = workflow_json(wf)
     source_json = "{}"
     if uses_log_source(wf):   # a bounded run reads each partition up to its end now
@@ -104,6 +105,8 @@ def run_and_settle(spark: Any, client: Any, wf: Workflow, spec: RunSpec,
         engine.tell_spouts(spark, client, spec, pending,
                            {int(r) for r in client.smembers(keys.dead_roots(spec.run_id))})
     summary = summarize(client, spec.run_id, rounds=rounds, settled=True)
+    if summary["status"] in (runs.COMPLETED, runs.DEAD):   # complete: overwrite sinks drop other runs' parts
+        sinks.replace_other_runs(wf, spec.run_id, spec.original_json)
     runs.update(client, spec.run_id, summary=summary, status=summary["status"], ended=time.time())
     return summary
 

@@ -66,11 +66,23 @@ class SourceImpl(_Frozen):
         return dict(self.params).get(name, default)
 
 
+FILE_SINK_TYPES = ("jsonl", "parquet")
+# Spark's writer modes, for a file sink's folder when it already holds another run's parts:
+# error refuses the submit, overwrite removes them once this run completes, append keeps them.
+SinkMode = Literal["error", "overwrite", "append"]
+SINK_MODES: tuple[str, ...] = ("error", "overwrite", "append")
+
+
 class SinkImpl(_Frozen):
     """A built-in sink (bolts only). `params` holds every other XML attribute."""
     kind: Literal["sink"] = "sink"
     type: str                      # jsonl | parquet | redis
+    mode: SinkMode | None = None   # file sinks only; None (not written) means "error"
     params: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def write_mode(self) -> str:
+        return self.mode or "error"
 
     def param(self, name: str, default: str | None = None) -> str | None:
         return dict(self.params).get(name, default)

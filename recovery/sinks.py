@@ -3,33 +3,60 @@
 All are idempotent: a task writes one part per (round, task) under a deterministic name, so a
 re-executed task overwrites its own part instead of appending, and a Redis hash sink sets
 fields. A tuple that fails in a sink is never counted as written.
+
+A file sink's folder belongs to runs through its part files' names (`part_name`). What a new
+run does with other runs' parts follows Spark's writer modes (the sink's `mode`): `error`
+refuses the submit (`check_folders`, on the driver, before anything is stored), `overwrite`
+removes them once the run is complete (`replace_other_runs`: a run that fails or is left
+pending has destroyed nothing), `append` keeps them. Recovery rounds of a run write that run's
+own parts, so they never meet the check.
 """
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import tempfile
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from recovery.components import Bolt, Tuple
-from recovery.model import SinkImpl
+from recovery.errors import RecoveryError
+from recovery.model import FILE_SINK_TYPES, SinkImpl, Workflow
 from recovery.sources import resolve
+
+log = logging.getLogger(__name__)
+
+# part-<run id>-r<round>-<component>-t<task>.<ext>; run ids and component ids may hold "-",
+# so a name is matched against a known run and component, never split.
+PART = re.compile(r"^part-.+-r\d{4,}-.+-t\d{4,}\.(?:jsonl|parquet)$")
+
+
+class SinkFolderError(RecoveryError):
+    """A file sink's folder cannot take this run's output (names the sink and the folder)."""
+
+
+def part_name(run_id: str, round_no: int, component_id: str, task_id: int, ext: str) -> str:
+    """One part per (run, round, task): a re-executed task overwrites its own part; another
+    run of the same workflow writes beside it."""
+    return f"part-{run_id}-r{round_no:04d}-{component_id}-t{task_id:04d}.{ext}"
 
 
 def _part_name(context: Any, ext: str) -> str:
-    """One part per (run, round, task): a re-executed task overwrites its own part; another
-    run of the same workflow writes beside it."""
-    run = getattr(context, "run_id", "run")
-    return f"part-{run}-r{getattr(context, 'round', 0):04d}-{context.component_id}-t{context.task_id:04d}.{ext}"
+    return part_name(getattr(context, "run_id", "run"), getattr(context, "round", 0),
+                     context.component_id, context.task_id, ext)
 
 
-def _atomic_write(path: str, data: bytes) -> None:
+def _atomic_write(path: str, write: Callable[[Any], None]) -> None:
+    """`write(file)` into a hidden temporary file of the part's folder, then rename it over the
+    part: a reader never sees half a part (readers skip names starting with "." or "_")."""
     folder = os.path.dirname(path)
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            write(fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -37,6 +64,105 @@ def _atomic_write(path: str, data: bytes) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    _fsync_dir(folder)
+
+
+def _fsync_dir(folder: str) -> None:
+    """Make a rename or unlink in `folder` durable before the tuples are acked."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# --- a folder's runs (driver side) ---------------------------------------------------------
+@dataclass(frozen=True)
+class FileSink:
+    component: str
+    type: str
+    mode: str
+    folder: str
+
+
+def file_sinks(wf: Workflow) -> list[FileSink]:
+    """The workflow's jsonl and parquet sinks, with their folders resolved."""
+    out = []
+    for c in wf.components:
+        impl = c.impl
+        if isinstance(impl, SinkImpl) and impl.type in FILE_SINK_TYPES:
+            folder = os.path.abspath(resolve(impl.param("path") or "out", wf.base_dir or "."))
+            out.append(FileSink(c.id, impl.type, impl.write_mode, folder))
+    return out
+
+
+def part_files(folder: str) -> list[str]:
+    """The names of the part files in `folder`, of any run (sorted)."""
+    try:
+        return sorted(n for n in os.listdir(folder) if PART.match(n))
+    except FileNotFoundError:
+        return []
+
+
+def _own(run_id: str, components: list[str]) -> re.Pattern[str]:
+    comps = "|".join(re.escape(c) for c in components)
+    return re.compile(rf"^part-{re.escape(run_id)}-r\d{{4,}}-(?:{comps})-t\d{{4,}}\.(?:jsonl|parquet)$")
+
+
+def check_folders(wf: Workflow, run_id: str | None) -> None:
+    """At submit, on the driver, before anything is stored: every file sink's folder can take
+    a new run's output. A folder holding another run's parts refuses it in mode `error`; one
+    holding parts named like this run's (a run cleared, then submitted again under the same
+    id) refuses it in every mode, since the new parts would mix with the old ones. `run_id`
+    None: a run id not chosen yet (a new one, so no part can bear it)."""
+    sinks = file_sinks(wf)
+    own = _own(run_id or "", [s.component for s in sinks])
+    for s in sinks:
+        where = f"sink {s.component!r} ({s.type}): folder {s.folder}"
+        if os.path.exists(s.folder) and not os.path.isdir(s.folder):
+            raise SinkFolderError(f"{where} is a file, not a folder")
+        try:
+            parts = part_files(s.folder)
+        except OSError as err:
+            raise SinkFolderError(f"{where} cannot be read: {err.strerror}") from None
+        same_id = [p for p in parts if run_id is not None and own.match(p)]
+        if same_id:
+            raise SinkFolderError(f"{where} already holds {len(same_id)} part files of an earlier "
+                                  f"run with the same id {run_id!r} (e.g. {same_id[0]}): remove "
+                                  "them, or submit under another run id")
+        if parts and s.mode == "error":
+            raise SinkFolderError(f"{where} already holds another run's output ({len(parts)} part "
+                                  f'files, e.g. {parts[0]}): remove them, or give the <sink> '
+                                  'mode="overwrite" (replace them when this run completes) or '
+                                  'mode="append" (keep them)')
+
+
+def replace_other_runs(wf: Workflow, run_id: str, original_json: str | None = None) -> list[str]:
+    """Once a run is complete (nothing left to recover): in each `overwrite` sink's folder,
+    remove the part files of other runs. Idempotent, so a driver that dies here repeats it.
+    `wf` is the round's workflow; `original_json` the submitted one when they differ (a
+    recovery round runs only some of the sinks). Returns the paths removed."""
+    if original_json:
+        wf = Workflow.model_validate_json(original_json)
+    sinks = file_sinks(wf)
+    own = _own(run_id, [s.component for s in sinks])
+    removed = []
+    for folder in sorted({s.folder for s in sinks if s.mode == "overwrite"}):
+        others = [os.path.join(folder, n) for n in part_files(folder) if not own.match(n)]
+        for path in others:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:   # removed already (by a driver that died after it)
+                pass
+            except OSError as err:      # the round is settled: `recover` finishes it once this can go
+                raise SinkFolderError(f"overwrite sink folder {folder}: cannot remove {path}, a part "
+                                      f"of another run: {err.strerror}") from None
+        if others:
+            _fsync_dir(folder)
+        removed += others
+    if removed:
+        log.info("run %s: removed %d part files of other runs from overwrite sinks", run_id, len(removed))
+    return removed
 
 
 class _BufferedSink(Bolt):
@@ -75,7 +201,8 @@ class JsonlSink(_BufferedSink):
 
     def write(self, encoded: list[bytes]) -> None:
         folder = resolve(self.impl.param("path") or "out", self.base_dir)
-        _atomic_write(os.path.join(folder, _part_name(self.context, "jsonl")), b"".join(encoded))
+        data = b"".join(encoded)
+        _atomic_write(os.path.join(folder, _part_name(self.context, "jsonl")), lambda fh: fh.write(data))
 
 
 class ParquetSink(_BufferedSink):
@@ -84,11 +211,8 @@ class ParquetSink(_BufferedSink):
         import pyarrow.parquet as pq
         folder = resolve(self.impl.param("path") or "out", self.base_dir)
         table = pa.Table.from_pylist(encoded)
-        path = os.path.join(folder, _part_name(self.context, "parquet"))
-        os.makedirs(folder, exist_ok=True)
-        tmp = path + ".tmp"
-        pq.write_table(table, tmp)
-        os.replace(tmp, path)
+        _atomic_write(os.path.join(folder, _part_name(self.context, "parquet")),
+                      lambda fh: pq.write_table(table, fh))
 
 
 class RedisHashSink(_BufferedSink):

@@ -34,8 +34,8 @@ from pydantic import ValidationError
 from recovery import config as config_decl
 from recovery.config import PropertyError
 from recovery.errors import RecoveryError, WorkflowError
-from recovery.model import (DEFAULT_STREAM, NAMESPACE, ClassImpl, Component, Grouping,
-                            Input, ShellImpl, SinkImpl, SourceImpl, StreamDef, Workflow)
+from recovery.model import (DEFAULT_STREAM, FILE_SINK_TYPES, NAMESPACE, ClassImpl, Component,
+                            Grouping, Input, ShellImpl, SinkImpl, SourceImpl, StreamDef, Workflow)
 
 # Package data, so that an installed wheel validates too; schemas/workflow.xsd at the top of
 # the repository is the documented copy (a test keeps the two identical).
@@ -304,8 +304,16 @@ def _build_component(el: etree._Element, file: str | None) -> tuple[Component, _
                     raise WorkflowError(f'{what}: <source type="queue"> tasks= must be '
                                         f"space-separated task ids (positive integers), got "
                                         f"{child.get('tasks')!r}", file, line)
-            impl_cls = SourceImpl if name == "source" else SinkImpl
-            impls.append((f"<{name}>", line, impl_cls(type=typ, params=_params(child))))
+            if name == "source":
+                impls.append(("<source>", line, SourceImpl(type=typ, params=_params(child))))
+            else:
+                mode = child.get("mode")
+                if mode is not None and typ not in FILE_SINK_TYPES:
+                    raise WorkflowError(f'{what}: <sink type="{typ}"> takes no mode= (only '
+                                        f"{' and '.join(FILE_SINK_TYPES)} sinks write part files)",
+                                        file, line)
+                params = tuple(p for p in _params(child) if p[0] != "mode")
+                impls.append(("<sink>", line, SinkImpl(type=typ, mode=mode, params=params)))
         elif name == "stream":
             sid = child.get("id") or DEFAULT_STREAM
             if sid in stream_lines:
@@ -631,8 +639,11 @@ def to_xml(wf: Workflow) -> str:
                 if impl.args:
                     a.append(("args", " ".join(impl.args)))
                 _el(el, "shell", a)
-            elif isinstance(impl, (SourceImpl, SinkImpl)):
+            elif isinstance(impl, SourceImpl):
                 _el(el, impl.kind, [("type", impl.type), *impl.params])
+            elif isinstance(impl, SinkImpl):
+                mode = [("mode", impl.mode)] if impl.mode is not None else []
+                _el(el, impl.kind, [("type", impl.type), *impl.params, *mode])
             for i in c.inputs:
                 a = [("from", i.source)]
                 if i.stream != DEFAULT_STREAM:

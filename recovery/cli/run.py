@@ -137,7 +137,7 @@ def register(main: click.Group) -> None:
                no_tracking: bool, run_id: str | None, follow: bool, max_batches: int | None,
                idle_exit: float | None, redis_url: str | None, as_json: bool) -> None:
         """Run the workflow FILE on Spark with every tuple tracked; prints a summary."""
-        from recovery import config, jobs, workflow_xml
+        from recovery import config, jobs, sinks, workflow_xml
         wf = workflow_xml.load(file)
         # checked before anything is stored (exit 2); classes, and scripts in local mode
         wf = wf.with_config(config.parse_assignments(props, "-p", dict(wf.config)))
@@ -165,6 +165,7 @@ def register(main: click.Group) -> None:
                 click.echo("no messages to read: no run was started")
             return
         # --- end log source ---
+        sinks.check_folders(wf, run_id)   # before Spark starts (jobs.submit checks again)
         spark = _spark(master, _kv(spark_conf, "--conf"))
         # --- log source: resume a crashed run of the same consumer first (recovery/follow.py) ---
         if jobs.uses_log_source(wf):

@@ -62,13 +62,16 @@ class NormalizeLog(BasicBolt):
 
 
 class AggregateLog(Bolt):
-    """Requests and bytes per key (host and minute), kept in keyed state; emits the running
-    aggregate [key, requests, bytes] anchored to each input."""
+    """Requests and bytes per key (host and minute), kept in keyed state: the final aggregates,
+    exact after any recovery, since each request is added once. Emits, anchored to each
+    input, that request's share [key, 1, bytes]: a record that depends on its input alone,
+    so after a recovery the sink holds exactly the records of a failure-free run, and their
+    sums per key are the aggregates. (A running aggregate [key, requests so far, bytes so
+    far] would not be: which requests came before a recovered one depends on arrival order.)"""
 
     def process(self, tup: Tuple) -> None:
-        key = tup["key"]
+        key, size = tup["key"], tup["bytes"]
         requests, total = self.state.get(key) or (0, 0)
-        requests, total = requests + 1, total + tup["bytes"]
-        self.state.put(key, [requests, total])
-        self.emit([key, requests, total], anchors=[tup])
+        self.state.put(key, [requests + 1, total + size])
+        self.emit([key, 1, size], anchors=[tup])
         self.ack(tup)

@@ -19,7 +19,11 @@ class SplitSentence(BasicBolt):
 
 class WordCount(Bolt):
     """word -> [word, count so far]. Explicit anchoring and ack, as Storm's IRichBolt; the
-    counts live in keyed state, which outlives the Spark task and the run."""
+    counts live in keyed state, which outlives the Spark task and the run.
+
+    Which occurrence of a word gets which count depends on arrival order, but the records
+    of a word are [word, 1] .. [word, n] whatever the order: after a recovery the sink holds
+    the same records as a failure-free run (as a multiset), and the state the same counts."""
 
     def process(self, tup: Tuple) -> None:
         word = tup["word"]
