@@ -254,8 +254,8 @@ class Lease:
             raise _cleared(self.run_id)
         if got != 1:
             host, pid = _parse_holder(_dec(got))
-            raise RunError(f"run {self.run_id} was taken by another driver (pid {pid} on {host}) "
-                           "a moment ago; see `recovery status`")
+            raise RunError(f"run {self.run_id} is held by another driver (pid {pid} on {host}); "
+                           f"see `recovery status {self.run_id}`")
 
     def refresh(self) -> bool:
         """Extend the lease; False once it was taken over or the run cleared (stops refreshing)."""
@@ -308,7 +308,8 @@ def take_over(client: Any, rec: dict[str, Any], force: bool = False) -> Lease:
             raise _cleared(run_id)
         rec["generation"] = generation
     lease = Lease(client, run_id, generation)
-    lease.acquire(seen_holder=rec.get("lease_holder"), force=force)
+    # a holder found dead may be replaced (atomically: if two try, one wins); a live one only by force
+    lease.acquire(seen_holder=None if driver_alive(rec) else rec.get("lease_holder"), force=force)
     return lease
 
 
