@@ -164,9 +164,8 @@ def test_a_crashed_unsettled_round_has_unknown_counts_never_negative(fake_redis)
 
 # --- item 7: one status ------------------------------------------------------------------------
 def test_status_and_runs_agree_on_a_run_that_failed_in_spark(fake_redis):
-    lease = _create(fake_redis)
-    runs.update(fake_redis, "r1", lease.generation, status=runs.ERROR, error="RuntimeError: open failed")
-    lease.release()
+    _create(fake_redis)
+    runs.update(fake_redis, "r1", status=runs.ERROR, error="RuntimeError: open failed")
     s = jobs.summarize(fake_redis, "r1")
     assert s["status"] == runs.status_of(runs.get(fake_redis, "r1")) == runs.ERROR
 
