@@ -8,6 +8,7 @@ The driver only sees counters: sources are read by tasks, tuples move through Sp
 """
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any, Callable
 
@@ -15,6 +16,8 @@ from recovery import keys, runtime, tracking
 from recovery.graph import subscribers, topological_order
 from recovery.model import Workflow
 from recovery.runtime import RunSpec
+
+log = logging.getLogger(__name__)
 
 
 # --- task entry points (pickled into Spark tasks: module-level functions) --------------
@@ -38,7 +41,7 @@ def _bolt_task(spec: RunSpec, component_id: str, index: int, it: Any):
 
 
 def _resolve_bucket(spec: RunSpec, bucket: int) -> int:
-    return tracking.resolve_bucket(runtime.redis_of(spec), spec.run_id, bucket)
+    return tracking.resolve_bucket(runtime.redis_of(spec), spec.run_id, bucket, spec.generation)
 
 
 def _target_index(key: tuple) -> int:
@@ -94,8 +97,8 @@ def run_round(spark: Any, wf: Workflow, spec: RunSpec,
             while not stop.wait(0.5):
                 try:
                     on_progress(client.hlen(keys.task_done(spec.run_id, spec.round)), total_tasks)
-                except Exception:
-                    pass
+                except Exception as err:   # progress only: the round itself reports failures
+                    log.debug("progress of run %s: %s", spec.run_id, err)
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
     try:
@@ -190,11 +193,11 @@ def _tell_spout(spec: RunSpec, component_id: str, field: str, pending: frozenset
             told += 1
     finally:
         spout.close()
-    if waiting:
-        client.hset(key, field, msgpack.packb(waiting))
-    else:
-        client.hdel(key, field)
-    return told
+    blob = msgpack.packb(waiting) if waiting else None
+    written = tracking.fenced_transaction(
+        client, spec.run_id, spec.generation,
+        lambda pipe: pipe.hset(key, field, blob) if blob is not None else pipe.hdel(key, field))
+    return told if written else 0
 
 
 def tell_spouts(spark: Any, client: Any, spec: RunSpec, pending: set[int], dead: set[int]) -> int:
@@ -209,7 +212,8 @@ def tell_spouts(spark: Any, client: Any, spec: RunSpec, pending: set[int], dead:
     if not jobs_:
         return 0
     # tasks run against the submitted workflow, where the spouts are
-    base = RunSpec(spec.run_id, spec.round, spec.original_json or spec.workflow_json, spec.redis_url, True)
+    base = RunSpec(spec.run_id, spec.round, spec.original_json or spec.workflow_json, spec.redis_url, True,
+                   generation=spec.generation)
     p, d = frozenset(pending), frozenset(dead)
     sc = spark.sparkContext
     return sum(sc.parallelize(jobs_, len(jobs_)).map(lambda j: _tell_spout(base, j[0], j[1], p, d)).collect())

@@ -26,3 +26,8 @@ class RedisUnavailable(RecoveryError):
 
 class RunError(RecoveryError):
     """A run id that does not exist, or a run in a state the command cannot act on."""
+
+
+class RunCleared(RunError):
+    """The run was cleared (or created anew under the same id) while this process worked on it:
+    it stopped without writing into it."""

@@ -15,6 +15,7 @@ the sinks exactly once.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -22,7 +23,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from recovery import jobs, keys, logsource, runs, sinks
+from recovery import jobs, logsource, runs, sinks
 from recovery.errors import RecoveryError
 from recovery.model import Workflow
 from recovery.runtime import RunSpec
@@ -91,7 +92,9 @@ def resume_crashed(spark: Any, client: Any, redis_url: str, wf: Workflow,
     out = []
     for rec in owner_runs(client, wf):
         if runs.status_of(rec) == runs.CRASHED:
-            summary = jobs.resume_if_crashed(spark, client, redis_url, rec, progress)
+            with runs.take_over(client, rec) as lease, jobs.redis_lost_is_resumable(rec["run_id"], redis_url):
+                summary = jobs.resume_if_crashed(spark, client, redis_url, rec, progress,
+                                                 lease.generation)
             if summary is not None:
                 summary["resumed_round"] = int(rec.get("round") or 0)
                 out.append(summary)
@@ -145,8 +148,9 @@ def enrich(client: Any, summary: dict[str, Any], wf: Workflow | None = None) -> 
     if rec.get("follow") == "1":
         roots = int(rec.get("follow_messages") or 0)
         summary["batches"] = int(rec.get("follow_batches") or 0)
-        summary["roots"] = roots
-        summary["complete"] = max(0, roots - summary["pending"] - summary["dead"])
+        if summary.get("counts_known", True):   # (a batch not settled: its counts stay unknown)
+            summary["roots"] = roots
+            summary["complete"] = max(0, roots - summary["pending"] - summary["dead"])
     stats: dict[str, dict] = {}
     for r in rec.get("rounds") or []:
         for comp, s in (r.get("components") or {}).items():
@@ -190,8 +194,14 @@ def follow(spark: Any, client: Any, redis_url: str, wf: Workflow, xml: str, file
     run_id = current["run_id"] if current else (run_id or runs.new_run_id(wf.name))
     if current is None:   # a new run: mode="error" sinks refuse another run's output (recovery/sinks.py)
         sinks.check_folders(wf, run_id)
+    held = contextlib.ExitStack()   # the run's lease, held from its creation (or take-over) to the end
+    held.enter_context(jobs.redis_lost_is_resumable(run_id, redis_url))
+    lease: runs.Lease | None = None
+    gen: str | None = None
     if created:
-        runs.update(client, run_id, driver_pid=os.getpid(), driver_host=socket.gethostname())
+        lease = held.enter_context(runs.take_over(client, current))
+        gen = lease.generation
+        runs.update(client, run_id, gen, driver_pid=os.getpid(), driver_host=socket.gethostname())
         emit("continue", {"run_id": run_id, "round": int(current.get("round") or 0)})
     next_round = int(current.get("round") or 0) + 1 if current else 0
     auto = wf.conf_bool("recovery.auto")
@@ -199,7 +209,7 @@ def follow(spark: Any, client: Any, redis_url: str, wf: Workflow, xml: str, file
     reason = "signal"
     last_activity = time.monotonic()
     stop = stop or Stopper(lambda why: emit("stopping", {"signal": why}))
-    with stop:
+    with held, stop:
         while True:
             if stop.requested:
                 reason = "signal"
@@ -212,17 +222,18 @@ def follow(spark: Any, client: Any, redis_url: str, wf: Workflow, xml: str, file
             active = False
             if planned or trimmed:
                 if not created:
-                    runs.create(client, run_id, xml, wf_json, file, master, True)
-                    runs.update(client, run_id, follow=1, follow_batches=0, follow_messages=0)
+                    lease = held.enter_context(runs.create(client, run_id, xml, wf_json, file, master, True))
+                    gen = lease.generation
+                    runs.update(client, run_id, gen, follow=1, follow_batches=0, follow_messages=0)
                     created = True
                     emit("run", {"run_id": run_id})
-                spec = RunSpec(run_id, next_round, wf_json, redis_url, True, source_json=source_json)
-                runs.update(client, run_id, round=next_round, current_workflow=wf_json,
+                spec = RunSpec(run_id, next_round, wf_json, redis_url, True, source_json=source_json,
+                               generation=gen)
+                runs.update(client, run_id, gen, round=next_round, current_workflow=wf_json,
                             current_spec=jobs._spec_json(spec), status=runs.RUNNING,
                             driver_pid=os.getpid(), driver_host=socket.gethostname())
                 # counted when the batch starts: a resumed batch is not counted twice
-                client.hincrby(keys.run_record(run_id), "follow_batches", 1)
-                client.hincrby(keys.run_record(run_id), "follow_messages", planned)
+                runs.increment(client, run_id, gen, follow_batches=1, follow_messages=planned)
                 started = time.time()
                 summary = _run_batch(spark, client, wf, spec, stop, emit)
                 jobs.prune_failed_set(client, run_id)
@@ -240,7 +251,7 @@ def follow(spark: Any, client: Any, redis_url: str, wf: Workflow, xml: str, file
                 active = True
             if auto and created and not stop.requested and _due(client, run_id):
                 try:
-                    rs = jobs.recover(spark, client, redis_url, run_id, max_rounds=1)
+                    rs = jobs.recover(spark, client, redis_url, run_id, max_rounds=1, lease=lease)
                 except Exception:
                     if not stop.requested:
                         raise
@@ -263,7 +274,7 @@ def follow(spark: Any, client: Any, redis_url: str, wf: Workflow, xml: str, file
     out: dict[str, Any] = {"run_id": run_id if created else None, "batches": 0}
     if created:
         out = enrich(client, jobs.summarize(client, run_id), wf)
-        runs.update(client, run_id, follow_stopped=time.time(),
+        runs.update(client, run_id, gen, follow_stopped=time.time(),
                     summary={k: v for k, v in out.items() if k != "partitions"})
     else:
         out["partitions"] = logsource.partition_report(client, wf)

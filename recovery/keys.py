@@ -17,8 +17,15 @@ def runs_index() -> str:
 
 
 def run_record(run_id: str) -> str:
-    """Hash: xml, status, counters, start/end times, driver pid."""
+    """Hash: xml, status, counters, start/end times, driver pid, and the run's generation (a
+    token set when the record is created: writers check it, so nothing writes into a run that
+    was cleared or created anew under the same id)."""
     return f"{PREFIX}run:{run_id}"
+
+
+def runs_pattern() -> str:
+    """SCAN pattern of every run's record and keys (`clear --all` finds orphans with it)."""
+    return f"{PREFIX}run:*"
 
 
 def run_prefix(run_id: str) -> str:
@@ -43,6 +50,12 @@ def offsets(consumer: str, topic: str) -> str:
 
 
 # Per run (all under run_prefix, so `clear` finds them with one SCAN pattern).
+def lease(run_id: str) -> str:
+    """String with an expiry: "host:pid:token" of the driver working on the run, refreshed while
+    it runs; a `running` run whose lease expired is crashed."""
+    return run_key(run_id, "lease")
+
+
 def ledger(run_id: str, bucket: int) -> str:
     """Hash: producing task ("round:component:index" or "compacted") -> XOR contributions."""
     return run_key(run_id, "ledger", bucket)

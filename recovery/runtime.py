@@ -70,6 +70,7 @@ class RunSpec:
     filter_epoch: int = 0                           # ... and selects them by their old ids
     original_json: str | None = None                # the submitted workflow: task numbering
     source_json: str = "{}"                         # per-round source settings (e.g. offset ranges)
+    generation: str | None = None                   # the run's record generation: commits check it
 
 
 # --- per-process caches (a Python worker runs many tasks) --------------------------------
@@ -190,7 +191,7 @@ class TaskRunner:
         if self.tracking:
             from recovery.tracking import TaskTracker
             self.tracker = TaskTracker(self.client, spec.run_id, spec.round, component_id, index,
-                                       self.task_id, self.conf)
+                                       self.task_id, self.conf, generation=spec.generation)
         self.contrib: dict[int, int] = {}
         self.out: dict[tuple[str, int], list] = {}
         self.ready: list[tuple[tuple[str, int], bytes]] = []

@@ -9,14 +9,18 @@ pending; complete roots leave no key behind.
 """
 from __future__ import annotations
 
+import logging
 import time
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import msgpack
 import numpy as np
+from redis.exceptions import WatchError
 
 from recovery import config as config_decl
 from recovery import keys
+
+log = logging.getLogger(__name__)
 
 LEDGER_BUCKETS = 8
 LOG_CAP = 2000
@@ -59,25 +63,50 @@ def fold(blobs: Iterable[bytes]) -> tuple[np.ndarray, np.ndarray]:
     return roots[keep], folded[keep]
 
 
-def resolve_bucket(client: Any, run_id: str, bucket: int) -> int:
-    """Fold one ledger bucket into a single compacted blob; returns its pending roots' count."""
-    key = keys.ledger(run_id, bucket)
+def fenced_transaction(client: Any, run_id: str, generation: str | None,
+                       build: Callable[[Any], None], watch: tuple[str, ...] = (),
+                       read: Callable[[Any], None] | None = None) -> bool:
+    """Queue `build(pipe)`'s writes in one MULTI/EXEC that runs only while the run's record still
+    holds `generation` (the record is WATCHed with `watch`, so a `clear` or a re-created run
+    between the check and EXEC aborts it; `read(pipe)` reads the watched keys first). False when
+    the run is gone: nothing was written. `generation` None: no check (a run without a record)."""
+    record = keys.run_record(run_id)
+    watched = ((record,) if generation is not None else ()) + watch
     with client.pipeline(transaction=True) as pipe:
         while True:
             try:
-                pipe.watch(key)
-                blobs = list(pipe.hvals(key))
-                roots, xors = fold(blobs)
+                if watched:
+                    pipe.watch(*watched)
+                if generation is not None and pipe.hget(record, "generation") != generation.encode():
+                    pipe.reset()
+                    return False
+                if read is not None:
+                    read(pipe)
                 pipe.multi()
-                pipe.delete(key)
-                if len(roots):
-                    pipe.hset(key, "compacted", roots.tobytes() + xors.tobytes())
+                build(pipe)
                 pipe.execute()
-                return int(len(roots))
-            except Exception as err:  # WatchError: a late writer; fold again
-                if type(err).__name__ != "WatchError":
-                    raise
+                return True
+            except WatchError:   # the record or a watched key changed: read and check again
                 continue
+
+
+def resolve_bucket(client: Any, run_id: str, bucket: int, generation: str | None = None) -> int:
+    """Fold one ledger bucket into a single compacted blob; returns its pending roots' count."""
+    key = keys.ledger(run_id, bucket)
+    folded: dict[str, Any] = {}
+
+    def read(pipe: Any) -> None:   # WATCHed: a late writer makes it fold again
+        folded["roots"], folded["xors"] = fold(list(pipe.hvals(key)))
+
+    def build(pipe: Any) -> None:
+        pipe.delete(key)
+        if len(folded["roots"]):
+            pipe.hset(key, "compacted", folded["roots"].tobytes() + folded["xors"].tobytes())
+
+    if not fenced_transaction(client, run_id, generation, build, watch=(key,), read=read):
+        log.info("run %s was cleared: ledger bucket %d not folded", run_id, bucket)
+        return 0
+    return int(len(folded["roots"]))
 
 
 def pending_roots(client: Any, run_id: str) -> set[int]:
@@ -102,8 +131,10 @@ class TaskTracker:
     transaction with the task's done marker."""
 
     def __init__(self, client: Any, run_id: str, round_no: int, component: str, index: int,
-                 task_id: int, conf: dict[str, str]):
+                 task_id: int, conf: dict[str, str], generation: str | None = None):
         self.client = client
+        self.generation = generation
+        self.fenced = False          # the run was cleared or re-created: write nothing more
         self.run_id = run_id
         self.round = round_no
         self.component = component
@@ -137,9 +168,18 @@ class TaskTracker:
             self.flush_output()
 
     def flush_output(self) -> None:
-        if self._out_pending:
-            self.client.hset(self.out_key, mapping=self._out_pending)
-            self._out_pending = {}
+        if self._out_pending and not self.fenced:
+            pending = self._out_pending
+            if not fenced_transaction(self.client, self.run_id, self.generation,
+                                      lambda pipe: pipe.hset(self.out_key, mapping=pending)):
+                self._fence()
+        self._out_pending = {}
+
+    def _fence(self) -> None:
+        if not self.fenced:
+            log.info("run %s was cleared or created anew: task %s of round %d stops writing "
+                        "(its round is gone)", self.run_id, self.field, self.round)
+        self.fenced = True
 
     # -- failure localization -----------------------------------------------------------
     def failure(self, record: dict) -> None:
@@ -166,10 +206,15 @@ class TaskTracker:
 
     # -- commit -------------------------------------------------------------------------
     def commit(self, contrib: dict[int, int], stats: dict, state: Any = None,
-               extra: Any = None) -> None:
+               extra: Any = None) -> bool:
+        """Everything the task learned and its done marker, in one transaction, only into the
+        run it started in (a cleared run: nothing written, False; the task ends quietly)."""
         self.flush_output()
+        if self.fenced:
+            return False
         rid = self.run_id
-        with self.client.pipeline(transaction=True) as pipe:
+
+        def build(pipe: Any) -> None:
             for b, blob in enumerate(pack_xors(contrib)):
                 if blob:
                     pipe.hset(keys.ledger(rid, b), f"{self.round}:{self.field}", blob)
@@ -194,4 +239,8 @@ class TaskTracker:
                 pipe.rpush(keys.log(rid), *self.logs)
                 pipe.ltrim(keys.log(rid), -LOG_CAP, -1)
             pipe.hset(keys.task_done(rid, self.round), self.field, msgpack.packb(stats))
-            pipe.execute()
+
+        if not fenced_transaction(self.client, rid, self.generation, build):
+            self._fence()
+            return False
+        return True

@@ -78,16 +78,34 @@ def _spark(master: str | None, conf: dict[str, str]) -> Any:
     return session(master, conf)
 
 
+def counts_line(s: dict[str, Any]) -> str:
+    """A summary's root counts, or why they are unknown (a round not settled)."""
+    if s.get("counts_known", True) is False:
+        n = s.get("unsettled_round")
+        why = (f"round {n} running" if s["status"] == "running"
+               else f"round {n} not settled; run `recovery recover {s['run_id']}`")
+        return f"roots: unknown ({why})"
+    return (f"roots {s['roots']}: complete {s['complete']}, pending {s['pending']} "
+            f"(failed {s['failed']}, in flight {s.get('in_flight', 0)}), dead {s['dead']}")
+
+
+def components_title(rounds: list[int]) -> str:
+    if rounds == [0]:
+        return "components (round 0)"
+    if len(rounds) == 1:
+        return f"components (round {rounds[0]})"
+    return f"components (rounds {rounds[0]}-{rounds[-1]}, added up)"
+
+
 def print_summary(s: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
     console = Console()
-    console.print(f"run [bold]{s['run_id']}[/bold]  status [bold]{s['status']}[/bold]  "
-                  f"roots {s['roots']}: complete {s['complete']}, pending {s['pending']} "
-                  f"(failed {s['failed']}, in flight {s.get('in_flight', 0)}), dead {s['dead']}")
+    console.print(f"run [bold]{s['run_id']}[/bold]  status [bold]{s['status']}[/bold]  {counts_line(s)}",
+                  highlight=False)
     comps = s.get("components") or {}
     if comps:
-        t = Table(title="components (first round)", show_edge=False)
+        t = Table(title=components_title(s.get("components_rounds") or [0]), show_edge=False)
         for col in ("component", "executed", "acked", "failed", "emitted", "roots", "seconds"):
             t.add_column(col, justify="left" if col == "component" else "right")
         for name, c in comps.items():
@@ -111,6 +129,12 @@ def show(summary: dict[str, Any], as_json: bool) -> None:
     print_summary(summary)
     for line in follow.report_lines(summary):
         click.echo(line)
+
+
+def run_summary(client: Any, run_id: str) -> dict[str, Any]:
+    """What `status` shows and `runs` lists, through one function (so both always agree)."""
+    from recovery import follow, jobs
+    return follow.enrich(client, jobs.summarize(client, run_id))   # (log source: partitions, lag)
 
 
 def register(main: click.Group) -> None:
@@ -145,8 +169,11 @@ def register(main: click.Group) -> None:
         with open(file, encoding="utf-8", errors="replace") as fh:
             xml = fh.read()
         client, url = _client(redis_url)
-        if run_id and client.exists(f"recovery:run:{run_id}"):
-            raise RecoveryError(f"run {run_id!r} exists already")
+        # early, before Spark starts (jobs.submit refuses it atomically in any case)
+        from recovery import keys
+        if run_id and client.exists(keys.run_record(run_id)):
+            raise RecoveryError(f"run {run_id!r} exists already (see `recovery status {run_id}`; "
+                                "choose another --run-id)")
         # --- log source (recovery/follow.py): topics exist (exit 2 before Spark starts); --follow ---
         from recovery import follow as follow_mod
         if follow or jobs.uses_log_source(wf):
@@ -194,19 +221,23 @@ def register(main: click.Group) -> None:
         client, _ = _client(redis_url)
         rows = []
         for rid in runs.list_ids(client):
-            rec = runs.get(client, rid)
-            s = rec.get("summary") or {}
-            rows.append({"run_id": rid, "status": runs.status_of(rec), "round": int(rec.get("round") or 0),
-                         "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(rec["started"]))),
-                         "roots": s.get("roots"), "pending": s.get("pending"), "dead": s.get("dead")})
+            try:
+                s = run_summary(client, rid)
+            except RecoveryError:   # cleared while we listed
+                continue
+            rows.append({"run_id": rid, "status": s["status"], "round": s["round"],
+                         "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s["started"])),
+                         "counts_known": s["counts_known"], "unsettled_round": s["unsettled_round"],
+                         "roots": s["roots"], "pending": s["pending"], "dead": s["dead"]})
         if as_json:
             echo_json({"runs": rows})
             return
         if not rows:
             click.echo("no runs")
         for r in rows:
-            click.echo(f"{r['run_id']}  {r['status']:<9}  round {r['round']}  started {r['started']}  "
-                       f"roots {r['roots']}  pending {r['pending']}  dead {r['dead']}")
+            counts = (f"roots {r['roots']}  pending {r['pending']}  dead {r['dead']}" if r["counts_known"]
+                      else f"roots unknown (round {r['unsettled_round']} not settled)")
+            click.echo(f"{r['run_id']}  {r['status']:<9}  round {r['round']}  started {r['started']}  {counts}")
 
     @main.command()
     @click.argument("run_id")
@@ -214,12 +245,8 @@ def register(main: click.Group) -> None:
     @json_option
     def status(run_id: str, redis_url: str | None, as_json: bool) -> None:
         """Roots complete / pending / failed / dead, and the failed positions."""
-        from recovery import jobs
         client, _ = _client(redis_url)
-        summary = jobs.summarize(client, run_id)
-        from recovery import follow as follow_mod   # --- log source: per-partition committed/end/lag
-        summary = follow_mod.enrich(client, summary)
-        show(summary, as_json)
+        show(run_summary(client, run_id), as_json)
 
     @main.command()
     @click.argument("run_id")
@@ -257,10 +284,12 @@ def register(main: click.Group) -> None:
     @click.option("--property", "-p", "props", multiple=True, metavar="K=V",
                   help="Set a workflow config property of the run (repeatable); stored in "
                   "the run, used by this and later rounds.")
+    @click.option("--force", is_flag=True, help="Take over a run whose driver still holds its lease "
+                  "(a driver that hangs, or died on another host less than a lease ago).")
     @redis_option
     @json_option
     def recover(run_id: str, max_rounds: int | None, strategy: str, master: str | None,
-                spark_conf: tuple[str, ...], props: tuple[str, ...], redis_url: str | None,
+                spark_conf: tuple[str, ...], props: tuple[str, ...], force: bool, redis_url: str | None,
                 as_json: bool) -> None:
         """Run recovery rounds until the failed set is empty.
 
@@ -268,9 +297,15 @@ def register(main: click.Group) -> None:
         checked as at submit, stored in the run record, and used by this and every later
         round (a crashed round that resumes too). Use it to mend a bad value a run was
         submitted with, or to allow more attempts before `recovery dead --requeue`."""
-        from recovery import config, jobs
+        from recovery import config, jobs, runs
         client, url = _client(redis_url)
-        rec = jobs.runs.get(client, run_id)
+        rec = runs.get(client, run_id)
+        if runs.status_of(rec) == runs.RUNNING:
+            if not force:   # the same refusal jobs.recover makes, before Spark starts
+                raise RecoveryError(f"run {run_id} is still running ({runs.describe_driver(rec)}); wait "
+                                    f"for it, or take it over with `recovery recover {run_id} --force`")
+            click.echo(f"warning: taking over run {run_id} from its {runs.describe_driver(rec)}; if that "
+                       "driver is still working, both will run the same round", err=True)
         if props:
             stored = jobs.original_workflow(rec).config
             jobs.reconfigure(client, run_id, config.parse_assignments(props, "-p", dict(stored)))
@@ -281,7 +316,8 @@ def register(main: click.Group) -> None:
                 s = r["summary"]
                 progress.note(f"round {r['round']}: replayed {r['replayed']} tuples; "
                               f"roots pending {s['pending']}, dead {s['dead']}")
-            summary = jobs.recover(spark, client, url, run_id, max_rounds, strategy, progress, on_round)
+            summary = jobs.recover(spark, client, url, run_id, max_rounds, strategy, progress, on_round,
+                                   force=force)
         if as_json:
             echo_json(summary)
         else:
@@ -330,14 +366,11 @@ def register(main: click.Group) -> None:
     @json_option
     def clear(run_id: str | None, all_runs: bool, force: bool, redis_url: str | None, as_json: bool) -> None:
         """Remove a run's cached state (every key of the run and nothing else)."""
-        from recovery import jobs, runs
+        from recovery import jobs
         if bool(run_id) == all_runs:
             raise RecoveryError("give a RUN id or --all (not both)")
         client, _ = _client(redis_url)
-        ids = runs.list_ids(client) if all_runs else [run_id]
-        removed = {}
-        for rid in ids:
-            removed[rid] = jobs.clear(client, rid, force)
+        removed = jobs.clear_all(client, force) if all_runs else {run_id: jobs.clear(client, run_id, force)}
         if as_json:
             echo_json({"removed": removed})
             return

@@ -235,7 +235,7 @@ def test_one_reader_per_consumer(fake_redis):
     runs.create(fake_redis, "run-a", "<xml/>", "{}", None, "local", True)   # alive: this process
     with pytest.raises(RecoveryError, match="being read by run run-a"):
         logsource.plan_ranges(fake_redis, wf, "run-b")
-    runs.update(fake_redis, "run-a", driver_pid=_dead_pid())                 # crashed mid-round
+    fake_redis.delete(keys.lease("run-a"))                                    # crashed mid-round
     with pytest.raises(RecoveryError, match="crashed mid-round"):
         logsource.plan_ranges(fake_redis, wf, "run-b")
     runs.update(fake_redis, "run-a", status=runs.COMPLETED)
