@@ -215,6 +215,13 @@ def resume_if_crashed(spark: Any, client: Any, redis_url: str, rec: dict[str, An
     return summary
 
 
+def check_not_running(rec: dict[str, Any]) -> None:
+    """Refuse to act on a run whose driver is alive (recover, requeue; the web view too)."""
+    if runs.status_of(rec) == runs.RUNNING:
+        raise RunError(f"run {rec['run_id']} is still running (driver pid {rec.get('driver_pid')} on "
+                       f"{rec.get('driver_host')}); wait for it, or kill it first")
+
+
 def recover(spark: Any, client: Any, redis_url: str, run_id: str, max_rounds: int | None = None,
             strategy: str = "localized", progress: Progress | None = None,
             on_round: Callable[[dict], None] | None = None) -> dict[str, Any]:
@@ -222,9 +229,7 @@ def recover(spark: Any, client: Any, redis_url: str, run_id: str, max_rounds: in
     workflow from the failed positions and runs it with the same tracking."""
     from recovery.synthesis import synthesize
     rec = runs.get(client, run_id)
-    if runs.status_of(rec) == runs.RUNNING:
-        raise RunError(f"run {run_id} is still running (driver pid {rec.get('driver_pid')} on "
-                       f"{rec.get('driver_host')}); wait for it, or kill it first")
+    check_not_running(rec)
     if not int(rec.get("tracking") or 0):
         raise RunError(f"run {run_id} ran with tracking off: there is nothing to recover from")
     started = time.time()
@@ -313,25 +318,51 @@ def dead_letters(client: Any, run_id: str, component: str | None = None) -> list
     return out
 
 
-def requeue_dead(client: Any, run_id: str, component: str | None = None) -> int:
-    """Put dead tuples back in their queues (attempts reset) after the cause was fixed."""
+def requeue_dead(client: Any, run_id: str, component: str | None = None,
+                 tuple_keys: list[str] | None = None) -> int:
+    """Put dead tuples back in their queues (attempts reset) after the cause was fixed: all of
+    them, a component's, or those named by `tuple_keys` (`component:task:id`, the dead-letter
+    hash's fields). Each tuple moves in one transaction that only commits if it is still dead
+    (WATCH), so an interrupted or concurrent requeue neither loses nor doubles a tuple."""
+    import redis
+    check_not_running(runs.get(client, run_id))
+    dead_key = keys.dead(run_id)
+    if tuple_keys is not None:
+        unknown = [k for k in tuple_keys if not client.hexists(dead_key, k)]
+        if unknown:
+            raise RunError(f"run {run_id} has no dead tuple {unknown[0]!r} (see `recovery dead {run_id}`)")
+        fields = [k.encode() for k in tuple_keys]
+    else:
+        fields = list(client.hkeys(dead_key))
     n = 0
-    for field, raw in client.hgetall(keys.dead(run_id)).items():
-        rec = msgpack.unpackb(raw, strict_map_key=False)
-        if component is not None and rec.get("component") != component:
-            continue
-        rec.pop("dead", None)
-        rec["attempt"] = 0     # the next replay is attempt 1 of a fresh allowance
-        rec["not_before"] = 0
+    for field in fields:
         with client.pipeline(transaction=True) as pipe:
-            pipe.hset(keys.queue(run_id, rec["component"], rec["task"]), str(rec["id"]),
-                      msgpack.packb(rec, default=repr))
-            pipe.sadd(keys.failed_set(run_id), f"{rec['component']}:{rec['task']}")
-            pipe.hdel(keys.dead(run_id), field)
-            if rec.get("roots"):
-                pipe.srem(keys.dead_roots(run_id), *[str(r) for r in rec["roots"]])
-            pipe.execute()
-        n += 1
+            while True:
+                try:
+                    pipe.watch(dead_key)
+                    raw = pipe.hget(dead_key, field)
+                    if raw is None:        # requeued meanwhile by someone else
+                        pipe.unwatch()
+                        break
+                    rec = msgpack.unpackb(raw, strict_map_key=False)
+                    if component is not None and rec.get("component") != component:
+                        pipe.unwatch()
+                        break
+                    rec.pop("dead", None)
+                    rec["attempt"] = 0     # the next replay is attempt 1 of a fresh allowance
+                    rec["not_before"] = 0
+                    pipe.multi()
+                    pipe.hset(keys.queue(run_id, rec["component"], rec["task"]), str(rec["id"]),
+                              msgpack.packb(rec, default=repr))
+                    pipe.sadd(keys.failed_set(run_id), f"{rec['component']}:{rec['task']}")
+                    pipe.hdel(dead_key, field)
+                    if rec.get("roots"):
+                        pipe.srem(keys.dead_roots(run_id), *[str(r) for r in rec["roots"]])
+                    pipe.execute()
+                    n += 1
+                    break
+                except redis.WatchError:
+                    continue
     if n:
         runs.update(client, run_id, status=runs.PENDING)
     return n
