@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import socket
 
 import click
 
@@ -44,15 +45,24 @@ def register(main: click.Group) -> None:
             click.secho(f"warning: listening on {host}: the web view has no authentication; anyone "
                         "who reaches this port can recover, requeue and clear runs", fg="yellow", err=True)
         app = create_app(client, url, store.state_home() / "ui")
+        sock = _listen(host, port)     # bound here: a port in use is one line and exit 2
+        port = sock.getsockname()[1]
         shown = f"[{host}]" if ":" in host else host
         click.echo(f"recovery ui: http://{shown}:{port}/   (Redis: {store.describe(url)}; Ctrl-C stops)")
         logging.basicConfig(level=logging.INFO, format="%(message)s")
-        config = uvicorn.Config(app, host=host, port=port, log_level="warning",
-                                timeout_graceful_shutdown=2)
-        server = uvicorn.Server(config)
-        try:
-            server.run()
-        except OSError as err:
-            raise RecoveryError(f"cannot listen on {host}:{port}: {err.strerror or err}") from None
-        if not server.started:
-            raise RecoveryError(f"cannot listen on {host}:{port} (in use, or not an address of this machine)")
+        config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2)
+        uvicorn.Server(config).run(sockets=[sock])
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as err:
+        sock.close()
+        raise RecoveryError(f"cannot listen on {host}:{port}: {err.strerror or err}") from None
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock

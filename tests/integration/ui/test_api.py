@@ -116,3 +116,13 @@ def test_non_loopback_hosts_are_told_apart(host, loopback):
 def test_ui_warns_on_a_non_loopback_host_and_rejects_a_bad_redis(redis_url):
     r = CliRunner().invoke(main, ["ui", "--host", "0.0.0.0", "--port", "1", "--redis", "redis://127.0.0.1:1/0"])
     assert r.exit_code == 2 and "127.0.0.1:1" in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_ui_on_a_port_in_use_is_one_line_and_exit_2(redis_url):
+    import socket
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        r = CliRunner().invoke(main, ["ui", "--port", str(port), "--redis", redis_url])
+    assert r.exit_code == 2 and r.stderr == f"error: cannot listen on 127.0.0.1:{port}: Address already in use\n"
