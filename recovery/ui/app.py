@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import logging
 from html import escape
 from pathlib import Path
 from typing import Any, AsyncIterator
@@ -21,11 +20,9 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from recovery import jobs, keys, reports, runs
-from recovery.errors import RecoveryError, RunError
+from recovery.errors import RecoveryError
 from recovery.ui import svg
 from recovery.ui.actions import RecoverProcesses
-
-log = logging.getLogger(__name__)
 
 HERE = Path(__file__).resolve().parent
 STATUSES = (runs.RUNNING, runs.PENDING, runs.COMPLETED, runs.DEAD, runs.CRASHED, runs.ERROR)
@@ -47,7 +44,9 @@ COLUMNS = (
 
 
 def _error_status(err: RecoveryError) -> int:
-    return 404 if str(err).startswith("no run ") else 409
+    """404 for what does not exist (a run, a component), 409 for a state the action refuses."""
+    text = str(err)
+    return 404 if text.startswith("no run ") or ": no component " in text else 409
 
 
 class UI:
@@ -83,6 +82,7 @@ class UI:
             dead_by_component[d["component"]] = dead_by_component.get(d["component"], 0) + 1
         marks = svg.Marks(failed=failed_by_component, dead=dead_by_component,
                           rerun=plan["rerun"] if plan["failed"] else None)
+        process = self.processes.state(run_id)
         plan_svg = ""
         if plan["failed"]:
             recovery_wf = synthesize(original, plan["failed"])
@@ -92,8 +92,8 @@ class UI:
                 "tasks_label": {c.id: f"{c.kind} ×{c.parallelism}" for c in original.components},
                 "rounds": rounds, "topology_svg": svg.topology(original, marks),
                 "plan_svg": plan_svg, "chart_svg": svg.rounds_chart(rounds),
-                "process": self.processes.state(run_id),
-                "live": summary["status"] == runs.RUNNING or bool((self.processes.state(run_id) or {}).get("running"))}
+                "process": process,
+                "live": summary["status"] == runs.RUNNING or bool(process and process["running"])}
 
     def fingerprint(self, run_id: str) -> str:
         """Changes whenever what the run page shows can have changed (cheap to compute)."""

@@ -50,6 +50,7 @@ def test_api_shapes_are_the_clis(spark, redis_url, redis_client, tmp_path, api):
         (p["component"], p["task"], p["count"]) for p in cli_json(redis_url, "status", run)["failed_positions"]}
     assert all(t["traceback"].startswith("Traceback") and t["kind"] == "exception" for p in failed for t in p["tuples"])
 
+    assert api.get(f"/api/v1/runs/{run}/components/nope").status_code == 404
     comp = api.get(f"/api/v1/runs/{run}/components/split").json()
     assert comp["rounds"][0]["executed"] == cli_json(redis_url, "status", run)["components"]["split"]["executed"]
     assert api.get(f"/api/v1/runs/{run}/rounds").json()["rounds"][0]["round"] == 0
