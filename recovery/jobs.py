@@ -70,6 +70,7 @@ def run_and_settle(spark: Any, client: Any, wf: Workflow, spec: RunSpec,
     """Run (or resume) one round, let the acker decide, record the outcome, drop in-flight keys.
     `execute=False` only settles a round whose tasks all ran (a driver killed while settling)."""
     label = "submit" if spec.round == 0 else f"round {spec.round}"
+    started = time.time()
     try:
         if execute:
             engine.run_round(spark, wf, spec, (lambda d, t: progress(label, d, t)) if progress else None)
@@ -85,7 +86,7 @@ def run_and_settle(spark: Any, client: Any, wf: Workflow, spec: RunSpec,
     rounds = rec.get("rounds") or []
     if stats or execute:   # (a settle-only resume after the markers went keeps what was recorded)
         rounds = [r for r in rounds if r.get("round") != spec.round]
-        rounds.append({"round": spec.round, "components": stats, "ended": time.time()})
+        rounds.append({"round": spec.round, "components": stats, "started": started, "ended": time.time()})
         runs.update(client, spec.run_id, rounds=rounds, **({"stats": stats} if spec.round == 0 else {}))
     if spec.tracking:
         engine.resolve_ledger(spark, spec)

@@ -78,12 +78,14 @@ def rounds(client: Any, run_id: str) -> dict[str, Any]:
         failed = sum(c.get("failed", 0) for c in comps.values())
         dead = sum(c.get("dead", 0) for c in comps.values())
         ended = float(r.get("ended") or 0)
+        # rounds recorded before rounds had a start: from the end of the round before
+        started = float(r.get("started") or previous_end or 0)
         out.append({"round": r.get("round", 0), "components": comps,
                     "replayed": replayed if r.get("round") else 0,
                     "recovered": max(0, replayed - failed) if r.get("round") else 0,
                     "failed": failed, "dead": dead,
                     "ended": ended or None,
-                    "duration": round(ended - previous_end, 3) if ended and previous_end else None})
+                    "duration": round(ended - started, 3) if ended and started else None})
         previous_end = ended or previous_end
     return {"run_id": run_id, "rounds": out}
 

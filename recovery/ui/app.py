@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import time
 from html import escape
 from pathlib import Path
 from typing import Any, AsyncIterator
@@ -58,6 +59,7 @@ class UI:
         self.processes = RecoverProcesses(redis_url, log_dir)
         self.templates = Jinja2Templates(directory=str(HERE / "templates"))
         self.templates.env.filters["tojson_pretty"] = lambda v: json.dumps(v, indent=2, sort_keys=True, default=str)
+        self.templates.env.filters["timestamp"] = lambda t: time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(t)))
         self.templates.env.globals.update(COLUMNS=COLUMNS, STATUSES=STATUSES)
 
     # --- what a run page shows ------------------------------------------------------------

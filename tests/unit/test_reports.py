@@ -134,3 +134,14 @@ def test_a_tuple_requeued_meanwhile_is_not_requeued_again(fake_redis, run):
     n = jobs.requeue_dead(_Interleaved(fake_redis, run), run)
     assert n == 2
     assert not fake_redis.hexists(keys.queue(run, "split", 6), "11")
+
+
+def test_rounds_replayed_recovered_dead_and_duration(fake_redis, run):
+    runs.update(fake_redis, run, rounds=[
+        {"round": 0, "components": {"split": {"executed": 10, "failed": 2}}, "started": 100.0, "ended": 104.0},
+        {"round": 1, "components": {"replay-split": {"emitted": 2}, "split": {"executed": 2, "failed": 1, "dead": 1}},
+         "started": 130.0, "ended": 131.5}])
+    r0, r1 = reports.rounds(fake_redis, run)["rounds"]
+    assert (r0["replayed"], r0["duration"]) == (0, 4.0)
+    # the idle time between the submit and the recover is not the round's
+    assert (r1["replayed"], r1["recovered"], r1["dead"], r1["duration"]) == (2, 1, 1, 1.5)

@@ -4,6 +4,7 @@ state of the page (Playwright's expect), never a sleep."""
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import pytest
@@ -93,7 +94,7 @@ def test_recover_from_the_page_ends_completed_live(spark, redis_url, redis_clien
     assert cli_json(redis_url, "status", run)["status"] == "completed"
 
     # a second recover of a run this page is recovering, or an unknown run: the CLI's refusal
-    redis_client.hset(keys.run_record(run), mapping={"status": "running", "driver_pid": 1})
+    redis_client.hset(keys.run_record(run), mapping={"status": "running", "driver_pid": os.getpid()})
     page.locator("#recover").click()
     expect(page.locator("#action-result")).to_contain_text(f"run {run} is still running")
 
