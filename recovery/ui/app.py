@@ -282,9 +282,14 @@ async def api_requeue(request: Request) -> Response:
         return _json({"error": f"request body is not JSON: {err}"}, 400)
     if not isinstance(args, dict):
         return _json({"error": "request body must be a JSON object"}, 400)
+    selected, component = args.get("keys"), args.get("component")
+    if selected is not None and not (isinstance(selected, list) and all(isinstance(k, str) for k in selected)):
+        return _json({"error": '"keys" must be a list of "component:task:id" strings'}, 400)
+    if component is not None and not isinstance(component, str):
+        return _json({"error": '"component" must be a component id'}, 400)
     run_id = request.path_params["run_id"]
     return _json(await anyio.to_thread.run_sync(
-        lambda: reports.requeue(ui.client, run_id, args.get("component"), args.get("keys"))))
+        lambda: reports.requeue(ui.client, run_id, component, selected)))
 
 
 def api_recover(request: Request) -> Response:

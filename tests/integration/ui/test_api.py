@@ -74,6 +74,7 @@ def test_api_requeue_and_clear(spark, redis_url, redis_client, tmp_path, api):
     r = api.post(f"/api/v1/runs/{run}/dead/requeue", json={"keys": [first]})
     assert r.status_code == 409 and r.json()["error"] == f"run {run} has no dead tuple {first!r} (see `recovery dead {run}`)"
     assert api.post(f"/api/v1/runs/{run}/dead/requeue", content=b"{nope").status_code == 400
+    assert api.post(f"/api/v1/runs/{run}/dead/requeue", json={"keys": first}).status_code == 400
     assert api.post(f"/api/v1/runs/{run}/dead/requeue").json()["requeued"] == len(dead) - 1
 
     r = api.delete(f"/api/v1/runs/{run}")
