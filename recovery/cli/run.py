@@ -267,14 +267,19 @@ def register(main: click.Group) -> None:
     @click.argument("run_id")
     @click.option("--requeue", is_flag=True, help="Put dead tuples back for another recovery.")
     @click.option("--component", default=None, help="Only this component's dead tuples.")
+    @click.option("--tuple", "tuple_keys", multiple=True, metavar="COMPONENT:TASK:ID",
+                  help="With --requeue: only this dead tuple (repeatable; the `key` of `dead --json`).")
     @redis_option
     @json_option
-    def dead(run_id: str, requeue: bool, component: str | None, redis_url: str | None, as_json: bool) -> None:
+    def dead(run_id: str, requeue: bool, component: str | None, tuple_keys: tuple[str, ...],
+             redis_url: str | None, as_json: bool) -> None:
         """Tuples that exhausted their retries, with their errors."""
         from recovery import reports
+        if tuple_keys and not requeue:
+            raise RecoveryError("--tuple selects tuples to requeue: give --requeue too")
         client, _ = _client(redis_url)
         if requeue:
-            result = reports.requeue(client, run_id, component)
+            result = reports.requeue(client, run_id, component, list(tuple_keys) or None)
             n = result["requeued"]
             if as_json:
                 echo_json(result)

@@ -128,3 +128,15 @@ def test_ui_on_a_port_in_use_is_one_line_and_exit_2(redis_url):
         port = taken.getsockname()[1]
         r = CliRunner().invoke(main, ["ui", "--port", str(port), "--redis", redis_url])
     assert r.exit_code == 2 and r.stderr == f"error: cannot listen on 127.0.0.1:{port}: Address already in use\n"
+
+
+def test_cli_requeues_one_dead_tuple_by_key(spark, redis_url, redis_client, tmp_path):
+    run = submit(spark, redis_url, redis_client, copy_workflow("cdn_logs", tmp_path),
+                 {"recovery.max.attempts": "1"})["run_id"]
+    dead = cli_json(redis_url, "dead", run)["dead"]
+    key = dead[0]["key"]
+    assert cli_json(redis_url, "dead", run, "--requeue", "--tuple", key) == {"run_id": run, "requeued": 1}
+    assert [d["key"] for d in cli_json(redis_url, "dead", run)["dead"]] == [d["key"] for d in dead[1:]]
+    code, _, err = cli(redis_url, "dead", run, "--requeue", "--tuple", key)
+    assert code == 2 and err == f"error: run {run} has no dead tuple {key!r} (see `recovery dead {run}`)\n"
+    assert cli(redis_url, "dead", run, "--tuple", key)[0] == 2
