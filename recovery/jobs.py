@@ -118,6 +118,7 @@ def run_and_settle(spark: Any, client: Any, wf: Workflow, spec: RunSpec,
     `execute=False` only settles a round whose tasks all ran (a driver killed while settling)."""
     label = "submit" if spec.round == 0 else f"round {spec.round}"
     gen = spec.generation
+    started = time.time()
     try:
         if execute:
             engine.run_round(spark, wf, spec, (lambda d, t: progress(label, d, t)) if progress else None)
@@ -139,7 +140,7 @@ def run_and_settle(spark: Any, client: Any, wf: Workflow, spec: RunSpec,
     rounds = rec.get("rounds") or []
     if stats or execute:   # (a settle-only resume after the markers went keeps what was recorded)
         rounds = [r for r in rounds if r.get("round") != spec.round]
-        rounds.append({"round": spec.round, "components": stats, "ended": time.time()})
+        rounds.append({"round": spec.round, "components": stats, "started": started, "ended": time.time()})
         runs.update(client, spec.run_id, gen, rounds=rounds, **({"stats": stats} if spec.round == 0 else {}))
     if spec.tracking:
         engine.resolve_ledger(spark, spec)
@@ -298,6 +299,13 @@ def resume_if_crashed(spark: Any, client: Any, redis_url: str, rec: dict[str, An
     return summary
 
 
+def check_not_running(rec: dict[str, Any]) -> None:
+    """Refuse to act on a run whose driver is alive (recover, requeue; the web view too)."""
+    if runs.status_of(rec) == runs.RUNNING:
+        raise RunError(f"run {rec['run_id']} is still running ({runs.describe_driver(rec)}); wait for "
+                       f"it, or take it over with `recovery recover {rec['run_id']} --force`")
+
+
 def recover(spark: Any, client: Any, redis_url: str, run_id: str, max_rounds: int | None = None,
             strategy: str = "localized", progress: Progress | None = None,
             on_round: Callable[[dict], None] | None = None, force: bool = False,
@@ -312,9 +320,8 @@ def recover(spark: Any, client: Any, redis_url: str, run_id: str, max_rounds: in
             return _recover(spark, client, redis_url, rec, lease.generation, max_rounds, strategy,
                             progress, on_round, taken_over=False)
     running = runs.status_of(rec) == runs.RUNNING
-    if running and not force:
-        raise RunError(f"run {run_id} is still running ({runs.describe_driver(rec)}); wait for it, "
-                       f"or take it over with `recovery recover {run_id} --force`")
+    if not force:
+        check_not_running(rec)
     if not int(rec.get("tracking") or 0):
         raise RunError(f"run {run_id} ran with tracking off: there is nothing to recover from")
     lease = runs.take_over(client, rec, force=force)
@@ -423,27 +430,52 @@ def dead_letters(client: Any, run_id: str, component: str | None = None) -> list
     return out
 
 
-def requeue_dead(client: Any, run_id: str, component: str | None = None) -> int:
-    """Put dead tuples back in their queues (attempts reset) after the cause was fixed."""
-    gen = runs.get(client, run_id).get("generation")
+def requeue_dead(client: Any, run_id: str, component: str | None = None,
+                 tuple_keys: list[str] | None = None) -> int:
+    """Put dead tuples back in their queues (attempts reset) after the cause was fixed: all of
+    them, a component's, or those named by `tuple_keys` (`component:task:id`, the dead-letter
+    hash's fields). Each tuple moves in one transaction that only commits if it is still dead
+    (WATCH) and the run was not cleared (its generation), so an interrupted or concurrent
+    requeue neither loses nor doubles a tuple."""
+    rec = runs.get(client, run_id)
+    check_not_running(rec)
+    gen = rec.get("generation")
+    dead_key = keys.dead(run_id)
+    if tuple_keys is not None:
+        unknown = [k for k in tuple_keys if not client.hexists(dead_key, k)]
+        if unknown:
+            raise RunError(f"run {run_id} has no dead tuple {unknown[0]!r} (see `recovery dead {run_id}`)")
+        fields: list[bytes] = [k.encode() for k in tuple_keys]
+    else:
+        fields = list(client.hkeys(dead_key))
     n = 0
-    for field, raw in client.hgetall(keys.dead(run_id)).items():
-        rec = msgpack.unpackb(raw, strict_map_key=False)
-        if component is not None and rec.get("component") != component:
-            continue
-        rec.pop("dead", None)
-        rec["attempt"] = 0     # the next replay is attempt 1 of a fresh allowance
-        rec["not_before"] = 0
-        def requeue(pipe: Any, rec: dict = rec, field: bytes = field) -> None:
-            pipe.hset(keys.queue(run_id, rec["component"], rec["task"]), str(rec["id"]),
-                      msgpack.packb(rec, default=repr))
-            pipe.sadd(keys.failed_set(run_id), f"{rec['component']}:{rec['task']}")
-            pipe.hdel(keys.dead(run_id), field)
-            if rec.get("roots"):
-                pipe.srem(keys.dead_roots(run_id), *[str(r) for r in rec["roots"]])
-        if not tracking.fenced_transaction(client, run_id, gen, requeue):
+    for field in fields:
+        seen: dict[str, Any] = {}
+
+        def read(pipe: Any, field: bytes = field) -> None:
+            raw = pipe.hget(dead_key, field)
+            tup = msgpack.unpackb(raw, strict_map_key=False) if raw is not None else None
+            # gone: requeued meanwhile by someone else; another component's: not asked for
+            seen["tuple"] = tup if tup is not None and component in (None, tup.get("component")) else None
+
+        def requeue(pipe: Any, field: bytes = field) -> None:
+            tup = seen["tuple"]
+            if tup is None:
+                return
+            tup.pop("dead", None)
+            tup["attempt"] = 0     # the next replay is attempt 1 of a fresh allowance
+            tup["not_before"] = 0
+            pipe.hset(keys.queue(run_id, tup["component"], tup["task"]), str(tup["id"]),
+                      msgpack.packb(tup, default=repr))
+            pipe.sadd(keys.failed_set(run_id), f"{tup['component']}:{tup['task']}")
+            pipe.hdel(dead_key, field)
+            if tup.get("roots"):
+                pipe.srem(keys.dead_roots(run_id), *[str(r) for r in tup["roots"]])
+
+        if not tracking.fenced_transaction(client, run_id, gen, requeue, watch=(dead_key,), read=read):
             runs.check_generation(client, run_id, gen)
-        n += 1
+        if seen.get("tuple") is not None:
+            n += 1
     if n:
         runs.update(client, run_id, gen, status=runs.PENDING)
     return n

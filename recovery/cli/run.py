@@ -3,7 +3,6 @@ recovering what failed."""
 from __future__ import annotations
 
 import os
-import time
 from typing import Any
 
 import click
@@ -131,12 +130,6 @@ def show(summary: dict[str, Any], as_json: bool) -> None:
         click.echo(line)
 
 
-def run_summary(client: Any, run_id: str) -> dict[str, Any]:
-    """What `status` shows and `runs` lists, through one function (so both always agree)."""
-    from recovery import follow, jobs
-    return follow.enrich(client, jobs.summarize(client, run_id))   # (log source: partitions, lag)
-
-
 def register(main: click.Group) -> None:
     @main.command()
     @click.argument("file")
@@ -217,18 +210,9 @@ def register(main: click.Group) -> None:
     @json_option
     def runs_cmd(redis_url: str | None, as_json: bool) -> None:
         """The runs this Redis knows."""
-        from recovery import runs
+        from recovery import reports
         client, _ = _client(redis_url)
-        rows = []
-        for rid in runs.list_ids(client):
-            try:
-                s = run_summary(client, rid)
-            except RecoveryError:   # cleared while we listed
-                continue
-            rows.append({"run_id": rid, "status": s["status"], "round": s["round"],
-                         "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s["started"])),
-                         "counts_known": s["counts_known"], "unsettled_round": s["unsettled_round"],
-                         "roots": s["roots"], "pending": s["pending"], "dead": s["dead"]})
+        rows = reports.runs_list(client)["runs"]
         if as_json:
             echo_json({"runs": rows})
             return
@@ -245,8 +229,9 @@ def register(main: click.Group) -> None:
     @json_option
     def status(run_id: str, redis_url: str | None, as_json: bool) -> None:
         """Roots complete / pending / failed / dead, and the failed positions."""
+        from recovery import reports
         client, _ = _client(redis_url)
-        show(run_summary(client, run_id), as_json)
+        show(reports.run_status(client, run_id), as_json)
 
     @main.command()
     @click.argument("run_id")
@@ -256,23 +241,17 @@ def register(main: click.Group) -> None:
     def plan(run_id: str, fmt: str, redis_url: str | None) -> None:
         """The recovery workflow `recover` would run next: as XML, or the original topology
         drawn with the failed positions marked and the part that re-runs set apart."""
-        from recovery import jobs, render, workflow_xml
-        from recovery.synthesis import plan_marks, synthesize
+        from recovery import jobs, render, reports
         client, _ = _client(redis_url)
-        rec = jobs.runs.get(client, run_id)
-        original = jobs.original_workflow(rec)
-        positions = jobs.failed_positions(client, run_id)
-        counts = {(p["component"], p["task"]): p["count"] for p in positions if p["count"]}
+        p = reports.plan(client, run_id)
         if fmt != "xml":
-            marks, dim = plan_marks(original, counts)
-            click.echo(render.render(original, fmt, marks, dim))
+            original = jobs.original_workflow(jobs.runs.get(client, run_id))
+            dim = {c.id for c in original.components} - set(p["rerun"])
+            click.echo(render.render(original, fmt, p["marks"], dim))
             return
-        if not counts:
+        if p["xml"] is None:
             raise RecoveryError(f"run {run_id} has no failed positions: nothing to recover")
-        failed: dict[str, list[int]] = {}
-        for comp, task in counts:
-            failed.setdefault(comp, []).append(task)
-        click.echo(workflow_xml.to_xml(synthesize(original, failed)))
+        click.echo(p["xml"])
 
     @main.command()
     @click.argument("run_id")
@@ -330,31 +309,36 @@ def register(main: click.Group) -> None:
     @click.argument("run_id")
     @click.option("--requeue", is_flag=True, help="Put dead tuples back for another recovery.")
     @click.option("--component", default=None, help="Only this component's dead tuples.")
+    @click.option("--tuple", "tuple_keys", multiple=True, metavar="COMPONENT:TASK:ID",
+                  help="With --requeue: only this dead tuple (repeatable; the `key` of `dead --json`).")
     @redis_option
     @json_option
-    def dead(run_id: str, requeue: bool, component: str | None, redis_url: str | None, as_json: bool) -> None:
+    def dead(run_id: str, requeue: bool, component: str | None, tuple_keys: tuple[str, ...],
+             redis_url: str | None, as_json: bool) -> None:
         """Tuples that exhausted their retries, with their errors."""
-        from recovery import jobs
+        from recovery import reports
+        if tuple_keys and not requeue:
+            raise RecoveryError("--tuple selects tuples to requeue: give --requeue too")
         client, _ = _client(redis_url)
         if requeue:
-            n = jobs.requeue_dead(client, run_id, component)
+            result = reports.requeue(client, run_id, component, list(tuple_keys) or None)
+            n = result["requeued"]
             if as_json:
-                echo_json({"run_id": run_id, "requeued": n})
+                echo_json(result)
             else:
                 click.echo(f"requeued {n} dead tuple{'s' if n != 1 else ''}; run `recovery recover {run_id}`")
             return
-        rows = jobs.dead_letters(client, run_id, component)
+        result = reports.dead(client, run_id, component)
+        rows = result["dead"]
         if as_json:
-            echo_json({"run_id": run_id, "dead": [
-                {k: (v.decode("utf-8", "replace") if isinstance(v, bytes) else v) for k, v in r.items()}
-                for r in rows]})
+            echo_json(result)
             return
         if not rows:
             click.echo("no dead tuples")
         for r in rows:
             vals = r.get("values") if r.get("values") is not None else r.get("raw")
-            if isinstance(vals, bytes):
-                vals = vals.decode("utf-8", "replace").rstrip()
+            if isinstance(vals, str):
+                vals = vals.rstrip()
             click.echo(f"{r['component']} task {r['task']}  attempts {r.get('attempt')}  values {vals!r}\n"
                        f"    error: {r.get('error')}")
 
@@ -366,13 +350,14 @@ def register(main: click.Group) -> None:
     @json_option
     def clear(run_id: str | None, all_runs: bool, force: bool, redis_url: str | None, as_json: bool) -> None:
         """Remove a run's cached state (every key of the run and nothing else)."""
-        from recovery import jobs
+        from recovery import reports
         if bool(run_id) == all_runs:
             raise RecoveryError("give a RUN id or --all (not both)")
         client, _ = _client(redis_url)
-        removed = jobs.clear_all(client, force) if all_runs else {run_id: jobs.clear(client, run_id, force)}
+        result = reports.clear(client, None if all_runs else [run_id], force)
+        removed = result["removed"]
         if as_json:
-            echo_json({"removed": removed})
+            echo_json(result)
             return
         for rid, ks in removed.items():
             click.echo(f"cleared {rid}: {len(ks)} keys")

@@ -1,0 +1,77 @@
+"""Actions the web view starts: `recovery recover RUN` as a separate process (Spark never runs
+inside the web server), one at a time per run, its output kept in a log file the run page
+shows while it runs."""
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from recovery import jobs, runs
+from recovery.errors import RunError
+
+log = logging.getLogger(__name__)
+
+LOG_LINES = 12
+
+
+class RecoverProcesses:
+    """The `recovery recover` processes this server started, by run id."""
+
+    def __init__(self, redis_url: str, log_dir: Path):
+        self.redis_url = redis_url
+        self.log_dir = log_dir
+        self._procs: dict[str, tuple[subprocess.Popen, Path]] = {}
+        self._lock = threading.Lock()
+
+    def start(self, client: Any, run_id: str) -> int:
+        """Start recovering `run_id`; refuses (RunError, the CLI's message) an unknown run, a
+        run whose driver is alive, and a run this server is recovering already."""
+        with self._lock:
+            rec = runs.get(client, run_id)
+            jobs.check_not_running(rec)
+            known = self._procs.get(run_id)
+            if known is not None and known[0].poll() is None:
+                raise RunError(f"run {run_id} is being recovered already (recover pid {known[0].pid}, "
+                               "started from this page)")
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            log_path = self.log_dir / f"{run_id}.recover.log"
+            env = dict(os.environ)
+            env.setdefault("PYSPARK_PYTHON", sys.executable)
+            env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+            env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+            env.setdefault("PYTHONHASHSEED", "0")
+            with open(log_path, "wb") as out:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "recovery", "recover", run_id, "--redis", self.redis_url],
+                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
+                    start_new_session=True)   # a Ctrl-C of the server does not cut a round short
+            log.info("started recovery of %s: pid %s, output in %s", run_id, proc.pid, log_path)
+            self._procs[run_id] = (proc, log_path)
+            return proc.pid
+
+    def state(self, run_id: str) -> dict[str, Any] | None:
+        """The last recover this server started for `run_id`: pid, running, exit code, the
+        last lines of its output; None when it started none."""
+        with self._lock:
+            known = self._procs.get(run_id)
+        if known is None:
+            return None
+        proc, log_path = known
+        code = proc.poll()
+        try:
+            lines = log_path.read_text(errors="replace").splitlines()
+        except OSError as err:
+            lines = [f"(cannot read {log_path}: {err})"]
+        # rich redraws its progress bar with carriage returns: keep what is on screen last
+        lines = [line.rsplit("\r", 1)[-1] for line in lines if line.strip()]
+        return {"pid": proc.pid, "running": code is None, "exit_code": code,
+                "output": lines[-LOG_LINES:], "log": str(log_path)}
+
+    def forget(self, run_id: str) -> None:
+        with self._lock:
+            self._procs.pop(run_id, None)

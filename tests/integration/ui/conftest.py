@@ -1,0 +1,38 @@
+"""Browser and API fixtures: the web view served on a free loopback port (uvicorn in a thread)
+against the session's real Redis, and a headless Chromium (Debian's, driven by Playwright)."""
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import pytest
+
+from recovery.ui.server import BackgroundServer, chromium_path, launch_chromium
+
+
+@pytest.fixture
+def ui_server(redis_url: str, redis_client: Any, tmp_path) -> Iterator[BackgroundServer]:
+    with BackgroundServer(redis_client, redis_url, tmp_path / "ui-logs") as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed "
+                                   "(pip install 'recovery[test]')")
+    if chromium_path() is None:
+        pytest.skip("no Chromium on this machine (apt-get install chromium, or set RECOVERY_CHROMIUM)")
+    with sync_api.sync_playwright() as pw:
+        b = launch_chromium(pw)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    p = context.new_page()
+    p.set_default_timeout(30_000)
+    try:
+        yield p
+    finally:
+        context.close()

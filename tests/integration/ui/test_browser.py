@@ -1,0 +1,155 @@
+"""`recovery ui` in a real headless Chromium, against a real server, the session's real Redis
+and runs made by real submits with injected failures (issue 12, item 5). Every wait is on a
+state of the page (Playwright's expect), never a sleep."""
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import pytest
+from click.testing import CliRunner
+
+from recovery import keys
+from recovery.cli import main
+from tests.integration.conftest import copy_workflow, submit
+
+expect = pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed").expect
+
+INJECTED = {"recovery.inject.flaky.component": "aggregate", "recovery.inject.flaky.rate": "0.02",
+            "recovery.retry.delay.period.ms": "10"}
+
+
+def cli_json(redis_url: str, *args: str) -> dict:
+    r = CliRunner().invoke(main, [*args, "--json"], env={"RECOVERY_REDIS_URL": redis_url}, catch_exceptions=False)
+    assert r.exit_code == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_runs_list_run_page_svg_and_component_table(spark, redis_url, redis_client, tmp_path, ui_server, page):
+    run = submit(spark, redis_url, redis_client, copy_workflow("cdn_logs", tmp_path), INJECTED)["run_id"]
+    status = cli_json(redis_url, "status", run)
+    assert status["status"] == "pending"
+
+    # the runs list shows the run, with its status and counts
+    page.goto(ui_server.url + "/")
+    row = page.locator(f'#runs tr[data-run="{run}"]')
+    expect(row).to_contain_text("pending")
+    expect(row).to_contain_text("cdn_logs")
+    expect(row.locator("td").nth(4)).to_have_text(str(status["roots"]))
+    row.get_by_role("link", name=run).click()
+    expect(page).to_have_url(re.compile(f"/runs/{run}$"))
+    expect(page.locator("#run-status")).to_have_text("pending")
+
+    # the topology marks each failed position's component in red, with its count
+    failed_at: dict[str, int] = {}
+    for p in status["failed_positions"]:
+        failed_at[p["component"]] = failed_at.get(p["component"], 0) + p["count"]
+    assert "aggregate" in failed_at
+    for comp, n in failed_at.items():
+        node = page.locator(f'svg.topology g.node.failed[data-component="{comp}"]')
+        expect(node).to_have_attribute("data-failed", str(n))
+        expect(node).to_contain_text(f"{n} failed")
+    expect(page.locator('svg.topology g.node[data-component="logs"]')).not_to_have_class(re.compile(r"\bfailed\b"))
+    assert page.locator('svg.topology g.node[data-component="logs"]').get_attribute("class").split().count("dim") == 1
+
+    # the component table's numbers are `status --json`'s
+    table = page.locator("#components-round-0")
+    assert table.locator("tbody tr").count() == len(status["components"])
+    for comp, counters in status["components"].items():
+        for col in ("executed", "acked", "failed", "emitted", "roots", "seconds"):
+            cell = table.locator(f'tr[data-component="{comp}"] td[data-col="{col}"]')
+            assert float(cell.inner_text()) == counters.get(col, 0), (comp, col)
+    # every column header says what its counter means
+    assert all(table.locator("thead th").nth(i).get_attribute("title") for i in range(table.locator("thead th").count()))
+
+    # failed positions, with the full error on demand
+    failed_rows = page.locator("#failed-positions tbody tr")
+    assert failed_rows.count() == len(status["failed_positions"])
+    first = page.locator('#failed-positions tr[data-component="aggregate"]').first
+    first.locator("summary").click()
+    expect(first.locator("pre").first).to_contain_text("InjectedFailure")
+
+
+def test_recover_from_the_page_ends_completed_live(spark, redis_url, redis_client, tmp_path, ui_server, page):
+    xml = copy_workflow("wordcount", tmp_path)
+    summary = submit(spark, redis_url, redis_client, xml, {"recovery.inject.flaky.component": "count",
+                                                           "recovery.inject.flaky.rate": "0.05",
+                                                           "recovery.retry.delay.period.ms": "10"})
+    run = summary["run_id"]
+    assert summary["status"] == "pending" and summary["failed"] > 0
+    page.goto(f"{ui_server.url}/runs/{run}")
+    expect(page.locator("#run-status")).to_have_text("pending")
+    page.evaluate("window.__no_reload = true")       # gone if the page were loaded again
+    page.locator("#recover").click()
+    expect(page.locator("#action-result")).to_contain_text("started")
+    expect(page.locator("#recover-process")).to_be_visible()
+    # the server's `recovery recover` process runs rounds in its own Spark; the page follows
+    expect(page.locator("#run-status")).to_have_text("completed", timeout=300_000)
+    expect(page.locator("#recover-process h2")).to_have_text("Recover finished", timeout=60_000)
+    assert page.evaluate("window.__no_reload") is True
+    expect(page.locator("#count-pending")).to_have_text("0")
+    expect(page.locator("svg.topology g.node.failed")).to_have_count(0)
+    expect(page.locator("#rounds tbody tr")).not_to_have_count(0)
+    assert cli_json(redis_url, "status", run)["status"] == "completed"
+
+    # a second recover of a run this page is recovering, or an unknown run: the CLI's refusal
+    redis_client.hset(keys.run_record(run), mapping={"status": "running", "driver_pid": os.getpid()})
+    page.locator("#recover").click()
+    expect(page.locator("#action-result")).to_contain_text(f"run {run} is still running")
+
+
+def test_requeue_from_the_dead_letters_page(spark, redis_url, redis_client, tmp_path, ui_server, page):
+    # one attempt allowed: cdn_logs' poison lines are dead at once
+    run = submit(spark, redis_url, redis_client, copy_workflow("cdn_logs", tmp_path),
+                 {"recovery.max.attempts": "1"})["run_id"]
+    dead = cli_json(redis_url, "dead", run)["dead"]
+    assert len(dead) >= 4
+    page.goto(f"{ui_server.url}/runs/{run}/dead")
+    rows = page.locator("table.dead tbody tr")
+    expect(rows).to_have_count(len(dead))
+
+    # one tuple
+    one = rows.first.get_attribute("data-key")
+    rows.first.get_by_role("button", name="Requeue").click()
+    expect(page.locator("#message")).to_contain_text("requeued 1 dead tuple")
+    expect(rows).to_have_count(len(dead) - 1)
+    comp, task, tid = one.rsplit(":", 2)
+    assert redis_client.hexists(keys.queue(run, comp, int(task)), tid)
+    assert not redis_client.hexists(keys.dead(run), one)
+
+    # a selection
+    picked = [rows.nth(i).get_attribute("data-key") for i in (0, 1)]
+    for key in picked:
+        page.get_by_label(f"select {key}").check()
+    page.locator("#requeue-selected").click()
+    expect(page.locator("#message")).to_contain_text("requeued 2 dead tuples")
+    expect(rows).to_have_count(len(dead) - 3)
+    for key in picked:
+        comp, task, tid = key.rsplit(":", 2)
+        assert redis_client.hexists(keys.queue(run, comp, int(task)), tid)
+
+    # all of them
+    page.locator("#requeue-all").click()
+    expect(page.locator("#no-dead")).to_be_visible()
+    assert redis_client.hlen(keys.dead(run)) == 0
+    queued = sum(redis_client.hlen(keys.queue(run, *pos.decode().rsplit(":", 1)))
+                 for pos in redis_client.smembers(keys.failed_set(run)))
+    assert queued == len(dead)
+    assert cli_json(redis_url, "status", run)["status"] == "pending"
+
+
+def test_clear_removes_the_run(spark, redis_url, redis_client, tmp_path, ui_server, page):
+    run = submit(spark, redis_url, redis_client, copy_workflow("wordcount", tmp_path))["run_id"]
+    page.goto(f"{ui_server.url}/runs/{run}")
+    page.get_by_role("link", name="Clear…").click()
+    expect(page.locator("h1")).to_contain_text(f"Clear {run}?")
+    page.locator("#confirm-clear").click()
+    expect(page).to_have_url(re.compile(r"/\?message="))
+    expect(page.locator(".flash")).to_contain_text(f"cleared {run}")
+    expect(page.locator(f'#runs tr[data-run="{run}"]')).to_have_count(0)
+    assert not redis_client.exists(keys.run_record(run))
+    assert not list(redis_client.scan_iter(match=keys.run_prefix(run) + "*"))
+    # the page of a run that is gone says so, as the CLI does
+    page.goto(f"{ui_server.url}/runs/{run}")
+    expect(page.locator("#error")).to_have_text(f"no run {run!r} in this Redis (see `recovery runs`)")
