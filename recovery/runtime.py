@@ -207,6 +207,7 @@ class TaskRunner:
         self.held: dict[int, list] = {}
         self.emit_counts: dict[int, int] = {}
         self.unanchored_seq = 0
+        self.spout_emits = 0                  # emit calls of a spout, selected or not
         self.component_obj: Any = None
         self.state: Any = None
         self._timeout = float(self.conf.get("topology.message.timeout.secs", "30"))
@@ -231,6 +232,9 @@ class TaskRunner:
         if type(values) is not list:
             values = list(values)
         if self.is_spout:
+            # every emit counts, a root replay's unselected ones too: run_spout takes only a
+            # next_tuple() that called emit not once for the end of the spout
+            self.spout_emits += 1
             if message_id is None:
                 self.unanchored_seq += 1
                 return self._emit(values, stream, (), ids.derive(self.task_id, self.unanchored_seq),
@@ -620,11 +624,11 @@ class TaskRunner:
             spout.activate()
             try:
                 while True:
-                    before = self.stats["emitted"] + self.stats["roots"] + self.unanchored_seq
+                    before = self.spout_emits
                     more = spout.next_tuple()
                     if self.ready:
                         yield from self._drain()
-                    if more is False or self.stats["emitted"] + self.stats["roots"] + self.unanchored_seq == before:
+                    if more is False or self.spout_emits == before:
                         break
             finally:
                 spout.deactivate()

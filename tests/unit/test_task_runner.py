@@ -1,12 +1,15 @@
 """The task runner without Spark (fakeredis): timeouts, direct emits, double acks."""
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import fakeredis
 import msgpack
 import pytest
 
-from recovery import keys, runtime, tracking
-from recovery.model import ClassImpl, Component, Grouping, Input, StreamDef, Workflow
+from recovery import ids, jobs, keys, runtime, tracking
+from recovery.model import ClassImpl, Component, Grouping, Input, ShellImpl, StreamDef, Workflow
 from recovery.runtime import RunSpec
 from tests.unit import runner_components as rc
 from tests.unit.local_executor import execute
@@ -197,3 +200,32 @@ def test_tick_tuples_reach_process_tick_and_a_last_one_ends_the_input():
     counts = [n for _, n in rc.Collect.SEEN]
     assert counts and counts[-1] == 6            # the last tick saw the whole input
     assert tracking.pending_roots(client, "r") == set()
+
+
+PROGRAMS = Path(__file__).resolve().parents[1] / "multilang_programs"
+
+
+def _replay_spec(wf: Workflow, spout: str, message_ids: list[int]) -> RunSpec:
+    """A root-replay round (jobs._root_replay_round): the spout re-reads its input and emits
+    only these messages' roots (selected by their round-0 ids), under epoch-1 ids."""
+    old_roots = frozenset(ids.root_id(ids.name_salt(spout), m) for m in message_ids)
+    return RunSpec("r", 1, jobs.workflow_json(wf), "fake://", True, replay_roots=old_roots,
+                   root_epoch=1, filter_epoch=0)
+
+
+@pytest.mark.parametrize("spout_impl", [
+    ClassImpl(ref=REF + "Numbers"),
+    ShellImpl(command=sys.executable, script="raw_spout.py")])
+def test_root_replay_replays_failed_roots_after_unselected_ones(spout_impl, fake_redis):
+    """Messages 3 and 4 failed; 0, 1, 2 come first and are not selected. An unselected emit
+    is still an emit: the spout is not taken for exhausted at message 0 (it was: nothing
+    was replayed, and the superseded roots' records were lost)."""
+    rc.Collect.SEEN.clear()
+    wf = Workflow(name="rr", base_dir=str(PROGRAMS), components=(
+        Component(id="src", kind="spout", impl=spout_impl, streams=(StreamDef(fields=("n",)),)),
+        Component(id="sink", kind="bolt", impl=ClassImpl(ref=REF + "Collect"),
+                  inputs=(Input(source="src"),))))
+    execute(wf, _replay_spec(wf, "src", [3, 4]), fake_redis)
+    assert sorted(n for _, n in rc.Collect.SEEN) == [3, 4]
+    stats = msgpack.unpackb(fake_redis.hget(keys.task_done("r", 1), "src:0"))
+    assert stats["replayed_roots"] == 2 and stats["roots"] == 0
