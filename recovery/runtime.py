@@ -372,6 +372,14 @@ class TaskRunner:
         ml = sys.modules.get("recovery.multilang")
         if self._timeout <= 0 or (ml is not None and isinstance(bolt, ml.ShellBolt)):
             return   # shell bolts bound every wait on their program themselves
+        if self.comp.impl.kind == "sink":
+            # The timeout bounds user code, and a built-in sink runs none: it buffers, writes
+            # once in finish(), then acks. Refusing those acks because the write was slow
+            # would fail records already durable, and recovery would write them again into
+            # another part; and the last-resort kill would end every attempt of a large
+            # output's write alike. Its writes are bounded as Spark's own writers' are: by
+            # the filesystem, or the Redis client's socket timeout.
+            return
         self._timed = True
         if self.tracker is not None:
             marks = self.client.smembers(self._marks_key())

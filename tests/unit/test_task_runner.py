@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import fakeredis
@@ -229,3 +230,34 @@ def test_root_replay_replays_failed_roots_after_unselected_ones(spout_impl, fake
     assert sorted(n for _, n in rc.Collect.SEEN) == [3, 4]
     stats = msgpack.unpackb(fake_redis.hget(keys.task_done("r", 1), "src:0"))
     assert stats["replayed_roots"] == 2 and stats["roots"] == 0
+
+
+def test_a_sink_write_longer_than_the_message_timeout_is_acked_not_written_twice(monkeypatch, fake_redis, tmp_path):
+    """A built-in sink writes its part in finish(), then acks. A write that took longer than
+    the message timeout made those acks raise TupleTimeout: records already durable failed,
+    and recovery wrote them again into another part. The message timeout bounds user code;
+    a built-in sink runs none, so its acks after the write stand."""
+    from recovery import sinks
+    from recovery.model import SinkImpl
+    clock = [0.0]     # seconds the (fake) write adds to the runtime's clock
+    monkeypatch.setattr(runtime, "_monotonic", lambda: time.monotonic() + clock[0])
+    real_write = sinks._atomic_write
+
+    def slow_write(path, data):
+        clock[0] += 2.0                 # four message timeouts
+        real_write(path, data)
+
+    monkeypatch.setattr(sinks, "_atomic_write", slow_write)
+    wf = Workflow(name="w", base_dir=str(tmp_path), config=(("topology.message.timeout.secs", "0.5"),),
+                  components=(
+        Component(id="src", kind="spout", impl=ClassImpl(ref=REF + "Numbers"), streams=(StreamDef(fields=("n",)),)),
+        Component(id="out", kind="bolt", impl=SinkImpl(type="jsonl", params=(("path", "out"),)),
+                  inputs=(Input(source="src"),))))
+    execute(wf, RunSpec("r", 0, jobs.workflow_json(wf), "fake://", True), fake_redis)
+    for b in range(tracking.LEDGER_BUCKETS):
+        tracking.resolve_bucket(fake_redis, "r", b)
+    assert clock[0] == 2.0                                   # the write was slow, once
+    assert sorted(r["n"] for r in sinks.read_jsonl_dir(str(tmp_path / "out"))) == list(range(6))
+    assert _queued(fake_redis) == [] and tracking.pending_roots(fake_redis, "r") == set()
+    stats = msgpack.unpackb(fake_redis.hget(keys.task_done("r", 0), "out:0"))
+    assert (stats["acked"], stats["failed"]) == (6, 0)
