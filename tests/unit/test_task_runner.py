@@ -261,3 +261,43 @@ def test_a_sink_write_longer_than_the_message_timeout_is_acked_not_written_twice
     assert _queued(fake_redis) == [] and tracking.pending_roots(fake_redis, "r") == set()
     stats = msgpack.unpackb(fake_redis.hget(keys.task_done("r", 0), "out:0"))
     assert (stats["acked"], stats["failed"]) == (6, 0)
+
+
+# What PySpark 4.3 (local[2], one attempt per task) raises when a Python worker dies, e.g.
+# ended by the message timeout's last resort (os._exit): measured, trimmed of JVM frames.
+# The worker's own last line went to its stderr and is not in it.
+WORKER_CRASHED = """An error occurred while calling z:org.apache.spark.api.python.PythonRDD.collectAndServe.
+: org.apache.spark.SparkException: Job aborted due to stage failure: Task 1 in stage 3.0 failed 1 times, most recent failure: Lost task 1.0 in stage 3.0 (TID 7) (localhost executor driver): org.apache.spark.SparkException: Python worker exited unexpectedly (crashed). Consider setting 'spark.sql.execution.pyspark.udf.faulthandler.enabled' or'spark.python.worker.faulthandler.enabled' configuration to 'true' for the better Python traceback.
+\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator$$anonfun$1.applyOrElse(PythonRunner.scala:1136)
+Caused by: java.io.EOFException
+\tat java.base/java.io.DataInputStream.readInt(DataInputStream.java:386)
+\t... 22 more
+
+Driver stacktrace:
+\tat org.apache.spark.scheduler.DAGScheduler.$anonfun$abortStage$3(DAGScheduler.scala:4568)
+Caused by: org.apache.spark.SparkException: Python worker exited unexpectedly (crashed). Consider setting 'spark.sql.execution.pyspark.udf.faulthandler.enabled' or'spark.python.worker.faulthandler.enabled' configuration to 'true' for the better Python traceback.
+\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator$$anonfun$1.applyOrElse(PythonRunner.scala:1136)
+Caused by: java.io.EOFException
+\tat java.base/java.io.DataInputStream.readInt(DataInputStream.java:386)
+\t... 22 more
+"""
+
+
+def test_a_crashed_python_worker_is_named_as_such_not_as_an_eof_exception(fake_redis):
+    """`recover` used to say "failed in Spark: Caused by: java.io.EOFException"."""
+    spec = RunSpec("r", 2, "{}", "fake://", True)
+    err = Exception(WORKER_CRASHED)
+    assert jobs.spark_failure_reason(err) == (
+        "a Python worker crashed (exited unexpectedly) in Spark task 1.0 of stage 3.0 "
+        "(its stderr says why)")
+    # the last resort marked what it ended: the reason names that component's task
+    fake_redis.sadd(keys.timed_out("r", 2, "slow", 1), 12345)
+    fake_redis.sadd(keys.timed_out("r", 1, "other", 0), 1)     # another round's: not this one
+    assert jobs.spark_failure_reason(err, fake_redis, spec) == (
+        "a Python worker crashed (exited unexpectedly) in Spark task 1.0 of stage 3.0: the "
+        "message timeout's last resort ended it, stuck in slow task index 1")
+    # a worker's Python traceback is still read as before
+    traceback_text = ("Traceback (most recent call last):\n  File \"x.py\", line 1\n"
+                      "recovery.multilang.ShellError: shell component 'numbers' gave up\n")
+    assert jobs.spark_failure_reason(Exception(traceback_text), fake_redis, spec) == \
+        "recovery.multilang.ShellError: shell component 'numbers' gave up"
