@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import time
 from contextlib import contextmanager
@@ -125,7 +126,7 @@ def run_and_settle(spark: Any, client: Any, wf: Workflow, spec: RunSpec,
     except Exception as err:
         # Spark gave up on a task (a spout that cannot open, a worker that keeps dying):
         # the round stays resumable; say where, in one line
-        reason = spark_failure_reason(err)
+        reason = spark_failure_reason(err, client if spec.tracking else None, spec)
         try:
             runs.update(client, spec.run_id, gen, status=runs.ERROR, error=reason)
         except RecoveryError as cleared:
@@ -165,9 +166,23 @@ def run_and_settle(spark: Any, client: Any, wf: Workflow, spec: RunSpec,
     return summary
 
 
-def spark_failure_reason(err: BaseException) -> str:
-    """The last exception line of a Python worker's traceback inside a Spark error."""
+def spark_failure_reason(err: BaseException, client: Any = None, spec: RunSpec | None = None) -> str:
+    """The last exception line of a Python worker's traceback inside a Spark error; for a
+    worker that died (no traceback: Spark's last line is `Caused by: java.io.EOFException`),
+    Spark's task and stage, and what the message timeout's last resort marked in Redis."""
     text = str(err)
+    if "Python worker exited unexpectedly" in text:
+        lost = re.search(r"Lost task (\S+) in stage (\S+)", text)
+        reason = "a Python worker crashed (exited unexpectedly)" + (
+            f" in Spark task {lost[1]} of stage {lost[2]}" if lost else "")
+        ended = []   # Spark's text never holds the worker's last line; the watchdog's mark does
+        if client is not None and spec is not None:
+            pattern = keys.timed_out(spec.run_id, spec.round, "*", "*")
+            ended = sorted(k.decode().rsplit(":", 2)[-2:] for k in client.scan_iter(match=pattern))
+        if ended:
+            return reason + ": the message timeout's last resort ended it, stuck in " + \
+                ", ".join(f"{c} task index {i}" for c, i in ended)
+        return reason + " (its stderr says why)"
     lines = [l.strip() for l in text.splitlines() if l.strip()]
     for line in reversed(lines):
         if ("Error" in line or "Exception" in line) and ":" in line and not line.startswith("at "):

@@ -10,8 +10,9 @@ for its ack; a reader thread parses whatever the child sends into a queue; every
 call (emit, ack, fail, log) happens on the runtime's thread, in `process()` (what is already
 there, without blocking) and in `finish()` (until every outstanding tuple is acked or
 failed). At most `max_outstanding` tuples are in the child at a time. Waits are bounded by
-`topology.subprocess.timeout.secs` (and kept under `topology.message.timeout.secs`, so the
-runtime's own per-tuple timeout does not fire first).
+`topology.subprocess.timeout.secs`, kept under `topology.message.timeout.secs` (the
+runtime's own cooperative message timeout does not apply to shell bolts: these bounded waits
+are how their tuples time out).
 
 A child that misbehaves (invalid JSON, a message cut short by EOF, raw text printed on
 stdout, exits, hangs, never acks) never stalls the run and never raises out of
@@ -32,7 +33,8 @@ as a whole and reaped: nothing is left behind. Which outstanding tuples fail:
 After `max_restarts` consecutive failures without one ack in between (`max_explained_restarts`
 when the child reported each one, as pystorm does for an exception), the component stops
 starting children and fails its tuples at once: a program that cannot work does not cost a
-restart per tuple. The child's stderr goes to the collector's log at level "stderr".
+restart per tuple. A shell spout that gives up fails its task instead (ShellSpout says
+why). The child's stderr goes to the collector's log at level "stderr".
 
 An emit the collector refuses (an undeclared stream, a direct task that does not subscribe,
 values a grouping or msgpack cannot take) is the program's mistake, never silent: a bolt's
@@ -369,6 +371,7 @@ class _ShellBase:
     max_restarts = 5          # consecutive child failures without an ack before giving up...
     max_explained_restarts = 50   # ...or ones the child reported (an exception in pystorm)
     _read_delay = 0.0
+    _gave_up_note = " (its tuples now fail without being run)"   # what giving up means
 
     def _shell_init(self, impl: ShellImpl, base_dir: str) -> None:
         self.impl = impl
@@ -606,8 +609,7 @@ class _ShellBase:
         if self._strikes > self.max_restarts or self._explained > self.max_explained_restarts:
             self._broken = (f"shell component {self._component_id()!r} gave up after "
                             f"{self._strikes + self._explained} consecutive process failures "
-                            f"without an ack (its tuples now fail without being run); "
-                            f"last failure: {error}")
+                            f"without an ack{self._gave_up_note}; last failure: {error}")
             self._log(self._broken, "error")
 
     def _hung(self, child: _Child) -> str:
@@ -1063,10 +1065,12 @@ class ShellSpout(_ShellBase, Spout):
     A program that fails is restarted and `next` asked again of the fresh one (as Storm
     restarts a spout); after `max_restarts` failures in a row, or `max_failures` in all (a
     program that restarts from its beginning and fails at the same place again would run
-    for ever), the spout gives up and reports itself exhausted."""
+    for ever), the spout gives up: `next_tuple()` raises ShellError, which fails its task
+    (see there why)."""
 
     max_failures = 25
     max_unseen_nexts = 100    # `next`s in a row whose emits the runtime cannot see
+    _gave_up_note = " (its task fails)"
 
     def __init__(self, impl: ShellImpl, base_dir: str):
         self._shell_init(impl, base_dir)
@@ -1097,6 +1101,17 @@ class ShellSpout(_ShellBase, Spout):
             emitted = self._command({"command": "next"}, retry=True)
             while self._to_fail:              # Storm calls the spout's fail for these
                 self._command({"command": "fail", "id": self._to_fail.pop(0)})
+            if self._broken is not None:
+                # A spout that gave up is not exhausted: ending it as if it were would leave
+                # the rest of its input silently missing from a run that says `completed`.
+                # Nor can its position be failed for recovery to replay: no tuple of that
+                # input exists yet (only the program knows what it had left). What Storm does
+                # is restart the spout's task, so the task fails: Spark retries it where it
+                # allows retries, and otherwise the round fails in Spark with this one line
+                # and `recovery recover RUN` resumes it once the cause is fixed (the task
+                # committed nothing: its records come again from a fresh program, under the
+                # same root ids).
+                raise ShellError(self._broken)
             if emitted == 0 or self._seen:
                 return emitted > 0
         self._log(f"shell process `{self.label}` answered {self.max_unseen_nexts} `next`s in "
@@ -1224,7 +1239,8 @@ class ShellSpout(_ShellBase, Spout):
         self._strike(error)
         if self._broken is None and len(self.errors) > self.max_failures:
             self._broken = (f"shell component {self._component_id()!r} gave up after "
-                            f"{len(self.errors)} process failures; last failure: {error}")
+                            f"{len(self.errors)} process failures{self._gave_up_note}; "
+                            f"last failure: {error}")
             self._log(self._broken, "error")
 
     def _lose(self, problem: str) -> None:

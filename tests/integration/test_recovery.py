@@ -152,3 +152,72 @@ def test_kill_9_of_the_driver_then_recover_gives_exact_output(spark, redis_url, 
     assert r["status"] == "completed", r
     assert sink_records(tmp_path / "out" / "wordcount") == wordcount_reference(tmp_path / "data" / "sentences.txt")
     assert run_keys(redis_client, run_id) == {keys.state(run_id, "count")}
+
+
+REPLAY_MODULE = '''
+import os
+from recovery import BasicBolt, Spout
+
+
+class Numbers(Spout):
+    """0..19, message id = the number."""
+
+    def open(self, conf, context):
+        self.n = 0
+
+    def next_tuple(self):
+        if self.n >= 20:
+            return False
+        self.emit([self.n], tup_id=self.n)
+        self.n += 1
+
+
+class SquareFailingOnce(BasicBolt):
+    """Squares; fails each number of `test.fail.numbers` the first time it sees it."""
+
+    def prepare(self, conf, context):
+        self.fail_on = {int(n) for n in conf["test.fail.numbers"].split(",")}
+        self.markers = conf["test.fail.markers"]
+
+    def process(self, tup):
+        n = tup["n"]
+        marker = os.path.join(self.markers, str(n))
+        if n in self.fail_on and not os.path.exists(marker):
+            open(marker, "w").close()
+            raise RuntimeError(f"transient failure of {n}")
+        self.emit([n, n * n])
+'''
+REPLAY_XML = """<?xml version="1.0" encoding="UTF-8"?>
+<workflow xmlns="urn:recovery:workflow:1" name="replay_class_spout">
+  <spout id="numbers" parallelism="1" class="replay_numbers:Numbers">
+    <stream fields="n"/>
+  </spout>
+  <bolt id="square" parallelism="2" class="replay_numbers:SquareFailingOnce">
+    <input from="numbers" grouping="shuffle"/>
+    <stream fields="n square"/>
+  </bolt>
+  <bolt id="out" parallelism="1">
+    <sink type="jsonl" path="out/squares"/>
+    <input from="square" grouping="global"/>
+  </bolt>
+</workflow>
+"""
+
+
+def test_root_replay_of_a_spout_class_replays_failed_roots_that_are_not_the_first(spark, redis_url, redis_client, tmp_path):
+    """Roots 13 and 17 fail in `square`. Root replay re-runs the spout class, which emits
+    0..12 unselected first: the spout must not be taken for exhausted at 0 (it was, and the
+    superseded roots were then missing from the sink of a `completed` run)."""
+    (tmp_path / "replay_numbers.py").write_text(REPLAY_MODULE)
+    xml = tmp_path / "replay_class_spout.xml"
+    xml.write_text(REPLAY_XML)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    s = submit(spark, redis_url, redis_client, xml, {
+        "test.fail.numbers": "13,17", "test.fail.markers": str(markers), **FAST_RETRY})
+    assert [p["component"] for p in s["failed_positions"]] == ["square"] * len(s["failed_positions"])
+    assert sum(p["count"] for p in s["failed_positions"]) == 2 and s["complete"] == 18
+    r = jobs.recover(spark, redis_client, redis_url, s["run_id"], strategy="root-replay")
+    assert r["status"] == "completed" and r["rounds"] == 1
+    expected = sorted(json.dumps({"n": n, "square": n * n}, sort_keys=True) for n in range(20))
+    assert sink_records(tmp_path / "out" / "squares") == expected

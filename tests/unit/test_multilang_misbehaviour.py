@@ -223,19 +223,26 @@ def test_spout_failures_restart_the_program(shells, tmp_path, mode, quoted):
     assert "sent 4 to [5, 6]" in [m for _, m in h.logs]
 
 
-def test_spout_that_fails_at_the_same_place_for_ever_is_given_up(shells, tmp_path):
+def test_spout_that_fails_at_the_same_place_for_ever_gives_up_by_failing_its_task(shells, tmp_path):
     # "exit" misbehaves only when its marker file is missing: remove it after every failure
-    # and every fresh program emits 0, 1 and dies again
+    # and every fresh program emits 0, 1 and dies again. Giving up must not look like the
+    # end of the input (the run would say `completed` with the rest of it missing): it
+    # raises, which fails the spout's task, naming the spout and its last failure
     marker = tmp_path / "marker"
     spout, h = shells.spout("raw_spout.py", "exit", str(marker), config=FAST)
     spout.max_failures = 4
     calls = 0
-    while spout.next_tuple():
-        calls += 1
-        marker.unlink(missing_ok=True)
-        assert calls < 100
-    assert len(spout.errors) == 5 and "gave up after 5 process failures" in h.logs[-1][1]
-    assert spout.next_tuple() is False
+    with pytest.raises(ShellError) as gave_up:
+        while spout.next_tuple():
+            calls += 1
+            marker.unlink(missing_ok=True)
+            assert calls < 100
+    error = str(gave_up.value)
+    assert len(spout.errors) == 5 and "gave up after 5 process failures" in error
+    assert "last failure:" in error and "exited with code 4" in error and "\n" not in error
+    assert h.logs[-1] == ("error", error)
+    with pytest.raises(ShellError):    # and it stays given up
+        spout.next_tuple()
 
 
 def test_spout_emit_the_host_refuses_fails_its_record_and_the_spout_hears_fail(shells):

@@ -1,12 +1,16 @@
 """The task runner without Spark (fakeredis): timeouts, direct emits, double acks."""
 from __future__ import annotations
 
+import sys
+import time
+from pathlib import Path
+
 import fakeredis
 import msgpack
 import pytest
 
-from recovery import keys, runtime, tracking
-from recovery.model import ClassImpl, Component, Grouping, Input, StreamDef, Workflow
+from recovery import ids, jobs, keys, runtime, tracking
+from recovery.model import ClassImpl, Component, Grouping, Input, ShellImpl, StreamDef, Workflow
 from recovery.runtime import RunSpec
 from tests.unit import runner_components as rc
 from tests.unit.local_executor import execute
@@ -197,3 +201,103 @@ def test_tick_tuples_reach_process_tick_and_a_last_one_ends_the_input():
     counts = [n for _, n in rc.Collect.SEEN]
     assert counts and counts[-1] == 6            # the last tick saw the whole input
     assert tracking.pending_roots(client, "r") == set()
+
+
+PROGRAMS = Path(__file__).resolve().parents[1] / "multilang_programs"
+
+
+def _replay_spec(wf: Workflow, spout: str, message_ids: list[int]) -> RunSpec:
+    """A root-replay round (jobs._root_replay_round): the spout re-reads its input and emits
+    only these messages' roots (selected by their round-0 ids), under epoch-1 ids."""
+    old_roots = frozenset(ids.root_id(ids.name_salt(spout), m) for m in message_ids)
+    return RunSpec("r", 1, jobs.workflow_json(wf), "fake://", True, replay_roots=old_roots,
+                   root_epoch=1, filter_epoch=0)
+
+
+@pytest.mark.parametrize("spout_impl", [
+    ClassImpl(ref=REF + "Numbers"),
+    ShellImpl(command=sys.executable, script="raw_spout.py")])
+def test_root_replay_replays_failed_roots_after_unselected_ones(spout_impl, fake_redis):
+    """Messages 3 and 4 failed; 0, 1, 2 come first and are not selected. An unselected emit
+    is still an emit: the spout is not taken for exhausted at message 0 (it was: nothing
+    was replayed, and the superseded roots' records were lost)."""
+    rc.Collect.SEEN.clear()
+    wf = Workflow(name="rr", base_dir=str(PROGRAMS), components=(
+        Component(id="src", kind="spout", impl=spout_impl, streams=(StreamDef(fields=("n",)),)),
+        Component(id="sink", kind="bolt", impl=ClassImpl(ref=REF + "Collect"),
+                  inputs=(Input(source="src"),))))
+    execute(wf, _replay_spec(wf, "src", [3, 4]), fake_redis)
+    assert sorted(n for _, n in rc.Collect.SEEN) == [3, 4]
+    stats = msgpack.unpackb(fake_redis.hget(keys.task_done("r", 1), "src:0"))
+    assert stats["replayed_roots"] == 2 and stats["roots"] == 0
+
+
+def test_a_sink_write_longer_than_the_message_timeout_is_acked_not_written_twice(monkeypatch, fake_redis, tmp_path):
+    """A built-in sink writes its part in finish(), then acks. A write that took longer than
+    the message timeout made those acks raise TupleTimeout: records already durable failed,
+    and recovery wrote them again into another part. The message timeout bounds user code;
+    a built-in sink runs none, so its acks after the write stand."""
+    from recovery import sinks
+    from recovery.model import SinkImpl
+    clock = [0.0]     # seconds the (fake) write adds to the runtime's clock
+    monkeypatch.setattr(runtime, "_monotonic", lambda: time.monotonic() + clock[0])
+    real_write = sinks._atomic_write
+
+    def slow_write(path, data):
+        clock[0] += 2.0                 # four message timeouts
+        real_write(path, data)
+
+    monkeypatch.setattr(sinks, "_atomic_write", slow_write)
+    wf = Workflow(name="w", base_dir=str(tmp_path), config=(("topology.message.timeout.secs", "0.5"),),
+                  components=(
+        Component(id="src", kind="spout", impl=ClassImpl(ref=REF + "Numbers"), streams=(StreamDef(fields=("n",)),)),
+        Component(id="out", kind="bolt", impl=SinkImpl(type="jsonl", params=(("path", "out"),)),
+                  inputs=(Input(source="src"),))))
+    execute(wf, RunSpec("r", 0, jobs.workflow_json(wf), "fake://", True), fake_redis)
+    for b in range(tracking.LEDGER_BUCKETS):
+        tracking.resolve_bucket(fake_redis, "r", b)
+    assert clock[0] == 2.0                                   # the write was slow, once
+    assert sorted(r["n"] for r in sinks.read_jsonl_dir(str(tmp_path / "out"))) == list(range(6))
+    assert _queued(fake_redis) == [] and tracking.pending_roots(fake_redis, "r") == set()
+    stats = msgpack.unpackb(fake_redis.hget(keys.task_done("r", 0), "out:0"))
+    assert (stats["acked"], stats["failed"]) == (6, 0)
+
+
+# What PySpark 4.3 (local[2], one attempt per task) raises when a Python worker dies, e.g.
+# ended by the message timeout's last resort (os._exit): measured, trimmed of JVM frames.
+# The worker's own last line went to its stderr and is not in it.
+WORKER_CRASHED = """An error occurred while calling z:org.apache.spark.api.python.PythonRDD.collectAndServe.
+: org.apache.spark.SparkException: Job aborted due to stage failure: Task 1 in stage 3.0 failed 1 times, most recent failure: Lost task 1.0 in stage 3.0 (TID 7) (localhost executor driver): org.apache.spark.SparkException: Python worker exited unexpectedly (crashed). Consider setting 'spark.sql.execution.pyspark.udf.faulthandler.enabled' or'spark.python.worker.faulthandler.enabled' configuration to 'true' for the better Python traceback.
+\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator$$anonfun$1.applyOrElse(PythonRunner.scala:1136)
+Caused by: java.io.EOFException
+\tat java.base/java.io.DataInputStream.readInt(DataInputStream.java:386)
+\t... 22 more
+
+Driver stacktrace:
+\tat org.apache.spark.scheduler.DAGScheduler.$anonfun$abortStage$3(DAGScheduler.scala:4568)
+Caused by: org.apache.spark.SparkException: Python worker exited unexpectedly (crashed). Consider setting 'spark.sql.execution.pyspark.udf.faulthandler.enabled' or'spark.python.worker.faulthandler.enabled' configuration to 'true' for the better Python traceback.
+\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator$$anonfun$1.applyOrElse(PythonRunner.scala:1136)
+Caused by: java.io.EOFException
+\tat java.base/java.io.DataInputStream.readInt(DataInputStream.java:386)
+\t... 22 more
+"""
+
+
+def test_a_crashed_python_worker_is_named_as_such_not_as_an_eof_exception(fake_redis):
+    """`recover` used to say "failed in Spark: Caused by: java.io.EOFException"."""
+    spec = RunSpec("r", 2, "{}", "fake://", True)
+    err = Exception(WORKER_CRASHED)
+    assert jobs.spark_failure_reason(err) == (
+        "a Python worker crashed (exited unexpectedly) in Spark task 1.0 of stage 3.0 "
+        "(its stderr says why)")
+    # the last resort marked what it ended: the reason names that component's task
+    fake_redis.sadd(keys.timed_out("r", 2, "slow", 1), 12345)
+    fake_redis.sadd(keys.timed_out("r", 1, "other", 0), 1)     # another round's: not this one
+    assert jobs.spark_failure_reason(err, fake_redis, spec) == (
+        "a Python worker crashed (exited unexpectedly) in Spark task 1.0 of stage 3.0: the "
+        "message timeout's last resort ended it, stuck in slow task index 1")
+    # a worker's Python traceback is still read as before
+    traceback_text = ("Traceback (most recent call last):\n  File \"x.py\", line 1\n"
+                      "recovery.multilang.ShellError: shell component 'numbers' gave up\n")
+    assert jobs.spark_failure_reason(Exception(traceback_text), fake_redis, spec) == \
+        "recovery.multilang.ShellError: shell component 'numbers' gave up"
