@@ -198,6 +198,7 @@ class TaskRunner:
         self.replays: dict[tuple, list] = {}
         self.replayed: set[int] = set()
         self.spout_messages: list[list] = []   # (root, message id): acked/failed later
+        self._spout_roots: set[int] = set()     # roots this spout task made (message ids are unique)
         from recovery.testing import injections
         self.injections = injections(self.conf, component_id)
         self.stats = {"executed": 0, "acked": 0, "failed": 0, "emitted": 0, "roots": 0, "dead": 0}
@@ -244,15 +245,25 @@ class TaskRunner:
             if not self._selected(message_id):
                 return []
             root = ids.root_id(self._root_salt(self.spec.root_epoch), message_id)
+            if root in self._spout_roots:
+                # ids are derived from message ids: a second root under one id would cancel the
+                # first one's XORs and share its queue fields, losing one of them silently
+                raise ValueError(f"spout {self.component_id!r} emitted message id {message_id!r} twice in "
+                                 f"one task; message ids must be unique within a run")
             base = ids.derive(root, self.router.salts.get(stream, 0), 0)
             targets = self._emit(values, stream, (root,), base, direct_task, hold=None, root_xor=root)
             # only an emit that routed makes a root: one that raised (an undeclared stream...)
             # would otherwise count as complete and be acked to its spout
             self._count_root(False)
+            self._spout_roots.add(root)
             self.spout_messages.append([root, message_id])
             return targets
         if not anchors and self.auto_anchor and self.current is not None:
             anchors = (self.current,)
+        elif len(anchors) > 1:
+            # one tuple named twice is one anchor: XORed with itself it would make an anchor key
+            # of 0, and ids that every task and round share
+            anchors = tuple({a.id: a for a in anchors}.values())
         if len(anchors) == 1:   # the common case, kept short
             a = anchors[0]
             key = a.id

@@ -159,3 +159,29 @@ class AcksInFinish(Bolt):
             time.sleep(SLOW)
         for tup in self.held:
             self.ack(tup)
+
+
+class AnchorsTwice(Bolt):
+    """Emits [n] anchored to the same input twice (`anchors=[tup, tup]`), then acks."""
+
+    def process(self, tup):
+        self.emit([tup["n"]], anchors=[tup, tup])
+        self.ack(tup)
+
+
+class FailsAll(Bolt):
+    def process(self, tup):
+        self.fail(tup)
+
+
+class SameMessageIdTwice(Spout):
+    """Emits message id 7 twice in one task: a spout bug the runtime must refuse, not merge."""
+
+    def open(self, conf, context):
+        self.sent = 0
+
+    def next_tuple(self):
+        if self.sent >= 2:
+            return False
+        self.emit([self.sent], tup_id=7)
+        self.sent += 1

@@ -301,3 +301,29 @@ def test_a_crashed_python_worker_is_named_as_such_not_as_an_eof_exception(fake_r
                       "recovery.multilang.ShellError: shell component 'numbers' gave up\n")
     assert jobs.spark_failure_reason(Exception(traceback_text), fake_redis, spec) == \
         "recovery.multilang.ShellError: shell component 'numbers' gave up"
+
+
+def test_an_emit_anchored_twice_to_one_tuple_gets_ids_of_its_own():
+    # anchors=[t, t] XORed to an anchor key of 0, shared by every task and round: two tasks'
+    # children got the same ids, and their failures overwrote each other in one queue
+    wf = Workflow(name="a", components=(
+        Component(id="src", kind="spout", parallelism=2, impl=ClassImpl(ref=REF + "Numbers"),
+                  streams=(StreamDef(fields=("n",)),)),
+        Component(id="twice", kind="bolt", parallelism=2, impl=ClassImpl(ref=REF + "AnchorsTwice"),
+                  streams=(StreamDef(fields=("n",)),), inputs=(Input(source="src"),)),
+        Component(id="fails", kind="bolt", impl=ClassImpl(ref=REF + "FailsAll"),
+                  inputs=(Input(source="twice", grouping=Grouping.GLOBAL),))))
+    client = _run(wf)
+    queued = _queued(client)
+    assert sorted(r["values"][0] for r in queued) == list(range(6))
+    assert len(tracking.pending_roots(client, "r")) == 6
+
+
+def test_a_spout_that_emits_one_message_id_twice_is_refused_not_merged():
+    # the two would share a root id: their XORs cancel and one queue field holds both
+    wf = Workflow(name="m", components=(
+        Component(id="src", kind="spout", impl=ClassImpl(ref=REF + "SameMessageIdTwice"),
+                  streams=(StreamDef(fields=("n",)),)),
+        Component(id="sink", kind="bolt", impl=ClassImpl(ref=REF + "FailsAll"), inputs=(Input(source="src"),))))
+    with pytest.raises(ValueError, match=r"message id 7 .*twice"):
+        _run(wf)
