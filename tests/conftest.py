@@ -18,11 +18,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Iterator
 
 import pytest
+
+from tests.helpers import wait_for
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -70,23 +71,26 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def _wait_for_ping(sock: Path, proc: subprocess.Popen, log: Path, timeout: float = 15.0) -> None:
     import redis
 
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def pings() -> bool:
         if proc.poll() is not None:
-            break
-        if sock.exists():
-            client = redis.Redis(unix_socket_path=str(sock), socket_timeout=1)
-            try:
-                if client.ping():
-                    return
-            except redis.RedisError:
-                pass
-            finally:
-                client.close()
-        time.sleep(0.01)
-    tail = log.read_text(errors="replace").strip().splitlines()[-5:] if log.exists() else []
-    _kill(proc)
-    raise RuntimeError(f"test redis-server did not start: {' | '.join(tail) or '(no log)'}")
+            raise RuntimeError("exited")
+        if not sock.exists():
+            return False
+        client = redis.Redis(unix_socket_path=str(sock), socket_timeout=1)
+        try:
+            return bool(client.ping())
+        except redis.RedisError:
+            return False
+        finally:
+            client.close()
+
+    try:
+        wait_for(pings, timeout, f"redis-server to answer on {sock}")
+    except (AssertionError, RuntimeError) as err:
+        tail = log.read_text(errors="replace").strip().splitlines()[-5:] if log.exists() else []
+        _kill(proc)
+        raise RuntimeError(f"test redis-server did not start ({err}): "
+                           f"{' | '.join(tail) or '(no log)'}") from None
 
 
 def _kill(proc: subprocess.Popen) -> None:

@@ -7,11 +7,11 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import wait_for
 from tests.integration.conftest import copy_workflow, sink_records
 from tests.integration.test_engine import wordcount_reference
 
@@ -25,15 +25,18 @@ def _free_port() -> int:
 
 
 def _wait_port(port: int, proc: subprocess.Popen, log: Path, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def port_open() -> bool:
         assert proc.poll() is None, f"exited early: {log.read_text()[-2000:]}"
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
+                return True
         except OSError:
-            time.sleep(0.2)
-    raise AssertionError(f"port {port} never opened: {log.read_text()[-2000:]}")
+            return False
+
+    try:
+        wait_for(port_open, timeout, f"port {port} to open")
+    except AssertionError as err:
+        raise AssertionError(f"{err}: {log.read_text()[-2000:]}") from None
 
 
 @pytest.fixture(scope="module")
@@ -65,11 +68,12 @@ def cluster(tmp_path_factory):
              "--work-dir", str(tmp / "work"), url],
             env=env, stdout=wlog.open("w"), stderr=subprocess.STDOUT)
         procs.append(worker)
-        deadline = time.monotonic() + 180   # a loaded 2-core machine is slow to start JVMs
-        while "Successfully registered with master" not in wlog.read_text():
+        def registered() -> bool:
             assert worker.poll() is None, wlog.read_text()[-2000:]
-            assert time.monotonic() < deadline, wlog.read_text()[-2000:]
-            time.sleep(0.3)
+            return "Successfully registered with master" in wlog.read_text()
+
+        # a loaded 2-core machine is slow to start JVMs
+        wait_for(registered, 180, f"the worker to register with the master (log {wlog})")
         yield url
     finally:
         for p in reversed(procs):

@@ -15,7 +15,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -23,6 +22,7 @@ from click.testing import CliRunner
 from recovery import follow, jobs, keys, logsource, runs, workflow_xml
 from recovery.cli import main
 from recovery.sinks import read_jsonl_dir
+from tests.helpers import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / "workflows"
@@ -192,21 +192,23 @@ def test_kill_9_of_a_follow_driver_then_restart_gives_every_effect_exactly_once(
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err,
                                 start_new_session=True)
     killed = None
+
+    def mid_round() -> tuple[str, int, int] | None:
+        assert proc.poll() is None, "the follow driver ended before a round after the first: " + \
+            (tmp_path / "first.err").read_text()[-2000:]
+        for rid in runs.list_ids(redis_client):
+            rec = runs.get(redis_client, rid)
+            r = int(rec.get("round") or 0)
+            done = redis_client.hlen(keys.task_done(rid, r))
+            # mid-round: a batch after the first one, some of its tasks committed
+            if r >= 1 and rec.get("status") == runs.RUNNING and 0 < done:
+                return rid, r, done
+        return None
+
     try:
-        deadline = time.monotonic() + 150
-        while time.monotonic() < deadline and proc.poll() is None:
-            for rid in runs.list_ids(redis_client):
-                rec = runs.get(redis_client, rid)
-                r = int(rec.get("round") or 0)
-                done = redis_client.hlen(keys.task_done(rid, r))
-                # mid-round: a batch after the first one, some of its tasks committed
-                if r >= 1 and rec.get("status") == runs.RUNNING and 0 < done:
-                    os.kill(proc.pid, signal.SIGKILL)
-                    killed = (rid, r, done)
-                    break
-            if killed:
-                break
-            time.sleep(0.02)
+        state = wait_for(mid_round, 150, "a follow round after the first with a task committed")
+        os.kill(proc.pid, signal.SIGKILL)
+        killed = state
     finally:
         if proc.poll() is None and not killed:
             os.killpg(proc.pid, signal.SIGKILL)

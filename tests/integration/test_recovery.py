@@ -4,11 +4,9 @@ from __future__ import annotations
 import collections
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import msgpack
@@ -16,6 +14,7 @@ import pytest
 
 from recovery import jobs, keys, runs
 from tests.integration.conftest import copy_workflow, sink_records, submit
+from tests.helpers import wait_for
 from tests.integration.test_engine import run_keys, wordcount_reference
 
 TRANSIENT_SPLIT = {"recovery.inject.s.component": "split", "recovery.inject.s.rate": "0.03"}
@@ -124,30 +123,46 @@ def _spawn_submit(xml: Path, redis_url: str, run_id: str, props: dict[str, str])
     return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-@pytest.mark.parametrize("trial", range(3))
-def test_kill_9_of_the_driver_then_recover_gives_exact_output(spark, redis_url, redis_client, tmp_path, trial):
-    """kill -9 of a `submit` at a random moment of its run; `recover` resumes the crashed
-    round from its tracking info, then recovers failures: the sink is exact."""
-    rng = random.Random(trial)
+# States of the first round (round 0, task commits in its done hash) at which the driver is
+# killed, all well before the slowed-down `count` can finish: a spout task committed; a split
+# task committed; every split task committed.
+KILL_POINTS = {
+    "one-spout-task-done": lambda done: any(f.startswith("sentences:") for f in done),
+    "one-split-task-done": lambda done: any(f.startswith("split:") for f in done),
+    "split-done": lambda done: {"split:0", "split:1"} <= done,
+}
+
+
+@pytest.mark.parametrize("kill_point", sorted(KILL_POINTS))
+def test_kill_9_of_the_driver_then_recover_gives_exact_output(spark, redis_url, redis_client, tmp_path, kill_point):
+    """kill -9 of a `submit` at a given state of its first round; `recover` resumes the
+    crashed round from its tracking info, then recovers failures: the sink is exact."""
     xml = copy_workflow("wordcount", tmp_path)
-    run_id = f"crash-{trial}"
+    run_id = f"crash-{kill_point}"
     slow = {"recovery.inject.z.component": "count", "recovery.inject.z.mode": "slow",
             "recovery.inject.z.delay.ms": "2", **TRANSIENT_SPLIT, **FAST_RETRY}
     proc = _spawn_submit(xml, redis_url, run_id, slow)
+
+    def reached() -> bool:
+        done = {f.decode() for f in redis_client.hkeys(keys.task_done(run_id, 0))}
+        if KILL_POINTS[kill_point](done):
+            return True
+        assert proc.poll() is None, f"submit ended (exit {proc.returncode}) before {kill_point}"
+        return False
+
     try:
-        deadline = time.monotonic() + 120
-        while not redis_client.exists(keys.run_record(run_id)):
-            assert proc.poll() is None, "submit ended before its run started"
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        # somewhere in the round: spout done, bolts partly committed, sink maybe written
-        time.sleep(rng.uniform(1.0, 6.0))
+        wait_for(reached, 240, f"the first round of {run_id} to reach {kill_point}")
         proc.send_signal(signal.SIGKILL)
     finally:
+        if proc.poll() is None:
+            proc.kill()
         proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the driver ended by itself before the kill"
+    # the kill landed mid-run: the round's last task did not commit and the run is crashed
+    done = {f.decode() for f in redis_client.hkeys(keys.task_done(run_id, 0))}
+    assert "out:0" not in done, done
     rec = runs.get(redis_client, run_id)
-    if rec["status"] == runs.RUNNING:
-        assert runs.status_of(rec) == runs.CRASHED
+    assert rec["status"] == runs.RUNNING and runs.status_of(rec) == runs.CRASHED, rec
     r = jobs.recover(spark, redis_client, redis_url, run_id)
     assert r["status"] == "completed", r
     assert sink_records(tmp_path / "out" / "wordcount") == wordcount_reference(tmp_path / "data" / "sentences.txt")

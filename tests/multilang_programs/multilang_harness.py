@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from recovery.components import Tuple
 from recovery.graph import TaskContext
 from recovery.model import Component, Input, ShellImpl, StreamDef, Workflow
 from recovery.multilang import ShellBolt, ShellSpout
+from tests.helpers import wait_for
 
 PROGRAMS = Path(__file__).resolve().parent
 
@@ -169,18 +169,15 @@ class Shells:
             else:
                 comp.close()
         me = threading.get_ident()
+        # a killed process disappears soon, but "soon" has no bound on a loaded machine:
+        # wait for the state, with a deadline only against a hang
         for comp, harness in self.made:
             assert harness.threads <= {me}, "a collector call came from another thread"
-            deadline = time.monotonic() + 2
             for pid in comp.pids:
-                while alive(pid) and time.monotonic() < deadline:
-                    time.sleep(0.01)
-                assert not alive(pid), f"process {pid} of {comp.label} is still there"
+                wait_for(lambda pid=pid: not alive(pid), 30,
+                         f"process {pid} of {comp.label} to be gone")
         for pid in self.extra_pids:
-            deadline = time.monotonic() + 2
-            while running(pid) and time.monotonic() < deadline:
-                time.sleep(0.01)
-            assert not running(pid), f"process {pid} is still running"
+            wait_for(lambda pid=pid: not running(pid), 30, f"process {pid} to stop running")
 
 
 def run(bolt: ShellBolt, values: list, first_id: int = 1000) -> list[Tuple]:

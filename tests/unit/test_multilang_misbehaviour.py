@@ -9,14 +9,15 @@ from __future__ import annotations
 import json
 import re
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "multilang_programs"))
 
-from multilang_harness import Harness, Shells, run  # noqa: E402
+from multilang_harness import Harness, Shells, alive, run  # noqa: E402
+
+from tests.helpers import wait_for  # noqa: E402
 
 from recovery.multilang import ShellError  # noqa: E402
 
@@ -103,19 +104,15 @@ def test_exit_mid_stream_quotes_stderr(shells):
 
 def test_hang_is_detected_within_the_subprocess_timeout(shells):
     bolt, h = shells.bolt(RAW, "ok", config=FAST)
-    start = time.monotonic()
     tups = run(bolt, ["a", "hang", "b", "c"])
-    elapsed = time.monotonic() - start
     error = check_one_failure(bolt, h, 1001, "did not answer for 2 s", [t.id for t in tups])
     assert "hung" in error
-    assert 1.9 < elapsed < 6, elapsed
+    assert not alive(bolt.pids[0])                     # the hung process was stopped
 
 
 def test_never_acks(shells):
     bolt, h = shells.bolt(RAW, "noack", config=FAST)
-    start = time.monotonic()
     run(bolt, ["a", "b", "c"])
-    assert time.monotonic() - start < 6
     assert [i for i, _ in h.failed] == [1000, 1001, 1002]
     for _, error in h.failed:
         assert "did not ack or fail any of 3 outstanding tuples for 2 s" in error
@@ -125,6 +122,7 @@ def test_never_acks(shells):
     # the next tuples get a fresh process
     run(bolt, ["d"], first_id=2000)
     assert [i for i, _ in h.failed][-1] == 2000 and len(bolt.pids) == 2
+    assert not alive(bolt.pids[0])                     # the process that never acked was stopped
 
 
 def test_tuples_written_before_a_crash_go_to_the_fresh_process(shells):
@@ -197,10 +195,12 @@ def test_spout_that_writes_its_pid_file_late_or_never_works(shells, mode):
 def test_cleanup_kills_the_whole_process_group(shells):
     bolt, h = shells.bolt(RAW, "fork")
     run(bolt, ["a"])
-    deadline = time.monotonic() + 2
-    while not any("grandchild" in m for _, m in h.logs) and time.monotonic() < deadline:
-        time.sleep(0.01)               # stderr is read by a thread, logged by finish()
-        bolt.finish()
+
+    def grandchild_logged() -> bool:
+        bolt.finish()                  # stderr is read by a thread, logged by finish()
+        return any("grandchild" in m for _, m in h.logs)
+
+    wait_for(grandchild_logged, 30, "the bolt to log its grandchild's pid from stderr")
     [line] = [m for level, m in h.logs if level == "stderr" and "grandchild" in m]
     shells.extra_pids.append(int(re.search(r"grandchild (\d+)", line).group(1)))
     # Shells.close() (the fixture) checks it and the bolt's own process are gone

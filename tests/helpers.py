@@ -1,0 +1,28 @@
+"""Helpers shared by the test modules.
+
+``wait_for`` is the one place where a test polls: it waits for a *state* (a key in Redis, a
+file, a process's exit), never for a time to pass, and fails with a message naming what it
+waited for. The deadline only bounds a hang; a test never asserts how long something took.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
+
+POLL_SECONDS = 0.02
+
+
+def wait_for(predicate: Callable[[], T], timeout: float, what: str) -> T:
+    """Call ``predicate`` until it returns something truthy, and return that. An exception
+    from ``predicate`` propagates (use it to fail early, e.g. when a process died). After
+    ``timeout`` seconds without success, fail with ``what`` in the message."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(POLL_SECONDS)
