@@ -9,7 +9,7 @@ from recovery.errors import WorkflowError
 
 
 def _file_report(path: str) -> tuple[dict, WorkflowError | None]:
-    from recovery.workflow_xml import validate_file
+    from recovery.model.xml.parse import validate_file
 
     try:
         wf, warnings = validate_file(path)
@@ -62,7 +62,7 @@ def register(main: click.Group) -> None:
         names than these pass through to the components as text, except under recovery.*,
         where an unknown name is an error."""
         from recovery.cli import echo_json
-        from recovery.config import describe
+        from recovery.model.config import describe
 
         rows = describe()
         if as_json:
@@ -90,9 +90,9 @@ def register(main: click.Group) -> None:
         need not exist yet. Pipe DOT to `dot -Tsvg`; paste Mermaid into Markdown.
         """
         from recovery.cli import echo_json
-        from recovery.graph import TaskMap, topological_order
-        from recovery.render import render
-        from recovery.workflow_xml import load
+        from recovery.model.graph import TaskMap, topological_order
+        from recovery.model.render import render
+        from recovery.model.xml.parse import load
 
         wf = load(file, check_paths=False)   # drawing needs no input data
         if color is None:

@@ -20,7 +20,8 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from recovery import jobs, keys, reports, runs
+from recovery.jobs import submit, reports
+from recovery.tracking import keys, runs
 from recovery.errors import RecoveryError
 from recovery.ui import svg
 from recovery.ui.actions import RecoverProcesses
@@ -64,11 +65,11 @@ class UI:
 
     # --- what a run page shows ------------------------------------------------------------
     def run_context(self, run_id: str) -> dict[str, Any]:
-        from recovery.graph import topological_order
-        from recovery.synthesis import synthesize
+        from recovery.model.graph import topological_order
+        from recovery.model.synthesis import synthesize
         client = self.client
         summary = reports.run_status(client, run_id)
-        original = jobs.original_workflow(runs.get(client, run_id))
+        original = submit.original_workflow(runs.get(client, run_id))
         failed = reports.failed(client, run_id)["failed_positions"]
         dead = reports.dead(client, run_id)["dead"]
         plan = reports.plan(client, run_id)

@@ -1,7 +1,7 @@
 """SVG drawings for the web view, built on the server (no JavaScript): a workflow's topology in
 stages and the small chart of recovery rounds.
 
-The topology is laid out as recovery/render.py lays out the text form: one column per stage
+The topology is laid out as recovery/model/render.py lays out the text form: one column per stage
 (components grouped by their depth from a spout), edges labelled with grouping and stream.
 Every node is a `<g class="node ...">` with `data-component` and, where tuples failed or died
 there, `data-failed` / `data-dead` counts, so that tests and stylesheets can find them.
@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import Iterable, Mapping
 
-from recovery.model import SinkImpl, Workflow
-from recovery.render import _edge_label, describe_impl, stages
-from recovery.synthesis import is_queue_spout
+from recovery.model.workflow import SinkImpl, Workflow
+from recovery.model.render import _edge_label, describe_impl, stages
+from recovery.model.synthesis import is_queue_spout
 
 NODE_W, NODE_H = 150, 66
 COL_GAP, ROW_GAP, PAD = 84, 26, 16

@@ -6,7 +6,7 @@ import json
 
 from click.testing import CliRunner
 
-from recovery import keys
+from recovery.tracking import keys
 from recovery.cli import main
 from tests.integration.conftest import copy_workflow
 

@@ -10,7 +10,8 @@ import json
 
 import pytest
 
-from recovery import jobs, runs
+from recovery.jobs import submit as jobs_submit
+from recovery.tracking import runs
 from recovery.errors import RunError
 from tests.integration.conftest import sink_records, submit
 
@@ -81,7 +82,7 @@ def test_a_shell_spout_that_gives_up_fails_the_round_and_recover_resumes_it(spar
     assert sink_records(tmp_path / "out" / "numbers") == []
 
     (tmp_path / "broken").unlink()                       # the cause, fixed
-    r = jobs.recover(spark, redis_client, redis_url, "dying")
+    r = jobs_submit.recover(spark, redis_client, redis_url, "dying")
     assert r["resumed"] and r["status"] == runs.COMPLETED
     assert (r["roots"], r["complete"], r["pending"]) == (5, 5, 0)
     assert sink_records(tmp_path / "out" / "numbers") == sorted(

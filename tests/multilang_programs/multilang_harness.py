@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recovery.components import Tuple
-from recovery.graph import TaskContext
-from recovery.model import Component, Input, ShellImpl, StreamDef, Workflow
-from recovery.multilang import ShellBolt, ShellSpout
+from recovery.api.components import Tuple
+from recovery.model.graph import TaskContext
+from recovery.model.workflow import Component, Input, ShellImpl, StreamDef, Workflow
+from recovery.multilang.base import ShellBolt, ShellSpout
 from tests.helpers import wait_for
 
 PROGRAMS = Path(__file__).resolve().parent

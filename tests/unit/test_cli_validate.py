@@ -193,7 +193,7 @@ def test_recover_help_says_what_p_does():
 
 
 def test_properties_lists_every_declaration():
-    from recovery import config
+    from recovery.model import config
     result = run("properties")
     assert result.exit_code == 0
     assert "recovery.max.attempts  (an integer >= 1, default 3)" in result.stdout

@@ -6,16 +6,17 @@ from pathlib import Path
 
 import pytest
 
-from recovery import config
-from recovery.config import PropertyError
+from recovery.model import config
+from recovery.model.config import PropertyError
 from recovery.errors import RecoveryError
-from recovery.model import Workflow
-from recovery.multilang import _conf_float
-from recovery.testing import Injection
-from recovery.tracking import backoff_ms
+from recovery.model.workflow import Workflow
+from recovery.multilang.base import _conf_float
+from recovery.faults import Injection
+from recovery.tracking.tracker import backoff_ms
 
 PACKAGE = Path(__file__).resolve().parents[2] / "recovery"
-MODULES = {f"recovery.{p.stem}" for p in PACKAGE.glob("*.py")} | {"recovery.cli"}
+MODULES = {".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
+           for p in PACKAGE.rglob("*.py")}
 
 
 def test_every_property_the_code_names_is_declared():
@@ -40,7 +41,7 @@ def test_defaults_are_text_as_the_xml_writes_them():
 
 
 def test_injection_defaults_match_the_injector():
-    """recovery/testing.py applies these defaults; the declarations document the same ones."""
+    """recovery/faults.py applies these defaults; the declarations document the same ones."""
     fields = Injection.__dataclass_fields__
     for attr, info in config.INJECTION_ATTRIBUTES.items():
         name = attr.replace(".", "_")

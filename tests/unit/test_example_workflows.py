@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from recovery import BasicBolt, Bolt, Tuple
-from recovery.graph import topological_order
-from recovery.loader import check_classes, component_class
-from recovery.model import ClassImpl, SinkImpl, SourceImpl, Workflow
-from recovery.workflow_xml import load, parse_string, to_xml, validate_file
+from recovery.model.graph import topological_order
+from recovery.api.loader import check_classes, component_class
+from recovery.model.workflow import ClassImpl, SinkImpl, SourceImpl, Workflow
+from recovery.model.xml.parse import load, parse_string, to_xml, validate_file
 
 WORKFLOWS = Path(__file__).parent.parent.parent / "workflows"
 NAMES = ["wordcount", "cdn_logs", "fanout"]
@@ -350,9 +350,9 @@ def test_recovery_workflows_of_the_examples_are_valid_workflow_files(name):
     it passes the schema and every check, and reads back as the same model."""
     from lxml import etree
 
-    from recovery.graph import TaskMap
-    from recovery.synthesis import synthesize
-    from recovery.workflow_xml import schema
+    from recovery.model.graph import TaskMap
+    from recovery.model.synthesis import synthesize
+    from recovery.model.xml.parse import schema
 
     wf = load(WORKFLOWS / f"{name}.xml")
     tasks = TaskMap.of(wf)

@@ -6,10 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from recovery.graph import (TaskContext, TaskMap, downstream, subscribers, topological_order,
-                            upstream)
-from recovery.model import ClassImpl, Component, Grouping, Input, StreamDef, Workflow
-from recovery.workflow_xml import load
+from recovery.model.graph import TaskContext, TaskMap, downstream, subscribers, topological_order, upstream
+from recovery.model.workflow import ClassImpl, Component, Grouping, Input, StreamDef, Workflow
+from recovery.model.xml.parse import load
 
 WORKFLOWS = Path(__file__).parent.parent.parent / "workflows"
 

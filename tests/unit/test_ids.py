@@ -11,9 +11,10 @@ import fakeredis
 import msgpack
 from hypothesis import given, settings, strategies as st
 
-from recovery import Bolt, Spout, ids, keys, tracking
-from recovery.model import ClassImpl, Component, Input, StreamDef, Workflow
-from recovery.runtime import RunSpec
+from recovery import Bolt, Spout
+from recovery.tracking import ids, keys, tracker
+from recovery.model.workflow import ClassImpl, Component, Input, StreamDef, Workflow
+from recovery.runtime.task import RunSpec
 from tests.unit.local_executor import execute
 
 # Found by brute force over "msg-" + 6 characters: same length, same crc32, so the old
@@ -144,9 +145,9 @@ def test_both_colliding_messages_are_queued_and_pending_when_both_fail():
                   streams=(StreamDef(fields=("m",)),), inputs=(Input(source="s"),))))
     client = fakeredis.FakeRedis()
     execute(wf, RunSpec("r1", 0, wf.model_dump_json(), "fake://", True), client)
-    for bucket in range(tracking.LEDGER_BUCKETS):
-        tracking.resolve_bucket(client, "r1", bucket)
-    assert len(tracking.pending_roots(client, "r1")) == 2
+    for bucket in range(tracker.LEDGER_BUCKETS):
+        tracker.resolve_bucket(client, "r1", bucket)
+    assert len(tracker.pending_roots(client, "r1")) == 2
     [pos] = client.smembers(keys.failed_set("r1"))
     comp, task = pos.decode().rsplit(":", 1)
     queued = [msgpack.unpackb(v) for v in client.hvals(keys.queue("r1", comp, int(task)))]
@@ -154,7 +155,7 @@ def test_both_colliding_messages_are_queued_and_pending_when_both_fail():
 
 
 def _first_unanchored_id(wf: Workflow, component: str, round_no: int) -> int:
-    from recovery.runtime import TaskRunner
+    from recovery.runtime.task import TaskRunner
     runner = TaskRunner(RunSpec("r1", round_no, wf.model_dump_json(), None, False), component, 0)
     runner.emit(None, ["v"], "default", (), None, None)
     [[rec]] = runner.out.values()

@@ -11,8 +11,8 @@ import pytest
 
 from recovery import BasicBolt, Bolt, Spout
 from recovery.errors import RecoveryError, WorkflowError
-from recovery.loader import ClassLoadError, check_classes, component_class, load_class
-from recovery.workflow_xml import load, parse_string
+from recovery.api.loader import ClassLoadError, check_classes, component_class, load_class
+from recovery.model.xml.parse import load, parse_string
 
 WORKFLOWS = Path(__file__).parent.parent.parent / "workflows"
 NS = 'xmlns="urn:recovery:workflow:1"'

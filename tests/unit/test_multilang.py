@@ -12,10 +12,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "multilang_programs
 
 from multilang_harness import Harness, Shells, run, tuples  # noqa: E402
 
-from recovery import multilang  # noqa: E402
-from recovery.components import Tuple  # noqa: E402
+from recovery.multilang import base  # noqa: E402
+from recovery.api.components import Tuple  # noqa: E402
 from recovery.errors import RecoveryError  # noqa: E402
-from recovery.multilang import ShellBolt, ShellError  # noqa: E402
+from recovery.multilang.base import ShellBolt, ShellError  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)
 BOLT = "pystorm_bolt.py"
@@ -142,7 +142,7 @@ class FrozenClock:
 @pytest.fixture
 def clock(monkeypatch):
     frozen = FrozenClock()
-    monkeypatch.setattr(multilang, "_monotonic", frozen)
+    monkeypatch.setattr(base, "_monotonic", frozen)
     return frozen
 
 
@@ -284,8 +284,8 @@ def test_spout_next_ack_fail_and_exhaustion(shells):
 
 def test_start_errors_name_the_component_and_raise_from_prepare(shells, tmp_path):
     from multilang_harness import workflow
-    from recovery.graph import TaskContext
-    from recovery.model import ShellImpl
+    from recovery.model.graph import TaskContext
+    from recovery.model.workflow import ShellImpl
 
     impl = ShellImpl(command=sys.executable, script="no_such_script.py")
     wf = workflow(impl)

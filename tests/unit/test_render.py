@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from recovery.model import (ClassImpl, Component, Input, ShellImpl, SinkImpl, SourceImpl,
-                            StreamDef, Workflow)
-from recovery.render import describe_impl, render, stages
-from recovery.workflow_xml import load
+from recovery.model.workflow import (ClassImpl, Component, Input, ShellImpl, SinkImpl, SourceImpl, StreamDef,
+    Workflow)
+from recovery.model.render import describe_impl, render, stages
+from recovery.model.xml.parse import load
 
 WORKFLOWS = Path(__file__).parent.parent.parent / "workflows"
 EXAMPLES = sorted(WORKFLOWS.glob("*.xml"))

@@ -1,4 +1,4 @@
-"""recovery/reports.py on fakeredis: the shapes the CLI's --json and the web API share, error
+"""recovery/jobs/reports.py on fakeredis: the shapes the CLI's --json and the web API share, error
 kinds, and requeue of one tuple, a selection or all of them (each moved atomically, never twice)."""
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from recovery import jobs, keys, reports, runs, workflow_xml
+from recovery.jobs import submit, reports
+from recovery.tracking import keys, runs
+from recovery.model.xml import parse as workflow_xml
 from recovery.errors import RunError
 
 WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"
@@ -26,7 +28,7 @@ def run(fake_redis):
     """A wordcount run record that ended `dead`, with three dead tuples and one queued."""
     wf = workflow_xml.load(WORKFLOWS / "wordcount.xml", check_paths=False)
     run_id = "wordcount-1"
-    runs.create(fake_redis, run_id, "<workflow/>", jobs.workflow_json(wf), None, "local[2]", True)
+    runs.create(fake_redis, run_id, "<workflow/>", submit.workflow_json(wf), None, "local[2]", True)
     runs.update(fake_redis, run_id, status=runs.DEAD, ended=float(fake_redis.hget(keys.run_record(run_id), "started")) + 2)
     for comp, task, tid, err in (("split", 6, 11, "ValueError: bad"), ("split", 7, 12, "not acked by split"),
                                  ("count", 1, 13, "failed by count")):
@@ -52,7 +54,7 @@ def test_error_kinds():
 
 def test_runs_list_newest_first_with_workflow_and_duration(fake_redis, run):
     wf = workflow_xml.load(WORKFLOWS / "wordcount.xml", check_paths=False)
-    runs.create(fake_redis, "wordcount-2", "<workflow/>", jobs.workflow_json(wf), None, "local[2]", True)
+    runs.create(fake_redis, "wordcount-2", "<workflow/>", submit.workflow_json(wf), None, "local[2]", True)
     fake_redis.zadd(keys.runs_index(), {"wordcount-2": 10**10})     # started later
     rows = reports.runs_list(fake_redis)["runs"]
     assert [r["run_id"] for r in rows] == ["wordcount-2", run]
@@ -122,7 +124,7 @@ class _Interleaved:
             out = attr(key, *a, **kw)
             if key == keys.dead(self._run_id) and not self._done:
                 self._done = True
-                jobs.requeue_dead(self._client, self._run_id, tuple_keys=["split:6:11"])
+                submit.requeue_dead(self._client, self._run_id, tuple_keys=["split:6:11"])
                 self._client.hdel(keys.queue(self._run_id, "split", 6), "11")   # replayed, acked
             return out
         return listed
@@ -131,7 +133,7 @@ class _Interleaved:
 def test_a_tuple_requeued_meanwhile_is_not_requeued_again(fake_redis, run):
     """The stale listing must not put back a tuple another requeue already moved (and whose
     replay already completed): that would replay it twice."""
-    n = jobs.requeue_dead(_Interleaved(fake_redis, run), run)
+    n = submit.requeue_dead(_Interleaved(fake_redis, run), run)
     assert n == 2
     assert not fake_redis.hexists(keys.queue(run, "split", 6), "11")
 

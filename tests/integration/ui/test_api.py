@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 from starlette.testclient import TestClient
 
-from recovery import keys
+from recovery.tracking import keys
 from recovery.cli import main
 from recovery.ui.app import create_app
 from recovery.ui.command import is_loopback

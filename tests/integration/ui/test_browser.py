@@ -10,7 +10,7 @@ import re
 import pytest
 from click.testing import CliRunner
 
-from recovery import keys
+from recovery.tracking import keys
 from recovery.cli import main
 from tests.integration.conftest import copy_workflow, submit
 

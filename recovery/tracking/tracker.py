@@ -17,8 +17,8 @@ import msgpack
 import numpy as np
 from redis.exceptions import WatchError
 
-from recovery import config as config_decl
-from recovery import keys
+from recovery.model import config as config_decl
+from recovery.tracking import keys
 
 log = logging.getLogger(__name__)
 

@@ -19,11 +19,11 @@ from typing import Any, Callable, Iterable, Iterator
 
 import msgpack
 
-from recovery import ids
-from recovery.components import Tuple
-from recovery.graph import TaskContext, TaskMap, subscribers
-from recovery.model import Component, Grouping, Workflow
-from recovery.state import KeyedState, LocalState
+from recovery.tracking import ids
+from recovery.api.components import Tuple
+from recovery.model.graph import TaskContext, TaskMap, subscribers
+from recovery.model.workflow import Component, Grouping, Workflow
+from recovery.tracking.state import KeyedState, LocalState
 
 CHUNK = 2048          # tuples per blob
 ERROR_CAP = 4000      # characters of an error/traceback kept with a failed tuple
@@ -97,8 +97,8 @@ def workflow_of(spec: RunSpec) -> tuple[Workflow, TaskMap, Workflow]:
 def redis_of(spec: RunSpec) -> Any:
     client = _clients.get(spec.redis_url or "")
     if client is None:
-        from recovery import store
-        client = _clients[spec.redis_url or ""] = store.connect(spec.redis_url, start=False)
+        from recovery.redis import connection
+        client = _clients[spec.redis_url or ""] = connection.connect(spec.redis_url, start=False)
     return client
 
 
@@ -189,7 +189,7 @@ class TaskRunner:
         self.client = redis_of(spec) if (spec.tracking or self._needs_redis()) else None
         self.tracker = None
         if self.tracking:
-            from recovery.tracking import TaskTracker
+            from recovery.tracking.tracker import TaskTracker
             self.tracker = TaskTracker(self.client, spec.run_id, spec.round, component_id, index,
                                        self.task_id, self.conf, generation=spec.generation)
         self.contrib: dict[int, int] = {}
@@ -199,7 +199,7 @@ class TaskRunner:
         self.replayed: set[int] = set()
         self.spout_messages: list[list] = []   # (root, message id): acked/failed later
         self._spout_roots: set[int] = set()     # roots this spout task made (message ids are unique)
-        from recovery.testing import injections
+        from recovery.faults import injections
         self.injections = injections(self.conf, component_id)
         self.stats = {"executed": 0, "acked": 0, "failed": 0, "emitted": 0, "roots": 0, "dead": 0}
         self.fields_of: dict[tuple[str, str], tuple[str, ...]] = {}
@@ -383,7 +383,7 @@ class TaskRunner:
         raise TupleTimeout(self._timeout_text())
 
     def _start_timing(self, bolt: Any) -> None:
-        ml = sys.modules.get("recovery.multilang")
+        ml = sys.modules.get("recovery.multilang.base")
         if self._timeout <= 0 or (ml is not None and isinstance(bolt, ml.ShellBolt)):
             return   # shell bolts bound every wait on their program themselves
         if self.comp.impl.kind == "sink":
@@ -404,7 +404,7 @@ class TaskRunner:
             self._watchdog.start()
 
     def _marks_key(self) -> str:
-        from recovery import keys
+        from recovery.tracking import keys
         return keys.timed_out(self.spec.run_id, self.spec.round, self.component_id, self.index)
 
     def _watch(self) -> None:
@@ -463,13 +463,13 @@ class TaskRunner:
 
     def _make_state(self) -> Any:
         if self.tracking:
-            from recovery import keys
+            from recovery.tracking import keys
             return KeyedState(self.client, keys.state(self.spec.run_id, self.component_id))
         return LocalState()
 
     def _instantiate(self) -> Any:
-        from recovery import components_factory
-        obj = components_factory.build(self.comp, self.wf)
+        from recovery.runtime import factory
+        obj = factory.build(self.comp, self.wf)
         obj._collector = self
         obj.conf = self.conf
         obj.context = self._context()
@@ -562,7 +562,7 @@ class TaskRunner:
             self._running = None
 
     def _tick(self, bolt: Any, secs: float) -> None:
-        from recovery.components import SYSTEM_COMPONENT, TICK_STREAM
+        from recovery.api.components import SYSTEM_COMPONENT, TICK_STREAM
         tick = Tuple(0, SYSTEM_COMPONENT, TICK_STREAM, -1, [int(secs)])
         try:
             bolt.process_tick(tick)
@@ -695,7 +695,7 @@ class TaskRunner:
         """Once every task reading an upstream component has committed, nothing can need that
         component's stored output again (a committed task never re-executes): drop it now,
         so Redis holds about two stages of in-flight tuples, not the whole round."""
-        from recovery import keys
+        from recovery.tracking import keys
         done_key = keys.task_done(self.spec.run_id, self.spec.round)
         for src in dict.fromkeys(i.source for i in self.comp.inputs):
             try:
@@ -755,7 +755,7 @@ class TaskRunner:
         if self.tracker is not None:
             extra = None
             if self.spout_messages:
-                from recovery import keys
+                from recovery.tracking import keys
                 key = keys.spout_messages(self.spec.run_id, self.component_id)
                 field = f"{self.spec.round}:{self.index}"
                 blob = msgpack.packb(self.spout_messages, default=repr)

@@ -29,9 +29,9 @@ import socket
 import time
 from typing import Any, Iterable, Iterator
 
-from recovery import keys
+from recovery.tracking import keys
 from recovery.errors import RecoveryError
-from recovery.model import Component, Workflow
+from recovery.model.workflow import Component, Workflow
 
 SOURCE_TYPE = "redis-stream"
 FIELD = b"v"                  # the stream entry field holding the record
@@ -207,7 +207,7 @@ return nxt
 
 def partition_of(key: Any, partitions: int) -> int:
     """A record key's partition: a stable hash (the same in every process), mod N."""
-    from recovery.ids import stable_hash
+    from recovery.tracking.ids import stable_hash
     if isinstance(key, bytes):
         key = key.decode("utf-8", "replace")
     if not isinstance(key, str):
@@ -260,7 +260,7 @@ def _refuse_if_owned(client: Any, consumer: str, topic: str, owner: str, claimer
     """Raise when `owner` may still read the consumer: running, crashed mid-round, or not yet
     recorded by a driver that is alive. A run that was cleared (no record, driver gone) or
     finished owns nothing."""
-    from recovery import runs
+    from recovery.tracking import runs
     try:
         rec = runs.get(client, owner)
     except RecoveryError:
@@ -450,7 +450,7 @@ def read_range(client: Any, topic: str, partition: int, start: int, end: int
 def stream_source(runner: Any) -> Iterator[None]:
     """The spout task's partitions' planned ranges, read in XRANGE batches; each message a root
     tuple with message id (partition, offset)."""
-    from recovery.sources import decoder
+    from recovery.connectors.files import decoder
     comp = runner.comp
     spec = runner.spec
     client = runner.client

@@ -12,24 +12,25 @@ import logging
 import threading
 from typing import Any, Callable
 
-from recovery import keys, runtime, tracking
-from recovery.graph import subscribers, topological_order
-from recovery.model import Workflow
-from recovery.runtime import RunSpec
+from recovery.tracking import keys, tracker
+from recovery.runtime import task
+from recovery.model.graph import subscribers, topological_order
+from recovery.model.workflow import Workflow
+from recovery.runtime.task import RunSpec
 
 log = logging.getLogger(__name__)
 
 
 # --- task entry points (pickled into Spark tasks: module-level functions) --------------
 def _spout_task(spec: RunSpec, component_id: str, index: int, _it: Any):
-    from recovery import sources
-    runner = runtime.TaskRunner(spec, component_id, index)
+    from recovery.connectors import files
+    runner = task.TaskRunner(spec, component_id, index)
     impl = runner.comp.impl
     if impl.kind == "source":
-        driver = {"file": sources.file_source, "queue": sources.queue_source}.get(impl.type)
+        driver = {"file": files.file_source, "queue": files.queue_source}.get(impl.type)
         if driver is None and impl.type == "redis-stream":
-            from recovery import logsource
-            driver = logsource.stream_source
+            from recovery.connectors.redis_stream import reader as stream_reader
+            driver = stream_reader.stream_source
         if driver is None:
             raise ValueError(f"unknown source type {impl.type!r}")
         return runner.run_spout(driver)
@@ -37,11 +38,11 @@ def _spout_task(spec: RunSpec, component_id: str, index: int, _it: Any):
 
 
 def _bolt_task(spec: RunSpec, component_id: str, index: int, it: Any):
-    return runtime.TaskRunner(spec, component_id, index).run_bolt(it)
+    return task.TaskRunner(spec, component_id, index).run_bolt(it)
 
 
 def _resolve_bucket(spec: RunSpec, bucket: int) -> int:
-    return tracking.resolve_bucket(runtime.redis_of(spec), spec.run_id, bucket, spec.generation)
+    return tracker.resolve_bucket(task.redis_of(spec), spec.run_id, bucket, spec.generation)
 
 
 def _target_index(key: tuple) -> int:
@@ -90,8 +91,8 @@ def run_round(spark: Any, wf: Workflow, spec: RunSpec,
     stop = threading.Event()
     watcher = None
     if on_progress is not None and spec.tracking:
-        from recovery import store
-        client = store.connect(spec.redis_url, start=False)
+        from recovery.redis import connection
+        client = connection.connect(spec.redis_url, start=False)
 
         def watch() -> None:
             while not stop.wait(0.5):
@@ -133,7 +134,7 @@ def resolve_ledger(spark: Any, spec: RunSpec) -> int:
     """The acker's verdict, computed by Spark tasks (one per ledger bucket): folds every
     bucket to the roots still pending and returns how many there are."""
     sc = spark.sparkContext
-    n = tracking.LEDGER_BUCKETS
+    n = tracker.LEDGER_BUCKETS
     return sum(sc.parallelize(range(n), n).map(lambda b: _resolve_bucket(spec, b)).collect())
 
 
@@ -165,17 +166,17 @@ def _tell_spout(spec: RunSpec, component_id: str, field: str, pending: frozenset
     """Tell one spout task the fates now known: ack for complete roots, fail for dead ones;
     roots still pending (queued for recovery) wait for a later round."""
     import msgpack
-    from recovery import components_factory
-    from recovery.graph import TaskContext
-    client = runtime.redis_of(spec)
-    wf, tm, _ = runtime.workflow_of(spec)
+    from recovery.runtime import factory
+    from recovery.model.graph import TaskContext
+    client = task.redis_of(spec)
+    wf, tm, _ = task.workflow_of(spec)
     key = keys.spout_messages(spec.run_id, component_id)
     raw = client.hget(key, field)
     if raw is None:
         return 0
     waiting, told = [], 0
     index = int(field.split(":")[1])
-    spout = components_factory.build(wf.component(component_id), wf)
+    spout = factory.build(wf.component(component_id), wf)
     spout._collector = _FateCollector()
     spout.conf = wf.conf(component_id)
     spout.context = TaskContext(wf, component_id, tm.task_id(component_id, index), tm)
@@ -194,7 +195,7 @@ def _tell_spout(spec: RunSpec, component_id: str, field: str, pending: frozenset
     finally:
         spout.close()
     blob = msgpack.packb(waiting) if waiting else None
-    written = tracking.fenced_transaction(
+    written = tracker.fenced_transaction(
         client, spec.run_id, spec.generation,
         lambda pipe: pipe.hset(key, field, blob) if blob is not None else pipe.hdel(key, field))
     return told if written else 0
@@ -203,7 +204,7 @@ def _tell_spout(spec: RunSpec, component_id: str, field: str, pending: frozenset
 def tell_spouts(spark: Any, client: Any, spec: RunSpec, pending: set[int], dead: set[int]) -> int:
     """Deliver acks and fails to the spouts (Python and shell) whose roots' fates are known,
     in Spark tasks, one per spout task with messages waiting."""
-    wf, _, original = runtime.workflow_of(spec)
+    wf, _, original = task.workflow_of(spec)
     jobs_ = []
     for comp in original.spouts:
         if comp.impl.kind in ("class", "shell"):

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
-from recovery.graph import TaskMap, downstream
-from recovery.model import Component, Grouping, Input, SourceImpl, StreamDef, Workflow
+from recovery.model.graph import TaskMap, downstream
+from recovery.model.workflow import Component, Grouping, Input, SourceImpl, StreamDef, Workflow
 
 REPLAY_STREAM = "__replay"
 QUEUE_SOURCE = "queue"

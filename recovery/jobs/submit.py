@@ -15,18 +15,20 @@ from typing import Any, Callable, Iterator
 
 import msgpack
 
-from recovery import engine, keys, runs, sinks, tracking
+from recovery.engine import rounds as engine_rounds
+from recovery.tracking import keys, runs, tracker
+from recovery.connectors import sinks
 from recovery.errors import RecoveryError, RedisUnavailable, RunError, WorkflowError
-from recovery.graph import topological_order
-from recovery.model import Workflow
-from recovery.runtime import RunSpec
+from recovery.model.graph import topological_order
+from recovery.model.workflow import Workflow
+from recovery.runtime.task import RunSpec
 
 Progress = Callable[[str, int, int], None]
 
 
 def check_classes(wf: Workflow) -> None:
     """At submit a `class=` that does not import is an error, not a warning."""
-    from recovery.loader import check_classes as check
+    from recovery.api.loader import check_classes as check
     problems = check(wf)
     if problems:
         raise WorkflowError(problems[0])
@@ -44,9 +46,9 @@ def submit(spark: Any, client: Any, redis_url: str, wf: Workflow, xml: str, file
     with lease, redis_lost_is_resumable(run_id, redis_url):
         source_json = "{}"
         if uses_log_source(wf):   # a bounded run reads each partition up to its end now
-            from recovery import logsource
+            from recovery.connectors.redis_stream import reader as stream_reader
             try:
-                source_json = logsource.plan_ranges(client, wf, run_id)
+                source_json = stream_reader.plan_ranges(client, wf, run_id)
             except RecoveryError:
                 clear(client, run_id, force=True)   # nothing ran: as if never submitted
                 raise
@@ -65,10 +67,10 @@ def redis_lost_is_resumable(run_id: str, redis_url: str | None) -> Iterator[None
     try:
         yield
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as err:
-        from recovery import store
-        reason = store._one_line(err, redis_url or "")
+        from recovery.redis import connection
+        reason = connection._one_line(err, redis_url or "")
         raise RedisUnavailable(
-            f"lost Redis ({store.describe(redis_url)}) during run {run_id}: {reason}; the run is "
+            f"lost Redis ({connection.describe(redis_url)}) during run {run_id}: {reason}; the run is "
             f"resumable: `recovery recover {run_id}` once Redis is back") from None
 
 
@@ -122,7 +124,7 @@ def run_and_settle(spark: Any, client: Any, wf: Workflow, spec: RunSpec,
     started = time.time()
     try:
         if execute:
-            engine.run_round(spark, wf, spec, (lambda d, t: progress(label, d, t)) if progress else None)
+            engine_rounds.run_round(spark, wf, spec, (lambda d, t: progress(label, d, t)) if progress else None)
     except Exception as err:
         # Spark gave up on a task (a spout that cannot open, a worker that keeps dying):
         # the round stays resumable; say where, in one line
@@ -135,7 +137,7 @@ def run_and_settle(spark: Any, client: Any, wf: Workflow, spec: RunSpec,
                        f"(fix the cause, then `recovery recover {spec.run_id}` resumes it)") from None
     # a run cleared (clear --force) while its round ran: its tasks wrote nothing; stop here
     runs.check_generation(client, spec.run_id, gen)
-    stats = engine.collect_stats(client, spec.run_id, spec.round) if spec.tracking else {}
+    stats = engine_rounds.collect_stats(client, spec.run_id, spec.round) if spec.tracking else {}
     stats = in_topological_order(stats, wf)
     rec = runs.get(client, spec.run_id)
     rounds = rec.get("rounds") or []
@@ -144,20 +146,20 @@ def run_and_settle(spark: Any, client: Any, wf: Workflow, spec: RunSpec,
         rounds.append({"round": spec.round, "components": stats, "started": started, "ended": time.time()})
         runs.update(client, spec.run_id, gen, rounds=rounds, **({"stats": stats} if spec.round == 0 else {}))
     if spec.tracking:
-        engine.resolve_ledger(spark, spec)
+        engine_rounds.resolve_ledger(spark, spec)
     if spec.source_json != "{}" and uses_log_source(wf):
         # every root read in this round is now complete, queued or dead: commit past it.
         # (log source: committed before clear_round, so a driver dying in between resumes a
         # round whose tasks are all committed, or whose ranges are committed: no re-reading)
-        from recovery import logsource
-        logsource.commit_ranges(client, wf, spec.source_json)
+        from recovery.connectors.redis_stream import reader as stream_reader
+        stream_reader.commit_ranges(client, wf, spec.source_json)
     # from here on the round is settled: a resumed driver must not execute it again (its done
     # markers and in-flight tuples are about to go)
     runs.update(client, spec.run_id, gen, settled_round=spec.round)
     if spec.tracking:
-        engine.clear_round(client, spec.run_id, spec.round)
-        pending = tracking.pending_roots(client, spec.run_id)
-        engine.tell_spouts(spark, client, spec, pending,
+        engine_rounds.clear_round(client, spec.run_id, spec.round)
+        pending = tracker.pending_roots(client, spec.run_id)
+        engine_rounds.tell_spouts(spark, client, spec, pending,
                            {int(r) for r in client.smembers(keys.dead_roots(spec.run_id))})
     summary = summarize(client, spec.run_id, rounds=rounds, settled=True)
     if summary["status"] in (runs.COMPLETED, runs.DEAD):   # complete: overwrite sinks drop other runs' parts
@@ -236,7 +238,7 @@ def summarize(client: Any, run_id: str, rounds: list | None = None, settled: boo
     roots = sum(c.get("roots", 0) for r in rounds for c in (r.get("components") or {}).values())
     if not rounds:
         roots = sum(s.get("roots", 0) for s in stats.values())
-    pending = tracking.pending_roots(client, run_id)
+    pending = tracker.pending_roots(client, run_id)
     dead_roots = {int(r) for r in client.smembers(keys.dead_roots(run_id))}
     dead = len(pending & dead_roots)
     queued_roots = {r for q in _queued(client, run_id, positions) for r in (q.get("roots") or [])}
@@ -348,7 +350,7 @@ def recover(spark: Any, client: Any, redis_url: str, run_id: str, max_rounds: in
 def _recover(spark: Any, client: Any, redis_url: str, rec: dict[str, Any], gen: str | None,
              max_rounds: int | None, strategy: str, progress: Progress | None,
              on_round: Callable[[dict], None] | None, taken_over: bool) -> dict[str, Any]:
-    from recovery.synthesis import synthesize
+    from recovery.model.synthesis import synthesize
     run_id = rec["run_id"]
     started = time.time()
     resumed = resume_if_crashed(spark, client, redis_url, rec, progress, gen, taken_over)
@@ -412,12 +414,12 @@ def _root_replay_round(client: Any, run_id: str, original: Workflow, redis_url: 
     old_roots = {int(r) for q in queued for r in (q.get("roots") or [])}
     # supersede: zero the old roots' ledger entries and drop their queued tuples
     pending = {}
-    for b in range(tracking.LEDGER_BUCKETS):
-        roots, xors = tracking.fold(client.hvals(keys.ledger(run_id, b)))
+    for b in range(tracker.LEDGER_BUCKETS):
+        roots, xors = tracker.fold(client.hvals(keys.ledger(run_id, b)))
         for r, x in zip(roots.tolist(), xors.tolist()):
             if r in old_roots:
                 pending[r] = x
-    blobs = tracking.pack_xors(pending)
+    blobs = tracker.pack_xors(pending)
 
     def supersede(pipe: Any) -> None:
         for b, blob in enumerate(blobs):
@@ -425,7 +427,7 @@ def _root_replay_round(client: Any, run_id: str, original: Workflow, redis_url: 
                 pipe.hset(keys.ledger(run_id, b), f"superseded:{round_no}", blob)
         for q in queued:
             pipe.hdel(keys.queue(run_id, q["component"], q["task"]), str(q["id"]))
-    if not tracking.fenced_transaction(client, run_id, gen, supersede):
+    if not tracker.fenced_transaction(client, run_id, gen, supersede):
         runs.check_generation(client, run_id, gen)
     runs.update(client, run_id, gen, root_epoch=round_no)
     spec = RunSpec(run_id, round_no, workflow_json(original), redis_url, True,
@@ -487,7 +489,7 @@ def requeue_dead(client: Any, run_id: str, component: str | None = None,
             if tup.get("roots"):
                 pipe.srem(keys.dead_roots(run_id), *[str(r) for r in tup["roots"]])
 
-        if not tracking.fenced_transaction(client, run_id, gen, requeue, watch=(dead_key,), read=read):
+        if not tracker.fenced_transaction(client, run_id, gen, requeue, watch=(dead_key,), read=read):
             runs.check_generation(client, run_id, gen)
         if seen.get("tuple") is not None:
             n += 1

@@ -63,11 +63,10 @@ from typing import Any, Callable
 
 import msgpack
 
-from recovery import config as config_decl
-from recovery.components import (HEARTBEAT_STREAM, SYSTEM_COMPONENT, TICK_STREAM, Bolt, Spout,
-                                 Tuple)
+from recovery.model import config as config_decl
+from recovery.api.components import HEARTBEAT_STREAM, SYSTEM_COMPONENT, TICK_STREAM, Bolt, Spout, Tuple
 from recovery.errors import RecoveryError
-from recovery.model import ShellImpl
+from recovery.model.workflow import ShellImpl
 
 __all__ = ["ShellBolt", "ShellSpout", "ShellError"]
 
@@ -177,7 +176,7 @@ def _storm_conf(conf: dict) -> dict:
 
 
 def _conf_float(conf: dict, key: str) -> float:
-    return float(config_decl.value(conf or {}, key))   # declared in recovery/config.py
+    return float(config_decl.value(conf or {}, key))   # declared in recovery/model/config.py
 
 
 def _read_stdout(stream: Any, q: "queue.SimpleQueue", clock: list, partial: list,

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Iterable, Literal, Mapping
 
-from recovery.graph import subscribers, topological_order
-from recovery.model import (DEFAULT_STREAM, ClassImpl, Component, Grouping, Input, ShellImpl,
-                            SinkImpl, SourceImpl, Workflow)
+from recovery.model.graph import subscribers, topological_order
+from recovery.model.workflow import (DEFAULT_STREAM, ClassImpl, Component, Grouping, Input, ShellImpl,
+    SinkImpl, SourceImpl, Workflow)
 
 Format = Literal["text", "dot", "mermaid"]
 FORMATS: tuple[str, ...] = ("text", "dot", "mermaid")

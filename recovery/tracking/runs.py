@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Any
 
-from recovery import keys
+from recovery.tracking import keys
 from recovery.errors import RunCleared, RunError
 
 log = logging.getLogger(__name__)

@@ -23,10 +23,13 @@ import threading
 import time
 from typing import Any, Callable
 
-from recovery import jobs, logsource, runs, sinks
+from recovery.jobs import submit
+from recovery.connectors.redis_stream import reader as stream_reader
+from recovery.tracking import runs
+from recovery.connectors import sinks
 from recovery.errors import RecoveryError
-from recovery.model import Workflow
-from recovery.runtime import RunSpec
+from recovery.model.workflow import Workflow
+from recovery.runtime.task import RunSpec
 
 Event = Callable[[str, dict], None]
 
@@ -72,9 +75,9 @@ class Stopper:
 def owner_runs(client: Any, wf: Workflow) -> list[dict[str, Any]]:
     """The run records that last read each of the workflow's consumers (distinct, existing)."""
     seen, out = set(), []
-    for spout in logsource.log_spouts(wf):
+    for spout in stream_reader.log_spouts(wf):
         topic = spout.impl.param("topic") or ""
-        owner = client.get(logsource.owner_key(logsource.consumer_name(wf, spout.id), topic))
+        owner = client.get(stream_reader.owner_key(stream_reader.consumer_name(wf, spout.id), topic))
         if owner is None or owner in seen:
             continue
         seen.add(owner)
@@ -92,8 +95,8 @@ def resume_crashed(spark: Any, client: Any, redis_url: str, wf: Workflow,
     out = []
     for rec in owner_runs(client, wf):
         if runs.status_of(rec) == runs.CRASHED:
-            with runs.take_over(client, rec) as lease, jobs.redis_lost_is_resumable(rec["run_id"], redis_url):
-                summary = jobs.resume_if_crashed(spark, client, redis_url, rec, progress,
+            with runs.take_over(client, rec) as lease, submit.redis_lost_is_resumable(rec["run_id"], redis_url):
+                summary = submit.resume_if_crashed(spark, client, redis_url, rec, progress,
                                                  lease.generation)
             if summary is not None:
                 summary["resumed_round"] = int(rec.get("round") or 0)
@@ -103,17 +106,17 @@ def resume_crashed(spark: Any, client: Any, redis_url: str, wf: Workflow,
 
 def check(client: Any, wf: Workflow, follow: bool, tracking: bool = True) -> None:
     """Cheap checks before Spark starts: topics exist, follow needs a topic and tracking."""
-    if follow and not logsource.log_spouts(wf):
+    if follow and not stream_reader.log_spouts(wf):
         raise RecoveryError(f"--follow needs a spout reading a topic (<source type=\"redis-stream\">); "
                             f"workflow {wf.name!r} has none")
     if follow and not tracking:
         raise RecoveryError("--follow needs tracking (a crashed batch is resumed from it)")
-    logsource.check_topics(client, wf)
+    stream_reader.check_topics(client, wf)
 
 
 def _due(client: Any, run_id: str) -> int:
     now = time.time()
-    return sum(1 for r in jobs._queued(client, run_id) if r.get("not_before", 0) <= now)
+    return sum(1 for r in submit._queued(client, run_id) if r.get("not_before", 0) <= now)
 
 
 def _round_stats(client: Any, run_id: str, round_no: int) -> dict[str, dict]:
@@ -126,7 +129,7 @@ def _round_stats(client: Any, run_id: str, round_no: int) -> dict[str, dict]:
 def _run_batch(spark: Any, client: Any, wf: Workflow, spec: RunSpec, stop: Stopper,
                emit: Event) -> dict[str, Any]:
     try:
-        return jobs.run_and_settle(spark, client, wf, spec)
+        return submit.run_and_settle(spark, client, wf, spec)
     except Exception as err:
         # Ctrl-C in a terminal reaches Spark's Python workers too (same process group), which
         # fails the job. A clean stop finishes the batch: run the round again (committed tasks
@@ -134,17 +137,17 @@ def _run_batch(spark: Any, client: Any, wf: Workflow, spec: RunSpec, stop: Stopp
         if not stop.requested:
             raise
         emit("retry", {"round": spec.round, "error": f"{type(err).__name__}"})
-        return jobs.run_and_settle(spark, client, wf, spec)
+        return submit.run_and_settle(spark, client, wf, spec)
 
 
 def enrich(client: Any, summary: dict[str, Any], wf: Workflow | None = None) -> dict[str, Any]:
     """A run's summary with its topics' partitions (committed, end, lag) and, for a follow run,
     roots counted over every batch (jobs.summarize counts round 0's)."""
     rec = runs.get(client, summary["run_id"])
-    wf = wf or jobs.original_workflow(rec)
-    if not logsource.log_spouts(wf):
+    wf = wf or submit.original_workflow(rec)
+    if not stream_reader.log_spouts(wf):
         return summary
-    summary["partitions"] = logsource.partition_report(client, wf)
+    summary["partitions"] = stream_reader.partition_report(client, wf)
     if rec.get("follow") == "1":
         roots = int(rec.get("follow_messages") or 0)
         summary["batches"] = int(rec.get("follow_batches") or 0)
@@ -156,7 +159,7 @@ def enrich(client: Any, summary: dict[str, Any], wf: Workflow | None = None) -> 
         for comp, s in (r.get("components") or {}).items():
             if s.get("trimmed"):
                 stats.setdefault(comp, {"trimmed": 0})["trimmed"] += s["trimmed"]
-    summary["warnings"] = logsource.warnings_for(wf, client, stats)
+    summary["warnings"] = stream_reader.warnings_for(wf, client, stats)
     return summary
 
 
@@ -165,7 +168,7 @@ def report_lines(summary: dict[str, Any]) -> list[str]:
     parts = summary.get("partitions")
     if parts:
         lines.append("partitions:")
-        lines += ["  " + line for line in logsource.format_report(parts)]
+        lines += ["  " + line for line in stream_reader.format_report(parts)]
     return lines
 
 
@@ -177,7 +180,7 @@ def follow(spark: Any, client: Any, redis_url: str, wf: Workflow, xml: str, file
     idle_exit seconds without a message); returns the run's summary."""
     emit: Event = on_event or (lambda kind, info: None)
     check(client, wf, follow=True)
-    wf_json = jobs.workflow_json(wf)
+    wf_json = submit.workflow_json(wf)
     resumed = resume_crashed(spark, client, redis_url, wf)
     for s in resumed:
         emit("resumed", s)
@@ -192,10 +195,10 @@ def follow(spark: Any, client: Any, redis_url: str, wf: Workflow, xml: str, file
             current = rec
     created = current is not None
     run_id = current["run_id"] if current else (run_id or runs.new_run_id(wf.name))
-    if current is None:   # a new run: mode="error" sinks refuse another run's output (recovery/sinks.py)
+    if current is None:   # a new run: mode="error" sinks refuse another run's output (recovery/connectors/sinks.py)
         sinks.check_folders(wf, run_id)
     held = contextlib.ExitStack()   # the run's lease, held from its creation (or take-over) to the end
-    held.enter_context(jobs.redis_lost_is_resumable(run_id, redis_url))
+    held.enter_context(submit.redis_lost_is_resumable(run_id, redis_url))
     lease: runs.Lease | None = None
     gen: str | None = None
     if created:
@@ -217,8 +220,8 @@ def follow(spark: Any, client: Any, redis_url: str, wf: Workflow, xml: str, file
             if max_batches is not None and batches >= max_batches:
                 reason = "max-batches"
                 break
-            source_json = logsource.plan_ranges(client, wf, run_id, follow=True)
-            planned, trimmed = logsource.planned_messages(source_json)
+            source_json = stream_reader.plan_ranges(client, wf, run_id, follow=True)
+            planned, trimmed = stream_reader.planned_messages(source_json)
             active = False
             if planned or trimmed:
                 if not created:
@@ -230,15 +233,15 @@ def follow(spark: Any, client: Any, redis_url: str, wf: Workflow, xml: str, file
                 spec = RunSpec(run_id, next_round, wf_json, redis_url, True, source_json=source_json,
                                generation=gen)
                 runs.update(client, run_id, gen, round=next_round, current_workflow=wf_json,
-                            current_spec=jobs._spec_json(spec), status=runs.RUNNING,
+                            current_spec=submit._spec_json(spec), status=runs.RUNNING,
                             driver_pid=os.getpid(), driver_host=socket.gethostname())
                 # counted when the batch starts: a resumed batch is not counted twice
                 runs.increment(client, run_id, gen, follow_batches=1, follow_messages=planned)
                 started = time.time()
                 summary = _run_batch(spark, client, wf, spec, stop, emit)
-                jobs.prune_failed_set(client, run_id)
+                submit.prune_failed_set(client, run_id)
                 stats = _round_stats(client, run_id, next_round)
-                spouts = {s.id for s in logsource.log_spouts(wf)}
+                spouts = {s.id for s in stream_reader.log_spouts(wf)}
                 emit("batch", {"run_id": run_id, "round": next_round, "messages": planned,
                                "failed": sum(s.get("failed", 0) for s in stats.values()),
                                "trimmed": sum(stats.get(s, {}).get("trimmed", 0) for s in spouts),
@@ -251,7 +254,7 @@ def follow(spark: Any, client: Any, redis_url: str, wf: Workflow, xml: str, file
                 active = True
             if auto and created and not stop.requested and _due(client, run_id):
                 try:
-                    rs = jobs.recover(spark, client, redis_url, run_id, max_rounds=1, lease=lease)
+                    rs = submit.recover(spark, client, redis_url, run_id, max_rounds=1, lease=lease)
                 except Exception:
                     if not stop.requested:
                         raise
@@ -273,12 +276,12 @@ def follow(spark: Any, client: Any, redis_url: str, wf: Workflow, xml: str, file
             stop.event.wait(poll)
     out: dict[str, Any] = {"run_id": run_id if created else None, "batches": 0}
     if created:
-        out = enrich(client, jobs.summarize(client, run_id), wf)
+        out = enrich(client, submit.summarize(client, run_id), wf)
         runs.update(client, run_id, gen, follow_stopped=time.time(),
                     summary={k: v for k, v in out.items() if k != "partitions"})
     else:
-        out["partitions"] = logsource.partition_report(client, wf)
-        out["warnings"] = logsource.warnings_for(wf, client)
+        out["partitions"] = stream_reader.partition_report(client, wf)
+        out["warnings"] = stream_reader.warnings_for(wf, client)
     out.update({"follow": {"batches": batches, "messages": messages, "recovery_rounds": recovery_rounds,
                            "resumed": [s["run_id"] for s in resumed], "stopped": reason}})
     return out

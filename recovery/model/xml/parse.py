@@ -6,10 +6,10 @@ WorkflowError naming the file and the line of the element at fault:
 1. a safe XML parse: no DOCTYPE at all (so no entity can resolve or expand: XXE and
    "billion laughs" are refused before libxml2 sees them), no DTD loading, no network,
    no huge trees;
-2. validation against the schema, recovery/schemas/workflow.xsd (namespace
+2. validation against the schema, recovery/model/xml/workflow.xsd (namespace
    ``urn:recovery:workflow:1``);
 3. the checks a schema cannot express: property names and values against their
-   declarations (recovery/config.py), unique ids, exactly one implementation per
+   declarations (recovery/model/config.py), unique ids, exactly one implementation per
    component, required source/sink attributes, inputs naming a known component and
    stream, groupings consistent with what the upstream stream declares, no cycles;
 4. (``load`` only) the files the sources read exist.
@@ -31,15 +31,15 @@ from typing import Iterable
 from lxml import etree
 from pydantic import ValidationError
 
-from recovery import config as config_decl
-from recovery.config import PropertyError
+from recovery.model import config as config_decl
+from recovery.model.config import PropertyError
 from recovery.errors import RecoveryError, WorkflowError
-from recovery.model import (DEFAULT_STREAM, FILE_SINK_TYPES, NAMESPACE, ClassImpl, Component,
-                            Grouping, Input, ShellImpl, SinkImpl, SourceImpl, StreamDef, Workflow)
+from recovery.model.workflow import (DEFAULT_STREAM, FILE_SINK_TYPES, NAMESPACE, ClassImpl, Component,
+    Grouping, Input, ShellImpl, SinkImpl, SourceImpl, StreamDef, Workflow)
 
 # Package data, so that an installed wheel validates too; schemas/workflow.xsd at the top of
 # the repository is the documented copy (a test keeps the two identical).
-SCHEMA_RESOURCE = resources.files("recovery").joinpath("schemas", "workflow.xsd")
+SCHEMA_RESOURCE = resources.files("recovery.model.xml").joinpath("workflow.xsd")
 
 _NS = "{%s}" % NAMESPACE
 
@@ -72,7 +72,7 @@ def _parser() -> etree.XMLParser:
 
 @lru_cache(maxsize=1)
 def schema() -> etree.XMLSchema:
-    """The compiled workflow schema, recovery/schemas/workflow.xsd (read once)."""
+    """The compiled workflow schema, recovery/model/xml/workflow.xsd (read once)."""
     try:
         data = SCHEMA_RESOURCE.read_bytes()
     except OSError as err:
@@ -226,7 +226,7 @@ class _Lines:
 
 
 def _props(config_el: etree._Element, file: str | None, what: str) -> tuple[tuple[str, str], ...]:
-    """The properties of a <config>, each checked against its declaration (recovery/config.py)."""
+    """The properties of a <config>, each checked against its declaration (recovery/model/config.py)."""
     seen: dict[str, int | None] = {}
     out = []
     for p in _children(config_el, "property"):
@@ -516,7 +516,7 @@ def load(path: str | os.PathLike, check_paths: bool = True) -> Workflow:
 def validate_file(path: str | os.PathLike) -> tuple[Workflow, list[str]]:
     """load(path) plus the checks that only warn: component classes that do not load (the
     engine refuses them at submit), shell commands not on PATH, shell scripts not found."""
-    from recovery.loader import check_classes   # the loader imports user code: keep it lazy
+    from recovery.api.loader import check_classes   # the loader imports user code: keep it lazy
 
     wf = load(path)
     warnings = check_classes(wf)
@@ -553,7 +553,7 @@ def check_runnable(path: str | os.PathLike, wf: Workflow, local: bool) -> None:
     """What `submit` refuses where `validate` only warns, with the file and line: a class=
     that does not load, and, when the executors are this machine (`local`), a shell script
     that does not exist (on a cluster it may exist on the executors only)."""
-    from recovery.loader import ClassLoadError, component_class   # imports user code: lazy
+    from recovery.api.loader import ClassLoadError, component_class   # imports user code: lazy
 
     file = os.fspath(path)
     lines: dict[str, dict[str, int | None]] | None = None

@@ -21,10 +21,10 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from recovery.components import Bolt, Tuple
+from recovery.api.components import Bolt, Tuple
 from recovery.errors import RecoveryError
-from recovery.model import FILE_SINK_TYPES, SinkImpl, Workflow
-from recovery.sources import resolve
+from recovery.model.workflow import FILE_SINK_TYPES, SinkImpl, Workflow
+from recovery.connectors.files import resolve
 
 log = logging.getLogger(__name__)
 

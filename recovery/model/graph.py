@@ -6,7 +6,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from recovery.model import Component, Input, Workflow
+from recovery.model.workflow import Component, Input, Workflow
 
 
 def subscribers(wf: Workflow, component_id: str) -> list[tuple[Component, Input]]:

@@ -13,8 +13,8 @@ from typing import Any, Iterator
 
 import msgpack
 
-from recovery import keys
-from recovery.model import SourceImpl
+from recovery.tracking import keys
+from recovery.model.workflow import SourceImpl
 
 
 def resolve(path: str, base_dir: str | None) -> str:

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from recovery import config as config_decl
+from recovery.model import config as config_decl
 
 DEFAULT_STREAM = "default"
 NAMESPACE = "urn:recovery:workflow:1"
@@ -133,7 +133,7 @@ class Workflow(_Frozen):
 
     def conf(self, component_id: str | None = None) -> dict[str, str]:
         """Effective configuration as text, as components receive it: declared defaults
-        (recovery/config.py) < workflow properties < component properties."""
+        (recovery/model/config.py) < workflow properties < component properties."""
         merged = dict(config_decl.DEFAULTS)
         merged.update(dict(self.config))
         if component_id is not None:
@@ -141,7 +141,7 @@ class Workflow(_Frozen):
         return merged
 
     def setting(self, key: str, component_id: str | None = None) -> Any:
-        """The typed value of a declared property (recovery/config.py)."""
+        """The typed value of a declared property (recovery/model/config.py)."""
         return config_decl.value(self.conf(component_id), key)
 
     def conf_int(self, key: str, component_id: str | None = None) -> int:

@@ -13,9 +13,9 @@ import traceback
 from contextlib import contextmanager
 from typing import Iterator, Literal
 
-from recovery.components import Bolt, Spout
+from recovery.api.components import Bolt, Spout
 from recovery.errors import WorkflowError
-from recovery.model import ClassImpl, Component, Workflow
+from recovery.model.workflow import ClassImpl, Component, Workflow
 
 __all__ = ["ClassLoadError", "load_class", "check_classes", "component_class"]
 

@@ -9,7 +9,8 @@ import json
 import time
 from typing import Any
 
-from recovery import jobs, keys, runs
+from recovery.jobs import submit
+from recovery.tracking import keys, runs
 from recovery.errors import RecoveryError
 
 # How each failure's `error` text begins, by where it came from (runtime.py, multilang.py).
@@ -62,8 +63,8 @@ def runs_list(client: Any, status: str | None = None) -> dict[str, Any]:
 
 def run_status(client: Any, run_id: str) -> dict[str, Any]:
     """A run's summary with its topics' partitions (`recovery status --json`, /api/v1/runs/ID)."""
-    from recovery import follow
-    return follow.enrich(client, jobs.summarize(client, run_id))
+    from recovery.jobs import follow
+    return follow.enrich(client, submit.summarize(client, run_id))
 
 
 def rounds(client: Any, run_id: str) -> dict[str, Any]:
@@ -72,7 +73,7 @@ def rounds(client: Any, run_id: str) -> dict[str, Any]:
     spouts emitted, `recovered` those of them acked, `dead` the tuples that ran out of attempts."""
     rec = runs.get(client, run_id)
     # queue spouts are the components a recovery round has and the original workflow has not
-    original = {c.id for c in jobs.original_workflow(rec).components}
+    original = {c.id for c in submit.original_workflow(rec).components}
     out = []
     previous_end = float(rec.get("started") or 0)
     for r in sorted(rec.get("rounds") or [], key=lambda r: r.get("round", 0)):
@@ -98,7 +99,7 @@ def component(client: Any, run_id: str, component_id: str) -> dict[str, Any]:
     """One component: its counters per round and its failed positions (/api/v1/runs/ID/components/C)."""
     from recovery.errors import RunError
     rec = runs.get(client, run_id)
-    wf = jobs.original_workflow(rec)
+    wf = submit.original_workflow(rec)
     if component_id not in {c.id for c in wf.components}:
         raise RunError(f"run {run_id}: no component {component_id!r} in workflow {wf.name!r}")
     c = wf.component(component_id)
@@ -106,7 +107,7 @@ def component(client: Any, run_id: str, component_id: str) -> dict[str, Any]:
                  for r in rounds(client, run_id)["rounds"]]
     return {"run_id": run_id, "component": component_id, "kind": c.kind,
             "parallelism": c.parallelism, "rounds": per_round,
-            "failed_positions": [p for p in jobs.failed_positions(client, run_id)
+            "failed_positions": [p for p in submit.failed_positions(client, run_id)
                                  if p["component"] == component_id and p["count"]]}
 
 
@@ -122,7 +123,7 @@ def failed(client: Any, run_id: str, limit: int = FAILED_TUPLES_SHOWN) -> dict[s
     import msgpack
     runs.get(client, run_id)
     positions = []
-    for p in jobs.failed_positions(client, run_id):
+    for p in submit.failed_positions(client, run_id):
         if not p["count"]:
             continue
         tuples = []
@@ -144,25 +145,25 @@ def dead_key(rec: dict[str, Any]) -> str:
 def dead(client: Any, run_id: str, component: str | None = None) -> dict[str, Any]:
     """Dead letters with their errors (`recovery dead --json`, /api/v1/runs/ID/dead)."""
     return {"run_id": run_id, "dead": [{**_tuple_row(r), "key": dead_key(r)}
-                                       for r in jobs.dead_letters(client, run_id, component)]}
+                                       for r in submit.dead_letters(client, run_id, component)]}
 
 
 def requeue(client: Any, run_id: str, component: str | None = None,
             tuple_keys: list[str] | None = None) -> dict[str, Any]:
     """Dead tuples back in their queues (`recovery dead --requeue --json`, POST .../dead/requeue)."""
-    return {"run_id": run_id, "requeued": jobs.requeue_dead(client, run_id, component, tuple_keys)}
+    return {"run_id": run_id, "requeued": submit.requeue_dead(client, run_id, component, tuple_keys)}
 
 
 def plan(client: Any, run_id: str) -> dict[str, Any]:
     """The recovery workflow the next round would run (`recovery plan`, /api/v1/runs/ID/plan):
     the failed tasks per component, the components that run again, what each failed one is
     marked with, and the synthesized workflow as XML (None when nothing failed)."""
-    from recovery import workflow_xml
-    from recovery.synthesis import plan_marks, synthesize
+    from recovery.model.xml import parse as workflow_xml
+    from recovery.model.synthesis import plan_marks, synthesize
     rec = runs.get(client, run_id)
-    original = jobs.original_workflow(rec)
+    original = submit.original_workflow(rec)
     counts = {(p["component"], p["task"]): p["count"]
-              for p in jobs.failed_positions(client, run_id) if p["count"]}
+              for p in submit.failed_positions(client, run_id) if p["count"]}
     marks, dim = plan_marks(original, counts)
     failed_tasks: dict[str, list[int]] = {}
     for comp, task in sorted(counts):
@@ -175,14 +176,14 @@ def plan(client: Any, run_id: str) -> dict[str, Any]:
 
 def partitions(client: Any, run_id: str) -> dict[str, Any]:
     """Per log spout and topic partition: committed offset, end, lag (/api/v1/runs/ID/partitions)."""
-    from recovery import logsource
-    wf = jobs.original_workflow(runs.get(client, run_id))
-    return {"run_id": run_id, "partitions": logsource.partition_report(client, wf)}
+    from recovery.connectors.redis_stream import reader as stream_reader
+    wf = submit.original_workflow(runs.get(client, run_id))
+    return {"run_id": run_id, "partitions": stream_reader.partition_report(client, wf)}
 
 
 def clear(client: Any, run_ids: list[str] | None, force: bool = False) -> dict[str, Any]:
     """Every key of each run removed (`recovery clear --json`, DELETE /api/v1/runs/ID); None:
     every run, and any key left under the runs' prefix (`clear --all`)."""
     if run_ids is None:
-        return {"removed": jobs.clear_all(client, force)}
-    return {"removed": {rid: jobs.clear(client, rid, force) for rid in run_ids}}
+        return {"removed": submit.clear_all(client, force)}
+    return {"removed": {rid: submit.clear(client, rid, force) for rid in run_ids}}
