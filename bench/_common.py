@@ -48,11 +48,11 @@ def bench_home(keep: bool = False, prefix: str = "recovery-bench-") -> Iterator[
 @contextlib.contextmanager
 def redis_for(home: Path, url: str | None = None) -> Iterator[tuple[Any, str]]:
     """(client, url): the given Redis, or an embedded server under `home`, stopped at the end."""
-    from recovery.redis import connection
+    from recovery.redis import embedded, connection
     if url:
         yield connection.connect(url), url
         return
-    server = connection.EmbeddedServer(home)
+    server = embedded.EmbeddedServer(home)
     server.start()
     try:
         yield connection.connect(server.url, start=False), server.url

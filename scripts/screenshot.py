@@ -32,11 +32,11 @@ def main() -> int:
     os.environ["RECOVERY_HOME"] = str(work / "home")
     os.environ.setdefault("PYTHONHASHSEED", "0")
     sys.path.insert(0, str(REPO))
-    from recovery.redis import connection
+    from recovery.redis import connection, embedded as redis_embedded
     from recovery.demo import INJECT, copy_example
     from recovery.ui.server import BackgroundServer, launch_chromium
 
-    embedded = None if args.redis else connection.EmbeddedServer()
+    embedded = None if args.redis else redis_embedded.EmbeddedServer()
     url = connection.resolve_url(args.redis)
     try:
         xml = copy_example(work / "run")

@@ -50,7 +50,7 @@ def _cleanup_session_home() -> None:
     if not os.path.isdir(_SESSION_HOME):
         return
     try:
-        from recovery.redis.connection import EmbeddedServer
+        from recovery.redis.embedded import EmbeddedServer
 
         server = EmbeddedServer(_SESSION_HOME)
         if server.ping() or server.pid() is not None:
@@ -105,7 +105,7 @@ def _kill(proc: subprocess.Popen) -> None:
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """URL (unix://) of a real redis-server started for this test session."""
-    from recovery.redis.connection import redis_binary
+    from recovery.redis.embedded import redis_binary
 
     folder = tmp_path_factory.mktemp("redis-server")
     sock = folder / "redis.sock"

@@ -6,7 +6,7 @@ from typing import Any
 import click
 import redis
 
-from recovery.redis import connection
+from recovery.redis import embedded, connection
 from recovery.cli import echo_json, json_option, redis_option
 
 
@@ -39,7 +39,7 @@ def register(main: click.Group) -> None:
     @json_option
     def status(home: str | None, as_json: bool) -> None:
         """Whether the embedded Redis runs, its pid, socket, memory and key count."""
-        st = connection.EmbeddedServer(home).status()
+        st = embedded.EmbeddedServer(home).status()
         if as_json:
             echo_json(st)
         else:
@@ -50,7 +50,7 @@ def register(main: click.Group) -> None:
     @json_option
     def start(home: str | None, as_json: bool) -> None:
         """Start the embedded Redis (does nothing when it already runs)."""
-        srv = connection.EmbeddedServer(home)
+        srv = embedded.EmbeddedServer(home)
         started = srv.start()
         st = srv.status()
         st["started"] = started
@@ -65,7 +65,7 @@ def register(main: click.Group) -> None:
     @json_option
     def stop(home: str | None, as_json: bool) -> None:
         """Shut the embedded Redis down (its data stays in the append-only file)."""
-        srv = connection.EmbeddedServer(home)
+        srv = embedded.EmbeddedServer(home)
         pid = srv.status()["pid"]
         stopped = srv.stop()
         if as_json:
@@ -88,7 +88,7 @@ def register(main: click.Group) -> None:
             version = None
         finally:
             client.close()
-        where = connection.describe(redis_url) if redis_url else connection.EmbeddedServer(home).url
+        where = connection.describe(redis_url) if redis_url else embedded.EmbeddedServer(home).url
         if as_json:
             echo_json({"ok": True, "url": where, "version": version})
         else:

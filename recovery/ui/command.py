@@ -31,7 +31,7 @@ def register(main: click.Group) -> None:
     @redis_option
     def ui(host: str, port: int, redis_url: str | None) -> None:
         """Serve the web view of runs, failures and recovery (Ctrl-C stops it)."""
-        from recovery.redis import connection
+        from recovery.redis import connection, embedded
         try:
             import uvicorn
 
@@ -44,7 +44,7 @@ def register(main: click.Group) -> None:
         if not is_loopback(host):
             click.secho(f"warning: listening on {host}: the web view has no authentication; anyone "
                         "who reaches this port can recover, requeue and clear runs", fg="yellow", err=True)
-        app = create_app(client, url, connection.state_home() / "ui")
+        app = create_app(client, url, embedded.state_home() / "ui")
         sock = _listen(host, port)     # bound here: a port in use is one line and exit 2
         port = sock.getsockname()[1]
         shown = f"[{host}]" if ":" in host else host

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from recovery.redis import connection
+from recovery.redis import embedded, connection
 
 PYTHON = sys.executable
 
@@ -38,7 +38,7 @@ def home(tmp_path):
     h = tmp_path / "home"
     h.mkdir()
     yield h
-    srv = connection.EmbeddedServer(h)
+    srv = embedded.EmbeddedServer(h)
     srv.stop()
     leftovers = _redis_pids_for(srv.socket)
     for pid in leftovers:  # pragma: no cover - only when stop() failed
@@ -63,7 +63,7 @@ def cli_json(home: Path, *args: str) -> dict:
 
 
 def test_start_connect_status_stop(home):
-    srv = connection.EmbeddedServer(home)
+    srv = embedded.EmbeddedServer(home)
     assert srv.start() is True
     assert srv.start() is False  # reused
     client = connection.connect(home=home)
@@ -84,7 +84,7 @@ def test_connect_starts_on_demand(home):
     client = connection.connect(home=home)
     assert client.ping()
     client.close()
-    assert connection.EmbeddedServer(home).status()["running"]
+    assert embedded.EmbeddedServer(home).status()["running"]
 
 
 def test_server_survives_between_cli_invocations(home):
@@ -112,10 +112,10 @@ def test_data_survives_stop_and_restart(home):
     client.hset(b"h", mapping={b"a": b"1", b"b": b"2"})
     client.xadd(b"s", {b"f": b"v"})
     client.close()
-    pid = connection.EmbeddedServer(home).status()["pid"]
+    pid = embedded.EmbeddedServer(home).status()["pid"]
     out = cli(home, "server", "stop").stdout
     assert "stopped" in out and str(pid) in out
-    assert _redis_pids_for(connection.EmbeddedServer(home).socket) == []
+    assert _redis_pids_for(embedded.EmbeddedServer(home).socket) == []
     assert cli_json(home, "server", "status")["running"] is False
     assert "not running" in cli(home, "server", "stop").stdout
     assert (home / "redis" / "appendonly.aof").stat().st_size > 0
@@ -125,7 +125,7 @@ def test_data_survives_stop_and_restart(home):
     assert client.hgetall(b"h") == {b"a": b"1", b"b": b"2"}
     assert client.xlen(b"s") == 1
     client.close()
-    assert connection.EmbeddedServer(home).status()["pid"] != pid
+    assert embedded.EmbeddedServer(home).status()["pid"] != pid
 
 
 @pytest.mark.parametrize("n", [2, 4])
@@ -139,7 +139,7 @@ def test_concurrent_starts_make_one_server(home, n):
     reports = [json.loads(out) for out, _ in results]
     assert sum(r["started"] for r in reports) == 1
     assert len({r["pid"] for r in reports}) == 1
-    assert _redis_pids_for(connection.EmbeddedServer(home).socket) == [reports[0]["pid"]]
+    assert _redis_pids_for(embedded.EmbeddedServer(home).socket) == [reports[0]["pid"]]
 
 
 def test_concurrent_connects_make_one_server(home):
@@ -155,7 +155,7 @@ def test_concurrent_connects_make_one_server(home):
 
 def test_long_home_uses_short_socket(tmp_path):
     home = tmp_path / ("h" * 70) / ("o" * 70)
-    srv = connection.EmbeddedServer(home)
+    srv = embedded.EmbeddedServer(home)
     try:
         assert srv.start()
         assert str(srv.socket).startswith("/tmp/")
@@ -170,11 +170,11 @@ def test_long_home_uses_short_socket(tmp_path):
 
 
 def test_start_failure_quotes_the_log(home, monkeypatch):
-    srv = connection.EmbeddedServer(home)
+    srv = embedded.EmbeddedServer(home)
     srv.dir.mkdir(parents=True)
     # an AOF redis-server cannot load makes it exit at startup, after daemonizing
     (srv.dir / "appendonly.aof").write_bytes(b"*garbage\r\nnot an aof\r\n")
-    with pytest.raises(connection.RecoveryError) as err:
+    with pytest.raises(embedded.RecoveryError) as err:
         srv.start(timeout=10)
     msg = str(err.value)
     assert "\n" not in msg
@@ -211,7 +211,7 @@ def _assert_private(home: Path) -> None:
 
 def test_state_is_private_whatever_the_umask(home, umask_022):
     assert _mode(home) == 0o755  # made by the fixture under umask 022, as a user would
-    srv = connection.EmbeddedServer(home)
+    srv = embedded.EmbeddedServer(home)
     assert srv.start()
     client = connection.connect(home=home)
     client.set(b"secret", b"tuple value")
@@ -227,7 +227,7 @@ def test_loose_state_of_an_earlier_version_is_tightened_at_start(home, umask_022
     client = connection.connect(home=home)
     client.set(b"kept", b"1")
     client.close()
-    srv = connection.EmbeddedServer(home)
+    srv = embedded.EmbeddedServer(home)
     assert srv.stop()
     for path in [home, home / "redis"]:
         os.chmod(path, 0o755)
@@ -261,15 +261,15 @@ def long_home(tmp_path, monkeypatch):
     test started there is stopped, or killed when its folder is one the fix refuses."""
     root = Path(tempfile.mkdtemp(prefix="rt-", dir="/tmp"))
     os.chmod(root, 0o1777)
-    monkeypatch.setattr(connection, "_SHORT_SOCKET_ROOT", root)
-    srv = connection.EmbeddedServer(tmp_path / ("h" * 70) / ("o" * 70))
+    monkeypatch.setattr(embedded, "_SHORT_SOCKET_ROOT", root)
+    srv = embedded.EmbeddedServer(tmp_path / ("h" * 70) / ("o" * 70))
     assert srv.socket.parent.parent == root
     try:
         yield srv
     finally:
         try:
             srv.stop()
-        except connection.RecoveryError:
+        except embedded.RecoveryError:
             pass  # a refused folder: nothing of ours can run there, or it is killed below
         leftovers = _redis_pids_for(srv.socket)
         for pid in leftovers:  # pragma: no cover - only before the fix
@@ -306,7 +306,7 @@ def test_unsafe_fallback_socket_folder_is_refused_at_start(long_home, kind):
             if os.geteuid() != 0:
                 pytest.skip("chown to another user needs root (CI runs as root)")
             os.chown(folder, NOBODY, NOBODY)
-    with pytest.raises(connection.RecoveryError) as err:
+    with pytest.raises(embedded.RecoveryError) as err:
         long_home.start()
     msg = str(err.value)
     assert "\n" not in msg and f"unsafe socket folder {folder}" in msg, msg
@@ -343,7 +343,7 @@ def test_invalid_url_is_one_line_exit_2(home):
 def test_ping_does_not_start_the_embedded_server(home):
     proc = cli(home, "server", "ping", check=False)
     assert proc.returncode == 2 and "not running" in proc.stderr
-    assert connection.EmbeddedServer(home).status()["running"] is False
+    assert embedded.EmbeddedServer(home).status()["running"] is False
 
 
 def test_redis_fixtures(redis_url, redis_client):
@@ -366,8 +366,8 @@ def test_default_home_is_the_session_tmp_home():
     RECOVERY_HOME (stopped by conftest at the end), never in the checkout."""
     client = connection.connect()
     client.close()
-    srv = connection.EmbeddedServer()
+    srv = embedded.EmbeddedServer()
     assert srv.home == Path(os.environ["RECOVERY_HOME"])
     assert srv.status()["running"]
     assert not (Path(__file__).resolve().parents[2] / ".recovery").exists() or \
-        connection.EmbeddedServer(Path(__file__).resolve().parents[2] / ".recovery").dir != srv.dir
+        embedded.EmbeddedServer(Path(__file__).resolve().parents[2] / ".recovery").dir != srv.dir

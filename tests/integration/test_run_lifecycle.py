@@ -117,7 +117,7 @@ def test_racing_creates_of_one_run_id_on_a_real_redis(redis_client):
 
 # --- item 8 --------------------------------------------------------------------------------------
 def _own_redis(folder: Path) -> tuple[subprocess.Popen, str]:
-    from recovery.redis.connection import redis_binary
+    from recovery.redis.embedded import redis_binary
     import redis as redis_py
     sock = folder / "r.sock"
     proc = subprocess.Popen([redis_binary(), "--port", "0", "--unixsocket", str(sock), "--unixsocketperm", "700",

