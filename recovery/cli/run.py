@@ -158,10 +158,11 @@ def register(main: click.Group) -> None:
         from recovery.jobs import submit as jobs_submit
         from recovery.connectors import sinks
         from recovery.model.xml import parse as workflow_xml
+        from recovery.api import runnable
         wf = workflow_xml.load(file)
         # checked before anything is stored (exit 2); classes, and scripts in local mode
         wf = wf.with_config(config.parse_assignments(props, "-p", dict(wf.config)))
-        workflow_xml.check_runnable(file, wf, local=master is None or master.startswith("local"))
+        runnable.check_runnable(file, wf, local=master is None or master.startswith("local"))
         with open(file, encoding="utf-8", errors="replace") as fh:
             xml = fh.read()
         client, url = _client(redis_url)

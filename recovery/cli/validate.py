@@ -9,7 +9,7 @@ from recovery.errors import WorkflowError
 
 
 def _file_report(path: str) -> tuple[dict, WorkflowError | None]:
-    from recovery.model.xml.parse import validate_file
+    from recovery.api.runnable import validate_file
 
     try:
         wf, warnings = validate_file(path)

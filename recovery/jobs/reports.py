@@ -158,7 +158,7 @@ def plan(client: Any, run_id: str) -> dict[str, Any]:
     """The recovery workflow the next round would run (`recovery plan`, /api/v1/runs/ID/plan):
     the failed tasks per component, the components that run again, what each failed one is
     marked with, and the synthesized workflow as XML (None when nothing failed)."""
-    from recovery.model.xml import parse as workflow_xml
+    from recovery.model.xml.write import to_xml
     from recovery.model.synthesis import plan_marks, synthesize
     rec = runs.get(client, run_id)
     original = submit.original_workflow(rec)
@@ -168,7 +168,7 @@ def plan(client: Any, run_id: str) -> dict[str, Any]:
     failed_tasks: dict[str, list[int]] = {}
     for comp, task in sorted(counts):
         failed_tasks.setdefault(comp, []).append(task)
-    xml = workflow_xml.to_xml(synthesize(original, failed_tasks)) if failed_tasks else None
+    xml = to_xml(synthesize(original, failed_tasks)) if failed_tasks else None
     return {"run_id": run_id, "workflow": original.name, "failed": failed_tasks,
             "marks": marks, "rerun": [c.id for c in original.components if c.id not in dim],
             "xml": xml}

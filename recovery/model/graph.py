@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from recovery.model.workflow import Component, Input, Workflow
 
@@ -33,9 +33,52 @@ def topological_order(wf: Workflow) -> list[str]:
             if indegree[consumer] == 0:
                 ready.append(consumer)
     if len(order) != len(ids):
-        stuck = [cid for cid in ids if cid not in order]
-        raise ValueError(f"cycle through component {stuck[0]!r}")
+        cycle = find_cycle(wf.components)
+        raise ValueError(f"cycle through component {cycle.path[0]!r}" if cycle else "cycle")
     return order
+
+
+@dataclass(frozen=True)
+class Cycle:
+    """A cycle along inputs: `path` lists the components upstream first and ends where it
+    began; it closes at input number `input_index` of component `closed_at`."""
+    path: tuple[str, ...]
+    closed_at: str
+    input_index: int
+
+
+def find_cycle(components: Sequence[Component]) -> Cycle | None:
+    """The first cycle in document order (depth-first along inputs), or None. The one cycle
+    detector: topological_order and the workflow checks (with file and line) both use it."""
+    by_id = {c.id: c for c in components}
+    white, grey, black = 0, 1, 2
+    color = {c.id: white for c in components}
+    for start in components:
+        if color[start.id] != white:
+            continue
+        # stack of (component id, index of next input to follow); path mirrors grey nodes
+        stack: list[tuple[str, int]] = [(start.id, 0)]
+        path = [start.id]
+        color[start.id] = grey
+        while stack:
+            cid, i = stack[-1]
+            c = by_id[cid]
+            if i >= len(c.inputs):
+                stack.pop()
+                path.pop()
+                color[cid] = black
+                continue
+            stack[-1] = (cid, i + 1)
+            src = c.inputs[i].source
+            if color.get(src) == grey:
+                # path[k:] runs downstream to upstream (src feeds cid): reverse it
+                k = path.index(src)
+                return Cycle(tuple(reversed(path[k:] + [src])), cid, i)
+            if color.get(src) == white:
+                color[src] = grey
+                stack.append((src, 0))
+                path.append(src)
+    return None
 
 
 def downstream(wf: Workflow, start: Iterable[str], include_start: bool = True) -> set[str]:

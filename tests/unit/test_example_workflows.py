@@ -17,7 +17,9 @@ from recovery import BasicBolt, Bolt, Tuple
 from recovery.model.graph import topological_order
 from recovery.api.loader import check_classes, component_class
 from recovery.model.workflow import ClassImpl, SinkImpl, SourceImpl, Workflow
-from recovery.model.xml.parse import load, parse_string, to_xml, validate_file
+from recovery.model.xml.parse import load, parse_string
+from recovery.model.xml.write import to_xml
+from recovery.api.runnable import validate_file
 
 WORKFLOWS = Path(__file__).parent.parent.parent / "workflows"
 NAMES = ["wordcount", "cdn_logs", "fanout"]

@@ -7,7 +7,8 @@ import pytest
 
 from recovery.errors import RecoveryError, WorkflowError
 from recovery.connectors.sinks import check_folders, part_files, part_name, replace_other_runs
-from recovery.model.xml.parse import parse_string, to_xml
+from recovery.model.xml.parse import parse_string
+from recovery.model.xml.write import to_xml
 
 XML = '''<workflow xmlns="urn:recovery:workflow:1" name="s">
   <spout id="src"><source type="file" path="in.txt"/><stream fields="line"/></spout>

@@ -11,7 +11,8 @@ from recovery.model.workflow import (ClassImpl, Component, Grouping, Input, Shel
     StreamDef, Workflow)
 from recovery.model.synthesis import (REPLAY_STREAM, is_queue_spout, plan_marks, queue_spout_id, queue_tasks,
     recovery_components, synthesize, task_translation)
-from recovery.model.xml.parse import parse_string, to_xml
+from recovery.model.xml.parse import parse_string
+from recovery.model.xml.write import to_xml
 
 
 
