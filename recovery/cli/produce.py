@@ -51,7 +51,7 @@ def register(main: click.Group) -> None:
                 redis_url: str | None, as_json: bool) -> None:
         """Load FILE ('-' for stdin) into TOPIC, one message per non-blank line, each key-hashed
         to a partition; creates the topic when --partitions is given and it does not exist."""
-        from recovery.connectors.redis_stream import reader as stream_reader
+        from recovery.connectors.redis_stream import topics as stream_reader
         from recovery.redis import connection
         if key_field is not None and fmt != "jsonl":
             raise RecoveryError("--key-field needs --format jsonl")

@@ -25,6 +25,7 @@ from recovery.api.components import Bolt, Tuple
 from recovery.errors import RecoveryError
 from recovery.model.workflow import FILE_SINK_TYPES, SinkImpl, Workflow
 from recovery.connectors.files import resolve
+from recovery.tracking import keys
 
 log = logging.getLogger(__name__)
 
@@ -228,7 +229,7 @@ class RedisHashSink(_BufferedSink):
         client = self.context.redis
         if client is None:
             raise RuntimeError("the redis sink needs a Redis connection")
-        key = self.impl.param("key") or f"recovery:sink:{self.context.component_id}"
+        key = self.impl.param("key") or keys.default_sink(self.context.component_id)
         mapping = dict(encoded)
         client.hset(key, mapping=mapping)
 

@@ -24,8 +24,8 @@ import time
 from typing import Any, Callable
 
 from recovery.jobs import submit
-from recovery.connectors.redis_stream import reader as stream_reader
-from recovery.tracking import runs
+from recovery.connectors.redis_stream import topics, report as stream_report, offsets
+from recovery.tracking import keys, runs
 from recovery.connectors import sinks
 from recovery.errors import RecoveryError
 from recovery.model.workflow import Workflow
@@ -75,9 +75,9 @@ class Stopper:
 def owner_runs(client: Any, wf: Workflow) -> list[dict[str, Any]]:
     """The run records that last read each of the workflow's consumers (distinct, existing)."""
     seen, out = set(), []
-    for spout in stream_reader.log_spouts(wf):
+    for spout in topics.log_spouts(wf):
         topic = spout.impl.param("topic") or ""
-        owner = client.get(stream_reader.owner_key(stream_reader.consumer_name(wf, spout.id), topic))
+        owner = client.get(keys.consumer_owner(topics.consumer_name(wf, spout.id), topic))
         if owner is None or owner in seen:
             continue
         seen.add(owner)
@@ -106,12 +106,12 @@ def resume_crashed(spark: Any, client: Any, redis_url: str, wf: Workflow,
 
 def check(client: Any, wf: Workflow, follow: bool, tracking: bool = True) -> None:
     """Cheap checks before Spark starts: topics exist, follow needs a topic and tracking."""
-    if follow and not stream_reader.log_spouts(wf):
+    if follow and not topics.log_spouts(wf):
         raise RecoveryError(f"--follow needs a spout reading a topic (<source type=\"redis-stream\">); "
                             f"workflow {wf.name!r} has none")
     if follow and not tracking:
         raise RecoveryError("--follow needs tracking (a crashed batch is resumed from it)")
-    stream_reader.check_topics(client, wf)
+    topics.check_topics(client, wf)
 
 
 def _due(client: Any, run_id: str) -> int:
@@ -145,9 +145,9 @@ def enrich(client: Any, summary: dict[str, Any], wf: Workflow | None = None) -> 
     roots counted over every batch (jobs.summarize counts round 0's)."""
     rec = runs.get(client, summary["run_id"])
     wf = wf or submit.original_workflow(rec)
-    if not stream_reader.log_spouts(wf):
+    if not topics.log_spouts(wf):
         return summary
-    summary["partitions"] = stream_reader.partition_report(client, wf)
+    summary["partitions"] = stream_report.partition_report(client, wf)
     if rec.get("follow") == "1":
         roots = int(rec.get("follow_messages") or 0)
         summary["batches"] = int(rec.get("follow_batches") or 0)
@@ -159,7 +159,7 @@ def enrich(client: Any, summary: dict[str, Any], wf: Workflow | None = None) -> 
         for comp, s in (r.get("components") or {}).items():
             if s.get("trimmed"):
                 stats.setdefault(comp, {"trimmed": 0})["trimmed"] += s["trimmed"]
-    summary["warnings"] = stream_reader.warnings_for(wf, client, stats)
+    summary["warnings"] = stream_report.warnings_for(wf, client, stats)
     return summary
 
 
@@ -168,7 +168,7 @@ def report_lines(summary: dict[str, Any]) -> list[str]:
     parts = summary.get("partitions")
     if parts:
         lines.append("partitions:")
-        lines += ["  " + line for line in stream_reader.format_report(parts)]
+        lines += ["  " + line for line in stream_report.format_report(parts)]
     return lines
 
 
@@ -220,8 +220,8 @@ def follow(spark: Any, client: Any, redis_url: str, wf: Workflow, xml: str, file
             if max_batches is not None and batches >= max_batches:
                 reason = "max-batches"
                 break
-            source_json = stream_reader.plan_ranges(client, wf, run_id, follow=True)
-            planned, trimmed = stream_reader.planned_messages(source_json)
+            source_json = offsets.plan_ranges(client, wf, run_id, follow=True)
+            planned, trimmed = offsets.planned_messages(source_json)
             active = False
             if planned or trimmed:
                 if not created:
@@ -241,7 +241,7 @@ def follow(spark: Any, client: Any, redis_url: str, wf: Workflow, xml: str, file
                 summary = _run_batch(spark, client, wf, spec, stop, emit)
                 submit.prune_failed_set(client, run_id)
                 stats = _round_stats(client, run_id, next_round)
-                spouts = {s.id for s in stream_reader.log_spouts(wf)}
+                spouts = {s.id for s in topics.log_spouts(wf)}
                 emit("batch", {"run_id": run_id, "round": next_round, "messages": planned,
                                "failed": sum(s.get("failed", 0) for s in stats.values()),
                                "trimmed": sum(stats.get(s, {}).get("trimmed", 0) for s in spouts),
@@ -280,8 +280,8 @@ def follow(spark: Any, client: Any, redis_url: str, wf: Workflow, xml: str, file
         runs.update(client, run_id, gen, follow_stopped=time.time(),
                     summary={k: v for k, v in out.items() if k != "partitions"})
     else:
-        out["partitions"] = stream_reader.partition_report(client, wf)
-        out["warnings"] = stream_reader.warnings_for(wf, client)
+        out["partitions"] = stream_report.partition_report(client, wf)
+        out["warnings"] = stream_report.warnings_for(wf, client)
     out.update({"follow": {"batches": batches, "messages": messages, "recovery_rounds": recovery_rounds,
                            "resumed": [s["run_id"] for s in resumed], "stopped": reason}})
     return out

@@ -176,7 +176,7 @@ def plan(client: Any, run_id: str) -> dict[str, Any]:
 
 def partitions(client: Any, run_id: str) -> dict[str, Any]:
     """Per log spout and topic partition: committed offset, end, lag (/api/v1/runs/ID/partitions)."""
-    from recovery.connectors.redis_stream import reader as stream_reader
+    from recovery.connectors.redis_stream import report as stream_reader
     wf = submit.original_workflow(runs.get(client, run_id))
     return {"run_id": run_id, "partitions": stream_reader.partition_report(client, wf)}
 

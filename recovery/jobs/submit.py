@@ -46,7 +46,7 @@ def submit(spark: Any, client: Any, redis_url: str, wf: Workflow, xml: str, file
     with lease, redis_lost_is_resumable(run_id, redis_url):
         source_json = "{}"
         if uses_log_source(wf):   # a bounded run reads each partition up to its end now
-            from recovery.connectors.redis_stream import reader as stream_reader
+            from recovery.connectors.redis_stream import offsets as stream_reader
             try:
                 source_json = stream_reader.plan_ranges(client, wf, run_id)
             except RecoveryError:
@@ -151,7 +151,7 @@ def run_and_settle(spark: Any, client: Any, wf: Workflow, spec: RunSpec,
         # every root read in this round is now complete, queued or dead: commit past it.
         # (log source: committed before clear_round, so a driver dying in between resumes a
         # round whose tasks are all committed, or whose ranges are committed: no re-reading)
-        from recovery.connectors.redis_stream import reader as stream_reader
+        from recovery.connectors.redis_stream import offsets as stream_reader
         stream_reader.commit_ranges(client, wf, spec.source_json)
     # from here on the round is settled: a resumed driver must not execute it again (its done
     # markers and in-flight tuples are about to go)

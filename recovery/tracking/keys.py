@@ -49,6 +49,23 @@ def offsets(consumer: str, topic: str) -> str:
     return f"{PREFIX}offsets:{consumer}:{topic}"
 
 
+def consumer_owner(consumer: str, topic: str) -> str:
+    """String: the run that last planned ranges for this consumer (one reader at a time)."""
+    return offsets(consumer, topic) + ":run"
+
+
+def consumer_claimer(consumer: str, topic: str) -> str:
+    """String: "host pid" of the driver that took the owner key (its run record may not
+    exist yet: a submit plans its ranges before it creates the record)."""
+    return consumer_owner(consumer, topic) + ":driver"
+
+
+def default_sink(component_id: str) -> str:
+    """List: where a redis sink writes when its XML names no key. User output, not internal
+    state: it stays outside PREFIX, as it always was."""
+    return f"recovery:sink:{component_id}"
+
+
 # Per run (all under run_prefix, so `clear` finds them with one SCAN pattern).
 def lease(run_id: str) -> str:
     """String with an expiry: "host:pid:token" of the driver working on the run, refreshed while
@@ -69,6 +86,11 @@ def failed_set(run_id: str) -> str:
 def queue(run_id: str, component: str, task: int) -> str:
     """Hash: tuple id -> the failed tuple (values, roots, error, attempt, ...)."""
     return run_key(run_id, "queue", component, task)
+
+
+def replay_ranges(run_id: str) -> str:
+    """List: every log-source plan a run read, for root replay (cleared with the run)."""
+    return run_key(run_id, "logsource", "plans")
 
 
 def dead(run_id: str) -> str:

@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 from recovery.jobs import follow, submit
 from recovery.tracking import keys, runs
-from recovery.connectors.redis_stream import reader as stream_reader
+from recovery.connectors.redis_stream import topics, offsets, report as stream_report
 from recovery.model.xml import parse as workflow_xml
 from recovery.cli import main
 from recovery.connectors.sinks import read_jsonl_dir
@@ -84,7 +84,7 @@ def _assert_aggregates_exactly_once(sink: list[dict], valid: list[list]) -> None
 
 
 def _committed_to_end(client, wf) -> bool:
-    return all(r["committed"] == r["end"] for r in stream_reader.partition_report(client, wf))
+    return all(r["committed"] == r["end"] for r in stream_report.partition_report(client, wf))
 
 
 # --- bounded ----------------------------------------------------------------------------------
@@ -92,7 +92,7 @@ def test_bounded_run_from_a_topic_equals_its_input_and_status_shows_lag(spark, r
     xml = tmp_path / "copy.xml"
     xml.write_text(COPY_XML)
     records = [{"id": i, "word": f"w{i % 13}"} for i in range(500)]
-    counts = stream_reader.produce(redis_client, "events",
+    counts = topics.produce(redis_client, "events",
                                [(r["word"], json.dumps(r).encode()) for r in records], 5, "jsonl")
     assert sum(counts.values()) == 500
     wf = workflow_xml.load(xml)
@@ -109,7 +109,7 @@ def test_bounded_run_from_a_topic_equals_its_input_and_status_shows_lag(spark, r
 
     # 40 more messages: status shows them as lag, per partition
     more = [{"id": 500 + i, "word": f"w{i % 13}"} for i in range(40)]
-    added = stream_reader.produce(redis_client, "events", [(r["word"], json.dumps(r).encode()) for r in more])
+    added = topics.produce(redis_client, "events", [(r["word"], json.dumps(r).encode()) for r in more])
     res = CliRunner().invoke(main, ["status", summary["run_id"], "--json", "--redis", redis_url])
     assert res.exit_code == 0, res.output
     parts = json.loads(res.output)["partitions"]
@@ -140,9 +140,9 @@ def test_a_poison_message_at_the_head_of_a_partition_does_not_hold_the_stream(sp
     lines = [x for x in (WORKFLOWS / "data" / "cdn.log").read_text().splitlines() if x.strip()]
     valid_lines = [x for x in lines if _valid([x])]
     first, second = valid_lines[:300], valid_lines[300:400]
-    poison_key = next(k for k in (f"poison{i}" for i in range(100)) if stream_reader.partition_of(k, 2) == 0)
-    stream_reader.produce(redis_client, "cdn_logs", [(poison_key, b"this is not a log line")], 2)
-    stream_reader.produce(redis_client, "cdn_logs", [(x, x.encode()) for x in first])
+    poison_key = next(k for k in (f"poison{i}" for i in range(100)) if topics.partition_of(k, 2) == 0)
+    topics.produce(redis_client, "cdn_logs", [(poison_key, b"this is not a log line")], 2)
+    topics.produce(redis_client, "cdn_logs", [(x, x.encode()) for x in first])
     head = redis_client.xrange(keys.topic_partition("cdn_logs", 0), count=1)[0]
     assert head == (b"0-1", {b"v": b"this is not a log line"})          # offset 0 of partition 0
     after_poison = redis_client.xlen(keys.topic_partition("cdn_logs", 0)) - 1
@@ -155,7 +155,7 @@ def test_a_poison_message_at_the_head_of_a_partition_does_not_hold_the_stream(sp
             batches.append(info)
             if len(batches) == 1:   # the partitions were read to their ends, the poison included
                 assert _committed_to_end(redis_client, wf)
-                stream_reader.produce(redis_client, "cdn_logs", [(x, x.encode()) for x in second])
+                topics.produce(redis_client, "cdn_logs", [(x, x.encode()) for x in second])
 
     summary = follow.follow(spark, redis_client, redis_url, wf, xml.read_text(), str(xml),
                             max_batches=2, on_event=on_event)
@@ -186,7 +186,7 @@ def _cli_env(redis_url: str, home: Path) -> dict[str, str]:
 def test_kill_9_of_a_follow_driver_then_restart_gives_every_effect_exactly_once(redis_url, redis_client, tmp_path):
     xml = _copy_cdn_stream(tmp_path)
     lines = [x for x in (WORKFLOWS / "data" / "cdn.log").read_text().splitlines() if x.strip()][:240]
-    stream_reader.produce(redis_client, "cdn_logs", [(x, x.encode()) for x in lines], 4)
+    topics.produce(redis_client, "cdn_logs", [(x, x.encode()) for x in lines], 4)
     wf = workflow_xml.load(xml)
     cmd = [sys.executable, "-m", "recovery", "submit", str(xml), "--follow", "--json",
            "-p", "topology.max.spout.pending=40", "--idle-exit", "2"]
@@ -257,8 +257,8 @@ def test_claims_racing_on_a_real_redis_exactly_one_wins(redis_client):
     wf = Workflow(name="wf", components=(Component(
         id="src", kind="spout", impl=SourceImpl(type="redis-stream", params=(("topic", "t"),)),
         streams=(StreamDef(fields=("line",)),)),))
-    stream_reader.produce(redis_client, "t", [("k", b"x")], 1)
-    stream_reader.plan_ranges(redis_client, wf, "run-old")
+    topics.produce(redis_client, "t", [("k", b"x")], 1)
+    offsets.plan_ranges(redis_client, wf, "run-old")
     runs.create(redis_client, "run-old", "<xml/>", "{}", None, "local", True)
     runs.update(redis_client, "run-old", status=runs.COMPLETED)
     barrier = threading.Barrier(8)
@@ -267,9 +267,9 @@ def test_claims_racing_on_a_real_redis_exactly_one_wins(redis_client):
     def claim(run_id: str) -> None:
         barrier.wait()
         try:
-            stream_reader.plan_ranges(redis_client, wf, run_id)
+            offsets.plan_ranges(redis_client, wf, run_id)
             won.append(run_id)
-        except stream_reader.TopicError as err:
+        except topics.TopicError as err:
             refused.append(str(err))
 
     threads = [threading.Thread(target=claim, args=(f"run-{i}",)) for i in range(8)]
@@ -278,5 +278,5 @@ def test_claims_racing_on_a_real_redis_exactly_one_wins(redis_client):
     for t in threads:
         t.join()
     assert len(won) == 1 and len(refused) == 7, (won, refused)
-    assert redis_client.get(stream_reader.owner_key("wf:src", "t")).decode() == won[0]
+    assert redis_client.get(keys.consumer_owner("wf:src", "t")).decode() == won[0]
     assert all(f"run {won[0]}" in msg for msg in refused)
