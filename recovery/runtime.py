@@ -199,7 +199,7 @@ class TaskRunner:
         self.replayed: set[int] = set()
         self.spout_messages: list[list] = []   # (root, message id): acked/failed later
         self._spout_roots: set[int] = set()     # roots this spout task made (message ids are unique)
-        from recovery.testing import injections
+        from recovery.faults import injections
         self.injections = injections(self.conf, component_id)
         self.stats = {"executed": 0, "acked": 0, "failed": 0, "emitted": 0, "roots": 0, "dead": 0}
         self.fields_of: dict[tuple[str, str], tuple[str, ...]] = {}
