@@ -20,7 +20,9 @@ class LocalJobFailed(Exception):
     """A task raised: the job fails, as a Spark job whose task failed for good does."""
 
 
-def _run_task(rdd_name: str, index: int, compute: Partition) -> list:
+def _run_task(ctx: "LocalContext", rdd_name: str, index: int, compute: Partition) -> list:
+    if not ctx.wrap_failures:
+        return compute()
     try:
         return compute()
     except LocalJobFailed:   # an upstream task's failure, named once
@@ -41,9 +43,9 @@ class LocalRDD:
     def _partition(self, i: int) -> list:
         if self._persist:
             if self._cache is None:
-                self._cache = [_run_task(self.name, j, p) for j, p in enumerate(self._parts)]
+                self._cache = [_run_task(self.ctx, self.name, j, p) for j, p in enumerate(self._parts)]
             return self._cache[i]
-        return _run_task(self.name, i, self._parts[i])
+        return _run_task(self.ctx, self.name, i, self._parts[i])
 
     def getNumPartitions(self) -> int:
         return len(self._parts)
@@ -98,8 +100,11 @@ class LocalRDD:
 
 
 class LocalContext:
-    def __init__(self, arrival: random.Random | None = None):
+    def __init__(self, arrival: random.Random | None = None, wrap_failures: bool = True):
         self.arrival = arrival
+        # a failed task fails the job as LocalJobFailed (what Spark raises has the same
+        # one-line reason); False: the task's own exception, for tests of the runtime
+        self.wrap_failures = wrap_failures
         self.job_description: str | None = None
 
     def parallelize(self, data: Iterable, num_slices: int) -> LocalRDD:
@@ -131,5 +136,5 @@ class LocalContext:
 class LocalSession:
     """What the engine uses of a SparkSession: its `sparkContext`."""
 
-    def __init__(self, arrival: random.Random | None = None):
-        self.sparkContext = LocalContext(arrival)
+    def __init__(self, arrival: random.Random | None = None, wrap_failures: bool = True):
+        self.sparkContext = LocalContext(arrival, wrap_failures)

@@ -170,9 +170,10 @@ def recover_local(run: LocalRun, max_rounds: int | None = None, strategy: str = 
 def execute_round(wf: Workflow, spec: RunSpec, client: Any, arrival: random.Random | None = None
                   ) -> dict[tuple[str, int], list[bytes]]:
     """One round's tasks through the engine's stages (engine.build), nothing settled: for tests
-    of the runtime itself. Returns the chunks each (component, task index) received."""
+    of the runtime itself. Returns the chunks each (component, task index) received; a task's
+    exception propagates as it is."""
     from recovery import engine
-    session = LocalSession(arrival)
+    session = LocalSession(arrival, wrap_failures=False)
     received: dict[tuple[str, int], list[bytes]] = collections.defaultdict(list)
     with runtime.injected_client(spec.redis_url, client):
         leaves, persisted = engine.build(session, wf, spec)
