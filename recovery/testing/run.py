@@ -210,11 +210,20 @@ def failure_free_output(workflow: Workflow, redis_client: Any = None, **kwargs: 
     return sink_multisets(run)
 
 
-def assert_same_output(run: LocalRun | Output, expected: LocalRun | Output) -> None:
-    """Every sink holds the same records, each as many times, as in `expected` (a run, or
-    failure_free_output). The message names the sink and a few records missing or extra."""
-    got = run if isinstance(run, dict) else sink_multisets(run)
-    want = expected if isinstance(expected, dict) else sink_multisets(expected)
+Records = LocalRun | Output | dict[str, list[list]]
+
+
+def _as_output(records: Records) -> Output:
+    if isinstance(records, dict) and all(isinstance(v, collections.Counter) for v in records.values()):
+        return records
+    return sink_multisets(records)   # type: ignore[arg-type]
+
+
+def assert_same_output(run: Records, expected: Records) -> None:
+    """Every sink holds the same records, each as many times, as in `expected`. Each side is a
+    LocalRun, a failure_free_output, or {sink: [values, ...]} (read_list_sink of a Spark
+    run's ListSink, say). The message names the sink and a few records missing or extra."""
+    got, want = _as_output(run), _as_output(expected)
     problems = []
     for cid in sorted(set(got) | set(want)):
         g, w = got.get(cid, collections.Counter()), want.get(cid, collections.Counter())
