@@ -147,6 +147,10 @@ def run_local(workflow: Workflow, redis_client: Any, *, inputs: dict[str, list[A
         wf = feed(wf, cid, items)
     if list_sinks:
         wf = with_list_sinks(wf)
+    if not tracking and any(c.impl.kind == "class" and c.impl.ref == LIST_SINK for c in wf.components):
+        # a ListSink's records are its keyed state, which only tracking stores
+        raise ValueError("run_local: ListSinks need tracking on; pass list_sinks=False (and no "
+                         "ListSink in the workflow) to run with tracking off")
     from recovery.workflow_xml import to_xml
     run_id = run_id or runs.new_run_id(wf.name)
     run = LocalRun(wf, redis_client, run_id, _url(redis_client), {}, arrival=arrival)

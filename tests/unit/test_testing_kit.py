@@ -2,12 +2,13 @@
 crash resume through the kit, output comparison, and the README's example."""
 from __future__ import annotations
 
+import random
 import re
 from pathlib import Path
 
 import pytest
 
-from recovery import BasicBolt, keys, runs, testing
+from recovery import BasicBolt, keys, runs, runtime, testing
 from recovery.model import ClassImpl, Component, Input, StreamDef, Workflow
 from recovery.testing import ABORT, CRASH, EOF
 
@@ -18,6 +19,17 @@ NO_BACKOFF = {"recovery.retry.delay.period.ms": "0"}
 class Upper(BasicBolt):
     def process(self, tup):
         self.emit([tup["word"].upper()])
+
+
+class Numbered(BasicBolt):
+    """Emits each word with how many tuples its task saw before it."""
+
+    def prepare(self, conf, context):
+        self.seen = 0
+
+    def process(self, tup):
+        self.emit([tup["word"], self.seen])
+        self.seen += 1
 
 
 def pipeline(spout_parallelism: int = 1) -> Workflow:
@@ -43,6 +55,8 @@ def test_a_failure_free_run_completes_with_the_engines_summary(fake_redis):
     assert (s["status"], s["roots"], s["complete"], s["pending"], s["failed_positions"]) == \
         ("completed", 3, 3, 0, [])
     assert s["components"]["upper"]["acked"] == 3 and s["components"]["words"]["roots"] == 3
+    # the injected client is the run's only while it runs: nothing leaks into later tests
+    assert run.redis_url not in runtime._clients
 
 
 def test_abort_fails_the_spout_task_and_the_run_resumes_past_it(fake_redis):
@@ -133,6 +147,26 @@ def test_assert_same_output_names_the_sink_and_the_records_that_differ(fake_redi
 def test_feed_refuses_a_bolt():
     with pytest.raises(ValueError, match="'upper' is a bolt"):
         testing.feed(pipeline(), "upper", ["a"])
+
+
+def test_list_sinks_refuse_a_run_without_tracking(fake_redis):
+    with pytest.raises(ValueError, match="ListSinks need tracking on"):
+        testing.run_local(pipeline(), fake_redis, inputs={"words": ["a"]}, tracking=False)
+
+
+def test_arrival_permutes_each_bolt_tasks_input_tuple_by_tuple(fake_redis):
+    # Numbered's records depend on arrival order; the words it saw do not
+    wf = pipeline()
+    wf = testing.run._replace(wf, wf.component("upper").model_copy(
+        update={"impl": ClassImpl(ref=f"{__name__}:Numbered"), "parallelism": 1,
+                "streams": (StreamDef(fields=("word", "n")),)}))
+    items = [f"w{i:02}" for i in range(30)]
+    in_order = testing.run_local(wf, fake_redis, inputs={"words": items})
+    shuffled = testing.run_local(wf, fake_redis, inputs={"words": items}, arrival=random.Random(1))
+    assert sorted(in_order.sinks["out"]) == [[w, i] for i, w in enumerate(items)]
+    assert sorted(shuffled.sinks["out"]) != sorted(in_order.sinks["out"])
+    assert sorted(w for w, _ in shuffled.sinks["out"]) == items
+    assert shuffled.summary["components"]["upper"]["acked"] == 30
 
 
 def readme_example() -> str:
