@@ -5,12 +5,30 @@ spouts from lists, collect sinks, and compare a run's output with a failure-free
 
 The fault-injection properties (`recovery.inject.*`) are in recovery.faults.
 """
-from recovery.testing.components import (ABORT, CRASH, EOF, DriverCrash, ListSink, Sentinel, TaskAborted,
-                                         TestingSpout, read_list_sink)
+from recovery.testing.components import (
+                                         ABORT,
+                                         CRASH,
+                                         EOF,
+                                         DriverCrash,
+                                         ListSink,
+                                         Sentinel,
+                                         TaskAborted,
+                                         TestingSpout,
+                                         read_list_sink,
+)
 from recovery.testing.local_spark import LocalJobFailed, LocalSession
-from recovery.testing.run import (LocalRun, assert_same_output, execute_round, failure_free_output, feed,
-                                  recover_local, run_local, sink_multisets, with_list_sinks,
-                                  without_failures)
+from recovery.testing.run import (
+                                         LocalRun,
+                                         assert_same_output,
+                                         execute_round,
+                                         failure_free_output,
+                                         feed,
+                                         recover_local,
+                                         run_local,
+                                         sink_multisets,
+                                         with_list_sinks,
+                                         without_failures,
+)
 
 __all__ = [
     "ABORT", "CRASH", "EOF", "DriverCrash", "ListSink", "LocalJobFailed", "LocalRun", "LocalSession",

@@ -3,7 +3,8 @@ what reaches it, per run, in the run's Redis."""
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import msgpack
 
@@ -104,7 +105,7 @@ class TestingSpout(Spout):
 
     def _fires(self, position: int) -> bool:
         """A once-per-run sentinel fires unless it fired before (without Redis: every time)."""
-        if self._redis is None:
+        if self._redis is None or self._run_id is None:
             return True
         return bool(self._redis.sadd(fired_key(self._run_id), f"{self._where}:{position}"))
 

@@ -8,8 +8,10 @@ fails the job. Tasks run one after another, in partition order: no retries, no p
 """
 from __future__ import annotations
 
+import functools
 import random
-from typing import Any, Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import msgpack
 
@@ -20,7 +22,7 @@ class LocalJobFailed(Exception):
     """A task raised: the job fails, as a Spark job whose task failed for good does."""
 
 
-def _run_task(ctx: "LocalContext", rdd_name: str, index: int, compute: Partition) -> list:
+def _run_task(ctx: LocalContext, rdd_name: str, index: int, compute: Partition) -> list:
     if not ctx.wrap_failures:
         return compute()
     try:
@@ -32,7 +34,7 @@ def _run_task(ctx: "LocalContext", rdd_name: str, index: int, compute: Partition
 
 
 class LocalRDD:
-    def __init__(self, ctx: "LocalContext", parts: list[Partition], name: str = "rdd"):
+    def __init__(self, ctx: LocalContext, parts: list[Partition], name: str = "rdd"):
         self.ctx = ctx
         self._parts = parts
         self._cache: list[list] | None = None
@@ -51,19 +53,26 @@ class LocalRDD:
         return len(self._parts)
 
     # -- transformations -------------------------------------------------------------------
-    def mapPartitionsWithIndex(self, f: Callable[[int, Iterator], Iterable]) -> "LocalRDD":
-        return LocalRDD(self.ctx, [lambda i=i: list(f(i, iter(self._partition(i))))
-                                   for i in range(len(self._parts))], self.name)
+    def _derived(self, part: Callable[[int], list]) -> LocalRDD:
+        """An RDD with as many partitions, partition i computed by part(i)."""
+        return LocalRDD(self.ctx, [functools.partial(part, i) for i in range(len(self._parts))], self.name)
 
-    def map(self, f: Callable[[Any], Any]) -> "LocalRDD":
-        return LocalRDD(self.ctx, [lambda i=i: [f(x) for x in self._partition(i)]
-                                   for i in range(len(self._parts))], self.name)
+    def mapPartitionsWithIndex(self, f: Callable[[int, Iterator], Iterable]) -> LocalRDD:
+        def part(i: int) -> list:
+            return list(f(i, iter(self._partition(i))))
+        return self._derived(part)
 
-    def filter(self, f: Callable[[Any], bool]) -> "LocalRDD":
-        return LocalRDD(self.ctx, [lambda i=i: [x for x in self._partition(i) if f(x)]
-                                   for i in range(len(self._parts))], self.name)
+    def map(self, f: Callable[[Any], Any]) -> LocalRDD:
+        def part(i: int) -> list:
+            return [f(x) for x in self._partition(i)]
+        return self._derived(part)
 
-    def partitionBy(self, n: int, partition_func: Callable[[Any], int]) -> "LocalRDD":
+    def filter(self, f: Callable[[Any], bool]) -> LocalRDD:
+        def part(i: int) -> list:
+            return [x for x in self._partition(i) if f(x)]
+        return self._derived(part)
+
+    def partitionBy(self, n: int, partition_func: Callable[[Any], int]) -> LocalRDD:
         buckets: list[list] | None = None
 
         def bucket(i: int) -> list:
@@ -76,17 +85,17 @@ class LocalRDD:
                 if self.ctx.arrival is not None:
                     buckets = [self.ctx.permute(b) for b in buckets]
             return buckets[i]
-        return LocalRDD(self.ctx, [lambda i=i: bucket(i) for i in range(n)], self.name)
+        return LocalRDD(self.ctx, [functools.partial(bucket, i) for i in range(n)], self.name)
 
-    def setName(self, name: str) -> "LocalRDD":
+    def setName(self, name: str) -> LocalRDD:
         self.name = name
         return self
 
-    def persist(self, _level: Any = None) -> "LocalRDD":
+    def persist(self, _level: Any = None) -> LocalRDD:
         self._persist = True
         return self
 
-    def unpersist(self, *_: Any) -> "LocalRDD":
+    def unpersist(self, *_: Any) -> LocalRDD:
         self._persist, self._cache = False, None
         return self
 
@@ -112,10 +121,13 @@ class LocalContext:
         n = max(1, num_slices)
         # Spark's slicing: partition i holds items [i*len/n, (i+1)*len/n)
         bounds = [len(items) * i // n for i in range(n + 1)]
-        return LocalRDD(self, [lambda i=i: items[bounds[i]:bounds[i + 1]] for i in range(n)])
+
+        def part(i: int) -> list:
+            return items[bounds[i]:bounds[i + 1]]
+        return LocalRDD(self, [functools.partial(part, i) for i in range(n)])
 
     def union(self, rdds: list[LocalRDD]) -> LocalRDD:
-        parts = [lambda r=r, i=i: r._partition(i) for r in rdds for i in range(len(r._parts))]
+        parts: list[Partition] = [functools.partial(r._partition, i) for r in rdds for i in range(len(r._parts))]
         return LocalRDD(self, parts, "union")
 
     def setJobDescription(self, text: str) -> None:

@@ -8,7 +8,7 @@ import collections
 import json
 import random
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import msgpack
 
@@ -17,8 +17,14 @@ from recovery.errors import RunError
 from recovery.faults import PREFIX as INJECT_PREFIX
 from recovery.model import ClassImpl, Component, Workflow
 from recovery.runtime import RunSpec
-from recovery.testing.components import (ABORT, CRASH, ITEMS_PROPERTY, DriverCrash, encode_items,
-                                         read_list_sink)
+from recovery.testing.components import (
+    ABORT,
+    CRASH,
+    ITEMS_PROPERTY,
+    DriverCrash,
+    encode_items,
+    read_list_sink,
+)
 from recovery.testing.local_spark import LocalSession
 
 TESTING_SPOUT = "recovery.testing:TestingSpout"
@@ -219,8 +225,8 @@ Records = LocalRun | Output | dict[str, list[list]]
 
 def _as_output(records: Records) -> Output:
     if isinstance(records, dict) and all(isinstance(v, collections.Counter) for v in records.values()):
-        return records
-    return sink_multisets(records)   # type: ignore[arg-type]
+        return cast(Output, records)
+    return sink_multisets(cast("LocalRun | dict[str, list[list]]", records))
 
 
 def assert_same_output(run: Records, expected: Records) -> None:
