@@ -41,7 +41,8 @@ BaseException, which nothing in the engine catches) leaves the round where it wa
 committed before it committed, the rest not run, the run's lease released as a dead driver's
 expires, so the run's status is `crashed`. run_local returns with `interrupted == "crash"`;
 `recover_local` resumes that round (committed tasks replay their stored output). Fires once
-per run, like ABORT.""")
+per run, like ABORT. Under Spark (a real submit) a task cannot kill its driver: there it fails
+the task as ABORT does.""")
 
 EOF = Sentinel("EOF", """The spout ends here: no item after the first EOF is emitted, by any of
 its tasks, in any round, even if more items follow. Every time, not once.""")

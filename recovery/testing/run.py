@@ -12,7 +12,7 @@ from typing import Any, cast
 
 import msgpack
 
-from recovery import jobs, keys, runs, runtime
+from recovery import engine, jobs, keys, runs, runtime
 from recovery.errors import RunError
 from recovery.faults import PREFIX as INJECT_PREFIX
 from recovery.model import ClassImpl, Component, Workflow
@@ -22,10 +22,12 @@ from recovery.testing.components import (
     CRASH,
     ITEMS_PROPERTY,
     DriverCrash,
+    decode_items,
     encode_items,
     read_list_sink,
 )
 from recovery.testing.local_spark import LocalSession
+from recovery.workflow_xml import to_xml
 
 TESTING_SPOUT = "recovery.testing:TestingSpout"
 LIST_SINK = "recovery.testing:ListSink"
@@ -59,7 +61,6 @@ def with_list_sinks(wf: Workflow) -> Workflow:
 def without_failures(wf: Workflow) -> Workflow:
     """`wf` with no fault injection and no ABORT or CRASH in its TestingSpouts (EOF stays: it
     decides what the input is)."""
-    from recovery.testing.components import decode_items
     wf = wf.model_copy(update={"config": tuple((k, v) for k, v in wf.config if not k.startswith(INJECT_PREFIX))})
     for comp in wf.components:
         config = dict(comp.config)
@@ -157,7 +158,6 @@ def run_local(workflow: Workflow, redis_client: Any, *, inputs: dict[str, list[A
         # a ListSink's records are its keyed state, which only tracking stores
         raise ValueError("run_local: ListSinks need tracking on; pass list_sinks=False (and no "
                          "ListSink in the workflow) to run with tracking off")
-    from recovery.workflow_xml import to_xml
     run_id = run_id or runs.new_run_id(wf.name)
     run = LocalRun(wf, redis_client, run_id, _url(redis_client), {}, arrival=arrival)
     xml = to_xml(wf)
@@ -182,7 +182,6 @@ def execute_round(wf: Workflow, spec: RunSpec, client: Any, arrival: random.Rand
     """One round's tasks through the engine's stages (engine.build), nothing settled: for tests
     of the runtime itself. Returns the chunks each (component, task index) received; a task's
     exception propagates as it is."""
-    from recovery import engine
     session = LocalSession(arrival, wrap_failures=False)
     received: dict[tuple[str, int], list[bytes]] = collections.defaultdict(list)
     with runtime.injected_client(spec.redis_url, client):
@@ -208,7 +207,7 @@ def failure_free_output(workflow: Workflow, redis_client: Any = None, **kwargs: 
     """The sinks of a failure-free run of `workflow` (fault injection and ABORT/CRASH taken
     out; the same `inputs`, also stripped), on `redis_client` or a fresh fakeredis."""
     if redis_client is None:
-        import fakeredis
+        import fakeredis  # a test dependency: imported only when no client is given
         redis_client = fakeredis.FakeRedis(server=fakeredis.FakeServer())
     kwargs.pop("recover", None)
     inputs = kwargs.pop("inputs", None) or {}

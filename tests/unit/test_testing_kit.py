@@ -36,10 +36,10 @@ def pipeline(spout_parallelism: int = 1) -> Workflow:
     """words (TestingSpout) -> upper -> out (ListSink)."""
     return Workflow(name="kit", components=(
         Component(id="words", kind="spout", parallelism=spout_parallelism,
-                  impl=ClassImpl(ref=testing.run.TESTING_SPOUT), streams=(StreamDef(fields=("word",)),)),
+                  impl=ClassImpl(ref=testing.TESTING_SPOUT), streams=(StreamDef(fields=("word",)),)),
         Component(id="upper", kind="bolt", parallelism=2, impl=ClassImpl(ref=f"{__name__}:Upper"),
                   streams=(StreamDef(fields=("word",)),), inputs=(Input(source="words"),)),
-        Component(id="out", kind="bolt", impl=ClassImpl(ref=testing.run.LIST_SINK),
+        Component(id="out", kind="bolt", impl=ClassImpl(ref=testing.LIST_SINK),
                   inputs=(Input(source="upper"),))))
 
 
@@ -77,7 +77,7 @@ def test_abort_fires_once_per_run_and_again_in_another_run(fake_redis):
     assert first.status == runs.COMPLETED and words(first) == ["A"]
     second = testing.run_local(wf, fake_redis)
     assert second.interrupted == "error"
-    assert fake_redis.smembers(testing.components.fired_key(second.run_id)) == {b"words:1"}
+    assert fake_redis.smembers(testing.fired_key(second.run_id)) == {b"words:1"}
 
 
 def test_crash_stops_the_driver_mid_round_and_recover_resumes_it_exactly(fake_redis):
@@ -156,10 +156,10 @@ def test_list_sinks_refuse_a_run_without_tracking(fake_redis):
 
 def test_arrival_permutes_each_bolt_tasks_input_tuple_by_tuple(fake_redis):
     # Numbered's records depend on arrival order; the words it saw do not
-    wf = pipeline()
-    wf = testing.run._replace(wf, wf.component("upper").model_copy(
+    numbered = pipeline().component("upper").model_copy(
         update={"impl": ClassImpl(ref=f"{__name__}:Numbered"), "parallelism": 1,
-                "streams": (StreamDef(fields=("word", "n")),)}))
+                "streams": (StreamDef(fields=("word", "n")),)})
+    wf = Workflow(name="kit", components=tuple(numbered if c.id == "upper" else c for c in pipeline().components))
     items = [f"w{i:02}" for i in range(30)]
     in_order = testing.run_local(wf, fake_redis, inputs={"words": items})
     shuffled = testing.run_local(wf, fake_redis, inputs={"words": items}, arrival=random.Random(1))
