@@ -11,7 +11,7 @@ values are text there; this module checks them and turns them into typed values.
   ignored without a word.
 - Any other name (Storm's other ``topology.*`` settings, a component's own properties)
   passes through to the components as text.
-- ``recovery.inject.<name>.<attribute>`` is the fault-injection family (recovery/testing.py),
+- ``recovery.inject.<name>.<attribute>`` is the fault-injection family (recovery/faults.py),
   declared by InjectionSettings.
 """
 from __future__ import annotations
@@ -91,7 +91,7 @@ class Settings(BaseModel):
 
 
 class InjectionSettings(BaseModel):
-    """One fault injection, ``recovery.inject.<name>.<attribute>`` (recovery/testing.py)."""
+    """One fault injection, ``recovery.inject.<name>.<attribute>`` (recovery/faults.py)."""
     model_config = ConfigDict(frozen=True, extra="ignore", validate_default=True)
 
     component: str | None = Field(None, description="The component it acts at (required).")

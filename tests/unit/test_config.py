@@ -11,7 +11,7 @@ from recovery.config import PropertyError
 from recovery.errors import RecoveryError
 from recovery.model import Workflow
 from recovery.multilang import _conf_float
-from recovery.testing import Injection
+from recovery.faults import Injection
 from recovery.tracking import backoff_ms
 
 PACKAGE = Path(__file__).resolve().parents[2] / "recovery"
@@ -40,7 +40,7 @@ def test_defaults_are_text_as_the_xml_writes_them():
 
 
 def test_injection_defaults_match_the_injector():
-    """recovery/testing.py applies these defaults; the declarations document the same ones."""
+    """recovery/faults.py applies these defaults; the declarations document the same ones."""
     fields = Injection.__dataclass_fields__
     for attr, info in config.INJECTION_ATTRIBUTES.items():
         name = attr.replace(".", "_")

@@ -14,7 +14,7 @@ from hypothesis import given, settings, strategies as st
 from recovery import Bolt, Spout, ids, keys, tracking
 from recovery.model import ClassImpl, Component, Input, StreamDef, Workflow
 from recovery.runtime import RunSpec
-from tests.unit.local_executor import execute
+from recovery.testing import execute_round
 
 # Found by brute force over "msg-" + 6 characters: same length, same crc32, so the old
 # `crc32 | len << 32` gave both the same root id.
@@ -143,7 +143,7 @@ def test_both_colliding_messages_are_queued_and_pending_when_both_fail():
         Component(id="b", kind="bolt", impl=ClassImpl(ref="tests.unit.test_ids:FailingBolt"),
                   streams=(StreamDef(fields=("m",)),), inputs=(Input(source="s"),))))
     client = fakeredis.FakeRedis()
-    execute(wf, RunSpec("r1", 0, wf.model_dump_json(), "fake://", True), client)
+    execute_round(wf, RunSpec("r1", 0, wf.model_dump_json(), "fake://", True), client)
     for bucket in range(tracking.LEDGER_BUCKETS):
         tracking.resolve_bucket(client, "r1", bucket)
     assert len(tracking.pending_roots(client, "r1")) == 2
