@@ -255,36 +255,20 @@ def _read_split(path: str, index: int, parts: int) -> Iterator[bytes]:
 
 
 class _Routes:
-    """Target (consumer, index) of each emit: round-robin for shuffle-like groupings, a hash of
-    the grouping fields for fields, 0 for global; one copy per subscribing input."""
+    """The engine's routing (runtime.Router: Storm's groupings, one copy per subscribing input)
+    without ids or anchoring: a running count stands in for the tuple id that shuffle-like
+    groupings spread by."""
 
     def __init__(self, wf: Any, cid: str):
-        from recovery.model.graph import subscribers
-        from recovery.model.workflow import Grouping
-        me = wf.component(cid)
-        self.routes: dict[str, list[tuple[str, int, str, tuple[int, ...]]]] = {}
-        for consumer, inp in subscribers(wf, cid):
-            stream = me.stream(inp.stream)
-            g = inp.grouping
-            kind = ("fields" if g == Grouping.FIELDS else "global" if g == Grouping.GLOBAL
-                    else "all" if g == Grouping.ALL else "shuffle")
-            idx = tuple(stream.fields.index(f) for f in inp.fields) if kind == "fields" else ()
-            self.routes.setdefault(inp.stream, []).append((consumer.id, consumer.parallelism, kind, idx))
+        from recovery.model.graph import TaskMap
+        from recovery.runtime.task import Router
+        self.router = Router(wf, TaskMap.of(wf), cid)
         self.n = 0
 
     def route(self, stream: str, values: list) -> Iterator[tuple[str, int]]:
-        from recovery.tracking.ids import fields_hash
-        for consumer, p, kind, idx in self.routes.get(stream, ()):
-            if kind == "fields":
-                yield consumer, fields_hash([values[j] for j in idx]) % p
-            elif kind == "global":
-                yield consumer, 0
-            elif kind == "all":
-                for i in range(p):
-                    yield consumer, i
-            else:
-                self.n += 1
-                yield consumer, self.n % p
+        self.n += 1
+        for consumer, index, _task, _id in self.router.deliver(stream, values, self.n, None):
+            yield consumer, index
 
 
 def _plain_context(wf: Any, cid: str, index: int) -> Any:

@@ -7,7 +7,7 @@ waited for. The deadline only bounds a hang; a test never asserts how long somet
 from __future__ import annotations
 
 import time
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 T = TypeVar("T")
 
@@ -26,3 +26,15 @@ def wait_for(predicate: Callable[[], T], timeout: float, what: str) -> T:
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
         time.sleep(POLL_SECONDS)
+
+
+def pretend_running(client: Any, run_id: str) -> None:
+    """Make a run look driven by this process: status running and a valid lease it holds (what a
+    live `submit` or `recover` has), so that commands refuse it as they refuse a live run."""
+    import os
+    import socket
+
+    from recovery.tracking import keys
+    client.hset(keys.run_record(run_id), mapping={"status": "running", "driver_pid": os.getpid(),
+                                                  "driver_host": socket.gethostname()})
+    client.set(keys.lease(run_id), f"{socket.gethostname()}:{os.getpid()}:test", px=600_000)

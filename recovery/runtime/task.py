@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 import traceback
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
@@ -92,6 +93,22 @@ def workflow_of(spec: RunSpec) -> tuple[Workflow, TaskMap, Workflow]:
         if wf.base_dir and wf.base_dir not in sys.path:
             sys.path.insert(0, wf.base_dir)
     return got
+
+
+@contextmanager
+def injected_client(redis_url: str | None, client: Any) -> Iterator[None]:
+    """While inside, tasks of runs against `redis_url` use `client` instead of connecting (an
+    in-process run's client: recovery.testing injects fakeredis or a test's Redis this way)."""
+    key = redis_url or ""
+    previous = _clients.get(key)
+    _clients[key] = client
+    try:
+        yield
+    finally:
+        if previous is None:
+            _clients.pop(key, None)
+        else:
+            _clients[key] = previous
 
 
 def redis_of(spec: RunSpec) -> Any:

@@ -2,7 +2,7 @@
 
 The test components record what they saw in module globals and class attributes (the runner
 instantiates them from a class reference, so nothing can be handed to them), and the runtime
-caches a client per Redis URL (tests/unit/local_executor.py puts fakeredis there). Every test
+caches a client per Redis URL (recovery.testing injects fakeredis there). Every test
 gets fresh ones here, so that no test sees what another left behind, in any order."""
 from __future__ import annotations
 

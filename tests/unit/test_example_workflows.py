@@ -1,6 +1,6 @@
 """The example workflows in workflows/: they validate, their data is what their generators
-make, and their components do what they say when driven in-process, one task per
-component (a small harness here, not the engine: no Spark, no Redis)."""
+make, and their components do what they say when their tasks run through recovery.testing
+(the engine's semantics, in-process, on fakeredis)."""
 from __future__ import annotations
 
 import collections
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from recovery import BasicBolt, Bolt, Tuple
+from recovery import BasicBolt, Bolt, testing
 from recovery.model.graph import topological_order
 from recovery.api.loader import check_classes, component_class
-from recovery.model.workflow import ClassImpl, SinkImpl, SourceImpl, Workflow
+from recovery.model.workflow import ClassImpl, SinkImpl, SourceImpl
 from recovery.model.xml.parse import load, parse_string
 from recovery.model.xml.write import to_xml
 from recovery.api.runnable import validate_file
@@ -155,118 +155,43 @@ def test_cdn_generator_invalid_fraction():
 
 
 # ------------------------------------------------------------------ running the components
+# Through recovery.testing: the engine's own tasks, in-process, on fakeredis; sinks are ListSinks.
+
+NO_BACKOFF = {"recovery.retry.delay.period.ms": "0"}   # recovery rounds need not wait here
 
 
-class DictState:
-    """The keyed-state API the engine installs: get(key, default) / put(key, value)."""
-
-    def __init__(self):
-        self.data = {}
-
-    def get(self, key, default=None):
-        return self.data.get(key, default)
-
-    def put(self, key, value):
-        import msgpack
-        msgpack.packb(value)                 # values must be msgpack-serializable
-        self.data[key] = value
+def failures_by_component(run: testing.LocalRun) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = collections.defaultdict(list)
+    for t in run.failed_tuples():
+        out[t["component"]].append(t["error"])
+    return dict(out)
 
 
-class Collector:
-    def __init__(self):
-        self.emitted: list[tuple[str, list, tuple]] = []
-        self.acked: list[int] = []
-        self.failed: list[tuple[int, str | None]] = []
-
-    def emit(self, component, values, stream, anchors, direct_task, message_id):
-        self.emitted.append((stream, list(values), tuple(anchors)))
-        return [1]
-
-    def ack(self, tup):
-        self.acked.append(tup.id)
-
-    def fail(self, tup, error=None):
-        self.failed.append((tup.id, error))
-
-    def log(self, message, level):
-        pass
-
-
-def run_in_process(wf: Workflow, shuffle: random.Random | None = None):
-    """Drive every component once, in topological order, with one task each. Returns
-    (what each sink received, the failures per component, the acks per component).
-    `shuffle` permutes each bolt's input: the arrival orders a recovery can produce."""
-    streams: dict[tuple[str, str], list[list]] = collections.defaultdict(list)
-    sinks: dict[str, list[list]] = {}
-    failures: dict[str, list[str]] = collections.defaultdict(list)
-    acks: dict[str, int] = collections.Counter()
-    ids = iter(range(1, 10**9))
-    for cid in topological_order(wf):
-        c = wf.component(cid)
-        if isinstance(c.impl, SourceImpl):
-            assert c.impl.type == "file" and c.impl.param("format", "text") == "text"
-            path = Path(wf.base_dir) / c.impl.param("path")
-            streams[(cid, "default")] = [[line] for line in path.read_text().splitlines()]
-            continue
-        incoming = [(i, values) for i in c.inputs for values in streams[(i.source, i.stream)]]
-        if shuffle is not None:
-            shuffle.shuffle(incoming)
-        if isinstance(c.impl, SinkImpl):
-            sinks[cid] = [values for _, values in incoming]
-            continue
-        bolt = component_class(wf, c)()
-        collector = Collector()
-        bolt._collector, bolt.state, bolt.conf = collector, DictState(), wf.conf(cid)
-        bolt.prepare(bolt.conf, None)
-        for inp, values in incoming:
-            fields = wf.component(inp.source).stream(inp.stream).fields
-            tup = Tuple(next(ids), inp.source, inp.stream, 1, values, fields)
-            mark = len(collector.emitted)
-            try:
-                bolt.process(tup)
-            except Exception as err:             # a failed tuple: its emits do not flow on
-                del collector.emitted[mark:]
-                failures[cid].append(f"{type(err).__name__}: {err}")
-                continue
-            if bolt.auto_ack:
-                collector.acked.append(tup.id)
-            else:
-                assert tup.id in collector.acked, f"{cid} did not ack {tup!r}"
-            for stream, out, anchors in collector.emitted[mark:]:
-                if not bolt.auto_anchor:
-                    assert anchors == (tup,), f"{cid} emitted unanchored"
-                assert len(out) == len(c.stream(stream).fields)
-                streams[(cid, stream)].append(out)
-        acks[cid] = len(collector.acked)
-    return sinks, dict(failures), acks
-
-
-def test_wordcount_counts_every_word():
+def test_wordcount_counts_every_word(fake_redis):
     from wordcount.components import WORD
-    wf = load(WORKFLOWS / "wordcount.xml")
-    sinks, failures, _ = run_in_process(wf)
-    assert failures == {}
-    final: dict[str, int] = {}
-    for word, count in sinks["out"]:
-        assert count == final.get(word, 0) + 1         # running counts, one step at a time
-        final[word] = count
+    run = testing.run_local(load(WORKFLOWS / "wordcount.xml"), fake_redis)
+    assert run.summary["status"] == "completed" and failures_by_component(run) == {}
     text = (WORKFLOWS / "data" / "sentences.txt").read_text()
-    assert final == dict(collections.Counter(WORD.findall(text.lower())))
+    expected = collections.Counter(WORD.findall(text.lower()))
+    # running counts, one step at a time: each word's 1, 2, ..., n, in some order
+    assert collections.Counter(map(tuple, run.sinks["out"])) == collections.Counter(
+        (word, k) for word, n in expected.items() for k in range(1, n + 1))
 
 
-def test_cdn_logs_fail_where_the_record_is_bad_and_aggregate_the_rest():
+def test_cdn_logs_fail_where_the_record_is_bad_and_aggregate_the_rest(fake_redis):
     from cdn_logs.components import normalize, parse_line
-    wf = load(WORKFLOWS / "cdn_logs.xml")
-    sinks, failures, acks = run_in_process(wf)
+    run = testing.run_local(load(WORKFLOWS / "cdn_logs.xml"), fake_redis)
+    failures = failures_by_component(run)
     assert len(failures["split"]) == 10
     assert all(f.startswith("ValueError: unparsable log line") for f in failures["split"])
     assert failures["normalize"] == ["ValueError: invalid log: status code 0"] * 10
     assert set(failures) == {"split", "normalize"}
-    assert acks["aggregate"] == 980
+    assert run.summary["components"]["aggregate"]["acked"] == 980
+    assert run.summary["failed"] == 20 and run.summary["status"] == "pending"
     # each request's share [key, 1, bytes]: summed per key, the aggregates
-    assert all(requests == 1 for _, requests, _ in sinks["output"])
+    assert all(requests == 1 for _, requests, _ in run.sinks["output"])
     totals: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0])
-    for key, requests, size in sinks["output"]:
+    for key, requests, size in run.sinks["output"]:
         totals[key][0] += requests
         totals[key][1] += size
     final = {k: tuple(v) for k, v in totals.items()}
@@ -285,45 +210,37 @@ def test_cdn_logs_fail_where_the_record_is_bad_and_aggregate_the_rest():
     assert host.endswith((".com", ".net", ".org")) and minute.startswith("2026-11-22T10:")
 
 
-def _multiset(sinks: dict[str, list[list]]) -> dict[str, collections.Counter]:
-    return {cid: collections.Counter(json.dumps(v) for v in rows) for cid, rows in sinks.items()}
-
-
 @pytest.mark.parametrize("name", NAMES + ["bench_pipeline"])
-def test_example_sinks_hold_the_same_records_whatever_the_arrival_order(name):
+def test_example_sinks_hold_the_same_records_whatever_the_arrival_order(fake_redis, name):
     """DESIGN 7.1: examples emit what is exact. A recovery replays failed tuples after the
     others, so a bolt sees its input in another order; what each sink receives (as a
     multiset: part files and their order differ anyway) must not depend on it."""
     wf = load(WORKFLOWS / f"{name}.xml")
-    reference, _, _ = run_in_process(wf)
+    reference = testing.run_local(wf, fake_redis)
     for seed in range(3):
-        sinks, _, _ = run_in_process(wf, random.Random(seed))
-        assert _multiset(sinks) == _multiset(reference), f"{name}, arrival order {seed}"
+        shuffled = testing.run_local(wf, fake_redis, arrival=random.Random(seed))
+        testing.assert_same_output(shuffled, reference)
 
 
-def test_fanout_joins_both_branches():
+def test_fanout_joins_both_branches(fake_redis):
+    run = testing.run_local(load(WORKFLOWS / "fanout.xml"), fake_redis)
+    assert run.summary["status"] == "completed" and failures_by_component(run) == {}
+    assert sorted(int(v[0]) for v in run.sinks["archive"]) == list(range(1, 301))
+    assert sorted(run.sinks["out"]) == [[n, n * n, n ** 3] for n in range(1, 301)]
+    assert run.summary["components"]["join"]["acked"] == 600              # both halves acked
+
+
+def test_fanout_join_completes_from_state_when_one_side_is_replayed(fake_redis):
+    """A recovery round after `cube` failed replays only the cube half: the square half is
+    in Join's state from the original run, and the joined records are exact."""
     wf = load(WORKFLOWS / "fanout.xml")
-    sinks, failures, acks = run_in_process(wf)
-    assert failures == {}
-    assert sorted(int(v[0]) for v in sinks["archive"]) == list(range(1, 301))
-    joined = sinks["out"]
-    assert sorted(joined) == [[n, n * n, n ** 3] for n in range(1, 301)]
-    assert acks["join"] == 600                               # both halves acked
-
-
-def test_fanout_join_completes_from_state_when_one_side_is_replayed():
-    """As in a recovery round after `cube` failed: the square half is already in state."""
-    from fanout.components import Join
-    join, collector, state = Join(), Collector(), DictState()
-    join._collector, join.state = collector, state
-    join.process(Tuple(1, "square", "default", 6, [5, 25], ("n", "square")))
-    assert collector.emitted == [] and collector.acked == [1]
-    fresh = Join()                                 # a new task, same state
-    fresh._collector, fresh.state = collector, state
-    replayed = Tuple(2, "cube", "default", 6, [5, 125], ("n", "cube"))
-    fresh.process(replayed)
-    assert collector.emitted == [("default", [5, 25, 125], (replayed,))]
-    assert collector.acked == [1, 2]
+    faults = {"recovery.inject.c.component": "cube", "recovery.inject.c.rate": "0.2", **NO_BACKOFF}
+    run = testing.run_local(wf, fake_redis, config=faults)
+    assert {p["component"] for p in run.failed_positions} == {"cube"}
+    assert len(run.sinks["out"]) < 300
+    testing.recover_local(run)
+    assert run.summary["status"] == "completed" and run.summary["recovered"] > 0
+    testing.assert_same_output(run, testing.failure_free_output(wf, fake_redis))
 
 
 def test_cdn_parse_line_fields():

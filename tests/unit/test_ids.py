@@ -15,7 +15,7 @@ from recovery import Bolt, Spout
 from recovery.tracking import ids, keys, tracker
 from recovery.model.workflow import ClassImpl, Component, Input, StreamDef, Workflow
 from recovery.runtime.task import RunSpec
-from tests.unit.local_executor import execute
+from recovery.testing import execute_round
 
 # Found by brute force over "msg-" + 6 characters: same length, same crc32, so the old
 # `crc32 | len << 32` gave both the same root id.
@@ -104,7 +104,7 @@ def test_the_builtin_tuple_hash_is_the_reference_algorithm():
     assert ids.root_id(ids.name_salt("s"), ("f", 10)) == 1301525110908921288
 
 
-CODE = ("import json; from recovery import ids; s = ids.name_salt('s'); print(json.dumps(["
+CODE = ("import json; from recovery.tracking import ids; s = ids.name_salt('s'); print(json.dumps(["
         "ids.derive(1, 2, 3), ids.derive((1 << 64) - 1, 7), ids.root_id(s, ('f', 10)),"
         f" ids.root_id(s, {CRC_TWINS[0]!r}), ids.root_id(s, b'x'), ids.root_id(s, -5),"
         " ids.fields_hash(['word', 3, 1.5, None]), ids.stable_hash({'k': [1, 'v']})]))")
@@ -144,7 +144,7 @@ def test_both_colliding_messages_are_queued_and_pending_when_both_fail():
         Component(id="b", kind="bolt", impl=ClassImpl(ref="tests.unit.test_ids:FailingBolt"),
                   streams=(StreamDef(fields=("m",)),), inputs=(Input(source="s"),))))
     client = fakeredis.FakeRedis()
-    execute(wf, RunSpec("r1", 0, wf.model_dump_json(), "fake://", True), client)
+    execute_round(wf, RunSpec("r1", 0, wf.model_dump_json(), "fake://", True), client)
     for bucket in range(tracker.LEDGER_BUCKETS):
         tracker.resolve_bucket(client, "r1", bucket)
     assert len(tracker.pending_roots(client, "r1")) == 2

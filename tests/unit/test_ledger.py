@@ -12,7 +12,7 @@ from recovery.model.graph import TaskMap
 from recovery.model.workflow import ClassImpl, Component, Grouping, Input, StreamDef, Workflow
 from recovery.runtime.task import RunSpec
 from tests.unit import ledger_components as lc
-from tests.unit.local_executor import execute
+from recovery.testing import execute_round
 
 
 @st.composite
@@ -39,7 +39,7 @@ def check_every_root(wf: Workflow, seed: int) -> tuple[int, int]:
     lc.SEED[0] = seed
     client = fakeredis.FakeRedis()
     spec = RunSpec("r1", 0, wf.model_dump_json(), "fake://", True)
-    execute(wf, spec, client)
+    execute_round(wf, spec, client)
     for b in range(tracker.LEDGER_BUCKETS):
         tracker.resolve_bucket(client, "r1", b)
     pending = tracker.pending_roots(client, "r1")
@@ -101,12 +101,12 @@ def test_a_committed_task_is_replayed_not_executed_again():
     client = fakeredis.FakeRedis()
     spec = RunSpec("r2", 0, wf.model_dump_json(), "fake://", True)
     lc.OUTCOMES.clear()
-    first = execute(wf, spec, client)
+    first = execute_round(wf, spec, client)
     ledger = {b: client.hgetall(keys.ledger("r2", b)) for b in range(tracker.LEDGER_BUCKETS)}
     n = len(lc.OUTCOMES)
     # every reader of s0 committed, so s0's stored output is gone already (it cannot be needed)
     assert not client.exists(keys.task_output("r2", 0, "s0", 0))
-    second = execute(wf, spec, client)
+    second = execute_round(wf, spec, client)
     assert len(lc.OUTCOMES) == n                 # no component code ran again
     assert first and all(not v for v in second.values())
     assert ledger == {b: client.hgetall(keys.ledger("r2", b)) for b in range(tracker.LEDGER_BUCKETS)}

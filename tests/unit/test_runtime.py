@@ -81,7 +81,7 @@ def test_undeclared_stream_is_an_error():
 
 def test_ids_are_derived_the_same_in_every_process():
     """Re-running the same input yields the same ids (PYTHONHASHSEED differs per process)."""
-    code = ("from recovery import ids; print(ids.derive(1, 2, 3), ids.root_id(ids.name_salt('s'), ('f', 10)),"
+    code = ("from recovery.tracking import ids; print(ids.derive(1, 2, 3), ids.root_id(ids.name_salt('s'), ('f', 10)),"
             " ids.fields_hash(['word', 3, 1.5, None]))")
     outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                            env={"PYTHONHASHSEED": seed, "PATH": "/usr/bin"}).stdout for seed in ("1", "2", "random")}

@@ -15,14 +15,14 @@ from recovery.runtime import task as runtime_task
 from recovery.model.workflow import ClassImpl, Component, Grouping, Input, ShellImpl, StreamDef, Workflow
 from recovery.runtime.task import RunSpec
 from tests.unit import runner_components as rc
-from tests.unit.local_executor import execute
+from recovery.testing import execute_round
 
 REF = "tests.unit.runner_components:"
 
 
 def _run(wf: Workflow, run_id: str = "r"):
     client = fakeredis.FakeRedis()
-    execute(wf, RunSpec(run_id, 0, wf.model_dump_json(), "fake://", True), client)
+    execute_round(wf, RunSpec(run_id, 0, wf.model_dump_json(), "fake://", True), client)
     for b in range(tracker.LEDGER_BUCKETS):
         tracker.resolve_bucket(client, run_id, b)
     return client
@@ -121,7 +121,7 @@ def test_a_stuck_tuple_is_marked_before_its_worker_ends_and_the_retry_fails_it_u
     rc.StuckOnThree.RAN.clear()
     rc.Collect.SEEN.clear()
     with pytest.raises(rc.WorkerEnded):
-        execute(wf, spec, fake_redis)
+        execute_round(wf, spec, fake_redis)
     [(marks, message)] = marks_at_kill
     assert len(marks) == 1 and "tuple timed out after 0.5s in slow" in message
     assert fake_redis.hget(keys.task_done("r", 0), "slow:0") is None    # nothing committed
@@ -130,7 +130,7 @@ def test_a_stuck_tuple_is_marked_before_its_worker_ends_and_the_retry_fails_it_u
     # the retry (Spark's, or the resumed round of `recover`): the spout committed, so it
     # replays its stored output; the bolt task fails tuple 3 without running it and goes on
     rc.StuckOnThree.RAN.clear()
-    execute(wf, spec, fake_redis)
+    execute_round(wf, spec, fake_redis)
     for b in range(tracker.LEDGER_BUCKETS):
         tracker.resolve_bucket(fake_redis, "r", b)
     assert sorted(rc.StuckOnThree.RAN) == [0, 1, 2, 4, 5]
@@ -156,7 +156,7 @@ def test_a_finish_marked_timed_out_is_not_run_again_and_fails_what_is_outstandin
     fake_redis.sadd(keys.timed_out("r", 0, "slow", 0), runtime_task.FINISH)   # an attempt killed in it
     rc.AcksInFinish.FINISHED.clear()
     rc.Collect.SEEN.clear()
-    execute(wf, RunSpec("r", 0, wf.model_dump_json(), "fake://", True), fake_redis)
+    execute_round(wf, RunSpec("r", 0, wf.model_dump_json(), "fake://", True), fake_redis)
     for b in range(tracker.LEDGER_BUCKETS):
         tracker.resolve_bucket(fake_redis, "r", b)
     assert rc.AcksInFinish.FINISHED == [] and rc.Collect.SEEN == []
@@ -228,7 +228,7 @@ def test_root_replay_replays_failed_roots_after_unselected_ones(spout_impl, fake
         Component(id="src", kind="spout", impl=spout_impl, streams=(StreamDef(fields=("n",)),)),
         Component(id="sink", kind="bolt", impl=ClassImpl(ref=REF + "Collect"),
                   inputs=(Input(source="src"),))))
-    execute(wf, _replay_spec(wf, "src", [3, 4]), fake_redis)
+    execute_round(wf, _replay_spec(wf, "src", [3, 4]), fake_redis)
     assert sorted(n for _, n in rc.Collect.SEEN) == [3, 4]
     stats = msgpack.unpackb(fake_redis.hget(keys.task_done("r", 1), "src:0"))
     assert stats["replayed_roots"] == 2 and stats["roots"] == 0
@@ -255,7 +255,7 @@ def test_a_sink_write_longer_than_the_message_timeout_is_acked_not_written_twice
         Component(id="src", kind="spout", impl=ClassImpl(ref=REF + "Numbers"), streams=(StreamDef(fields=("n",)),)),
         Component(id="out", kind="bolt", impl=SinkImpl(type="jsonl", params=(("path", "out"),)),
                   inputs=(Input(source="src"),))))
-    execute(wf, RunSpec("r", 0, submit.workflow_json(wf), "fake://", True), fake_redis)
+    execute_round(wf, RunSpec("r", 0, submit.workflow_json(wf), "fake://", True), fake_redis)
     for b in range(tracker.LEDGER_BUCKETS):
         tracker.resolve_bucket(fake_redis, "r", b)
     assert clock[0] == 2.0                                   # the write was slow, once

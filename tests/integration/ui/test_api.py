@@ -3,7 +3,6 @@ and a real submit: the same shapes as the CLI's --json, the CLI's refusals with 
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 from click.testing import CliRunner
@@ -13,6 +12,7 @@ from recovery.tracking import keys
 from recovery.cli import main
 from recovery.ui.app import create_app
 from recovery.ui.command import is_loopback
+from tests.helpers import pretend_running
 from tests.integration.conftest import copy_workflow, submit
 
 
@@ -95,7 +95,7 @@ def test_actions_refuse_what_the_cli_refuses(spark, redis_url, redis_client, tmp
 
     # a run whose driver is alive (this process): recover, requeue and clear refuse as the CLI does
     run = submit(spark, redis_url, redis_client, copy_workflow("wordcount", tmp_path))["run_id"]
-    redis_client.hset(keys.run_record(run), mapping={"status": "running", "driver_pid": os.getpid()})
+    pretend_running(redis_client, run)
     _, _, err = cli(redis_url, "dead", run, "--requeue")
     assert "still running" in err
     for method, path in (("post", f"/api/v1/runs/{run}/recover"), ("post", f"/api/v1/runs/{run}/dead/requeue")):

@@ -4,7 +4,6 @@ state of the page (Playwright's expect), never a sleep."""
 from __future__ import annotations
 
 import json
-import os
 import re
 
 import pytest
@@ -12,6 +11,7 @@ from click.testing import CliRunner
 
 from recovery.tracking import keys
 from recovery.cli import main
+from tests.helpers import pretend_running
 from tests.integration.conftest import copy_workflow, submit
 
 expect = pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed").expect
@@ -94,7 +94,7 @@ def test_recover_from_the_page_ends_completed_live(spark, redis_url, redis_clien
     assert cli_json(redis_url, "status", run)["status"] == "completed"
 
     # a second recover of a run this page is recovering, or an unknown run: the CLI's refusal
-    redis_client.hset(keys.run_record(run), mapping={"status": "running", "driver_pid": os.getpid()})
+    pretend_running(redis_client, run)
     page.locator("#recover").click()
     expect(page.locator("#action-result")).to_contain_text(f"run {run} is still running")
 
