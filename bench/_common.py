@@ -261,7 +261,7 @@ class _Routes:
 
     def __init__(self, wf: Any, cid: str):
         from recovery.model.graph import TaskMap
-        from recovery.runtime.task import Router
+        from recovery.runtime.routing import Router
         self.router = Router(wf, TaskMap.of(wf), cid)
         self.n = 0
 

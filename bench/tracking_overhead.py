@@ -81,7 +81,8 @@ def profile_task(wf, spec_url: str, client, component: str, index: int) -> None:
     from recovery.jobs import submit
     from recovery.tracking import runs
     from recovery.model.graph import topological_order
-    from recovery.runtime.task import RunSpec, TaskRunner
+    from recovery.model.run import RunSpec
+    from recovery.runtime.task import TaskRunner
     wf_json = submit.workflow_json(wf)
     feed_spec = RunSpec("profile-feed", 0, wf_json, spec_url, tracking=False)
     outputs: dict[str, list] = {}

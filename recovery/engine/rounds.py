@@ -16,7 +16,7 @@ from recovery.tracking import keys, tracker
 from recovery.runtime import task
 from recovery.model.graph import subscribers, topological_order
 from recovery.model.workflow import Workflow
-from recovery.runtime.task import RunSpec
+from recovery.model.run import RunSpec
 
 log = logging.getLogger(__name__)
 

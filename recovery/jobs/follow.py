@@ -29,7 +29,7 @@ from recovery.tracking import keys, runs
 from recovery.connectors import sinks
 from recovery.errors import RecoveryError
 from recovery.model.workflow import Workflow
-from recovery.runtime.task import RunSpec
+from recovery.model.run import RunSpec
 
 Event = Callable[[str, dict], None]
 

@@ -21,7 +21,7 @@ from recovery.connectors import sinks
 from recovery.errors import RecoveryError, RedisUnavailable, RunError, WorkflowError
 from recovery.model.graph import topological_order
 from recovery.model.workflow import Workflow
-from recovery.runtime.task import RunSpec
+from recovery.model.run import RunSpec
 
 Progress = Callable[[str, int, int], None]
 

@@ -9,13 +9,10 @@ tasks, so `emit` can return them and the ids it creates can be XORed into the le
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import threading
 import time
-import traceback
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
 import msgpack
@@ -23,55 +20,18 @@ import msgpack
 from recovery.tracking import ids
 from recovery.api.components import Tuple
 from recovery.model.graph import TaskContext, TaskMap, subscribers
-from recovery.model.workflow import Component, Grouping, Workflow
+from recovery.model.workflow import Component, Workflow
 from recovery.tracking.state import KeyedState, LocalState
+from recovery.model.run import RunSpec
+from recovery.runtime.routing import Router
+from recovery.runtime.timeouts import FINISH
+from recovery.runtime.collector import format_error
+from recovery.runtime.timeouts import MessageTimeouts
+from recovery.runtime.collector import Collector
+from recovery.runtime import timeouts
 
-CHUNK = 2048          # tuples per blob
-ERROR_CAP = 4000      # characters of an error/traceback kept with a failed tuple
-FINISH = "finish"     # what a timed-out `finish()` is called in a task's timeout marks
-KILLED_EXIT = 70      # the exit code of a worker the message-timeout watchdog ended
 
 log = logging.getLogger(__name__)
-_monotonic = time.monotonic
-
-
-class TupleTimeout(Exception):
-    """A tuple's execution passed `topology.message.timeout.secs`. Raised cooperatively, by
-    the collector call the component makes after its deadline (never asynchronously), so it
-    always lands where the runner's state is consistent."""
-
-
-def _kill_armed() -> bool:
-    """The last-resort kill ends the process, so it is armed only in a Spark Python worker
-    (whose task Spark retries, or whose round `recover` resumes), never in a driver or a test."""
-    try:
-        from pyspark import TaskContext
-    except ImportError:
-        return False
-    return TaskContext.get() is not None
-
-
-def _end_worker(message: str) -> None:
-    """End this Python worker now: nothing of the task is committed, so nothing is lost."""
-    sys.stderr.write(message + "\n")
-    sys.stderr.flush()
-    os._exit(KILLED_EXIT)
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """Everything a task needs, shipped with the closure (small: the workflow, not data)."""
-    run_id: str
-    round: int
-    workflow_json: str
-    redis_url: str | None
-    tracking: bool = True
-    replay_roots: frozenset[int] | None = None     # root-replay: spouts emit only these roots
-    root_epoch: int = 0                             # root-replay gives replayed roots new ids
-    filter_epoch: int = 0                           # ... and selects them by their old ids
-    original_json: str | None = None                # the submitted workflow: task numbering
-    source_json: str = "{}"                         # per-round source settings (e.g. offset ranges)
-    generation: str | None = None                   # the run's record generation: commits check it
 
 
 # --- per-process caches (a Python worker runs many tasks) --------------------------------
@@ -119,74 +79,8 @@ def redis_of(spec: RunSpec) -> Any:
     return client
 
 
-def format_error(err: BaseException) -> tuple[str, str]:
-    message = f"{type(err).__name__}: {err}"
-    tb = "".join(traceback.format_exception(type(err), err, err.__traceback__))
-    return message[:ERROR_CAP], tb[-ERROR_CAP:]
-
-
-# --- routing -------------------------------------------------------------------------------
-class _Route:
-    __slots__ = ("consumer", "p", "first", "grouping", "idx")
-
-    def __init__(self, consumer: str, p: int, first: int, grouping: Grouping, idx: tuple[int, ...]):
-        self.consumer, self.p, self.first, self.grouping, self.idx = consumer, p, first, grouping, idx
-
-
-class Router:
-    """Storm's groupings, computed by the emitter. Deterministic: shuffle spreads by the
-    tuple's derived id, so a re-run routes every tuple to the same task."""
-
-    def __init__(self, wf: Workflow, tm: TaskMap, component_id: str):
-        me = wf.component(component_id)
-        self.component = component_id
-        self.routes: dict[str, list[_Route]] = {s.id: [] for s in me.streams}
-        self.direct: dict[str, dict[int, tuple[str, int]]] = {s.id: {} for s in me.streams}
-        self.salts = {s.id: ids.name_salt(component_id, s.id) for s in me.streams}
-        for consumer, inp in subscribers(wf, component_id):
-            stream = me.stream(inp.stream)
-            if stream is None:
-                continue
-            if inp.grouping == Grouping.DIRECT:
-                for i, t in enumerate(tm.task_ids(consumer.id)):
-                    self.direct[inp.stream][t] = (consumer.id, i)
-                continue
-            idx = tuple(stream.fields.index(f) for f in inp.fields) if inp.grouping == Grouping.FIELDS else ()
-            self.routes[inp.stream].append(
-                _Route(consumer.id, consumer.parallelism, tm.first[consumer.id], inp.grouping, idx))
-
-    def deliver(self, stream: str, values: list, base: int, direct_task: int | None
-                ) -> list[tuple[str, int, int, int]]:
-        """(consumer, index, task id, tuple id) for every copy of one emit."""
-        if stream not in self.routes:
-            raise ValueError(f"{self.component!r} emitted on undeclared stream {stream!r}")
-        if direct_task is not None:
-            target = self.direct[stream].get(direct_task)
-            if target is None:
-                raise ValueError(f"task {direct_task} does not subscribe to {self.component!r} "
-                                 f"stream {stream!r} with a direct grouping")
-            return [(target[0], target[1], direct_task, ids.derive(base, direct_task))]
-        out = []
-        for r in self.routes[stream]:
-            g = r.grouping
-            if g is Grouping.FIELDS:
-                i = ids.fields_hash([values[j] for j in r.idx]) % r.p
-            elif g is Grouping.GLOBAL:
-                i = 0
-            elif g is Grouping.ALL:
-                for i in range(r.p):
-                    t = r.first + i
-                    out.append((r.consumer, i, t, ids.derive(base, t)))
-                continue
-            else:  # shuffle, none, local_or_shuffle: spread evenly and deterministically
-                i = base % r.p
-            t = r.first + i
-            out.append((r.consumer, i, t, ids.derive(base, t)))
-        return out
-
-
 # --- the task runner -----------------------------------------------------------------------
-class TaskRunner:
+class TaskRunner(MessageTimeouts, Collector):
     """Hosts one component's task: collector for its emits/acks/fails, ledger contributions,
     failure records, output chunks, commit."""
 
@@ -242,233 +136,6 @@ class TaskRunner:
         impl = self.comp.impl
         return impl.kind == "sink" and impl.type == "redis" or (
             impl.kind == "source" and impl.type in ("queue", "redis-stream"))
-
-    # -- collector protocol ---------------------------------------------------------------
-    def emit(self, component: Any, values: Any, stream: str, anchors: tuple, direct_task: int | None,
-             message_id: Any) -> list[int]:
-        if self._running is not None and _monotonic() > self._running[1]:
-            self._raise_timeout()
-        if type(values) is not list:
-            values = list(values)
-        if self.is_spout:
-            # every emit counts, a root replay's unselected ones too: run_spout takes only a
-            # next_tuple() that called emit not once for the end of the spout
-            self.spout_emits += 1
-            if message_id is None:
-                self.unanchored_seq += 1
-                # the round keeps a later round's unanchored tuples apart from this one's
-                return self._emit(values, stream, (), ids.derive(self.task_id, self.unanchored_seq,
-                                                                 self.spec.round), direct_task, hold=None)
-            if not self._selected(message_id):
-                return []
-            root = ids.root_id(self._root_salt(self.spec.root_epoch), message_id)
-            if root in self._spout_roots:
-                # ids are derived from message ids: a second root under one id would cancel the
-                # first one's XORs and share its queue fields, losing one of them silently
-                raise ValueError(f"spout {self.component_id!r} emitted message id {message_id!r} twice in "
-                                 f"one task; message ids must be unique within a run")
-            base = ids.derive(root, self.router.salts.get(stream, 0), 0)
-            targets = self._emit(values, stream, (root,), base, direct_task, hold=None, root_xor=root)
-            # only an emit that routed makes a root: one that raised (an undeclared stream...)
-            # would otherwise count as complete and be acked to its spout
-            self._count_root(False)
-            self._spout_roots.add(root)
-            self.spout_messages.append([root, message_id])
-            return targets
-        if not anchors and self.auto_anchor and self.current is not None:
-            anchors = (self.current,)
-        elif len(anchors) > 1:
-            # one tuple named twice is one anchor: XORed with itself it would make an anchor key
-            # of 0, and ids that every task and round share
-            anchors = tuple({a.id: a for a in anchors}.values())
-        if len(anchors) == 1:   # the common case, kept short
-            a = anchors[0]
-            key = a.id
-            n = self.emit_counts.get(key, 0)
-            self.emit_counts[key] = n + 1
-            return self._emit(values, stream, a.roots, ids.derive(key, self.router.salts.get(stream, 0), n),
-                              direct_task, hold=anchors)
-        if anchors:
-            key = 0
-            roots: list[int] = []
-            for a in anchors:
-                key ^= a.id
-                for r in a.roots:
-                    if r not in roots:
-                        roots.append(r)
-            n = self.emit_counts.get(key, 0)
-            self.emit_counts[key] = n + 1
-            base = ids.derive(key, self.router.salts.get(stream, 0), n)
-            return self._emit(values, stream, tuple(roots), base, direct_task, hold=anchors)
-        self.unanchored_seq += 1
-        base = ids.derive(self.task_id, self.router.salts.get(stream, 0), self.unanchored_seq, 1,
-                          self.spec.round)
-        return self._emit(values, stream, (), base, direct_task, hold=None)
-
-    def _emit(self, values, stream, roots, base, direct_task, hold, root_xor: int = 0) -> list[int]:
-        deliveries = self.router.deliver(stream, values, base, direct_task)
-        recs = [(consumer, i, [tid, roots, stream, values]) for consumer, i, _, tid in deliveries]
-        if hold:
-            entry = [len(hold), recs, False]
-            for a in hold:
-                if a.id not in self.outstanding:
-                    raise ValueError(f"emit anchored to tuple {a.id:#x}, which was already acked or failed")
-                self.held.setdefault(a.id, []).append(entry)
-        else:
-            x = 0
-            for rec in recs:
-                x ^= rec[2][0]
-            if root_xor:
-                self.contrib[root_xor] = self.contrib.get(root_xor, 0) ^ x
-            self._release(recs, xor_roots=False)
-        return [t for _, _, t, _ in deliveries]
-
-    def _release(self, recs: list, xor_roots: bool = True) -> None:
-        out, contrib = self.out, self.contrib
-        for consumer, i, rec in recs:
-            if xor_roots:
-                tid = rec[0]
-                for r in rec[1]:
-                    contrib[r] = contrib.get(r, 0) ^ tid
-            key = (consumer, i)
-            buf = out.get(key)
-            if buf is None:
-                buf = out[key] = []
-            buf.append(rec)
-            if len(buf) >= CHUNK:
-                self._seal(key)
-        self.stats["emitted"] += len(recs)
-
-    def _seal(self, key: tuple[str, int]) -> None:
-        blob = msgpack.packb([self.component_id, self.task_id, self.out.pop(key)])
-        self.ready.append((key, blob))
-        if self.tracker is not None:
-            self.tracker.add_output(key, blob)
-
-    def ack(self, tup: Tuple) -> None:
-        if self._running is not None and _monotonic() > self._running[1]:
-            self._raise_timeout()
-        if self.outstanding.pop(tup.id, None) is None:
-            return  # already acked or failed: Storm ignores it too
-        self.stats["acked"] += 1
-        for r in tup.roots:
-            self.contrib[r] = self.contrib.get(r, 0) ^ tup.id
-        if tup.id in self.replayed and self.tracker is not None:
-            self.tracker.replay_done(self.component_id, self.task_id, tup.id)
-        for entry in self.held.pop(tup.id, ()):
-            entry[0] -= 1
-            if entry[0] == 0 and not entry[2]:
-                self._release(entry[1])
-
-    def fail(self, tup: Tuple, error: str | None = None, tb: str = "") -> None:
-        if self._running is not None and _monotonic() > self._running[1]:
-            self._raise_timeout()
-        if self.outstanding.pop(tup.id, None) is None:
-            return
-        self.stats["failed"] += 1
-        for entry in self.held.pop(tup.id, ()):
-            entry[2] = True   # nothing emitted on a failed tuple's behalf flows on
-        if self.tracker is not None:
-            rec = {"id": tup.id, "roots": list(tup.roots), "src_component": tup.component,
-                   "src_task": tup.source_task, "stream": tup.stream, "values": tup.values,
-                   "attempt": tup.attempt, "error": error or f"failed by {self.component_id}",
-                   "traceback": tb}
-            self.tracker.failure(rec)
-            if rec.get("dead"):
-                self.stats["dead"] += 1
-        else:
-            self.log(f"tuple {tup.id:#x} failed: {error}", "error")
-
-    def log(self, message: str, level: str = "info") -> None:
-        if self._running is not None and _monotonic() > self._running[1]:
-            self._raise_timeout()
-        if self.tracker is not None:
-            self.tracker.log(level, message)
-
-    # -- timeouts -------------------------------------------------------------------------
-    # The message timeout is cooperative: an execution (a tuple's process(), or finish()) has
-    # a deadline, checked at every collector call (emit, ack, fail, log) and when it returns;
-    # past it, the collector call raises TupleTimeout before it changes anything, and the tuple
-    # fails alone. Nothing is ever raised asynchronously, so no timeout can land between two
-    # statements of the runner (e.g. in `_seal`, between taking a chunk out and storing it).
-    # For code that never hands control back (stuck in C, or a loop without collector calls)
-    # the last resort is `_watch`.
-    def _timeout_text(self) -> str:
-        return f"tuple timed out after {self._timeout:g}s in {self.component_id}"
-
-    def _raise_timeout(self) -> None:
-        raise TupleTimeout(self._timeout_text())
-
-    def _start_timing(self, bolt: Any) -> None:
-        ml = sys.modules.get("recovery.multilang.base")
-        if self._timeout <= 0 or (ml is not None and isinstance(bolt, ml.ShellBolt)):
-            return   # shell bolts bound every wait on their program themselves
-        if self.comp.impl.kind == "sink":
-            # The timeout bounds user code, and a built-in sink runs none: it buffers, writes
-            # once in finish(), then acks. Refusing those acks because the write was slow
-            # would fail records already durable, and recovery would write them again into
-            # another part; and the last-resort kill would end every attempt of a large
-            # output's write alike. Its writes are bounded as Spark's own writers' are: by
-            # the filesystem, or the Redis client's socket timeout.
-            return
-        self._timed = True
-        if self.tracker is not None:
-            marks = self.client.smembers(self._marks_key())
-            self._timed_out = {m.decode() if m == FINISH.encode() else int(m) for m in marks}
-        if _kill_armed():
-            self._watchdog = threading.Thread(target=self._watch, daemon=True,
-                                              name=f"timeout-{self.component_id}-{self.index}")
-            self._watchdog.start()
-
-    def _marks_key(self) -> str:
-        from recovery.tracking import keys
-        return keys.timed_out(self.spec.run_id, self.spec.round, self.component_id, self.index)
-
-    def _watch(self) -> None:
-        """The last resort: an execution still running a whole timeout past its deadline will
-        not hand control back. Record durably that it timed out here, then end the worker.
-
-        Nothing is lost: the task has committed nothing (its outputs, ledger contributions and
-        failures are committed together at its end, and a retry overwrites whatever in-flight
-        chunks it stored). Nothing loops: the retry reads the mark and fails that tuple with the
-        timeout error without running it (`_execute`), then goes on. Where Spark retries the
-        task (`local[N,F]` with F > 1, a cluster), that happens within the round. Where it will
-        not (plain `local[N]` allows one attempt), the round fails in Spark and the driver says
-        so in one line (jobs.run_and_settle); `recovery recover RUN` resumes that round, its
-        committed tasks replaying their stored output and this task reading the mark. With
-        tracking off there is no mark: Spark's attempts run out and the round fails.
-
-        Not covered: C code that holds the GIL while it is stuck (this thread cannot run then;
-        waits, sleeps and I/O release the GIL)."""
-        tick = min(1.0, self._timeout / 4)
-        while not self._stop_watchdog.wait(tick):
-            running = self._running
-            if running is None or _monotonic() <= running[1] + self._timeout:
-                continue
-            what = running[0]
-            marked = False
-            if self.tracker is not None:
-                try:
-                    self.client.sadd(self._marks_key(), what)
-                    marked = True
-                except Exception:   # Redis down: end the worker anyway; Spark bounds the retries
-                    log.exception("could not record the timeout of %s at %s task %d",
-                                  what, self.component_id, self.task_id)
-            if self._running is not running:
-                # it returned while the mark was written: the runner fails it itself
-                if marked:
-                    self.client.srem(self._marks_key(), what)
-                continue
-            _end_worker(f"recovery: {self._timeout_text()} and did not return: {what} at "
-                        f"{self.component_id} task {self.task_id} marked timed out, worker ended")
-            return
-
-    def _stop(self) -> None:
-        self._running = None
-        if self._watchdog is not None:
-            self._stop_watchdog.set()
-            self._watchdog.join()
-            self._watchdog = None
 
     # -- component set-up -----------------------------------------------------------------
     def _context(self) -> TaskContext:
@@ -562,7 +229,7 @@ class TaskRunner:
             for tup in list(self.outstanding.values()):
                 self.fail(tup, timeout_error)
             return
-        running = self._running = (FINISH, _monotonic() + self._timeout) if self._timed else None
+        running = self._running = (FINISH, timeouts.clock() + self._timeout) if self._timed else None
         try:
             bolt.finish()
         except Exception as err:
@@ -572,7 +239,7 @@ class TaskRunner:
                 self.fail(tup, f"{self.component_id}.finish raised {msg}", tb)
         else:
             self._running = None
-            if running is not None and _monotonic() > running[1]:
+            if running is not None and timeouts.clock() > running[1]:
                 for tup in list(self.outstanding.values()):
                     self.fail(tup, timeout_error)
         finally:
@@ -617,7 +284,7 @@ class TaskRunner:
             self.fail(tup, f"TupleTimeout: {self._timeout_text()} (stuck: its worker was ended)")
             return
         self.current = tup
-        running = self._running = (tid, _monotonic() + self._timeout) if self._timed else None
+        running = self._running = (tid, timeouts.clock() + self._timeout) if self._timed else None
         try:
             for inj in self.injections:
                 inj.before_process(tup)
@@ -632,7 +299,7 @@ class TaskRunner:
                          "acked or failed", "warn")
         else:
             self._running = None
-            if running is not None and _monotonic() > running[1]:
+            if running is not None and timeouts.clock() > running[1]:
                 # it returned late without a collector call to raise at (between tuples)
                 if tid in self.outstanding:
                     self.fail(tup, f"TupleTimeout: {self._timeout_text()}")

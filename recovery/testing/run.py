@@ -19,7 +19,7 @@ from recovery.runtime import task
 from recovery.errors import RunError
 from recovery.faults import PREFIX as INJECT_PREFIX
 from recovery.model.workflow import ClassImpl, Component, Workflow
-from recovery.runtime.task import RunSpec
+from recovery.model.run import RunSpec
 from recovery.testing.components import (
     ABORT,
     CRASH,

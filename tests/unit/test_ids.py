@@ -14,7 +14,7 @@ from hypothesis import given, settings, strategies as st
 from recovery import Bolt, Spout
 from recovery.tracking import ids, keys, tracker
 from recovery.model.workflow import ClassImpl, Component, Input, StreamDef, Workflow
-from recovery.runtime.task import RunSpec
+from recovery.model.run import RunSpec
 from recovery.testing import execute_round
 
 # Found by brute force over "msg-" + 6 characters: same length, same crc32, so the old

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from recovery.tracking import keys, tracker
 from recovery.model.graph import TaskMap
 from recovery.model.workflow import ClassImpl, Component, Grouping, Input, StreamDef, Workflow
-from recovery.runtime.task import RunSpec
+from recovery.model.run import RunSpec
 from tests.unit import ledger_components as lc
 from recovery.testing import execute_round
 

@@ -15,7 +15,7 @@ from recovery.errors import RecoveryError
 from recovery.connectors.redis_stream.topics import TopicError
 from recovery.connectors.redis_stream.offsets import assign_partitions
 from recovery.model.workflow import Component, SourceImpl, StreamDef, Workflow
-from recovery.runtime.task import RunSpec
+from recovery.model.run import RunSpec
 
 
 # --- partition assignment (KafkaUtils.calculatePartitionsForTask) -----------------------------

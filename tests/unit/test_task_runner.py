@@ -11,9 +11,9 @@ import pytest
 
 from recovery.tracking import ids, keys, tracker
 from recovery.jobs import submit
-from recovery.runtime import task as runtime_task
+from recovery.runtime import collector, timeouts
 from recovery.model.workflow import ClassImpl, Component, Grouping, Input, ShellImpl, StreamDef, Workflow
-from recovery.runtime.task import RunSpec
+from recovery.model.run import RunSpec
 from tests.unit import runner_components as rc
 from recovery.testing import execute_round
 
@@ -94,7 +94,7 @@ def test_a_slow_seal_inside_ack_loses_no_chunk(monkeypatch):
     buffers and stores it as one step. (SIGALRM used to raise in the slow serialization,
     after the chunk was taken out and its tuples' ids XORed: the chunk was lost, its roots
     pending for ever with nothing queued.)"""
-    monkeypatch.setattr(runtime_task, "CHUNK", 4)    # the ack of tuple 3 seals a chunk of 4
+    monkeypatch.setattr(collector, "CHUNK", 4)    # the ack of tuple 3 seals a chunk of 4
     rc.Collect.SEEN.clear()
     client = _run(_slow_workflow("SlowToSeal"))
     assert sorted(n for _, n in rc.Collect.SEEN) == list(range(6))
@@ -115,8 +115,8 @@ def test_a_stuck_tuple_is_marked_before_its_worker_ends_and_the_retry_fails_it_u
         marks_at_kill.append((fake_redis.smembers(marks_key), message))
         rc.StuckOnThree.KILLED.set()
 
-    monkeypatch.setattr(runtime_task, "_kill_armed", lambda: True)
-    monkeypatch.setattr(runtime_task, "_end_worker", end_worker)
+    monkeypatch.setattr(timeouts, "_kill_armed", lambda: True)
+    monkeypatch.setattr(timeouts, "_end_worker", end_worker)
     rc.StuckOnThree.KILLED.clear()
     rc.StuckOnThree.RAN.clear()
     rc.Collect.SEEN.clear()
@@ -153,7 +153,7 @@ def test_a_slow_finish_fails_what_is_outstanding_with_the_timeout():
 
 def test_a_finish_marked_timed_out_is_not_run_again_and_fails_what_is_outstanding(fake_redis):
     wf = _slow_workflow("AcksInFinish")
-    fake_redis.sadd(keys.timed_out("r", 0, "slow", 0), runtime_task.FINISH)   # an attempt killed in it
+    fake_redis.sadd(keys.timed_out("r", 0, "slow", 0), timeouts.FINISH)   # an attempt killed in it
     rc.AcksInFinish.FINISHED.clear()
     rc.Collect.SEEN.clear()
     execute_round(wf, RunSpec("r", 0, wf.model_dump_json(), "fake://", True), fake_redis)
@@ -242,7 +242,7 @@ def test_a_sink_write_longer_than_the_message_timeout_is_acked_not_written_twice
     from recovery.connectors import sinks
     from recovery.model.workflow import SinkImpl
     clock = [0.0]     # seconds the (fake) write adds to the runtime's clock
-    monkeypatch.setattr(runtime_task, "_monotonic", lambda: time.monotonic() + clock[0])
+    monkeypatch.setattr(timeouts, "clock", lambda: time.monotonic() + clock[0])
     real_write = sinks._atomic_write
 
     def slow_write(path, data):
