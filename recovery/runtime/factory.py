@@ -4,7 +4,11 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from recovery.api.loader import load_class
+from recovery.connectors import sinks
 from recovery.model.workflow import Component, Workflow
+from recovery.multilang.bolt import ShellBolt
+from recovery.multilang.spout import ShellSpout
 
 
 def python_is_ours(impl: Any) -> Any:
@@ -18,13 +22,10 @@ def python_is_ours(impl: Any) -> Any:
 def build(comp: Component, wf: Workflow) -> Any:
     impl = comp.impl
     if impl.kind == "class":
-        from recovery.api.loader import load_class
         return load_class(impl.ref, wf.base_dir)()
     if impl.kind == "shell":
-        from recovery.multilang import base
-        cls = base.ShellSpout if comp.is_spout else base.ShellBolt
+        cls = ShellSpout if comp.is_spout else ShellBolt
         return cls(python_is_ours(impl), wf.base_dir or ".")
     if impl.kind == "sink":
-        from recovery.connectors import sinks
         return sinks.make_sink(impl, wf.base_dir or ".")
     raise ValueError(f"component {comp.id!r}: a built-in source is driven by the engine, not built")

@@ -9,6 +9,8 @@ import threading
 import time
 from typing import Any
 
+from recovery.multilang.bolt import ShellBolt
+
 log = logging.getLogger(__name__)
 clock = time.monotonic   # the runtime's one clock: deadlines and their checks (tests move it)
 
@@ -58,8 +60,7 @@ class MessageTimeouts:
         raise TupleTimeout(self._timeout_text())
 
     def _start_timing(self, bolt: Any) -> None:
-        ml = sys.modules.get("recovery.multilang.base")
-        if self._timeout <= 0 or (ml is not None and isinstance(bolt, ml.ShellBolt)):
+        if self._timeout <= 0 or isinstance(bolt, ShellBolt):
             return   # shell bolts bound every wait on their program themselves
         if self.comp.impl.kind == "sink":
             # The timeout bounds user code, and a built-in sink runs none: it buffers, writes

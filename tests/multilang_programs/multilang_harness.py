@@ -13,7 +13,8 @@ from typing import Any
 from recovery.api.components import Tuple
 from recovery.model.graph import TaskContext
 from recovery.model.workflow import Component, Input, ShellImpl, StreamDef, Workflow
-from recovery.multilang.base import ShellBolt, ShellSpout
+from recovery.multilang.bolt import ShellBolt
+from recovery.multilang.spout import ShellSpout
 from tests.helpers import wait_for
 
 PROGRAMS = Path(__file__).resolve().parent

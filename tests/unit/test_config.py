@@ -10,7 +10,7 @@ from recovery.model import config
 from recovery.model.config import PropertyError
 from recovery.errors import RecoveryError
 from recovery.model.workflow import Workflow
-from recovery.multilang.base import _conf_float
+from recovery.multilang.protocol import conf_float
 from recovery.faults import Injection
 from recovery.tracking.tracker import backoff_ms
 
@@ -130,9 +130,9 @@ def test_backoff_and_multilang_read_the_declared_defaults():
     assert backoff_ms(1, {}) == 200.0                     # initial 0 + period 200
     assert backoff_ms(10, {}) == 10000.0                  # capped
     assert backoff_ms(2, {"recovery.retry.delay.period.ms": "10"}) == 20.0
-    assert _conf_float({}, "topology.subprocess.timeout.secs") == 30.0
+    assert conf_float({}, "topology.subprocess.timeout.secs") == 30.0
     assert type(config.value({}, "recovery.retry.max.delay.ms")) is float   # typed defaults
-    assert _conf_float({"topology.tick.tuple.freq.secs": "2"}, "topology.tick.tuple.freq.secs") == 2.0
+    assert conf_float({"topology.tick.tuple.freq.secs": "2"}, "topology.tick.tuple.freq.secs") == 2.0
 
 
 def test_describe_lists_every_declaration_with_help():

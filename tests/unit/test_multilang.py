@@ -12,10 +12,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "multilang_programs
 
 from multilang_harness import Harness, Shells, run, tuples  # noqa: E402
 
-from recovery.multilang import base  # noqa: E402
+from recovery.multilang import process  # noqa: E402
 from recovery.api.components import Tuple  # noqa: E402
 from recovery.errors import RecoveryError  # noqa: E402
-from recovery.multilang.base import ShellBolt, ShellError  # noqa: E402
+from recovery.multilang.base import ShellError  # noqa: E402
+from recovery.multilang.bolt import ShellBolt  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)
 BOLT = "pystorm_bolt.py"
@@ -142,7 +143,7 @@ class FrozenClock:
 @pytest.fixture
 def clock(monkeypatch):
     frozen = FrozenClock()
-    monkeypatch.setattr(base, "_monotonic", frozen)
+    monkeypatch.setattr(process, "monotonic", frozen)
     return frozen
 
 
