@@ -78,7 +78,7 @@ def profile_task(wf, spec_url: str, client, component: str, index: int) -> None:
     import cProfile
     import pstats
     from recovery.engine import rounds
-    from recovery.jobs import submit
+    from recovery.jobs import submit, clear
     from recovery.tracking import runs
     from recovery.model.graph import topological_order
     from recovery.model.run import RunSpec
@@ -115,7 +115,7 @@ def profile_task(wf, spec_url: str, client, component: str, index: int) -> None:
         print(f"\n{component}[{index}] in-process, tracking {'on' if tracking else 'off'}: "
               f"{n_in} input chunks -> {len(out)} output chunks in {took:.2f}s (under cProfile)")
         pstats.Stats(prof).sort_stats("tottime").print_stats(14)
-        submit.clear(client, run_id, force=True)
+        clear.clear(client, run_id, force=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         data = generate_input(args.workflow, folder, args.tuples, args.invalid)
         print(f"input: {args.tuples:,} root tuples of {args.workflow} ({data.stat().st_size / 1e6:.1f} MB), "
               f"generated in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
-        from recovery.jobs import submit
+        from recovery.jobs import clear
         wf = C.load_workflow(xml)
         out_dir = sink_folder(wf)
         times: dict[str, list[float]] = collections.defaultdict(list)
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             C.copy_workflow(args.workflow, warm)
             generate_input(args.workflow, warm, min(args.tuples, 2000), args.invalid)
             s, _ = C.submit(spark, client, url, warm / f"{args.workflow}.xml", tracking=True)
-            submit.clear(client, s["run_id"])
+            clear.clear(client, s["run_id"])
             C.run_plain(spark, C.load_workflow(warm / f"{args.workflow}.xml"))
             prints: dict[str, tuple[int, str]] = {}
             for rep in range(args.repeats):
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
                             redis_peak = max(redis_peak, mem.peak)
                             if summary["status"] != "completed" and not args.invalid:
                                 print(f"warning: tracked run ended {summary['status']}", file=sys.stderr)
-                        submit.clear(client, summary["run_id"])
+                        clear.clear(client, summary["run_id"])
                     times[variant].append(secs)
                     cpus[variant].append(cpu.seconds)
                     this[variant] = (secs, cpu.seconds)

@@ -245,12 +245,14 @@ def register(main: click.Group) -> None:
     def plan(run_id: str, fmt: str, redis_url: str | None) -> None:
         """The recovery workflow `recover` would run next: as XML, or the original topology
         drawn with the failed positions marked and the part that re-runs set apart."""
-        from recovery.jobs import submit as jobs_submit, reports
+        from recovery.jobs import reports
+        from recovery.jobs import summary as jobs_summary
         from recovery.model import render
+        from recovery.tracking import runs
         client, _ = _client(redis_url)
         p = reports.plan(client, run_id)
         if fmt != "xml":
-            original = jobs_submit.original_workflow(jobs_submit.runs.get(client, run_id))
+            original = jobs_summary.original_workflow(runs.get(client, run_id))
             dim = {c.id for c in original.components} - set(p["rerun"])
             click.echo(render.render(original, fmt, p["marks"], dim))
             return
@@ -282,7 +284,7 @@ def register(main: click.Group) -> None:
         round (a crashed round that resumes too). Use it to mend a bad value a run was
         submitted with, or to allow more attempts before `recovery dead --requeue`."""
         from recovery.model import config
-        from recovery.jobs import submit as jobs_submit
+        from recovery.jobs import recover as jobs_recover, summary as jobs_summary
         from recovery.tracking import runs
         client, url = _client(redis_url)
         rec = runs.get(client, run_id)
@@ -293,8 +295,8 @@ def register(main: click.Group) -> None:
             click.echo(f"warning: taking over run {run_id} from its {runs.describe_driver(rec)}; if that "
                        "driver is still working, both will run the same round", err=True)
         if props:
-            stored = jobs_submit.original_workflow(rec).config
-            jobs_submit.reconfigure(client, run_id, config.parse_assignments(props, "-p", dict(stored)))
+            stored = jobs_summary.original_workflow(rec).config
+            jobs_recover.reconfigure(client, run_id, config.parse_assignments(props, "-p", dict(stored)))
         spark = _spark(master, _kv(spark_conf, "--conf"))
 
         with _Progress(not as_json) as progress:
@@ -302,7 +304,7 @@ def register(main: click.Group) -> None:
                 s = r["summary"]
                 progress.note(f"round {r['round']}: replayed {r['replayed']} tuples; "
                               f"roots pending {s['pending']}, dead {s['dead']}")
-            summary = jobs_submit.recover(spark, client, url, run_id, max_rounds, strategy, progress, on_round,
+            summary = jobs_recover.recover(spark, client, url, run_id, max_rounds, strategy, progress, on_round,
                                    force=force)
         if as_json:
             echo_json(summary)

@@ -23,7 +23,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from recovery.jobs import submit
+from recovery.jobs import submit, summary as jobs_summary, recover
 from recovery.connectors.redis_stream import topics, report as stream_report, offsets
 from recovery.tracking import keys, runs
 from recovery.connectors import sinks
@@ -96,7 +96,7 @@ def resume_crashed(spark: Any, client: Any, redis_url: str, wf: Workflow,
     for rec in owner_runs(client, wf):
         if runs.status_of(rec) == runs.CRASHED:
             with runs.take_over(client, rec) as lease, submit.redis_lost_is_resumable(rec["run_id"], redis_url):
-                summary = submit.resume_if_crashed(spark, client, redis_url, rec, progress,
+                summary = recover.resume_if_crashed(spark, client, redis_url, rec, progress,
                                                  lease.generation)
             if summary is not None:
                 summary["resumed_round"] = int(rec.get("round") or 0)
@@ -116,7 +116,7 @@ def check(client: Any, wf: Workflow, follow: bool, tracking: bool = True) -> Non
 
 def _due(client: Any, run_id: str) -> int:
     now = time.time()
-    return sum(1 for r in submit._queued(client, run_id) if r.get("not_before", 0) <= now)
+    return sum(1 for r in jobs_summary.queued_positions(client, run_id) if r.get("not_before", 0) <= now)
 
 
 def _round_stats(client: Any, run_id: str, round_no: int) -> dict[str, dict]:
@@ -144,7 +144,7 @@ def enrich(client: Any, summary: dict[str, Any], wf: Workflow | None = None) -> 
     """A run's summary with its topics' partitions (committed, end, lag) and, for a follow run,
     roots counted over every batch (jobs.summarize counts round 0's)."""
     rec = runs.get(client, summary["run_id"])
-    wf = wf or submit.original_workflow(rec)
+    wf = wf or jobs_summary.original_workflow(rec)
     if not topics.log_spouts(wf):
         return summary
     summary["partitions"] = stream_report.partition_report(client, wf)
@@ -233,13 +233,13 @@ def follow(spark: Any, client: Any, redis_url: str, wf: Workflow, xml: str, file
                 spec = RunSpec(run_id, next_round, wf_json, redis_url, True, source_json=source_json,
                                generation=gen)
                 runs.update(client, run_id, gen, round=next_round, current_workflow=wf_json,
-                            current_spec=submit._spec_json(spec), status=runs.RUNNING,
+                            current_spec=submit.spec_json(spec), status=runs.RUNNING,
                             driver_pid=os.getpid(), driver_host=socket.gethostname())
                 # counted when the batch starts: a resumed batch is not counted twice
                 runs.increment(client, run_id, gen, follow_batches=1, follow_messages=planned)
                 started = time.time()
                 summary = _run_batch(spark, client, wf, spec, stop, emit)
-                submit.prune_failed_set(client, run_id)
+                recover.prune_failed_set(client, run_id)
                 stats = _round_stats(client, run_id, next_round)
                 spouts = {s.id for s in topics.log_spouts(wf)}
                 emit("batch", {"run_id": run_id, "round": next_round, "messages": planned,
@@ -254,7 +254,7 @@ def follow(spark: Any, client: Any, redis_url: str, wf: Workflow, xml: str, file
                 active = True
             if auto and created and not stop.requested and _due(client, run_id):
                 try:
-                    rs = submit.recover(spark, client, redis_url, run_id, max_rounds=1, lease=lease)
+                    rs = recover.recover(spark, client, redis_url, run_id, max_rounds=1, lease=lease)
                 except Exception:
                     if not stop.requested:
                         raise
@@ -276,7 +276,7 @@ def follow(spark: Any, client: Any, redis_url: str, wf: Workflow, xml: str, file
             stop.event.wait(poll)
     out: dict[str, Any] = {"run_id": run_id if created else None, "batches": 0}
     if created:
-        out = enrich(client, submit.summarize(client, run_id), wf)
+        out = enrich(client, jobs_summary.summarize(client, run_id), wf)
         runs.update(client, run_id, gen, follow_stopped=time.time(),
                     summary={k: v for k, v in out.items() if k != "partitions"})
     else:

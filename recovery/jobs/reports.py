@@ -5,11 +5,10 @@ Read-only except `requeue` and `clear`, which call jobs.requeue_dead and jobs.cl
 """
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
-from recovery.jobs import submit
+from recovery.jobs import summary, recover, clear as jobs_clear
 from recovery.tracking import keys, runs
 from recovery.errors import RecoveryError
 
@@ -64,7 +63,7 @@ def runs_list(client: Any, status: str | None = None) -> dict[str, Any]:
 def run_status(client: Any, run_id: str) -> dict[str, Any]:
     """A run's summary with its topics' partitions (`recovery status --json`, /api/v1/runs/ID)."""
     from recovery.jobs import follow
-    return follow.enrich(client, submit.summarize(client, run_id))
+    return follow.enrich(client, summary.summarize(client, run_id))
 
 
 def rounds(client: Any, run_id: str) -> dict[str, Any]:
@@ -73,7 +72,7 @@ def rounds(client: Any, run_id: str) -> dict[str, Any]:
     spouts emitted, `recovered` those of them acked, `dead` the tuples that ran out of attempts."""
     rec = runs.get(client, run_id)
     # queue spouts are the components a recovery round has and the original workflow has not
-    original = {c.id for c in submit.original_workflow(rec).components}
+    original = {c.id for c in summary.original_workflow(rec).components}
     out = []
     previous_end = float(rec.get("started") or 0)
     for r in sorted(rec.get("rounds") or [], key=lambda r: r.get("round", 0)):
@@ -99,7 +98,7 @@ def component(client: Any, run_id: str, component_id: str) -> dict[str, Any]:
     """One component: its counters per round and its failed positions (/api/v1/runs/ID/components/C)."""
     from recovery.errors import RunError
     rec = runs.get(client, run_id)
-    wf = submit.original_workflow(rec)
+    wf = summary.original_workflow(rec)
     if component_id not in {c.id for c in wf.components}:
         raise RunError(f"run {run_id}: no component {component_id!r} in workflow {wf.name!r}")
     c = wf.component(component_id)
@@ -107,7 +106,7 @@ def component(client: Any, run_id: str, component_id: str) -> dict[str, Any]:
                  for r in rounds(client, run_id)["rounds"]]
     return {"run_id": run_id, "component": component_id, "kind": c.kind,
             "parallelism": c.parallelism, "rounds": per_round,
-            "failed_positions": [p for p in submit.failed_positions(client, run_id)
+            "failed_positions": [p for p in summary.failed_positions(client, run_id)
                                  if p["component"] == component_id and p["count"]]}
 
 
@@ -123,7 +122,7 @@ def failed(client: Any, run_id: str, limit: int = FAILED_TUPLES_SHOWN) -> dict[s
     import msgpack
     runs.get(client, run_id)
     positions = []
-    for p in submit.failed_positions(client, run_id):
+    for p in summary.failed_positions(client, run_id):
         if not p["count"]:
             continue
         tuples = []
@@ -145,13 +144,13 @@ def dead_key(rec: dict[str, Any]) -> str:
 def dead(client: Any, run_id: str, component: str | None = None) -> dict[str, Any]:
     """Dead letters with their errors (`recovery dead --json`, /api/v1/runs/ID/dead)."""
     return {"run_id": run_id, "dead": [{**_tuple_row(r), "key": dead_key(r)}
-                                       for r in submit.dead_letters(client, run_id, component)]}
+                                       for r in recover.dead_letters(client, run_id, component)]}
 
 
 def requeue(client: Any, run_id: str, component: str | None = None,
             tuple_keys: list[str] | None = None) -> dict[str, Any]:
     """Dead tuples back in their queues (`recovery dead --requeue --json`, POST .../dead/requeue)."""
-    return {"run_id": run_id, "requeued": submit.requeue_dead(client, run_id, component, tuple_keys)}
+    return {"run_id": run_id, "requeued": recover.requeue_dead(client, run_id, component, tuple_keys)}
 
 
 def plan(client: Any, run_id: str) -> dict[str, Any]:
@@ -161,9 +160,9 @@ def plan(client: Any, run_id: str) -> dict[str, Any]:
     from recovery.model.xml.write import to_xml
     from recovery.model.synthesis import plan_marks, synthesize
     rec = runs.get(client, run_id)
-    original = submit.original_workflow(rec)
+    original = summary.original_workflow(rec)
     counts = {(p["component"], p["task"]): p["count"]
-              for p in submit.failed_positions(client, run_id) if p["count"]}
+              for p in summary.failed_positions(client, run_id) if p["count"]}
     marks, dim = plan_marks(original, counts)
     failed_tasks: dict[str, list[int]] = {}
     for comp, task in sorted(counts):
@@ -177,7 +176,7 @@ def plan(client: Any, run_id: str) -> dict[str, Any]:
 def partitions(client: Any, run_id: str) -> dict[str, Any]:
     """Per log spout and topic partition: committed offset, end, lag (/api/v1/runs/ID/partitions)."""
     from recovery.connectors.redis_stream import report as stream_reader
-    wf = submit.original_workflow(runs.get(client, run_id))
+    wf = summary.original_workflow(runs.get(client, run_id))
     return {"run_id": run_id, "partitions": stream_reader.partition_report(client, wf)}
 
 
@@ -185,5 +184,5 @@ def clear(client: Any, run_ids: list[str] | None, force: bool = False) -> dict[s
     """Every key of each run removed (`recovery clear --json`, DELETE /api/v1/runs/ID); None:
     every run, and any key left under the runs' prefix (`clear --all`)."""
     if run_ids is None:
-        return {"removed": submit.clear_all(client, force)}
-    return {"removed": {rid: submit.clear(client, rid, force) for rid in run_ids}}
+        return {"removed": jobs_clear.clear_all(client, force)}
+    return {"removed": {rid: jobs_clear.clear(client, rid, force) for rid in run_ids}}

@@ -13,7 +13,7 @@ from typing import Any, cast
 import msgpack
 
 from recovery.engine import rounds
-from recovery.jobs import submit
+from recovery.jobs import summary as jobs_summary, recover as jobs_recover, submit
 from recovery.tracking import keys, runs
 from recovery.runtime import task
 from recovery.errors import RunError
@@ -104,7 +104,7 @@ class LocalRun:
     @property
     def failed_positions(self) -> list[dict[str, Any]]:
         """The run's failed positions holding queued tuples (`jobs.failed_positions`)."""
-        return [p for p in submit.failed_positions(self.client, self.run_id) if p["count"] > 0]
+        return [p for p in jobs_summary.failed_positions(self.client, self.run_id) if p["count"] > 0]
 
     def failed_tuples(self) -> list[dict[str, Any]]:
         """Every tuple queued for recovery (component, task, values, error, attempt, ...)."""
@@ -115,7 +115,7 @@ class LocalRun:
         return out
 
     def dead_tuples(self) -> list[dict[str, Any]]:
-        return submit.dead_letters(self.client, self.run_id)
+        return jobs_recover.dead_letters(self.client, self.run_id)
 
 
 def _url(client: Any) -> str:
@@ -138,7 +138,7 @@ def _drive(run: LocalRun, action: Any) -> LocalRun:
             if runs.status_of(runs.get(run.client, run.run_id)) != runs.ERROR:
                 raise   # not a failed round: a refused submit, a cleared run...
             run.interrupted, run.error = "error", str(err)
-    run.summary = submit.summarize(run.client, run.run_id)
+    run.summary = jobs_summary.summarize(run.client, run.run_id)
     return run
 
 
@@ -176,7 +176,7 @@ def recover_local(run: LocalRun, max_rounds: int | None = None, strategy: str = 
     """`recovery recover` of `run` in this process: resumes an interrupted round, then runs
     recovery rounds until nothing is queued (or `max_rounds`). Updates and returns `run`;
     `run.summary` is jobs.recover's (rounds, recovered, ...)."""
-    return _drive(run, lambda spark: submit.recover(spark, run.client, run.redis_url, run.run_id,
+    return _drive(run, lambda spark: jobs_recover.recover(spark, run.client, run.redis_url, run.run_id,
                                                   max_rounds=max_rounds, strategy=strategy, force=force))
 
 

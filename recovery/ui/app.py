@@ -20,7 +20,8 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from recovery.jobs import submit, reports
+from recovery.jobs import reports
+from recovery.jobs import summary as jobs_summary
 from recovery.tracking import keys, runs
 from recovery.errors import RecoveryError
 from recovery.ui import svg
@@ -69,7 +70,7 @@ class UI:
         from recovery.model.synthesis import synthesize
         client = self.client
         summary = reports.run_status(client, run_id)
-        original = submit.original_workflow(runs.get(client, run_id))
+        original = jobs_summary.original_workflow(runs.get(client, run_id))
         failed = reports.failed(client, run_id)["failed_positions"]
         dead = reports.dead(client, run_id)["dead"]
         plan = reports.plan(client, run_id)

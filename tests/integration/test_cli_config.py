@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from recovery.jobs import submit
+from recovery.jobs import clear, submit, summary as jobs_summary
 from recovery.tracking import runs
 from recovery.model.xml import parse as workflow_xml
 from recovery.errors import RunError
@@ -56,8 +56,8 @@ def test_recover_p_mends_a_run_stored_with_a_bad_value(spark, redis_url, redis_c
     assert summary["status"] == "completed" and summary["resumed"] is True
     assert summary["roots"] == 500 and summary["complete"] == 500
     rec = runs.get(redis_client, run_id)
-    assert submit.original_workflow(rec).conf_int("recovery.max.attempts") == 2
-    submit.clear(redis_client, run_id)
+    assert jobs_summary.original_workflow(rec).conf_int("recovery.max.attempts") == 2
+    clear.clear(redis_client, run_id)
 
 
 def test_submit_names_file_and_line_of_a_class_that_does_not_load(spark, redis_url,

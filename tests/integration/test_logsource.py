@@ -19,7 +19,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from recovery.jobs import follow, submit
+from recovery.jobs import follow
+from recovery.jobs import submit
 from recovery.tracking import keys, runs
 from recovery.connectors.redis_stream import topics, offsets, report as stream_report
 from recovery.model.xml import parse as workflow_xml

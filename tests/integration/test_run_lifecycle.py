@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from recovery.jobs import submit as jobs_submit
+from recovery.jobs import recover as jobs_recover, clear
 from recovery.tracking import keys, runs
 from recovery.cli import main
 from recovery.errors import RunCleared, RunError
@@ -155,7 +155,7 @@ def test_redis_dying_mid_submit_is_one_line_exit_2_and_the_run_resumes(spark, tm
         server, url = _own_redis(folder)            # Redis is back: recover resumes the round
         client = connect(url)
         assert runs.status_of(runs.get(client, "lost")) == runs.CRASHED
-        r = jobs_submit.recover(spark, client, url, "lost")
+        r = jobs_recover.recover(spark, client, url, "lost")
         assert r["status"] == "completed" and r["resumed"]
         assert gate.output() == sorted(LINES)
     finally:
@@ -208,7 +208,7 @@ def test_clear_force_under_a_running_recover_leaves_no_key(spark, redis_url, red
 
     def recover() -> None:
         try:
-            jobs_submit.recover(spark, redis_client, redis_url, run_id)
+            jobs_recover.recover(spark, redis_client, redis_url, run_id)
         except BaseException as err:   # the test looks at it below
             outcome.append(err)
     t = threading.Thread(target=recover)
@@ -216,8 +216,8 @@ def test_clear_force_under_a_running_recover_leaves_no_key(spark, redis_url, red
     try:
         wait_for(gate.entered, "the gate to block in recovery round 1")
         with pytest.raises(RunError, match="still running"):
-            jobs_submit.clear(redis_client, run_id)
-        jobs_submit.clear(redis_client, run_id, force=True)
+            clear.clear(redis_client, run_id)
+        clear.clear(redis_client, run_id, force=True)
     finally:
         gate.release()
         t.join()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import msgpack
 
-from recovery.jobs import submit as jobs_submit
+from recovery.jobs import recover as jobs_submit
 from recovery.tracking import keys
 from tests.integration.conftest import WORKFLOWS, copy_workflow, sink_records, submit
 from tests.integration.test_engine import wordcount_reference

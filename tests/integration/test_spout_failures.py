@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from recovery.jobs import submit as jobs_submit
+from recovery.jobs import recover as jobs_submit
 from recovery.tracking import runs
 from recovery.errors import RunError
 from tests.integration.conftest import sink_records, submit

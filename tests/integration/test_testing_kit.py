@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from recovery import testing
-from recovery.jobs import submit
+from recovery.jobs import submit, recover
 from recovery.model.xml import parse as workflow_xml, write as xml_write
 from tests.integration.conftest import copy_workflow
 
@@ -33,7 +33,7 @@ def test_run_local_agrees_with_a_spark_submit(spark, redis_url, redis_client, tm
     testing.assert_same_output(local, spark_sinks)
 
     # and one recovery round: the bad records fail again, at the same positions
-    again = submit.recover(spark, redis_client, redis_url, "on-spark", max_rounds=1)
+    again = recover.recover(spark, redis_client, redis_url, "on-spark", max_rounds=1)
     testing.recover_local(local, max_rounds=1)
     assert again["rounds"] == local.summary["rounds"] == 1
     assert {k: local.summary[k] for k in COUNTS} == {k: again[k] for k in COUNTS}

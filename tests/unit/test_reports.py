@@ -9,7 +9,8 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from recovery.jobs import submit, reports
+from recovery.jobs import reports
+from recovery.jobs import recover, submit
 from recovery.tracking import keys, runs
 from recovery.model.xml import parse as workflow_xml
 from recovery.errors import RunError
@@ -124,7 +125,7 @@ class _Interleaved:
             out = attr(key, *a, **kw)
             if key == keys.dead(self._run_id) and not self._done:
                 self._done = True
-                submit.requeue_dead(self._client, self._run_id, tuple_keys=["split:6:11"])
+                recover.requeue_dead(self._client, self._run_id, tuple_keys=["split:6:11"])
                 self._client.hdel(keys.queue(self._run_id, "split", 6), "11")   # replayed, acked
             return out
         return listed
@@ -133,7 +134,7 @@ class _Interleaved:
 def test_a_tuple_requeued_meanwhile_is_not_requeued_again(fake_redis, run):
     """The stale listing must not put back a tuple another requeue already moved (and whose
     replay already completed): that would replay it twice."""
-    n = submit.requeue_dead(_Interleaved(fake_redis, run), run)
+    n = recover.requeue_dead(_Interleaved(fake_redis, run), run)
     assert n == 2
     assert not fake_redis.hexists(keys.queue(run, "split", 6), "11")
 

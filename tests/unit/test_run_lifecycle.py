@@ -11,7 +11,7 @@ import threading
 import pytest
 from click.testing import CliRunner
 
-from recovery.jobs import submit
+from recovery.jobs import summary, clear, submit, recover
 from recovery.tracking import keys, runs, tracker
 from recovery.cli import main
 from recovery.errors import RunCleared, RunError
@@ -107,7 +107,7 @@ def test_recover_refuses_a_live_run_and_force_takes_it_over(fake_redis):
     _create(fake_redis)
     fake_redis.set(keys.lease("r1"), "elsewhere:4242:abcd", px=60_000)
     with pytest.raises(RunError, match=r"still running \(driver pid 4242 on elsewhere.*--force"):
-        submit.recover(None, fake_redis, "redis://fake", "r1")
+        recover.recover(None, fake_redis, "redis://fake", "r1")
     rec = runs.get(fake_redis, "r1")
     with pytest.raises(RunError, match="held by another driver"):
         runs.take_over(fake_redis, rec)             # without force a live holder keeps it
@@ -141,7 +141,7 @@ def test_a_crashed_unsettled_round_has_unknown_counts_never_negative(fake_redis)
     _create(fake_redis)
     fake_redis.delete(keys.lease("r1"))             # the driver died in round 0
     _ledger_pending(fake_redis, "r1", range(1, 5001))
-    s = submit.summarize(fake_redis, "r1")
+    s = summary.summarize(fake_redis, "r1")
     assert s["status"] == runs.CRASHED
     assert s["counts_known"] is False and s["unsettled_round"] == 0
     assert all(s[k] is None for k in ("roots", "complete", "pending", "failed", "in_flight", "dead"))
@@ -167,7 +167,7 @@ def test_a_crashed_unsettled_round_has_unknown_counts_never_negative(fake_redis)
 def test_status_and_runs_agree_on_a_run_that_failed_in_spark(fake_redis):
     _create(fake_redis)
     runs.update(fake_redis, "r1", status=runs.ERROR, error="RuntimeError: open failed")
-    s = submit.summarize(fake_redis, "r1")
+    s = summary.summarize(fake_redis, "r1")
     assert s["status"] == runs.status_of(runs.get(fake_redis, "r1")) == runs.ERROR
 
 
@@ -182,7 +182,7 @@ def test_a_commit_into_a_cleared_or_recreated_run_writes_nothing(fake_redis):
     lease = _create(fake_redis)
     t = _tracker(fake_redis, lease.generation)
     t.add_output(("out", 0), b"blob")
-    submit.clear(fake_redis, "r1", force=True)
+    clear.clear(fake_redis, "r1", force=True)
     assert t.commit({5: 9}, {"executed": 1}) is False
     assert not list(fake_redis.scan_iter(match=keys.runs_pattern()))
     # created anew under the same id: the old run's task still writes nothing
@@ -200,7 +200,7 @@ def test_a_commit_into_a_cleared_or_recreated_run_writes_nothing(fake_redis):
 
 def test_driver_writes_never_recreate_a_cleared_run(fake_redis):
     lease = _create(fake_redis)
-    submit.clear(fake_redis, "r1", force=True)
+    clear.clear(fake_redis, "r1", force=True)
     with pytest.raises(RunCleared, match="r1 was cleared"):
         runs.update(fake_redis, "r1", lease.generation, status=runs.COMPLETED)
     with pytest.raises(RunCleared):
@@ -223,9 +223,9 @@ def test_clear_finds_orphan_keys_of_a_run_without_record(fake_redis, monkeypatch
     assert fake_redis.get("unrelated") == b"1"
     # and `clear RUN` of an orphan alone
     fake_redis.hset(keys.task_done("gone2", 1), "mid:0", b"x")
-    assert submit.clear(fake_redis, "gone2") == [keys.task_done("gone2", 1)]
+    assert clear.clear(fake_redis, "gone2") == [keys.task_done("gone2", 1)]
     with pytest.raises(RunError, match="no run 'gone3'"):
-        submit.clear(fake_redis, "gone3")
+        clear.clear(fake_redis, "gone3")
 
 
 # --- item 16: stage order ----------------------------------------------------------------------
@@ -234,10 +234,10 @@ def test_component_tables_are_in_topological_order(fake_redis):
     stats = {"out": {"executed": 1}, "mid": {"executed": 1}, "src": {"roots": 1}}
     runs.update(fake_redis, "r1", lease.generation, stats=stats, settled_round=0, status=runs.COMPLETED,
                 rounds=[{"round": 0, "components": stats}])
-    assert list(submit.summarize(fake_redis, "r1")["components"]) == ["src", "out", "mid"]
+    assert list(summary.summarize(fake_redis, "r1")["components"]) == ["src", "out", "mid"]
     rounds = [{"round": 1, "components": {"mid": {"executed": 2, "seconds": 0.5}, "q": {"emitted": 2}}},
               {"round": 2, "components": {"mid": {"executed": 1, "seconds": 0.25}}}]
-    total = submit.sum_components(rounds, WF)
+    total = summary.sum_components(rounds, WF)
     assert list(total) == ["q", "mid"] and total["mid"] == {"executed": 3, "seconds": 0.75}
 
 

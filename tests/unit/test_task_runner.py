@@ -28,7 +28,7 @@ def _run(wf: Workflow, run_id: str = "r"):
     return client
 
 
-def _queued(client, run_id="r"):
+def queued_positions(client, run_id="r"):
     out = []
     for pos in client.smembers(keys.failed_set(run_id)):
         comp, task = pos.decode().rsplit(":", 1)
@@ -42,7 +42,7 @@ def test_a_tuple_over_the_message_timeout_fails_and_the_task_goes_on():
         Component(id="slow", kind="bolt", impl=ClassImpl(ref=REF + "SlowOnThree"),
                   streams=(StreamDef(fields=("n",)),), inputs=(Input(source="src"),))))
     client = _run(wf)
-    [rec] = _queued(client)
+    [rec] = queued_positions(client)
     assert rec["values"] == [3] and "timed out after 0.5s" in rec["error"]
     assert len(tracker.pending_roots(client, "r")) == 1
     stats = msgpack.unpackb(client.hget(keys.task_done("r", 0), "slow:0"))
@@ -68,7 +68,7 @@ def _stats(client, component, run_id="r"):
 def test_a_tuple_slow_at_any_point_before_its_ack_fails_alone_with_the_timeout(point):
     rc.Collect.SEEN.clear()
     client = _run(_slow_workflow("SlowAt", **{"test.slow.at": point}))
-    [rec] = _queued(client)
+    [rec] = queued_positions(client)
     assert rec["values"] == [3] and rec["component"] == "slow"
     assert rec["error"] == "TupleTimeout: tuple timed out after 0.5s in slow"
     # nothing the timed-out tuple emitted flowed on; every other output arrived, once
@@ -83,7 +83,7 @@ def test_a_tuple_slow_at_any_point_before_its_ack_fails_alone_with_the_timeout(p
 def test_a_tuple_slow_after_its_ack_stays_acked_and_the_overrun_is_logged():
     rc.Collect.SEEN.clear()
     client = _run(_slow_workflow("SlowAt", **{"test.slow.at": "after ack"}))
-    assert _queued(client) == [] and tracker.pending_roots(client, "r") == set()
+    assert queued_positions(client) == [] and tracker.pending_roots(client, "r") == set()
     assert sorted(n for _, n in rc.Collect.SEEN) == sorted(list(range(6)) + [n + 100 for n in range(6)])
     logs = [msgpack.unpackb(m) for m in client.lrange(keys.log("r"), 0, -1)]
     assert any("ran past the 0.5s timeout" in m[4] or "TupleTimeout" in m[4] for m in logs)
@@ -98,7 +98,7 @@ def test_a_slow_seal_inside_ack_loses_no_chunk(monkeypatch):
     rc.Collect.SEEN.clear()
     client = _run(_slow_workflow("SlowToSeal"))
     assert sorted(n for _, n in rc.Collect.SEEN) == list(range(6))
-    assert tracker.pending_roots(client, "r") == set() and _queued(client) == []
+    assert tracker.pending_roots(client, "r") == set() and queued_positions(client) == []
     stats = _stats(client, "slow")
     assert (stats["executed"], stats["acked"], stats["failed"], stats["emitted"]) == (6, 6, 0, 6)
 
@@ -134,7 +134,7 @@ def test_a_stuck_tuple_is_marked_before_its_worker_ends_and_the_retry_fails_it_u
     for b in range(tracker.LEDGER_BUCKETS):
         tracker.resolve_bucket(fake_redis, "r", b)
     assert sorted(rc.StuckOnThree.RAN) == [0, 1, 2, 4, 5]
-    [rec] = _queued(fake_redis)
+    [rec] = queued_positions(fake_redis)
     assert rec["id"] == stuck_id and rec["values"] == [3]
     assert rec["error"].startswith("TupleTimeout: tuple timed out after 0.5s in slow")
     assert sorted(n for _, n in rc.Collect.SEEN) == [0, 1, 2, 4, 5]
@@ -145,7 +145,7 @@ def test_a_stuck_tuple_is_marked_before_its_worker_ends_and_the_retry_fails_it_u
 def test_a_slow_finish_fails_what_is_outstanding_with_the_timeout():
     rc.Collect.SEEN.clear()
     client = _run(_slow_workflow("AcksInFinish", **{"test.slow.finish": "1"}))
-    queued = _queued(client)
+    queued = queued_positions(client)
     assert sorted(r["values"][0] for r in queued) == list(range(6)) and rc.Collect.SEEN == []
     assert {r["error"] for r in queued} == {"slow.finish raised TupleTimeout: tuple timed out after 0.5s in slow"}
     assert tracker.pending_roots(client, "r") == {r["roots"][0] for r in queued}
@@ -160,7 +160,7 @@ def test_a_finish_marked_timed_out_is_not_run_again_and_fails_what_is_outstandin
     for b in range(tracker.LEDGER_BUCKETS):
         tracker.resolve_bucket(fake_redis, "r", b)
     assert rc.AcksInFinish.FINISHED == [] and rc.Collect.SEEN == []
-    queued = _queued(fake_redis)
+    queued = queued_positions(fake_redis)
     assert len(queued) == 6 and all("timed out after 0.5s in slow" in r["error"] for r in queued)
     assert not fake_redis.exists(keys.timed_out("r", 0, "slow", 0))
 
@@ -178,7 +178,7 @@ def test_direct_emits_reach_the_named_task_and_double_acks_are_ignored():
     from recovery.model.graph import TaskMap
     last = TaskMap.of(wf).task_ids("sink")[-1]
     assert sorted(rc.Collect.SEEN) == [(last, n) for n in range(6)]
-    assert tracker.pending_roots(client, "r") == set() and _queued(client) == []
+    assert tracker.pending_roots(client, "r") == set() and queued_positions(client) == []
 
 
 def test_a_state_value_that_cannot_be_stored_fails_only_its_tuple():
@@ -187,8 +187,8 @@ def test_a_state_value_that_cannot_be_stored_fails_only_its_tuple():
         Component(id="bad", kind="bolt", impl=ClassImpl(ref=REF + "Unmsgpackable"),
                   inputs=(Input(source="src"),))))
     client = _run(wf)
-    assert len(_queued(client)) == 6
-    assert all("TypeError" in r["error"] for r in _queued(client))
+    assert len(queued_positions(client)) == 6
+    assert all("TypeError" in r["error"] for r in queued_positions(client))
 
 
 def test_tick_tuples_reach_process_tick_and_a_last_one_ends_the_input():
@@ -260,7 +260,7 @@ def test_a_sink_write_longer_than_the_message_timeout_is_acked_not_written_twice
         tracker.resolve_bucket(fake_redis, "r", b)
     assert clock[0] == 2.0                                   # the write was slow, once
     assert sorted(r["n"] for r in sinks.read_jsonl_dir(str(tmp_path / "out"))) == list(range(6))
-    assert _queued(fake_redis) == [] and tracker.pending_roots(fake_redis, "r") == set()
+    assert queued_positions(fake_redis) == [] and tracker.pending_roots(fake_redis, "r") == set()
     stats = msgpack.unpackb(fake_redis.hget(keys.task_done("r", 0), "out:0"))
     assert (stats["acked"], stats["failed"]) == (6, 0)
 
@@ -316,7 +316,7 @@ def test_an_emit_anchored_twice_to_one_tuple_gets_ids_of_its_own():
         Component(id="fails", kind="bolt", impl=ClassImpl(ref=REF + "FailsAll"),
                   inputs=(Input(source="twice", grouping=Grouping.GLOBAL),))))
     client = _run(wf)
-    queued = _queued(client)
+    queued = queued_positions(client)
     assert sorted(r["values"][0] for r in queued) == list(range(6))
     assert len(tracker.pending_roots(client, "r")) == 6
 
