@@ -8,6 +8,8 @@ import click
 
 from recovery.cli import echo_json, json_option, redis_option
 from recovery.errors import RecoveryError
+from recovery.connectors.redis_stream import topics as stream_reader
+from recovery.redis import connection
 
 
 def _records(fh: Any, fmt: str, key_field: str | None, source: str) -> Iterator[tuple[Any, bytes]]:
@@ -51,8 +53,6 @@ def register(main: click.Group) -> None:
                 redis_url: str | None, as_json: bool) -> None:
         """Load FILE ('-' for stdin) into TOPIC, one message per non-blank line, each key-hashed
         to a partition; creates the topic when --partitions is given and it does not exist."""
-        from recovery.connectors.redis_stream import topics as stream_reader
-        from recovery.redis import connection
         if key_field is not None and fmt != "jsonl":
             raise RecoveryError("--key-field needs --format jsonl")
         client = connection.connect(connection.resolve_url(redis_url))

@@ -3,16 +3,25 @@ recovering what failed."""
 from __future__ import annotations
 
 import os
-from typing import Any
+import sys
+from typing import Any, Callable
 
 import click
 
 from recovery.cli import echo_json, json_option, redis_option
 from recovery.errors import RecoveryError
+from recovery.model.workflow import Workflow
+from recovery.redis import connection
+from recovery.engine.session import session
+from recovery.jobs import follow, submit as jobs_submit, follow as follow_mod, reports, summary as jobs_summary, recover as jobs_recover
+from recovery.model import config, render
+from recovery.connectors import sinks
+from recovery.model.xml import parse as workflow_xml
+from recovery.api import runnable
+from recovery.tracking import keys, runs
 
 
 def _client(redis_url: str | None) -> tuple[Any, str]:
-    from recovery.redis import connection
     url = connection.resolve_url(redis_url)
     return connection.connect(url), url
 
@@ -73,7 +82,6 @@ def last_summary() -> dict[str, Any]:
 
 
 def _spark(master: str | None, conf: dict[str, str]) -> Any:
-    from recovery.engine.session import session
     return session(master, conf)
 
 
@@ -121,13 +129,49 @@ def print_summary(s: dict[str, Any]) -> None:
 
 def show(summary: dict[str, Any], as_json: bool) -> None:
     """A run's summary: one JSON object, or the tables plus the log source's partition lines."""
-    from recovery.jobs import follow
     if as_json:
         echo_json(summary)
         return
     print_summary(summary)
     for line in follow.report_lines(summary):
         click.echo(line)
+
+
+def follow_and_report(wf: Workflow, xml: str, file: str, client: Any, url: str, make_spark: Callable[[], Any],
+               master: str | None, max_batches: int | None, idle_exit: float | None, as_json: bool,
+               run_id: str | None = None) -> dict[str, Any]:
+    """`submit --follow`: jobs.follow with its events printed to stderr (none with --json)."""
+
+    def echo(kind: str, info: dict) -> None:
+        if as_json:
+            return
+        if kind == "resumed":
+            click.echo(f"resumed crashed run {info['run_id']} (round {info.get('resumed_round')}): "
+                       f"pending {info['pending']}, dead {info['dead']}", err=True)
+        elif kind == "continue":
+            click.echo(f"continuing run {info['run_id']} after round {info['round']}", err=True)
+        elif kind == "run":
+            click.echo(f"run {info['run_id']}", err=True)
+        elif kind == "batch":
+            extra = f", trimmed {info['trimmed']}" if info["trimmed"] else ""
+            click.echo(f"batch round {info['round']}: {info['messages']} messages, failed "
+                       f"{info['failed']}{extra}; run pending {info['pending']}, dead {info['dead']} "
+                       f"({info['seconds']:.1f}s)", err=True)
+        elif kind == "recovery":
+            click.echo(f"recovery: {info['rounds']} round(s); pending {info['pending']}, dead "
+                       f"{info['dead']}", err=True)
+        elif kind == "stopping":
+            click.echo(f"{info['signal']}: stopping after this batch (again to abort)", err=True)
+        elif kind == "retry":
+            click.echo(f"round {info['round']} was interrupted ({info['error']}): finishing it",
+                       err=True)
+        sys.stderr.flush()
+
+    follow_mod.check(client, wf, follow=True)
+    spark = make_spark()
+    summary = follow_mod.follow(spark, client, url, wf, xml, file, master=master or "local[*]",
+                              max_batches=max_batches, idle_exit=idle_exit, on_event=echo, run_id=run_id)
+    return summary
 
 
 def register(main: click.Group) -> None:
@@ -154,11 +198,6 @@ def register(main: click.Group) -> None:
                no_tracking: bool, run_id: str | None, follow: bool, max_batches: int | None,
                idle_exit: float | None, redis_url: str | None, as_json: bool) -> None:
         """Run the workflow FILE on Spark with every tuple tracked; prints a summary."""
-        from recovery.model import config
-        from recovery.jobs import submit as jobs_submit
-        from recovery.connectors import sinks
-        from recovery.model.xml import parse as workflow_xml
-        from recovery.api import runnable
         wf = workflow_xml.load(file)
         # checked before anything is stored (exit 2); classes, and scripts in local mode
         wf = wf.with_config(config.parse_assignments(props, "-p", dict(wf.config)))
@@ -167,16 +206,14 @@ def register(main: click.Group) -> None:
             xml = fh.read()
         client, url = _client(redis_url)
         # early, before Spark starts (jobs.submit refuses it atomically in any case)
-        from recovery.tracking import keys
         if run_id and client.exists(keys.run_record(run_id)):
             raise RecoveryError(f"run {run_id!r} exists already (see `recovery status {run_id}`; "
                                 "choose another --run-id)")
         # --- log source (recovery/jobs/follow.py): topics exist (exit 2 before Spark starts); --follow ---
-        from recovery.jobs import follow as follow_mod
         if follow or jobs_submit.uses_log_source(wf):
             follow_mod.check(client, wf, follow, not no_tracking)
         if follow:
-            summary = follow_mod.cli_follow(wf, xml, os.path.abspath(file), client, url,
+            summary = follow_and_report(wf, xml, os.path.abspath(file), client, url,
                                             lambda: _spark(master, _kv(spark_conf, "--conf")),
                                             master, max_batches, idle_exit, as_json, run_id)
             if as_json:
@@ -214,7 +251,6 @@ def register(main: click.Group) -> None:
     @json_option
     def runs_cmd(redis_url: str | None, as_json: bool) -> None:
         """The runs this Redis knows."""
-        from recovery.jobs import reports
         client, _ = _client(redis_url)
         rows = reports.runs_list(client)["runs"]
         if as_json:
@@ -233,7 +269,6 @@ def register(main: click.Group) -> None:
     @json_option
     def status(run_id: str, redis_url: str | None, as_json: bool) -> None:
         """Roots complete / pending / failed / dead, and the failed positions."""
-        from recovery.jobs import reports
         client, _ = _client(redis_url)
         show(reports.run_status(client, run_id), as_json)
 
@@ -245,10 +280,6 @@ def register(main: click.Group) -> None:
     def plan(run_id: str, fmt: str, redis_url: str | None) -> None:
         """The recovery workflow `recover` would run next: as XML, or the original topology
         drawn with the failed positions marked and the part that re-runs set apart."""
-        from recovery.jobs import reports
-        from recovery.jobs import summary as jobs_summary
-        from recovery.model import render
-        from recovery.tracking import runs
         client, _ = _client(redis_url)
         p = reports.plan(client, run_id)
         if fmt != "xml":
@@ -283,9 +314,6 @@ def register(main: click.Group) -> None:
         checked as at submit, stored in the run record, and used by this and every later
         round (a crashed round that resumes too). Use it to mend a bad value a run was
         submitted with, or to allow more attempts before `recovery dead --requeue`."""
-        from recovery.model import config
-        from recovery.jobs import recover as jobs_recover, summary as jobs_summary
-        from recovery.tracking import runs
         client, url = _client(redis_url)
         rec = runs.get(client, run_id)
         if runs.status_of(rec) == runs.RUNNING:
@@ -325,7 +353,6 @@ def register(main: click.Group) -> None:
     def dead(run_id: str, requeue: bool, component: str | None, tuple_keys: tuple[str, ...],
              redis_url: str | None, as_json: bool) -> None:
         """Tuples that exhausted their retries, with their errors."""
-        from recovery.jobs import reports
         if tuple_keys and not requeue:
             raise RecoveryError("--tuple selects tuples to requeue: give --requeue too")
         client, _ = _client(redis_url)
@@ -359,7 +386,6 @@ def register(main: click.Group) -> None:
     @json_option
     def clear(run_id: str | None, all_runs: bool, force: bool, redis_url: str | None, as_json: bool) -> None:
         """Remove a run's cached state (every key of the run and nothing else)."""
-        from recovery.jobs import reports
         if bool(run_id) == all_runs:
             raise RecoveryError("give a RUN id or --all (not both)")
         client, _ = _client(redis_url)

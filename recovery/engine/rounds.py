@@ -17,19 +17,22 @@ from recovery.runtime import task
 from recovery.model.graph import subscribers, topological_order
 from recovery.model.workflow import Workflow
 from recovery.model.run import RunSpec
+from recovery.connectors import files
+from recovery.connectors.redis_stream import reader as stream_reader
+from recovery.redis import connection
+from recovery.runtime import factory
+from recovery.model.graph import TaskContext
 
 log = logging.getLogger(__name__)
 
 
 # --- task entry points (pickled into Spark tasks: module-level functions) --------------
 def _spout_task(spec: RunSpec, component_id: str, index: int, _it: Any):
-    from recovery.connectors import files
     runner = task.TaskRunner(spec, component_id, index)
     impl = runner.comp.impl
     if impl.kind == "source":
         driver = {"file": files.file_source, "queue": files.queue_source}.get(impl.type)
         if driver is None and impl.type == "redis-stream":
-            from recovery.connectors.redis_stream import reader as stream_reader
             driver = stream_reader.stream_source
         if driver is None:
             raise ValueError(f"unknown source type {impl.type!r}")
@@ -91,7 +94,6 @@ def run_round(spark: Any, wf: Workflow, spec: RunSpec,
     stop = threading.Event()
     watcher = None
     if on_progress is not None and spec.tracking:
-        from recovery.redis import connection
         client = connection.connect(spec.redis_url, start=False)
 
         def watch() -> None:
@@ -166,8 +168,6 @@ def _tell_spout(spec: RunSpec, component_id: str, field: str, pending: frozenset
     """Tell one spout task the fates now known: ack for complete roots, fail for dead ones;
     roots still pending (queued for recovery) wait for a later round."""
     import msgpack
-    from recovery.runtime import factory
-    from recovery.model.graph import TaskContext
     client = task.redis_of(spec)
     wf, tm, _ = task.workflow_of(spec)
     key = keys.spout_messages(spec.run_id, component_id)

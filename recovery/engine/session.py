@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from recovery.redis.embedded import private_dir, private_file, state_home
 
 LOG4J = """\
 rootLogger.level = {level}
@@ -22,7 +23,6 @@ def prepare_environment(home: Path) -> None:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYTHONHASHSEED", "0")
-    from recovery.redis.embedded import private_dir, private_file
     # the log and spark-tmp's shuffle files hold tuple values: private, like the rest of home
     private_dir(home, "state folder")
     conf_dir = private_dir(home / "spark-conf")
@@ -34,7 +34,6 @@ def prepare_environment(home: Path) -> None:
 
 def session(master: str | None = None, conf: dict[str, str] | None = None, home: Path | None = None,
             app_name: str = "recovery"):
-    from recovery.redis.embedded import state_home
     home = Path(home or state_home())
     prepare_environment(home)
     from pyspark.sql import SparkSession

@@ -288,39 +288,3 @@ def follow(spark: Any, client: Any, redis_url: str, wf: Workflow, xml: str, file
 
 
 # --- the CLI's side: `recovery submit --follow` ---------------------------------------------------
-def cli_follow(wf: Workflow, xml: str, file: str, client: Any, url: str, make_spark: Callable[[], Any],
-               master: str | None, max_batches: int | None, idle_exit: float | None, as_json: bool,
-               run_id: str | None = None) -> dict[str, Any]:
-    import sys
-    import click
-
-    def echo(kind: str, info: dict) -> None:
-        if as_json:
-            return
-        if kind == "resumed":
-            click.echo(f"resumed crashed run {info['run_id']} (round {info.get('resumed_round')}): "
-                       f"pending {info['pending']}, dead {info['dead']}", err=True)
-        elif kind == "continue":
-            click.echo(f"continuing run {info['run_id']} after round {info['round']}", err=True)
-        elif kind == "run":
-            click.echo(f"run {info['run_id']}", err=True)
-        elif kind == "batch":
-            extra = f", trimmed {info['trimmed']}" if info["trimmed"] else ""
-            click.echo(f"batch round {info['round']}: {info['messages']} messages, failed "
-                       f"{info['failed']}{extra}; run pending {info['pending']}, dead {info['dead']} "
-                       f"({info['seconds']:.1f}s)", err=True)
-        elif kind == "recovery":
-            click.echo(f"recovery: {info['rounds']} round(s); pending {info['pending']}, dead "
-                       f"{info['dead']}", err=True)
-        elif kind == "stopping":
-            click.echo(f"{info['signal']}: stopping after this batch (again to abort)", err=True)
-        elif kind == "retry":
-            click.echo(f"round {info['round']} was interrupted ({info['error']}): finishing it",
-                       err=True)
-        sys.stderr.flush()
-
-    check(client, wf, follow=True)
-    spark = make_spark()
-    summary = follow(spark, client, url, wf, xml, file, master=master or "local[*]",
-                     max_batches=max_batches, idle_exit=idle_exit, on_event=echo, run_id=run_id)
-    return summary

@@ -13,6 +13,7 @@ from recovery.model.run import RunSpec
 from recovery.jobs.summary import sum_components, summarize
 from recovery.jobs.submit import Progress, claim_run, redis_lost_is_resumable, run_and_settle, spec_json, workflow_json
 from recovery.jobs.summary import original_workflow, queued_positions
+from recovery.model.synthesis import synthesize
 
 
 def reconfigure(client: Any, run_id: str, overrides: dict[str, str]) -> None:
@@ -98,7 +99,6 @@ def recover(spark: Any, client: Any, redis_url: str, run_id: str, max_rounds: in
 def _recover(spark: Any, client: Any, redis_url: str, rec: dict[str, Any], gen: str | None,
              max_rounds: int | None, strategy: str, progress: Progress | None,
              on_round: Callable[[dict], None] | None, taken_over: bool) -> dict[str, Any]:
-    from recovery.model.synthesis import synthesize
     run_id = rec["run_id"]
     started = time.time()
     resumed = resume_if_crashed(spark, client, redis_url, rec, progress, gen, taken_over)

@@ -11,6 +11,11 @@ from typing import Any
 from recovery.jobs import summary, recover, clear as jobs_clear
 from recovery.tracking import keys, runs
 from recovery.errors import RecoveryError
+from recovery.jobs import follow
+from recovery.errors import RunError
+from recovery.model.xml.write import to_xml
+from recovery.model.synthesis import plan_marks, synthesize
+from recovery.connectors.redis_stream import report as stream_reader
 
 # How each failure's `error` text begins, by where it came from (runtime.py, multilang.py).
 ERROR_KINDS = ("exception", "fail", "not acked", "timeout", "shell process lost")
@@ -62,7 +67,6 @@ def runs_list(client: Any, status: str | None = None) -> dict[str, Any]:
 
 def run_status(client: Any, run_id: str) -> dict[str, Any]:
     """A run's summary with its topics' partitions (`recovery status --json`, /api/v1/runs/ID)."""
-    from recovery.jobs import follow
     return follow.enrich(client, summary.summarize(client, run_id))
 
 
@@ -96,7 +100,6 @@ def rounds(client: Any, run_id: str) -> dict[str, Any]:
 
 def component(client: Any, run_id: str, component_id: str) -> dict[str, Any]:
     """One component: its counters per round and its failed positions (/api/v1/runs/ID/components/C)."""
-    from recovery.errors import RunError
     rec = runs.get(client, run_id)
     wf = summary.original_workflow(rec)
     if component_id not in {c.id for c in wf.components}:
@@ -157,8 +160,6 @@ def plan(client: Any, run_id: str) -> dict[str, Any]:
     """The recovery workflow the next round would run (`recovery plan`, /api/v1/runs/ID/plan):
     the failed tasks per component, the components that run again, what each failed one is
     marked with, and the synthesized workflow as XML (None when nothing failed)."""
-    from recovery.model.xml.write import to_xml
-    from recovery.model.synthesis import plan_marks, synthesize
     rec = runs.get(client, run_id)
     original = summary.original_workflow(rec)
     counts = {(p["component"], p["task"]): p["count"]
@@ -175,7 +176,6 @@ def plan(client: Any, run_id: str) -> dict[str, Any]:
 
 def partitions(client: Any, run_id: str) -> dict[str, Any]:
     """Per log spout and topic partition: committed offset, end, lag (/api/v1/runs/ID/partitions)."""
-    from recovery.connectors.redis_stream import report as stream_reader
     wf = summary.original_workflow(runs.get(client, run_id))
     return {"run_id": run_id, "partitions": stream_reader.partition_report(client, wf)}
 

@@ -22,13 +22,15 @@ from recovery.model.workflow import Workflow
 from recovery.model.run import RunSpec
 from recovery.jobs.summary import in_topological_order, summarize
 from recovery.jobs.clear import clear
+from recovery.api.loader import check_classes as check
+from recovery.connectors.redis_stream import offsets as stream_reader
+from recovery.redis import connection
 
 Progress = Callable[[str, int, int], None]
 
 
 def check_classes(wf: Workflow) -> None:
     """At submit a `class=` that does not import is an error, not a warning."""
-    from recovery.api.loader import check_classes as check
     problems = check(wf)
     if problems:
         raise WorkflowError(problems[0])
@@ -46,7 +48,6 @@ def submit(spark: Any, client: Any, redis_url: str, wf: Workflow, xml: str, file
     with lease, redis_lost_is_resumable(run_id, redis_url):
         source_json = "{}"
         if uses_log_source(wf):   # a bounded run reads each partition up to its end now
-            from recovery.connectors.redis_stream import offsets as stream_reader
             try:
                 source_json = stream_reader.plan_ranges(client, wf, run_id)
             except RecoveryError:
@@ -67,7 +68,6 @@ def redis_lost_is_resumable(run_id: str, redis_url: str | None) -> Iterator[None
     try:
         yield
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as err:
-        from recovery.redis import connection
         reason = connection._one_line(err, redis_url or "")
         raise RedisUnavailable(
             f"lost Redis ({connection.describe(redis_url)}) during run {run_id}: {reason}; the run is "
@@ -131,7 +131,6 @@ def run_and_settle(spark: Any, client: Any, wf: Workflow, spec: RunSpec,
         # every root read in this round is now complete, queued or dead: commit past it.
         # (log source: committed before clear_round, so a driver dying in between resumes a
         # round whose tasks are all committed, or whose ranges are committed: no re-reading)
-        from recovery.connectors.redis_stream import offsets as stream_reader
         stream_reader.commit_ranges(client, wf, spec.source_json)
     # from here on the round is settled: a resumed driver must not execute it again (its done
     # markers and in-flight tuples are about to go)

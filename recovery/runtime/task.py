@@ -29,6 +29,12 @@ from recovery.runtime.collector import format_error
 from recovery.runtime.timeouts import MessageTimeouts
 from recovery.runtime.collector import Collector
 from recovery.runtime import timeouts
+from recovery.redis import connection
+from recovery.faults import injections
+from recovery.tracking.tracker import TaskTracker
+from recovery.tracking import keys
+from recovery.runtime import factory
+from recovery.api.components import SYSTEM_COMPONENT, TICK_STREAM
 
 
 log = logging.getLogger(__name__)
@@ -74,7 +80,6 @@ def injected_client(redis_url: str | None, client: Any) -> Iterator[None]:
 def redis_of(spec: RunSpec) -> Any:
     client = _clients.get(spec.redis_url or "")
     if client is None:
-        from recovery.redis import connection
         client = _clients[spec.redis_url or ""] = connection.connect(spec.redis_url, start=False)
     return client
 
@@ -100,7 +105,6 @@ class TaskRunner(MessageTimeouts, Collector):
         self.client = redis_of(spec) if (spec.tracking or self._needs_redis()) else None
         self.tracker = None
         if self.tracking:
-            from recovery.tracking.tracker import TaskTracker
             self.tracker = TaskTracker(self.client, spec.run_id, spec.round, component_id, index,
                                        self.task_id, self.conf, generation=spec.generation)
         self.contrib: dict[int, int] = {}
@@ -110,7 +114,6 @@ class TaskRunner(MessageTimeouts, Collector):
         self.replayed: set[int] = set()
         self.spout_messages: list[list] = []   # (root, message id): acked/failed later
         self._spout_roots: set[int] = set()     # roots this spout task made (message ids are unique)
-        from recovery.faults import injections
         self.injections = injections(self.conf, component_id)
         self.stats = {"executed": 0, "acked": 0, "failed": 0, "emitted": 0, "roots": 0, "dead": 0}
         self.fields_of: dict[tuple[str, str], tuple[str, ...]] = {}
@@ -147,12 +150,10 @@ class TaskRunner(MessageTimeouts, Collector):
 
     def _make_state(self) -> Any:
         if self.tracking:
-            from recovery.tracking import keys
             return KeyedState(self.client, keys.state(self.spec.run_id, self.component_id))
         return LocalState()
 
     def _instantiate(self) -> Any:
-        from recovery.runtime import factory
         obj = factory.build(self.comp, self.wf)
         obj._collector = self
         obj.conf = self.conf
@@ -246,7 +247,6 @@ class TaskRunner(MessageTimeouts, Collector):
             self._running = None
 
     def _tick(self, bolt: Any, secs: float) -> None:
-        from recovery.api.components import SYSTEM_COMPONENT, TICK_STREAM
         tick = Tuple(0, SYSTEM_COMPONENT, TICK_STREAM, -1, [int(secs)])
         try:
             bolt.process_tick(tick)
@@ -379,7 +379,6 @@ class TaskRunner(MessageTimeouts, Collector):
         """Once every task reading an upstream component has committed, nothing can need that
         component's stored output again (a committed task never re-executes): drop it now,
         so Redis holds about two stages of in-flight tuples, not the whole round."""
-        from recovery.tracking import keys
         done_key = keys.task_done(self.spec.run_id, self.spec.round)
         for src in dict.fromkeys(i.source for i in self.comp.inputs):
             try:
@@ -439,7 +438,6 @@ class TaskRunner(MessageTimeouts, Collector):
         if self.tracker is not None:
             extra = None
             if self.spout_messages:
-                from recovery.tracking import keys
                 key = keys.spout_messages(self.spec.run_id, self.component_id)
                 field = f"{self.spec.round}:{self.index}"
                 blob = msgpack.packb(self.spout_messages, default=repr)

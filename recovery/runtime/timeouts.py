@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from recovery.multilang.bolt import ShellBolt
+from recovery.tracking import keys
 
 log = logging.getLogger(__name__)
 clock = time.monotonic   # the runtime's one clock: deadlines and their checks (tests move it)
@@ -80,7 +81,6 @@ class MessageTimeouts:
             self._watchdog.start()
 
     def _marks_key(self) -> str:
-        from recovery.tracking import keys
         return keys.timed_out(self.spec.run_id, self.spec.round, self.component_id, self.index)
 
     def _watch(self) -> None:

@@ -10,6 +10,7 @@ from recovery.tracking import keys
 from recovery.errors import RecoveryError
 from recovery.model.workflow import Component, Workflow
 from recovery.connectors.redis_stream.topics import TopicError, text_of, consumer_name, log_spouts, partition_bounds, require_topic, spout_format
+from recovery.tracking import runs
 
 
 def assign_partitions(num_partitions: int, total_tasks: int, task_index: int) -> list[int]:
@@ -28,7 +29,6 @@ def _refuse_if_owned(client: Any, consumer: str, topic: str, owner: str, claimer
     """Raise when `owner` may still read the consumer: running, crashed mid-round, or not yet
     recorded by a driver that is alive. A run that was cleared (no record, driver gone) or
     finished owns nothing."""
-    from recovery.tracking import runs
     try:
         rec = runs.get(client, owner)
     except RecoveryError:

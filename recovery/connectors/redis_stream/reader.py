@@ -8,6 +8,7 @@ from typing import Any, Iterator
 from recovery.tracking import keys
 from recovery.connectors.redis_stream.topics import FIELD, MAX_SEQ, text_of, next_entry_id, entry_offset
 from recovery.connectors.redis_stream.offsets import assign_partitions, committed_offsets
+from recovery.connectors.files import decoder
 
 READ_BATCH = 1000             # entries per XRANGE
 
@@ -68,7 +69,6 @@ def read_range(client: Any, topic: str, partition: int, start: int, end: int
 def stream_source(runner: Any) -> Iterator[None]:
     """The spout task's partitions' planned ranges, read in XRANGE batches; each message a root
     tuple with message id (partition, offset)."""
-    from recovery.connectors.files import decoder
     comp = runner.comp
     spec = runner.spec
     client = runner.client

@@ -8,6 +8,7 @@ from typing import Any, Iterable
 from recovery.tracking import keys
 from recovery.errors import RecoveryError
 from recovery.model.workflow import Component, Workflow
+from recovery.tracking.ids import stable_hash
 
 
 SOURCE_TYPE = "redis-stream"
@@ -162,7 +163,6 @@ return nxt
 
 def partition_of(key: Any, partitions: int) -> int:
     """A record key's partition: a stable hash (the same in every process), mod N."""
-    from recovery.tracking.ids import stable_hash
     if isinstance(key, bytes):
         key = key.decode("utf-8", "replace")
     if not isinstance(key, str):
