@@ -12,7 +12,8 @@ import logging
 import threading
 from typing import Any, Callable
 
-from recovery.tracking import keys, tracker
+from recovery.tracking import keys
+from recovery.tracking import ledger
 from recovery.runtime import task
 from recovery.model.graph import subscribers, topological_order
 from recovery.model.workflow import Workflow
@@ -45,7 +46,7 @@ def _bolt_task(spec: RunSpec, component_id: str, index: int, it: Any):
 
 
 def _resolve_bucket(spec: RunSpec, bucket: int) -> int:
-    return tracker.resolve_bucket(task.redis_of(spec), spec.run_id, bucket, spec.generation)
+    return ledger.resolve_bucket(task.redis_of(spec), spec.run_id, bucket, spec.generation)
 
 
 def _target_index(key: tuple) -> int:
@@ -136,7 +137,7 @@ def resolve_ledger(spark: Any, spec: RunSpec) -> int:
     """The acker's verdict, computed by Spark tasks (one per ledger bucket): folds every
     bucket to the roots still pending and returns how many there are."""
     sc = spark.sparkContext
-    n = tracker.LEDGER_BUCKETS
+    n = ledger.LEDGER_BUCKETS
     return sum(sc.parallelize(range(n), n).map(lambda b: _resolve_bucket(spec, b)).collect())
 
 
@@ -195,7 +196,7 @@ def _tell_spout(spec: RunSpec, component_id: str, field: str, pending: frozenset
     finally:
         spout.close()
     blob = msgpack.packb(waiting) if waiting else None
-    written = tracker.fenced_transaction(
+    written = ledger.fenced_transaction(
         client, spec.run_id, spec.generation,
         lambda pipe: pipe.hset(key, field, blob) if blob is not None else pipe.hdel(key, field))
     return told if written else 0

@@ -6,7 +6,8 @@ import json
 import time
 from typing import Any, Callable
 import msgpack
-from recovery.tracking import keys, runs, tracker
+from recovery.tracking import keys, runs
+from recovery.tracking import ledger
 from recovery.errors import RunError
 from recovery.model.workflow import Workflow
 from recovery.model.run import RunSpec
@@ -162,12 +163,12 @@ def _root_replay_round(client: Any, run_id: str, original: Workflow, redis_url: 
     old_roots = {int(r) for q in queued for r in (q.get("roots") or [])}
     # supersede: zero the old roots' ledger entries and drop their queued tuples
     pending = {}
-    for b in range(tracker.LEDGER_BUCKETS):
-        roots, xors = tracker.fold(client.hvals(keys.ledger(run_id, b)))
+    for b in range(ledger.LEDGER_BUCKETS):
+        roots, xors = ledger.fold(client.hvals(keys.ledger(run_id, b)))
         for r, x in zip(roots.tolist(), xors.tolist()):
             if r in old_roots:
                 pending[r] = x
-    blobs = tracker.pack_xors(pending)
+    blobs = ledger.pack_xors(pending)
 
     def supersede(pipe: Any) -> None:
         for b, blob in enumerate(blobs):
@@ -175,7 +176,7 @@ def _root_replay_round(client: Any, run_id: str, original: Workflow, redis_url: 
                 pipe.hset(keys.ledger(run_id, b), f"superseded:{round_no}", blob)
         for q in queued:
             pipe.hdel(keys.queue(run_id, q["component"], q["task"]), str(q["id"]))
-    if not tracker.fenced_transaction(client, run_id, gen, supersede):
+    if not ledger.fenced_transaction(client, run_id, gen, supersede):
         runs.check_generation(client, run_id, gen)
     runs.update(client, run_id, gen, root_epoch=round_no)
     spec = RunSpec(run_id, round_no, workflow_json(original), redis_url, True,
@@ -237,7 +238,7 @@ def requeue_dead(client: Any, run_id: str, component: str | None = None,
             if tup.get("roots"):
                 pipe.srem(keys.dead_roots(run_id), *[str(r) for r in tup["roots"]])
 
-        if not tracker.fenced_transaction(client, run_id, gen, requeue, watch=(dead_key,), read=read):
+        if not ledger.fenced_transaction(client, run_id, gen, requeue, watch=(dead_key,), read=read):
             runs.check_generation(client, run_id, gen)
         if seen.get("tuple") is not None:
             n += 1

@@ -15,7 +15,8 @@ from typing import Any, Callable, Iterator
 
 
 from recovery.engine import rounds as engine_rounds
-from recovery.tracking import keys, runs, tracker
+from recovery.tracking import keys, runs
+from recovery.tracking import ledger
 from recovery.connectors import sinks
 from recovery.errors import RecoveryError, RedisUnavailable, RunError, WorkflowError
 from recovery.model.workflow import Workflow
@@ -137,7 +138,7 @@ def run_and_settle(spark: Any, client: Any, wf: Workflow, spec: RunSpec,
     runs.update(client, spec.run_id, gen, settled_round=spec.round)
     if spec.tracking:
         engine_rounds.clear_round(client, spec.run_id, spec.round)
-        pending = tracker.pending_roots(client, spec.run_id)
+        pending = ledger.pending_roots(client, spec.run_id)
         engine_rounds.tell_spouts(spark, client, spec, pending,
                            {int(r) for r in client.smembers(keys.dead_roots(spec.run_id))})
     summary = summarize(client, spec.run_id, rounds=rounds, settled=True)

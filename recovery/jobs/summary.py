@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 import msgpack
-from recovery.tracking import keys, runs, tracker
+from recovery.tracking import keys, runs
+from recovery.tracking import ledger
 from recovery.model.graph import topological_order
 from recovery.model.workflow import Workflow
 
@@ -75,7 +76,7 @@ def summarize(client: Any, run_id: str, rounds: list | None = None, settled: boo
     roots = sum(c.get("roots", 0) for r in rounds for c in (r.get("components") or {}).values())
     if not rounds:
         roots = sum(s.get("roots", 0) for s in stats.values())
-    pending = tracker.pending_roots(client, run_id)
+    pending = ledger.pending_roots(client, run_id)
     dead_roots = {int(r) for r in client.smembers(keys.dead_roots(run_id))}
     dead = len(pending & dead_roots)
     queued_roots = {r for q in queued_positions(client, run_id, positions) for r in (q.get("roots") or [])}

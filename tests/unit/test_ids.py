@@ -12,7 +12,8 @@ import msgpack
 from hypothesis import given, settings, strategies as st
 
 from recovery import Bolt, Spout
-from recovery.tracking import ids, keys, tracker
+from recovery.tracking import ids, keys
+from recovery.tracking import ledger
 from recovery.model.workflow import ClassImpl, Component, Input, StreamDef, Workflow
 from recovery.model.run import RunSpec
 from recovery.testing import execute_round
@@ -145,9 +146,9 @@ def test_both_colliding_messages_are_queued_and_pending_when_both_fail():
                   streams=(StreamDef(fields=("m",)),), inputs=(Input(source="s"),))))
     client = fakeredis.FakeRedis()
     execute_round(wf, RunSpec("r1", 0, wf.model_dump_json(), "fake://", True), client)
-    for bucket in range(tracker.LEDGER_BUCKETS):
-        tracker.resolve_bucket(client, "r1", bucket)
-    assert len(tracker.pending_roots(client, "r1")) == 2
+    for bucket in range(ledger.LEDGER_BUCKETS):
+        ledger.resolve_bucket(client, "r1", bucket)
+    assert len(ledger.pending_roots(client, "r1")) == 2
     [pos] = client.smembers(keys.failed_set("r1"))
     comp, task = pos.decode().rsplit(":", 1)
     queued = [msgpack.unpackb(v) for v in client.hvals(keys.queue("r1", comp, int(task)))]

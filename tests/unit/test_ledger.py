@@ -7,7 +7,8 @@ import fakeredis
 import msgpack
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from recovery.tracking import keys, tracker
+from recovery.tracking import keys
+from recovery.tracking import ledger as tracking_ledger
 from recovery.model.graph import TaskMap
 from recovery.model.workflow import ClassImpl, Component, Grouping, Input, StreamDef, Workflow
 from recovery.model.run import RunSpec
@@ -40,9 +41,9 @@ def check_every_root(wf: Workflow, seed: int) -> tuple[int, int]:
     client = fakeredis.FakeRedis()
     spec = RunSpec("r1", 0, wf.model_dump_json(), "fake://", True)
     execute_round(wf, spec, client)
-    for b in range(tracker.LEDGER_BUCKETS):
-        tracker.resolve_bucket(client, "r1", b)
-    pending = tracker.pending_roots(client, "r1")
+    for b in range(tracking_ledger.LEDGER_BUCKETS):
+        tracking_ledger.resolve_bucket(client, "r1", b)
+    pending = tracking_ledger.pending_roots(client, "r1")
 
     # brute force: a root is incomplete iff some tuple of its tree was not acked
     failed_roots = {r for _, outcome, _, roots in lc.OUTCOMES if outcome == "fail" for r in roots}
@@ -102,11 +103,11 @@ def test_a_committed_task_is_replayed_not_executed_again():
     spec = RunSpec("r2", 0, wf.model_dump_json(), "fake://", True)
     lc.OUTCOMES.clear()
     first = execute_round(wf, spec, client)
-    ledger = {b: client.hgetall(keys.ledger("r2", b)) for b in range(tracker.LEDGER_BUCKETS)}
+    ledger = {b: client.hgetall(keys.ledger("r2", b)) for b in range(tracking_ledger.LEDGER_BUCKETS)}
     n = len(lc.OUTCOMES)
     # every reader of s0 committed, so s0's stored output is gone already (it cannot be needed)
     assert not client.exists(keys.task_output("r2", 0, "s0", 0))
     second = execute_round(wf, spec, client)
     assert len(lc.OUTCOMES) == n                 # no component code ran again
     assert first and all(not v for v in second.values())
-    assert ledger == {b: client.hgetall(keys.ledger("r2", b)) for b in range(tracker.LEDGER_BUCKETS)}
+    assert ledger == {b: client.hgetall(keys.ledger("r2", b)) for b in range(tracking_ledger.LEDGER_BUCKETS)}

@@ -12,7 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from recovery.jobs import summary, clear, submit, recover
-from recovery.tracking import keys, runs, tracker
+from recovery.tracking import keys, runs
+from recovery.tracking import tracker, ledger
 from recovery.cli import main
 from recovery.errors import RunCleared, RunError
 from recovery.model.workflow import Component, SinkImpl, SourceImpl, StreamDef, Workflow, Input
@@ -39,7 +40,7 @@ def _dead_pid() -> int:
 
 def _ledger_pending(client, run_id, roots):
     """Ledger entries of a task that committed: these roots are pending (in flight)."""
-    for b, blob in enumerate(tracker.pack_xors({r: r * 7 + 1 for r in roots})):
+    for b, blob in enumerate(ledger.pack_xors({r: r * 7 + 1 for r in roots})):
         if blob:
             client.hset(keys.ledger(run_id, b), "0:src:0", blob)
 
@@ -206,7 +207,7 @@ def test_driver_writes_never_recreate_a_cleared_run(fake_redis):
     with pytest.raises(RunCleared):
         runs.update(fake_redis, "r1", status=runs.COMPLETED)      # unfenced: still no recreation
     assert lease.refresh() is False
-    assert tracker.resolve_bucket(fake_redis, "r1", 0, lease.generation) == 0
+    assert ledger.resolve_bucket(fake_redis, "r1", 0, lease.generation) == 0
     assert not list(fake_redis.scan_iter(match=keys.runs_pattern()))
 
 

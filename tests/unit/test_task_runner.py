@@ -9,7 +9,8 @@ import fakeredis
 import msgpack
 import pytest
 
-from recovery.tracking import ids, keys, tracker
+from recovery.tracking import ids, keys
+from recovery.tracking import ledger
 from recovery.jobs import submit
 from recovery.runtime import collector, timeouts
 from recovery.model.workflow import ClassImpl, Component, Grouping, Input, ShellImpl, StreamDef, Workflow
@@ -23,8 +24,8 @@ REF = "tests.unit.runner_components:"
 def _run(wf: Workflow, run_id: str = "r"):
     client = fakeredis.FakeRedis()
     execute_round(wf, RunSpec(run_id, 0, wf.model_dump_json(), "fake://", True), client)
-    for b in range(tracker.LEDGER_BUCKETS):
-        tracker.resolve_bucket(client, run_id, b)
+    for b in range(ledger.LEDGER_BUCKETS):
+        ledger.resolve_bucket(client, run_id, b)
     return client
 
 
@@ -44,7 +45,7 @@ def test_a_tuple_over_the_message_timeout_fails_and_the_task_goes_on():
     client = _run(wf)
     [rec] = queued_positions(client)
     assert rec["values"] == [3] and "timed out after 0.5s" in rec["error"]
-    assert len(tracker.pending_roots(client, "r")) == 1
+    assert len(ledger.pending_roots(client, "r")) == 1
     stats = msgpack.unpackb(client.hget(keys.task_done("r", 0), "slow:0"))
     assert stats["executed"] == 6 and stats["acked"] == 5
 
@@ -75,7 +76,7 @@ def test_a_tuple_slow_at_any_point_before_its_ack_fails_alone_with_the_timeout(p
     assert sorted(n for _, n in rc.Collect.SEEN) == sorted([n for n in range(6) if n != 3] +
                                                           [n + 100 for n in range(6) if n != 3])
     # its root is pending, and only its root: the queued tuple completes it when replayed
-    assert tracker.pending_roots(client, "r") == set(rec["roots"])
+    assert ledger.pending_roots(client, "r") == set(rec["roots"])
     stats = _stats(client, "slow")
     assert (stats["executed"], stats["acked"], stats["failed"], stats["emitted"]) == (6, 5, 1, 10)
 
@@ -83,7 +84,7 @@ def test_a_tuple_slow_at_any_point_before_its_ack_fails_alone_with_the_timeout(p
 def test_a_tuple_slow_after_its_ack_stays_acked_and_the_overrun_is_logged():
     rc.Collect.SEEN.clear()
     client = _run(_slow_workflow("SlowAt", **{"test.slow.at": "after ack"}))
-    assert queued_positions(client) == [] and tracker.pending_roots(client, "r") == set()
+    assert queued_positions(client) == [] and ledger.pending_roots(client, "r") == set()
     assert sorted(n for _, n in rc.Collect.SEEN) == sorted(list(range(6)) + [n + 100 for n in range(6)])
     logs = [msgpack.unpackb(m) for m in client.lrange(keys.log("r"), 0, -1)]
     assert any("ran past the 0.5s timeout" in m[4] or "TupleTimeout" in m[4] for m in logs)
@@ -98,7 +99,7 @@ def test_a_slow_seal_inside_ack_loses_no_chunk(monkeypatch):
     rc.Collect.SEEN.clear()
     client = _run(_slow_workflow("SlowToSeal"))
     assert sorted(n for _, n in rc.Collect.SEEN) == list(range(6))
-    assert tracker.pending_roots(client, "r") == set() and queued_positions(client) == []
+    assert ledger.pending_roots(client, "r") == set() and queued_positions(client) == []
     stats = _stats(client, "slow")
     assert (stats["executed"], stats["acked"], stats["failed"], stats["emitted"]) == (6, 6, 0, 6)
 
@@ -131,14 +132,14 @@ def test_a_stuck_tuple_is_marked_before_its_worker_ends_and_the_retry_fails_it_u
     # replays its stored output; the bolt task fails tuple 3 without running it and goes on
     rc.StuckOnThree.RAN.clear()
     execute_round(wf, spec, fake_redis)
-    for b in range(tracker.LEDGER_BUCKETS):
-        tracker.resolve_bucket(fake_redis, "r", b)
+    for b in range(ledger.LEDGER_BUCKETS):
+        ledger.resolve_bucket(fake_redis, "r", b)
     assert sorted(rc.StuckOnThree.RAN) == [0, 1, 2, 4, 5]
     [rec] = queued_positions(fake_redis)
     assert rec["id"] == stuck_id and rec["values"] == [3]
     assert rec["error"].startswith("TupleTimeout: tuple timed out after 0.5s in slow")
     assert sorted(n for _, n in rc.Collect.SEEN) == [0, 1, 2, 4, 5]
-    assert tracker.pending_roots(fake_redis, "r") == set(rec["roots"])
+    assert ledger.pending_roots(fake_redis, "r") == set(rec["roots"])
     assert not fake_redis.exists(marks_key)    # the task committed: its marks are done
 
 
@@ -148,7 +149,7 @@ def test_a_slow_finish_fails_what_is_outstanding_with_the_timeout():
     queued = queued_positions(client)
     assert sorted(r["values"][0] for r in queued) == list(range(6)) and rc.Collect.SEEN == []
     assert {r["error"] for r in queued} == {"slow.finish raised TupleTimeout: tuple timed out after 0.5s in slow"}
-    assert tracker.pending_roots(client, "r") == {r["roots"][0] for r in queued}
+    assert ledger.pending_roots(client, "r") == {r["roots"][0] for r in queued}
 
 
 def test_a_finish_marked_timed_out_is_not_run_again_and_fails_what_is_outstanding(fake_redis):
@@ -157,8 +158,8 @@ def test_a_finish_marked_timed_out_is_not_run_again_and_fails_what_is_outstandin
     rc.AcksInFinish.FINISHED.clear()
     rc.Collect.SEEN.clear()
     execute_round(wf, RunSpec("r", 0, wf.model_dump_json(), "fake://", True), fake_redis)
-    for b in range(tracker.LEDGER_BUCKETS):
-        tracker.resolve_bucket(fake_redis, "r", b)
+    for b in range(ledger.LEDGER_BUCKETS):
+        ledger.resolve_bucket(fake_redis, "r", b)
     assert rc.AcksInFinish.FINISHED == [] and rc.Collect.SEEN == []
     queued = queued_positions(fake_redis)
     assert len(queued) == 6 and all("timed out after 0.5s in slow" in r["error"] for r in queued)
@@ -178,7 +179,7 @@ def test_direct_emits_reach_the_named_task_and_double_acks_are_ignored():
     from recovery.model.graph import TaskMap
     last = TaskMap.of(wf).task_ids("sink")[-1]
     assert sorted(rc.Collect.SEEN) == [(last, n) for n in range(6)]
-    assert tracker.pending_roots(client, "r") == set() and queued_positions(client) == []
+    assert ledger.pending_roots(client, "r") == set() and queued_positions(client) == []
 
 
 def test_a_state_value_that_cannot_be_stored_fails_only_its_tuple():
@@ -202,7 +203,7 @@ def test_tick_tuples_reach_process_tick_and_a_last_one_ends_the_input():
     client = _run(wf)
     counts = [n for _, n in rc.Collect.SEEN]
     assert counts and counts[-1] == 6            # the last tick saw the whole input
-    assert tracker.pending_roots(client, "r") == set()
+    assert ledger.pending_roots(client, "r") == set()
 
 
 PROGRAMS = Path(__file__).resolve().parents[1] / "multilang_programs"
@@ -256,11 +257,11 @@ def test_a_sink_write_longer_than_the_message_timeout_is_acked_not_written_twice
         Component(id="out", kind="bolt", impl=SinkImpl(type="jsonl", params=(("path", "out"),)),
                   inputs=(Input(source="src"),))))
     execute_round(wf, RunSpec("r", 0, submit.workflow_json(wf), "fake://", True), fake_redis)
-    for b in range(tracker.LEDGER_BUCKETS):
-        tracker.resolve_bucket(fake_redis, "r", b)
+    for b in range(ledger.LEDGER_BUCKETS):
+        ledger.resolve_bucket(fake_redis, "r", b)
     assert clock[0] == 2.0                                   # the write was slow, once
     assert sorted(r["n"] for r in sinks.read_jsonl_dir(str(tmp_path / "out"))) == list(range(6))
-    assert queued_positions(fake_redis) == [] and tracker.pending_roots(fake_redis, "r") == set()
+    assert queued_positions(fake_redis) == [] and ledger.pending_roots(fake_redis, "r") == set()
     stats = msgpack.unpackb(fake_redis.hget(keys.task_done("r", 0), "out:0"))
     assert (stats["acked"], stats["failed"]) == (6, 0)
 
@@ -318,7 +319,7 @@ def test_an_emit_anchored_twice_to_one_tuple_gets_ids_of_its_own():
     client = _run(wf)
     queued = queued_positions(client)
     assert sorted(r["values"][0] for r in queued) == list(range(6))
-    assert len(tracker.pending_roots(client, "r")) == 6
+    assert len(ledger.pending_roots(client, "r")) == 6
 
 
 def test_a_spout_that_emits_one_message_id_twice_is_refused_not_merged():
