@@ -17,9 +17,10 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable, Iterator
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 WORKFLOWS = REPO / "workflows"
@@ -48,7 +49,7 @@ def bench_home(keep: bool = False, prefix: str = "recovery-bench-") -> Iterator[
 @contextlib.contextmanager
 def redis_for(home: Path, url: str | None = None) -> Iterator[tuple[Any, str]]:
     """(client, url): the given Redis, or an embedded server under `home`, stopped at the end."""
-    from recovery.redis import embedded, connection
+    from recovery.redis import connection, embedded
     if url:
         yield connection.connect(url), url
         return
@@ -118,7 +119,7 @@ class CpuMeter:
         self.client = client
         self.seconds = 0.0
 
-    def __enter__(self) -> "CpuMeter":
+    def __enter__(self) -> CpuMeter:
         self._t0 = tree_cpu_seconds()
         self._r0 = redis_cpu_seconds(self.client) if self.client is not None else 0.0
         return self
@@ -142,6 +143,7 @@ class MemorySampler:
 
     def __init__(self, url: str, every: float = 0.2):
         import threading
+
         from recovery.redis import connection
         self.client = connection.connect(url, start=False)
         self.every = every
@@ -154,7 +156,7 @@ class MemorySampler:
         while not self._stop.wait(self.every):
             self.peak = max(self.peak, redis_used_memory(self.client) - self.base)
 
-    def __enter__(self) -> "MemorySampler":
+    def __enter__(self) -> MemorySampler:
         self._thread.start()
         return self
 
@@ -278,8 +280,8 @@ def _plain_context(wf: Any, cid: str, index: int) -> Any:
 
 
 def _plain_spout(wf_json: str, cid: str, index: int) -> Iterator[tuple[tuple[str, int], tuple]]:
-    from recovery.model.workflow import Workflow
     from recovery.connectors.files import resolve
+    from recovery.model.workflow import Workflow
     wf = Workflow.model_validate_json(wf_json)
     comp = wf.component(cid)
     impl = comp.impl
@@ -298,9 +300,9 @@ def _plain_spout(wf_json: str, cid: str, index: int) -> Iterator[tuple[tuple[str
 
 def _plain_bolt(wf_json: str, cid: str, index: int, records: Iterator[tuple[Any, tuple]]
                 ) -> Iterator[tuple[tuple[str, int], tuple]]:
-    from recovery.runtime import factory
     from recovery.api.components import Tuple
     from recovery.model.workflow import Workflow
+    from recovery.runtime import factory
     from recovery.tracking.state import LocalState
     wf = Workflow.model_validate_json(wf_json)
     comp = wf.component(cid)
@@ -342,6 +344,7 @@ def run_plain(spark: Any, wf: Any) -> float:
     mapPartitions per component, partitionBy into the consumer's parallelism, no ids, no
     anchoring, no ledger, no Redis. Returns wall seconds."""
     from pyspark import StorageLevel
+
     from recovery.jobs import submit as jobs_submit
     from recovery.model.graph import subscribers, topological_order
     wf_json = jobs_submit.workflow_json(wf)

@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             os.link(data, target)
             return xml
 
-        from recovery.jobs import recover, clear
+        from recovery.jobs import clear, recover
         from recovery.tracking import runs
         with C.redis_for(home, args.redis) as (client, url), C.spark_session(home) as spark:
             # warm-up (not measured): Python workers started, classes imported

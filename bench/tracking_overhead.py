@@ -77,12 +77,13 @@ def profile_task(wf, spec_url: str, client, component: str, index: int) -> None:
     its upstream tasks produce (computed in-process too, untracked, not profiled)."""
     import cProfile
     import pstats
+
     from recovery.engine import rounds
-    from recovery.jobs import submit, clear
-    from recovery.tracking import runs
+    from recovery.jobs import clear, submit
     from recovery.model.graph import topological_order
     from recovery.model.run import RunSpec
     from recovery.runtime.task import TaskRunner
+    from recovery.tracking import runs
     wf_json = submit.workflow_json(wf)
     feed_spec = RunSpec("profile-feed", 0, wf_json, spec_url, tracking=False)
     outputs: dict[str, list] = {}

@@ -20,10 +20,10 @@ import click
 import msgpack
 
 from recovery.cli import main
-from recovery.connectors.sinks import read_jsonl_dir
-from recovery.tracking import keys
 from recovery.cli.run import last_summary
+from recovery.connectors.sinks import read_jsonl_dir
 from recovery.redis import connection
+from recovery.tracking import keys
 
 REPO = Path(__file__).resolve().parent.parent
 INJECT = ["-p", "recovery.inject.flaky.component=aggregate", "-p", "recovery.inject.flaky.rate=0.02",

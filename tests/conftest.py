@@ -18,10 +18,15 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:   # annotations only: fakeredis is imported by the fixture that uses it
+    import fakeredis
+    import redis
 
 from tests.helpers import wait_for
 
@@ -142,7 +147,7 @@ def redis_url(redis_server: str) -> str:
 
 
 @pytest.fixture
-def redis_client(redis_url: str) -> Iterator["redis.Redis"]:
+def redis_client(redis_url: str) -> Iterator[redis.Redis]:
     """A client (bytes replies) on the flushed session Redis."""
     from recovery.redis.connection import connect
 
@@ -154,7 +159,7 @@ def redis_client(redis_url: str) -> Iterator["redis.Redis"]:
 
 
 @pytest.fixture
-def fake_redis() -> Iterator["fakeredis.FakeRedis"]:
+def fake_redis() -> Iterator[fakeredis.FakeRedis]:
     """A fresh in-memory fakeredis (own server, nothing shared between tests). Unit tests only."""
     import fakeredis
 

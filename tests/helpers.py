@@ -7,7 +7,8 @@ waited for. The deadline only bounds a hang; a test never asserts how long somet
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 

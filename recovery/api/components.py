@@ -13,7 +13,8 @@ result list it is [direct_task]).
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 TICK_STREAM = "__tick"
 SYSTEM_COMPONENT = "__system"

@@ -10,8 +10,9 @@ import importlib
 import os
 import sys
 import traceback
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator, Literal
+from typing import Literal
 
 from recovery.api.components import Bolt, Spout
 from recovery.errors import WorkflowError

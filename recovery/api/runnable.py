@@ -8,8 +8,8 @@ import shutil
 
 from recovery.api.loader import ClassLoadError, check_classes, component_class
 from recovery.errors import WorkflowError
-from recovery.model.workflow import (ClassImpl, ShellImpl, Workflow)
-from recovery.model.xml.parse import children, local_name, parse_tree, load
+from recovery.model.workflow import ClassImpl, ShellImpl, Workflow
+from recovery.model.xml.parse import children, load, local_name, parse_tree
 
 
 def validate_file(path: str | os.PathLike) -> tuple[Workflow, list[str]]:

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import click
 
 from recovery.cli import echo_json, json_option, redis_option
-from recovery.errors import RecoveryError
 from recovery.connectors.redis_stream import topics as stream_reader
+from recovery.errors import RecoveryError
 from recovery.redis import connection
 
 

@@ -4,20 +4,25 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import click
 
-from recovery.cli import echo_json, json_option, redis_option
-from recovery.errors import RecoveryError
-from recovery.model.workflow import Workflow
-from recovery.redis import connection
-from recovery.engine.session import session
-from recovery.jobs import follow, submit as jobs_submit, follow as follow_mod, reports, summary as jobs_summary, recover as jobs_recover
-from recovery.model import config, render
-from recovery.connectors import sinks
-from recovery.model.xml import parse as workflow_xml
 from recovery.api import runnable
+from recovery.cli import echo_json, json_option, redis_option
+from recovery.connectors import sinks
+from recovery.engine.session import session
+from recovery.errors import RecoveryError
+from recovery.jobs import follow, reports
+from recovery.jobs import follow as follow_mod
+from recovery.jobs import recover as jobs_recover
+from recovery.jobs import submit as jobs_submit
+from recovery.jobs import summary as jobs_summary
+from recovery.model import config, render
+from recovery.model.workflow import Workflow
+from recovery.model.xml import parse as workflow_xml
+from recovery.redis import connection
 from recovery.tracking import keys, runs
 
 
@@ -44,7 +49,7 @@ class _Progress:
         self._progress = None
         self._tasks: dict[str, Any] = {}
 
-    def __enter__(self) -> "_Progress":
+    def __enter__(self) -> _Progress:
         if self.enabled:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn

@@ -6,8 +6,8 @@ from typing import Any
 import click
 import redis
 
-from recovery.redis import embedded, connection
 from recovery.cli import echo_json, json_option, redis_option
+from recovery.redis import connection, embedded
 
 
 def _home_option(f):

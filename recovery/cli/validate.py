@@ -5,9 +5,9 @@ import sys
 
 import click
 
-from recovery.errors import WorkflowError
 from recovery.api.runnable import validate_file
 from recovery.cli import echo_json
+from recovery.errors import WorkflowError
 from recovery.model.config import describe
 from recovery.model.graph import TaskMap, topological_order
 from recovery.model.render import render

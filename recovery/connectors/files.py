@@ -9,12 +9,13 @@ import glob
 import json
 import os
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import msgpack
 
-from recovery.tracking import keys
 from recovery.model.workflow import SourceImpl
+from recovery.tracking import keys
 
 
 def resolve(path: str, base_dir: str | None) -> str:
@@ -121,7 +122,7 @@ def queue_source(runner: Any) -> Iterator[None]:
                 raw = rec.get("raw")
                 mid = rec.get("message_id")
                 mid = tuple(mid) if isinstance(mid, list) else mid
-                runner.spout_record(mid, lambda raw=raw: decode(raw), raw, stream.id, fmt, attempt,
+                runner.spout_record(mid, lambda raw=raw, decode=decode: decode(raw), raw, stream.id, fmt, attempt,
                                     replayed=True)
             else:
                 runner.replay_to(target, task, rec, attempt)

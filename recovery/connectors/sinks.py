@@ -18,13 +18,14 @@ import logging
 import os
 import re
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from recovery.api.components import Bolt, Tuple
+from recovery.connectors.files import resolve
 from recovery.errors import RecoveryError
 from recovery.model.workflow import FILE_SINK_TYPES, SinkImpl, Workflow
-from recovery.connectors.files import resolve
 from recovery.tracking import keys
 
 log = logging.getLogger(__name__)

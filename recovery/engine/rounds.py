@@ -10,19 +10,17 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from recovery.tracking import keys
-from recovery.tracking import ledger
-from recovery.runtime import task
-from recovery.model.graph import subscribers, topological_order
-from recovery.model.workflow import Workflow
-from recovery.model.run import RunSpec
 from recovery.connectors import files
 from recovery.connectors.redis_stream import reader as stream_reader
+from recovery.model.graph import TaskContext, subscribers, topological_order
+from recovery.model.run import RunSpec
+from recovery.model.workflow import Workflow
 from recovery.redis import connection
-from recovery.runtime import factory
-from recovery.model.graph import TaskContext
+from recovery.runtime import factory, task
+from recovery.tracking import keys, ledger
 
 log = logging.getLogger(__name__)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+
 from recovery.redis.embedded import private_dir, private_file, state_home
 
 LOG4J = """\

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 from typing import Any
-from recovery.tracking import keys, runs
+
 from recovery.errors import RunError
+from recovery.tracking import keys, runs
 
 
 def clear(client: Any, run_id: str, force: bool = False) -> list[str]:

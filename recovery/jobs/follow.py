@@ -21,15 +21,18 @@ import signal
 import socket
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from recovery.jobs import submit, summary as jobs_summary, recover
-from recovery.connectors.redis_stream import topics, report as stream_report, offsets
-from recovery.tracking import keys, runs
 from recovery.connectors import sinks
+from recovery.connectors.redis_stream import offsets, topics
+from recovery.connectors.redis_stream import report as stream_report
 from recovery.errors import RecoveryError
-from recovery.model.workflow import Workflow
+from recovery.jobs import recover, submit
+from recovery.jobs import summary as jobs_summary
 from recovery.model.run import RunSpec
+from recovery.model.workflow import Workflow
+from recovery.tracking import keys, runs
 
 Event = Callable[[str, dict], None]
 
@@ -60,7 +63,7 @@ class Stopper:
             raise KeyboardInterrupt
         self.request(signal.Signals(signum).name)
 
-    def __enter__(self) -> "Stopper":
+    def __enter__(self) -> Stopper:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
                 self._old[sig] = signal.signal(sig, self._handle)

@@ -4,17 +4,25 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
+
 import msgpack
-from recovery.tracking import keys, runs
-from recovery.tracking import ledger
+
 from recovery.errors import RunError
-from recovery.model.workflow import Workflow
+from recovery.jobs.submit import (
+    Progress,
+    claim_run,
+    redis_lost_is_resumable,
+    run_and_settle,
+    spec_json,
+    workflow_json,
+)
+from recovery.jobs.summary import original_workflow, queued_positions, sum_components, summarize
 from recovery.model.run import RunSpec
-from recovery.jobs.summary import sum_components, summarize
-from recovery.jobs.submit import Progress, claim_run, redis_lost_is_resumable, run_and_settle, spec_json, workflow_json
-from recovery.jobs.summary import original_workflow, queued_positions
 from recovery.model.synthesis import synthesize
+from recovery.model.workflow import Workflow
+from recovery.tracking import keys, ledger, runs
 
 
 def reconfigure(client: Any, run_id: str, overrides: dict[str, str]) -> None:
@@ -218,13 +226,13 @@ def requeue_dead(client: Any, run_id: str, component: str | None = None,
     for field in fields:
         seen: dict[str, Any] = {}
 
-        def read(pipe: Any, field: bytes = field) -> None:
+        def read(pipe: Any, field: bytes = field, seen: dict[str, Any] = seen) -> None:
             raw = pipe.hget(dead_key, field)
             tup = msgpack.unpackb(raw, strict_map_key=False) if raw is not None else None
             # gone: requeued meanwhile by someone else; another component's: not asked for
             seen["tuple"] = tup if tup is not None and component in (None, tup.get("component")) else None
 
-        def requeue(pipe: Any, field: bytes = field) -> None:
+        def requeue(pipe: Any, field: bytes = field, seen: dict[str, Any] = seen) -> None:
             tup = seen["tuple"]
             if tup is None:
                 return

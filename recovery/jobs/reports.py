@@ -8,14 +8,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from recovery.jobs import summary, recover, clear as jobs_clear
-from recovery.tracking import keys, runs
-from recovery.errors import RecoveryError
-from recovery.jobs import follow
-from recovery.errors import RunError
-from recovery.model.xml.write import to_xml
-from recovery.model.synthesis import plan_marks, synthesize
 from recovery.connectors.redis_stream import report as stream_reader
+from recovery.errors import RecoveryError, RunError
+from recovery.jobs import clear as jobs_clear
+from recovery.jobs import follow, recover, summary
+from recovery.model.synthesis import plan_marks, synthesize
+from recovery.model.xml.write import to_xml
+from recovery.tracking import keys, runs
 
 # How each failure's `error` text begins, by where it came from (runtime.py, multilang.py).
 ERROR_KINDS = ("exception", "fail", "not acked", "timeout", "shell process lost")

@@ -10,22 +10,21 @@ import os
 import re
 import socket
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any
 
-
-from recovery.engine import rounds as engine_rounds
-from recovery.tracking import keys, runs
-from recovery.tracking import ledger
-from recovery.connectors import sinks
-from recovery.errors import RecoveryError, RedisUnavailable, RunError, WorkflowError
-from recovery.model.workflow import Workflow
-from recovery.model.run import RunSpec
-from recovery.jobs.summary import in_topological_order, summarize
-from recovery.jobs.clear import clear
 from recovery.api.loader import check_classes as check
+from recovery.connectors import sinks
 from recovery.connectors.redis_stream import offsets as stream_reader
+from recovery.engine import rounds as engine_rounds
+from recovery.errors import RecoveryError, RedisUnavailable, RunError, WorkflowError
+from recovery.jobs.clear import clear
+from recovery.jobs.summary import in_topological_order, summarize
+from recovery.model.run import RunSpec
+from recovery.model.workflow import Workflow
 from recovery.redis import connection
+from recovery.tracking import keys, ledger, runs
 
 Progress = Callable[[str, int, int], None]
 

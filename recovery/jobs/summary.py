@@ -3,11 +3,12 @@ topological order, and the failed positions."""
 from __future__ import annotations
 
 from typing import Any
+
 import msgpack
-from recovery.tracking import keys, runs
-from recovery.tracking import ledger
+
 from recovery.model.graph import topological_order
 from recovery.model.workflow import Workflow
+from recovery.tracking import keys, ledger, runs
 
 
 def in_topological_order(stats: dict[str, Any], wf: Workflow) -> dict[str, Any]:

@@ -17,7 +17,8 @@ values are text there; this module checks them and turns them into typed values.
 from __future__ import annotations
 
 import difflib
-from typing import Any, Iterable, Literal, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
 
 import annotated_types
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator

@@ -3,8 +3,8 @@ context a task is given (also the multilang handshake's `context`)."""
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
 from recovery.model.workflow import Component, Input, Workflow
 
@@ -116,14 +116,14 @@ class TaskMap:
     count: dict[str, int]
 
     @classmethod
-    def of(cls, wf: Workflow) -> "TaskMap":
+    def of(cls, wf: Workflow) -> TaskMap:
         first, count, nxt = {}, {}, 1
         for c in sorted(wf.components, key=lambda c: c.id):
             first[c.id], count[c.id] = nxt, c.parallelism
             nxt += c.parallelism
         return cls(first, count)
 
-    def extended(self, wf: Workflow) -> "TaskMap":
+    def extended(self, wf: Workflow) -> TaskMap:
         """Numbering for a workflow derived from this one (a recovery workflow): components
         this map knows keep their task ids, so a failed position means the same task in every
         round; new components (queue spouts) get ids after the highest one."""

@@ -6,11 +6,21 @@
 """
 from __future__ import annotations
 
-from typing import Iterable, Literal, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Literal
 
 from recovery.model.graph import subscribers, topological_order
-from recovery.model.workflow import (DEFAULT_STREAM, ClassImpl, Component, Grouping, Input, ShellImpl,
-    SinkImpl, SourceImpl, Workflow)
+from recovery.model.workflow import (
+    DEFAULT_STREAM,
+    ClassImpl,
+    Component,
+    Grouping,
+    Input,
+    ShellImpl,
+    SinkImpl,
+    SourceImpl,
+    Workflow,
+)
 
 Format = Literal["text", "dot", "mermaid"]
 FORMATS: tuple[str, ...] = ("text", "dot", "mermaid")

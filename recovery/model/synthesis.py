@@ -20,7 +20,7 @@ were added and removed); :func:`task_translation` maps one to the other.
 """
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from recovery.model.graph import TaskMap, downstream
 from recovery.model.workflow import Component, Grouping, Input, SourceImpl, StreamDef, Workflow

@@ -6,7 +6,7 @@ Workflow; recovery synthesis maps (Workflow, failed positions) to another Workfl
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -14,6 +14,7 @@ from recovery.model import config as config_decl
 
 DEFAULT_STREAM = "default"
 NAMESPACE = "urn:recovery:workflow:1"
+
 
 class Grouping(str, Enum):
     SHUFFLE = "shuffle"
@@ -88,7 +89,7 @@ class SinkImpl(_Frozen):
         return dict(self.params).get(name, default)
 
 
-Implementation = Annotated[Union[ClassImpl, ShellImpl, SourceImpl, SinkImpl], Field(discriminator="kind")]
+Implementation = Annotated[ClassImpl | ShellImpl | SourceImpl | SinkImpl, Field(discriminator="kind")]
 
 
 class Component(_Frozen):
@@ -153,7 +154,7 @@ class Workflow(_Frozen):
     def conf_bool(self, key: str, component_id: str | None = None) -> bool:
         return bool(self.setting(key, component_id))
 
-    def with_config(self, overrides: dict[str, str]) -> "Workflow":
+    def with_config(self, overrides: dict[str, str]) -> Workflow:
         """This workflow with workflow-level properties set or replaced (submit/recover -p)."""
         if not overrides:
             return self

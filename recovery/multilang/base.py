@@ -8,16 +8,28 @@ import shlex
 import shutil
 import tempfile
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import msgpack
 
 from recovery.errors import RecoveryError
 from recovery.model.workflow import ShellImpl
-from recovery.multilang.protocol import BadMessage, END_OF_MESSAGE, ERROR_CHARS, EndOfOutput, LOG_LEVELS, ProtocolError, StderrLine, conf_float, dumps, quote, handshake_conf
 from recovery.multilang import process
 from recovery.multilang.process import ChildProcess
-
+from recovery.multilang.protocol import (
+    END_OF_MESSAGE,
+    ERROR_CHARS,
+    LOG_LEVELS,
+    BadMessage,
+    EndOfOutput,
+    ProtocolError,
+    StderrLine,
+    conf_float,
+    dumps,
+    handshake_conf,
+    quote,
+)
 
 # What the collector raises for an emit that is the program's mistake (an undeclared stream,
 # a direct task that does not subscribe, values a grouping or the encoder cannot take);

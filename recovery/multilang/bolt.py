@@ -3,19 +3,29 @@ keeps the child busy and what happens when the child misbehaves)."""
 from __future__ import annotations
 
 import queue
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
+
 from recovery.api.components import HEARTBEAT_STREAM, SYSTEM_COMPONENT, TICK_STREAM, Bolt, Tuple
 from recovery.model.workflow import ShellImpl
-from recovery.multilang.protocol import END_OF_MESSAGE, ProtocolError, conf_float, dumps, encode_compact, quote
 from recovery.multilang import process
-from recovery.multilang.process import READ_DELAY
 from recovery.multilang.base import EMIT_ERRORS, ShellBase, ShellError, collect_emit
-
+from recovery.multilang.process import READ_DELAY
+from recovery.multilang.protocol import (
+    END_OF_MESSAGE,
+    ProtocolError,
+    conf_float,
+    dumps,
+    encode_compact,
+    quote,
+)
 
 OUT_LIMIT = 1 << 18         # bytes buffered for the child's stdin before process() waits
 WRITE_BATCH = 16384         # process() writes when this much is buffered...
 WRITE_DELAY = 0.002         # ...or this long after the last write
 IDLE_DELAY = 0.0005         # ...or the child has nothing else to do and this much passed
+
+
 class ShellBolt(ShellBase, Bolt):
     """A bolt implemented by a multilang program (Storm's ShellBolt)."""
 

@@ -13,12 +13,22 @@ import time
 import weakref
 from collections import deque
 from typing import Any
-from recovery.multilang.protocol import BadMessage, END_OF_MESSAGE, EndOfOutput, MAX_MESSAGE_BYTES, QUOTE_CHARS, StderrLine, loads
 
+from recovery.multilang.protocol import (
+    END_OF_MESSAGE,
+    MAX_MESSAGE_BYTES,
+    QUOTE_CHARS,
+    BadMessage,
+    EndOfOutput,
+    StderrLine,
+    loads,
+)
 
 READ_DELAY = 0.001          # a bolt's reader lets small outputs accumulate this long
 monotonic = time.monotonic   # the shell components' one clock (tests freeze it)
-def read_stdout(stream: Any, q: "queue.SimpleQueue", clock: list, partial: list,
+
+
+def read_stdout(stream: Any, q: queue.SimpleQueue, clock: list, partial: list,
                  delay: list) -> None:
     """Reader thread: frame messages on `end` lines, parse them, queue them in batches.
     After a small read it waits `delay[0]` seconds for more (a child writing one message at
@@ -62,7 +72,7 @@ def read_stdout(stream: Any, q: "queue.SimpleQueue", clock: list, partial: list,
             pass
 
 
-def read_stderr(stream: Any, q: "queue.SimpleQueue", tail: deque) -> None:
+def read_stderr(stream: Any, q: queue.SimpleQueue, tail: deque) -> None:
     """Stderr thread: every line to the queue (logged on the runtime's thread) and a tail."""
     try:
         while True:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import re
 from typing import Any
-from recovery.model import config as config_decl
 
+from recovery.model import config as config_decl
 
 QUOTE_CHARS = 300           # how much of what a child sent an error quotes
 ERROR_CHARS = 4000          # longest `error` message kept as a failure's error
@@ -18,6 +18,8 @@ FLOAT_RE = re.compile(r"[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?")
 dumps = json.dumps
 encode_compact = json.JSONEncoder(separators=(",", ":")).encode   # tuples and task ids
 loads = json.loads
+
+
 class ProtocolError(Exception):
     """A message the child sent is not the protocol (the text says what it was)."""
 

@@ -3,11 +3,19 @@ from __future__ import annotations
 
 import queue
 from typing import Any
+
 from recovery.api.components import Spout
 from recovery.model.workflow import ShellImpl
-from recovery.multilang.protocol import END_OF_MESSAGE, ProtocolError, conf_float, dumps, encode_compact, quote
 from recovery.multilang import process
 from recovery.multilang.base import EMIT_ERRORS, ShellBase, ShellError, collect_emit
+from recovery.multilang.protocol import (
+    END_OF_MESSAGE,
+    ProtocolError,
+    conf_float,
+    dumps,
+    encode_compact,
+    quote,
+)
 
 
 class ShellSpout(ShellBase, Spout):

@@ -27,12 +27,15 @@ import signal
 import stat
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import quote
+
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+
 from recovery.errors import RecoveryError
 
 HOME_ENV = "RECOVERY_HOME"
@@ -156,6 +159,7 @@ def _write_private(path: Path, text: str) -> None:
     finally:
         os.close(fd)
 
+
 _SOCKET_FOLDER_FIX = "remove it, or use a RECOVERY_HOME short enough to hold the socket"
 
 
@@ -244,6 +248,7 @@ def _is_redis(pid: int) -> bool:
         return not Path("/proc/self").exists() and _pid_alive(pid)
     except OSError:
         return True
+
 
 _LOG_PREFIX = re.compile(r"^\d+:[A-Z] \d+ \w+ \d+ [\d:.]+ [#*.\-] ")
 

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import traceback
 from typing import Any
+
 import msgpack
-from recovery.tracking import ids
+
 from recovery.api.components import Tuple
 from recovery.runtime import timeouts
-
+from recovery.tracking import ids
 
 CHUNK = 2048          # tuples per blob
 ERROR_CAP = 4000      # characters of an error/traceback kept with a failed tuple
+
 
 def format_error(err: BaseException) -> tuple[str, str]:
     message = f"{type(err).__name__}: {err}"

@@ -2,9 +2,9 @@
 them and the ids it creates can be XORed into the ledger."""
 from __future__ import annotations
 
-from recovery.tracking import ids
 from recovery.model.graph import TaskMap, subscribers
 from recovery.model.workflow import Grouping, Workflow
+from recovery.tracking import ids
 
 
 # --- routing -------------------------------------------------------------------------------

@@ -12,30 +12,25 @@ import logging
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import msgpack
 
-from recovery.tracking import ids
-from recovery.api.components import Tuple
-from recovery.model.graph import TaskContext, TaskMap, subscribers
-from recovery.model.workflow import Component, Workflow
-from recovery.tracking.state import KeyedState, LocalState
-from recovery.model.run import RunSpec
-from recovery.runtime.routing import Router
-from recovery.runtime.timeouts import FINISH
-from recovery.runtime.collector import format_error
-from recovery.runtime.timeouts import MessageTimeouts
-from recovery.runtime.collector import Collector
-from recovery.runtime import timeouts
-from recovery.redis import connection
+from recovery.api.components import SYSTEM_COMPONENT, TICK_STREAM, Tuple
 from recovery.faults import injections
+from recovery.model.graph import TaskContext, TaskMap, subscribers
+from recovery.model.run import RunSpec
+from recovery.model.workflow import Component, Workflow
+from recovery.redis import connection
+from recovery.runtime import factory, timeouts
+from recovery.runtime.collector import Collector, format_error
+from recovery.runtime.routing import Router
+from recovery.runtime.timeouts import FINISH, MessageTimeouts
+from recovery.tracking import ids, keys
+from recovery.tracking.state import KeyedState, LocalState
 from recovery.tracking.tracker import TaskTracker
-from recovery.tracking import keys
-from recovery.runtime import factory
-from recovery.api.components import SYSTEM_COMPONENT, TICK_STREAM
-
 
 log = logging.getLogger(__name__)
 
@@ -313,7 +308,7 @@ class TaskRunner(MessageTimeouts, Collector):
             self.current = None
 
     # -- spouts ---------------------------------------------------------------------------
-    def run_spout(self, emit_source: Callable[["TaskRunner"], None] | None) -> Iterator[tuple[Any, bytes]]:
+    def run_spout(self, emit_source: Callable[[TaskRunner], None] | None) -> Iterator[tuple[Any, bytes]]:
         """`emit_source` drives a built-in source; None means the component is a Spout class."""
         if self.tracker is not None and self.tracker.committed() is not None:
             yield from self.tracker.stored_output()

@@ -19,6 +19,7 @@ clock = time.monotonic   # the runtime's one clock: deadlines and their checks (
 FINISH = "finish"     # what a timed-out `finish()` is called in a task's timeout marks
 KILLED_EXIT = 70      # the exit code of a worker the message-timeout watchdog ended
 
+
 class TupleTimeout(Exception):
     """A tuple's execution passed `topology.message.timeout.secs`. Raised cooperatively, by
     the collector call the component makes after its deadline (never asynchronously), so it

@@ -8,8 +8,8 @@ from typing import Any
 
 import msgpack
 
-from recovery.tracking import keys
 from recovery.api.components import Bolt, Spout, Tuple
+from recovery.tracking import keys
 
 ITEMS_PROPERTY = "testing.items"   # a TestingSpout's items, JSON, in its component's config
 _SENTINEL_KEY = "$recovery.testing"

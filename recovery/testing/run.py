@@ -13,13 +13,15 @@ from typing import Any, cast
 import msgpack
 
 from recovery.engine import rounds
-from recovery.jobs import summary as jobs_summary, recover as jobs_recover, submit
-from recovery.tracking import keys, runs
-from recovery.runtime import task
 from recovery.errors import RunError
 from recovery.faults import PREFIX as INJECT_PREFIX
-from recovery.model.workflow import ClassImpl, Component, Workflow
+from recovery.jobs import recover as jobs_recover
+from recovery.jobs import submit
+from recovery.jobs import summary as jobs_summary
 from recovery.model.run import RunSpec
+from recovery.model.workflow import ClassImpl, Component, Workflow
+from recovery.model.xml.write import to_xml
+from recovery.runtime import task
 from recovery.testing.components import (
     ABORT,
     CRASH,
@@ -30,7 +32,7 @@ from recovery.testing.components import (
     read_list_sink,
 )
 from recovery.testing.local_spark import LocalSession
-from recovery.model.xml.write import to_xml
+from recovery.tracking import keys, runs
 
 TESTING_SPOUT = "recovery.testing:TestingSpout"
 LIST_SINK = "recovery.testing:ListSink"

@@ -7,15 +7,20 @@ the roots still pending; complete roots leave no key behind."""
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
+
 import numpy as np
 from redis.exceptions import WatchError
+
 from recovery.tracking import keys
 
 log = logging.getLogger(__name__)
 
 
 LEDGER_BUCKETS = 8
+
+
 def pack_xors(contrib: dict[int, int]) -> list[bytes]:
     """Split per-root contributions into LEDGER_BUCKETS packed blobs (roots then xors, uint64)."""
     if not contrib:

@@ -19,8 +19,8 @@ import threading
 import time
 from typing import Any
 
-from recovery.tracking import keys
 from recovery.errors import RunCleared, RunError
+from recovery.tracking import keys
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ def _cleared(run_id: str) -> RunCleared:
 
 
 def create(client: Any, run_id: str, xml: str, wf_json: str, file: str | None, master: str,
-           tracking: bool) -> "Lease":
+           tracking: bool) -> Lease:
     """Create the run's record, its lease (held by this process) and its index entry in one
     atomic step; a run id that exists already is refused. Returns the lease (not yet refreshed:
     use it as a context manager around the work)."""
@@ -286,7 +286,7 @@ class Lease:
         except Exception as err:   # Redis gone: the lease expires on its own
             log.debug("run %s: could not release the driver's lease: %s", self.run_id, err)
 
-    def __enter__(self) -> "Lease":
+    def __enter__(self) -> Lease:
         self._stop.clear()
         self._thread = threading.Thread(target=self._loop, name=f"lease-{self.run_id}", daemon=True)
         self._thread.start()

@@ -7,7 +7,8 @@ committed is never executed again (its stored output is replayed instead): no do
 """
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import msgpack
 

@@ -11,9 +11,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from recovery.errors import RunError
 from recovery.jobs import recover
 from recovery.tracking import runs
-from recovery.errors import RunError
 
 log = logging.getLogger(__name__)
 

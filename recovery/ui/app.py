@@ -7,9 +7,10 @@ import asyncio
 import hashlib
 import json
 import time
+from collections.abc import AsyncIterator
 from html import escape
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 from urllib.parse import parse_qs, quote, urlencode
 
 import anyio
@@ -20,10 +21,10 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from recovery.errors import RecoveryError
 from recovery.jobs import reports
 from recovery.jobs import summary as jobs_summary
 from recovery.tracking import keys, runs
-from recovery.errors import RecoveryError
 from recovery.ui import svg
 from recovery.ui.actions import RecoverProcesses
 
@@ -35,7 +36,8 @@ KEEPALIVE_SECONDS = 15.0
 
 # The components table's columns, with what each counter means (the headers' tooltips).
 COLUMNS = (
-    ("executed", "Executed", "Tuples this component's tasks ran process() on (a spout: next_tuple calls that emitted)."),
+    ("executed", "Executed",
+     "Tuples this component's tasks ran process() on (a spout: next_tuple calls that emitted)."),
     ("acked", "Acked", "Tuples acked: processed successfully, their part of the root's tree done."),
     ("failed", "Failed", "Tuples that failed here (an exception, fail(), not acked, a timeout, a lost shell process); "
                          "each went to this task's queue for recovery, or to the dead letters."),

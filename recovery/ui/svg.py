@@ -8,13 +8,13 @@ there, `data-failed` / `data-dead` counts, so that tests and stylesheets can fin
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from html import escape
-from typing import Iterable, Mapping
 
-from recovery.model.workflow import SinkImpl, Workflow
 from recovery.model.render import _edge_label, describe_impl, stages
 from recovery.model.synthesis import is_queue_spout
+from recovery.model.workflow import SinkImpl, Workflow
 
 NODE_W, NODE_H = 150, 66
 COL_GAP, ROW_GAP, PAD = 84, 26, 16

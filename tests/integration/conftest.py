@@ -3,14 +3,15 @@ of the example workflows in a temporary folder (sinks write next to the XML)."""
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
+from recovery.connectors.sinks import read_jsonl_dir
 from recovery.jobs import submit as jobs_submit
 from recovery.model.xml import parse as workflow_xml
-from recovery.connectors.sinks import read_jsonl_dir
 
 WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"
 

@@ -7,10 +7,11 @@ import json
 
 import pytest
 
-from recovery.jobs import clear, submit, summary as jobs_summary
-from recovery.tracking import runs
-from recovery.model.xml import parse as workflow_xml
 from recovery.errors import RunError
+from recovery.jobs import clear, submit
+from recovery.jobs import summary as jobs_summary
+from recovery.model.xml import parse as workflow_xml
+from recovery.tracking import runs
 from tests.integration.conftest import copy_workflow
 from tests.integration.test_cli_runs import cli
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from recovery.redis import embedded, connection
+from recovery.redis import connection, embedded
 
 PYTHON = sys.executable
 

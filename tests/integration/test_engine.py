@@ -8,8 +8,7 @@ from pathlib import Path
 
 import msgpack
 
-from recovery.tracking import keys
-from recovery.tracking import ledger
+from recovery.tracking import keys, ledger
 from tests.integration.conftest import copy_workflow, sink_records, submit
 
 

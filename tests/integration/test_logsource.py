@@ -19,13 +19,13 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from recovery.jobs import follow
-from recovery.jobs import submit
-from recovery.tracking import keys, runs
-from recovery.connectors.redis_stream import topics, offsets, report as stream_report
-from recovery.model.xml import parse as workflow_xml
 from recovery.cli import main
+from recovery.connectors.redis_stream import offsets, topics
+from recovery.connectors.redis_stream import report as stream_report
 from recovery.connectors.sinks import read_jsonl_dir
+from recovery.jobs import follow, submit
+from recovery.model.xml import parse as workflow_xml
+from recovery.tracking import keys, runs
 from tests.helpers import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -205,7 +205,7 @@ def test_kill_9_of_a_follow_driver_then_restart_gives_every_effect_exactly_once(
             r = int(rec.get("round") or 0)
             done = redis_client.hlen(keys.task_done(rid, r))
             # mid-round: a batch after the first one, some of its tasks committed
-            if r >= 1 and rec.get("status") == runs.RUNNING and 0 < done:
+            if r >= 1 and rec.get("status") == runs.RUNNING and done > 0:
                 return rid, r, done
         return None
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from recovery.jobs import recover, clear, summary
+from recovery.jobs import clear, recover, summary
 from recovery.tracking import keys, runs
-from tests.integration.conftest import copy_workflow, sink_records, submit
 from tests.helpers import wait_for
+from tests.integration.conftest import copy_workflow, sink_records, submit
 from tests.integration.test_engine import run_keys, wordcount_reference
 
 TRANSIENT_SPLIT = {"recovery.inject.s.component": "split", "recovery.inject.s.rate": "0.03"}

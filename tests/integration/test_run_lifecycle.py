@@ -17,12 +17,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from recovery.jobs import recover as jobs_recover, clear
-from recovery.tracking import keys, runs
 from recovery.cli import main
-from recovery.errors import RunCleared, RunError
-from recovery.model.graph import topological_order
 from recovery.connectors.sinks import read_jsonl_dir
+from recovery.errors import RunCleared, RunError
+from recovery.jobs import clear
+from recovery.jobs import recover as jobs_recover
+from recovery.model.graph import topological_order
+from recovery.tracking import keys, runs
 from tests.integration.conftest import copy_workflow, submit
 
 LINES = [f"line {i}" for i in range(200)]
@@ -117,8 +118,9 @@ def test_racing_creates_of_one_run_id_on_a_real_redis(redis_client):
 
 # --- item 8 --------------------------------------------------------------------------------------
 def _own_redis(folder: Path) -> tuple[subprocess.Popen, str]:
-    from recovery.redis.embedded import redis_binary
     import redis as redis_py
+
+    from recovery.redis.embedded import redis_binary
     sock = folder / "r.sock"
     proc = subprocess.Popen([redis_binary(), "--port", "0", "--unixsocket", str(sock), "--unixsocketperm", "700",
                              "--dir", str(folder), "--save", "", "--appendonly", "yes", "--appendfsync", "always",

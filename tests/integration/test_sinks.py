@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from recovery.jobs import recover, clear
 from recovery.cli import main
-from recovery.errors import RunError
 from recovery.connectors.sinks import part_files
+from recovery.errors import RunError
+from recovery.jobs import clear, recover
 from tests.integration.conftest import copy_workflow, sink_records, submit
 from tests.integration.test_engine import wordcount_reference
 

@@ -10,9 +10,9 @@ import json
 
 import pytest
 
+from recovery.errors import RunError
 from recovery.jobs import recover as jobs_submit
 from recovery.tracking import runs
-from recovery.errors import RunError
 from tests.integration.conftest import sink_records, submit
 
 # emits 0..4 (message id = value); while the file `broken` exists next to it, it says why on

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from recovery import testing
-from recovery.jobs import submit, recover
-from recovery.model.xml import parse as workflow_xml, write as xml_write
+from recovery.jobs import recover, submit
+from recovery.model.xml import parse as workflow_xml
+from recovery.model.xml import write as xml_write
 from tests.integration.conftest import copy_workflow
 
 COUNTS = ("status", "roots", "complete", "pending", "failed", "in_flight", "dead", "dead_tuples")

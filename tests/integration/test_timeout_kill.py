@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 from recovery.jobs import submit
-from recovery.tracking import keys
 from recovery.model.xml import parse as workflow_xml
+from recovery.tracking import keys
 
 REPO = Path(__file__).resolve().parents[2]
 

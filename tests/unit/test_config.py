@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from recovery.errors import RecoveryError
+from recovery.faults import Injection
 from recovery.model import config
 from recovery.model.config import PropertyError
-from recovery.errors import RecoveryError
 from recovery.model.workflow import Workflow
 from recovery.multilang.protocol import conf_float
-from recovery.faults import Injection
 from recovery.tracking.tracker import backoff_ms
 
 PACKAGE = Path(__file__).resolve().parents[2] / "recovery"
@@ -141,5 +141,5 @@ def test_describe_lists_every_declaration_with_help():
     assert set(config.PROPERTIES) <= set(names)
     assert "recovery.inject.NAME.rate" in names
     assert all(help_text for _, _, _, help_text in rows)
-    assert ("recovery.max.attempts", "an integer >= 1", "3") == rows[names.index(
-        "recovery.max.attempts")][:3]
+    assert rows[names.index(
+        "recovery.max.attempts")][:3] == ("recovery.max.attempts", "an integer >= 1", "3")

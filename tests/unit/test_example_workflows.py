@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from recovery import BasicBolt, Bolt, testing
-from recovery.model.graph import topological_order
 from recovery.api.loader import check_classes, component_class
+from recovery.api.runnable import validate_file
+from recovery.model.graph import topological_order
 from recovery.model.workflow import ClassImpl, SinkImpl, SourceImpl
 from recovery.model.xml.parse import load, parse_string
 from recovery.model.xml.write import to_xml
-from recovery.api.runnable import validate_file
 
 WORKFLOWS = Path(__file__).parent.parent.parent / "workflows"
 NAMES = ["wordcount", "cdn_logs", "fanout"]

@@ -9,14 +9,14 @@ import zlib
 
 import fakeredis
 import msgpack
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from recovery import Bolt, Spout
-from recovery.tracking import ids, keys
-from recovery.tracking import ledger
-from recovery.model.workflow import ClassImpl, Component, Input, StreamDef, Workflow
 from recovery.model.run import RunSpec
+from recovery.model.workflow import ClassImpl, Component, Input, StreamDef, Workflow
 from recovery.testing import execute_round
+from recovery.tracking import ids, keys, ledger
 
 # Found by brute force over "msg-" + 6 characters: same length, same crc32, so the old
 # `crc32 | len << 32` gave both the same root id.

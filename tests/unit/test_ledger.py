@@ -2,18 +2,18 @@
 (hypothesis): every root ends complete, or pending with its failure localized, never neither."""
 from __future__ import annotations
 
-
 import fakeredis
 import msgpack
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from recovery.model.graph import TaskMap
+from recovery.model.run import RunSpec
+from recovery.model.workflow import ClassImpl, Component, Grouping, Input, StreamDef, Workflow
+from recovery.testing import execute_round
 from recovery.tracking import keys
 from recovery.tracking import ledger as tracking_ledger
-from recovery.model.graph import TaskMap
-from recovery.model.workflow import ClassImpl, Component, Grouping, Input, StreamDef, Workflow
-from recovery.model.run import RunSpec
 from tests.unit import ledger_components as lc
-from recovery.testing import execute_round
 
 
 @st.composite

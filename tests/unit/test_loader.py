@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from recovery import BasicBolt, Bolt, Spout
-from recovery.errors import RecoveryError, WorkflowError
 from recovery.api.loader import ClassLoadError, check_classes, component_class, load_class
+from recovery.errors import RecoveryError, WorkflowError
 from recovery.model.xml.parse import load, parse_string
 
 WORKFLOWS = Path(__file__).parent.parent.parent / "workflows"

@@ -9,13 +9,15 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from recovery.tracking import keys, runs
-from recovery.connectors.redis_stream import topics, offsets, report as stream_report, reader as stream_reader
-from recovery.errors import RecoveryError
-from recovery.connectors.redis_stream.topics import TopicError
+from recovery.connectors.redis_stream import offsets, topics
+from recovery.connectors.redis_stream import reader as stream_reader
+from recovery.connectors.redis_stream import report as stream_report
 from recovery.connectors.redis_stream.offsets import assign_partitions
-from recovery.model.workflow import Component, SourceImpl, StreamDef, Workflow
+from recovery.connectors.redis_stream.topics import TopicError
+from recovery.errors import RecoveryError
 from recovery.model.run import RunSpec
+from recovery.model.workflow import Component, SourceImpl, StreamDef, Workflow
+from recovery.tracking import keys, runs
 
 
 # --- partition assignment (KafkaUtils.calculatePartitionsForTask) -----------------------------
@@ -106,8 +108,8 @@ def test_partition_count_is_fixed_at_creation(fake_redis):
 
 
 def test_produce_command(fake_redis, monkeypatch, tmp_path):
-    from recovery.redis import connection
     from recovery.cli import main
+    from recovery.redis import connection
     monkeypatch.setattr(connection, "connect", lambda *a, **k: fake_redis)
     monkeypatch.setattr(connection, "resolve_url", lambda url=None: "redis://fake")
     data = tmp_path / "recs.jsonl"

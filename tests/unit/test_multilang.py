@@ -12,9 +12,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "multilang_programs
 
 from multilang_harness import Harness, Shells, run, tuples  # noqa: E402
 
-from recovery.multilang import process  # noqa: E402
 from recovery.api.components import Tuple  # noqa: E402
 from recovery.errors import RecoveryError  # noqa: E402
+from recovery.multilang import process  # noqa: E402
 from recovery.multilang.base import ShellError  # noqa: E402
 from recovery.multilang.bolt import ShellBolt  # noqa: E402
 
@@ -285,6 +285,7 @@ def test_spout_next_ack_fail_and_exhaustion(shells):
 
 def test_start_errors_name_the_component_and_raise_from_prepare(shells, tmp_path):
     from multilang_harness import workflow
+
     from recovery.model.graph import TaskContext
     from recovery.model.workflow import ShellImpl
 

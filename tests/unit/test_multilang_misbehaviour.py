@@ -17,9 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "multilang_programs
 
 from multilang_harness import Harness, Shells, alive, run  # noqa: E402
 
-from tests.helpers import wait_for  # noqa: E402
-
 from recovery.multilang.base import ShellError  # noqa: E402
+from tests.helpers import wait_for  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)
 RAW = "raw_bolt.py"

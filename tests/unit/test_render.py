@@ -7,9 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from recovery.model.workflow import (ClassImpl, Component, Input, ShellImpl, SinkImpl, SourceImpl, StreamDef,
-    Workflow)
 from recovery.model.render import describe_impl, render, stages
+from recovery.model.workflow import (
+    ClassImpl,
+    Component,
+    Input,
+    ShellImpl,
+    SinkImpl,
+    SourceImpl,
+    StreamDef,
+    Workflow,
+)
 from recovery.model.xml.parse import load
 
 WORKFLOWS = Path(__file__).parent.parent.parent / "workflows"

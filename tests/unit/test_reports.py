@@ -9,11 +9,10 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from recovery.jobs import reports
-from recovery.jobs import recover, submit
-from recovery.tracking import keys, runs
-from recovery.model.xml import parse as workflow_xml
 from recovery.errors import RunError
+from recovery.jobs import recover, reports, submit
+from recovery.model.xml import parse as workflow_xml
+from recovery.tracking import keys, runs
 
 WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"
 

@@ -11,12 +11,11 @@ import threading
 import pytest
 from click.testing import CliRunner
 
-from recovery.jobs import summary, clear, submit, recover
-from recovery.tracking import keys, runs
-from recovery.tracking import tracker, ledger
 from recovery.cli import main
 from recovery.errors import RunCleared, RunError
-from recovery.model.workflow import Component, SinkImpl, SourceImpl, StreamDef, Workflow, Input
+from recovery.jobs import clear, recover, submit, summary
+from recovery.model.workflow import Component, Input, SinkImpl, SourceImpl, StreamDef, Workflow
+from recovery.tracking import keys, ledger, runs, tracker
 
 WF = Workflow(name="wf", components=(
     Component(id="src", kind="spout", parallelism=1, impl=SourceImpl(type="file", params=(("path", "x"),)),

@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
-from recovery.tracking import ids
 from recovery.model.graph import TaskMap
 from recovery.model.workflow import ClassImpl, Component, Grouping, Input, StreamDef, Workflow
 from recovery.runtime.routing import Router
+from recovery.tracking import ids
 
 
 def _wf(grouping: Grouping, p: int = 4, direct: bool = False) -> Workflow:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from recovery.errors import RecoveryError, WorkflowError
 from recovery.connectors.sinks import check_folders, part_files, part_name, replace_other_runs
+from recovery.errors import RecoveryError, WorkflowError
 from recovery.model.xml.parse import parse_string
 from recovery.model.xml.write import to_xml
 

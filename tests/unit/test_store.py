@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from recovery.redis import connection, embedded
 from recovery.errors import RecoveryError, RedisUnavailable
-
+from recovery.redis import connection, embedded
 
 # ---------------------------------------------------------------- describe / masking
 

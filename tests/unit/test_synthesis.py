@@ -7,14 +7,29 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from recovery.model.graph import TaskMap, downstream, topological_order
-from recovery.model.workflow import (ClassImpl, Component, Grouping, Input, ShellImpl, SinkImpl, SourceImpl,
-    StreamDef, Workflow)
-from recovery.model.synthesis import (REPLAY_STREAM, is_queue_spout, plan_marks, queue_spout_id, queue_tasks,
-    recovery_components, synthesize, task_translation)
+from recovery.model.synthesis import (
+    REPLAY_STREAM,
+    is_queue_spout,
+    plan_marks,
+    queue_spout_id,
+    queue_tasks,
+    recovery_components,
+    synthesize,
+    task_translation,
+)
+from recovery.model.workflow import (
+    ClassImpl,
+    Component,
+    Grouping,
+    Input,
+    ShellImpl,
+    SinkImpl,
+    SourceImpl,
+    StreamDef,
+    Workflow,
+)
 from recovery.model.xml.parse import parse_string
 from recovery.model.xml.write import to_xml
-
-
 
 # --------------------------------------------------------------------------- fan-out / join
 #

@@ -9,14 +9,13 @@ import fakeredis
 import msgpack
 import pytest
 
-from recovery.tracking import ids, keys
-from recovery.tracking import ledger
 from recovery.jobs import submit
-from recovery.runtime import collector, timeouts
-from recovery.model.workflow import ClassImpl, Component, Grouping, Input, ShellImpl, StreamDef, Workflow
 from recovery.model.run import RunSpec
-from tests.unit import runner_components as rc
+from recovery.model.workflow import ClassImpl, Component, Grouping, Input, ShellImpl, StreamDef, Workflow
+from recovery.runtime import collector, timeouts
 from recovery.testing import execute_round
+from recovery.tracking import ids, keys, ledger
+from tests.unit import runner_components as rc
 
 REF = "tests.unit.runner_components:"
 

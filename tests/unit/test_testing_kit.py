@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from recovery import BasicBolt, testing
-from recovery.tracking import keys, runs
-from recovery.runtime import task
 from recovery.model.workflow import ClassImpl, Component, Input, StreamDef, Workflow
+from recovery.runtime import task
 from recovery.testing import ABORT, CRASH, EOF
+from recovery.tracking import keys, runs
 
 ROOT = Path(__file__).resolve().parents[2]
 NO_BACKOFF = {"recovery.retry.delay.period.ms": "0"}

@@ -11,11 +11,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lxml import etree
 
-from recovery.errors import RecoveryError, WorkflowError
-from recovery.model.workflow import (ClassImpl, Component, Grouping, Input, ShellImpl, SinkImpl, SourceImpl,
-    StreamDef, Workflow)
-from recovery.model.xml.parse import RESERVED_STREAMS, SCHEMA_RESOURCE, load, parse_string, schema
 from recovery.api.runnable import check_runnable, validate_file
+from recovery.errors import RecoveryError, WorkflowError
+from recovery.model.workflow import (
+    ClassImpl,
+    Component,
+    Grouping,
+    Input,
+    ShellImpl,
+    SinkImpl,
+    SourceImpl,
+    StreamDef,
+    Workflow,
+)
+from recovery.model.xml.parse import RESERVED_STREAMS, SCHEMA_RESOURCE, load, parse_string, schema
 from recovery.model.xml.write import to_xml
 
 HERE = Path(__file__).parent

@@ -6,11 +6,19 @@ import json
 import os
 import socket
 from typing import Any
-from recovery.tracking import keys
+
+from recovery.connectors.redis_stream.topics import (
+    TopicError,
+    consumer_name,
+    log_spouts,
+    partition_bounds,
+    require_topic,
+    spout_format,
+    text_of,
+)
 from recovery.errors import RecoveryError
 from recovery.model.workflow import Component, Workflow
-from recovery.connectors.redis_stream.topics import TopicError, text_of, consumer_name, log_spouts, partition_bounds, require_topic, spout_format
-from recovery.tracking import runs
+from recovery.tracking import keys, runs
 
 
 def assign_partitions(num_partitions: int, total_tasks: int, task_index: int) -> list[int]:

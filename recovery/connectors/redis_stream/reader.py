@@ -3,12 +3,13 @@ in batches (root replay re-reads the ranges a run recorded)."""
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
-from recovery.tracking import keys
-from recovery.connectors.redis_stream.topics import FIELD, MAX_SEQ, text_of, next_entry_id, entry_offset
-from recovery.connectors.redis_stream.offsets import assign_partitions, committed_offsets
 from recovery.connectors.files import decoder
+from recovery.connectors.redis_stream.offsets import assign_partitions, committed_offsets
+from recovery.connectors.redis_stream.topics import FIELD, MAX_SEQ, entry_offset, next_entry_id, text_of
+from recovery.tracking import keys
 
 READ_BATCH = 1000             # entries per XRANGE
 

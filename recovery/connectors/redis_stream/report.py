@@ -2,9 +2,15 @@
 from __future__ import annotations
 
 from typing import Any
-from recovery.model.workflow import Workflow
-from recovery.connectors.redis_stream.topics import consumer_name, log_spouts, partition_bounds, topic_partitions
+
 from recovery.connectors.redis_stream.offsets import committed_offsets
+from recovery.connectors.redis_stream.topics import (
+    consumer_name,
+    log_spouts,
+    partition_bounds,
+    topic_partitions,
+)
+from recovery.model.workflow import Workflow
 
 
 # --- reporting ---------------------------------------------------------------------------------

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Iterable
-from recovery.tracking import keys
+from collections.abc import Iterable
+from typing import Any
+
 from recovery.errors import RecoveryError
 from recovery.model.workflow import Component, Workflow
+from recovery.tracking import keys
 from recovery.tracking.ids import stable_hash
-
 
 SOURCE_TYPE = "redis-stream"
 FIELD = b"v"                  # the stream entry field holding the record

@@ -6,12 +6,12 @@ from __future__ import annotations
 import difflib
 import glob
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
-from recovery.model.graph import find_cycle
+
 from recovery.errors import WorkflowError
-from recovery.model.workflow import (Component,
-    Grouping, SourceImpl)
+from recovery.model.graph import find_cycle
+from recovery.model.workflow import Component, Grouping, SourceImpl
 
 
 @dataclass

@@ -27,11 +27,23 @@ from importlib import resources
 from lxml import etree
 from pydantic import ValidationError
 
+from recovery.errors import RecoveryError, WorkflowError
 from recovery.model import config as config_decl
 from recovery.model.config import PropertyError
-from recovery.errors import RecoveryError, WorkflowError
-from recovery.model.workflow import (DEFAULT_STREAM, FILE_SINK_TYPES, NAMESPACE, ClassImpl, Component,
-    Grouping, Input, ShellImpl, SinkImpl, SourceImpl, StreamDef, Workflow)
+from recovery.model.workflow import (
+    DEFAULT_STREAM,
+    FILE_SINK_TYPES,
+    NAMESPACE,
+    ClassImpl,
+    Component,
+    Grouping,
+    Input,
+    ShellImpl,
+    SinkImpl,
+    SourceImpl,
+    StreamDef,
+    Workflow,
+)
 from recovery.model.xml.check import ElementLines, check_graph, check_source_paths
 
 # Package data, so that an installed wheel validates too; schemas/workflow.xsd at the top of

@@ -1,13 +1,22 @@
 """Workflow model -> XML (the writer; parse.py reads it back to the same model)."""
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
+
 from lxml import etree
+
 from recovery.errors import WorkflowError
-from recovery.model.workflow import (DEFAULT_STREAM, NAMESPACE, ClassImpl, ShellImpl, SinkImpl, SourceImpl, Workflow)
+from recovery.model.workflow import (
+    DEFAULT_STREAM,
+    NAMESPACE,
+    ClassImpl,
+    ShellImpl,
+    SinkImpl,
+    SourceImpl,
+    Workflow,
+)
 
 _NS = "{%s}" % NAMESPACE
-
 
 
 def _el(parent: etree._Element, name: str, attrs: Iterable[tuple[str, str]]) -> etree._Element:
