@@ -1,4 +1,4 @@
-"""What tests/unit/test_multilang*.py share: a collector that records what a runtime would
+"""What tests/unit/multilang/test_multilang*.py share: a collector that records what a runtime would
 route, a small workflow and task context, and a factory that starts shell components and
 checks at the end that none of their processes is left behind."""
 from __future__ import annotations

@@ -14,7 +14,7 @@ from recovery.jobs import recover, reports, submit
 from recovery.model.xml import parse as workflow_xml
 from recovery.tracking import keys, runs
 
-WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"
+WORKFLOWS = Path(__file__).resolve().parents[3] / "workflows"
 
 
 def _dead_tuple(run_id: str, component: str, task: int, tid: int, error: str) -> tuple[str, bytes]:

@@ -1,4 +1,4 @@
-"""recovery.loader: importing component classes named in a workflow, and the errors that
+"""recovery.api.loader: importing component classes named in a workflow, and the errors that
 name the component and the class."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from recovery.api.loader import ClassLoadError, check_classes, component_class, 
 from recovery.errors import RecoveryError, WorkflowError
 from recovery.model.xml.parse import load, parse_string
 
-WORKFLOWS = Path(__file__).parent.parent.parent / "workflows"
+WORKFLOWS = Path(__file__).resolve().parents[3] / "workflows"
 NS = 'xmlns="urn:recovery:workflow:1"'
 _counter = itertools.count()
 

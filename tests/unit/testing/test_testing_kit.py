@@ -14,7 +14,7 @@ from recovery.runtime import task
 from recovery.testing import ABORT, CRASH, EOF
 from recovery.tracking import keys, runs
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 NO_BACKOFF = {"recovery.retry.delay.period.ms": "0"}
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "multilang_programs"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "multilang_programs"))
 
 from multilang_harness import Harness, Shells, run, tuples  # noqa: E402
 

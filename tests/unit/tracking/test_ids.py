@@ -140,9 +140,9 @@ class FailingBolt(Bolt):
 
 def test_both_colliding_messages_are_queued_and_pending_when_both_fail():
     wf = Workflow(name="twins", components=(
-        Component(id="s", kind="spout", impl=ClassImpl(ref="tests.unit.test_ids:TwinSpout"),
+        Component(id="s", kind="spout", impl=ClassImpl(ref="tests.unit.tracking.test_ids:TwinSpout"),
                   streams=(StreamDef(fields=("m",)),)),
-        Component(id="b", kind="bolt", impl=ClassImpl(ref="tests.unit.test_ids:FailingBolt"),
+        Component(id="b", kind="bolt", impl=ClassImpl(ref="tests.unit.tracking.test_ids:FailingBolt"),
                   streams=(StreamDef(fields=("m",)),), inputs=(Input(source="s"),))))
     client = fakeredis.FakeRedis()
     execute_round(wf, RunSpec("r1", 0, wf.model_dump_json(), "fake://", True), client)
@@ -167,11 +167,11 @@ def test_a_later_round_emits_unanchored_tuples_under_new_ids():
     """A task re-executed in a recovery round counts its unanchored emits from 1 again, on other
     input: its tuples must not take the ids of the first round's (still queued, maybe)."""
     wf = Workflow(name="u", components=(
-        Component(id="s", kind="spout", impl=ClassImpl(ref="tests.unit.test_ids:TwinSpout"),
+        Component(id="s", kind="spout", impl=ClassImpl(ref="tests.unit.tracking.test_ids:TwinSpout"),
                   streams=(StreamDef(fields=("m",)),)),
-        Component(id="b", kind="bolt", impl=ClassImpl(ref="tests.unit.test_ids:FailingBolt"),
+        Component(id="b", kind="bolt", impl=ClassImpl(ref="tests.unit.tracking.test_ids:FailingBolt"),
                   streams=(StreamDef(fields=("m",)),), inputs=(Input(source="s"),)),
-        Component(id="c", kind="bolt", impl=ClassImpl(ref="tests.unit.test_ids:FailingBolt"),
+        Component(id="c", kind="bolt", impl=ClassImpl(ref="tests.unit.tracking.test_ids:FailingBolt"),
                   inputs=(Input(source="b"),))))
     for component in ("s", "b"):
         assert _first_unanchored_id(wf, component, 0) == _first_unanchored_id(wf, component, 0)

@@ -1,4 +1,4 @@
-"""recovery.config: every property declared once, values checked, readers typed."""
+"""recovery.model.config: every property declared once, values checked, readers typed."""
 from __future__ import annotations
 
 import re
@@ -14,7 +14,7 @@ from recovery.model.workflow import Workflow
 from recovery.multilang.protocol import conf_float
 from recovery.tracking.tracker import backoff_ms
 
-PACKAGE = Path(__file__).resolve().parents[2] / "recovery"
+PACKAGE = Path(__file__).resolve().parents[3] / "recovery"
 MODULES = {".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
            for p in PACKAGE.rglob("*.py")}
 

@@ -205,7 +205,7 @@ def test_tick_tuples_reach_process_tick_and_a_last_one_ends_the_input():
     assert ledger.pending_roots(client, "r") == set()
 
 
-PROGRAMS = Path(__file__).resolve().parents[1] / "multilang_programs"
+PROGRAMS = Path(__file__).resolve().parents[2] / "multilang_programs"
 
 
 def _replay_spec(wf: Workflow, spout: str, message_ids: list[int]) -> RunSpec:

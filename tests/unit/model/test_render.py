@@ -1,4 +1,4 @@
-"""recovery.render: text, DOT and Mermaid drawings of the example workflows, with marks and
+"""recovery.model.render: text, DOT and Mermaid drawings of the example workflows, with marks and
 dimmed components as `recovery plan` draws them."""
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from recovery.model.workflow import (
 )
 from recovery.model.xml.parse import load
 
-WORKFLOWS = Path(__file__).parent.parent.parent / "workflows"
+WORKFLOWS = Path(__file__).resolve().parents[3] / "workflows"
 EXAMPLES = sorted(WORKFLOWS.glob("*.xml"))
 MARK = "FAILED tasks 3,4 (12 tuples)"
 

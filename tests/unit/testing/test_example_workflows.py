@@ -21,7 +21,7 @@ from recovery.model.workflow import ClassImpl, SinkImpl, SourceImpl
 from recovery.model.xml.parse import load, parse_string
 from recovery.model.xml.write import to_xml
 
-WORKFLOWS = Path(__file__).parent.parent.parent / "workflows"
+WORKFLOWS = Path(__file__).resolve().parents[3] / "workflows"
 NAMES = ["wordcount", "cdn_logs", "fanout"]
 
 

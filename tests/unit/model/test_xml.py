@@ -1,4 +1,4 @@
-"""recovery.workflow_xml: parsing, checks with file and line, hostile XML, round trips."""
+"""recovery.model.xml (parse, check, write) and recovery.api.runnable: parsing, checks with file and line, hostile XML, round trips."""
 from __future__ import annotations
 
 import os
@@ -27,7 +27,7 @@ from recovery.model.workflow import (
 from recovery.model.xml.parse import RESERVED_STREAMS, SCHEMA_RESOURCE, load, parse_string, schema
 from recovery.model.xml.write import to_xml
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).resolve().parents[1]   # tests/unit: bad_workflows/
 BAD = HERE / "bad_workflows"
 NS = 'xmlns="urn:recovery:workflow:1"'
 
@@ -314,11 +314,11 @@ def test_schema_is_package_data():
     assert SCHEMA_RESOURCE.name == "workflow.xsd" and SCHEMA_RESOURCE.is_file()
     assert 'targetNamespace="urn:recovery:workflow:1"' in SCHEMA_RESOURCE.read_text()
     packaged = Path(str(SCHEMA_RESOURCE))
-    assert packaged.parent == Path(__file__).resolve().parents[2] / "recovery" / "model" / "xml"
+    assert packaged.parent == Path(__file__).resolve().parents[3] / "recovery" / "model" / "xml"
 
 
 def test_documented_schema_copy_is_identical_to_the_packaged_one():
-    documented = Path(__file__).resolve().parents[2] / "schemas" / "workflow.xsd"
+    documented = Path(__file__).resolve().parents[3] / "schemas" / "workflow.xsd"
     assert documented.read_bytes() == SCHEMA_RESOURCE.read_bytes(), (
         "schemas/workflow.xsd differs from recovery/model/xml/workflow.xsd (the one loaded): "
         "edit recovery/model/xml/workflow.xsd and copy it to schemas/")

@@ -1,4 +1,4 @@
-"""recovery.graph: topological order, downstream/upstream closure, Storm's task numbering,
+"""recovery.model.graph: topological order, downstream/upstream closure, Storm's task numbering,
 the task context a component (and a multilang program) is given."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from recovery.model.graph import TaskContext, TaskMap, downstream, subscribers, 
 from recovery.model.workflow import ClassImpl, Component, Grouping, Input, StreamDef, Workflow
 from recovery.model.xml.parse import load
 
-WORKFLOWS = Path(__file__).parent.parent.parent / "workflows"
+WORKFLOWS = Path(__file__).resolve().parents[3] / "workflows"
 
 
 def spout(cid: str, p: int = 1, streams=(StreamDef(fields=("x",)),)) -> Component:

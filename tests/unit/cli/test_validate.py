@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from recovery.cli import main
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).resolve().parents[1]   # tests/unit: bad_workflows/
 BAD = HERE / "bad_workflows"
 WORKFLOWS = HERE.parent.parent / "workflows"
 EXAMPLES = sorted(WORKFLOWS.glob("*.xml"))

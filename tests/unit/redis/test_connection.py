@@ -1,4 +1,4 @@
-"""recovery.store without a server: URLs, masking, binary discovery, paths, config."""
+"""recovery.redis (connection, embedded) without a server: URLs, masking, binary discovery, paths, config."""
 from __future__ import annotations
 
 import importlib.util
@@ -383,4 +383,4 @@ def test_conftest_environment():
     assert os.environ["SPARK_LOCAL_IP"]
     assert os.environ["PYTHONHASHSEED"]
     home = Path(os.environ["RECOVERY_HOME"])
-    assert not str(home).startswith(str(Path(__file__).resolve().parents[2]))
+    assert not str(home).startswith(str(Path(__file__).resolve().parents[3]))
