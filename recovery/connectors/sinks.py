@@ -209,7 +209,7 @@ class JsonlSink(_BufferedSink):
 
 class ParquetSink(_BufferedSink):
     def write(self, encoded: list[dict]) -> None:
-        import pyarrow as pa
+        import pyarrow as pa  # lazy: only parquet sinks need it, and it is slow to import
         import pyarrow.parquet as pq
         folder = resolve(self.impl.param("path") or "out", self.base_dir)
         table = pa.Table.from_pylist(encoded)

@@ -13,6 +13,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import msgpack
+
 from recovery.connectors import files
 from recovery.connectors.redis_stream import reader as stream_reader
 from recovery.model.graph import TaskContext, subscribers, topological_order
@@ -57,7 +59,7 @@ def _noop(_: Any) -> None:
 
 def build(spark: Any, wf: Workflow, spec: RunSpec) -> tuple[list[Any], list[Any]]:
     """The RDD graph of one round: (leaf RDDs, persisted shared outputs)."""
-    from pyspark import StorageLevel
+    from pyspark import StorageLevel  # lazy: the CLI imports the engine; pyspark costs seconds
     sc = spark.sparkContext
     outputs: dict[str, Any] = {}
     leaves, persisted = [], []
@@ -117,7 +119,6 @@ def run_round(spark: Any, wf: Workflow, spec: RunSpec,
 
 
 def collect_stats(client: Any, run_id: str, round_no: int) -> dict[str, dict]:
-    import msgpack
     per: dict[str, dict] = {}
     for field, raw in client.hgetall(keys.task_done(run_id, round_no)).items():
         comp = field.decode().rsplit(":", 1)[0]
@@ -166,7 +167,6 @@ class _FateCollector:
 def _tell_spout(spec: RunSpec, component_id: str, field: str, pending: frozenset, dead: frozenset) -> int:
     """Tell one spout task the fates now known: ack for complete roots, fail for dead ones;
     roots still pending (queued for recovery) wait for a later round."""
-    import msgpack
     client = task.redis_of(spec)
     wf, tm, _ = task.workflow_of(spec)
     key = keys.spout_messages(spec.run_id, component_id)

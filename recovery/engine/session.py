@@ -37,7 +37,7 @@ def session(master: str | None = None, conf: dict[str, str] | None = None, home:
             app_name: str = "recovery"):
     home = Path(home or state_home())
     prepare_environment(home)
-    from pyspark.sql import SparkSession
+    from pyspark.sql import SparkSession  # lazy: commands that need no Spark never load it
     builder = (SparkSession.builder.appName(app_name)
                .master(master or os.environ.get("RECOVERY_SPARK_MASTER", "local[*]"))
                .config("spark.ui.enabled", "false")

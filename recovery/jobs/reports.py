@@ -8,6 +8,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import msgpack
+
 from recovery.connectors.redis_stream import report as stream_reader
 from recovery.errors import RecoveryError, RunError
 from recovery.jobs import clear as jobs_clear
@@ -121,7 +123,6 @@ def _tuple_row(rec: dict[str, Any]) -> dict[str, Any]:
 def failed(client: Any, run_id: str, limit: int = FAILED_TUPLES_SHOWN) -> dict[str, Any]:
     """Failed positions with their queued tuples' full errors and tracebacks (/api/v1/runs/ID/failed).
     Each position lists at most `limit` tuples; `count` is always the whole queue."""
-    import msgpack
     runs.get(client, run_id)
     positions = []
     for p in summary.failed_positions(client, run_id):

@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import redis
+
 from recovery.api.loader import check_classes as check
 from recovery.connectors import sinks
 from recovery.connectors.redis_stream import offsets as stream_reader
@@ -64,11 +66,10 @@ def submit(spark: Any, client: Any, redis_url: str, wf: Workflow, xml: str, file
 def redis_lost_is_resumable(run_id: str, redis_url: str | None) -> Iterator[None]:
     """Redis going away under a driver is one line (exit 2) saying how to resume (DESIGN 7.6):
     what the run committed is in Redis, the rest runs again on `recover`."""
-    import redis
     try:
         yield
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as err:
-        reason = connection._one_line(err, redis_url or "")
+        reason = connection.one_line_error(err, redis_url or "")
         raise RedisUnavailable(
             f"lost Redis ({connection.describe(redis_url)}) during run {run_id}: {reason}; the run is "
             f"resumable: `recovery recover {run_id}` once Redis is back") from None

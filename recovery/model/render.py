@@ -72,7 +72,7 @@ def _grouping(i: Input) -> str:
     return i.grouping.value
 
 
-def _edge_label(i: Input) -> str:
+def edge_label(i: Input) -> str:
     g = _grouping(i)
     return g if i.stream == DEFAULT_STREAM else f"{i.stream}: {g}"
 
@@ -162,7 +162,7 @@ def render_text(wf: Workflow, marks: Mapping[str, str] | None = None,
         for k, (consumer, inp) in enumerate(outs):
             arrow = ch["last"] if k == len(outs) - 1 else ch["tee"]
             target_style = _GREY if consumer.id in dim else style
-            lines.append(paint(f"{arrow} {consumer.id.ljust(tgt_w)}  {_edge_label(inp)}",
+            lines.append(paint(f"{arrow} {consumer.id.ljust(tgt_w)}  {edge_label(inp)}",
                                target_style))
     return "\n".join(lines) + "\n"
 
@@ -205,7 +205,7 @@ def render_dot(wf: Workflow, marks: Mapping[str, str] | None = None,
                    ", ".join(f"{k}={_dot_str(v)}" for k, v in attrs.items()) + "];")
     for c in wf.components:
         for i in c.inputs:
-            attrs = {"label": _edge_label(i)}
+            attrs = {"label": edge_label(i)}
             if c.id in dim or i.source in dim:
                 attrs.update(color="#bbbbbb", fontcolor="#999999", style="dashed")
             out.append(f"  {_dot_str(i.source)} -> {_dot_str(c.id)} [" +
@@ -246,7 +246,7 @@ def render_mermaid(wf: Workflow, marks: Mapping[str, str] | None = None,
     for c in wf.components:
         for i in c.inputs:
             arrow = "-.->" if (c.id in dim or i.source in dim) else "-->"
-            out.append(f'  {node[i.source]} {arrow}|"{_mm(_edge_label(i))}"| {node[c.id]}')
+            out.append(f'  {node[i.source]} {arrow}|"{_mm(edge_label(i))}"| {node[c.id]}')
     failed = [node[cid] for cid in order if cid in marks]
     dimmed = [node[cid] for cid in order if cid in dim]
     if failed:

@@ -71,7 +71,7 @@ def _url_secrets(url: str) -> list[str]:
     return secrets
 
 
-def _one_line(err: BaseException, url: str) -> str:
+def one_line_error(err: BaseException, url: str) -> str:
     text = " ".join(str(err).split()) or type(err).__name__
     for secret in _url_secrets(url):
         text = text.replace(secret, "***")
@@ -98,7 +98,7 @@ def make_client(url: str, **options: Any) -> redis.Redis:
     try:
         return redis.Redis.from_url(url, **kwargs)
     except (ValueError, TypeError) as err:
-        raise RedisUnavailable(f"invalid Redis URL {describe(url)}: {_one_line(err, url)}") from None
+        raise RedisUnavailable(f"invalid Redis URL {describe(url)}: {one_line_error(err, url)}") from None
 
 
 def _verify(client: redis.Redis, url: str, what: str) -> None:
@@ -106,7 +106,7 @@ def _verify(client: redis.Redis, url: str, what: str) -> None:
         client.ping()
     except (redis.RedisError, OSError) as err:
         client.close()
-        raise RedisUnavailable(f"cannot reach {what}: {_one_line(err, url)}") from None
+        raise RedisUnavailable(f"cannot reach {what}: {one_line_error(err, url)}") from None
 
 
 def resolve_url(url: str | None = None, home: str | os.PathLike[str] | None = None,

@@ -30,7 +30,7 @@ def _kill_armed() -> bool:
     """The last-resort kill ends the process, so it is armed only in a Spark Python worker
     (whose task Spark retries, or whose round `recover` resumes), never in a driver or a test."""
     try:
-        from pyspark import TaskContext
+        from pyspark import TaskContext  # lazy: only a Spark worker has it loaded already
     except ImportError:
         return False
     return TaskContext.get() is not None

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from html import escape
 
-from recovery.model.render import _edge_label, describe_impl, stages
+from recovery.model.render import describe_impl, edge_label, stages
 from recovery.model.synthesis import is_queue_spout
 from recovery.model.workflow import SinkImpl, Workflow
 
@@ -62,7 +62,7 @@ def topology(wf: Workflow, marks: Marks | None = None, title: str | None = None)
             x1, y1, y2 = x1 + NODE_W, y1 + NODE_H / 2, y2 + NODE_H / 2
             mid = (x1 + x2) / 2
             dim = rerun is not None and (c.id not in rerun or inp.source not in rerun)
-            text = _edge_label(inp)
+            text = edge_label(inp)
             out.append(f'<g class="edge{" dim" if dim else ""}" data-from="{escape(inp.source)}" '
                        f'data-to="{escape(c.id)}"><title>{escape(inp.source)} → {escape(c.id)}: '
                        f'{escape(text)}</title>'
