@@ -9,7 +9,7 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYTHONHASHSEED := 0
 
-.PHONY: demo test venv check-java clean bench
+.PHONY: demo test lint venv check-java clean bench
 
 venv: $(STAMP)
 
@@ -24,7 +24,12 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) -m recovery.demo
 
-test: $(STAMP)
+# Style and the layers (the import-linter contract in pyproject.toml); `make test` runs it first.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
+
+test: lint
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 bench: $(STAMP)

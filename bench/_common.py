@@ -17,9 +17,10 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable, Iterator
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 WORKFLOWS = REPO / "workflows"
@@ -34,7 +35,7 @@ def bench_home(keep: bool = False, prefix: str = "recovery-bench-") -> Iterator[
     """A temporary RECOVERY_HOME, set before anything reads it; removed at the end."""
     home = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
     os.environ["RECOVERY_HOME"] = str(home)
-    from recovery.spark import prepare_environment
+    from recovery.engine.session import prepare_environment
     prepare_environment(home)          # PYSPARK_PYTHON, SPARK_LOCAL_IP, PYTHONHASHSEED, log4j
     try:
         yield home
@@ -48,21 +49,21 @@ def bench_home(keep: bool = False, prefix: str = "recovery-bench-") -> Iterator[
 @contextlib.contextmanager
 def redis_for(home: Path, url: str | None = None) -> Iterator[tuple[Any, str]]:
     """(client, url): the given Redis, or an embedded server under `home`, stopped at the end."""
-    from recovery import store
+    from recovery.redis import connection, embedded
     if url:
-        yield store.connect(url), url
+        yield connection.connect(url), url
         return
-    server = store.EmbeddedServer(home)
+    server = embedded.EmbeddedServer(home)
     server.start()
     try:
-        yield store.connect(server.url, start=False), server.url
+        yield connection.connect(server.url, start=False), server.url
     finally:
         server.stop()
 
 
 @contextlib.contextmanager
 def spark_session(home: Path, master: str = "local[2]") -> Iterator[Any]:
-    from recovery.spark import session
+    from recovery.engine.session import session
     spark = session(master, {"spark.default.parallelism": "2"}, home=home, app_name="recovery-bench")
     try:
         yield spark
@@ -118,7 +119,7 @@ class CpuMeter:
         self.client = client
         self.seconds = 0.0
 
-    def __enter__(self) -> "CpuMeter":
+    def __enter__(self) -> CpuMeter:
         self._t0 = tree_cpu_seconds()
         self._r0 = redis_cpu_seconds(self.client) if self.client is not None else 0.0
         return self
@@ -142,8 +143,9 @@ class MemorySampler:
 
     def __init__(self, url: str, every: float = 0.2):
         import threading
-        from recovery import store
-        self.client = store.connect(url, start=False)
+
+        from recovery.redis import connection
+        self.client = connection.connect(url, start=False)
         self.every = every
         self.base = redis_used_memory(self.client)
         self.peak = 0
@@ -154,7 +156,7 @@ class MemorySampler:
         while not self._stop.wait(self.every):
             self.peak = max(self.peak, redis_used_memory(self.client) - self.base)
 
-    def __enter__(self) -> "MemorySampler":
+    def __enter__(self) -> MemorySampler:
         self._thread.start()
         return self
 
@@ -177,7 +179,7 @@ def copy_workflow(name: str, dest: Path) -> Path:
 
 
 def load_workflow(xml: Path, config: dict[str, str] | None = None) -> Any:
-    from recovery import workflow_xml
+    from recovery.model.xml import parse as workflow_xml
     wf = workflow_xml.load(xml, check_paths=False)
     if config:
         merged = dict(wf.config)
@@ -189,11 +191,11 @@ def load_workflow(xml: Path, config: dict[str, str] | None = None) -> Any:
 def submit(spark: Any, client: Any, url: str, xml: Path, config: dict[str, str] | None = None,
            tracking: bool = True, run_id: str | None = None) -> tuple[dict, float]:
     """jobs.submit of xml (with config overrides); returns (summary, wall seconds)."""
-    from recovery import jobs
+    from recovery.jobs import submit as jobs_submit
     wf = load_workflow(xml, config)
     text = xml.read_text()
     t0 = time.perf_counter()
-    summary = jobs.submit(spark, client, url, wf, text, str(xml), tracking_on=tracking,
+    summary = jobs_submit.submit(spark, client, url, wf, text, str(xml), tracking_on=tracking,
                           master="local[2]", run_id=run_id)
     return summary, time.perf_counter() - t0
 
@@ -260,8 +262,8 @@ class _Routes:
     groupings spread by."""
 
     def __init__(self, wf: Any, cid: str):
-        from recovery.graph import TaskMap
-        from recovery.runtime import Router
+        from recovery.model.graph import TaskMap
+        from recovery.runtime.routing import Router
         self.router = Router(wf, TaskMap.of(wf), cid)
         self.n = 0
 
@@ -272,14 +274,14 @@ class _Routes:
 
 
 def _plain_context(wf: Any, cid: str, index: int) -> Any:
-    from recovery.graph import TaskMap
+    from recovery.model.graph import TaskMap
     return SimpleNamespace(component_id=cid, task_id=TaskMap.of(wf).task_id(cid, index), round=0,
                            redis=None, workflow=wf)
 
 
 def _plain_spout(wf_json: str, cid: str, index: int) -> Iterator[tuple[tuple[str, int], tuple]]:
-    from recovery.model import Workflow
-    from recovery.sources import resolve
+    from recovery.connectors.files import resolve
+    from recovery.model.workflow import Workflow
     wf = Workflow.model_validate_json(wf_json)
     comp = wf.component(cid)
     impl = comp.impl
@@ -298,13 +300,13 @@ def _plain_spout(wf_json: str, cid: str, index: int) -> Iterator[tuple[tuple[str
 
 def _plain_bolt(wf_json: str, cid: str, index: int, records: Iterator[tuple[Any, tuple]]
                 ) -> Iterator[tuple[tuple[str, int], tuple]]:
-    from recovery import components_factory
-    from recovery.components import Tuple
-    from recovery.model import Workflow
-    from recovery.state import LocalState
+    from recovery.api.components import Tuple
+    from recovery.model.workflow import Workflow
+    from recovery.runtime import factory
+    from recovery.tracking.state import LocalState
     wf = Workflow.model_validate_json(wf_json)
     comp = wf.component(cid)
-    obj = components_factory.build(comp, wf)
+    obj = factory.build(comp, wf)
     collector = obj._collector = _PlainCollector()
     obj.conf = wf.conf(cid)
     obj.context = _plain_context(wf, cid, index)
@@ -342,9 +344,10 @@ def run_plain(spark: Any, wf: Any) -> float:
     mapPartitions per component, partitionBy into the consumer's parallelism, no ids, no
     anchoring, no ledger, no Redis. Returns wall seconds."""
     from pyspark import StorageLevel
-    from recovery import jobs
-    from recovery.graph import subscribers, topological_order
-    wf_json = jobs.workflow_json(wf)
+
+    from recovery.jobs import submit as jobs_submit
+    from recovery.model.graph import subscribers, topological_order
+    wf_json = jobs_submit.workflow_json(wf)
     sc = spark.sparkContext
     t0 = time.perf_counter()
     outputs: dict[str, Any] = {}

@@ -101,14 +101,15 @@ def main(argv: list[str] | None = None) -> int:
             os.link(data, target)
             return xml
 
-        from recovery import jobs, runs
+        from recovery.jobs import clear, recover
+        from recovery.tracking import runs
         with C.redis_for(home, args.redis) as (client, url), C.spark_session(home) as spark:
             # warm-up (not measured): Python workers started, classes imported
             small = home / "warm.csv"
             generate(str(small), 2000)
             s, _ = C.submit(spark, client, url, folder("warm", small), inject)
-            jobs.recover(spark, client, url, s["run_id"])
-            jobs.clear(client, s["run_id"])
+            recover.recover(spark, client, url, s["run_id"])
+            clear.clear(client, s["run_id"])
 
             # the reference: a failure-free run
             s, clean_secs = C.submit(spark, client, url, folder("clean"), run_id="bench-clean")
@@ -116,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             ref = sinks_of(home / "clean")
             print(f"failure-free run: {clean_secs:.2f}s, "
                   f"{executions(runs.get(client, 'bench-clean'), False):,} executions", file=sys.stderr)
-            jobs.clear(client, "bench-clean")
+            clear.clear(client, "bench-clean")
 
             # the same failing run, once per strategy
             failing: dict[str, dict] = {}
@@ -137,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             for strategy in ("localized", "root-replay"):
                 run_id = f"bench-{strategy}"
                 t0 = time.perf_counter()
-                r = jobs.recover(spark, client, url, run_id, strategy=strategy)
+                r = recover.recover(spark, client, url, run_id, strategy=strategy)
                 secs = time.perf_counter() - t0
                 rec = runs.get(client, run_id)
                 dupes, missing = diff(sinks_of(home / strategy), ref)
@@ -145,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
                                      "rounds": r["rounds"], "status": r["status"],
                                      "dupes": dupes, "missing": missing}
                 print(f"{strategy}: {secs:.2f}s, {r['rounds']} rounds, {r['status']}", file=sys.stderr)
-                jobs.clear(client, run_id)
+                clear.clear(client, run_id)
 
             # full rerun: a failure-free submit over the failed run's output folder, its parts
             # beside the failed run's (sink mode="append"; the default mode would refuse it)
@@ -159,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
                                      "status": s["status"], "dupes": dupes, "missing": missing}
             print(f"full rerun: {secs:.2f}s", file=sys.stderr)
             for run_id in ("bench-full-rerun", "bench-full-rerun-2"):
-                jobs.clear(client, run_id)
+                clear.clear(client, run_id)
 
         print()
         print(f"{WORKFLOW}, {n:,} roots, {args.rate:.0%} of tuples failing once at stage 4 "

@@ -14,10 +14,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from recovery.components import Bolt, Tuple  # noqa: E402
-from recovery.graph import TaskContext  # noqa: E402
-from recovery.model import Component, Input, ShellImpl, StreamDef, Workflow  # noqa: E402
-from recovery.multilang import ShellBolt  # noqa: E402
+from recovery.api.components import Bolt, Tuple  # noqa: E402
+from recovery.model.graph import TaskContext  # noqa: E402
+from recovery.model.workflow import Component, Input, ShellImpl, StreamDef, Workflow  # noqa: E402
+from recovery.multilang.bolt import ShellBolt  # noqa: E402
 
 PROGRAMS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                         "tests", "multilang_programs")

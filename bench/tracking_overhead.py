@@ -52,7 +52,7 @@ def generate_input(workflow: str, folder: Path, n: int, invalid: float) -> Path:
 
 
 def sink_folder(wf) -> Path:
-    from recovery.sources import resolve
+    from recovery.connectors.files import resolve
     sinks = [c for c in wf.components if c.impl.kind == "sink"]
     return Path(resolve(sinks[0].impl.param("path"), wf.base_dir))
 
@@ -77,10 +77,14 @@ def profile_task(wf, spec_url: str, client, component: str, index: int) -> None:
     its upstream tasks produce (computed in-process too, untracked, not profiled)."""
     import cProfile
     import pstats
-    from recovery import engine, jobs, runs
-    from recovery.graph import topological_order
-    from recovery.runtime import RunSpec, TaskRunner
-    wf_json = jobs.workflow_json(wf)
+
+    from recovery.engine import rounds
+    from recovery.jobs import clear, submit
+    from recovery.model.graph import topological_order
+    from recovery.model.run import RunSpec
+    from recovery.runtime.task import TaskRunner
+    from recovery.tracking import runs
+    wf_json = submit.workflow_json(wf)
     feed_spec = RunSpec("profile-feed", 0, wf_json, spec_url, tracking=False)
     outputs: dict[str, list] = {}
     order = topological_order(wf)
@@ -89,11 +93,11 @@ def profile_task(wf, spec_url: str, client, component: str, index: int) -> None:
         recs = []
         for i in range(comp.parallelism):
             if comp.is_spout:
-                recs.extend(engine._spout_task(feed_spec, cid, i, iter(())))
+                recs.extend(rounds._spout_task(feed_spec, cid, i, iter(())))
             else:
                 mine = [kv for src in {x.source for x in comp.inputs} for kv in outputs[src]
                         if kv[0] == (cid, i)]
-                recs.extend(engine._bolt_task(feed_spec, cid, i, iter(mine)))
+                recs.extend(rounds._bolt_task(feed_spec, cid, i, iter(mine)))
         outputs[cid] = recs
     comp = wf.component(component)
     feed = [kv for src in {x.source for x in comp.inputs} for kv in outputs[src]
@@ -112,7 +116,7 @@ def profile_task(wf, spec_url: str, client, component: str, index: int) -> None:
         print(f"\n{component}[{index}] in-process, tracking {'on' if tracking else 'off'}: "
               f"{n_in} input chunks -> {len(out)} output chunks in {took:.2f}s (under cProfile)")
         pstats.Stats(prof).sort_stats("tottime").print_stats(14)
-        jobs.clear(client, run_id, force=True)
+        clear.clear(client, run_id, force=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         data = generate_input(args.workflow, folder, args.tuples, args.invalid)
         print(f"input: {args.tuples:,} root tuples of {args.workflow} ({data.stat().st_size / 1e6:.1f} MB), "
               f"generated in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
-        from recovery import jobs
+        from recovery.jobs import clear
         wf = C.load_workflow(xml)
         out_dir = sink_folder(wf)
         times: dict[str, list[float]] = collections.defaultdict(list)
@@ -150,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
             C.copy_workflow(args.workflow, warm)
             generate_input(args.workflow, warm, min(args.tuples, 2000), args.invalid)
             s, _ = C.submit(spark, client, url, warm / f"{args.workflow}.xml", tracking=True)
-            jobs.clear(client, s["run_id"])
+            clear.clear(client, s["run_id"])
             C.run_plain(spark, C.load_workflow(warm / f"{args.workflow}.xml"))
             prints: dict[str, tuple[int, str]] = {}
             for rep in range(args.repeats):
@@ -171,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
                             redis_peak = max(redis_peak, mem.peak)
                             if summary["status"] != "completed" and not args.invalid:
                                 print(f"warning: tracked run ended {summary['status']}", file=sys.stderr)
-                        jobs.clear(client, summary["run_id"])
+                        clear.clear(client, summary["run_id"])
                     times[variant].append(secs)
                     cpus[variant].append(cpu.seconds)
                     this[variant] = (secs, cpu.seconds)

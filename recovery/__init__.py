@@ -1,5 +1,5 @@
 """recovery: failure-localizing recovery for Storm-style stream workflows on Apache Spark."""
-from recovery.components import BasicBolt, Bolt, Spout, Tuple
+from recovery.api.components import BasicBolt, Bolt, Spout, Tuple
 
 __all__ = ["BasicBolt", "Bolt", "Spout", "Tuple"]
 __version__ = "0.1.0"

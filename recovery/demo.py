@@ -20,7 +20,10 @@ import click
 import msgpack
 
 from recovery.cli import main
-from recovery.sinks import read_jsonl_dir
+from recovery.cli.run import last_summary
+from recovery.connectors.sinks import read_jsonl_dir
+from recovery.redis import connection
+from recovery.tracking import keys
 
 REPO = Path(__file__).resolve().parent.parent
 INJECT = ["-p", "recovery.inject.flaky.component=aggregate", "-p", "recovery.inject.flaky.rate=0.02",
@@ -48,7 +51,6 @@ def sink_records(folder: Path) -> collections.Counter[str]:
 
 def keyed_state(client: Any, run_id: str, component: str) -> dict[Any, Any]:
     """A bolt's keyed state as the run left it (Redis)."""
-    from recovery import keys
     return {msgpack.unpackb(k, strict_map_key=False): msgpack.unpackb(v, strict_map_key=False)
             for k, v in client.hgetall(keys.state(run_id, component)).items()}
 
@@ -98,7 +100,6 @@ def copy_example(dest: Path) -> Path:
 
 
 def run_id_of(xml: Path, *extra: str) -> str:
-    from recovery.cli.run import last_summary
     run("submit", str(xml), *extra)
     return last_summary()["run_id"]
 
@@ -129,8 +130,7 @@ def main_demo() -> None:
 
     say("7. The output equals the failure-free run's: every sink record, and the final aggregates")
     run("recover", ref_id)      # the reference's poison lines end dead too: same valid output
-    from recovery import store
-    client = store.connect(store.resolve_url(None))
+    client = connection.connect(connection.resolve_url(None))
     result = compare(sink_records(demo_xml.parent / "out" / "cdn_logs"),
                      sink_records(reference_xml.parent / "out" / "cdn_logs"),
                      keyed_state(client, demo_id, "aggregate"), keyed_state(client, ref_id, "aggregate"))

@@ -68,7 +68,7 @@ class Injection:
 
 def _first_spark_attempt() -> bool:
     try:
-        from pyspark import TaskContext
+        from pyspark import TaskContext  # lazy: only a Spark worker has it loaded already
         ctx = TaskContext.get()
         return ctx is None or ctx.attemptNumber() == 0
     except Exception:

@@ -32,12 +32,13 @@ def main() -> int:
     os.environ["RECOVERY_HOME"] = str(work / "home")
     os.environ.setdefault("PYTHONHASHSEED", "0")
     sys.path.insert(0, str(REPO))
-    from recovery import store
     from recovery.demo import INJECT, copy_example
+    from recovery.redis import connection
+    from recovery.redis import embedded as redis_embedded
     from recovery.ui.server import BackgroundServer, launch_chromium
 
-    embedded = None if args.redis else store.EmbeddedServer()
-    url = store.resolve_url(args.redis)
+    embedded = None if args.redis else redis_embedded.EmbeddedServer()
+    url = connection.resolve_url(args.redis)
     try:
         xml = copy_example(work / "run")
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
@@ -49,7 +50,7 @@ def main() -> int:
         run_id = json.loads(done.stdout)["run_id"]
         print(f"submitted {run_id}")
         from playwright.sync_api import sync_playwright
-        client = store.connect(url)
+        client = connection.connect(url)
         with BackgroundServer(client, url, work / "ui-logs") as server, sync_playwright() as pw:
             browser = launch_chromium(pw)
             page = browser.new_page(viewport={"width": args.width, "height": 900})

@@ -18,10 +18,15 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:   # annotations only: fakeredis is imported by the fixture that uses it
+    import fakeredis
+    import redis
 
 from tests.helpers import wait_for
 
@@ -50,7 +55,7 @@ def _cleanup_session_home() -> None:
     if not os.path.isdir(_SESSION_HOME):
         return
     try:
-        from recovery.store import EmbeddedServer
+        from recovery.redis.embedded import EmbeddedServer
 
         server = EmbeddedServer(_SESSION_HOME)
         if server.ping() or server.pid() is not None:
@@ -105,7 +110,7 @@ def _kill(proc: subprocess.Popen) -> None:
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """URL (unix://) of a real redis-server started for this test session."""
-    from recovery.store import redis_binary
+    from recovery.redis.embedded import redis_binary
 
     folder = tmp_path_factory.mktemp("redis-server")
     sock = folder / "redis.sock"
@@ -142,9 +147,9 @@ def redis_url(redis_server: str) -> str:
 
 
 @pytest.fixture
-def redis_client(redis_url: str) -> Iterator["redis.Redis"]:
+def redis_client(redis_url: str) -> Iterator[redis.Redis]:
     """A client (bytes replies) on the flushed session Redis."""
-    from recovery.store import connect
+    from recovery.redis.connection import connect
 
     client = connect(redis_url)
     try:
@@ -154,7 +159,7 @@ def redis_client(redis_url: str) -> Iterator["redis.Redis"]:
 
 
 @pytest.fixture
-def fake_redis() -> Iterator["fakeredis.FakeRedis"]:
+def fake_redis() -> Iterator[fakeredis.FakeRedis]:
     """A fresh in-memory fakeredis (own server, nothing shared between tests). Unit tests only."""
     import fakeredis
 

@@ -7,7 +7,8 @@ waited for. The deadline only bounds a hang; a test never asserts how long somet
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -34,7 +35,7 @@ def pretend_running(client: Any, run_id: str) -> None:
     import os
     import socket
 
-    from recovery import keys
+    from recovery.tracking import keys
     client.hset(keys.run_record(run_id), mapping={"status": "running", "driver_pid": os.getpid(),
                                                   "driver_host": socket.gethostname()})
     client.set(keys.lease(run_id), f"{socket.gethostname()}:{os.getpid()}:test", px=600_000)

@@ -46,7 +46,7 @@ def test_wheel_installed_in_a_fresh_venv_validates_from_another_folder(tmp_path)
     _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", *isolation, "-w", dist, src,
          cwd=tmp_path)
     wheel = next(dist.glob("recovery-*.whl"))
-    assert "recovery/schemas/workflow.xsd" in zipfile.ZipFile(wheel).namelist()
+    assert "recovery/model/xml/workflow.xsd" in zipfile.ZipFile(wheel).namelist()
 
     # a fresh venv with recovery from the wheel only; its dependencies come from this
     # interpreter's site-packages through a .pth line (a path line adds the folder but runs
@@ -63,7 +63,7 @@ def test_wheel_installed_in_a_fresh_venv_validates_from_another_folder(tmp_path)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    where = _run(venv_python, "-c", "import recovery.workflow_xml as w; print(w.__file__)",
+    where = _run(venv_python, "-c", "import recovery.model.xml.parse as w; print(w.__file__)",
                  cwd=elsewhere, env=env).strip()
     assert Path(where).is_relative_to(purelib), where
 

@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import click
 
 from recovery.cli import echo_json, json_option, redis_option
+from recovery.connectors.redis_stream import topics as stream_reader
 from recovery.errors import RecoveryError
+from recovery.redis import connection
 
 
 def _records(fh: Any, fmt: str, key_field: str | None, source: str) -> Iterator[tuple[Any, bytes]]:
@@ -51,16 +54,15 @@ def register(main: click.Group) -> None:
                 redis_url: str | None, as_json: bool) -> None:
         """Load FILE ('-' for stdin) into TOPIC, one message per non-blank line, each key-hashed
         to a partition; creates the topic when --partitions is given and it does not exist."""
-        from recovery import logsource, store
         if key_field is not None and fmt != "jsonl":
             raise RecoveryError("--key-field needs --format jsonl")
-        client = store.connect(store.resolve_url(redis_url))
-        if partitions is None and logsource.topic_partitions(client, topic) is None:
+        client = connection.connect(connection.resolve_url(redis_url))
+        if partitions is None and stream_reader.topic_partitions(client, topic) is None:
             raise RecoveryError(f"topic {topic!r} does not exist: give --partitions N to create it")
         if partitions is not None:   # a different count for an existing topic: fail before reading
-            existing = logsource.topic_partitions(client, topic)
+            existing = stream_reader.topic_partitions(client, topic)
             if existing is not None and existing != partitions:
-                logsource.create_topic(client, topic, partitions, fmt)
+                stream_reader.create_topic(client, topic, partitions, fmt)
         if file != "-":   # check the whole file before writing anything
             try:
                 with open(file, "rb") as fh:
@@ -70,7 +72,7 @@ def register(main: click.Group) -> None:
                 raise RecoveryError(f"cannot read {file}: {err.strerror}") from None
         fh = click.open_file(file, "rb")
         with fh:
-            counts = logsource.produce(client, topic, _records(fh, fmt, key_field, file), partitions, fmt)
+            counts = stream_reader.produce(client, topic, _records(fh, fmt, key_field, file), partitions, fmt)
         total = sum(counts.values())
         n = len(counts)
         if as_json:

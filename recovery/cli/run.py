@@ -3,18 +3,32 @@ recovering what failed."""
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Callable
 from typing import Any
 
 import click
 
+from recovery.api import runnable
 from recovery.cli import echo_json, json_option, redis_option
+from recovery.connectors import sinks
+from recovery.engine.session import session
 from recovery.errors import RecoveryError
+from recovery.jobs import follow, reports
+from recovery.jobs import follow as follow_mod
+from recovery.jobs import recover as jobs_recover
+from recovery.jobs import submit as jobs_submit
+from recovery.jobs import summary as jobs_summary
+from recovery.model import config, render
+from recovery.model.workflow import Workflow
+from recovery.model.xml import parse as workflow_xml
+from recovery.redis import connection
+from recovery.tracking import keys, runs
 
 
 def _client(redis_url: str | None) -> tuple[Any, str]:
-    from recovery import store
-    url = store.resolve_url(redis_url)
-    return store.connect(url), url
+    url = connection.resolve_url(redis_url)
+    return connection.connect(url), url
 
 
 def _kv(pairs: tuple[str, ...], what: str) -> dict[str, str]:
@@ -35,7 +49,7 @@ class _Progress:
         self._progress = None
         self._tasks: dict[str, Any] = {}
 
-    def __enter__(self) -> "_Progress":
+    def __enter__(self) -> _Progress:
         if self.enabled:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -73,7 +87,6 @@ def last_summary() -> dict[str, Any]:
 
 
 def _spark(master: str | None, conf: dict[str, str]) -> Any:
-    from recovery.spark import session
     return session(master, conf)
 
 
@@ -121,13 +134,49 @@ def print_summary(s: dict[str, Any]) -> None:
 
 def show(summary: dict[str, Any], as_json: bool) -> None:
     """A run's summary: one JSON object, or the tables plus the log source's partition lines."""
-    from recovery import follow
     if as_json:
         echo_json(summary)
         return
     print_summary(summary)
     for line in follow.report_lines(summary):
         click.echo(line)
+
+
+def follow_and_report(wf: Workflow, xml: str, file: str, client: Any, url: str, make_spark: Callable[[], Any],
+               master: str | None, max_batches: int | None, idle_exit: float | None, as_json: bool,
+               run_id: str | None = None) -> dict[str, Any]:
+    """`submit --follow`: jobs.follow with its events printed to stderr (none with --json)."""
+
+    def echo(kind: str, info: dict) -> None:
+        if as_json:
+            return
+        if kind == "resumed":
+            click.echo(f"resumed crashed run {info['run_id']} (round {info.get('resumed_round')}): "
+                       f"pending {info['pending']}, dead {info['dead']}", err=True)
+        elif kind == "continue":
+            click.echo(f"continuing run {info['run_id']} after round {info['round']}", err=True)
+        elif kind == "run":
+            click.echo(f"run {info['run_id']}", err=True)
+        elif kind == "batch":
+            extra = f", trimmed {info['trimmed']}" if info["trimmed"] else ""
+            click.echo(f"batch round {info['round']}: {info['messages']} messages, failed "
+                       f"{info['failed']}{extra}; run pending {info['pending']}, dead {info['dead']} "
+                       f"({info['seconds']:.1f}s)", err=True)
+        elif kind == "recovery":
+            click.echo(f"recovery: {info['rounds']} round(s); pending {info['pending']}, dead "
+                       f"{info['dead']}", err=True)
+        elif kind == "stopping":
+            click.echo(f"{info['signal']}: stopping after this batch (again to abort)", err=True)
+        elif kind == "retry":
+            click.echo(f"round {info['round']} was interrupted ({info['error']}): finishing it",
+                       err=True)
+        sys.stderr.flush()
+
+    follow_mod.check(client, wf, follow=True)
+    spark = make_spark()
+    summary = follow_mod.follow(spark, client, url, wf, xml, file, master=master or "local[*]",
+                              max_batches=max_batches, idle_exit=idle_exit, on_event=echo, run_id=run_id)
+    return summary
 
 
 def register(main: click.Group) -> None:
@@ -140,7 +189,7 @@ def register(main: click.Group) -> None:
                   "lists them), checked before anything runs.")
     @click.option("--no-tracking", is_flag=True, help="Run without tracking (no recovery possible).")
     @click.option("--run-id", default=None, help="Use this run id instead of a generated one.")
-    # --- log source (recovery/follow.py): continuous runs over redis-stream topics ---
+    # --- log source (recovery/jobs/follow.py): continuous runs over redis-stream topics ---
     @click.option("--follow", is_flag=True, help="Keep reading the workflow's topics in micro-batches "
                   "until Ctrl-C/SIGTERM (finishes and commits the batch under way).")
     @click.option("--max-batches", type=click.IntRange(min=1), default=None, metavar="N",
@@ -154,25 +203,22 @@ def register(main: click.Group) -> None:
                no_tracking: bool, run_id: str | None, follow: bool, max_batches: int | None,
                idle_exit: float | None, redis_url: str | None, as_json: bool) -> None:
         """Run the workflow FILE on Spark with every tuple tracked; prints a summary."""
-        from recovery import config, jobs, sinks, workflow_xml
         wf = workflow_xml.load(file)
         # checked before anything is stored (exit 2); classes, and scripts in local mode
         wf = wf.with_config(config.parse_assignments(props, "-p", dict(wf.config)))
-        workflow_xml.check_runnable(file, wf, local=master is None or master.startswith("local"))
+        runnable.check_runnable(file, wf, local=master is None or master.startswith("local"))
         with open(file, encoding="utf-8", errors="replace") as fh:
             xml = fh.read()
         client, url = _client(redis_url)
         # early, before Spark starts (jobs.submit refuses it atomically in any case)
-        from recovery import keys
         if run_id and client.exists(keys.run_record(run_id)):
             raise RecoveryError(f"run {run_id!r} exists already (see `recovery status {run_id}`; "
                                 "choose another --run-id)")
-        # --- log source (recovery/follow.py): topics exist (exit 2 before Spark starts); --follow ---
-        from recovery import follow as follow_mod
-        if follow or jobs.uses_log_source(wf):
+        # --- log source (recovery/jobs/follow.py): topics exist (exit 2 before Spark starts); --follow ---
+        if follow or jobs_submit.uses_log_source(wf):
             follow_mod.check(client, wf, follow, not no_tracking)
         if follow:
-            summary = follow_mod.cli_follow(wf, xml, os.path.abspath(file), client, url,
+            summary = follow_and_report(wf, xml, os.path.abspath(file), client, url,
                                             lambda: _spark(master, _kv(spark_conf, "--conf")),
                                             master, max_batches, idle_exit, as_json, run_id)
             if as_json:
@@ -187,18 +233,18 @@ def register(main: click.Group) -> None:
         # --- end log source ---
         sinks.check_folders(wf, run_id)   # before Spark starts (jobs.submit checks again)
         spark = _spark(master, _kv(spark_conf, "--conf"))
-        # --- log source: resume a crashed run of the same consumer first (recovery/follow.py) ---
-        if jobs.uses_log_source(wf):
+        # --- log source: resume a crashed run of the same consumer first (recovery/jobs/follow.py) ---
+        if jobs_submit.uses_log_source(wf):
             for resumed in follow_mod.resume_crashed(spark, client, url, wf):
                 click.echo(f"resumed crashed run {resumed['run_id']} of the same consumer first", err=True)
         # --- end log source ---
         with _Progress(not as_json) as progress:
-            summary = jobs.submit(spark, client, url, wf, xml, os.path.abspath(file),
+            summary = jobs_submit.submit(spark, client, url, wf, xml, os.path.abspath(file),
                                   tracking_on=not no_tracking, master=master or "local[*]",
                                   progress=progress, run_id=run_id)
         _LAST.clear()
         _LAST.update(summary)
-        if jobs.uses_log_source(wf):   # --- log source: partitions, lag, warnings (recovery/follow.py)
+        if jobs_submit.uses_log_source(wf):   # --- log source: partitions, lag, warnings (recovery/jobs/follow.py)
             summary = follow_mod.enrich(client, summary, wf)
         show(summary, as_json)
         if not as_json:
@@ -210,7 +256,6 @@ def register(main: click.Group) -> None:
     @json_option
     def runs_cmd(redis_url: str | None, as_json: bool) -> None:
         """The runs this Redis knows."""
-        from recovery import reports
         client, _ = _client(redis_url)
         rows = reports.runs_list(client)["runs"]
         if as_json:
@@ -229,7 +274,6 @@ def register(main: click.Group) -> None:
     @json_option
     def status(run_id: str, redis_url: str | None, as_json: bool) -> None:
         """Roots complete / pending / failed / dead, and the failed positions."""
-        from recovery import reports
         client, _ = _client(redis_url)
         show(reports.run_status(client, run_id), as_json)
 
@@ -241,11 +285,10 @@ def register(main: click.Group) -> None:
     def plan(run_id: str, fmt: str, redis_url: str | None) -> None:
         """The recovery workflow `recover` would run next: as XML, or the original topology
         drawn with the failed positions marked and the part that re-runs set apart."""
-        from recovery import jobs, render, reports
         client, _ = _client(redis_url)
         p = reports.plan(client, run_id)
         if fmt != "xml":
-            original = jobs.original_workflow(jobs.runs.get(client, run_id))
+            original = jobs_summary.original_workflow(runs.get(client, run_id))
             dim = {c.id for c in original.components} - set(p["rerun"])
             click.echo(render.render(original, fmt, p["marks"], dim))
             return
@@ -276,7 +319,6 @@ def register(main: click.Group) -> None:
         checked as at submit, stored in the run record, and used by this and every later
         round (a crashed round that resumes too). Use it to mend a bad value a run was
         submitted with, or to allow more attempts before `recovery dead --requeue`."""
-        from recovery import config, jobs, runs
         client, url = _client(redis_url)
         rec = runs.get(client, run_id)
         if runs.status_of(rec) == runs.RUNNING:
@@ -286,8 +328,8 @@ def register(main: click.Group) -> None:
             click.echo(f"warning: taking over run {run_id} from its {runs.describe_driver(rec)}; if that "
                        "driver is still working, both will run the same round", err=True)
         if props:
-            stored = jobs.original_workflow(rec).config
-            jobs.reconfigure(client, run_id, config.parse_assignments(props, "-p", dict(stored)))
+            stored = jobs_summary.original_workflow(rec).config
+            jobs_recover.reconfigure(client, run_id, config.parse_assignments(props, "-p", dict(stored)))
         spark = _spark(master, _kv(spark_conf, "--conf"))
 
         with _Progress(not as_json) as progress:
@@ -295,7 +337,7 @@ def register(main: click.Group) -> None:
                 s = r["summary"]
                 progress.note(f"round {r['round']}: replayed {r['replayed']} tuples; "
                               f"roots pending {s['pending']}, dead {s['dead']}")
-            summary = jobs.recover(spark, client, url, run_id, max_rounds, strategy, progress, on_round,
+            summary = jobs_recover.recover(spark, client, url, run_id, max_rounds, strategy, progress, on_round,
                                    force=force)
         if as_json:
             echo_json(summary)
@@ -316,7 +358,6 @@ def register(main: click.Group) -> None:
     def dead(run_id: str, requeue: bool, component: str | None, tuple_keys: tuple[str, ...],
              redis_url: str | None, as_json: bool) -> None:
         """Tuples that exhausted their retries, with their errors."""
-        from recovery import reports
         if tuple_keys and not requeue:
             raise RecoveryError("--tuple selects tuples to requeue: give --requeue too")
         client, _ = _client(redis_url)
@@ -350,7 +391,6 @@ def register(main: click.Group) -> None:
     @json_option
     def clear(run_id: str | None, all_runs: bool, force: bool, redis_url: str | None, as_json: bool) -> None:
         """Remove a run's cached state (every key of the run and nothing else)."""
-        from recovery import reports
         if bool(run_id) == all_runs:
             raise RecoveryError("give a RUN id or --all (not both)")
         client, _ = _client(redis_url)

@@ -6,8 +6,8 @@ from typing import Any
 import click
 import redis
 
-from recovery import store
 from recovery.cli import echo_json, json_option, redis_option
+from recovery.redis import connection, embedded
 
 
 def _home_option(f):
@@ -39,7 +39,7 @@ def register(main: click.Group) -> None:
     @json_option
     def status(home: str | None, as_json: bool) -> None:
         """Whether the embedded Redis runs, its pid, socket, memory and key count."""
-        st = store.EmbeddedServer(home).status()
+        st = embedded.EmbeddedServer(home).status()
         if as_json:
             echo_json(st)
         else:
@@ -50,7 +50,7 @@ def register(main: click.Group) -> None:
     @json_option
     def start(home: str | None, as_json: bool) -> None:
         """Start the embedded Redis (does nothing when it already runs)."""
-        srv = store.EmbeddedServer(home)
+        srv = embedded.EmbeddedServer(home)
         started = srv.start()
         st = srv.status()
         st["started"] = started
@@ -65,7 +65,7 @@ def register(main: click.Group) -> None:
     @json_option
     def stop(home: str | None, as_json: bool) -> None:
         """Shut the embedded Redis down (its data stays in the append-only file)."""
-        srv = store.EmbeddedServer(home)
+        srv = embedded.EmbeddedServer(home)
         pid = srv.status()["pid"]
         stopped = srv.stop()
         if as_json:
@@ -81,14 +81,14 @@ def register(main: click.Group) -> None:
     @json_option
     def ping(redis_url: str | None, home: str | None, as_json: bool) -> None:
         """Check that Redis answers (--redis URL, else the embedded server; never starts it)."""
-        client = store.connect(redis_url, home=home, start=False)
+        client = connection.connect(redis_url, home=home, start=False)
         try:
             version = client.info("server").get("redis_version")
         except redis.RedisError:  # INFO may be disabled on managed servers; PING answered
             version = None
         finally:
             client.close()
-        where = store.describe(redis_url) if redis_url else store.EmbeddedServer(home).url
+        where = connection.describe(redis_url) if redis_url else embedded.EmbeddedServer(home).url
         if as_json:
             echo_json({"ok": True, "url": where, "version": version})
         else:

@@ -5,11 +5,16 @@ import sys
 
 import click
 
+from recovery.api.runnable import validate_file
+from recovery.cli import echo_json
 from recovery.errors import WorkflowError
+from recovery.model.config import describe
+from recovery.model.graph import TaskMap, topological_order
+from recovery.model.render import render
+from recovery.model.xml.parse import load
 
 
 def _file_report(path: str) -> tuple[dict, WorkflowError | None]:
-    from recovery.workflow_xml import validate_file
 
     try:
         wf, warnings = validate_file(path)
@@ -33,7 +38,6 @@ def register(main: click.Group) -> None:
         Prints `ok FILE (N components)` per good file and `warning: ...` for classes that
         do not load; a bad file prints `error: FILE:LINE: message` and the exit code is 2.
         """
-        from recovery.cli import echo_json
 
         reports, failed = [], False
         for path in files:
@@ -61,8 +65,6 @@ def register(main: click.Group) -> None:
         `submit -p KEY=VALUE`, or on a stored run with `recover RUN -p KEY=VALUE`. Other
         names than these pass through to the components as text, except under recovery.*,
         where an unknown name is an error."""
-        from recovery.cli import echo_json
-        from recovery.config import describe
 
         rows = describe()
         if as_json:
@@ -89,10 +91,6 @@ def register(main: click.Group) -> None:
         The file gets every check `validate` makes except that the files its sources read
         need not exist yet. Pipe DOT to `dot -Tsvg`; paste Mermaid into Markdown.
         """
-        from recovery.cli import echo_json
-        from recovery.graph import TaskMap, topological_order
-        from recovery.render import render
-        from recovery.workflow_xml import load
 
         wf = load(file, check_paths=False)   # drawing needs no input data
         if color is None:

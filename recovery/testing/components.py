@@ -8,8 +8,8 @@ from typing import Any
 
 import msgpack
 
-from recovery import keys
-from recovery.components import Bolt, Spout, Tuple
+from recovery.api.components import Bolt, Spout, Tuple
+from recovery.tracking import keys
 
 ITEMS_PROPERTY = "testing.items"   # a TestingSpout's items, JSON, in its component's config
 _SENTINEL_KEY = "$recovery.testing"
@@ -76,7 +76,7 @@ def decode_items(text: str) -> list[Any]:
 
 def fired_key(run_id: str) -> str:
     """The set of sentinels (`component:position`) that fired in a run (cleared with the run)."""
-    return keys.run_key(run_id, "testing", "fired")
+    return keys.fired_sentinels(run_id)
 
 
 class TestingSpout(Spout):

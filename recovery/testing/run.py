@@ -12,11 +12,16 @@ from typing import Any, cast
 
 import msgpack
 
-from recovery import engine, jobs, keys, runs, runtime
+from recovery.engine import rounds
 from recovery.errors import RunError
 from recovery.faults import PREFIX as INJECT_PREFIX
-from recovery.model import ClassImpl, Component, Workflow
-from recovery.runtime import RunSpec
+from recovery.jobs import recover as jobs_recover
+from recovery.jobs import submit
+from recovery.jobs import summary as jobs_summary
+from recovery.model.run import RunSpec
+from recovery.model.workflow import ClassImpl, Component, Workflow
+from recovery.model.xml.write import to_xml
+from recovery.runtime import task
 from recovery.testing.components import (
     ABORT,
     CRASH,
@@ -27,7 +32,7 @@ from recovery.testing.components import (
     read_list_sink,
 )
 from recovery.testing.local_spark import LocalSession
-from recovery.workflow_xml import to_xml
+from recovery.tracking import keys, runs
 
 TESTING_SPOUT = "recovery.testing:TestingSpout"
 LIST_SINK = "recovery.testing:ListSink"
@@ -101,7 +106,7 @@ class LocalRun:
     @property
     def failed_positions(self) -> list[dict[str, Any]]:
         """The run's failed positions holding queued tuples (`jobs.failed_positions`)."""
-        return [p for p in jobs.failed_positions(self.client, self.run_id) if p["count"] > 0]
+        return [p for p in jobs_summary.failed_positions(self.client, self.run_id) if p["count"] > 0]
 
     def failed_tuples(self) -> list[dict[str, Any]]:
         """Every tuple queued for recovery (component, task, values, error, attempt, ...)."""
@@ -112,7 +117,7 @@ class LocalRun:
         return out
 
     def dead_tuples(self) -> list[dict[str, Any]]:
-        return jobs.dead_letters(self.client, self.run_id)
+        return jobs_recover.dead_letters(self.client, self.run_id)
 
 
 def _url(client: Any) -> str:
@@ -124,7 +129,7 @@ def _drive(run: LocalRun, action: Any) -> LocalRun:
     """Run `action(session)` (a jobs.submit or jobs.recover) with the client injected; an
     interruption leaves the run as a failed job or a dead driver would."""
     session = LocalSession(run.arrival)
-    with runtime.injected_client(run.redis_url, run.client):
+    with task.injected_client(run.redis_url, run.client):
         try:
             run.summary = action(session)
             run.interrupted = run.error = None
@@ -135,7 +140,7 @@ def _drive(run: LocalRun, action: Any) -> LocalRun:
             if runs.status_of(runs.get(run.client, run.run_id)) != runs.ERROR:
                 raise   # not a failed round: a refused submit, a cleared run...
             run.interrupted, run.error = "error", str(err)
-    run.summary = jobs.summarize(run.client, run.run_id)
+    run.summary = jobs_summary.summarize(run.client, run.run_id)
     return run
 
 
@@ -161,7 +166,7 @@ def run_local(workflow: Workflow, redis_client: Any, *, inputs: dict[str, list[A
     run_id = run_id or runs.new_run_id(wf.name)
     run = LocalRun(wf, redis_client, run_id, _url(redis_client), {}, arrival=arrival)
     xml = to_xml(wf)
-    _drive(run, lambda spark: jobs.submit(spark, redis_client, run.redis_url, wf, xml, None,
+    _drive(run, lambda spark: submit.submit(spark, redis_client, run.redis_url, wf, xml, None,
                                           tracking_on=tracking, master="in-process", run_id=run_id))
     if recover and tracking and (run.interrupted or run.summary.get("status") != runs.COMPLETED):
         recover_local(run, max_rounds=max_rounds, strategy=strategy)
@@ -173,7 +178,7 @@ def recover_local(run: LocalRun, max_rounds: int | None = None, strategy: str = 
     """`recovery recover` of `run` in this process: resumes an interrupted round, then runs
     recovery rounds until nothing is queued (or `max_rounds`). Updates and returns `run`;
     `run.summary` is jobs.recover's (rounds, recovered, ...)."""
-    return _drive(run, lambda spark: jobs.recover(spark, run.client, run.redis_url, run.run_id,
+    return _drive(run, lambda spark: jobs_recover.recover(spark, run.client, run.redis_url, run.run_id,
                                                   max_rounds=max_rounds, strategy=strategy, force=force))
 
 
@@ -184,8 +189,8 @@ def execute_round(wf: Workflow, spec: RunSpec, client: Any, arrival: random.Rand
     exception propagates as it is."""
     session = LocalSession(arrival, wrap_failures=False)
     received: dict[tuple[str, int], list[bytes]] = collections.defaultdict(list)
-    with runtime.injected_client(spec.redis_url, client):
-        leaves, persisted = engine.build(session, wf, spec)
+    with task.injected_client(spec.redis_url, client):
+        leaves, persisted = rounds.build(session, wf, spec)
         for rdd in persisted + leaves:
             for key, blob in rdd.collect():
                 received[tuple(key)].append(blob)

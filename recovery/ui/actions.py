@@ -11,8 +11,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from recovery import jobs, runs
 from recovery.errors import RunError
+from recovery.jobs import recover
+from recovery.tracking import runs
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ class RecoverProcesses:
         run whose driver is alive, and a run this server is recovering already."""
         with self._lock:
             rec = runs.get(client, run_id)
-            jobs.check_not_running(rec)
+            recover.check_not_running(rec)
             known = self._procs.get(run_id)
             if known is not None and known[0].poll() is None:
                 raise RunError(f"run {run_id} is being recovered already (recover pid {known[0].pid}, "

@@ -7,9 +7,10 @@ import asyncio
 import hashlib
 import json
 import time
+from collections.abc import AsyncIterator
 from html import escape
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 from urllib.parse import parse_qs, quote, urlencode
 
 import anyio
@@ -20,8 +21,10 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from recovery import jobs, keys, reports, runs
 from recovery.errors import RecoveryError
+from recovery.jobs import reports
+from recovery.jobs import summary as jobs_summary
+from recovery.tracking import keys, runs
 from recovery.ui import svg
 from recovery.ui.actions import RecoverProcesses
 
@@ -33,7 +36,8 @@ KEEPALIVE_SECONDS = 15.0
 
 # The components table's columns, with what each counter means (the headers' tooltips).
 COLUMNS = (
-    ("executed", "Executed", "Tuples this component's tasks ran process() on (a spout: next_tuple calls that emitted)."),
+    ("executed", "Executed",
+     "Tuples this component's tasks ran process() on (a spout: next_tuple calls that emitted)."),
     ("acked", "Acked", "Tuples acked: processed successfully, their part of the root's tree done."),
     ("failed", "Failed", "Tuples that failed here (an exception, fail(), not acked, a timeout, a lost shell process); "
                          "each went to this task's queue for recovery, or to the dead letters."),
@@ -64,11 +68,11 @@ class UI:
 
     # --- what a run page shows ------------------------------------------------------------
     def run_context(self, run_id: str) -> dict[str, Any]:
-        from recovery.graph import topological_order
-        from recovery.synthesis import synthesize
+        from recovery.model.graph import topological_order
+        from recovery.model.synthesis import synthesize
         client = self.client
         summary = reports.run_status(client, run_id)
-        original = jobs.original_workflow(runs.get(client, run_id))
+        original = jobs_summary.original_workflow(runs.get(client, run_id))
         failed = reports.failed(client, run_id)["failed_positions"]
         dead = reports.dead(client, run_id)["dead"]
         plan = reports.plan(client, run_id)

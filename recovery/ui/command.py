@@ -31,7 +31,7 @@ def register(main: click.Group) -> None:
     @redis_option
     def ui(host: str, port: int, redis_url: str | None) -> None:
         """Serve the web view of runs, failures and recovery (Ctrl-C stops it)."""
-        from recovery import store
+        from recovery.redis import connection, embedded
         try:
             import uvicorn
 
@@ -39,16 +39,16 @@ def register(main: click.Group) -> None:
         except ImportError as err:
             raise RecoveryError(f"the web view needs its packages ({err.name} is missing): "
                                 "pip install recovery (Starlette, Jinja2, uvicorn)") from None
-        url = store.resolve_url(redis_url)
-        client = store.connect(url)
+        url = connection.resolve_url(redis_url)
+        client = connection.connect(url)
         if not is_loopback(host):
             click.secho(f"warning: listening on {host}: the web view has no authentication; anyone "
                         "who reaches this port can recover, requeue and clear runs", fg="yellow", err=True)
-        app = create_app(client, url, store.state_home() / "ui")
+        app = create_app(client, url, embedded.state_home() / "ui")
         sock = _listen(host, port)     # bound here: a port in use is one line and exit 2
         port = sock.getsockname()[1]
         shown = f"[{host}]" if ":" in host else host
-        click.echo(f"recovery ui: http://{shown}:{port}/   (Redis: {store.describe(url)}; Ctrl-C stops)")
+        click.echo(f"recovery ui: http://{shown}:{port}/   (Redis: {connection.describe(url)}; Ctrl-C stops)")
         logging.basicConfig(level=logging.INFO, format="%(message)s")
         config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2)
         uvicorn.Server(config).run(sockets=[sock])

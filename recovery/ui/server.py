@@ -58,7 +58,7 @@ class BackgroundServer:
                                                      log_level="warning", timeout_graceful_shutdown=1))
         self._thread = threading.Thread(target=self._server.run, name="recovery-ui", daemon=True)
 
-    def __enter__(self) -> "BackgroundServer":
+    def __enter__(self) -> BackgroundServer:
         self._thread.start()
         deadline = time.monotonic() + 30
         while not self._server.started:      # a state, not a guess: uvicorn says when it listens

@@ -1,20 +1,20 @@
 """SVG drawings for the web view, built on the server (no JavaScript): a workflow's topology in
 stages and the small chart of recovery rounds.
 
-The topology is laid out as recovery/render.py lays out the text form: one column per stage
+The topology is laid out as recovery/model/render.py lays out the text form: one column per stage
 (components grouped by their depth from a spout), edges labelled with grouping and stream.
 Every node is a `<g class="node ...">` with `data-component` and, where tuples failed or died
 there, `data-failed` / `data-dead` counts, so that tests and stylesheets can find them.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from html import escape
-from typing import Iterable, Mapping
 
-from recovery.model import SinkImpl, Workflow
-from recovery.render import _edge_label, describe_impl, stages
-from recovery.synthesis import is_queue_spout
+from recovery.model.render import describe_impl, edge_label, stages
+from recovery.model.synthesis import is_queue_spout
+from recovery.model.workflow import SinkImpl, Workflow
 
 NODE_W, NODE_H = 150, 66
 COL_GAP, ROW_GAP, PAD = 84, 26, 16
@@ -62,7 +62,7 @@ def topology(wf: Workflow, marks: Marks | None = None, title: str | None = None)
             x1, y1, y2 = x1 + NODE_W, y1 + NODE_H / 2, y2 + NODE_H / 2
             mid = (x1 + x2) / 2
             dim = rerun is not None and (c.id not in rerun or inp.source not in rerun)
-            text = _edge_label(inp)
+            text = edge_label(inp)
             out.append(f'<g class="edge{" dim" if dim else ""}" data-from="{escape(inp.source)}" '
                        f'data-to="{escape(c.id)}"><title>{escape(inp.source)} → {escape(c.id)}: '
                        f'{escape(text)}</title>'

@@ -3,20 +3,22 @@ of the example workflows in a temporary folder (sinks write next to the XML)."""
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
-from recovery import jobs, workflow_xml
-from recovery.sinks import read_jsonl_dir
+from recovery.connectors.sinks import read_jsonl_dir
+from recovery.jobs import submit as jobs_submit
+from recovery.model.xml import parse as workflow_xml
 
 WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"
 
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from recovery.spark import session
+    from recovery.engine.session import session
     home = tmp_path_factory.mktemp("spark-home")
     # local[2,3]: two cores, and a task may fail up to 3 times (Spark retries are tested)
     s = session("local[2,3]", {"spark.default.parallelism": "2"}, home=home)
@@ -48,7 +50,7 @@ def submit(spark: Any, redis_url: str, client: Any, xml_path: Path, config: dict
         merged = dict(wf.config)
         merged.update(config)
         wf = wf.model_copy(update={"config": tuple(merged.items())})
-    return jobs.submit(spark, client, redis_url, wf, xml_path.read_text(), str(xml_path),
+    return jobs_submit.submit(spark, client, redis_url, wf, xml_path.read_text(), str(xml_path),
                        tracking_on=tracking, run_id=run_id)
 
 

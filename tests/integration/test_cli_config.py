@@ -7,8 +7,11 @@ import json
 
 import pytest
 
-from recovery import jobs, runs, workflow_xml
 from recovery.errors import RunError
+from recovery.jobs import clear, submit
+from recovery.jobs import summary as jobs_summary
+from recovery.model.xml import parse as workflow_xml
+from recovery.tracking import runs
 from tests.integration.conftest import copy_workflow
 from tests.integration.test_cli_runs import cli
 
@@ -37,7 +40,7 @@ def test_recover_p_mends_a_run_stored_with_a_bad_value(spark, redis_url, redis_c
     wf = workflow_xml.load(xml).with_config({"recovery.max.attempts": "abc"})
     run_id = f"mend-{tmp_path.name}"
     with pytest.raises(RunError, match="failed in Spark"):
-        jobs.submit(spark, redis_client, redis_url, wf, xml.read_text(), str(xml), run_id=run_id)
+        submit.submit(spark, redis_client, redis_url, wf, xml.read_text(), str(xml), run_id=run_id)
     assert runs.status_of(runs.get(redis_client, run_id)) == runs.ERROR
 
     # a bad new value is refused and changes nothing
@@ -54,8 +57,8 @@ def test_recover_p_mends_a_run_stored_with_a_bad_value(spark, redis_url, redis_c
     assert summary["status"] == "completed" and summary["resumed"] is True
     assert summary["roots"] == 500 and summary["complete"] == 500
     rec = runs.get(redis_client, run_id)
-    assert jobs.original_workflow(rec).conf_int("recovery.max.attempts") == 2
-    jobs.clear(redis_client, run_id)
+    assert jobs_summary.original_workflow(rec).conf_int("recovery.max.attempts") == 2
+    clear.clear(redis_client, run_id)
 
 
 def test_submit_names_file_and_line_of_a_class_that_does_not_load(spark, redis_url,

@@ -6,8 +6,8 @@ import json
 
 from click.testing import CliRunner
 
-from recovery import keys
 from recovery.cli import main
+from recovery.tracking import keys
 from tests.integration.conftest import copy_workflow
 
 

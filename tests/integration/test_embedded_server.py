@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from recovery import store
+from recovery.redis import connection, embedded
 
 PYTHON = sys.executable
 
@@ -38,7 +38,7 @@ def home(tmp_path):
     h = tmp_path / "home"
     h.mkdir()
     yield h
-    srv = store.EmbeddedServer(h)
+    srv = embedded.EmbeddedServer(h)
     srv.stop()
     leftovers = _redis_pids_for(srv.socket)
     for pid in leftovers:  # pragma: no cover - only when stop() failed
@@ -63,10 +63,10 @@ def cli_json(home: Path, *args: str) -> dict:
 
 
 def test_start_connect_status_stop(home):
-    srv = store.EmbeddedServer(home)
+    srv = embedded.EmbeddedServer(home)
     assert srv.start() is True
     assert srv.start() is False  # reused
-    client = store.connect(home=home)
+    client = connection.connect(home=home)
     client.set(b"k", b"v")
     st = srv.status()
     assert st["running"] and st["aof"] and st["keys"] == 1
@@ -81,10 +81,10 @@ def test_start_connect_status_stop(home):
 
 
 def test_connect_starts_on_demand(home):
-    client = store.connect(home=home)
+    client = connection.connect(home=home)
     assert client.ping()
     client.close()
-    assert store.EmbeddedServer(home).status()["running"]
+    assert embedded.EmbeddedServer(home).status()["running"]
 
 
 def test_server_survives_between_cli_invocations(home):
@@ -94,11 +94,11 @@ def test_server_survives_between_cli_invocations(home):
     # a second process sees the same server, and the data a third process wrote
     again = cli_json(home, "server", "start")
     assert again["started"] is False and again["pid"] == started["pid"]
-    code = ("from recovery.store import connect; connect().set(b'shared', b'yes')")
+    code = ("from recovery.redis.connection import connect; connect().set(b'shared', b'yes')")
     subprocess.run([PYTHON, "-c", code], check=True, env=dict(os.environ, RECOVERY_HOME=str(home)))
     st = cli_json(home, "server", "status")
     assert st["running"] and st["pid"] == started["pid"] and st["keys"] == 1
-    assert store.connect(home=home, start=False).get(b"shared") == b"yes"
+    assert connection.connect(home=home, start=False).get(b"shared") == b"yes"
     text = cli(home, "server", "status").stdout
     assert "running" in text and str(started["pid"]) in text
     assert "PONG" in cli(home, "server", "ping").stdout
@@ -107,25 +107,25 @@ def test_server_survives_between_cli_invocations(home):
 
 
 def test_data_survives_stop_and_restart(home):
-    client = store.connect(home=home)
+    client = connection.connect(home=home)
     client.set(b"persist", b"1")
     client.hset(b"h", mapping={b"a": b"1", b"b": b"2"})
     client.xadd(b"s", {b"f": b"v"})
     client.close()
-    pid = store.EmbeddedServer(home).status()["pid"]
+    pid = embedded.EmbeddedServer(home).status()["pid"]
     out = cli(home, "server", "stop").stdout
     assert "stopped" in out and str(pid) in out
-    assert _redis_pids_for(store.EmbeddedServer(home).socket) == []
+    assert _redis_pids_for(embedded.EmbeddedServer(home).socket) == []
     assert cli_json(home, "server", "status")["running"] is False
     assert "not running" in cli(home, "server", "stop").stdout
     assert (home / "redis" / "appendonly.aof").stat().st_size > 0
     # next use starts it again with the same data
-    client = store.connect(home=home)
+    client = connection.connect(home=home)
     assert client.get(b"persist") == b"1"
     assert client.hgetall(b"h") == {b"a": b"1", b"b": b"2"}
     assert client.xlen(b"s") == 1
     client.close()
-    assert store.EmbeddedServer(home).status()["pid"] != pid
+    assert embedded.EmbeddedServer(home).status()["pid"] != pid
 
 
 @pytest.mark.parametrize("n", [2, 4])
@@ -139,27 +139,27 @@ def test_concurrent_starts_make_one_server(home, n):
     reports = [json.loads(out) for out, _ in results]
     assert sum(r["started"] for r in reports) == 1
     assert len({r["pid"] for r in reports}) == 1
-    assert _redis_pids_for(store.EmbeddedServer(home).socket) == [reports[0]["pid"]]
+    assert _redis_pids_for(embedded.EmbeddedServer(home).socket) == [reports[0]["pid"]]
 
 
 def test_concurrent_connects_make_one_server(home):
-    code = "from recovery.store import connect; c = connect(); c.incr(b'n'); print(c.info()['process_id'])"
+    code = "from recovery.redis.connection import connect; c = connect(); c.incr(b'n'); print(c.info()['process_id'])"
     env = dict(os.environ, RECOVERY_HOME=str(home))
     procs = [subprocess.Popen([PYTHON, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
              for _ in range(3)]
     pids = {p.communicate(timeout=60)[0].strip() for p in procs}
     assert all(p.returncode == 0 for p in procs)
     assert len(pids) == 1
-    assert store.connect(home=home).get(b"n") == b"3"
+    assert connection.connect(home=home).get(b"n") == b"3"
 
 
 def test_long_home_uses_short_socket(tmp_path):
     home = tmp_path / ("h" * 70) / ("o" * 70)
-    srv = store.EmbeddedServer(home)
+    srv = embedded.EmbeddedServer(home)
     try:
         assert srv.start()
         assert str(srv.socket).startswith("/tmp/")
-        client = store.connect(home=home)
+        client = connection.connect(home=home)
         client.set(b"x", b"1")
         client.close()
         assert (home / "redis" / "appendonly.aof").exists()
@@ -170,11 +170,11 @@ def test_long_home_uses_short_socket(tmp_path):
 
 
 def test_start_failure_quotes_the_log(home, monkeypatch):
-    srv = store.EmbeddedServer(home)
+    srv = embedded.EmbeddedServer(home)
     srv.dir.mkdir(parents=True)
     # an AOF redis-server cannot load makes it exit at startup, after daemonizing
     (srv.dir / "appendonly.aof").write_bytes(b"*garbage\r\nnot an aof\r\n")
-    with pytest.raises(store.RecoveryError) as err:
+    with pytest.raises(embedded.RecoveryError) as err:
         srv.start(timeout=10)
     msg = str(err.value)
     assert "\n" not in msg
@@ -211,9 +211,9 @@ def _assert_private(home: Path) -> None:
 
 def test_state_is_private_whatever_the_umask(home, umask_022):
     assert _mode(home) == 0o755  # made by the fixture under umask 022, as a user would
-    srv = store.EmbeddedServer(home)
+    srv = embedded.EmbeddedServer(home)
     assert srv.start()
-    client = store.connect(home=home)
+    client = connection.connect(home=home)
     client.set(b"secret", b"tuple value")
     client.execute_command("SAVE")  # redis-server writes dump.rdb now, with its own umask
     client.close()
@@ -224,10 +224,10 @@ def test_state_is_private_whatever_the_umask(home, umask_022):
 
 
 def test_loose_state_of_an_earlier_version_is_tightened_at_start(home, umask_022):
-    client = store.connect(home=home)
+    client = connection.connect(home=home)
     client.set(b"kept", b"1")
     client.close()
-    srv = store.EmbeddedServer(home)
+    srv = embedded.EmbeddedServer(home)
     assert srv.stop()
     for path in [home, home / "redis"]:
         os.chmod(path, 0o755)
@@ -235,7 +235,7 @@ def test_loose_state_of_an_earlier_version_is_tightened_at_start(home, umask_022
         os.chmod(path, 0o644)
     assert srv.start()
     _assert_private(home)
-    client = store.connect(home=home)
+    client = connection.connect(home=home)
     assert client.get(b"kept") == b"1"
     client.close()
 
@@ -261,15 +261,15 @@ def long_home(tmp_path, monkeypatch):
     test started there is stopped, or killed when its folder is one the fix refuses."""
     root = Path(tempfile.mkdtemp(prefix="rt-", dir="/tmp"))
     os.chmod(root, 0o1777)
-    monkeypatch.setattr(store, "_SHORT_SOCKET_ROOT", root)
-    srv = store.EmbeddedServer(tmp_path / ("h" * 70) / ("o" * 70))
+    monkeypatch.setattr(embedded, "_SHORT_SOCKET_ROOT", root)
+    srv = embedded.EmbeddedServer(tmp_path / ("h" * 70) / ("o" * 70))
     assert srv.socket.parent.parent == root
     try:
         yield srv
     finally:
         try:
             srv.stop()
-        except store.RecoveryError:
+        except embedded.RecoveryError:
             pass  # a refused folder: nothing of ours can run there, or it is killed below
         leftovers = _redis_pids_for(srv.socket)
         for pid in leftovers:  # pragma: no cover - only before the fix
@@ -280,7 +280,7 @@ def long_home(tmp_path, monkeypatch):
 
 def test_long_home_fallback_socket_folder_is_private(long_home, umask_022):
     assert long_home.start()
-    client = store.connect(home=long_home.home)
+    client = connection.connect(home=long_home.home)
     client.set(b"x", b"1")
     client.close()
     folder = long_home.socket.parent
@@ -306,7 +306,7 @@ def test_unsafe_fallback_socket_folder_is_refused_at_start(long_home, kind):
             if os.geteuid() != 0:
                 pytest.skip("chown to another user needs root (CI runs as root)")
             os.chown(folder, NOBODY, NOBODY)
-    with pytest.raises(store.RecoveryError) as err:
+    with pytest.raises(embedded.RecoveryError) as err:
         long_home.start()
     msg = str(err.value)
     assert "\n" not in msg and f"unsafe socket folder {folder}" in msg, msg
@@ -343,7 +343,7 @@ def test_invalid_url_is_one_line_exit_2(home):
 def test_ping_does_not_start_the_embedded_server(home):
     proc = cli(home, "server", "ping", check=False)
     assert proc.returncode == 2 and "not running" in proc.stderr
-    assert store.EmbeddedServer(home).status()["running"] is False
+    assert embedded.EmbeddedServer(home).status()["running"] is False
 
 
 def test_redis_fixtures(redis_url, redis_client):
@@ -364,10 +364,10 @@ def test_integration_marker(request):
 def test_default_home_is_the_session_tmp_home():
     """With no home and no URL, the suite's embedded server lives in the session's temporary
     RECOVERY_HOME (stopped by conftest at the end), never in the checkout."""
-    client = store.connect()
+    client = connection.connect()
     client.close()
-    srv = store.EmbeddedServer()
+    srv = embedded.EmbeddedServer()
     assert srv.home == Path(os.environ["RECOVERY_HOME"])
     assert srv.status()["running"]
     assert not (Path(__file__).resolve().parents[2] / ".recovery").exists() or \
-        store.EmbeddedServer(Path(__file__).resolve().parents[2] / ".recovery").dir != srv.dir
+        embedded.EmbeddedServer(Path(__file__).resolve().parents[2] / ".recovery").dir != srv.dir

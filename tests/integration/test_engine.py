@@ -8,7 +8,7 @@ from pathlib import Path
 
 import msgpack
 
-from recovery import keys, tracking
+from recovery.tracking import keys, ledger
 from tests.integration.conftest import copy_workflow, sink_records, submit
 
 
@@ -111,7 +111,7 @@ def test_a_failed_tuple_emits_nothing_downstream_and_the_run_goes_on(spark, redi
     assert rec["values"] == ["boom"] and "RuntimeError: boom at explodes" in rec["error"]
     assert "Traceback" in rec["traceback"] and rec["task"] == pos["task"]
     # the root stays pending in the acker's ledger (exactly one root)
-    assert len(tracking.pending_roots(redis_client, s["run_id"])) == 1
+    assert len(ledger.pending_roots(redis_client, s["run_id"])) == 1
 
 
 def test_undecodable_records_fail_at_the_spout_with_the_raw_record(spark, redis_url, redis_client, tmp_path):
@@ -138,8 +138,8 @@ def test_spark_task_retries_change_no_result_and_no_ledger(spark, redis_url, red
     base = submit(spark, redis_url, redis_client, xml, {
         "recovery.inject.t.component": "count", "recovery.inject.t.rate": "0.05"})
     xml2 = copy_workflow("wordcount", tmp_path / "b")
-    from recovery.graph import TaskMap
-    from recovery import workflow_xml
+    from recovery.model.graph import TaskMap
+    from recovery.model.xml import parse as workflow_xml
     task = TaskMap.of(workflow_xml.load(xml2)).task_ids("count")[1]
     crashed = submit(spark, redis_url, redis_client, xml2, {
         "recovery.inject.t.component": "count", "recovery.inject.t.rate": "0.05",
@@ -150,7 +150,7 @@ def test_spark_task_retries_change_no_result_and_no_ledger(spark, redis_url, red
     assert sink_records(tmp_path / "a" / "out" / "wordcount") == sink_records(tmp_path / "b" / "out" / "wordcount")
     for k in ("roots", "complete", "pending", "failed"):
         assert base[k] == crashed[k]
-    assert tracking.pending_roots(redis_client, base["run_id"]) == tracking.pending_roots(redis_client, crashed["run_id"])
+    assert ledger.pending_roots(redis_client, base["run_id"]) == ledger.pending_roots(redis_client, crashed["run_id"])
     state = lambda rid: redis_client.hgetall(keys.state(rid, "count"))
     assert state(base["run_id"]) == state(crashed["run_id"])
     assert base["components"]["count"]["executed"] == crashed["components"]["count"]["executed"]

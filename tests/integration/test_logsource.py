@@ -19,9 +19,13 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from recovery import follow, jobs, keys, logsource, runs, workflow_xml
 from recovery.cli import main
-from recovery.sinks import read_jsonl_dir
+from recovery.connectors.redis_stream import offsets, topics
+from recovery.connectors.redis_stream import report as stream_report
+from recovery.connectors.sinks import read_jsonl_dir
+from recovery.jobs import follow, submit
+from recovery.model.xml import parse as workflow_xml
+from recovery.tracking import keys, runs
 from tests.helpers import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,7 +85,7 @@ def _assert_aggregates_exactly_once(sink: list[dict], valid: list[list]) -> None
 
 
 def _committed_to_end(client, wf) -> bool:
-    return all(r["committed"] == r["end"] for r in logsource.partition_report(client, wf))
+    return all(r["committed"] == r["end"] for r in stream_report.partition_report(client, wf))
 
 
 # --- bounded ----------------------------------------------------------------------------------
@@ -89,12 +93,12 @@ def test_bounded_run_from_a_topic_equals_its_input_and_status_shows_lag(spark, r
     xml = tmp_path / "copy.xml"
     xml.write_text(COPY_XML)
     records = [{"id": i, "word": f"w{i % 13}"} for i in range(500)]
-    counts = logsource.produce(redis_client, "events",
+    counts = topics.produce(redis_client, "events",
                                [(r["word"], json.dumps(r).encode()) for r in records], 5, "jsonl")
     assert sum(counts.values()) == 500
     wf = workflow_xml.load(xml)
 
-    summary = jobs.submit(spark, redis_client, redis_url, wf, COPY_XML, str(xml))
+    summary = submit.submit(spark, redis_client, redis_url, wf, COPY_XML, str(xml))
     assert summary["status"] == "completed"
     assert summary["roots"] == summary["complete"] == 500
     assert _canon(read_jsonl_dir(str(tmp_path / "out" / "copy"))) == _canon(records)
@@ -106,7 +110,7 @@ def test_bounded_run_from_a_topic_equals_its_input_and_status_shows_lag(spark, r
 
     # 40 more messages: status shows them as lag, per partition
     more = [{"id": 500 + i, "word": f"w{i % 13}"} for i in range(40)]
-    added = logsource.produce(redis_client, "events", [(r["word"], json.dumps(r).encode()) for r in more])
+    added = topics.produce(redis_client, "events", [(r["word"], json.dumps(r).encode()) for r in more])
     res = CliRunner().invoke(main, ["status", summary["run_id"], "--json", "--redis", redis_url])
     assert res.exit_code == 0, res.output
     parts = json.loads(res.output)["partitions"]
@@ -119,7 +123,7 @@ def test_bounded_run_from_a_topic_equals_its_input_and_status_shows_lag(spark, r
     again = tmp_path / "again"
     again.mkdir()
     (again / "copy.xml").write_text(COPY_XML)
-    s2 = jobs.submit(spark, redis_client, redis_url, workflow_xml.load(again / "copy.xml"), COPY_XML,
+    s2 = submit.submit(spark, redis_client, redis_url, workflow_xml.load(again / "copy.xml"), COPY_XML,
                      str(again / "copy.xml"))
     assert s2["roots"] == s2["complete"] == 40
     assert _canon(read_jsonl_dir(str(again / "out" / "copy"))) == _canon(more)
@@ -137,9 +141,9 @@ def test_a_poison_message_at_the_head_of_a_partition_does_not_hold_the_stream(sp
     lines = [x for x in (WORKFLOWS / "data" / "cdn.log").read_text().splitlines() if x.strip()]
     valid_lines = [x for x in lines if _valid([x])]
     first, second = valid_lines[:300], valid_lines[300:400]
-    poison_key = next(k for k in (f"poison{i}" for i in range(100)) if logsource.partition_of(k, 2) == 0)
-    logsource.produce(redis_client, "cdn_logs", [(poison_key, b"this is not a log line")], 2)
-    logsource.produce(redis_client, "cdn_logs", [(x, x.encode()) for x in first])
+    poison_key = next(k for k in (f"poison{i}" for i in range(100)) if topics.partition_of(k, 2) == 0)
+    topics.produce(redis_client, "cdn_logs", [(poison_key, b"this is not a log line")], 2)
+    topics.produce(redis_client, "cdn_logs", [(x, x.encode()) for x in first])
     head = redis_client.xrange(keys.topic_partition("cdn_logs", 0), count=1)[0]
     assert head == (b"0-1", {b"v": b"this is not a log line"})          # offset 0 of partition 0
     after_poison = redis_client.xlen(keys.topic_partition("cdn_logs", 0)) - 1
@@ -152,7 +156,7 @@ def test_a_poison_message_at_the_head_of_a_partition_does_not_hold_the_stream(sp
             batches.append(info)
             if len(batches) == 1:   # the partitions were read to their ends, the poison included
                 assert _committed_to_end(redis_client, wf)
-                logsource.produce(redis_client, "cdn_logs", [(x, x.encode()) for x in second])
+                topics.produce(redis_client, "cdn_logs", [(x, x.encode()) for x in second])
 
     summary = follow.follow(spark, redis_client, redis_url, wf, xml.read_text(), str(xml),
                             max_batches=2, on_event=on_event)
@@ -183,7 +187,7 @@ def _cli_env(redis_url: str, home: Path) -> dict[str, str]:
 def test_kill_9_of_a_follow_driver_then_restart_gives_every_effect_exactly_once(redis_url, redis_client, tmp_path):
     xml = _copy_cdn_stream(tmp_path)
     lines = [x for x in (WORKFLOWS / "data" / "cdn.log").read_text().splitlines() if x.strip()][:240]
-    logsource.produce(redis_client, "cdn_logs", [(x, x.encode()) for x in lines], 4)
+    topics.produce(redis_client, "cdn_logs", [(x, x.encode()) for x in lines], 4)
     wf = workflow_xml.load(xml)
     cmd = [sys.executable, "-m", "recovery", "submit", str(xml), "--follow", "--json",
            "-p", "topology.max.spout.pending=40", "--idle-exit", "2"]
@@ -201,7 +205,7 @@ def test_kill_9_of_a_follow_driver_then_restart_gives_every_effect_exactly_once(
             r = int(rec.get("round") or 0)
             done = redis_client.hlen(keys.task_done(rid, r))
             # mid-round: a batch after the first one, some of its tasks committed
-            if r >= 1 and rec.get("status") == runs.RUNNING and 0 < done:
+            if r >= 1 and rec.get("status") == runs.RUNNING and done > 0:
                 return rid, r, done
         return None
 
@@ -250,12 +254,12 @@ def test_claims_racing_on_a_real_redis_exactly_one_wins(redis_client):
     previous owner finished: exactly one takes it, every other one is refused."""
     import threading
 
-    from recovery.model import Component, SourceImpl, StreamDef, Workflow
+    from recovery.model.workflow import Component, SourceImpl, StreamDef, Workflow
     wf = Workflow(name="wf", components=(Component(
         id="src", kind="spout", impl=SourceImpl(type="redis-stream", params=(("topic", "t"),)),
         streams=(StreamDef(fields=("line",)),)),))
-    logsource.produce(redis_client, "t", [("k", b"x")], 1)
-    logsource.plan_ranges(redis_client, wf, "run-old")
+    topics.produce(redis_client, "t", [("k", b"x")], 1)
+    offsets.plan_ranges(redis_client, wf, "run-old")
     runs.create(redis_client, "run-old", "<xml/>", "{}", None, "local", True)
     runs.update(redis_client, "run-old", status=runs.COMPLETED)
     barrier = threading.Barrier(8)
@@ -264,9 +268,9 @@ def test_claims_racing_on_a_real_redis_exactly_one_wins(redis_client):
     def claim(run_id: str) -> None:
         barrier.wait()
         try:
-            logsource.plan_ranges(redis_client, wf, run_id)
+            offsets.plan_ranges(redis_client, wf, run_id)
             won.append(run_id)
-        except logsource.TopicError as err:
+        except topics.TopicError as err:
             refused.append(str(err))
 
     threads = [threading.Thread(target=claim, args=(f"run-{i}",)) for i in range(8)]
@@ -275,5 +279,5 @@ def test_claims_racing_on_a_real_redis_exactly_one_wins(redis_client):
     for t in threads:
         t.join()
     assert len(won) == 1 and len(refused) == 7, (won, refused)
-    assert redis_client.get(logsource.owner_key("wf:src", "t")).decode() == won[0]
+    assert redis_client.get(keys.consumer_owner("wf:src", "t")).decode() == won[0]
     assert all(f"run {won[0]}" in msg for msg in refused)

@@ -12,9 +12,10 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from recovery import jobs, keys, runs
-from tests.integration.conftest import copy_workflow, sink_records, submit
+from recovery.jobs import clear, recover, summary
+from recovery.tracking import keys, runs
 from tests.helpers import wait_for
+from tests.integration.conftest import copy_workflow, sink_records, submit
 from tests.integration.test_engine import run_keys, wordcount_reference
 
 TRANSIENT_SPLIT = {"recovery.inject.s.component": "split", "recovery.inject.s.rate": "0.03"}
@@ -38,7 +39,7 @@ def test_transient_failures_at_two_positions_on_one_path_recover_exactly(spark, 
     assert failed_components == {"split", "count"} and s["status"] == "pending"
     out = tmp_path / "out" / "wordcount"
     assert sink_records(out) != wordcount_reference(tmp_path / "data" / "sentences.txt")
-    r = jobs.recover(spark, redis_client, redis_url, s["run_id"])
+    r = recover.recover(spark, redis_client, redis_url, s["run_id"])
     assert r["status"] == "completed" and r["pending"] == 0 and r["dead"] == 0
     assert r["rounds"] >= 2          # count's tuples fail their first two attempts
     # nothing lost, nothing twice; the fields-grouped aggregate equals the failure-free one
@@ -57,20 +58,20 @@ def test_permanent_failures_end_dead_after_max_attempts_and_recover_terminates(s
         "recovery.inject.p.mode": "permanent", "recovery.max.attempts": "3", **FAST_RETRY})
     n_failed = sum(p["count"] for p in s["failed_positions"])
     assert n_failed > 0
-    r = jobs.recover(spark, redis_client, redis_url, s["run_id"], max_rounds=10)
+    r = recover.recover(spark, redis_client, redis_url, s["run_id"], max_rounds=10)
     assert r["rounds"] == 2 and r["status"] == "dead"
     assert r["dead_tuples"] == n_failed and r["pending"] == 0 and r["dead"] > 0
-    dead = jobs.dead_letters(redis_client, s["run_id"])
+    dead = recover.dead_letters(redis_client, s["run_id"])
     assert len(dead) == n_failed
     assert all(d["attempt"] == 3 and "injected permanent failure" in d["error"] for d in dead)
     assert all(d["values"][0] == "acker" for d in dead)
     # a second recover has nothing to do and ends at once
-    again = jobs.recover(spark, redis_client, redis_url, s["run_id"])
+    again = recover.recover(spark, redis_client, redis_url, s["run_id"])
     assert again["rounds"] == 0
     # requeue after "fixing the cause" (here: nothing fixed, so they die again, attempts fresh)
-    assert jobs.requeue_dead(redis_client, s["run_id"]) == n_failed
-    assert jobs.summarize(redis_client, s["run_id"])["failed"] > 0
-    third = jobs.recover(spark, redis_client, redis_url, s["run_id"])
+    assert recover.requeue_dead(redis_client, s["run_id"]) == n_failed
+    assert summary.summarize(redis_client, s["run_id"])["failed"] > 0
+    third = recover.recover(spark, redis_client, redis_url, s["run_id"])
     assert third["rounds"] == 3 and third["dead_tuples"] == n_failed
 
 
@@ -85,7 +86,7 @@ def test_localized_recovery_writes_no_duplicates_where_root_replay_does(spark, r
         xml = copy_workflow("fanout", tmp_path / strategy)
         s = submit(spark, redis_url, redis_client, xml, inject)
         assert {p["component"] for p in s["failed_positions"]} == {"cube"}
-        r = jobs.recover(spark, redis_client, redis_url, s["run_id"], strategy=strategy)
+        r = recover.recover(spark, redis_client, redis_url, s["run_id"], strategy=strategy)
         assert r["status"] == "completed"
         results[strategy] = (sink_records(tmp_path / strategy / "out" / "fanout" / "archive"),
                              sink_records(tmp_path / strategy / "out" / "fanout" / "joined"))
@@ -105,7 +106,7 @@ def test_clear_removes_every_key_of_the_run_and_nothing_else(spark, redis_url, r
     redis_client.set("unrelated:key", "1")
     before_b = {k: redis_client.dump(k) for k in run_keys(redis_client, b["run_id"])}
     assert len(run_keys(redis_client, a["run_id"])) > 2
-    removed = jobs.clear(redis_client, a["run_id"])
+    removed = clear.clear(redis_client, a["run_id"])
     assert keys.run_record(a["run_id"]) in removed
     assert run_keys(redis_client, a["run_id"]) == set()
     assert not redis_client.exists(keys.run_record(a["run_id"]))
@@ -163,7 +164,7 @@ def test_kill_9_of_the_driver_then_recover_gives_exact_output(spark, redis_url, 
     assert "out:0" not in done, done
     rec = runs.get(redis_client, run_id)
     assert rec["status"] == runs.RUNNING and runs.status_of(rec) == runs.CRASHED, rec
-    r = jobs.recover(spark, redis_client, redis_url, run_id)
+    r = recover.recover(spark, redis_client, redis_url, run_id)
     assert r["status"] == "completed", r
     assert sink_records(tmp_path / "out" / "wordcount") == wordcount_reference(tmp_path / "data" / "sentences.txt")
     assert run_keys(redis_client, run_id) == {keys.state(run_id, "count")}
@@ -232,7 +233,7 @@ def test_root_replay_of_a_spout_class_replays_failed_roots_that_are_not_the_firs
         "test.fail.numbers": "13,17", "test.fail.markers": str(markers), **FAST_RETRY})
     assert [p["component"] for p in s["failed_positions"]] == ["square"] * len(s["failed_positions"])
     assert sum(p["count"] for p in s["failed_positions"]) == 2 and s["complete"] == 18
-    r = jobs.recover(spark, redis_client, redis_url, s["run_id"], strategy="root-replay")
+    r = recover.recover(spark, redis_client, redis_url, s["run_id"], strategy="root-replay")
     assert r["status"] == "completed" and r["rounds"] == 1
     expected = sorted(json.dumps({"n": n, "square": n * n}, sort_keys=True) for n in range(20))
     assert sink_records(tmp_path / "out" / "squares") == expected

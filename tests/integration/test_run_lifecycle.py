@@ -17,11 +17,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from recovery import jobs, keys, runs
 from recovery.cli import main
+from recovery.connectors.sinks import read_jsonl_dir
 from recovery.errors import RunCleared, RunError
-from recovery.graph import topological_order
-from recovery.sinks import read_jsonl_dir
+from recovery.jobs import clear
+from recovery.jobs import recover as jobs_recover
+from recovery.model.graph import topological_order
+from recovery.tracking import keys, runs
 from tests.integration.conftest import copy_workflow, submit
 
 LINES = [f"line {i}" for i in range(200)]
@@ -116,8 +118,9 @@ def test_racing_creates_of_one_run_id_on_a_real_redis(redis_client):
 
 # --- item 8 --------------------------------------------------------------------------------------
 def _own_redis(folder: Path) -> tuple[subprocess.Popen, str]:
-    from recovery.store import redis_binary
     import redis as redis_py
+
+    from recovery.redis.embedded import redis_binary
     sock = folder / "r.sock"
     proc = subprocess.Popen([redis_binary(), "--port", "0", "--unixsocket", str(sock), "--unixsocketperm", "700",
                              "--dir", str(folder), "--save", "", "--appendonly", "yes", "--appendfsync", "always",
@@ -134,7 +137,7 @@ def _own_redis(folder: Path) -> tuple[subprocess.Popen, str]:
 
 
 def test_redis_dying_mid_submit_is_one_line_exit_2_and_the_run_resumes(spark, tmp_path):
-    from recovery.store import connect
+    from recovery.redis.connection import connect
     folder = Path(os.environ.get("TMPDIR", "/tmp")) / f"rl-{secrets.token_hex(3)}"   # short socket path
     folder.mkdir()
     gate = Gate(tmp_path / "wf")
@@ -154,7 +157,7 @@ def test_redis_dying_mid_submit_is_one_line_exit_2_and_the_run_resumes(spark, tm
         server, url = _own_redis(folder)            # Redis is back: recover resumes the round
         client = connect(url)
         assert runs.status_of(runs.get(client, "lost")) == runs.CRASHED
-        r = jobs.recover(spark, client, url, "lost")
+        r = jobs_recover.recover(spark, client, url, "lost")
         assert r["status"] == "completed" and r["resumed"]
         assert gate.output() == sorted(LINES)
     finally:
@@ -207,7 +210,7 @@ def test_clear_force_under_a_running_recover_leaves_no_key(spark, redis_url, red
 
     def recover() -> None:
         try:
-            jobs.recover(spark, redis_client, redis_url, run_id)
+            jobs_recover.recover(spark, redis_client, redis_url, run_id)
         except BaseException as err:   # the test looks at it below
             outcome.append(err)
     t = threading.Thread(target=recover)
@@ -215,8 +218,8 @@ def test_clear_force_under_a_running_recover_leaves_no_key(spark, redis_url, red
     try:
         wait_for(gate.entered, "the gate to block in recovery round 1")
         with pytest.raises(RunError, match="still running"):
-            jobs.clear(redis_client, run_id)
-        jobs.clear(redis_client, run_id, force=True)
+            clear.clear(redis_client, run_id)
+        clear.clear(redis_client, run_id, force=True)
     finally:
         gate.release()
         t.join()
@@ -228,7 +231,7 @@ def test_clear_force_under_a_running_recover_leaves_no_key(spark, redis_url, red
 
 # --- item 16 -------------------------------------------------------------------------------------
 def test_tables_in_stage_order_and_recover_shows_its_own_rounds(spark, redis_url, redis_client, tmp_path):
-    from recovery import workflow_xml
+    from recovery.model.xml import parse as workflow_xml
     xml = copy_workflow("cdn_logs", tmp_path)
     code, out, err = cli(redis_url, "submit", str(xml), "--json", "-p", "recovery.inject.a.component=aggregate",
                          "-p", "recovery.inject.a.rate=0.03", "-p", "recovery.retry.delay.period.ms=10")

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from recovery import jobs
 from recovery.cli import main
+from recovery.connectors.sinks import part_files
 from recovery.errors import RunError
-from recovery.sinks import part_files
+from recovery.jobs import clear, recover
 from tests.integration.conftest import copy_workflow, sink_records, submit
 from tests.integration.test_engine import wordcount_reference
 
@@ -71,7 +71,7 @@ def test_a_second_submit_into_the_same_folder_is_refused_in_error_mode(spark, re
     redis_before = {k: redis_client.dump(k) for k in redis_client.keys("*")}
     for attempt in ("again", "after clear"):
         if attempt == "after clear":
-            jobs.clear(redis_client, first["run_id"])
+            clear.clear(redis_client, first["run_id"])
             redis_before = {k: redis_client.dump(k) for k in redis_client.keys("*")}
         code, out, err = cli(redis_url, "submit", str(xml))
         assert code == 2, (attempt, out, err)
@@ -89,7 +89,7 @@ def test_recovery_rounds_of_a_run_in_error_mode_write_its_own_parts(spark, redis
     folder = tmp_path / "out" / "wordcount"
     s = submit(spark, redis_url, redis_client, xml, TRANSIENT_COUNT)
     assert s["status"] == "pending"
-    r = jobs.recover(spark, redis_client, redis_url, s["run_id"])
+    r = recover.recover(spark, redis_client, redis_url, s["run_id"])
     assert r["status"] == "completed" and r["rounds"] >= 1
     assert any("-r0001-out-" in n for n in part_files(str(folder)))
     assert runs_of(folder) == {s["run_id"]}
@@ -119,7 +119,7 @@ def test_overwrite_replaces_other_runs_parts_only_when_the_run_completes(spark, 
     b = submit(spark, redis_url, redis_client, xml, TRANSIENT_COUNT)
     assert b["status"] == "pending"
     assert runs_of(folder) == {a["run_id"], b["run_id"]}
-    r = jobs.recover(spark, redis_client, redis_url, b["run_id"])
+    r = recover.recover(spark, redis_client, redis_url, b["run_id"])
     assert r["status"] == "completed"
     assert runs_of(folder) == {b["run_id"]}
     assert sink_records(folder) == want                   # exactly one run's records
@@ -150,7 +150,7 @@ def test_cdn_logs_recovered_output_equals_a_failure_free_runs_record_for_record(
         s = submit(spark, redis_url, redis_client, xml, config)
         if name == "failing":
             assert {p["component"] for p in s["failed_positions"]} == {"split", "normalize", "aggregate"}
-        r = jobs.recover(spark, redis_client, redis_url, s["run_id"])
+        r = recover.recover(spark, redis_client, redis_url, s["run_id"])
         assert r["status"] == "dead" and r["dead_tuples"] == 20      # the data's poison lines
         outcome[name] = (demo.sink_records(tmp_path / name / "out" / "cdn_logs"),
                          demo.keyed_state(redis_client, s["run_id"], "aggregate"))

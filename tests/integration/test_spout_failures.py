@@ -10,8 +10,9 @@ import json
 
 import pytest
 
-from recovery import jobs, runs
 from recovery.errors import RunError
+from recovery.jobs import recover as jobs_submit
+from recovery.tracking import runs
 from tests.integration.conftest import sink_records, submit
 
 # emits 0..4 (message id = value); while the file `broken` exists next to it, it says why on
@@ -81,7 +82,7 @@ def test_a_shell_spout_that_gives_up_fails_the_round_and_recover_resumes_it(spar
     assert sink_records(tmp_path / "out" / "numbers") == []
 
     (tmp_path / "broken").unlink()                       # the cause, fixed
-    r = jobs.recover(spark, redis_client, redis_url, "dying")
+    r = jobs_submit.recover(spark, redis_client, redis_url, "dying")
     assert r["resumed"] and r["status"] == runs.COMPLETED
     assert (r["roots"], r["complete"], r["pending"]) == (5, 5, 0)
     assert sink_records(tmp_path / "out" / "numbers") == sorted(

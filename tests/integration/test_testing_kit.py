@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from recovery import jobs, testing, workflow_xml
+from recovery import testing
+from recovery.jobs import recover, submit
+from recovery.model.xml import parse as workflow_xml
+from recovery.model.xml import write as xml_write
 from tests.integration.conftest import copy_workflow
 
 COUNTS = ("status", "roots", "complete", "pending", "failed", "in_flight", "dead", "dead_tuples")
@@ -18,7 +21,7 @@ def _counters(summary: dict) -> dict:
 def test_run_local_agrees_with_a_spark_submit(spark, redis_url, redis_client, tmp_path: Path):
     # cdn_logs: bad records fail at split and at normalize, the rest is aggregated
     wf = testing.with_list_sinks(workflow_xml.load(copy_workflow("cdn_logs", tmp_path)))
-    on_spark = jobs.submit(spark, redis_client, redis_url, wf, workflow_xml.to_xml(wf), None,
+    on_spark = submit.submit(spark, redis_client, redis_url, wf, xml_write.to_xml(wf), None,
                            run_id="on-spark")
     local = testing.run_local(wf, redis_client, run_id="in-process")
     assert local.interrupted is None
@@ -31,7 +34,7 @@ def test_run_local_agrees_with_a_spark_submit(spark, redis_url, redis_client, tm
     testing.assert_same_output(local, spark_sinks)
 
     # and one recovery round: the bad records fail again, at the same positions
-    again = jobs.recover(spark, redis_client, redis_url, "on-spark", max_rounds=1)
+    again = recover.recover(spark, redis_client, redis_url, "on-spark", max_rounds=1)
     testing.recover_local(local, max_rounds=1)
     assert again["rounds"] == local.summary["rounds"] == 1
     assert {k: local.summary[k] for k in COUNTS} == {k: again[k] for k in COUNTS}

@@ -9,7 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from recovery import jobs, keys, workflow_xml
+from recovery.jobs import submit
+from recovery.model.xml import parse as workflow_xml
+from recovery.tracking import keys
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -40,7 +42,7 @@ def test_a_tuple_stuck_in_c_fails_at_the_spark_retry_and_the_round_ends(spark, r
     # the session's Spark is local[2,3]: the task killed by the watchdog is tried again
     xml = _stuck_xml(tmp_path, attempts=3)
     wf = workflow_xml.load(xml).model_copy(update={"base_dir": str(REPO)})   # workers import tests.unit
-    s = jobs.submit(spark, redis_client, redis_url, wf, xml.read_text(), str(xml))
+    s = submit.submit(spark, redis_client, redis_url, wf, xml.read_text(), str(xml))
     assert s["status"] == "pending" and s["roots"] == 6 and s["complete"] == 5 and s["failed"] == 1
     [pos] = s["failed_positions"]
     assert pos["component"] == "slow" and pos["count"] == 1

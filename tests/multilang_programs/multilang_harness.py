@@ -1,4 +1,4 @@
-"""What tests/unit/test_multilang*.py share: a collector that records what a runtime would
+"""What tests/unit/multilang/test_multilang*.py share: a collector that records what a runtime would
 route, a small workflow and task context, and a factory that starts shell components and
 checks at the end that none of their processes is left behind."""
 from __future__ import annotations
@@ -10,10 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recovery.components import Tuple
-from recovery.graph import TaskContext
-from recovery.model import Component, Input, ShellImpl, StreamDef, Workflow
-from recovery.multilang import ShellBolt, ShellSpout
+from recovery.api.components import Tuple
+from recovery.model.graph import TaskContext
+from recovery.model.workflow import Component, Input, ShellImpl, StreamDef, Workflow
+from recovery.multilang.bolt import ShellBolt
+from recovery.multilang.spout import ShellSpout
 from tests.helpers import wait_for
 
 PROGRAMS = Path(__file__).resolve().parent

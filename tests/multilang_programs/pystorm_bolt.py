@@ -1,4 +1,4 @@
-"""pystorm 3.1.4 bolts for tests/unit/test_multilang.py; the first argument picks one."""
+"""pystorm 3.1.4 bolts for tests/unit/multilang/test_multilang.py; the first argument picks one."""
 import sys
 import time
 

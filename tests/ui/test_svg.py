@@ -4,8 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 from xml.etree import ElementTree
 
-from recovery import workflow_xml
-from recovery.synthesis import recovery_components, synthesize
+from recovery.model.synthesis import recovery_components, synthesize
+from recovery.model.xml import parse as workflow_xml
 from recovery.ui import svg
 
 WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"

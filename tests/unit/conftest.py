@@ -10,13 +10,13 @@ import threading
 
 import pytest
 
-from recovery import runtime
+from recovery.runtime import task
 from tests.unit import ledger_components, runner_components
 
 
 @pytest.fixture(autouse=True)
 def fresh_component_records(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runtime, "_clients", {})
+    monkeypatch.setattr(task, "_clients", {})
     monkeypatch.setattr(ledger_components, "OUTCOMES", [])
     monkeypatch.setattr(ledger_components, "SEED", [0])
     monkeypatch.setattr(runner_components.Collect, "SEEN", [])

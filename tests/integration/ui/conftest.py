@@ -2,7 +2,8 @@
 against the session's real Redis, and a headless Chromium (Debian's, driven by Playwright)."""
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 

@@ -8,8 +8,8 @@ import pytest
 from click.testing import CliRunner
 from starlette.testclient import TestClient
 
-from recovery import keys
 from recovery.cli import main
+from recovery.tracking import keys
 from recovery.ui.app import create_app
 from recovery.ui.command import is_loopback
 from tests.helpers import pretend_running

@@ -9,8 +9,8 @@ import re
 import pytest
 from click.testing import CliRunner
 
-from recovery import keys
 from recovery.cli import main
+from recovery.tracking import keys
 from tests.helpers import pretend_running
 from tests.integration.conftest import copy_workflow, submit
 

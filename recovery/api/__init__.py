@@ -1,0 +1,2 @@
+"""What users write against: Spout, Bolt, BasicBolt, Tuple; the loader of their classes; the checks
+that a workflow's code can run here."""

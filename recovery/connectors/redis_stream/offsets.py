@@ -1,0 +1,170 @@
+"""Offsets: which messages a round reads (planned on the driver before it starts, one reader per
+consumer) and the commit of the ends once the round settled."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+from typing import Any
+
+from recovery.connectors.redis_stream.topics import (
+    TopicError,
+    consumer_name,
+    log_spouts,
+    partition_bounds,
+    require_topic,
+    spout_format,
+    text_of,
+)
+from recovery.errors import RecoveryError
+from recovery.model.workflow import Component, Workflow
+from recovery.tracking import keys, runs
+
+
+def assign_partitions(num_partitions: int, total_tasks: int, task_index: int) -> list[int]:
+    """KafkaUtils.calculatePartitionsForTask: indexes task_index, task_index + total_tasks, ..."""
+    if total_tasks < 1 or not 0 <= task_index < total_tasks:
+        raise ValueError(f"task index {task_index} out of range for {total_tasks} tasks")
+    return list(range(task_index, num_partitions, total_tasks))
+
+
+def committed_offsets(client: Any, consumer: str, topic: str) -> dict[int, int]:
+    return {int(k): int(v) for k, v in client.hgetall(keys.offsets(consumer, topic)).items()}
+
+
+# --- planning and committing ------------------------------------------------------------------
+def _refuse_if_owned(client: Any, consumer: str, topic: str, owner: str, claimer: str | None) -> None:
+    """Raise when `owner` may still read the consumer: running, crashed mid-round, or not yet
+    recorded by a driver that is alive. A run that was cleared (no record, driver gone) or
+    finished owns nothing."""
+    try:
+        rec = runs.get(client, owner)
+    except RecoveryError:
+        rec = None
+    if rec is None:
+        host, _, pid = (claimer or "").partition(" ")
+        # (liveness is only knowable on this host; another host's claim counts as cleared)
+        if host == socket.gethostname() and runs.driver_alive({"driver_host": host, "driver_pid": pid}):
+            raise TopicError(f"consumer {consumer!r} of topic {topic!r} is being claimed by run "
+                             f"{owner} (driver pid {pid} on {host}); stop it first")
+        return        # cleared: nobody owns it any more
+    status = runs.status_of(rec)
+    if status == runs.RUNNING:
+        raise TopicError(f"consumer {consumer!r} of topic {topic!r} is being read by run "
+                         f"{owner} (driver pid {rec.get('driver_pid')} on "
+                         f"{rec.get('driver_host')}); stop it first")
+    if status == runs.CRASHED:
+        raise TopicError(f"run {owner} of consumer {consumer!r} crashed mid-round; resume "
+                         f"it first (`recovery recover {owner}` or `recovery submit "
+                         f"--follow` again)")
+
+
+def _claim(client: Any, consumer: str, topic: str, run_id: str) -> None:
+    """One reader per consumer: refuse when another run of it is alive or crashed mid-round
+    (its uncommitted messages would be read twice). Atomic: the owner is checked and taken in
+    one WATCH/MULTI transaction, so of two claims racing exactly one wins (the other retries,
+    sees the winner and is refused)."""
+    key, driver = keys.consumer_owner(consumer, topic), keys.consumer_claimer(consumer, topic)
+
+    def check_and_take(pipe: Any) -> None:
+        owner, claimer = (text_of(v) if v is not None else None for v in pipe.mget(key, driver))
+        if owner and owner != run_id:
+            _refuse_if_owned(client, consumer, topic, owner, claimer)
+        pipe.multi()
+        pipe.set(key, run_id)
+        pipe.set(driver, f"{socket.gethostname()} {os.getpid()}")
+
+    client.transaction(check_and_take, key, driver)
+
+
+def _share(budget: int, lags: list[int]) -> list[int]:
+    """Split a task's budget over its partitions' lags fairly (water-filling)."""
+    take = [0] * len(lags)
+    left = budget
+    active = [i for i, lag in enumerate(lags) if lag > 0]
+    while left > 0 and active:
+        each = max(1, left // len(active))
+        nxt = []
+        for i in active:
+            if left <= 0:
+                break
+            t = min(each, lags[i] - take[i], left)
+            take[i] += t
+            left -= t
+            if take[i] < lags[i]:
+                nxt.append(i)
+        active = nxt
+    return take
+
+
+def plan_spout(client: Any, wf: Workflow, spout: Component, run_id: str | None = None,
+               follow: bool = False) -> dict[str, Any]:
+    topic = spout.impl.param("topic") or ""
+    n = require_topic(client, topic, spout.id)
+    consumer = consumer_name(wf, spout.id)
+    fmt = spout_format(client, spout)      # refused before the claim: no claim left behind
+    if run_id is not None:
+        _claim(client, consumer, topic, run_id)
+    committed = committed_offsets(client, consumer, topic)
+    ranges: dict[int, list[int]] = {}
+    for p, (first, end) in enumerate(partition_bounds(client, topic, n)):
+        start = committed.get(p, 0)
+        trimmed = 0
+        lowest = end if first is None else first
+        if lowest > start:        # trimmed (MAXLEN/XTRIM) below where this consumer is
+            trimmed, start = lowest - start, lowest
+        ranges[p] = [start, max(start, end), trimmed]
+    if follow:
+        budget = wf.conf_int("topology.max.spout.pending", spout.id)
+        if budget > 0:
+            for index in range(spout.parallelism):
+                mine = assign_partitions(n, spout.parallelism, index)
+                takes = _share(budget, [ranges[p][1] - ranges[p][0] for p in mine])
+                for p, t in zip(mine, takes):
+                    ranges[p][1] = ranges[p][0] + t
+    return {"topic": topic, "consumer": consumer, "partitions": n, "tasks": spout.parallelism,
+            "format": fmt, "ranges": {str(p): r for p, r in ranges.items()}}
+
+
+def plan_ranges(client: Any, wf: Workflow, run_id: str, follow: bool = False) -> str:
+    """Each log spout's per-partition [committed, end) for the next round, as JSON for
+    RunSpec.source_json. Bounded: end is where the stream ends now. `follow`: each spout task
+    reads at most topology.max.spout.pending messages, shared fairly by its partitions."""
+    plans = {s.id: plan_spout(client, wf, s, run_id, follow) for s in log_spouts(wf)}
+    source_json = json.dumps(plans, sort_keys=True)
+    if any(r[1] > r[0] for plan in plans.values() for r in plan["ranges"].values()):
+        client.rpush(keys.replay_ranges(run_id), source_json)
+    return source_json
+
+
+def planned_messages(source_json: str) -> tuple[int, int]:
+    """(messages, trimmed) a plan reads / reports."""
+    plans = json.loads(source_json or "{}")
+    rs = [r for plan in plans.values() for r in plan.get("ranges", {}).values()]
+    return sum(r[1] - r[0] for r in rs), sum(r[2] for r in rs)
+
+
+_COMMIT = """
+local n = 0
+for i = 1, #ARGV, 2 do
+  local cur = tonumber(redis.call('HGET', KEYS[1], ARGV[i]) or '-1')
+  if tonumber(ARGV[i + 1]) > cur then
+    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+    n = n + 1
+  end
+end
+return n
+"""
+
+
+def commit_ranges(client: Any, wf: Workflow, source_json: str) -> None:
+    """After the round settled: every root it read is complete, queued or dead, so each
+    partition's committed offset moves to its range's end (never backwards)."""
+    plans = json.loads(source_json or "{}")
+    script = client.register_script(_COMMIT)
+    for plan in plans.values():
+        args: list[Any] = []
+        for p, r in sorted(plan.get("ranges", {}).items(), key=lambda kv: int(kv[0])):
+            args += [int(p), int(r[1])]
+        if args:
+            script(keys=[keys.offsets(plan["consumer"], plan["topic"])], args=args)

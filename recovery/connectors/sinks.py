@@ -1,0 +1,257 @@
+"""Built-in sinks: bolts that make their input durable, then ack it (commit, then ack).
+
+All are idempotent: a task writes one part per (round, task) under a deterministic name, so a
+re-executed task overwrites its own part instead of appending, and a Redis hash sink sets
+fields. A tuple that fails in a sink is never counted as written.
+
+A file sink's folder belongs to runs through its part files' names (`part_name`). What a new
+run does with other runs' parts follows Spark's writer modes (the sink's `mode`): `error`
+refuses the submit (`check_folders`, on the driver, before anything is stored), `overwrite`
+removes them once the run is complete (`replace_other_runs`: a run that fails or is left
+pending has destroyed nothing), `append` keeps them. Recovery rounds of a run write that run's
+own parts, so they never meet the check.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from recovery.api.components import Bolt, Tuple
+from recovery.connectors.files import resolve
+from recovery.errors import RecoveryError
+from recovery.model.workflow import FILE_SINK_TYPES, SinkImpl, Workflow
+from recovery.tracking import keys
+
+log = logging.getLogger(__name__)
+
+# part-<run id>-r<round>-<component>-t<task>.<ext>; run ids and component ids may hold "-",
+# so a name is matched against a known run and component, never split.
+PART = re.compile(r"^part-.+-r\d{4,}-.+-t\d{4,}\.(?:jsonl|parquet)$")
+
+
+class SinkFolderError(RecoveryError):
+    """A file sink's folder cannot take this run's output (names the sink and the folder)."""
+
+
+def part_name(run_id: str, round_no: int, component_id: str, task_id: int, ext: str) -> str:
+    """One part per (run, round, task): a re-executed task overwrites its own part; another
+    run of the same workflow writes beside it."""
+    return f"part-{run_id}-r{round_no:04d}-{component_id}-t{task_id:04d}.{ext}"
+
+
+def _part_name(context: Any, ext: str) -> str:
+    return part_name(getattr(context, "run_id", "run"), getattr(context, "round", 0),
+                     context.component_id, context.task_id, ext)
+
+
+def _atomic_write(path: str, write: Callable[[Any], None]) -> None:
+    """`write(file)` into a hidden temporary file of the part's folder, then rename it over the
+    part: a reader never sees half a part (readers skip names starting with "." or "_")."""
+    folder = os.path.dirname(path)
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(folder)
+
+
+def _fsync_dir(folder: str) -> None:
+    """Make a rename or unlink in `folder` durable before the tuples are acked."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# --- a folder's runs (driver side) ---------------------------------------------------------
+@dataclass(frozen=True)
+class FileSink:
+    component: str
+    type: str
+    mode: str
+    folder: str
+
+
+def file_sinks(wf: Workflow) -> list[FileSink]:
+    """The workflow's jsonl and parquet sinks, with their folders resolved."""
+    out = []
+    for c in wf.components:
+        impl = c.impl
+        if isinstance(impl, SinkImpl) and impl.type in FILE_SINK_TYPES:
+            folder = os.path.abspath(resolve(impl.param("path") or "out", wf.base_dir or "."))
+            out.append(FileSink(c.id, impl.type, impl.write_mode, folder))
+    return out
+
+
+def part_files(folder: str) -> list[str]:
+    """The names of the part files in `folder`, of any run (sorted)."""
+    try:
+        return sorted(n for n in os.listdir(folder) if PART.match(n))
+    except FileNotFoundError:
+        return []
+
+
+def _own(run_id: str, components: list[str]) -> re.Pattern[str]:
+    comps = "|".join(re.escape(c) for c in components)
+    return re.compile(rf"^part-{re.escape(run_id)}-r\d{{4,}}-(?:{comps})-t\d{{4,}}\.(?:jsonl|parquet)$")
+
+
+def check_folders(wf: Workflow, run_id: str | None) -> None:
+    """At submit, on the driver, before anything is stored: every file sink's folder can take
+    a new run's output. A folder holding another run's parts refuses it in mode `error`; one
+    holding parts named like this run's (a run cleared, then submitted again under the same
+    id) refuses it in every mode, since the new parts would mix with the old ones. `run_id`
+    None: a run id not chosen yet (a new one, so no part can bear it)."""
+    sinks = file_sinks(wf)
+    own = _own(run_id or "", [s.component for s in sinks])
+    for s in sinks:
+        where = f"sink {s.component!r} ({s.type}): folder {s.folder}"
+        if os.path.exists(s.folder) and not os.path.isdir(s.folder):
+            raise SinkFolderError(f"{where} is a file, not a folder")
+        try:
+            parts = part_files(s.folder)
+        except OSError as err:
+            raise SinkFolderError(f"{where} cannot be read: {err.strerror}") from None
+        same_id = [p for p in parts if run_id is not None and own.match(p)]
+        if same_id:
+            raise SinkFolderError(f"{where} already holds {len(same_id)} part files of an earlier "
+                                  f"run with the same id {run_id!r} (e.g. {same_id[0]}): remove "
+                                  "them, or submit under another run id")
+        if parts and s.mode == "error":
+            raise SinkFolderError(f"{where} already holds another run's output ({len(parts)} part "
+                                  f'files, e.g. {parts[0]}): remove them, or give the <sink> '
+                                  'mode="overwrite" (replace them when this run completes) or '
+                                  'mode="append" (keep them)')
+
+
+def replace_other_runs(wf: Workflow, run_id: str, original_json: str | None = None) -> list[str]:
+    """Once a run is complete (nothing left to recover): in each `overwrite` sink's folder,
+    remove the part files of other runs. Idempotent, so a driver that dies here repeats it.
+    `wf` is the round's workflow; `original_json` the submitted one when they differ (a
+    recovery round runs only some of the sinks). Returns the paths removed."""
+    if original_json:
+        wf = Workflow.model_validate_json(original_json)
+    sinks = file_sinks(wf)
+    own = _own(run_id, [s.component for s in sinks])
+    removed = []
+    for folder in sorted({s.folder for s in sinks if s.mode == "overwrite"}):
+        others = [os.path.join(folder, n) for n in part_files(folder) if not own.match(n)]
+        for path in others:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:   # removed already (by a driver that died after it)
+                pass
+            except OSError as err:      # the round is settled: `recover` finishes it once this can go
+                raise SinkFolderError(f"overwrite sink folder {folder}: cannot remove {path}, a part "
+                                      f"of another run: {err.strerror}") from None
+        if others:
+            _fsync_dir(folder)
+        removed += others
+    if removed:
+        log.info("run %s: removed %d part files of other runs from overwrite sinks", run_id, len(removed))
+    return removed
+
+
+class _BufferedSink(Bolt):
+    """Buffers the task's tuples, writes them once at the end of the input, then acks them."""
+
+    def __init__(self, impl: SinkImpl, base_dir: str):
+        self.impl = impl
+        self.base_dir = base_dir
+        self.pending: list[Tuple] = []
+        self.encoded: list[Any] = []
+
+    def process(self, tup: Tuple) -> None:
+        if tup.is_tick:
+            return
+        self.encoded.append(self.encode(tup))   # an unencodable tuple fails here, alone
+        self.pending.append(tup)
+
+    def encode(self, tup: Tuple) -> Any:
+        return tup.as_dict() if tup.fields else {"values": tup.values}
+
+    def finish(self) -> None:
+        if self.pending:
+            self.write(self.encoded)
+        for tup in self.pending:
+            self.ack(tup)
+        self.pending, self.encoded = [], []
+
+    def write(self, encoded: list[Any]) -> None:
+        """Make the task's encoded tuples durable (before they are acked)."""
+        raise NotImplementedError
+
+
+class JsonlSink(_BufferedSink):
+    def encode(self, tup: Tuple) -> bytes:
+        return json.dumps(super().encode(tup), ensure_ascii=False, sort_keys=True).encode() + b"\n"
+
+    def write(self, encoded: list[bytes]) -> None:
+        folder = resolve(self.impl.param("path") or "out", self.base_dir)
+        data = b"".join(encoded)
+        _atomic_write(os.path.join(folder, _part_name(self.context, "jsonl")), lambda fh: fh.write(data))
+
+
+class ParquetSink(_BufferedSink):
+    def write(self, encoded: list[dict]) -> None:
+        import pyarrow as pa  # lazy: only parquet sinks need it, and it is slow to import
+        import pyarrow.parquet as pq
+        folder = resolve(self.impl.param("path") or "out", self.base_dir)
+        table = pa.Table.from_pylist(encoded)
+        _atomic_write(os.path.join(folder, _part_name(self.context, "parquet")),
+                      lambda fh: pq.write_table(table, fh))
+
+
+class RedisHashSink(_BufferedSink):
+    """HSET <key> <tuple[key-field]> <the tuple as JSON>: a replay overwrites the same field."""
+
+    def encode(self, tup: Tuple) -> tuple[str, str]:
+        obj = _BufferedSink.encode(self, tup)
+        field = self.impl.param("key-field") or (tup.fields[0] if tup.fields else None)
+        key = tup[field] if field else tup.values[0]
+        return str(key), json.dumps(obj, ensure_ascii=False, sort_keys=True)
+
+    def write(self, encoded: list[tuple[str, str]]) -> None:
+        client = self.context.redis
+        if client is None:
+            raise RuntimeError("the redis sink needs a Redis connection")
+        key = self.impl.param("key") or keys.default_sink(self.context.component_id)
+        mapping = dict(encoded)
+        client.hset(key, mapping=mapping)
+
+
+SINKS = {"jsonl": JsonlSink, "parquet": ParquetSink, "redis": RedisHashSink}
+
+
+def make_sink(impl: SinkImpl, base_dir: str) -> Bolt:
+    try:
+        return SINKS[impl.type](impl, base_dir)
+    except KeyError:
+        raise ValueError(f"unknown sink type {impl.type!r} (known: {', '.join(SINKS)})") from None
+
+
+def read_jsonl_dir(path: str) -> list[dict]:
+    """A jsonl sink's contents: every record of every part file under `path`."""
+    out = []
+    if not os.path.isdir(path):
+        return out
+    for name in sorted(os.listdir(path)):
+        if name.endswith(".jsonl") and not name.startswith("."):
+            with open(os.path.join(path, name), encoding="utf-8") as fh:
+                out.extend(json.loads(line) for line in fh if line.strip())
+    return out

@@ -1,0 +1,219 @@
+"""The Spark engine: turns a Workflow into a PySpark job and runs one round of it.
+
+One component is one stage; its parallelism is its number of Spark partitions (= Storm tasks).
+A component's output RDD is persisted, so it is computed once however many components
+subscribe to it. Routing happens in the emitting task (runtime.Router), so a consumer's input
+is the upstream outputs filtered by consumer and partitioned by target task index.
+The driver only sees counters: sources are read by tasks, tuples move through Spark's shuffle.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import msgpack
+
+from recovery.connectors import files
+from recovery.connectors.redis_stream import reader as stream_reader
+from recovery.model.graph import TaskContext, subscribers, topological_order
+from recovery.model.run import RunSpec
+from recovery.model.workflow import Workflow
+from recovery.redis import connection
+from recovery.runtime import factory, task
+from recovery.tracking import keys, ledger
+
+log = logging.getLogger(__name__)
+
+
+# --- task entry points (pickled into Spark tasks: module-level functions) --------------
+def _spout_task(spec: RunSpec, component_id: str, index: int, _it: Any):
+    runner = task.TaskRunner(spec, component_id, index)
+    impl = runner.comp.impl
+    if impl.kind == "source":
+        driver = {"file": files.file_source, "queue": files.queue_source}.get(impl.type)
+        if driver is None and impl.type == "redis-stream":
+            driver = stream_reader.stream_source
+        if driver is None:
+            raise ValueError(f"unknown source type {impl.type!r}")
+        return runner.run_spout(driver)
+    return runner.run_spout(None)
+
+
+def _bolt_task(spec: RunSpec, component_id: str, index: int, it: Any):
+    return task.TaskRunner(spec, component_id, index).run_bolt(it)
+
+
+def _resolve_bucket(spec: RunSpec, bucket: int) -> int:
+    return ledger.resolve_bucket(task.redis_of(spec), spec.run_id, bucket, spec.generation)
+
+
+def _target_index(key: tuple) -> int:
+    return key[1]
+
+
+def _noop(_: Any) -> None:
+    pass
+
+
+def build(spark: Any, wf: Workflow, spec: RunSpec) -> tuple[list[Any], list[Any]]:
+    """The RDD graph of one round: (leaf RDDs, persisted shared outputs)."""
+    from pyspark import StorageLevel  # lazy: the CLI imports the engine; pyspark costs seconds
+    sc = spark.sparkContext
+    outputs: dict[str, Any] = {}
+    leaves, persisted = [], []
+    for cid in topological_order(wf):
+        comp = wf.component(cid)
+        p = comp.parallelism
+        if comp.is_spout:
+            rdd = sc.parallelize(range(p), p).mapPartitionsWithIndex(
+                lambda i, it, cid=cid: _spout_task(spec, cid, i, it))
+        else:
+            parts = []
+            for src in dict.fromkeys(i.source for i in comp.inputs):
+                parts.append(outputs[src].filter(lambda kv, cid=cid: kv[0][0] == cid))
+            joined = parts[0] if len(parts) == 1 else sc.union(parts)
+            rdd = joined.partitionBy(p, _target_index).mapPartitionsWithIndex(
+                lambda i, it, cid=cid: _bolt_task(spec, cid, i, it))
+        rdd.setName(f"{cid}")
+        if subscribers(wf, cid):
+            rdd.persist(StorageLevel.MEMORY_AND_DISK)
+            persisted.append(rdd)
+            outputs[cid] = rdd
+        else:
+            leaves.append(rdd)
+    return leaves, persisted
+
+
+def run_round(spark: Any, wf: Workflow, spec: RunSpec,
+              on_progress: Callable[[int, int], None] | None = None) -> None:
+    """Run one round to the end (its counters are in the tasks' commits)."""
+    sc = spark.sparkContext
+    leaves, persisted = build(spark, wf, spec)
+    total_tasks = sum(c.parallelism for c in wf.components)
+    stop = threading.Event()
+    watcher = None
+    if on_progress is not None and spec.tracking:
+        client = connection.connect(spec.redis_url, start=False)
+
+        def watch() -> None:
+            while not stop.wait(0.5):
+                try:
+                    on_progress(client.hlen(keys.task_done(spec.run_id, spec.round)), total_tasks)
+                except Exception as err:   # progress only: the round itself reports failures
+                    log.debug("progress of run %s: %s", spec.run_id, err)
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+    try:
+        sc.setJobDescription(f"recovery {spec.run_id} round {spec.round}")
+        (leaves[0] if len(leaves) == 1 else sc.union(leaves)).foreach(_noop)
+    finally:
+        stop.set()
+        if watcher is not None:
+            watcher.join()
+        for rdd in persisted:
+            rdd.unpersist()
+    if on_progress is not None:
+        on_progress(total_tasks, total_tasks)
+
+
+def collect_stats(client: Any, run_id: str, round_no: int) -> dict[str, dict]:
+    per: dict[str, dict] = {}
+    for field, raw in client.hgetall(keys.task_done(run_id, round_no)).items():
+        comp = field.decode().rsplit(":", 1)[0]
+        s = msgpack.unpackb(raw)
+        agg = per.setdefault(comp, {})
+        for k, v in s.items():
+            if k == "seconds":
+                agg[k] = max(agg.get(k, 0), v)
+            else:
+                agg[k] = agg.get(k, 0) + v
+    return per
+
+
+def resolve_ledger(spark: Any, spec: RunSpec) -> int:
+    """The acker's verdict, computed by Spark tasks (one per ledger bucket): folds every
+    bucket to the roots still pending and returns how many there are."""
+    sc = spark.sparkContext
+    n = ledger.LEDGER_BUCKETS
+    return sum(sc.parallelize(range(n), n).map(lambda b: _resolve_bucket(spec, b)).collect())
+
+
+def clear_round(client: Any, run_id: str, round_no: int) -> None:
+    """A finished round's in-flight tuples and done markers are no longer needed."""
+    pattern = keys.task_outputs_pattern(run_id, round_no)
+    batch = []
+    for key in client.scan_iter(match=pattern, count=1000):
+        batch.append(key)
+        if len(batch) >= 500:
+            client.delete(*batch)
+            batch = []
+    if batch:
+        client.delete(*batch)
+    client.delete(keys.task_done(run_id, round_no))
+
+
+class _FateCollector:
+    """The collector of a spout that is only told fates: it emits nothing further."""
+
+    def emit(self, *args: Any, **kwargs: Any) -> list[int]:
+        return []
+
+    def log(self, message: str, level: str = "info") -> None:
+        pass
+
+
+def _tell_spout(spec: RunSpec, component_id: str, field: str, pending: frozenset, dead: frozenset) -> int:
+    """Tell one spout task the fates now known: ack for complete roots, fail for dead ones;
+    roots still pending (queued for recovery) wait for a later round."""
+    client = task.redis_of(spec)
+    wf, tm, _ = task.workflow_of(spec)
+    key = keys.spout_messages(spec.run_id, component_id)
+    raw = client.hget(key, field)
+    if raw is None:
+        return 0
+    waiting, told = [], 0
+    index = int(field.split(":")[1])
+    spout = factory.build(wf.component(component_id), wf)
+    spout._collector = _FateCollector()
+    spout.conf = wf.conf(component_id)
+    spout.context = TaskContext(wf, component_id, tm.task_id(component_id, index), tm)
+    spout.open(spout.conf, spout.context)
+    try:
+        for root, message_id in msgpack.unpackb(raw):
+            mid = tuple(message_id) if isinstance(message_id, list) else message_id
+            if root in dead:
+                spout.fail(mid)
+            elif root not in pending:
+                spout.ack(mid)
+            else:
+                waiting.append([root, message_id])
+                continue
+            told += 1
+    finally:
+        spout.close()
+    blob = msgpack.packb(waiting) if waiting else None
+    written = ledger.fenced_transaction(
+        client, spec.run_id, spec.generation,
+        lambda pipe: pipe.hset(key, field, blob) if blob is not None else pipe.hdel(key, field))
+    return told if written else 0
+
+
+def tell_spouts(spark: Any, client: Any, spec: RunSpec, pending: set[int], dead: set[int]) -> int:
+    """Deliver acks and fails to the spouts (Python and shell) whose roots' fates are known,
+    in Spark tasks, one per spout task with messages waiting."""
+    wf, _, original = task.workflow_of(spec)
+    jobs_ = []
+    for comp in original.spouts:
+        if comp.impl.kind in ("class", "shell"):
+            for field in client.hkeys(keys.spout_messages(spec.run_id, comp.id)):
+                jobs_.append((comp.id, field.decode()))
+    if not jobs_:
+        return 0
+    # tasks run against the submitted workflow, where the spouts are
+    base = RunSpec(spec.run_id, spec.round, spec.original_json or spec.workflow_json, spec.redis_url, True,
+                   generation=spec.generation)
+    p, d = frozenset(pending), frozenset(dead)
+    sc = spark.sparkContext
+    return sum(sc.parallelize(jobs_, len(jobs_)).map(lambda j: _tell_spout(base, j[0], j[1], p, d)).collect())

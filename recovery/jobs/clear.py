@@ -1,0 +1,46 @@
+"""Clearing runs: every key a run owns, refused while the run is alive unless forced."""
+from __future__ import annotations
+
+from typing import Any
+
+from recovery.errors import RunError
+from recovery.tracking import keys, runs
+
+
+def clear(client: Any, run_id: str, force: bool = False) -> list[str]:
+    """Remove every key of the run (its record too) and nothing else; returns what it removed.
+    Keys left under the run's prefix without a record (orphans) go too."""
+    try:
+        rec: dict[str, Any] | None = runs.get(client, run_id)
+    except RunError:
+        rec = None
+    if rec is not None and runs.status_of(rec) == runs.RUNNING and not force:
+        raise RunError(f"run {run_id} is still running ({runs.describe_driver(rec)}); "
+                       "use --force to clear it anyway")
+    removed = [k.decode() for k in client.scan_iter(match=keys.run_prefix(run_id) + "*", count=1000)]
+    if rec is None and not removed and client.zscore(keys.runs_index(), run_id) is None:
+        raise RunError(f"no run {run_id!r} in this Redis (see `recovery runs`)")
+    # the record first: a driver still working on the run sees it gone and writes nothing more
+    client.delete(keys.run_record(run_id))
+    for i in range(0, len(removed), 500):
+        client.delete(*removed[i:i + 500])
+    client.zrem(keys.runs_index(), run_id)
+    return ([keys.run_record(run_id)] if rec is not None else []) + sorted(removed)
+
+
+def clear_all(client: Any, force: bool = False) -> dict[str, list[str]]:
+    """`clear --all`: every run this Redis knows, then any key left under the runs' prefix
+    (orphans of runs whose record is gone), grouped by the run id they name."""
+    removed = {rid: clear(client, rid, force) for rid in runs.list_ids(client)}
+    known = runs.list_ids(client)   # runs created meanwhile stay
+    base = keys.run_record("")
+    orphans: dict[str, list[str]] = {}
+    for raw in client.scan_iter(match=keys.runs_pattern(), count=1000):
+        name = raw.decode()
+        if any(name == keys.run_record(r) or name.startswith(keys.run_prefix(r)) for r in known):
+            continue
+        orphans.setdefault(name[len(base):].split(":", 1)[0], []).append(name)
+    for rid, names in orphans.items():
+        client.delete(*names)
+        removed.setdefault(rid, []).extend(sorted(names))
+    return removed

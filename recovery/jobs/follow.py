@@ -1,0 +1,291 @@
+"""Continuous runs over topics: `recovery submit --follow`.
+
+A follow run reads its topics in micro-batches. Each batch is one round of the submitted
+workflow in the same run (its own round number, so a sink's part files are the batch's own),
+planned by logsource.plan_ranges (at most topology.max.spout.pending messages per spout task),
+run and settled by jobs.run_and_settle, which commits the offsets. With recovery.auto=true a
+recovery round (jobs.recover, max_rounds=1) runs between batches when failed tuples are due.
+
+Ctrl-C / SIGTERM is a clean stop: the batch under way finishes and commits, then the loop
+ends (a second signal aborts at once; the next start resumes that batch). After a kill -9 the
+next `submit --follow` of the same workflow first resumes the crashed round of the consumer's
+run (jobs.resume_if_crashed: committed tasks replay their stored output, the rest run again on
+exactly the same offset ranges) and then continues that run: every message's effect reaches
+the sinks exactly once.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from recovery.connectors import sinks
+from recovery.connectors.redis_stream import offsets, topics
+from recovery.connectors.redis_stream import report as stream_report
+from recovery.errors import RecoveryError
+from recovery.jobs import recover, submit
+from recovery.jobs import summary as jobs_summary
+from recovery.model.run import RunSpec
+from recovery.model.workflow import Workflow
+from recovery.tracking import keys, runs
+
+Event = Callable[[str, dict], None]
+
+
+class Stopper:
+    """SIGINT/SIGTERM -> a stop request (the first one); the second raises KeyboardInterrupt.
+    Installed after the SparkContext exists (PySpark's own SIGINT handler cancels jobs)."""
+
+    def __init__(self, on_request: Callable[[str], None] | None = None):
+        self.event = threading.Event()
+        self.signal: str | None = None
+        self._old: dict[int, Any] = {}
+        self._on_request = on_request
+
+    @property
+    def requested(self) -> bool:
+        return self.event.is_set()
+
+    def request(self, why: str = "requested") -> None:
+        if not self.event.is_set():
+            self.signal = why
+            self.event.set()
+            if self._on_request is not None:
+                self._on_request(why)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.event.is_set():
+            raise KeyboardInterrupt
+        self.request(signal.Signals(signum).name)
+
+    def __enter__(self) -> Stopper:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        self._old.clear()
+
+
+def owner_runs(client: Any, wf: Workflow) -> list[dict[str, Any]]:
+    """The run records that last read each of the workflow's consumers (distinct, existing)."""
+    seen, out = set(), []
+    for spout in topics.log_spouts(wf):
+        topic = spout.impl.param("topic") or ""
+        owner = client.get(keys.consumer_owner(topics.consumer_name(wf, spout.id), topic))
+        if owner is None or owner in seen:
+            continue
+        seen.add(owner)
+        try:
+            out.append(runs.get(client, owner.decode()))
+        except RecoveryError:
+            pass
+    return out
+
+
+def resume_crashed(spark: Any, client: Any, redis_url: str, wf: Workflow,
+                   progress: Any = None) -> list[dict[str, Any]]:
+    """Resume every crashed run that owns one of the workflow's consumers (its round under way
+    reads exactly its planned ranges again, then commits them). Returns their summaries."""
+    out = []
+    for rec in owner_runs(client, wf):
+        if runs.status_of(rec) == runs.CRASHED:
+            with runs.take_over(client, rec) as lease, submit.redis_lost_is_resumable(rec["run_id"], redis_url):
+                summary = recover.resume_if_crashed(spark, client, redis_url, rec, progress,
+                                                 lease.generation)
+            if summary is not None:
+                summary["resumed_round"] = int(rec.get("round") or 0)
+                out.append(summary)
+    return out
+
+
+def check(client: Any, wf: Workflow, follow: bool, tracking: bool = True) -> None:
+    """Cheap checks before Spark starts: topics exist, follow needs a topic and tracking."""
+    if follow and not topics.log_spouts(wf):
+        raise RecoveryError(f"--follow needs a spout reading a topic (<source type=\"redis-stream\">); "
+                            f"workflow {wf.name!r} has none")
+    if follow and not tracking:
+        raise RecoveryError("--follow needs tracking (a crashed batch is resumed from it)")
+    topics.check_topics(client, wf)
+
+
+def _due(client: Any, run_id: str) -> int:
+    now = time.time()
+    return sum(1 for r in jobs_summary.queued_positions(client, run_id) if r.get("not_before", 0) <= now)
+
+
+def _round_stats(client: Any, run_id: str, round_no: int) -> dict[str, dict]:
+    for r in runs.get(client, run_id).get("rounds") or []:
+        if r.get("round") == round_no:
+            return r.get("components") or {}
+    return {}
+
+
+def _run_batch(spark: Any, client: Any, wf: Workflow, spec: RunSpec, stop: Stopper,
+               emit: Event) -> dict[str, Any]:
+    try:
+        return submit.run_and_settle(spark, client, wf, spec)
+    except Exception as err:
+        # Ctrl-C in a terminal reaches Spark's Python workers too (same process group), which
+        # fails the job. A clean stop finishes the batch: run the round again (committed tasks
+        # replay their output, the rest run on the same ranges).
+        if not stop.requested:
+            raise
+        emit("retry", {"round": spec.round, "error": f"{type(err).__name__}"})
+        return submit.run_and_settle(spark, client, wf, spec)
+
+
+def enrich(client: Any, summary: dict[str, Any], wf: Workflow | None = None) -> dict[str, Any]:
+    """A run's summary with its topics' partitions (committed, end, lag) and, for a follow run,
+    roots counted over every batch (jobs.summarize counts round 0's)."""
+    rec = runs.get(client, summary["run_id"])
+    wf = wf or jobs_summary.original_workflow(rec)
+    if not topics.log_spouts(wf):
+        return summary
+    summary["partitions"] = stream_report.partition_report(client, wf)
+    if rec.get("follow") == "1":
+        roots = int(rec.get("follow_messages") or 0)
+        summary["batches"] = int(rec.get("follow_batches") or 0)
+        if summary.get("counts_known", True):   # (a batch not settled: its counts stay unknown)
+            summary["roots"] = roots
+            summary["complete"] = max(0, roots - summary["pending"] - summary["dead"])
+    stats: dict[str, dict] = {}
+    for r in rec.get("rounds") or []:
+        for comp, s in (r.get("components") or {}).items():
+            if s.get("trimmed"):
+                stats.setdefault(comp, {"trimmed": 0})["trimmed"] += s["trimmed"]
+    summary["warnings"] = stream_report.warnings_for(wf, client, stats)
+    return summary
+
+
+def report_lines(summary: dict[str, Any]) -> list[str]:
+    lines = [f"warning: {w}" for w in summary.get("warnings") or []]
+    parts = summary.get("partitions")
+    if parts:
+        lines.append("partitions:")
+        lines += ["  " + line for line in stream_report.format_report(parts)]
+    return lines
+
+
+def follow(spark: Any, client: Any, redis_url: str, wf: Workflow, xml: str, file: str | None,
+           master: str = "local[*]", max_batches: int | None = None, idle_exit: float | None = None,
+           poll: float = 0.5, on_event: Event | None = None, stop: Stopper | None = None,
+           run_id: str | None = None) -> dict[str, Any]:
+    """Read the workflow's topics in micro-batches until stopped (signal, max_batches, or
+    idle_exit seconds without a message); returns the run's summary."""
+    emit: Event = on_event or (lambda kind, info: None)
+    check(client, wf, follow=True)
+    wf_json = submit.workflow_json(wf)
+    resumed = resume_crashed(spark, client, redis_url, wf)
+    for s in resumed:
+        emit("resumed", s)
+    # Continue the consumer's follow run when it ran this very workflow: its keyed state and
+    # round numbers go on (sink part files are named by round, so nothing is overwritten).
+    current = None
+    for rec in owner_runs(client, wf):
+        if runs.status_of(rec) == runs.RUNNING:
+            raise RecoveryError(f"run {rec['run_id']} is reading this workflow's topics now (driver "
+                                f"pid {rec.get('driver_pid')} on {rec.get('driver_host')}); stop it first")
+        if rec.get("follow") == "1" and rec.get("workflow_json") == wf_json and run_id in (None, rec["run_id"]):
+            current = rec
+    created = current is not None
+    run_id = current["run_id"] if current else (run_id or runs.new_run_id(wf.name))
+    if current is None:   # a new run: mode="error" sinks refuse another run's output (recovery/connectors/sinks.py)
+        sinks.check_folders(wf, run_id)
+    held = contextlib.ExitStack()   # the run's lease, held from its creation (or take-over) to the end
+    held.enter_context(submit.redis_lost_is_resumable(run_id, redis_url))
+    lease: runs.Lease | None = None
+    gen: str | None = None
+    if created:
+        lease = held.enter_context(runs.take_over(client, current))
+        gen = lease.generation
+        runs.update(client, run_id, gen, driver_pid=os.getpid(), driver_host=socket.gethostname())
+        emit("continue", {"run_id": run_id, "round": int(current.get("round") or 0)})
+    next_round = int(current.get("round") or 0) + 1 if current else 0
+    auto = wf.conf_bool("recovery.auto")
+    batches = messages = recovery_rounds = 0
+    reason = "signal"
+    last_activity = time.monotonic()
+    stop = stop or Stopper(lambda why: emit("stopping", {"signal": why}))
+    with held, stop:
+        while True:
+            if stop.requested:
+                reason = "signal"
+                break
+            if max_batches is not None and batches >= max_batches:
+                reason = "max-batches"
+                break
+            source_json = offsets.plan_ranges(client, wf, run_id, follow=True)
+            planned, trimmed = offsets.planned_messages(source_json)
+            active = False
+            if planned or trimmed:
+                if not created:
+                    lease = held.enter_context(runs.create(client, run_id, xml, wf_json, file, master, True))
+                    gen = lease.generation
+                    runs.update(client, run_id, gen, follow=1, follow_batches=0, follow_messages=0)
+                    created = True
+                    emit("run", {"run_id": run_id})
+                spec = RunSpec(run_id, next_round, wf_json, redis_url, True, source_json=source_json,
+                               generation=gen)
+                runs.update(client, run_id, gen, round=next_round, current_workflow=wf_json,
+                            current_spec=submit.spec_json(spec), status=runs.RUNNING,
+                            driver_pid=os.getpid(), driver_host=socket.gethostname())
+                # counted when the batch starts: a resumed batch is not counted twice
+                runs.increment(client, run_id, gen, follow_batches=1, follow_messages=planned)
+                started = time.time()
+                summary = _run_batch(spark, client, wf, spec, stop, emit)
+                recover.prune_failed_set(client, run_id)
+                stats = _round_stats(client, run_id, next_round)
+                spouts = {s.id for s in topics.log_spouts(wf)}
+                emit("batch", {"run_id": run_id, "round": next_round, "messages": planned,
+                               "failed": sum(s.get("failed", 0) for s in stats.values()),
+                               "trimmed": sum(stats.get(s, {}).get("trimmed", 0) for s in spouts),
+                               "roots": sum(stats.get(s, {}).get("roots", 0) for s in spouts),
+                               "pending": summary["pending"], "dead": summary["dead"],
+                               "seconds": round(time.time() - started, 3)})
+                batches += 1
+                messages += planned
+                next_round += 1
+                active = True
+            if auto and created and not stop.requested and _due(client, run_id):
+                try:
+                    rs = recover.recover(spark, client, redis_url, run_id, max_rounds=1, lease=lease)
+                except Exception:
+                    if not stop.requested:
+                        raise
+                    # interrupted by Ctrl-C (it reaches Spark's workers too): what was not
+                    # acked is still queued; the next recovery round replays it
+                    reason = "signal"
+                    break
+                recovery_rounds += rs["rounds"]
+                next_round = int(runs.get(client, run_id).get("round") or 0) + 1
+                emit("recovery", {"run_id": run_id, "rounds": rs["rounds"], "pending": rs["pending"],
+                                  "dead": rs["dead"]})
+                active = active or rs["rounds"] > 0
+            if active:
+                last_activity = time.monotonic()
+                continue
+            if idle_exit is not None and time.monotonic() - last_activity >= idle_exit:
+                reason = "idle"
+                break
+            stop.event.wait(poll)
+    out: dict[str, Any] = {"run_id": run_id if created else None, "batches": 0}
+    if created:
+        out = enrich(client, jobs_summary.summarize(client, run_id), wf)
+        runs.update(client, run_id, gen, follow_stopped=time.time(),
+                    summary={k: v for k, v in out.items() if k != "partitions"})
+    else:
+        out["partitions"] = stream_report.partition_report(client, wf)
+        out["warnings"] = stream_report.warnings_for(wf, client)
+    out.update({"follow": {"batches": batches, "messages": messages, "recovery_rounds": recovery_rounds,
+                           "resumed": [s["run_id"] for s in resumed], "stopped": reason}})
+    return out
+

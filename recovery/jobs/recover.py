@@ -1,0 +1,255 @@
+"""Recovering a run: rounds that replay its failed positions (or its failed roots, root replay)
+until nothing is pending, resuming a crashed round first; dead letters and their requeue."""
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import msgpack
+
+from recovery.errors import RunError
+from recovery.jobs.submit import (
+    Progress,
+    claim_run,
+    redis_lost_is_resumable,
+    run_and_settle,
+    spec_json,
+    workflow_json,
+)
+from recovery.jobs.summary import original_workflow, queued_positions, sum_components, summarize
+from recovery.model.run import RunSpec
+from recovery.model.synthesis import synthesize
+from recovery.model.workflow import Workflow
+from recovery.tracking import keys, ledger, runs
+
+
+def reconfigure(client: Any, run_id: str, overrides: dict[str, str]) -> None:
+    """Set workflow properties of a stored run (`recover -p`, values already checked): the
+    next rounds, and a resumed round, read the stored workflows."""
+    rec = runs.get(client, run_id)
+    if runs.status_of(rec) == runs.RUNNING:
+        raise RunError(f"run {run_id} is still running (driver pid {rec.get('driver_pid')} on "
+                       f"{rec.get('driver_host')}): its configuration cannot change now")
+    fields = {"workflow_json": workflow_json(original_workflow(rec).with_config(overrides))}
+    if rec.get("current_workflow"):
+        current = Workflow.model_validate_json(rec["current_workflow"])
+        fields["current_workflow"] = workflow_json(current.with_config(overrides))
+    runs.update(client, run_id, **fields)
+
+
+def prune_failed_set(client: Any, run_id: str) -> None:
+    """A position leaves the failed set once its queue is empty."""
+    for pos in client.smembers(keys.failed_set(run_id)):
+        comp, task = pos.decode().rsplit(":", 1)
+        if client.hlen(keys.queue(run_id, comp, int(task))) == 0:
+            client.srem(keys.failed_set(run_id), pos)
+
+
+def resume_if_crashed(spark: Any, client: Any, redis_url: str, rec: dict[str, Any],
+                      progress: Progress | None = None, generation: str | None = None,
+                      taken_over: bool = False) -> dict[str, Any] | None:
+    """A run whose driver died mid-round: run that round again. Committed tasks replay their
+    stored output instead of executing, so only what was in flight is processed. The caller
+    holds the run's lease (runs.take_over); `taken_over`: from a driver still alive (--force)."""
+    status = runs.status_of(rec)
+    if status not in (runs.CRASHED, runs.ERROR) and not (taken_over and status == runs.RUNNING):
+        return None
+    run_id = rec["run_id"]
+    generation = generation or rec.get("generation")
+    claim_run(client, run_id, generation)
+    wf = Workflow.model_validate_json(rec.get("current_workflow") or rec["workflow_json"])
+    extra = json.loads(rec.get("current_spec") or "{}")
+    replay = extra.get("replay_roots")
+    round_no = int(rec.get("round") or 0)
+    spec = RunSpec(run_id, round_no, workflow_json(wf), redis_url, True,
+                   replay_roots=frozenset(replay) if replay is not None else None,
+                   root_epoch=extra.get("root_epoch", 0), filter_epoch=extra.get("filter_epoch", 0),
+                   original_json=rec["workflow_json"] if round_no else None,
+                   source_json=extra.get("source_json") or "{}", generation=generation)
+    settled = str(rec.get("settled_round", "")) == str(round_no)
+    summary = run_and_settle(spark, client, wf, spec, progress, execute=not settled)
+    prune_failed_set(client, run_id)
+    return summary
+
+
+def check_not_running(rec: dict[str, Any]) -> None:
+    """Refuse to act on a run whose driver is alive (recover, requeue; the web view too)."""
+    if runs.status_of(rec) == runs.RUNNING:
+        raise RunError(f"run {rec['run_id']} is still running ({runs.describe_driver(rec)}); wait for "
+                       f"it, or take it over with `recovery recover {rec['run_id']} --force`")
+
+
+def recover(spark: Any, client: Any, redis_url: str, run_id: str, max_rounds: int | None = None,
+            strategy: str = "localized", progress: Progress | None = None,
+            on_round: Callable[[dict], None] | None = None, force: bool = False,
+            lease: runs.Lease | None = None) -> dict[str, Any]:
+    """Rounds until the failed set is empty (or max_rounds): each synthesizes a recovery
+    workflow from the failed positions and runs it with the same tracking. A run whose driver
+    is alive (its lease valid) is refused unless `force` takes it over; `lease`: this process
+    drives the run already (a follow run between batches)."""
+    rec = runs.get(client, run_id)
+    if lease is not None:
+        with redis_lost_is_resumable(run_id, redis_url):
+            return _recover(spark, client, redis_url, rec, lease.generation, max_rounds, strategy,
+                            progress, on_round, taken_over=False)
+    running = runs.status_of(rec) == runs.RUNNING
+    if not force:
+        check_not_running(rec)
+    if not int(rec.get("tracking") or 0):
+        raise RunError(f"run {run_id} ran with tracking off: there is nothing to recover from")
+    lease = runs.take_over(client, rec, force=force)
+    with lease, redis_lost_is_resumable(run_id, redis_url):
+        return _recover(spark, client, redis_url, rec, lease.generation, max_rounds, strategy,
+                        progress, on_round, taken_over=running)
+
+
+def _recover(spark: Any, client: Any, redis_url: str, rec: dict[str, Any], gen: str | None,
+             max_rounds: int | None, strategy: str, progress: Progress | None,
+             on_round: Callable[[dict], None] | None, taken_over: bool) -> dict[str, Any]:
+    run_id = rec["run_id"]
+    started = time.time()
+    resumed = resume_if_crashed(spark, client, redis_url, rec, progress, gen, taken_over)
+    ran = [int(rec.get("round") or 0)] if resumed is not None else []
+    claim_run(client, run_id, gen, status=runs.RUNNING)
+    original = original_workflow(rec)
+    rounds_run = 0
+    queued_at_start = len(queued_positions(client, run_id))
+    dead_at_start = client.hlen(keys.dead(run_id))
+    while True:
+        prune_failed_set(client, run_id)
+        queued = queued_positions(client, run_id)
+        if not queued or (max_rounds is not None and rounds_run >= max_rounds):
+            break
+        wait = min(r.get("not_before", 0) for r in queued) - time.time()
+        if wait > 0:   # every queued tuple is still backing off
+            time.sleep(min(wait, original.setting("recovery.retry.max.delay.ms") / 1000))
+        round_no = int(runs.get(client, run_id).get("round") or 0) + 1
+        if strategy == "root-replay":
+            spec, wf = _root_replay_round(client, run_id, original, redis_url, round_no, queued, gen)
+        else:
+            failed: dict[str, list[int]] = {}
+            for r in queued:
+                failed.setdefault(r["component"], [])
+                if r["task"] not in failed[r["component"]]:
+                    failed[r["component"]].append(r["task"])
+            wf = synthesize(original, failed)
+            spec = RunSpec(run_id, round_no, workflow_json(wf), redis_url, True,
+                           original_json=rec["workflow_json"], generation=gen)
+        runs.update(client, run_id, gen, round=round_no, current_workflow=workflow_json(wf),
+                    current_spec=spec_json(spec), status=runs.RUNNING)
+        summary = run_and_settle(spark, client, wf, spec, progress)
+        prune_failed_set(client, run_id)
+        rounds_run += 1
+        ran.append(round_no)
+        if on_round is not None:
+            on_round({"round": round_no, "replayed": len(queued), "summary": summary})
+    # (a round that raised left the run in `error` or, killed, `running`: the next recover
+    # resumes exactly that round, so the status is only settled here, after a clean loop)
+    final = summarize(client, run_id, settled=True)
+    runs.update(client, run_id, gen, status=final["status"], summary=final, ended=time.time())
+    newly_dead = client.hlen(keys.dead(run_id)) - dead_at_start
+    # the table under the summary: what this recover's rounds did, not round 0's
+    ran_rounds = [r for r in runs.get(client, run_id).get("rounds") or [] if r.get("round") in ran]
+    final.update({"rounds": rounds_run, "resumed": resumed is not None,
+                  "components": sum_components(ran_rounds, original),
+                  "components_rounds": [r["round"] for r in ran_rounds],
+                  "recovered": max(0, queued_at_start - len(queued_positions(client, run_id)) - newly_dead),
+                  "newly_dead": newly_dead,
+                  "duration": round(time.time() - started, 3), "strategy": strategy})
+    return final
+
+
+def _root_replay_round(client: Any, run_id: str, original: Workflow, redis_url: str, round_no: int,
+                       queued: list[dict], gen: str | None = None) -> tuple[RunSpec, Workflow]:
+    """Storm's behaviour, for comparison: replay every failed root from its spout, under a new
+    root id (as Storm's acker would see a re-emitted message). The old roots are settled as
+    superseded and their queue entries dropped."""
+    rec = runs.get(client, run_id)
+    epoch = int(rec.get("root_epoch") or 0)
+    old_roots = {int(r) for q in queued for r in (q.get("roots") or [])}
+    # supersede: zero the old roots' ledger entries and drop their queued tuples
+    pending = {}
+    for b in range(ledger.LEDGER_BUCKETS):
+        roots, xors = ledger.fold(client.hvals(keys.ledger(run_id, b)))
+        for r, x in zip(roots.tolist(), xors.tolist()):
+            if r in old_roots:
+                pending[r] = x
+    blobs = ledger.pack_xors(pending)
+
+    def supersede(pipe: Any) -> None:
+        for b, blob in enumerate(blobs):
+            if blob:
+                pipe.hset(keys.ledger(run_id, b), f"superseded:{round_no}", blob)
+        for q in queued:
+            pipe.hdel(keys.queue(run_id, q["component"], q["task"]), str(q["id"]))
+    if not ledger.fenced_transaction(client, run_id, gen, supersede):
+        runs.check_generation(client, run_id, gen)
+    runs.update(client, run_id, gen, root_epoch=round_no)
+    spec = RunSpec(run_id, round_no, workflow_json(original), redis_url, True,
+                   replay_roots=frozenset(old_roots), root_epoch=round_no, filter_epoch=epoch,
+                   generation=gen)
+    return spec, original
+
+
+# --- dead letters ----------------------------------------------------------------------------
+def dead_letters(client: Any, run_id: str, component: str | None = None) -> list[dict[str, Any]]:
+    runs.get(client, run_id)
+    out = []
+    for field, raw in sorted(client.hgetall(keys.dead(run_id)).items()):
+        rec = msgpack.unpackb(raw, strict_map_key=False)
+        if component is None or rec.get("component") == component:
+            out.append(rec)
+    return out
+
+
+def requeue_dead(client: Any, run_id: str, component: str | None = None,
+                 tuple_keys: list[str] | None = None) -> int:
+    """Put dead tuples back in their queues (attempts reset) after the cause was fixed: all of
+    them, a component's, or those named by `tuple_keys` (`component:task:id`, the dead-letter
+    hash's fields). Each tuple moves in one transaction that only commits if it is still dead
+    (WATCH) and the run was not cleared (its generation), so an interrupted or concurrent
+    requeue neither loses nor doubles a tuple."""
+    rec = runs.get(client, run_id)
+    check_not_running(rec)
+    gen = rec.get("generation")
+    dead_key = keys.dead(run_id)
+    if tuple_keys is not None:
+        unknown = [k for k in tuple_keys if not client.hexists(dead_key, k)]
+        if unknown:
+            raise RunError(f"run {run_id} has no dead tuple {unknown[0]!r} (see `recovery dead {run_id}`)")
+        fields: list[bytes] = [k.encode() for k in tuple_keys]
+    else:
+        fields = list(client.hkeys(dead_key))
+    n = 0
+    for field in fields:
+        seen: dict[str, Any] = {}
+
+        def read(pipe: Any, field: bytes = field, seen: dict[str, Any] = seen) -> None:
+            raw = pipe.hget(dead_key, field)
+            tup = msgpack.unpackb(raw, strict_map_key=False) if raw is not None else None
+            # gone: requeued meanwhile by someone else; another component's: not asked for
+            seen["tuple"] = tup if tup is not None and component in (None, tup.get("component")) else None
+
+        def requeue(pipe: Any, field: bytes = field, seen: dict[str, Any] = seen) -> None:
+            tup = seen["tuple"]
+            if tup is None:
+                return
+            tup.pop("dead", None)
+            tup["attempt"] = 0     # the next replay is attempt 1 of a fresh allowance
+            tup["not_before"] = 0
+            pipe.hset(keys.queue(run_id, tup["component"], tup["task"]), str(tup["id"]),
+                      msgpack.packb(tup, default=repr))
+            pipe.sadd(keys.failed_set(run_id), f"{tup['component']}:{tup['task']}")
+            pipe.hdel(dead_key, field)
+            if tup.get("roots"):
+                pipe.srem(keys.dead_roots(run_id), *[str(r) for r in tup["roots"]])
+
+        if not ledger.fenced_transaction(client, run_id, gen, requeue, watch=(dead_key,), read=read):
+            runs.check_generation(client, run_id, gen)
+        if seen.get("tuple") is not None:
+            n += 1
+    if n:
+        runs.update(client, run_id, gen, status=runs.PENDING)
+    return n

@@ -1,0 +1,188 @@
+"""The shapes a run is reported in: one function builds each, and both the CLI's `--json` and
+the web view's JSON API (`recovery ui`, /api/v1/...) return what it builds.
+
+Read-only except `requeue` and `clear`, which call jobs.requeue_dead and jobs.clear.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import msgpack
+
+from recovery.connectors.redis_stream import report as stream_reader
+from recovery.errors import RecoveryError, RunError
+from recovery.jobs import clear as jobs_clear
+from recovery.jobs import follow, recover, summary
+from recovery.model.synthesis import plan_marks, synthesize
+from recovery.model.xml.write import to_xml
+from recovery.tracking import keys, runs
+
+# How each failure's `error` text begins, by where it came from (runtime.py, multilang.py).
+ERROR_KINDS = ("exception", "fail", "not acked", "timeout", "shell process lost")
+# Tuples listed per failed position in `failed` (the count is always the queue's full size).
+FAILED_TUPLES_SHOWN = 50
+
+
+def _text(v: Any) -> Any:
+    """bytes (a spout's raw record) as text, so that every shape is JSON."""
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else v
+
+
+def error_kind(error: str | None) -> str:
+    """One of ERROR_KINDS for a failed tuple's error text."""
+    e = error or ""
+    if e.startswith("not acked by "):
+        return "not acked"
+    if "TupleTimeout" in e or " timed out after " in e:
+        return "timeout"
+    if e.startswith(("shell process `", "shell component ")) and "emitted" not in e.split(":", 1)[0]:
+        return "shell process lost"
+    if e.startswith("failed by "):
+        return "fail"
+    return "exception"
+
+
+def runs_list(client: Any, status: str | None = None) -> dict[str, Any]:
+    """Every run this Redis knows, newest first (`recovery runs --json`, /api/v1/runs). Each
+    row's status and counts come from `run_status`, so `runs` and `status` always agree."""
+    rows = []
+    for rid in reversed(runs.list_ids(client)):
+        try:
+            s = run_status(client, rid)
+        except RecoveryError:   # cleared while we listed
+            continue
+        started = float(s.get("started") or 0)
+        ended = s.get("ended")
+        row = {"run_id": rid, "workflow": s.get("workflow"), "status": s["status"], "round": s["round"],
+               "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)),
+               "started_at": started, "ended_at": ended,
+               "duration": round(ended - started, 3) if ended else None,
+               "counts_known": s.get("counts_known", True), "unsettled_round": s.get("unsettled_round"),
+               "roots": s.get("roots"), "complete": s.get("complete"),
+               "pending": s.get("pending"), "dead": s.get("dead")}
+        if status is None or row["status"] == status:
+            rows.append(row)
+    return {"runs": rows}
+
+
+def run_status(client: Any, run_id: str) -> dict[str, Any]:
+    """A run's summary with its topics' partitions (`recovery status --json`, /api/v1/runs/ID)."""
+    return follow.enrich(client, summary.summarize(client, run_id))
+
+
+def rounds(client: Any, run_id: str) -> dict[str, Any]:
+    """Per round: its components' counters, what it replayed, recovered and lost, its duration.
+    Round 0 is the submit; a recovery round's `replayed` counts the queued tuples its queue
+    spouts emitted, `recovered` those of them acked, `dead` the tuples that ran out of attempts."""
+    rec = runs.get(client, run_id)
+    # queue spouts are the components a recovery round has and the original workflow has not
+    original = {c.id for c in summary.original_workflow(rec).components}
+    out = []
+    previous_end = float(rec.get("started") or 0)
+    for r in sorted(rec.get("rounds") or [], key=lambda r: r.get("round", 0)):
+        comps = r.get("components") or {}
+        replayed = sum(c.get("emitted", 0) for cid, c in comps.items() if cid not in original)
+        replayed += sum(c.get("replayed_roots", 0) for c in comps.values())
+        failed = sum(c.get("failed", 0) for c in comps.values())
+        dead = sum(c.get("dead", 0) for c in comps.values())
+        ended = float(r.get("ended") or 0)
+        # rounds recorded before rounds had a start: from the end of the round before
+        started = float(r.get("started") or previous_end or 0)
+        out.append({"round": r.get("round", 0), "components": comps,
+                    "replayed": replayed if r.get("round") else 0,
+                    "recovered": max(0, replayed - failed) if r.get("round") else 0,
+                    "failed": failed, "dead": dead,
+                    "ended": ended or None,
+                    "duration": round(ended - started, 3) if ended and started else None})
+        previous_end = ended or previous_end
+    return {"run_id": run_id, "rounds": out}
+
+
+def component(client: Any, run_id: str, component_id: str) -> dict[str, Any]:
+    """One component: its counters per round and its failed positions (/api/v1/runs/ID/components/C)."""
+    rec = runs.get(client, run_id)
+    wf = summary.original_workflow(rec)
+    if component_id not in {c.id for c in wf.components}:
+        raise RunError(f"run {run_id}: no component {component_id!r} in workflow {wf.name!r}")
+    c = wf.component(component_id)
+    per_round = [{"round": r["round"], **(r["components"].get(component_id) or {})}
+                 for r in rounds(client, run_id)["rounds"]]
+    return {"run_id": run_id, "component": component_id, "kind": c.kind,
+            "parallelism": c.parallelism, "rounds": per_round,
+            "failed_positions": [p for p in summary.failed_positions(client, run_id)
+                                 if p["component"] == component_id and p["count"]]}
+
+
+def _tuple_row(rec: dict[str, Any]) -> dict[str, Any]:
+    row = {k: _text(v) for k, v in rec.items()}
+    row["kind"] = error_kind(rec.get("error"))
+    return row
+
+
+def failed(client: Any, run_id: str, limit: int = FAILED_TUPLES_SHOWN) -> dict[str, Any]:
+    """Failed positions with their queued tuples' full errors and tracebacks (/api/v1/runs/ID/failed).
+    Each position lists at most `limit` tuples; `count` is always the whole queue."""
+    runs.get(client, run_id)
+    positions = []
+    for p in summary.failed_positions(client, run_id):
+        if not p["count"]:
+            continue
+        tuples = []
+        for _, raw in client.hscan_iter(keys.queue(run_id, p["component"], p["task"]), count=limit):
+            tuples.append(_tuple_row(msgpack.unpackb(raw, strict_map_key=False)))
+            if len(tuples) >= limit:
+                break
+        tuples.sort(key=lambda t: t.get("id", 0))
+        kinds = sorted({t["kind"] for t in tuples})
+        positions.append({**p, "kind": ", ".join(kinds), "tuples": tuples})
+    return {"run_id": run_id, "failed_positions": positions}
+
+
+def dead_key(rec: dict[str, Any]) -> str:
+    """A dead tuple's key in the run's dead-letter hash: `component:task:id` (for requeue)."""
+    return f"{rec['component']}:{rec['task']}:{rec['id']}"
+
+
+def dead(client: Any, run_id: str, component: str | None = None) -> dict[str, Any]:
+    """Dead letters with their errors (`recovery dead --json`, /api/v1/runs/ID/dead)."""
+    return {"run_id": run_id, "dead": [{**_tuple_row(r), "key": dead_key(r)}
+                                       for r in recover.dead_letters(client, run_id, component)]}
+
+
+def requeue(client: Any, run_id: str, component: str | None = None,
+            tuple_keys: list[str] | None = None) -> dict[str, Any]:
+    """Dead tuples back in their queues (`recovery dead --requeue --json`, POST .../dead/requeue)."""
+    return {"run_id": run_id, "requeued": recover.requeue_dead(client, run_id, component, tuple_keys)}
+
+
+def plan(client: Any, run_id: str) -> dict[str, Any]:
+    """The recovery workflow the next round would run (`recovery plan`, /api/v1/runs/ID/plan):
+    the failed tasks per component, the components that run again, what each failed one is
+    marked with, and the synthesized workflow as XML (None when nothing failed)."""
+    rec = runs.get(client, run_id)
+    original = summary.original_workflow(rec)
+    counts = {(p["component"], p["task"]): p["count"]
+              for p in summary.failed_positions(client, run_id) if p["count"]}
+    marks, dim = plan_marks(original, counts)
+    failed_tasks: dict[str, list[int]] = {}
+    for comp, task in sorted(counts):
+        failed_tasks.setdefault(comp, []).append(task)
+    xml = to_xml(synthesize(original, failed_tasks)) if failed_tasks else None
+    return {"run_id": run_id, "workflow": original.name, "failed": failed_tasks,
+            "marks": marks, "rerun": [c.id for c in original.components if c.id not in dim],
+            "xml": xml}
+
+
+def partitions(client: Any, run_id: str) -> dict[str, Any]:
+    """Per log spout and topic partition: committed offset, end, lag (/api/v1/runs/ID/partitions)."""
+    wf = summary.original_workflow(runs.get(client, run_id))
+    return {"run_id": run_id, "partitions": stream_reader.partition_report(client, wf)}
+
+
+def clear(client: Any, run_ids: list[str] | None, force: bool = False) -> dict[str, Any]:
+    """Every key of each run removed (`recovery clear --json`, DELETE /api/v1/runs/ID); None:
+    every run, and any key left under the runs' prefix (`clear --all`)."""
+    if run_ids is None:
+        return {"removed": jobs_clear.clear_all(client, force)}
+    return {"removed": {rid: jobs_clear.clear(client, rid, force) for rid in run_ids}}

@@ -1,0 +1,174 @@
+"""Submitting a workflow: a run record, its first round on Spark, its summary.
+
+Orchestration only: the engine runs rounds, tracking keeps the ledger, synthesis builds
+recovery workflows. Each function takes a Redis client and, where it runs Spark, a session.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import redis
+
+from recovery.api.loader import check_classes as check
+from recovery.connectors import sinks
+from recovery.connectors.redis_stream import offsets as stream_reader
+from recovery.engine import rounds as engine_rounds
+from recovery.errors import RecoveryError, RedisUnavailable, RunError, WorkflowError
+from recovery.jobs.clear import clear
+from recovery.jobs.summary import in_topological_order, summarize
+from recovery.model.run import RunSpec
+from recovery.model.workflow import Workflow
+from recovery.redis import connection
+from recovery.tracking import keys, ledger, runs
+
+Progress = Callable[[str, int, int], None]
+
+
+def check_classes(wf: Workflow) -> None:
+    """At submit a `class=` that does not import is an error, not a warning."""
+    problems = check(wf)
+    if problems:
+        raise WorkflowError(problems[0])
+
+
+def submit(spark: Any, client: Any, redis_url: str, wf: Workflow, xml: str, file: str | None,
+           tracking_on: bool = True, master: str = "local[*]",
+           progress: Progress | None = None, run_id: str | None = None) -> dict[str, Any]:
+    check_classes(wf)
+    run_id = run_id or runs.new_run_id(wf.name)
+    sinks.check_folders(wf, run_id)     # mode="error" sinks refuse another run's output
+    wf_json = workflow_json(wf)
+    # atomic: of two submits of the same --run-id one is refused here, before writing anything
+    lease = runs.create(client, run_id, xml, wf_json, file, master, tracking_on)
+    with lease, redis_lost_is_resumable(run_id, redis_url):
+        source_json = "{}"
+        if uses_log_source(wf):   # a bounded run reads each partition up to its end now
+            try:
+                source_json = stream_reader.plan_ranges(client, wf, run_id)
+            except RecoveryError:
+                clear(client, run_id, force=True)   # nothing ran: as if never submitted
+                raise
+        spec = RunSpec(run_id, 0, wf_json, redis_url, tracking_on, source_json=source_json,
+                       generation=lease.generation)
+        runs.update(client, run_id, lease.generation, round=0, current_workflow=wf_json,
+                    current_spec=spec_json(spec))
+        return run_and_settle(spark, client, wf, spec, progress)
+
+
+@contextmanager
+def redis_lost_is_resumable(run_id: str, redis_url: str | None) -> Iterator[None]:
+    """Redis going away under a driver is one line (exit 2) saying how to resume (DESIGN 7.6):
+    what the run committed is in Redis, the rest runs again on `recover`."""
+    try:
+        yield
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as err:
+        reason = connection.one_line_error(err, redis_url or "")
+        raise RedisUnavailable(
+            f"lost Redis ({connection.describe(redis_url)}) during run {run_id}: {reason}; the run is "
+            f"resumable: `recovery recover {run_id}` once Redis is back") from None
+
+
+def workflow_json(wf: Workflow) -> str:
+    """The workflow as tasks receive it: base_dir kept (the model leaves it out of dumps)."""
+    return json.dumps({**json.loads(wf.model_dump_json()), "base_dir": wf.base_dir})
+
+
+def claim_run(client: Any, run_id: str, generation: str | None, **fields: Any) -> None:
+    """This process is now the run's driver (it holds the run's lease; pid and host for people)."""
+    runs.update(client, run_id, generation, driver_pid=os.getpid(), driver_host=socket.gethostname(),
+                **fields)
+
+
+def spec_json(spec: RunSpec) -> str:
+    return json.dumps({"replay_roots": sorted(spec.replay_roots) if spec.replay_roots is not None else None,
+                       "root_epoch": spec.root_epoch, "filter_epoch": spec.filter_epoch,
+                       "source_json": spec.source_json})
+
+
+def uses_log_source(wf: Workflow) -> bool:
+    return any(c.impl.kind == "source" and c.impl.type == "redis-stream" for c in wf.spouts)
+
+
+def run_and_settle(spark: Any, client: Any, wf: Workflow, spec: RunSpec,
+                   progress: Progress | None = None, execute: bool = True) -> dict[str, Any]:
+    """Run (or resume) one round, let the acker decide, record the outcome, drop in-flight keys.
+    `execute=False` only settles a round whose tasks all ran (a driver killed while settling)."""
+    label = "submit" if spec.round == 0 else f"round {spec.round}"
+    gen = spec.generation
+    started = time.time()
+    try:
+        if execute:
+            engine_rounds.run_round(spark, wf, spec, (lambda d, t: progress(label, d, t)) if progress else None)
+    except Exception as err:
+        # Spark gave up on a task (a spout that cannot open, a worker that keeps dying):
+        # the round stays resumable; say where, in one line
+        reason = spark_failure_reason(err, client if spec.tracking else None, spec)
+        try:
+            runs.update(client, spec.run_id, gen, status=runs.ERROR, error=reason)
+        except RecoveryError as cleared:
+            raise cleared from None
+        raise RunError(f"run {spec.run_id} round {spec.round} failed in Spark: {reason} "
+                       f"(fix the cause, then `recovery recover {spec.run_id}` resumes it)") from None
+    # a run cleared (clear --force) while its round ran: its tasks wrote nothing; stop here
+    runs.check_generation(client, spec.run_id, gen)
+    stats = engine_rounds.collect_stats(client, spec.run_id, spec.round) if spec.tracking else {}
+    stats = in_topological_order(stats, wf)
+    rec = runs.get(client, spec.run_id)
+    rounds = rec.get("rounds") or []
+    if stats or execute:   # (a settle-only resume after the markers went keeps what was recorded)
+        rounds = [r for r in rounds if r.get("round") != spec.round]
+        rounds.append({"round": spec.round, "components": stats, "started": started, "ended": time.time()})
+        runs.update(client, spec.run_id, gen, rounds=rounds, **({"stats": stats} if spec.round == 0 else {}))
+    if spec.tracking:
+        engine_rounds.resolve_ledger(spark, spec)
+    if spec.source_json != "{}" and uses_log_source(wf):
+        # every root read in this round is now complete, queued or dead: commit past it.
+        # (log source: committed before clear_round, so a driver dying in between resumes a
+        # round whose tasks are all committed, or whose ranges are committed: no re-reading)
+        stream_reader.commit_ranges(client, wf, spec.source_json)
+    # from here on the round is settled: a resumed driver must not execute it again (its done
+    # markers and in-flight tuples are about to go)
+    runs.update(client, spec.run_id, gen, settled_round=spec.round)
+    if spec.tracking:
+        engine_rounds.clear_round(client, spec.run_id, spec.round)
+        pending = ledger.pending_roots(client, spec.run_id)
+        engine_rounds.tell_spouts(spark, client, spec, pending,
+                           {int(r) for r in client.smembers(keys.dead_roots(spec.run_id))})
+    summary = summarize(client, spec.run_id, rounds=rounds, settled=True)
+    if summary["status"] in (runs.COMPLETED, runs.DEAD):   # complete: overwrite sinks drop other runs' parts
+        sinks.replace_other_runs(wf, spec.run_id, spec.original_json)
+    runs.update(client, spec.run_id, gen, summary=summary, status=summary["status"], ended=time.time())
+    return summary
+
+
+def spark_failure_reason(err: BaseException, client: Any = None, spec: RunSpec | None = None) -> str:
+    """The last exception line of a Python worker's traceback inside a Spark error; for a
+    worker that died (no traceback: Spark's last line is `Caused by: java.io.EOFException`),
+    Spark's task and stage, and what the message timeout's last resort marked in Redis."""
+    text = str(err)
+    if "Python worker exited unexpectedly" in text:
+        lost = re.search(r"Lost task (\S+) in stage (\S+)", text)
+        reason = "a Python worker crashed (exited unexpectedly)" + (
+            f" in Spark task {lost[1]} of stage {lost[2]}" if lost else "")
+        ended = []   # Spark's text never holds the worker's last line; the watchdog's mark does
+        if client is not None and spec is not None:
+            pattern = keys.timed_out(spec.run_id, spec.round, "*", "*")
+            ended = sorted(k.decode().rsplit(":", 2)[-2:] for k in client.scan_iter(match=pattern))
+        if ended:
+            return reason + ": the message timeout's last resort ended it, stuck in " + \
+                ", ".join(f"{c} task index {i}" for c, i in ended)
+        return reason + " (its stderr says why)"
+    lines = [l.strip() for l in text.splitlines() if l.strip()]
+    for line in reversed(lines):
+        if ("Error" in line or "Exception" in line) and ":" in line and not line.startswith("at "):
+            return line[:500]
+    return (lines[0] if lines else type(err).__name__)[:500]
+
+

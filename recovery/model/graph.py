@@ -1,0 +1,225 @@
+"""Graph operations on a Workflow: order, downstream closure, Storm's task numbering and the
+context a task is given (also the multilang handshake's `context`)."""
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from recovery.model.workflow import Component, Input, Workflow
+
+
+def subscribers(wf: Workflow, component_id: str) -> list[tuple[Component, Input]]:
+    """(consumer, input) for every input that reads from `component_id`, in XML order."""
+    return [(c, i) for c in wf.components for i in c.inputs if i.source == component_id]
+
+
+def topological_order(wf: Workflow) -> list[str]:
+    """Component ids, every component after all it reads from; ties keep XML order.
+    Raises ValueError naming a component on a cycle."""
+    ids = [c.id for c in wf.components]
+    indegree = {cid: 0 for cid in ids}
+    for c in wf.components:
+        for src in {i.source for i in c.inputs}:
+            if src in indegree:
+                indegree[c.id] += 1
+    ready = deque(cid for cid in ids if indegree[cid] == 0)
+    order: list[str] = []
+    while ready:
+        cid = ready.popleft()
+        order.append(cid)
+        for consumer in dict.fromkeys(c.id for c, _ in subscribers(wf, cid)):
+            indegree[consumer] -= 1
+            if indegree[consumer] == 0:
+                ready.append(consumer)
+    if len(order) != len(ids):
+        cycle = find_cycle(wf.components)
+        raise ValueError(f"cycle through component {cycle.path[0]!r}" if cycle else "cycle")
+    return order
+
+
+@dataclass(frozen=True)
+class Cycle:
+    """A cycle along inputs: `path` lists the components upstream first and ends where it
+    began; it closes at input number `input_index` of component `closed_at`."""
+    path: tuple[str, ...]
+    closed_at: str
+    input_index: int
+
+
+def find_cycle(components: Sequence[Component]) -> Cycle | None:
+    """The first cycle in document order (depth-first along inputs), or None. The one cycle
+    detector: topological_order and the workflow checks (with file and line) both use it."""
+    by_id = {c.id: c for c in components}
+    white, grey, black = 0, 1, 2
+    color = {c.id: white for c in components}
+    for start in components:
+        if color[start.id] != white:
+            continue
+        # stack of (component id, index of next input to follow); path mirrors grey nodes
+        stack: list[tuple[str, int]] = [(start.id, 0)]
+        path = [start.id]
+        color[start.id] = grey
+        while stack:
+            cid, i = stack[-1]
+            c = by_id[cid]
+            if i >= len(c.inputs):
+                stack.pop()
+                path.pop()
+                color[cid] = black
+                continue
+            stack[-1] = (cid, i + 1)
+            src = c.inputs[i].source
+            if color.get(src) == grey:
+                # path[k:] runs downstream to upstream (src feeds cid): reverse it
+                k = path.index(src)
+                return Cycle(tuple(reversed(path[k:] + [src])), cid, i)
+            if color.get(src) == white:
+                color[src] = grey
+                stack.append((src, 0))
+                path.append(src)
+    return None
+
+
+def downstream(wf: Workflow, start: Iterable[str], include_start: bool = True) -> set[str]:
+    """Every component reachable from `start` along inputs (the start ones too by default)."""
+    start = set(start)
+    seen: set[str] = set()
+    todo = deque(start)
+    while todo:
+        cid = todo.popleft()
+        for consumer, _ in subscribers(wf, cid):
+            if consumer.id not in seen:
+                seen.add(consumer.id)
+                todo.append(consumer.id)
+    return seen | start if include_start else seen - start
+
+
+def upstream(wf: Workflow, component_id: str) -> set[str]:
+    """Every component `component_id` reads from, directly or not."""
+    by_id = {c.id: c for c in wf.components}
+    seen: set[str] = set()
+    todo = deque([component_id])
+    while todo:
+        for i in by_id[todo.popleft()].inputs:
+            if i.source not in seen:
+                seen.add(i.source)
+                todo.append(i.source)
+    return seen
+
+
+@dataclass(frozen=True)
+class TaskMap:
+    """Storm's task numbering: components sorted by id, task ids from 1, consecutive per
+    component (system tasks such as ticks use -1)."""
+    first: dict[str, int]
+    count: dict[str, int]
+
+    @classmethod
+    def of(cls, wf: Workflow) -> TaskMap:
+        first, count, nxt = {}, {}, 1
+        for c in sorted(wf.components, key=lambda c: c.id):
+            first[c.id], count[c.id] = nxt, c.parallelism
+            nxt += c.parallelism
+        return cls(first, count)
+
+    def extended(self, wf: Workflow) -> TaskMap:
+        """Numbering for a workflow derived from this one (a recovery workflow): components
+        this map knows keep their task ids, so a failed position means the same task in every
+        round; new components (queue spouts) get ids after the highest one."""
+        first, count = {}, {}
+        nxt = max((f + self.count[c] for c, f in self.first.items()), default=1)
+        for c in sorted(wf.components, key=lambda c: c.id):
+            if c.id in self.first and self.count[c.id] == c.parallelism:
+                first[c.id], count[c.id] = self.first[c.id], c.parallelism
+            else:
+                first[c.id], count[c.id] = nxt, c.parallelism
+                nxt += c.parallelism
+        return TaskMap(first, count)
+
+    def task_ids(self, component_id: str) -> list[int]:
+        f = self.first[component_id]
+        return list(range(f, f + self.count[component_id]))
+
+    def task_id(self, component_id: str, index: int) -> int:
+        return self.first[component_id] + index
+
+    def index(self, component_id: str, task_id: int) -> int:
+        i = task_id - self.first[component_id]
+        if not 0 <= i < self.count[component_id]:
+            raise KeyError(f"task {task_id} is not a task of {component_id!r}")
+        return i
+
+    def component_of(self, task_id: int) -> str:
+        for cid, f in self.first.items():
+            if f <= task_id < f + self.count[cid]:
+                return cid
+        raise KeyError(f"no component has task {task_id}")
+
+    @property
+    def task_to_component(self) -> dict[int, str]:
+        return {t: cid for cid in self.first for t in self.task_ids(cid)}
+
+
+@dataclass
+class TaskContext:
+    """What `prepare`/`open` receive as `context` (Storm's TopologyContext, reduced)."""
+    workflow: Workflow
+    component_id: str
+    task_id: int
+    task_map: TaskMap = field(default=None)  # type: ignore[assignment]
+    pid_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.task_map is None:
+            self.task_map = TaskMap.of(self.workflow)
+
+    @property
+    def task_index(self) -> int:
+        return self.task_map.index(self.component_id, self.task_id)
+
+    @property
+    def component_tasks(self) -> list[int]:
+        return self.task_map.task_ids(self.component_id)
+
+    def to_storm(self) -> dict:
+        """The multilang handshake's `context`, with the fields Storm 0.10+ sends."""
+        wf, me = self.workflow, self.workflow.component(self.component_id)
+        targets: dict[str, dict[str, dict]] = {}
+        for consumer, inp in subscribers(wf, me.id):
+            g: dict = {"type": inp.grouping.value.upper()}
+            if inp.fields:
+                g["fields"] = list(inp.fields)
+            targets.setdefault(inp.stream, {})[consumer.id] = g
+        sources: dict[str, dict[str, dict]] = {}
+        for inp in me.inputs:
+            g = {"type": inp.grouping.value.upper()}
+            if inp.fields:
+                g["fields"] = list(inp.fields)
+            sources.setdefault(inp.source, {})[inp.stream] = g
+        return {
+            "task->component": {str(t): c for t, c in self.task_map.task_to_component.items()},
+            "taskid": self.task_id,
+            "componentid": me.id,
+            "stream->target->grouping": targets,
+            "streams": [s.id for s in me.streams],
+            "stream->outputfields": {s.id: list(s.fields) for s in me.streams},
+            "source->stream->grouping": sources,
+            "source->stream->fields": _source_fields(wf, me),
+        }
+
+
+def _source_fields(wf: Workflow, me: Component) -> dict[str, dict[str, list[str]]]:
+    out: dict[str, dict[str, list[str]]] = {}
+    for inp in me.inputs:
+        s = _stream_of(wf, inp)
+        if s is not None:
+            out.setdefault(inp.source, {})[inp.stream] = list(s.fields)
+    return out
+
+
+def _stream_of(wf: Workflow, inp: Input):
+    try:
+        return wf.component(inp.source).stream(inp.stream)
+    except KeyError:
+        return None

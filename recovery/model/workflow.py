@@ -1,0 +1,171 @@
+"""The workflow model: plain, frozen, typed data with no Spark and no Redis in it.
+
+A Workflow is what the XML describes (see schemas/workflow.xsd). The engine executes a
+Workflow; recovery synthesis maps (Workflow, failed positions) to another Workflow.
+"""
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from recovery.model import config as config_decl
+
+DEFAULT_STREAM = "default"
+NAMESPACE = "urn:recovery:workflow:1"
+
+
+class Grouping(str, Enum):
+    SHUFFLE = "shuffle"
+    FIELDS = "fields"
+    ALL = "all"
+    GLOBAL = "global"
+    NONE = "none"
+    DIRECT = "direct"
+    LOCAL_OR_SHUFFLE = "local_or_shuffle"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class StreamDef(_Frozen):
+    """An output stream a component declares (Storm's declareStream)."""
+    id: str = DEFAULT_STREAM
+    fields: tuple[str, ...] = ()
+    direct: bool = False
+
+
+class Input(_Frozen):
+    """A subscription: `source` is the upstream component id (the XML's `from`)."""
+    source: str
+    stream: str = DEFAULT_STREAM
+    grouping: Grouping = Grouping.SHUFFLE
+    fields: tuple[str, ...] = ()   # only for the fields grouping
+
+
+class ClassImpl(_Frozen):
+    kind: Literal["class"] = "class"
+    ref: str                       # "package.module:ClassName"
+
+
+class ShellImpl(_Frozen):
+    kind: Literal["shell"] = "shell"
+    command: str
+    script: str | None = None
+    args: tuple[str, ...] = ()
+
+
+class SourceImpl(_Frozen):
+    """A built-in source (spouts only). `params` holds every other XML attribute."""
+    kind: Literal["source"] = "source"
+    type: str                      # file | redis-stream | queue
+    params: tuple[tuple[str, str], ...] = ()
+
+    def param(self, name: str, default: str | None = None) -> str | None:
+        return dict(self.params).get(name, default)
+
+
+FILE_SINK_TYPES = ("jsonl", "parquet")
+# Spark's writer modes, for a file sink's folder when it already holds another run's parts:
+# error refuses the submit, overwrite removes them once this run completes, append keeps them.
+SinkMode = Literal["error", "overwrite", "append"]
+SINK_MODES: tuple[str, ...] = ("error", "overwrite", "append")
+
+
+class SinkImpl(_Frozen):
+    """A built-in sink (bolts only). `params` holds every other XML attribute."""
+    kind: Literal["sink"] = "sink"
+    type: str                      # jsonl | parquet | redis
+    mode: SinkMode | None = None   # file sinks only; None (not written) means "error"
+    params: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def write_mode(self) -> str:
+        return self.mode or "error"
+
+    def param(self, name: str, default: str | None = None) -> str | None:
+        return dict(self.params).get(name, default)
+
+
+Implementation = Annotated[ClassImpl | ShellImpl | SourceImpl | SinkImpl, Field(discriminator="kind")]
+
+
+class Component(_Frozen):
+    id: str
+    kind: Literal["spout", "bolt"]
+    parallelism: int = 1
+    impl: Implementation
+    streams: tuple[StreamDef, ...] = ()
+    inputs: tuple[Input, ...] = ()            # bolts only
+    config: tuple[tuple[str, str], ...] = ()  # component-level properties, override the workflow's
+
+    @field_validator("parallelism")
+    @classmethod
+    def _positive(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError(f"parallelism must be at least 1, got {v}")
+        return v
+
+    def stream(self, stream_id: str) -> StreamDef | None:
+        for s in self.streams:
+            if s.id == stream_id:
+                return s
+        return None
+
+    @property
+    def is_spout(self) -> bool:
+        return self.kind == "spout"
+
+
+class Workflow(_Frozen):
+    name: str
+    config: tuple[tuple[str, str], ...] = ()
+    components: tuple[Component, ...] = ()
+    # Folder that relative paths resolve against; not part of the XML.
+    base_dir: str | None = Field(default=None, exclude=True)
+
+    def component(self, component_id: str) -> Component:
+        for c in self.components:
+            if c.id == component_id:
+                return c
+        raise KeyError(component_id)
+
+    def conf(self, component_id: str | None = None) -> dict[str, str]:
+        """Effective configuration as text, as components receive it: declared defaults
+        (recovery/model/config.py) < workflow properties < component properties."""
+        merged = dict(config_decl.DEFAULTS)
+        merged.update(dict(self.config))
+        if component_id is not None:
+            merged.update(dict(self.component(component_id).config))
+        return merged
+
+    def setting(self, key: str, component_id: str | None = None) -> Any:
+        """The typed value of a declared property (recovery/model/config.py)."""
+        return config_decl.value(self.conf(component_id), key)
+
+    def conf_int(self, key: str, component_id: str | None = None) -> int:
+        return int(self.setting(key, component_id))
+
+    def conf_float(self, key: str, component_id: str | None = None) -> float:
+        return float(self.setting(key, component_id))
+
+    def conf_bool(self, key: str, component_id: str | None = None) -> bool:
+        return bool(self.setting(key, component_id))
+
+    def with_config(self, overrides: dict[str, str]) -> Workflow:
+        """This workflow with workflow-level properties set or replaced (submit/recover -p)."""
+        if not overrides:
+            return self
+        merged = dict(self.config)
+        merged.update(overrides)
+        return self.model_copy(update={"config": tuple(merged.items())})
+
+    @property
+    def spouts(self) -> tuple[Component, ...]:
+        return tuple(c for c in self.components if c.kind == "spout")
+
+    @property
+    def bolts(self) -> tuple[Component, ...]:
+        return tuple(c for c in self.components if c.kind == "bolt")

@@ -1,0 +1,417 @@
+"""Workflow XML <-> model.
+
+Reading a workflow file runs, in order, and stops at the first problem with a
+WorkflowError naming the file and the line of the element at fault:
+
+1. a safe XML parse: no DOCTYPE at all (so no entity can resolve or expand: XXE and
+   "billion laughs" are refused before libxml2 sees them), no DTD loading, no network,
+   no huge trees;
+2. validation against the schema, recovery/model/xml/workflow.xsd (namespace
+   ``urn:recovery:workflow:1``);
+3. the checks a schema cannot express: property names and values against their
+   declarations (recovery/model/config.py), unique ids, exactly one implementation per
+   component, required source/sink attributes, inputs naming a known component and
+   stream, groupings consistent with what the upstream stream declares, no cycles;
+4. (``load`` only) the files the sources read exist.
+
+Nothing is written anywhere. Relative paths stay as written; the engine resolves them
+against ``Workflow.base_dir`` (the XML file's folder).
+"""
+from __future__ import annotations
+
+import os
+import re
+from functools import lru_cache
+from importlib import resources
+
+from lxml import etree
+from pydantic import ValidationError
+
+from recovery.errors import RecoveryError, WorkflowError
+from recovery.model import config as config_decl
+from recovery.model.config import PropertyError
+from recovery.model.workflow import (
+    DEFAULT_STREAM,
+    FILE_SINK_TYPES,
+    NAMESPACE,
+    ClassImpl,
+    Component,
+    Grouping,
+    Input,
+    ShellImpl,
+    SinkImpl,
+    SourceImpl,
+    StreamDef,
+    Workflow,
+)
+from recovery.model.xml.check import ElementLines, check_graph, check_source_paths
+
+# Package data, so that an installed wheel validates too; schemas/workflow.xsd at the top of
+# the repository is the documented copy (a test keeps the two identical).
+SCHEMA_RESOURCE = resources.files("recovery.model.xml").joinpath("workflow.xsd")
+
+_NS = "{%s}" % NAMESPACE
+
+# Attributes each built-in source / sink type requires (besides `type`).
+SOURCE_REQUIRED: dict[str, tuple[str, ...]] = {
+    "file": ("path",),
+    "redis-stream": ("topic",),
+    "queue": ("component", "tasks"),
+}
+SINK_REQUIRED: dict[str, tuple[str, ...]] = {
+    "jsonl": ("path",),
+    "parquet": ("path",),
+    "redis": ("key",),
+}
+FILE_FORMATS = ("text", "jsonl")
+RESERVED_STREAMS = ("__tick", "__heartbeat", "__system", "__ack_init", "__ack_ack", "__ack_fail")
+
+__all__ = ["SCHEMA_RESOURCE", "load", "parse_string", "parse_tree", "schema"]
+
+
+# ---------------------------------------------------------------------------- parsing
+
+
+def _parser() -> etree.XMLParser:
+    return etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False,
+                           dtd_validation=False, huge_tree=False, remove_blank_text=False,
+                           collect_ids=False)
+
+
+@lru_cache(maxsize=1)
+def schema() -> etree.XMLSchema:
+    """The compiled workflow schema, recovery/model/xml/workflow.xsd (read once)."""
+    try:
+        data = SCHEMA_RESOURCE.read_bytes()
+    except OSError as err:
+        raise RecoveryError(f"cannot read the workflow schema {SCHEMA_RESOURCE}: "
+                            f"{err.strerror}") from None
+    return etree.XMLSchema(etree.fromstring(data, _parser()))
+
+
+def _where(text: str, pos: int) -> int:
+    return text.count("\n", 0, pos) + 1
+
+
+def _prescan_text(data: bytes | str) -> str:
+    """A decoding of the document good enough to look at its prolog."""
+    if isinstance(data, str):
+        return data
+    for bom, enc in ((b"\xef\xbb\xbf", "utf-8"), (b"\xff\xfe\x00\x00", "utf-32-le"),
+                     (b"\x00\x00\xfe\xff", "utf-32-be"), (b"\xff\xfe", "utf-16-le"),
+                     (b"\xfe\xff", "utf-16-be")):
+        if data.startswith(bom):
+            return data[len(bom):].decode(enc, errors="replace")
+    return data.decode("latin-1")
+
+
+def _reject_doctype(data: bytes | str, file: str | None) -> None:
+    """Refuse any DOCTYPE before libxml2 parses it: a workflow needs no DTD, and a DTD is
+    what XXE and entity-expansion attacks ride on."""
+    text = _prescan_text(data)
+    pos, n = 0, len(text)
+    if text.startswith("\ufeff"):
+        pos = 1
+    while pos < n:
+        while pos < n and text[pos] in " \t\r\n":
+            pos += 1
+        if text.startswith("<?", pos):
+            end = text.find("?>", pos)
+            if end < 0:
+                return                       # malformed: the parser reports it
+            pos = end + 2
+        elif text.startswith("<!--", pos):
+            end = text.find("-->", pos)
+            if end < 0:
+                return
+            pos = end + 3
+        elif text.startswith("<!", pos) and text[pos + 2:pos + 9].upper() == "DOCTYPE":
+            raise WorkflowError("DOCTYPE declarations are not allowed in a workflow file "
+                                "(no DTDs, no entities)", file, _where(text, pos))
+        else:
+            return
+
+
+_ENCODING_DECL = re.compile(r"""^(\ufeff?<\?xml[^>]*?)\s+encoding\s*=\s*(["'])[^"']*\2""")
+
+
+def parse_tree(data: bytes | str, file: str | None) -> etree._Element:
+    _reject_doctype(data, file)
+    if isinstance(data, str):
+        # lxml refuses str input that carries an encoding declaration; the str is decoded.
+        data = _ENCODING_DECL.sub(r"\1", data, count=1)
+    try:
+        root = etree.fromstring(data, _parser())
+    except etree.XMLSyntaxError as err:
+        msg = err.msg or str(err)
+        msg = re.sub(r",? line \d+, column \d+$", "", msg)
+        raise WorkflowError(f"malformed XML: {msg}", file, err.lineno or None) from None
+    except ValueError as err:
+        raise WorkflowError(f"malformed XML: {err}", file, None) from None
+    docinfo = root.getroottree().docinfo
+    if docinfo.doctype or docinfo.internalDTD is not None:   # belt and braces
+        raise WorkflowError("DOCTYPE declarations are not allowed in a workflow file "
+                            "(no DTDs, no entities)", file, 1)
+    return root
+
+
+def local_name(el: etree._Element) -> str:
+    tag = el.tag
+    if not isinstance(tag, str):
+        return ""
+    return tag[len(_NS):] if tag.startswith(_NS) else tag
+
+
+def children(el: etree._Element, name: str | None = None) -> list[etree._Element]:
+    return [c for c in el if isinstance(c.tag, str) and c.tag.startswith(_NS)
+            and (name is None or local_name(c) == name)]
+
+
+def _clean_schema_message(msg: str) -> str:
+    msg = msg.replace(_NS, "")
+    msg = re.sub(r"\{urn:[^}]*\}", "", msg)
+    return msg
+
+
+def _prechecks(root: etree._Element, file: str | None) -> None:
+    """Friendly messages for mistakes the schema would report cryptically."""
+    if root.tag != _NS + "workflow":
+        if local_name(root) == "workflow" or root.tag == "workflow":
+            raise WorkflowError(f'the <workflow> element must be in namespace {NAMESPACE}: '
+                                f'write <workflow xmlns="{NAMESPACE}" name="...">',
+                                file, root.sourceline)
+        raise WorkflowError(f"the root element is <{local_name(root)}>, expected "
+                            f'<workflow xmlns="{NAMESPACE}">', file, root.sourceline)
+    for comp in root:
+        kind = local_name(comp)
+        if kind not in ("spout", "bolt") or not comp.tag.startswith(_NS):
+            continue
+        cid = comp.get("id", "?")
+        p = comp.get("parallelism")
+        if p is not None:
+            try:
+                ok = int(p.strip()) >= 1
+            except ValueError:
+                ok = False
+            if not ok:
+                raise WorkflowError(f"{kind} {cid!r}: parallelism must be a positive integer, "
+                                    f"got {p!r}", file, comp.sourceline)
+        for child in children(comp):
+            name = local_name(child)
+            if kind == "spout" and name == "sink":
+                raise WorkflowError(f"spout {cid!r} cannot have a <sink>: sinks are bolts",
+                                    file, child.sourceline)
+            if kind == "spout" and name == "input":
+                raise WorkflowError(f"spout {cid!r} cannot have an <input>: a spout reads "
+                                    "from its <source>, <shell> or class", file,
+                                    child.sourceline)
+            if kind == "bolt" and name == "source":
+                raise WorkflowError(f"bolt {cid!r} cannot have a <source>: sources are spouts",
+                                    file, child.sourceline)
+
+
+def _validate_schema(root: etree._Element, file: str | None) -> None:
+    xsd = schema()
+    if xsd.validate(root):
+        return
+    err = xsd.error_log[0] if len(xsd.error_log) else None
+    if err is None:                                   # pragma: no cover - lxml always logs
+        raise WorkflowError("schema violation", file, root.sourceline)
+    raise WorkflowError(f"schema violation: {_clean_schema_message(err.message)}", file,
+                        err.line or None)
+
+
+# ---------------------------------------------------------------------- building the model
+
+
+def _props(config_el: etree._Element, file: str | None, what: str) -> tuple[tuple[str, str], ...]:
+    """The properties of a <config>, each checked against its declaration (recovery/model/config.py)."""
+    seen: dict[str, int | None] = {}
+    out = []
+    for p in children(config_el, "property"):
+        name, value = p.get("name"), p.get("value")
+        if name in seen:
+            raise WorkflowError(f"{what}: property {name!r} is set twice (first on line "
+                                f"{seen[name]})", file, p.sourceline)
+        seen[name] = p.sourceline
+        try:
+            config_decl.check_property(name, value)
+        except PropertyError as err:
+            raise WorkflowError(f"{what}: {err}", file, p.sourceline) from None
+        out.append((name, value))
+    try:
+        config_decl.check_injections(seen)
+    except PropertyError as err:
+        raise WorkflowError(f"{what}: {err}", file, seen[err.property]) from None
+    return tuple(out)
+
+
+def _fields(value: str | None) -> tuple[str, ...]:
+    return tuple(value.split()) if value else ()
+
+
+def _bool(value: str | None) -> bool:
+    return (value or "false").strip() in ("true", "1")
+
+
+def _params(el: etree._Element) -> tuple[tuple[str, str], ...]:
+    return tuple((k, v) for k, v in el.attrib.items() if k != "type")
+
+
+def _build_component(el: etree._Element, file: str | None) -> tuple[Component, ElementLines]:
+    kind = local_name(el)
+    cid = el.get("id")
+    what = f"{kind} {cid!r}"
+    lines = ElementLines(component=el.sourceline)
+
+    # Implementation: exactly one of class=, <shell>, <source> (spouts), <sink> (bolts).
+    impls: list[tuple[str, int | None, object]] = []
+    if el.get("class") is not None:
+        impls.append(("class=", el.sourceline, ClassImpl(ref=el.get("class"))))
+    config: tuple[tuple[str, str], ...] = ()
+    config_line: int | None = None
+    streams: list[StreamDef] = []
+    stream_lines: dict[str, int | None] = {}
+    inputs: list[Input] = []
+    for child in children(el):
+        name, line = local_name(child), child.sourceline
+        if name == "config":
+            if config_line is not None:
+                raise WorkflowError(f"{what} has more than one <config> (first on line "
+                                    f"{config_line})", file, line)
+            config_line = line
+            config = _props(child, file, what)
+        elif name == "shell":
+            impls.append(("<shell>", line, ShellImpl(
+                command=child.get("command"), script=child.get("script"),
+                args=tuple((child.get("args") or "").split()))))
+        elif name in ("source", "sink"):
+            typ = child.get("type")
+            required = (SOURCE_REQUIRED if name == "source" else SINK_REQUIRED).get(typ, ())
+            for attr in required:
+                if not (child.get(attr) or "").strip():
+                    raise WorkflowError(f'{what}: <{name} type="{typ}"> needs a non-empty '
+                                        f"{attr}= attribute", file, line)
+            if name == "source" and typ == "file":
+                fmt = child.get("format")
+                if fmt is not None and fmt not in FILE_FORMATS:
+                    raise WorkflowError(f'{what}: <source type="file"> format must be one of '
+                                        f"{', '.join(FILE_FORMATS)}, got {fmt!r}", file, line)
+            if name == "source" and typ == "queue":
+                tasks = child.get("tasks", "").split()
+                if not all(t.isdigit() and int(t) >= 1 for t in tasks):
+                    raise WorkflowError(f'{what}: <source type="queue"> tasks= must be '
+                                        f"space-separated task ids (positive integers), got "
+                                        f"{child.get('tasks')!r}", file, line)
+            if name == "source":
+                impls.append(("<source>", line, SourceImpl(type=typ, params=_params(child))))
+            else:
+                mode = child.get("mode")
+                if mode is not None and typ not in FILE_SINK_TYPES:
+                    raise WorkflowError(f'{what}: <sink type="{typ}"> takes no mode= (only '
+                                        f"{' and '.join(FILE_SINK_TYPES)} sinks write part files)",
+                                        file, line)
+                params = tuple(p for p in _params(child) if p[0] != "mode")
+                impls.append(("<sink>", line, SinkImpl(type=typ, mode=mode, params=params)))
+        elif name == "stream":
+            sid = child.get("id") or DEFAULT_STREAM
+            if sid in stream_lines:
+                raise WorkflowError(f"{what} declares stream {sid!r} twice (first on line "
+                                    f"{stream_lines[sid]})", file, line)
+            if sid in RESERVED_STREAMS:
+                raise WorkflowError(f"{what}: stream id {sid!r} is reserved for the system",
+                                    file, line)
+            stream_lines[sid] = line
+            fields = _fields(child.get("fields"))
+            dup = [f for i, f in enumerate(fields) if f in fields[:i]]
+            if dup:
+                raise WorkflowError(f"{what}: stream {sid!r} declares field {dup[0]!r} twice",
+                                    file, line)
+            streams.append(StreamDef(id=sid, fields=fields, direct=_bool(child.get("direct"))))
+            lines.streams.append(line)
+        elif name == "input":
+            inputs.append(Input(source=child.get("from"),
+                                stream=child.get("stream") or DEFAULT_STREAM,
+                                grouping=Grouping(child.get("grouping") or "shuffle"),
+                                fields=_fields(child.get("fields"))))
+            lines.inputs.append(line)
+
+    if not impls:
+        extra = "<source>" if kind == "spout" else "<sink>"
+        raise WorkflowError(f'{what} has no implementation: give class="module:Class", '
+                            f"a <shell> or a {extra}", file, el.sourceline)
+    if len(impls) > 1:
+        names = " and ".join(n for n, _, _ in impls)
+        raise WorkflowError(f"{what} has {len(impls)} implementations ({names}): give "
+                            "exactly one", file, impls[1][1])
+    lines.impl = impls[0][1]
+    if kind == "bolt" and not inputs:
+        raise WorkflowError(f"bolt {cid!r} has no <input>: a bolt must read from at least one "
+                            "component", file, el.sourceline)
+    try:
+        comp = Component(id=cid, kind=kind, parallelism=int((el.get("parallelism") or "1").strip()),
+                         impl=impls[0][2], streams=tuple(streams), inputs=tuple(inputs),
+                         config=config)
+    except ValidationError as err:                   # pragma: no cover - the checks above
+        raise WorkflowError(f"{what}: {err.errors()[0]['msg']}", file, el.sourceline) from None
+    return comp, lines
+
+
+def _build(root: etree._Element, file: str | None, base_dir: str | None,
+           check_paths: bool) -> Workflow:
+    config: tuple[tuple[str, str], ...] = ()
+    comps: list[Component] = []
+    lines: dict[str, ElementLines] = {}
+    for el in children(root):
+        name = local_name(el)
+        if name == "config":
+            config = _props(el, file, "workflow")
+            continue
+        cid = el.get("id")
+        if cid in lines:
+            raise WorkflowError(f"duplicate component id {cid!r} (first defined on line "
+                                f"{lines[cid].component})", file, el.sourceline)
+        comp, comp_lines = _build_component(el, file)
+        comps.append(comp)
+        lines[cid] = comp_lines
+    check_graph(comps, lines, file)
+    if check_paths and base_dir is not None:
+        check_source_paths(comps, lines, base_dir, file)
+    return Workflow(name=root.get("name"), config=config, components=tuple(comps),
+                    base_dir=base_dir)
+
+
+# ------------------------------------------------------------------------- public API
+
+
+def parse_string(text: str | bytes, file: str | None = None, base_dir: str | None = None,
+                 check_paths: bool = False) -> Workflow:
+    """Parse and check a workflow document. `file` is only used in error messages;
+    `base_dir` is stored on the model (and, with `check_paths`, used to check that the
+    files sources read exist). Raises WorkflowError(message, file, line)."""
+    root = parse_tree(text, file)
+    _prechecks(root, file)
+    _validate_schema(root, file)
+    return _build(root, file, base_dir, check_paths)
+
+
+def load(path: str | os.PathLike, check_paths: bool = True) -> Workflow:
+    """Read a workflow file; base_dir is the file's folder. Checks the files its sources
+    read exist unless `check_paths` is False."""
+    file = os.fspath(path)
+    try:
+        with open(file, "rb") as fh:
+            data = fh.read()
+    except FileNotFoundError:
+        raise WorkflowError("no such file", file) from None
+    except IsADirectoryError:
+        raise WorkflowError("is a directory, not a workflow file", file) from None
+    except OSError as err:
+        raise WorkflowError(f"cannot read: {err.strerror}", file) from None
+    base_dir = os.path.dirname(os.path.abspath(file))
+    return parse_string(data, file=file, base_dir=base_dir, check_paths=check_paths)
+
+
+# --------------------------------------------------------------------------- writing
+
+

@@ -1,0 +1,1 @@
+"""Where Redis comes from: URLs and clients (connection.py), the embedded server (embedded.py)."""

@@ -1,0 +1,168 @@
+"""The collector a component's emits, acks, fails and logs go to: anchoring, ids, output chunks,
+held tuples and failure records."""
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+import msgpack
+
+from recovery.api.components import Tuple
+from recovery.runtime import timeouts
+from recovery.tracking import ids
+
+CHUNK = 2048          # tuples per blob
+ERROR_CAP = 4000      # characters of an error/traceback kept with a failed tuple
+
+
+def format_error(err: BaseException) -> tuple[str, str]:
+    message = f"{type(err).__name__}: {err}"
+    tb = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+    return message[:ERROR_CAP], tb[-ERROR_CAP:]
+
+
+class Collector:
+    """The OutputCollector side of a task (part of TaskRunner): emits with their anchors and
+    routes, acks, fails and logs."""
+
+    # -- collector protocol ---------------------------------------------------------------
+    def emit(self, component: Any, values: Any, stream: str, anchors: tuple, direct_task: int | None,
+             message_id: Any) -> list[int]:
+        if self._running is not None and timeouts.clock() > self._running[1]:
+            self._raise_timeout()
+        if type(values) is not list:
+            values = list(values)
+        if self.is_spout:
+            # every emit counts, a root replay's unselected ones too: run_spout takes only a
+            # next_tuple() that called emit not once for the end of the spout
+            self.spout_emits += 1
+            if message_id is None:
+                self.unanchored_seq += 1
+                # the round keeps a later round's unanchored tuples apart from this one's
+                return self._emit(values, stream, (), ids.derive(self.task_id, self.unanchored_seq,
+                                                                 self.spec.round), direct_task, hold=None)
+            if not self._selected(message_id):
+                return []
+            root = ids.root_id(self._root_salt(self.spec.root_epoch), message_id)
+            if root in self._spout_roots:
+                # ids are derived from message ids: a second root under one id would cancel the
+                # first one's XORs and share its queue fields, losing one of them silently
+                raise ValueError(f"spout {self.component_id!r} emitted message id {message_id!r} twice in "
+                                 f"one task; message ids must be unique within a run")
+            base = ids.derive(root, self.router.salts.get(stream, 0), 0)
+            targets = self._emit(values, stream, (root,), base, direct_task, hold=None, root_xor=root)
+            # only an emit that routed makes a root: one that raised (an undeclared stream...)
+            # would otherwise count as complete and be acked to its spout
+            self._count_root(False)
+            self._spout_roots.add(root)
+            self.spout_messages.append([root, message_id])
+            return targets
+        if not anchors and self.auto_anchor and self.current is not None:
+            anchors = (self.current,)
+        elif len(anchors) > 1:
+            # one tuple named twice is one anchor: XORed with itself it would make an anchor key
+            # of 0, and ids that every task and round share
+            anchors = tuple({a.id: a for a in anchors}.values())
+        if len(anchors) == 1:   # the common case, kept short
+            a = anchors[0]
+            key = a.id
+            n = self.emit_counts.get(key, 0)
+            self.emit_counts[key] = n + 1
+            return self._emit(values, stream, a.roots, ids.derive(key, self.router.salts.get(stream, 0), n),
+                              direct_task, hold=anchors)
+        if anchors:
+            key = 0
+            roots: list[int] = []
+            for a in anchors:
+                key ^= a.id
+                for r in a.roots:
+                    if r not in roots:
+                        roots.append(r)
+            n = self.emit_counts.get(key, 0)
+            self.emit_counts[key] = n + 1
+            base = ids.derive(key, self.router.salts.get(stream, 0), n)
+            return self._emit(values, stream, tuple(roots), base, direct_task, hold=anchors)
+        self.unanchored_seq += 1
+        base = ids.derive(self.task_id, self.router.salts.get(stream, 0), self.unanchored_seq, 1,
+                          self.spec.round)
+        return self._emit(values, stream, (), base, direct_task, hold=None)
+
+    def _emit(self, values, stream, roots, base, direct_task, hold, root_xor: int = 0) -> list[int]:
+        deliveries = self.router.deliver(stream, values, base, direct_task)
+        recs = [(consumer, i, [tid, roots, stream, values]) for consumer, i, _, tid in deliveries]
+        if hold:
+            entry = [len(hold), recs, False]
+            for a in hold:
+                if a.id not in self.outstanding:
+                    raise ValueError(f"emit anchored to tuple {a.id:#x}, which was already acked or failed")
+                self.held.setdefault(a.id, []).append(entry)
+        else:
+            x = 0
+            for rec in recs:
+                x ^= rec[2][0]
+            if root_xor:
+                self.contrib[root_xor] = self.contrib.get(root_xor, 0) ^ x
+            self._release(recs, xor_roots=False)
+        return [t for _, _, t, _ in deliveries]
+
+    def _release(self, recs: list, xor_roots: bool = True) -> None:
+        out, contrib = self.out, self.contrib
+        for consumer, i, rec in recs:
+            if xor_roots:
+                tid = rec[0]
+                for r in rec[1]:
+                    contrib[r] = contrib.get(r, 0) ^ tid
+            key = (consumer, i)
+            buf = out.get(key)
+            if buf is None:
+                buf = out[key] = []
+            buf.append(rec)
+            if len(buf) >= CHUNK:
+                self._seal(key)
+        self.stats["emitted"] += len(recs)
+
+    def _seal(self, key: tuple[str, int]) -> None:
+        blob = msgpack.packb([self.component_id, self.task_id, self.out.pop(key)])
+        self.ready.append((key, blob))
+        if self.tracker is not None:
+            self.tracker.add_output(key, blob)
+
+    def ack(self, tup: Tuple) -> None:
+        if self._running is not None and timeouts.clock() > self._running[1]:
+            self._raise_timeout()
+        if self.outstanding.pop(tup.id, None) is None:
+            return  # already acked or failed: Storm ignores it too
+        self.stats["acked"] += 1
+        for r in tup.roots:
+            self.contrib[r] = self.contrib.get(r, 0) ^ tup.id
+        if tup.id in self.replayed and self.tracker is not None:
+            self.tracker.replay_done(self.component_id, self.task_id, tup.id)
+        for entry in self.held.pop(tup.id, ()):
+            entry[0] -= 1
+            if entry[0] == 0 and not entry[2]:
+                self._release(entry[1])
+
+    def fail(self, tup: Tuple, error: str | None = None, tb: str = "") -> None:
+        if self._running is not None and timeouts.clock() > self._running[1]:
+            self._raise_timeout()
+        if self.outstanding.pop(tup.id, None) is None:
+            return
+        self.stats["failed"] += 1
+        for entry in self.held.pop(tup.id, ()):
+            entry[2] = True   # nothing emitted on a failed tuple's behalf flows on
+        if self.tracker is not None:
+            rec = {"id": tup.id, "roots": list(tup.roots), "src_component": tup.component,
+                   "src_task": tup.source_task, "stream": tup.stream, "values": tup.values,
+                   "attempt": tup.attempt, "error": error or f"failed by {self.component_id}",
+                   "traceback": tb}
+            self.tracker.failure(rec)
+            if rec.get("dead"):
+                self.stats["dead"] += 1
+        else:
+            self.log(f"tuple {tup.id:#x} failed: {error}", "error")
+
+    def log(self, message: str, level: str = "info") -> None:
+        if self._running is not None and timeouts.clock() > self._running[1]:
+            self._raise_timeout()
+        if self.tracker is not None:
+            self.tracker.log(level, message)

@@ -1,0 +1,325 @@
+"""Run records: what was submitted, where it is, what it counted; who is driving it.
+
+A record is created once, atomically (a second `submit --run-id X` is refused). It carries a
+*generation*, a token chosen at creation: every writer of a run's keys (task commits, the
+driver's updates, its lease) checks it in the same atomic step as its writes, so a run that was
+cleared, or cleared and created anew under the same id, is never written into by a process
+still working on the old one. The driver holding a run keeps a *lease* (a key with an expiry,
+refreshed by a daemon thread): a `running` run whose lease expired, or whose driver's pid is
+gone on this host, is crashed.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+from typing import Any
+
+from recovery.errors import RunCleared, RunError
+from recovery.tracking import keys
+
+log = logging.getLogger(__name__)
+
+RUNNING = "running"
+COMPLETED = "completed"      # every root complete
+PENDING = "pending"          # failures queued for recovery
+DEAD = "dead"                # nothing left to recover, but some roots are dead
+CRASHED = "crashed"          # the driver died mid-round (its lease expired or its pid is gone)
+ERROR = "error"              # Spark gave up on a round; `recover` resumes it
+
+# Seconds a driver's lease lasts without a refresh (refreshed every third of it): how long a
+# run whose driver died on another host looks alive.
+LEASE_SECONDS = float(os.environ.get("RECOVERY_LEASE_SECONDS") or 30)
+
+# KEYS: record, lease, runs index. ARGV: generation, lease holder, lease ms, now, run id,
+# then the record's field/value pairs.
+_CREATE = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'generation', ARGV[1], unpack(ARGV, 6))
+redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+redis.call('ZADD', KEYS[3], ARGV[4], ARGV[5])
+return 1
+"""
+
+# The record exists and (when ARGV[1] is not empty) still holds generation ARGV[1].
+_FENCE = """
+local gen = redis.call('HGET', KEYS[1], 'generation')
+if redis.call('EXISTS', KEYS[1]) == 0 or (ARGV[1] ~= '' and gen ~= ARGV[1]) then return -1 end
+"""
+
+# KEYS: record. ARGV: generation or '', then field/value pairs.
+_UPDATE = _FENCE + """
+redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+return 1
+"""
+
+_INCREMENT = _FENCE + """
+for i = 2, #ARGV, 2 do redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1]) end
+return 1
+"""
+
+# KEYS: record, lease. ARGV: generation or '', holder, ms, the holder seen as dead or '', force.
+# Returns -1 fenced, 1 taken, or the live holder that refused it.
+_ACQUIRE = _FENCE + """
+local cur = redis.call('GET', KEYS[2])
+if cur and cur ~= ARGV[2] and cur ~= ARGV[4] and ARGV[5] ~= '1' then return cur end
+redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+return 1
+"""
+
+# KEYS: record, lease. ARGV: generation or '', holder, ms. -1 fenced, 0 taken over, 1 refreshed.
+_REFRESH = _FENCE + """
+local cur = redis.call('GET', KEYS[2])
+if cur and cur ~= ARGV[2] then return 0 end
+redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+return 1
+"""
+
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+def new_run_id(name: str) -> str:
+    return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+
+
+def _dec(v: Any) -> Any:
+    return v.decode() if isinstance(v, bytes) else v
+
+
+def _enc(v: Any) -> Any:
+    return json.dumps(v) if isinstance(v, (dict, list)) else ("" if v is None else v)
+
+
+def _cleared(run_id: str) -> RunCleared:
+    return RunCleared(f"run {run_id} was cleared (or created anew) while this process worked on "
+                      "it; it stopped without writing into it")
+
+
+def create(client: Any, run_id: str, xml: str, wf_json: str, file: str | None, master: str,
+           tracking: bool) -> Lease:
+    """Create the run's record, its lease (held by this process) and its index entry in one
+    atomic step; a run id that exists already is refused. Returns the lease (not yet refreshed:
+    use it as a context manager around the work)."""
+    now = time.time()
+    lease = Lease(client, run_id, secrets.token_hex(8))
+    fields = {
+        "run_id": run_id, "xml": xml, "workflow_json": wf_json, "file": file or "",
+        "master": master, "status": RUNNING, "started": now, "ended": "", "round": 0,
+        "driver_pid": os.getpid(), "driver_host": socket.gethostname(),
+        "tracking": int(tracking), "stats": "{}", "rounds": "[]",
+    }
+    args: list[Any] = [lease.generation, lease.holder, lease.ttl_ms, now, run_id]
+    for k, v in fields.items():
+        args += [k, v]
+    created = client.register_script(_CREATE)(
+        keys=[keys.run_record(run_id), keys.lease(run_id), keys.runs_index()], args=args)
+    if not created:
+        raise RunError(f"run {run_id!r} exists already (see `recovery status {run_id}`; "
+                       "choose another --run-id)")
+    return lease
+
+
+def get(client: Any, run_id: str) -> dict[str, Any]:
+    """The record, with its lease as read now (`lease_holder`, `lease_ms`: -2 when none)."""
+    with client.pipeline(transaction=False) as pipe:
+        pipe.hgetall(keys.run_record(run_id))
+        pipe.get(keys.lease(run_id))
+        pipe.pttl(keys.lease(run_id))
+        raw, holder, ttl = pipe.execute()
+    if not raw:
+        raise RunError(f"no run {run_id!r} in this Redis (see `recovery runs`)")
+    rec = {_dec(k): _dec(v) for k, v in raw.items()}
+    for k in ("stats", "rounds", "summary"):
+        if rec.get(k):
+            rec[k] = json.loads(rec[k])
+    rec["lease_holder"] = _dec(holder)
+    rec["lease_ms"] = int(ttl) if holder is not None else -2
+    return rec
+
+
+def update(client: Any, run_id: str, generation: str | None = None, **fields: Any) -> None:
+    """Set fields of an existing record (never recreates a cleared one); with `generation`,
+    only while the record still holds it. Raises RunCleared otherwise."""
+    args: list[Any] = [generation or ""]
+    for k, v in fields.items():
+        args += [k, _enc(v)]
+    if client.register_script(_UPDATE)(keys=[keys.run_record(run_id)], args=args) != 1:
+        raise _cleared(run_id)
+
+
+def increment(client: Any, run_id: str, generation: str | None = None, **amounts: int) -> None:
+    """HINCRBY fields of an existing record, fenced as `update` is."""
+    args: list[Any] = [generation or ""]
+    for k, v in amounts.items():
+        args += [k, int(v)]
+    if client.register_script(_INCREMENT)(keys=[keys.run_record(run_id)], args=args) != 1:
+        raise _cleared(run_id)
+
+
+def list_ids(client: Any) -> list[str]:
+    return [_dec(r) for r in client.zrange(keys.runs_index(), 0, -1)]
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except (ValueError, ProcessLookupError, OverflowError):
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (killed, not yet reaped by its parent) is not alive
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ", 1)[1][:1] != "Z"
+    except OSError:
+        return True
+
+
+def _parse_holder(holder: str) -> tuple[str, int]:
+    """"host:pid:token" -> (host, pid)."""
+    parts = holder.rsplit(":", 2)
+    try:
+        return parts[0], int(parts[1])
+    except (IndexError, ValueError):
+        return holder, 0
+
+
+def driver_alive(rec: dict[str, Any]) -> bool:
+    """Is the driver of a `running` run (a record read by `get`) alive? Its lease says so until
+    it expires; on this host a driver whose pid is gone is dead at once (the fast path)."""
+    if not rec.get("generation"):
+        # a record written before runs had leases: only a driver on this host can be checked
+        if rec.get("driver_host") != socket.gethostname():
+            return True
+        try:
+            return _pid_alive(int(rec.get("driver_pid") or 0))
+        except ValueError:
+            return False
+    holder = rec.get("lease_holder")
+    if not holder or int(rec.get("lease_ms", -2)) == -2:
+        return False
+    host, pid = _parse_holder(holder)
+    if host == socket.gethostname():
+        return _pid_alive(pid)
+    return True
+
+
+def status_of(rec: dict[str, Any]) -> str:
+    """The one status every command shows: the record's, `crashed` for a dead driver's run."""
+    if rec.get("status") == RUNNING and not driver_alive(rec):
+        return CRASHED
+    return rec.get("status", "")
+
+
+def describe_driver(rec: dict[str, Any]) -> str:
+    holder = rec.get("lease_holder")
+    if holder and rec.get("generation"):
+        host, pid = _parse_holder(holder)
+        left = int(rec.get("lease_ms", -2))
+        return f"driver pid {pid} on {host}, lease valid {max(left, 0) / 1000:.0f}s more"
+    return f"driver pid {rec.get('driver_pid')} on {rec.get('driver_host')}"
+
+
+class Lease:
+    """This process drives the run: a key with an expiry that a daemon thread refreshes while
+    the process works (`with lease:`). Released at the end; if the process dies it expires."""
+
+    def __init__(self, client: Any, run_id: str, generation: str | None,
+                 ttl: float | None = None):
+        self.client = client
+        self.run_id = run_id
+        self.generation = generation
+        self.ttl_ms = max(1, int((ttl if ttl is not None else LEASE_SECONDS) * 1000))
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _keys(self) -> list[str]:
+        return [keys.run_record(self.run_id), keys.lease(self.run_id)]
+
+    def acquire(self, seen_holder: str | None = None, force: bool = False) -> None:
+        """Take the lease: free, held by `seen_holder` (a driver found dead), or with `force`
+        from a live one. Atomic, so of two `recover`s of a crashed run only one goes on."""
+        got = self.client.register_script(_ACQUIRE)(
+            keys=self._keys(), args=[self.generation or "", self.holder, self.ttl_ms,
+                                     seen_holder or "", "1" if force else "0"])
+        if got == -1:
+            raise _cleared(self.run_id)
+        if got != 1:
+            host, pid = _parse_holder(_dec(got))
+            raise RunError(f"run {self.run_id} is held by another driver (pid {pid} on {host}); "
+                           f"see `recovery status {self.run_id}`")
+
+    def refresh(self) -> bool:
+        """Extend the lease; False once it was taken over or the run cleared (stops refreshing)."""
+        got = self.client.register_script(_REFRESH)(
+            keys=self._keys(), args=[self.generation or "", self.holder, self.ttl_ms])
+        if got != 1:
+            log.warning("run %s: %s; this driver no longer holds its lease", self.run_id,
+                        "cleared" if got == -1 else "taken over by another driver")
+            self.lost.set()
+            return False
+        return True
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.ttl_ms / 3000):
+            try:
+                if not self.refresh():
+                    return
+            except Exception as err:   # Redis away for a while: the lease may expire; keep trying
+                log.debug("run %s: could not refresh the driver's lease: %s", self.run_id, err)
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        try:
+            self.client.register_script(_RELEASE)(keys=[keys.lease(self.run_id)], args=[self.holder])
+        except Exception as err:   # Redis gone: the lease expires on its own
+            log.debug("run %s: could not release the driver's lease: %s", self.run_id, err)
+
+    def __enter__(self) -> Lease:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name=f"lease-{self.run_id}", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+def take_over(client: Any, rec: dict[str, Any], force: bool = False) -> Lease:
+    """The lease of a run this process is about to drive (a crashed or errored run; a live one
+    only with `force`). A record from before generations gets one now."""
+    run_id = rec["run_id"]
+    generation = rec.get("generation")
+    if not generation:
+        client.hsetnx(keys.run_record(run_id), "generation", secrets.token_hex(8))
+        generation = _dec(client.hget(keys.run_record(run_id), "generation"))
+        if generation is None:
+            raise _cleared(run_id)
+        rec["generation"] = generation
+    lease = Lease(client, run_id, generation)
+    # a holder found dead may be replaced (atomically: if two try, one wins); a live one only by force
+    lease.acquire(seen_holder=None if driver_alive(rec) else rec.get("lease_holder"), force=force)
+    return lease
+
+
+def check_generation(client: Any, run_id: str, generation: str | None) -> None:
+    """Raise RunCleared when the run was cleared or created anew since `generation` was read."""
+    if generation is not None and _dec(client.hget(keys.run_record(run_id), "generation")) != generation:
+        raise _cleared(run_id)
+
+
+def round_settled(rec: dict[str, Any]) -> bool:
+    """Has the record's current round been settled (acker verdict taken)? Until then its root
+    counts are in flux (a driver running it, or one that died in it)."""
+    return str(rec.get("settled_round", "")) == str(rec.get("round") or 0)

@@ -1,0 +1,146 @@
+"""A task's tracking in Redis (TaskTracker): its ledger contributions (ledger.py), failure
+localization, in-flight tuples, retries with backoff, and its commit."""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import msgpack
+
+from recovery.model import config as config_decl
+from recovery.tracking import keys
+from recovery.tracking.ledger import fenced_transaction, pack_xors
+
+log = logging.getLogger(__name__)
+
+LOG_CAP = 2000
+
+
+def backoff_ms(attempt: int, conf: dict[str, str]) -> float:
+    """Delay before attempt `attempt + 1` (KafkaSpoutRetryExponentialBackoff's shape)."""
+    initial = config_decl.value(conf, "recovery.retry.initial.delay.ms")
+    period = config_decl.value(conf, "recovery.retry.delay.period.ms")
+    cap = config_decl.value(conf, "recovery.retry.max.delay.ms")
+    return min(cap, initial + period * (2 ** max(0, attempt - 1)))
+
+
+class TaskTracker:
+    """One Spark task's view of tracking: it buffers what the task learns and commits it in one
+    transaction with the task's done marker."""
+
+    def __init__(self, client: Any, run_id: str, round_no: int, component: str, index: int,
+                 task_id: int, conf: dict[str, str], generation: str | None = None):
+        self.client = client
+        self.generation = generation
+        self.fenced = False          # the run was cleared or re-created: write nothing more
+        self.run_id = run_id
+        self.round = round_no
+        self.component = component
+        self.index = index
+        self.task_id = task_id
+        self.conf = conf
+        self.max_attempts = config_decl.value(conf, "recovery.max.attempts")
+        self.field = f"{component}:{index}"
+        self.out_key = keys.task_output(run_id, round_no, component, index)
+        self._out_pending: dict[int, bytes] = {}
+        self._out_n = 0
+        self.failures: list[dict] = []
+        self.replays_done: list[tuple[str, int, int]] = []
+        self.logs: list[bytes] = []
+
+    # -- idempotence ------------------------------------------------------------------
+    def committed(self) -> dict | None:
+        raw = self.client.hget(keys.task_done(self.run_id, self.round), self.field)
+        return msgpack.unpackb(raw) if raw is not None else None
+
+    def stored_output(self) -> Iterator[tuple[Any, bytes]]:
+        for _, raw in sorted(self.client.hgetall(self.out_key).items(), key=lambda kv: int(kv[0])):
+            key, blob = msgpack.unpackb(raw)
+            yield tuple(key), blob
+
+    # -- in-flight tuples ---------------------------------------------------------------
+    def add_output(self, key: tuple, blob: bytes) -> None:
+        self._out_pending[self._out_n] = msgpack.packb([list(key), blob])
+        self._out_n += 1
+        if len(self._out_pending) >= 64:
+            self.flush_output()
+
+    def flush_output(self) -> None:
+        if self._out_pending and not self.fenced:
+            pending = self._out_pending
+            if not fenced_transaction(self.client, self.run_id, self.generation,
+                                      lambda pipe: pipe.hset(self.out_key, mapping=pending)):
+                self._fence()
+        self._out_pending = {}
+
+    def _fence(self) -> None:
+        if not self.fenced:
+            log.info("run %s was cleared or created anew: task %s of round %d stops writing "
+                        "(its round is gone)", self.run_id, self.field, self.round)
+        self.fenced = True
+
+    # -- failure localization -----------------------------------------------------------
+    def failure(self, record: dict) -> None:
+        """A tuple failed at this task: to the queue for recovery, or dead when out of attempts."""
+        record.setdefault("component", self.component)
+        record.setdefault("task", self.task_id)
+        record["round"] = self.round
+        record["time"] = time.time()
+        attempt = int(record.get("attempt", 1))
+        if attempt >= self.max_attempts:
+            record["dead"] = True
+        else:
+            record["not_before"] = time.time() + backoff_ms(attempt, self.conf) / 1000.0
+        self.failures.append(record)
+
+    def replay_done(self, component: str, task: int, tuple_id: int) -> None:
+        """A tuple replayed from a queue was acked here: its queue entry goes at commit."""
+        self.replays_done.append((component, task, tuple_id))
+
+    def log(self, level: str, message: str) -> None:
+        if len(self.logs) < 200:
+            self.logs.append(msgpack.packb([time.time(), self.component, self.task_id, level,
+                                            message[:2000]]))
+
+    # -- commit -------------------------------------------------------------------------
+    def commit(self, contrib: dict[int, int], stats: dict, state: Any = None,
+               extra: Any = None) -> bool:
+        """Everything the task learned and its done marker, in one transaction, only into the
+        run it started in (a cleared run: nothing written, False; the task ends quietly)."""
+        self.flush_output()
+        if self.fenced:
+            return False
+        rid = self.run_id
+
+        def build(pipe: Any) -> None:
+            for b, blob in enumerate(pack_xors(contrib)):
+                if blob:
+                    pipe.hset(keys.ledger(rid, b), f"{self.round}:{self.field}", blob)
+            for comp, task, tid in self.replays_done:
+                pipe.hdel(keys.queue(rid, comp, task), str(tid))
+            for rec in self.failures:
+                comp, task, tid = rec["component"], rec["task"], rec["id"]
+                packed = msgpack.packb(rec, default=repr)
+                if rec.get("dead"):
+                    pipe.hdel(keys.queue(rid, comp, task), str(tid))
+                    pipe.hset(keys.dead(rid), f"{comp}:{task}:{tid}", packed)
+                    if rec.get("roots"):
+                        pipe.sadd(keys.dead_roots(rid), *[str(r) for r in rec["roots"]])
+                else:
+                    pipe.hset(keys.queue(rid, comp, task), str(tid), packed)
+                    pipe.sadd(keys.failed_set(rid), f"{comp}:{task}")
+            if state is not None:
+                state.write_to(pipe)
+            if extra is not None:
+                extra(pipe)
+            if self.logs:
+                pipe.rpush(keys.log(rid), *self.logs)
+                pipe.ltrim(keys.log(rid), -LOG_CAP, -1)
+            pipe.hset(keys.task_done(rid, self.round), self.field, msgpack.packb(stats))
+
+        if not fenced_transaction(self.client, rid, self.generation, build):
+            self._fence()
+            return False
+        return True

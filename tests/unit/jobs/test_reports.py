@@ -1,0 +1,149 @@
+"""recovery/jobs/reports.py on fakeredis: the shapes the CLI's --json and the web API share, error
+kinds, and requeue of one tuple, a selection or all of them (each moved atomically, never twice)."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import msgpack
+import pytest
+
+from recovery.errors import RunError
+from recovery.jobs import recover, reports, submit
+from recovery.model.xml import parse as workflow_xml
+from recovery.tracking import keys, runs
+
+WORKFLOWS = Path(__file__).resolve().parents[3] / "workflows"
+
+
+def _dead_tuple(run_id: str, component: str, task: int, tid: int, error: str) -> tuple[str, bytes]:
+    rec = {"id": tid, "roots": [tid], "component": component, "task": task, "values": [f"v{tid}"],
+           "raw": b"raw line\n", "attempt": 3, "error": error, "traceback": "Traceback ...", "dead": True}
+    return f"{component}:{task}:{tid}", msgpack.packb(rec)
+
+
+@pytest.fixture
+def run(fake_redis):
+    """A wordcount run record that ended `dead`, with three dead tuples and one queued."""
+    wf = workflow_xml.load(WORKFLOWS / "wordcount.xml", check_paths=False)
+    run_id = "wordcount-1"
+    runs.create(fake_redis, run_id, "<workflow/>", submit.workflow_json(wf), None, "local[2]", True)
+    runs.update(fake_redis, run_id, status=runs.DEAD, ended=float(fake_redis.hget(keys.run_record(run_id), "started")) + 2)
+    for comp, task, tid, err in (("split", 6, 11, "ValueError: bad"), ("split", 7, 12, "not acked by split"),
+                                 ("count", 1, 13, "failed by count")):
+        field, packed = _dead_tuple(run_id, comp, task, tid, err)
+        fake_redis.hset(keys.dead(run_id), field, packed)
+        fake_redis.sadd(keys.dead_roots(run_id), str(tid))
+    queued = {"id": 21, "roots": [21], "component": "count", "task": 2, "values": ["w"], "attempt": 1,
+              "error": "shell process `python x.py` (pid 7) exited with code 1", "traceback": ""}
+    fake_redis.hset(keys.queue(run_id, "count", 2), "21", msgpack.packb(queued))
+    fake_redis.sadd(keys.failed_set(run_id), "count:2")
+    return run_id
+
+
+def test_error_kinds():
+    assert reports.error_kind("ValueError: invalid log") == "exception"
+    assert reports.error_kind("failed by split") == "fail"
+    assert reports.error_kind("not acked by aggregate") == "not acked"
+    assert reports.error_kind("TupleTimeout: tuple timed out after 2s in split") == "timeout"
+    assert reports.error_kind("shell process `python b.py` (pid 9) exited with code 1") == "shell process lost"
+    assert reports.error_kind("shell component 'b' gave up after 3 restarts") == "shell process lost"
+    assert reports.error_kind(None) == "exception"
+
+
+def test_runs_list_newest_first_with_workflow_and_duration(fake_redis, run):
+    wf = workflow_xml.load(WORKFLOWS / "wordcount.xml", check_paths=False)
+    runs.create(fake_redis, "wordcount-2", "<workflow/>", submit.workflow_json(wf), None, "local[2]", True)
+    fake_redis.zadd(keys.runs_index(), {"wordcount-2": 10**10})     # started later
+    rows = reports.runs_list(fake_redis)["runs"]
+    assert [r["run_id"] for r in rows] == ["wordcount-2", run]
+    assert rows[1]["workflow"] == "wordcount" and rows[1]["status"] == "dead" and rows[1]["duration"] == 2
+    assert json.dumps(rows)       # JSON as it is
+    assert [r["run_id"] for r in reports.runs_list(fake_redis, status="dead")["runs"]] == [run]
+
+
+def test_dead_report_is_json_with_keys_and_kinds(fake_redis, run):
+    rows = reports.dead(fake_redis, run)["dead"]
+    assert [r["key"] for r in rows] == ["count:1:13", "split:6:11", "split:7:12"]
+    assert [r["kind"] for r in rows] == ["fail", "exception", "not acked"]
+    assert rows[0]["raw"] == "raw line\n"           # bytes become text
+    json.dumps(rows)
+
+
+def test_failed_report_has_full_errors(fake_redis, run):
+    (pos,) = reports.failed(fake_redis, run)["failed_positions"]
+    assert (pos["component"], pos["task"], pos["count"], pos["kind"]) == ("count", 2, 1, "shell process lost")
+    assert pos["tuples"][0]["traceback"] == "" and pos["tuples"][0]["error"].startswith("shell process")
+
+
+def test_plan_report(fake_redis, run):
+    p = reports.plan(fake_redis, run)
+    assert p["failed"] == {"count": [2]} and p["rerun"] == ["count", "out"]
+    assert 'type="queue"' in p["xml"] and "FAILED task 2: 1 tuple" in p["marks"]["count"]
+
+
+def test_requeue_one_then_a_selection(fake_redis, run):
+    assert reports.requeue(fake_redis, run, tuple_keys=["split:7:12"]) == {"run_id": run, "requeued": 1}
+    assert fake_redis.hexists(keys.queue(run, "split", 7), "12")
+    assert msgpack.unpackb(fake_redis.hget(keys.queue(run, "split", 7), "12"))["attempt"] == 0
+    assert not fake_redis.sismember(keys.dead_roots(run), "12")
+    assert fake_redis.sismember(keys.failed_set(run), "split:7")
+    assert sorted(r["key"] for r in reports.dead(fake_redis, run)["dead"]) == ["count:1:13", "split:6:11"]
+    assert reports.requeue(fake_redis, run, tuple_keys=["count:1:13", "split:6:11"])["requeued"] == 2
+    assert reports.dead(fake_redis, run)["dead"] == []
+    assert runs.get(fake_redis, run)["status"] == runs.PENDING
+
+
+def test_requeue_an_unknown_tuple_names_it_and_moves_nothing(fake_redis, run):
+    with pytest.raises(RunError, match="no dead tuple 'split:9:99'"):
+        reports.requeue(fake_redis, run, tuple_keys=["split:6:11", "split:9:99"])
+    assert len(reports.dead(fake_redis, run)["dead"]) == 3
+
+
+def test_requeue_refuses_a_running_run(fake_redis, run):
+    runs.update(fake_redis, run, status=runs.RUNNING, driver_pid=os.getpid())
+    with pytest.raises(RunError, match="still running"):
+        reports.requeue(fake_redis, run)
+    assert len(reports.dead(fake_redis, run)["dead"]) == 3
+
+
+class _Interleaved:
+    """A client on which another requeue (and the recovery that replayed and acked its tuple)
+    happens right after this requeue listed the dead tuples."""
+
+    def __init__(self, client, run_id: str):
+        self._client, self._run_id, self._done = client, run_id, False
+
+    def __getattr__(self, name):
+        attr = getattr(self._client, name)
+        if name not in ("hgetall", "hkeys"):
+            return attr
+
+        def listed(key, *a, **kw):
+            out = attr(key, *a, **kw)
+            if key == keys.dead(self._run_id) and not self._done:
+                self._done = True
+                recover.requeue_dead(self._client, self._run_id, tuple_keys=["split:6:11"])
+                self._client.hdel(keys.queue(self._run_id, "split", 6), "11")   # replayed, acked
+            return out
+        return listed
+
+
+def test_a_tuple_requeued_meanwhile_is_not_requeued_again(fake_redis, run):
+    """The stale listing must not put back a tuple another requeue already moved (and whose
+    replay already completed): that would replay it twice."""
+    n = recover.requeue_dead(_Interleaved(fake_redis, run), run)
+    assert n == 2
+    assert not fake_redis.hexists(keys.queue(run, "split", 6), "11")
+
+
+def test_rounds_replayed_recovered_dead_and_duration(fake_redis, run):
+    runs.update(fake_redis, run, rounds=[
+        {"round": 0, "components": {"split": {"executed": 10, "failed": 2}}, "started": 100.0, "ended": 104.0},
+        {"round": 1, "components": {"replay-split": {"emitted": 2}, "split": {"executed": 2, "failed": 1, "dead": 1}},
+         "started": 130.0, "ended": 131.5}])
+    r0, r1 = reports.rounds(fake_redis, run)["rounds"]
+    assert (r0["replayed"], r0["duration"]) == (0, 4.0)
+    # the idle time between the submit and the recover is not the round's
+    assert (r1["replayed"], r1["recovered"], r1["dead"], r1["duration"]) == (2, 1, 1, 1.5)

@@ -1,0 +1,89 @@
+"""Storm's groupings as the emitting task routes them, and derived ids."""
+from __future__ import annotations
+
+import collections
+import subprocess
+import sys
+
+import pytest
+
+from recovery.model.graph import TaskMap
+from recovery.model.workflow import ClassImpl, Component, Grouping, Input, StreamDef, Workflow
+from recovery.runtime.routing import Router
+from recovery.tracking import ids
+
+
+def _wf(grouping: Grouping, p: int = 4, direct: bool = False) -> Workflow:
+    return Workflow(name="g", components=(
+        Component(id="a", kind="spout", impl=ClassImpl(ref="m:S"),
+                  streams=(StreamDef(fields=("k", "v"), direct=direct),)),
+        Component(id="b", kind="bolt", parallelism=p, impl=ClassImpl(ref="m:B"),
+                  inputs=(Input(source="a", grouping=grouping,
+                                fields=("k",) if grouping == Grouping.FIELDS else ()),)),
+    ))
+
+
+def _router(grouping: Grouping, p: int = 4, direct: bool = False) -> tuple[Router, TaskMap]:
+    wf = _wf(grouping, p, direct)
+    tm = TaskMap.of(wf)
+    return Router(wf, tm, "a"), tm
+
+
+def test_fields_grouping_sends_equal_values_to_one_task_and_spreads_keys():
+    r, tm = _router(Grouping.FIELDS)
+    by_key = collections.defaultdict(set)
+    for i in range(2000):
+        key = f"key{i % 50}"
+        [(consumer, idx, task, _)] = r.deliver("default", [key, i], ids.derive(i), None)
+        assert consumer == "b" and task == tm.task_id("b", idx)
+        by_key[key].add(task)
+    assert all(len(tasks) == 1 for tasks in by_key.values())
+    assert len({t for tasks in by_key.values() for t in tasks}) == 4
+
+
+def test_all_grouping_sends_a_copy_with_its_own_id_to_every_task():
+    r, tm = _router(Grouping.ALL)
+    out = r.deliver("default", ["x", 1], ids.derive(7), None)
+    assert sorted(t for _, _, t, _ in out) == tm.task_ids("b")
+    assert len({tid for *_, tid in out}) == 4
+
+
+def test_global_grouping_goes_to_the_lowest_task():
+    r, tm = _router(Grouping.GLOBAL)
+    tasks = {r.deliver("default", [str(i), i], ids.derive(i), None)[0][2] for i in range(100)}
+    assert tasks == {min(tm.task_ids("b"))}
+
+
+@pytest.mark.parametrize("g", [Grouping.SHUFFLE, Grouping.NONE, Grouping.LOCAL_OR_SHUFFLE])
+def test_shuffle_spreads_evenly_and_deterministically(g):
+    r, tm = _router(g)
+    counts = collections.Counter(r.deliver("default", ["k", i], ids.derive(i, 99), None)[0][2] for i in range(8000))
+    assert set(counts) == set(tm.task_ids("b"))
+    assert max(counts.values()) < 1.15 * 2000 and min(counts.values()) > 0.85 * 2000
+    again = [r.deliver("default", ["k", i], ids.derive(i, 99), None)[0][2] for i in range(100)]
+    assert again == [r.deliver("default", ["k", i], ids.derive(i, 99), None)[0][2] for i in range(100)]
+
+
+def test_direct_grouping_goes_to_the_named_task_only():
+    r, tm = _router(Grouping.DIRECT, direct=True)
+    t = tm.task_ids("b")[2]
+    [(consumer, idx, task, _)] = r.deliver("default", ["k", 1], ids.derive(1), t)
+    assert (consumer, idx, task) == ("b", 2, t)
+    with pytest.raises(ValueError, match="does not subscribe"):
+        r.deliver("default", ["k", 1], ids.derive(1), 999)
+
+
+def test_undeclared_stream_is_an_error():
+    r, _ = _router(Grouping.SHUFFLE)
+    with pytest.raises(ValueError, match="undeclared stream"):
+        r.deliver("nope", ["k", 1], 1, None)
+
+
+def test_ids_are_derived_the_same_in_every_process():
+    """Re-running the same input yields the same ids (PYTHONHASHSEED differs per process)."""
+    code = ("from recovery.tracking import ids; print(ids.derive(1, 2, 3), ids.root_id(ids.name_salt('s'), ('f', 10)),"
+            " ids.fields_hash(['word', 3, 1.5, None]))")
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={"PYTHONHASHSEED": seed, "PATH": "/usr/bin"}).stdout for seed in ("1", "2", "random")}
+    assert len(outs) == 1
+    assert ids.derive(0) != 0 and ids.derive(5, 6) != ids.derive(6, 5)

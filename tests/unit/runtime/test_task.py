@@ -1,0 +1,331 @@
+"""The task runner without Spark (fakeredis): timeouts, direct emits, double acks."""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import fakeredis
+import msgpack
+import pytest
+
+from recovery.jobs import submit
+from recovery.model.run import RunSpec
+from recovery.model.workflow import ClassImpl, Component, Grouping, Input, ShellImpl, StreamDef, Workflow
+from recovery.runtime import collector, timeouts
+from recovery.testing import execute_round
+from recovery.tracking import ids, keys, ledger
+from tests.unit import runner_components as rc
+
+REF = "tests.unit.runner_components:"
+
+
+def _run(wf: Workflow, run_id: str = "r"):
+    client = fakeredis.FakeRedis()
+    execute_round(wf, RunSpec(run_id, 0, wf.model_dump_json(), "fake://", True), client)
+    for b in range(ledger.LEDGER_BUCKETS):
+        ledger.resolve_bucket(client, run_id, b)
+    return client
+
+
+def queued_positions(client, run_id="r"):
+    out = []
+    for pos in client.smembers(keys.failed_set(run_id)):
+        comp, task = pos.decode().rsplit(":", 1)
+        out += [msgpack.unpackb(v) for v in client.hvals(keys.queue(run_id, comp, int(task)))]
+    return out
+
+
+def test_a_tuple_over_the_message_timeout_fails_and_the_task_goes_on():
+    wf = Workflow(name="t", config=(("topology.message.timeout.secs", "0.5"),), components=(
+        Component(id="src", kind="spout", impl=ClassImpl(ref=REF + "Numbers"), streams=(StreamDef(fields=("n",)),)),
+        Component(id="slow", kind="bolt", impl=ClassImpl(ref=REF + "SlowOnThree"),
+                  streams=(StreamDef(fields=("n",)),), inputs=(Input(source="src"),))))
+    client = _run(wf)
+    [rec] = queued_positions(client)
+    assert rec["values"] == [3] and "timed out after 0.5s" in rec["error"]
+    assert len(ledger.pending_roots(client, "r")) == 1
+    stats = msgpack.unpackb(client.hget(keys.task_done("r", 0), "slow:0"))
+    assert stats["executed"] == 6 and stats["acked"] == 5
+
+
+def _slow_workflow(slow_ref: str, **conf: str) -> Workflow:
+    """Numbers -> slow (a component under the 0.5 s message timeout) -> sink (Collect)."""
+    return Workflow(name="t", config=(("topology.message.timeout.secs", "0.5"), *conf.items()),
+                    components=(
+        Component(id="src", kind="spout", impl=ClassImpl(ref=REF + "Numbers"), streams=(StreamDef(fields=("n",)),)),
+        Component(id="slow", kind="bolt", impl=ClassImpl(ref=REF + slow_ref),
+                  streams=(StreamDef(fields=("n", "extra")),), inputs=(Input(source="src"),)),
+        Component(id="sink", kind="bolt", impl=ClassImpl(ref=REF + "Collect"), inputs=(Input(source="slow"),))))
+
+
+def _stats(client, component, run_id="r"):
+    return msgpack.unpackb(client.hget(keys.task_done(run_id, 0), f"{component}:0"))
+
+
+@pytest.mark.parametrize("point", ["before its first emit", "between emits", "between emit and ack",
+                                   "inside ack"])
+def test_a_tuple_slow_at_any_point_before_its_ack_fails_alone_with_the_timeout(point):
+    rc.Collect.SEEN.clear()
+    client = _run(_slow_workflow("SlowAt", **{"test.slow.at": point}))
+    [rec] = queued_positions(client)
+    assert rec["values"] == [3] and rec["component"] == "slow"
+    assert rec["error"] == "TupleTimeout: tuple timed out after 0.5s in slow"
+    # nothing the timed-out tuple emitted flowed on; every other output arrived, once
+    assert sorted(n for _, n in rc.Collect.SEEN) == sorted([n for n in range(6) if n != 3] +
+                                                          [n + 100 for n in range(6) if n != 3])
+    # its root is pending, and only its root: the queued tuple completes it when replayed
+    assert ledger.pending_roots(client, "r") == set(rec["roots"])
+    stats = _stats(client, "slow")
+    assert (stats["executed"], stats["acked"], stats["failed"], stats["emitted"]) == (6, 5, 1, 10)
+
+
+def test_a_tuple_slow_after_its_ack_stays_acked_and_the_overrun_is_logged():
+    rc.Collect.SEEN.clear()
+    client = _run(_slow_workflow("SlowAt", **{"test.slow.at": "after ack"}))
+    assert queued_positions(client) == [] and ledger.pending_roots(client, "r") == set()
+    assert sorted(n for _, n in rc.Collect.SEEN) == sorted(list(range(6)) + [n + 100 for n in range(6)])
+    logs = [msgpack.unpackb(m) for m in client.lrange(keys.log("r"), 0, -1)]
+    assert any("ran past the 0.5s timeout" in m[4] or "TupleTimeout" in m[4] for m in logs)
+
+
+def test_a_slow_seal_inside_ack_loses_no_chunk(monkeypatch):
+    """The runner's own code is never interrupted: `_seal` takes a chunk out of the task's
+    buffers and stores it as one step. (SIGALRM used to raise in the slow serialization,
+    after the chunk was taken out and its tuples' ids XORed: the chunk was lost, its roots
+    pending for ever with nothing queued.)"""
+    monkeypatch.setattr(collector, "CHUNK", 4)    # the ack of tuple 3 seals a chunk of 4
+    rc.Collect.SEEN.clear()
+    client = _run(_slow_workflow("SlowToSeal"))
+    assert sorted(n for _, n in rc.Collect.SEEN) == list(range(6))
+    assert ledger.pending_roots(client, "r") == set() and queued_positions(client) == []
+    stats = _stats(client, "slow")
+    assert (stats["executed"], stats["acked"], stats["failed"], stats["emitted"]) == (6, 6, 0, 6)
+
+
+def test_a_stuck_tuple_is_marked_before_its_worker_ends_and_the_retry_fails_it_unrun(monkeypatch, fake_redis):
+    """The last resort: a tuple that never hands control back (a C-level wait) is marked timed
+    out in Redis, then the worker ends; the task's retry fails that tuple without running it."""
+    wf = _slow_workflow("StuckOnThree")
+    spec = RunSpec("r", 0, wf.model_dump_json(), "fake://", True)
+    marks_key = keys.timed_out("r", 0, "slow", 0)
+    marks_at_kill = []
+
+    def end_worker(message):   # stands for os._exit: records what Redis holds at that moment
+        marks_at_kill.append((fake_redis.smembers(marks_key), message))
+        rc.StuckOnThree.KILLED.set()
+
+    monkeypatch.setattr(timeouts, "_kill_armed", lambda: True)
+    monkeypatch.setattr(timeouts, "_end_worker", end_worker)
+    rc.StuckOnThree.KILLED.clear()
+    rc.StuckOnThree.RAN.clear()
+    rc.Collect.SEEN.clear()
+    with pytest.raises(rc.WorkerEnded):
+        execute_round(wf, spec, fake_redis)
+    [(marks, message)] = marks_at_kill
+    assert len(marks) == 1 and "tuple timed out after 0.5s in slow" in message
+    assert fake_redis.hget(keys.task_done("r", 0), "slow:0") is None    # nothing committed
+    stuck_id = int(next(iter(marks)))
+
+    # the retry (Spark's, or the resumed round of `recover`): the spout committed, so it
+    # replays its stored output; the bolt task fails tuple 3 without running it and goes on
+    rc.StuckOnThree.RAN.clear()
+    execute_round(wf, spec, fake_redis)
+    for b in range(ledger.LEDGER_BUCKETS):
+        ledger.resolve_bucket(fake_redis, "r", b)
+    assert sorted(rc.StuckOnThree.RAN) == [0, 1, 2, 4, 5]
+    [rec] = queued_positions(fake_redis)
+    assert rec["id"] == stuck_id and rec["values"] == [3]
+    assert rec["error"].startswith("TupleTimeout: tuple timed out after 0.5s in slow")
+    assert sorted(n for _, n in rc.Collect.SEEN) == [0, 1, 2, 4, 5]
+    assert ledger.pending_roots(fake_redis, "r") == set(rec["roots"])
+    assert not fake_redis.exists(marks_key)    # the task committed: its marks are done
+
+
+def test_a_slow_finish_fails_what_is_outstanding_with_the_timeout():
+    rc.Collect.SEEN.clear()
+    client = _run(_slow_workflow("AcksInFinish", **{"test.slow.finish": "1"}))
+    queued = queued_positions(client)
+    assert sorted(r["values"][0] for r in queued) == list(range(6)) and rc.Collect.SEEN == []
+    assert {r["error"] for r in queued} == {"slow.finish raised TupleTimeout: tuple timed out after 0.5s in slow"}
+    assert ledger.pending_roots(client, "r") == {r["roots"][0] for r in queued}
+
+
+def test_a_finish_marked_timed_out_is_not_run_again_and_fails_what_is_outstanding(fake_redis):
+    wf = _slow_workflow("AcksInFinish")
+    fake_redis.sadd(keys.timed_out("r", 0, "slow", 0), timeouts.FINISH)   # an attempt killed in it
+    rc.AcksInFinish.FINISHED.clear()
+    rc.Collect.SEEN.clear()
+    execute_round(wf, RunSpec("r", 0, wf.model_dump_json(), "fake://", True), fake_redis)
+    for b in range(ledger.LEDGER_BUCKETS):
+        ledger.resolve_bucket(fake_redis, "r", b)
+    assert rc.AcksInFinish.FINISHED == [] and rc.Collect.SEEN == []
+    queued = queued_positions(fake_redis)
+    assert len(queued) == 6 and all("timed out after 0.5s in slow" in r["error"] for r in queued)
+    assert not fake_redis.exists(keys.timed_out("r", 0, "slow", 0))
+
+
+def test_direct_emits_reach_the_named_task_and_double_acks_are_ignored():
+    rc.Collect.SEEN.clear()
+    wf = Workflow(name="d", components=(
+        Component(id="src", kind="spout", parallelism=2, impl=ClassImpl(ref=REF + "Numbers"),
+                  streams=(StreamDef(fields=("n",)),)),
+        Component(id="router", kind="bolt", parallelism=2, impl=ClassImpl(ref=REF + "DirectToLast"),
+                  streams=(StreamDef(id="direct", fields=("n",), direct=True),), inputs=(Input(source="src"),)),
+        Component(id="sink", kind="bolt", parallelism=3, impl=ClassImpl(ref=REF + "Collect"),
+                  inputs=(Input(source="router", stream="direct", grouping=Grouping.DIRECT),))))
+    client = _run(wf)
+    from recovery.model.graph import TaskMap
+    last = TaskMap.of(wf).task_ids("sink")[-1]
+    assert sorted(rc.Collect.SEEN) == [(last, n) for n in range(6)]
+    assert ledger.pending_roots(client, "r") == set() and queued_positions(client) == []
+
+
+def test_a_state_value_that_cannot_be_stored_fails_only_its_tuple():
+    wf = Workflow(name="u", components=(
+        Component(id="src", kind="spout", impl=ClassImpl(ref=REF + "Numbers"), streams=(StreamDef(fields=("n",)),)),
+        Component(id="bad", kind="bolt", impl=ClassImpl(ref=REF + "Unmsgpackable"),
+                  inputs=(Input(source="src"),))))
+    client = _run(wf)
+    assert len(queued_positions(client)) == 6
+    assert all("TypeError" in r["error"] for r in queued_positions(client))
+
+
+def test_tick_tuples_reach_process_tick_and_a_last_one_ends_the_input():
+    rc.Collect.SEEN.clear()
+    wf = Workflow(name="k", config=(("topology.tick.tuple.freq.secs", "1"),), components=(
+        Component(id="src", kind="spout", impl=ClassImpl(ref=REF + "Numbers"), streams=(StreamDef(fields=("n",)),)),
+        Component(id="ticker", kind="bolt", impl=ClassImpl(ref=REF + "TickCounter"),
+                  streams=(StreamDef(fields=("n",)),), inputs=(Input(source="src"),)),
+        Component(id="sink", kind="bolt", impl=ClassImpl(ref=REF + "Collect"),
+                  inputs=(Input(source="ticker"),))))
+    client = _run(wf)
+    counts = [n for _, n in rc.Collect.SEEN]
+    assert counts and counts[-1] == 6            # the last tick saw the whole input
+    assert ledger.pending_roots(client, "r") == set()
+
+
+PROGRAMS = Path(__file__).resolve().parents[2] / "multilang_programs"
+
+
+def _replay_spec(wf: Workflow, spout: str, message_ids: list[int]) -> RunSpec:
+    """A root-replay round (jobs._root_replay_round): the spout re-reads its input and emits
+    only these messages' roots (selected by their round-0 ids), under epoch-1 ids."""
+    old_roots = frozenset(ids.root_id(ids.name_salt(spout), m) for m in message_ids)
+    return RunSpec("r", 1, submit.workflow_json(wf), "fake://", True, replay_roots=old_roots,
+                   root_epoch=1, filter_epoch=0)
+
+
+@pytest.mark.parametrize("spout_impl", [
+    ClassImpl(ref=REF + "Numbers"),
+    ShellImpl(command=sys.executable, script="raw_spout.py")])
+def test_root_replay_replays_failed_roots_after_unselected_ones(spout_impl, fake_redis):
+    """Messages 3 and 4 failed; 0, 1, 2 come first and are not selected. An unselected emit
+    is still an emit: the spout is not taken for exhausted at message 0 (it was: nothing
+    was replayed, and the superseded roots' records were lost)."""
+    rc.Collect.SEEN.clear()
+    wf = Workflow(name="rr", base_dir=str(PROGRAMS), components=(
+        Component(id="src", kind="spout", impl=spout_impl, streams=(StreamDef(fields=("n",)),)),
+        Component(id="sink", kind="bolt", impl=ClassImpl(ref=REF + "Collect"),
+                  inputs=(Input(source="src"),))))
+    execute_round(wf, _replay_spec(wf, "src", [3, 4]), fake_redis)
+    assert sorted(n for _, n in rc.Collect.SEEN) == [3, 4]
+    stats = msgpack.unpackb(fake_redis.hget(keys.task_done("r", 1), "src:0"))
+    assert stats["replayed_roots"] == 2 and stats["roots"] == 0
+
+
+def test_a_sink_write_longer_than_the_message_timeout_is_acked_not_written_twice(monkeypatch, fake_redis, tmp_path):
+    """A built-in sink writes its part in finish(), then acks. A write that took longer than
+    the message timeout made those acks raise TupleTimeout: records already durable failed,
+    and recovery wrote them again into another part. The message timeout bounds user code;
+    a built-in sink runs none, so its acks after the write stand."""
+    from recovery.connectors import sinks
+    from recovery.model.workflow import SinkImpl
+    clock = [0.0]     # seconds the (fake) write adds to the runtime's clock
+    monkeypatch.setattr(timeouts, "clock", lambda: time.monotonic() + clock[0])
+    real_write = sinks._atomic_write
+
+    def slow_write(path, data):
+        clock[0] += 2.0                 # four message timeouts
+        real_write(path, data)
+
+    monkeypatch.setattr(sinks, "_atomic_write", slow_write)
+    wf = Workflow(name="w", base_dir=str(tmp_path), config=(("topology.message.timeout.secs", "0.5"),),
+                  components=(
+        Component(id="src", kind="spout", impl=ClassImpl(ref=REF + "Numbers"), streams=(StreamDef(fields=("n",)),)),
+        Component(id="out", kind="bolt", impl=SinkImpl(type="jsonl", params=(("path", "out"),)),
+                  inputs=(Input(source="src"),))))
+    execute_round(wf, RunSpec("r", 0, submit.workflow_json(wf), "fake://", True), fake_redis)
+    for b in range(ledger.LEDGER_BUCKETS):
+        ledger.resolve_bucket(fake_redis, "r", b)
+    assert clock[0] == 2.0                                   # the write was slow, once
+    assert sorted(r["n"] for r in sinks.read_jsonl_dir(str(tmp_path / "out"))) == list(range(6))
+    assert queued_positions(fake_redis) == [] and ledger.pending_roots(fake_redis, "r") == set()
+    stats = msgpack.unpackb(fake_redis.hget(keys.task_done("r", 0), "out:0"))
+    assert (stats["acked"], stats["failed"]) == (6, 0)
+
+
+# What PySpark 4.3 (local[2], one attempt per task) raises when a Python worker dies, e.g.
+# ended by the message timeout's last resort (os._exit): measured, trimmed of JVM frames.
+# The worker's own last line went to its stderr and is not in it.
+WORKER_CRASHED = """An error occurred while calling z:org.apache.spark.api.python.PythonRDD.collectAndServe.
+: org.apache.spark.SparkException: Job aborted due to stage failure: Task 1 in stage 3.0 failed 1 times, most recent failure: Lost task 1.0 in stage 3.0 (TID 7) (localhost executor driver): org.apache.spark.SparkException: Python worker exited unexpectedly (crashed). Consider setting 'spark.sql.execution.pyspark.udf.faulthandler.enabled' or'spark.python.worker.faulthandler.enabled' configuration to 'true' for the better Python traceback.
+\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator$$anonfun$1.applyOrElse(PythonRunner.scala:1136)
+Caused by: java.io.EOFException
+\tat java.base/java.io.DataInputStream.readInt(DataInputStream.java:386)
+\t... 22 more
+
+Driver stacktrace:
+\tat org.apache.spark.scheduler.DAGScheduler.$anonfun$abortStage$3(DAGScheduler.scala:4568)
+Caused by: org.apache.spark.SparkException: Python worker exited unexpectedly (crashed). Consider setting 'spark.sql.execution.pyspark.udf.faulthandler.enabled' or'spark.python.worker.faulthandler.enabled' configuration to 'true' for the better Python traceback.
+\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator$$anonfun$1.applyOrElse(PythonRunner.scala:1136)
+Caused by: java.io.EOFException
+\tat java.base/java.io.DataInputStream.readInt(DataInputStream.java:386)
+\t... 22 more
+"""
+
+
+def test_a_crashed_python_worker_is_named_as_such_not_as_an_eof_exception(fake_redis):
+    """`recover` used to say "failed in Spark: Caused by: java.io.EOFException"."""
+    spec = RunSpec("r", 2, "{}", "fake://", True)
+    err = Exception(WORKER_CRASHED)
+    assert submit.spark_failure_reason(err) == (
+        "a Python worker crashed (exited unexpectedly) in Spark task 1.0 of stage 3.0 "
+        "(its stderr says why)")
+    # the last resort marked what it ended: the reason names that component's task
+    fake_redis.sadd(keys.timed_out("r", 2, "slow", 1), 12345)
+    fake_redis.sadd(keys.timed_out("r", 1, "other", 0), 1)     # another round's: not this one
+    assert submit.spark_failure_reason(err, fake_redis, spec) == (
+        "a Python worker crashed (exited unexpectedly) in Spark task 1.0 of stage 3.0: the "
+        "message timeout's last resort ended it, stuck in slow task index 1")
+    # a worker's Python traceback is still read as before
+    traceback_text = ("Traceback (most recent call last):\n  File \"x.py\", line 1\n"
+                      "recovery.multilang.ShellError: shell component 'numbers' gave up\n")
+    assert submit.spark_failure_reason(Exception(traceback_text), fake_redis, spec) == \
+        "recovery.multilang.ShellError: shell component 'numbers' gave up"
+
+
+def test_an_emit_anchored_twice_to_one_tuple_gets_ids_of_its_own():
+    # anchors=[t, t] XORed to an anchor key of 0, shared by every task and round: two tasks'
+    # children got the same ids, and their failures overwrote each other in one queue
+    wf = Workflow(name="a", components=(
+        Component(id="src", kind="spout", parallelism=2, impl=ClassImpl(ref=REF + "Numbers"),
+                  streams=(StreamDef(fields=("n",)),)),
+        Component(id="twice", kind="bolt", parallelism=2, impl=ClassImpl(ref=REF + "AnchorsTwice"),
+                  streams=(StreamDef(fields=("n",)),), inputs=(Input(source="src"),)),
+        Component(id="fails", kind="bolt", impl=ClassImpl(ref=REF + "FailsAll"),
+                  inputs=(Input(source="twice", grouping=Grouping.GLOBAL),))))
+    client = _run(wf)
+    queued = queued_positions(client)
+    assert sorted(r["values"][0] for r in queued) == list(range(6))
+    assert len(ledger.pending_roots(client, "r")) == 6
+
+
+def test_a_spout_that_emits_one_message_id_twice_is_refused_not_merged():
+    # the two would share a root id: their XORs cancel and one queue field holds both
+    wf = Workflow(name="m", components=(
+        Component(id="src", kind="spout", impl=ClassImpl(ref=REF + "SameMessageIdTwice"),
+                  streams=(StreamDef(fields=("n",)),)),
+        Component(id="sink", kind="bolt", impl=ClassImpl(ref=REF + "FailsAll"), inputs=(Input(source="src"),))))
+    with pytest.raises(ValueError, match=r"message id 7 .*twice"):
+        _run(wf)
