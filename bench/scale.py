@@ -48,11 +48,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench import _common as C  # noqa: E402
+from bench import _common as C
 
 REPO = C.REPO
 FULL_ROOTS = (100_000, 1_000_000)
@@ -193,11 +193,11 @@ class Sampler:
         while not self._stop.wait(POLL_SECONDS):
             self.sample()
 
-    def __enter__(self) -> "Sampler":
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
         self.sample()                   # the last AOF and memory readings
@@ -360,7 +360,7 @@ def run_case(args: argparse.Namespace, n: int, rate: float, tmp: Path) -> Case:
                PYTHONPATH=os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]))
     redis_opt = ["--redis", args.redis] if args.redis else []
     log = folder / "driver.log"
-    import redis as redis_py            # the client library, not the project's wrapper
+    import redis as redis_py  # the client library, not the project's wrapper
     if args.redis:
         url = args.redis
     else:
@@ -404,7 +404,7 @@ def run_case(args: argparse.Namespace, n: int, rate: float, tmp: Path) -> Case:
 
 # --------------------------------------------------------------------------- the report
 
-def mb(n: int | float) -> str:
+def mb(n: float) -> str:
     return f"{n / 1e6:,.1f}"
 
 
@@ -438,7 +438,7 @@ def case_rows(cases: list[Case]) -> list[list[str]]:
 
 def goals(cases: list[Case]) -> list[str]:
     """The issue's goals, each as met / not met with the figure (or why it cannot be judged)."""
-    lines = []
+    lines: list[str] = []
     if not cases:
         return lines
     low = min(c.rate for c in cases)
@@ -471,18 +471,18 @@ CASE_HEADERS = ["roots", "rate", "failed tuples", "Redis peak B/root", "Redis pe
 
 def report(cases: list[Case], args: argparse.Namespace, load: tuple[float, float]) -> str:
     where = f"Redis {args.redis}" if args.redis else "a fresh embedded Redis per case (AOF on)"
-    lines = [f"{args.workflow}, {args.master}, {where}, {FAILING} failing once for the given rate "
-             f"of its tuples; {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPUs, "
-             f"load average {load[0]:.1f} at start, {load[1]:.1f} at end",
+    lines = [(f"{args.workflow}, {args.master}, {where}, {FAILING} failing once for the given rate "
+              f"of its tuples; {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPUs, "
+              f"load average {load[0]:.1f} at start, {load[1]:.1f} at end"),
              "",
              C.table(PHASE_HEADERS, phase_rows(cases)),
              "",
              C.table(CASE_HEADERS, case_rows(cases)),
              "",
-             "Redis peak: used_memory above its level before the submit (per case: the larger of "
-             "the polled peak and the server's used_memory_peak); CPU: the driver's process tree "
-             "(JVM and Python workers included) plus the Redis server; driver peak RSS: VmHWM "
-             "of the Python driver process; spill: 0 until the engine has a spill store.",
+             ("Redis peak: used_memory above its level before the submit (per case: the larger of "
+              "the polled peak and the server's used_memory_peak); CPU: the driver's process tree "
+              "(JVM and Python workers included) plus the Redis server; driver peak RSS: VmHWM "
+              "of the Python driver process; spill: 0 until the engine has a spill store."),
              ""]
     lines += [f"goal: {g}" for g in goals(cases)]
     return "\n".join(lines)
