@@ -61,7 +61,7 @@ QUICK_ROOTS = (20_000, 100_000)
 FAILING = "aggregate"              # both workflows have it: stage 4 of bench_pipeline, 4 of cdn_logs
 REDIS_GOAL_BYTES = 32
 RSS_GOAL_RATIO = 1.2
-POLL_SECONDS = 0.1
+POLL_SECONDS = 0.2
 REAP_TIMEOUT = 120.0
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -152,6 +152,57 @@ def vm_hwm_bytes(pid: int) -> int | None:
     return None                       # a zombie has no Vm* lines
 
 
+_CLK = os.sysconf("SC_CLK_TCK")
+_SIGCHLD_BIT = 1 << 16              # signal 17 is bit 16 of /proc/PID/status SigIgn
+
+
+def _proc_stat(pid: str) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (state is [0], ppid [1])."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            stat = fh.read()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2:].split()
+
+
+def _ignores_sigchld(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("SigIgn:"):
+                    return bool(int(line.split()[1], 16) & _SIGCHLD_BIT)
+    except (OSError, ValueError):
+        return False
+    return False
+
+
+def unaccounted_cpu(seen: dict[tuple[int, str], float]) -> None:
+    """Record the CPU seconds so far of each descendant of this process whose parent ignores
+    SIGCHLD: such a child is reaped by the kernel and its CPU never reaches anyone's
+    RUSAGE_CHILDREN. That is Spark's Python workers (pyspark.daemon sets SIGCHLD to SIG_IGN).
+    `seen` maps (pid, start time) to the last reading; CPU after the last reading is lost."""
+    parent: dict[int, int] = {}
+    fields: dict[int, list[str]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (f := _proc_stat(entry)) is not None:
+            parent[int(entry)] = int(f[1])
+            fields[int(entry)] = f
+    me = os.getpid()
+    ignoring: dict[int, bool] = {}
+    for pid, f in fields.items():
+        p, hops = parent.get(pid, 0), 0
+        while p and p != me and hops < 64:
+            p, hops = parent.get(p, 0), hops + 1
+        if p != me:
+            continue
+        ppid = parent[pid]
+        if ppid not in ignoring:
+            ignoring[ppid] = _ignores_sigchld(ppid)
+        if ignoring[ppid]:
+            seen[(pid, f[19])] = (int(f[11]) + int(f[12])) / _CLK     # utime + stime; [19] starttime
+
+
 def redis_cpu_seconds(info: dict[str, Any]) -> float:
     return sum(float(info.get(k, 0)) for k in ("used_cpu_sys", "used_cpu_user",
                                                 "used_cpu_sys_children", "used_cpu_user_children"))
@@ -168,6 +219,7 @@ class Sampler:
         self.aof: AofMeter | None = None
         self.aof_enabled = False
         self.forks0 = self.forks = 0
+        self.auto_reaped: dict[tuple[int, str], float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="scale-sampler", daemon=True)
         self._first: dict[str, Any] = client.info() if client is not None else {}
@@ -178,6 +230,7 @@ class Sampler:
             self.forks0 = self.forks = int(self._first.get("total_forks", 0))
 
     def sample(self) -> None:
+        unaccounted_cpu(self.auto_reaped)
         hwm = vm_hwm_bytes(self.pid)
         if hwm is not None:
             self.driver_peak = max(self.driver_peak, hwm)
@@ -211,29 +264,23 @@ def set_subreaper(on: bool) -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
 
 
-def reap_descendants(timeout: float = REAP_TIMEOUT) -> list[int]:
+def reap_descendants(timeout: float = REAP_TIMEOUT) -> tuple[set[int], list[int]]:
     """Wait until every child (the reparented orphans of the driver's tree) has exited and is
-    reaped; returns the pids of those still running after `timeout` (normally none)."""
+    reaped. Returns (the pids reaped, the pids still running after `timeout`: normally none)."""
     deadline = time.monotonic() + timeout
+    reaped: set[int] = set()
     while True:
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            return []
+            return reaped, []
         if pid:
+            reaped.add(pid)
             continue
         if time.monotonic() > deadline:
             me = str(os.getpid())
-            left = []
-            for entry in os.listdir("/proc"):
-                try:
-                    with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as fh:
-                        stat = fh.read()
-                except OSError:
-                    continue
-                if entry.isdigit() and stat[stat.rindex(")") + 2:].split()[1] == me:
-                    left.append(int(entry))
-            return left
+            return reaped, [int(e) for e in os.listdir("/proc")
+                            if e.isdigit() and ((f := _proc_stat(e)) is not None and f[1] == me)]
         time.sleep(0.05)
 
 
@@ -248,6 +295,8 @@ class Phase:
     wall: float = 0.0
     cpu: float = 0.0
     redis_cpu: float = 0.0
+    workers: int = 0                    # auto-reaped processes whose CPU was polled ...
+    worker_cpu: float = 0.0             # ... and that CPU (part of `cpu`)
     driver_peak: int = 0
     redis_peak: int = 0
     aof_written: int = 0
@@ -293,11 +342,15 @@ def run_driver(name: str, argv: list[str], env: dict[str, str], client: Any, bas
         with Sampler(proc.pid, client, baseline) as sampler:
             out, _ = proc.communicate()
             phase.wall = time.perf_counter() - t0
-    left = reap_descendants()
+    reaped, left = reap_descendants()
+    # a worker orphaned before it exited was reaped here: RUSAGE_CHILDREN has its CPU already
+    polled = {key: secs for key, secs in sampler.auto_reaped.items() if key[0] not in reaped}
     if left:
         print(f"warning: {name}: processes still running {REAP_TIMEOUT:.0f}s after the driver "
               f"exited, their CPU is not counted: {left}", file=sys.stderr)
-    phase.cpu = children_cpu_seconds() - cpu0
+    phase.worker_cpu = sum(polled.values())
+    phase.cpu = children_cpu_seconds() - cpu0 + phase.worker_cpu
+    phase.workers = len(polled)
     if client is not None:
         phase.redis_cpu = redis_cpu_seconds(client.info("cpu")) - rcpu0
     phase.driver_peak = sampler.driver_peak
@@ -338,6 +391,11 @@ def generate_input(workflow: str, xml: Path, n: int, cache: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     target.unlink(missing_ok=True)
     os.link(source, target)
+
+
+def progress(p: Phase) -> str:
+    return (f"CPU {p.cpu:.1f}s (of it {p.worker_cpu:.1f}s polled from {p.workers} Spark Python "
+            f"workers) + Redis {p.redis_cpu:.1f}s, driver peak RSS {mb(p.driver_peak)} MB")
 
 
 def injection(rate: float) -> list[str]:
@@ -381,12 +439,12 @@ def run_case(args: argparse.Namespace, n: int, rate: float, tmp: Path) -> Case:
         case.phases.append(submit)
         case.failed_tuples = int(submit.result.get("failed", 0))
         print(f"{n:,} roots, rate {rate:g}: submit {submit.wall:.1f}s, {submit.result.get('status')}, "
-              f"{case.failed_tuples:,} failed tuples", file=sys.stderr)
+              f"{case.failed_tuples:,} failed tuples; {progress(submit)}", file=sys.stderr)
         recover = run_driver("recover", cli("recover", run_id, "--master", args.master, "--json",
                                             *redis_opt), env, client, baseline, log)
         case.phases.append(recover)
         print(f"{n:,} roots, rate {rate:g}: recover {recover.wall:.1f}s, "
-              f"{recover.result.get('status')}", file=sys.stderr)
+              f"{recover.result.get('status')}; {progress(recover)}", file=sys.stderr)
         if not args.redis:
             case.server_peak = int(client.info("memory")["used_memory_peak"]) - baseline
         else:
