@@ -295,5 +295,3 @@ def follow(spark: Any, client: Any, redis_url: str, wf: Workflow, xml: str, file
                            "resumed": [s["run_id"] for s in resumed], "stopped": reason}})
     return out
 
-
-# --- the CLI's side: `recovery submit --follow` ---------------------------------------------------

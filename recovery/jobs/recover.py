@@ -200,7 +200,7 @@ def _root_replay_round(client: Any, run_id: str, original: Workflow, redis_url: 
     return spec, original
 
 
-# --- dead letters and clearing ------------------------------------------------------------
+# --- dead letters ----------------------------------------------------------------------------
 def dead_letters(client: Any, run_id: str, component: str | None = None) -> list[dict[str, Any]]:
     runs.get(client, run_id)
     out = []

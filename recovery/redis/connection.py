@@ -28,9 +28,6 @@ CONNECT_TIMEOUT = 5.0
 SOCKET_TIMEOUT = 60.0
 
 
-# --------------------------------------------------------------------------- discovery
-
-
 # --------------------------------------------------------------------------- URLs
 
 _USERINFO = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)?(?P<user>.*)@(?P<rest>.*)$", re.S)
@@ -151,8 +148,4 @@ def connect(url: str | None = None, home: str | os.PathLike[str] | None = None,
     _verify(client, server.url, f"the embedded Redis at {server.url}")
     log.info("connected to the embedded Redis at %s", server.url)
     return client
-
-
-# --------------------------------------------------------------------------- embedded server
-
 
