@@ -54,12 +54,10 @@ def log_to_stderr(verbose: int) -> Callable[[], None]:
     logger = logging.getLogger("recovery")
     level = logging.WARNING if verbose <= 0 else logging.INFO if verbose == 1 else logging.DEBUG
     handler = _StderrHandler()
-    handler.setLevel(level)
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     old_level = logger.level
     logger.addHandler(handler)
-    if verbose > 0:
-        logger.setLevel(level)
+    logger.setLevel(level)   # a command may lower one of its own loggers' (`recovery ui`)
 
     def undo() -> None:
         logger.removeHandler(handler)
