@@ -16,6 +16,7 @@ the sinks exactly once.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import socket
@@ -33,6 +34,8 @@ from recovery.jobs import summary as jobs_summary
 from recovery.model.run import RunSpec
 from recovery.model.workflow import Workflow
 from recovery.tracking import keys, runs
+
+log = logging.getLogger(__name__)
 
 Event = Callable[[str, dict], None]
 
@@ -139,6 +142,8 @@ def _run_batch(spark: Any, client: Any, wf: Workflow, spec: RunSpec, stop: Stopp
         # replay their output, the rest run on the same ranges).
         if not stop.requested:
             raise
+        log.debug("run %s batch round %d failed under a stop request; running it again", spec.run_id,
+                  spec.round, exc_info=err)
         emit("retry", {"round": spec.round, "error": f"{type(err).__name__}"})
         return submit.run_and_settle(spark, client, wf, spec)
 
@@ -258,11 +263,12 @@ def follow(spark: Any, client: Any, redis_url: str, wf: Workflow, xml: str, file
             if auto and created and not stop.requested and _due(client, run_id):
                 try:
                     rs = recover.recover(spark, client, redis_url, run_id, max_rounds=1, lease=lease)
-                except Exception:
+                except Exception as err:
                     if not stop.requested:
                         raise
                     # interrupted by Ctrl-C (it reaches Spark's workers too): what was not
                     # acked is still queued; the next recovery round replays it
+                    log.debug("run %s: recovery round interrupted by a stop request", run_id, exc_info=err)
                     reason = "signal"
                     break
                 recovery_rounds += rs["rounds"]

@@ -19,6 +19,8 @@ import threading
 import time
 from typing import Any
 
+import redis
+
 from recovery.errors import RunCleared, RunError
 from recovery.tracking import keys
 
@@ -273,7 +275,7 @@ class Lease:
             try:
                 if not self.refresh():
                     return
-            except Exception as err:   # Redis away for a while: the lease may expire; keep trying
+            except redis.RedisError as err:   # Redis away for a while: the lease may expire; keep trying
                 log.debug("run %s: could not refresh the driver's lease: %s", self.run_id, err)
 
     def release(self) -> None:
@@ -283,7 +285,7 @@ class Lease:
             self._thread = None
         try:
             self.client.register_script(_RELEASE)(keys=[keys.lease(self.run_id)], args=[self.holder])
-        except Exception as err:   # Redis gone: the lease expires on its own
+        except redis.RedisError as err:   # Redis gone: the lease expires on its own
             log.debug("run %s: could not release the driver's lease: %s", self.run_id, err)
 
     def __enter__(self) -> Lease:
@@ -310,6 +312,7 @@ def take_over(client: Any, rec: dict[str, Any], force: bool = False) -> Lease:
     lease = Lease(client, run_id, generation)
     # a holder found dead may be replaced (atomically: if two try, one wins); a live one only by force
     lease.acquire(seen_holder=None if driver_alive(rec) else rec.get("lease_holder"), force=force)
+    log.info("run %s taken over by this driver (was %s%s)", run_id, status_of(rec), ", forced" if force else "")
     return lease
 
 
