@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -24,17 +23,11 @@ from recovery.jobs import clear
 from recovery.jobs import recover as jobs_recover
 from recovery.model.graph import topological_order
 from recovery.tracking import keys, runs
+from tests.helpers import wait_for
 from tests.integration.conftest import copy_workflow, submit
 
 LINES = [f"line {i}" for i in range(200)]
-
-
-def wait_for(predicate, what: str, timeout: float = 240.0) -> None:
-    """Wait for a state (polling); fail naming it if it never comes."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
+WAIT = 240.0   # seconds a state may take to come on a loaded machine (bounds a hang only)
 
 
 class Gate:
@@ -132,7 +125,7 @@ def _own_redis(folder: Path) -> tuple[subprocess.Popen, str]:
             return bool(redis_py.Redis.from_url(url).ping())
         except redis_py.RedisError:
             return False
-    wait_for(up, "the test's redis-server")
+    wait_for(up, WAIT, "the test's redis-server")
     return proc, url
 
 
@@ -145,7 +138,7 @@ def test_redis_dying_mid_submit_is_one_line_exit_2_and_the_run_resumes(spark, tm
     server, url = _own_redis(folder)
     try:
         proc = spawn(url, "submit", str(gate.xml), "--run-id", "lost", "--json")
-        wait_for(gate.entered, "the gate to block in round 0")
+        wait_for(gate.entered, WAIT, "the gate to block in round 0")
         server.send_signal(signal.SIGTERM)          # Redis dies (its AOF has what was committed)
         server.wait()
         gate.release()
@@ -171,8 +164,8 @@ def test_driver_killed_mid_round_counts_unknown_lease_and_force(spark, redis_url
     gate.arm()
     proc = spawn(redis_url, "submit", str(gate.xml), "--run-id", "killed", "--json")
     try:
-        wait_for(gate.entered, "the gate to block in round 0")
-        wait_for(lambda: redis_client.hlen(keys.task_done("killed", 0)) > 0, "the spout's commit")
+        wait_for(gate.entered, WAIT, "the gate to block in round 0")
+        wait_for(lambda: redis_client.hlen(keys.task_done("killed", 0)) > 0, WAIT, "the spout's commit")
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     finally:
@@ -216,7 +209,7 @@ def test_clear_force_under_a_running_recover_leaves_no_key(spark, redis_url, red
     t = threading.Thread(target=recover)
     t.start()
     try:
-        wait_for(gate.entered, "the gate to block in recovery round 1")
+        wait_for(gate.entered, WAIT, "the gate to block in recovery round 1")
         with pytest.raises(RunError, match="still running"):
             clear.clear(redis_client, run_id)
         clear.clear(redis_client, run_id, force=True)
