@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import msgpack
+from redis import Redis
 
 from recovery.api.components import SYSTEM_COMPONENT, TICK_STREAM, Tuple
 from recovery.faults import injections
@@ -110,7 +111,7 @@ class TaskRunner(MessageTimeouts, Collector):
         self.spout_messages: list[list] = []   # (root, message id): acked/failed later
         self._spout_roots: set[int] = set()     # roots this spout task made (message ids are unique)
         self.injections = injections(self.conf, component_id)
-        self.stats = {"executed": 0, "acked": 0, "failed": 0, "emitted": 0, "roots": 0, "dead": 0}
+        self.stats: dict[str, float] = {"executed": 0, "acked": 0, "failed": 0, "emitted": 0, "roots": 0, "dead": 0}
         self.fields_of: dict[tuple[str, str], tuple[str, ...]] = {}
         # Bolt bookkeeping
         self.current: Tuple | None = None
@@ -308,7 +309,7 @@ class TaskRunner(MessageTimeouts, Collector):
             self.current = None
 
     # -- spouts ---------------------------------------------------------------------------
-    def run_spout(self, emit_source: Callable[[TaskRunner], None] | None) -> Iterator[tuple[Any, bytes]]:
+    def run_spout(self, emit_source: Callable[[TaskRunner], Iterable[object]] | None) -> Iterator[tuple[Any, bytes]]:
         """`emit_source` drives a built-in source; None means the component is a Spout class."""
         if self.tracker is not None and self.tracker.committed() is not None:
             yield from self.tracker.stored_output()
@@ -370,7 +371,7 @@ class TaskRunner(MessageTimeouts, Collector):
         base = ids.derive(root, self.router.salts.get(stream, 0), 0)
         self._emit(values, stream, (root,), base, None, hold=None, root_xor=root)
 
-    def _drop_consumed_outputs(self) -> None:
+    def _drop_consumed_outputs(self, client: Redis) -> None:
         """Once every task reading an upstream component has committed, nothing can need that
         component's stored output again (a committed task never re-executes): drop it now,
         so Redis holds about two stages of in-flight tuples, not the whole round."""
@@ -381,8 +382,8 @@ class TaskRunner(MessageTimeouts, Collector):
             except KeyError:
                 continue
             readers = [f"{c.id}:{i}" for c, _ in subscribers(self.wf, src) for i in range(c.parallelism)]
-            if all(self.client.hmget(done_key, readers)):
-                self.client.delete(*[keys.task_output(self.spec.run_id, self.spec.round, src, i)
+            if all(client.hmget(done_key, readers)):
+                client.delete(*[keys.task_output(self.spec.run_id, self.spec.round, src, i)
                                      for i in range(upstream.parallelism)])
 
     def replay_to(self, component: str, task: int, rec: dict, attempt: int) -> None:
@@ -433,13 +434,13 @@ class TaskRunner(MessageTimeouts, Collector):
         if self.tracker is not None:
             extra = None
             if self.spout_messages:
-                key = keys.spout_messages(self.spec.run_id, self.component_id)
+                messages_key = keys.spout_messages(self.spec.run_id, self.component_id)
                 field = f"{self.spec.round}:{self.index}"
-                blob = msgpack.packb(self.spout_messages, default=repr)
-                extra = lambda pipe: pipe.hset(key, field, blob)   # noqa: E731
+                messages = msgpack.packb(self.spout_messages, default=repr)
+                extra = lambda pipe: pipe.hset(messages_key, field, messages)   # noqa: E731
             elif self._timed_out:   # a committed task never runs again: its marks are done
                 marks = self._marks_key()
                 extra = lambda pipe: pipe.delete(marks)   # noqa: E731
             self.tracker.commit(self.contrib, self.stats, self.state, extra)
-            self._drop_consumed_outputs()
+            self._drop_consumed_outputs(self.tracker.client)
         return iter(ready)

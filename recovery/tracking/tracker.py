@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import msgpack
+from redis import Redis
 
 from recovery.model import config as config_decl
 from recovery.tracking import keys
@@ -30,7 +31,7 @@ class TaskTracker:
     """One Spark task's view of tracking: it buffers what the task learns and commits it in one
     transaction with the task's done marker."""
 
-    def __init__(self, client: Any, run_id: str, round_no: int, component: str, index: int,
+    def __init__(self, client: Redis, run_id: str, round_no: int, component: str, index: int,
                  task_id: int, conf: dict[str, str], generation: str | None = None):
         self.client = client
         self.generation = generation
