@@ -79,7 +79,7 @@ def owner_runs(client: Any, wf: Workflow) -> list[dict[str, Any]]:
     """The run records that last read each of the workflow's consumers (distinct, existing)."""
     seen, out = set(), []
     for spout in topics.log_spouts(wf):
-        topic = spout.impl.param("topic") or ""
+        topic = topics.source_param(spout, "topic") or ""
         owner = client.get(keys.consumer_owner(topics.consumer_name(wf, spout.id), topic))
         if owner is None or owner in seen:
             continue

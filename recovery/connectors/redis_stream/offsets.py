@@ -13,6 +13,7 @@ from recovery.connectors.redis_stream.topics import (
     log_spouts,
     partition_bounds,
     require_topic,
+    source_param,
     spout_format,
     text_of,
 )
@@ -99,7 +100,7 @@ def _share(budget: int, lags: list[int]) -> list[int]:
 
 def plan_spout(client: Any, wf: Workflow, spout: Component, run_id: str | None = None,
                follow: bool = False) -> dict[str, Any]:
-    topic = spout.impl.param("topic") or ""
+    topic = source_param(spout, "topic") or ""
     n = require_topic(client, topic, spout.id)
     consumer = consumer_name(wf, spout.id)
     fmt = spout_format(client, spout)      # refused before the claim: no claim left behind

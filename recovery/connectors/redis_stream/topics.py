@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from recovery.errors import RecoveryError
-from recovery.model.workflow import Component, Workflow
+from recovery.model.workflow import Component, SourceImpl, Workflow
 from recovery.tracking import keys
 from recovery.tracking.ids import stable_hash
 
@@ -26,6 +26,11 @@ class TopicError(RecoveryError):
 # --- names, assignment, entry ids ----------------------------------------------------------
 def log_spouts(wf: Workflow) -> list[Component]:
     return [c for c in wf.spouts if c.impl.kind == "source" and c.impl.type == SOURCE_TYPE]
+
+
+def source_param(spout: Component, name: str) -> str | None:
+    """An attribute of a spout's <source> (None for a spout without one)."""
+    return source_param(spout, name) if isinstance(spout.impl, SourceImpl) else None
 
 
 def consumer_name(wf: Workflow, spout_id: str) -> str:
@@ -83,9 +88,9 @@ def require_topic(client: Any, topic: str, who: str | None = None) -> int:
 def spout_format(client: Any, spout: Component) -> str:
     """The record format: the source's format= attribute, else the one the topic was produced
     with, else text."""
-    fmt = spout.impl.param("format")
+    fmt = source_param(spout, "format")
     if fmt is None:
-        fmt = (topic_info(client, spout.impl.param("topic") or "") or {}).get("format") or "text"
+        fmt = (topic_info(client, source_param(spout, "topic") or "") or {}).get("format") or "text"
     if fmt not in FORMATS:
         raise TopicError(f'spout {spout.id!r}: <source type="{SOURCE_TYPE}"> format must be one of '
                          f"{', '.join(FORMATS)}, got {fmt!r}")
@@ -96,7 +101,7 @@ def check_topics(client: Any, wf: Workflow) -> None:
     """Every topic the workflow reads exists (raises TopicError naming the first that does not)
     and every format is known."""
     for spout in log_spouts(wf):
-        require_topic(client, spout.impl.param("topic") or "", spout.id)
+        require_topic(client, source_param(spout, "topic") or "", spout.id)
         spout_format(client, spout)
 
 
