@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -24,6 +24,9 @@ from recovery.model.workflow import Workflow
 from recovery.model.xml import parse as workflow_xml
 from recovery.redis import connection
 from recovery.tracking import keys, runs
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 
 def _client(redis_url: str | None) -> tuple[Any, str]:
@@ -46,7 +49,7 @@ class _Progress:
 
     def __init__(self, enabled: bool):
         self.enabled = enabled
-        self._progress = None
+        self._progress: Progress | None = None
         self._tasks: dict[str, Any] = {}
 
     def __enter__(self) -> _Progress:
@@ -394,7 +397,7 @@ def register(main: click.Group) -> None:
         if bool(run_id) == all_runs:
             raise RecoveryError("give a RUN id or --all (not both)")
         client, _ = _client(redis_url)
-        result = reports.clear(client, None if all_runs else [run_id], force)
+        result = reports.clear(client, [run_id] if run_id else None, force)   # None: --all
         removed = result["removed"]
         if as_json:
             echo_json(result)

@@ -101,7 +101,7 @@ def queue_source(runner: Any) -> Iterator[None]:
     stream unchanged, directly to the task where it failed (a spout position's raw records are
     decoded again, as the spout would)."""
     impl: SourceImpl = runner.comp.impl
-    target = impl.param("component")
+    target = impl.param("component", "")   # required by the parser
     tasks = [int(t) for t in (impl.param("tasks") or "").split()]
     replaces_spout = target == runner.component_id
     if replaces_spout:   # the spout itself is replaced: each task replays its own position

@@ -204,7 +204,7 @@ def follow(spark: Any, client: Any, redis_url: str, wf: Workflow, xml: str, file
     held.enter_context(submit.redis_lost_is_resumable(run_id, redis_url))
     lease: runs.Lease | None = None
     gen: str | None = None
-    if created:
+    if current is not None:   # created
         lease = held.enter_context(runs.take_over(client, current))
         gen = lease.generation
         runs.update(client, run_id, gen, driver_pid=os.getpid(), driver_host=socket.gethostname())
