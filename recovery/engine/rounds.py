@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import msgpack
 
@@ -181,7 +181,7 @@ def _tell_spout(spec: RunSpec, component_id: str, field: str, pending: frozenset
     spout.context = TaskContext(wf, component_id, tm.task_id(component_id, index), tm)
     spout.open(spout.conf, spout.context)
     try:
-        for root, message_id in msgpack.unpackb(raw):
+        for root, message_id in msgpack.unpackb(cast(bytes, raw)):
             mid = tuple(message_id) if isinstance(message_id, list) else message_id
             if root in dead:
                 spout.fail(mid)

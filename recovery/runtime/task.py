@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 
 # --- per-process caches (a Python worker runs many tasks) --------------------------------
 _workflows: dict[str, tuple[Workflow, TaskMap, Workflow]] = {}
-_clients: dict[str, Any] = {}
+_clients: dict[str, Redis] = {}
 
 
 def workflow_of(spec: RunSpec) -> tuple[Workflow, TaskMap, Workflow]:
@@ -58,7 +58,7 @@ def workflow_of(spec: RunSpec) -> tuple[Workflow, TaskMap, Workflow]:
 
 
 @contextmanager
-def injected_client(redis_url: str | None, client: Any) -> Iterator[None]:
+def injected_client(redis_url: str | None, client: Redis) -> Iterator[None]:
     """While inside, tasks of runs against `redis_url` use `client` instead of connecting (an
     in-process run's client: recovery.testing injects fakeredis or a test's Redis this way)."""
     key = redis_url or ""
@@ -73,7 +73,7 @@ def injected_client(redis_url: str | None, client: Any) -> Iterator[None]:
             _clients[key] = previous
 
 
-def redis_of(spec: RunSpec) -> Any:
+def redis_of(spec: RunSpec) -> Redis:
     client = _clients.get(spec.redis_url or "")
     if client is None:
         client = _clients[spec.redis_url or ""] = connection.connect(spec.redis_url, start=False)
@@ -98,10 +98,11 @@ class TaskRunner(MessageTimeouts, Collector):
         self.conf = self.wf.conf(component_id)
         self.router = Router(self.wf, self.tm, component_id)
         self.tracking = spec.tracking
-        self.client = redis_of(spec) if (spec.tracking or self._needs_redis()) else None
-        self.tracker = None
-        if self.tracking:
-            self.tracker = TaskTracker(self.client, spec.run_id, spec.round, component_id, index,
+        client = redis_of(spec) if (spec.tracking or self._needs_redis()) else None
+        self.client = client
+        self.tracker: TaskTracker | None = None
+        if self.tracking and client is not None:   # tracking always has a client
+            self.tracker = TaskTracker(client, spec.run_id, spec.round, component_id, index,
                                        self.task_id, self.conf, generation=spec.generation)
         self.contrib: dict[int, int] = {}
         self.out: dict[tuple[str, int], list] = {}

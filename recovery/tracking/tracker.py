@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import msgpack
 from redis import Redis
@@ -54,11 +54,11 @@ class TaskTracker:
     # -- idempotence ------------------------------------------------------------------
     def committed(self) -> dict | None:
         raw = self.client.hget(keys.task_done(self.run_id, self.round), self.field)
-        return msgpack.unpackb(raw) if raw is not None else None
+        return msgpack.unpackb(cast(bytes, raw)) if raw is not None else None
 
     def stored_output(self) -> Iterator[tuple[Any, bytes]]:
         for _, raw in sorted(self.client.hgetall(self.out_key).items(), key=lambda kv: int(kv[0])):
-            key, blob = msgpack.unpackb(raw)
+            key, blob = msgpack.unpackb(cast(bytes, raw))
             yield tuple(key), blob
 
     # -- in-flight tuples ---------------------------------------------------------------
