@@ -30,7 +30,7 @@ def log_spouts(wf: Workflow) -> list[Component]:
 
 def source_param(spout: Component, name: str) -> str | None:
     """An attribute of a spout's <source> (None for a spout without one)."""
-    return source_param(spout, name) if isinstance(spout.impl, SourceImpl) else None
+    return spout.impl.param(name) if isinstance(spout.impl, SourceImpl) else None
 
 
 def consumer_name(wf: Workflow, spout_id: str) -> str:
