@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
+from redis import Redis
 
 from recovery.api import runnable
 from recovery.cli import echo_json, json_option, redis_option
@@ -145,7 +146,7 @@ def show(summary: dict[str, Any], as_json: bool) -> None:
         click.echo(line)
 
 
-def follow_and_report(wf: Workflow, xml: str, file: str, client: Any, url: str, make_spark: Callable[[], Any],
+def follow_and_report(wf: Workflow, xml: str, file: str, client: Redis, url: str, make_spark: Callable[[], Any],
                master: str | None, max_batches: int | None, idle_exit: float | None, as_json: bool,
                run_id: str | None = None) -> dict[str, Any]:
     """`submit --follow`: jobs.follow with its events printed to stderr (none with --json)."""

@@ -22,7 +22,9 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
+
+from redis import Redis
 
 from recovery.connectors import sinks
 from recovery.connectors.redis_stream import offsets, topics
@@ -33,6 +35,9 @@ from recovery.jobs import summary as jobs_summary
 from recovery.model.run import RunSpec
 from recovery.model.workflow import Workflow
 from recovery.tracking import keys, runs
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession  # lazy at run time: pyspark costs seconds to import
 
 Event = Callable[[str, dict], None]
 
@@ -75,7 +80,7 @@ class Stopper:
         self._old.clear()
 
 
-def owner_runs(client: Any, wf: Workflow) -> list[dict[str, Any]]:
+def owner_runs(client: Redis, wf: Workflow) -> list[dict[str, Any]]:
     """The run records that last read each of the workflow's consumers (distinct, existing)."""
     seen, out = set(), []
     for spout in topics.log_spouts(wf):
@@ -85,13 +90,13 @@ def owner_runs(client: Any, wf: Workflow) -> list[dict[str, Any]]:
             continue
         seen.add(owner)
         try:
-            out.append(runs.get(client, owner.decode()))
+            out.append(runs.get(client, cast(bytes, owner).decode()))
         except RecoveryError:
             pass
     return out
 
 
-def resume_crashed(spark: Any, client: Any, redis_url: str, wf: Workflow,
+def resume_crashed(spark: SparkSession, client: Redis, redis_url: str, wf: Workflow,
                    progress: Any = None) -> list[dict[str, Any]]:
     """Resume every crashed run that owns one of the workflow's consumers (its round under way
     reads exactly its planned ranges again, then commits them). Returns their summaries."""
@@ -107,7 +112,7 @@ def resume_crashed(spark: Any, client: Any, redis_url: str, wf: Workflow,
     return out
 
 
-def check(client: Any, wf: Workflow, follow: bool, tracking: bool = True) -> None:
+def check(client: Redis, wf: Workflow, follow: bool, tracking: bool = True) -> None:
     """Cheap checks before Spark starts: topics exist, follow needs a topic and tracking."""
     if follow and not topics.log_spouts(wf):
         raise RecoveryError(f"--follow needs a spout reading a topic (<source type=\"redis-stream\">); "
@@ -117,19 +122,19 @@ def check(client: Any, wf: Workflow, follow: bool, tracking: bool = True) -> Non
     topics.check_topics(client, wf)
 
 
-def _due(client: Any, run_id: str) -> int:
+def _due(client: Redis, run_id: str) -> int:
     now = time.time()
     return sum(1 for r in jobs_summary.queued_positions(client, run_id) if r.get("not_before", 0) <= now)
 
 
-def _round_stats(client: Any, run_id: str, round_no: int) -> dict[str, dict]:
+def _round_stats(client: Redis, run_id: str, round_no: int) -> dict[str, dict]:
     for r in runs.get(client, run_id).get("rounds") or []:
         if r.get("round") == round_no:
             return r.get("components") or {}
     return {}
 
 
-def _run_batch(spark: Any, client: Any, wf: Workflow, spec: RunSpec, stop: Stopper,
+def _run_batch(spark: SparkSession, client: Redis, wf: Workflow, spec: RunSpec, stop: Stopper,
                emit: Event) -> dict[str, Any]:
     try:
         return submit.run_and_settle(spark, client, wf, spec)
@@ -143,7 +148,7 @@ def _run_batch(spark: Any, client: Any, wf: Workflow, spec: RunSpec, stop: Stopp
         return submit.run_and_settle(spark, client, wf, spec)
 
 
-def enrich(client: Any, summary: dict[str, Any], wf: Workflow | None = None) -> dict[str, Any]:
+def enrich(client: Redis, summary: dict[str, Any], wf: Workflow | None = None) -> dict[str, Any]:
     """A run's summary with its topics' partitions (committed, end, lag) and, for a follow run,
     roots counted over every batch (jobs.summarize counts round 0's)."""
     rec = runs.get(client, summary["run_id"])
@@ -175,7 +180,7 @@ def report_lines(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
-def follow(spark: Any, client: Any, redis_url: str, wf: Workflow, xml: str, file: str | None,
+def follow(spark: SparkSession, client: Redis, redis_url: str, wf: Workflow, xml: str, file: str | None,
            master: str = "local[*]", max_batches: int | None = None, idle_exit: float | None = None,
            poll: float = 0.5, on_event: Event | None = None, stop: Stopper | None = None,
            run_id: str | None = None) -> dict[str, Any]:

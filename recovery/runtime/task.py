@@ -146,8 +146,8 @@ class TaskRunner(MessageTimeouts, Collector):
         return ctx
 
     def _make_state(self) -> Any:
-        if self.tracking:
-            return KeyedState(self.client, keys.state(self.spec.run_id, self.component_id))
+        if self.tracker is not None:   # tracking
+            return KeyedState(self.tracker.client, keys.state(self.spec.run_id, self.component_id))
         return LocalState()
 
     def _instantiate(self) -> Any:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
+
+from redis import Redis
 
 from recovery.connectors.files import decoder
 from recovery.connectors.redis_stream.offsets import assign_partitions, committed_offsets
@@ -15,7 +17,7 @@ READ_BATCH = 1000             # entries per XRANGE
 
 
 # --- reading, inside a Spark task ---------------------------------------------------------------
-def _replay_plan(client: Any, run_id: str, spout_id: str) -> dict[str, Any] | None:
+def _replay_plan(client: Redis, run_id: str, spout_id: str) -> dict[str, Any] | None:
     """Root replay re-reads what the run read: the union of every plan's ranges."""
     merged: dict[str, Any] | None = None
     spans: dict[str, list[list[int]]] = {}
@@ -50,7 +52,7 @@ def _raw_record(fields: dict) -> bytes:
     return json.dumps({text_of(k): text_of(v) for k, v in fields.items()}, sort_keys=True).encode()
 
 
-def read_range(client: Any, topic: str, partition: int, start: int, end: int
+def read_range(client: Redis, topic: str, partition: int, start: int, end: int
                ) -> Iterator[list[tuple[int, bytes]]]:
     """Batches of (offset, raw record) for offsets in [start, end)."""
     if end <= start:
@@ -58,7 +60,7 @@ def read_range(client: Any, topic: str, partition: int, start: int, end: int
     key = keys.topic_partition(topic, partition)
     lo, hi = f"{start}-0", f"{end - 1}-{MAX_SEQ}"
     while True:
-        entries = client.xrange(key, lo, hi, count=READ_BATCH)
+        entries = cast(list[tuple[bytes, dict]], client.xrange(key, lo, hi, count=READ_BATCH))
         if not entries:
             return
         yield [(entry_offset(eid), _raw_record(fields)) for eid, fields in entries]

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from redis import Redis
+
 from recovery.connectors.redis_stream.offsets import committed_offsets
 from recovery.connectors.redis_stream.topics import (
     consumer_name,
@@ -15,7 +17,7 @@ from recovery.model.workflow import Workflow
 
 
 # --- reporting ---------------------------------------------------------------------------------
-def partition_report(client: Any, wf: Workflow) -> list[dict[str, Any]]:
+def partition_report(client: Redis, wf: Workflow) -> list[dict[str, Any]]:
     """Per log spout and partition: committed offset, first offset still stored, end, lag."""
     out = []
     for spout in log_spouts(wf):
@@ -35,7 +37,7 @@ def partition_report(client: Any, wf: Workflow) -> list[dict[str, Any]]:
     return out
 
 
-def warnings_for(wf: Workflow, client: Any | None = None, stats: dict | None = None) -> list[str]:
+def warnings_for(wf: Workflow, client: Redis | None = None, stats: dict | None = None) -> list[str]:
     """One line per condition a user should know about: idle spout tasks, trimmed messages."""
     out = []
     for spout in log_spouts(wf):
