@@ -147,7 +147,7 @@ def resolve_ledger(spark: SparkSession, spec: RunSpec) -> int:
 
 def clear_round(client: Redis, run_id: str, round_no: int) -> None:
     """A finished round's in-flight tuples and done markers are no longer needed."""
-    pattern = keys.run_key(run_id, "out", round_no, "*")
+    pattern = keys.task_outputs_pattern(run_id, round_no)
     batch = []
     for key in client.scan_iter(match=pattern, count=1000):
         batch.append(key)

@@ -294,5 +294,3 @@ def follow(spark: SparkSession, client: Redis, redis_url: str, wf: Workflow, xml
                            "resumed": [s["run_id"] for s in resumed], "stopped": reason}})
     return out
 
-
-# --- the CLI's side: `recovery submit --follow` ---------------------------------------------------

@@ -197,7 +197,7 @@ def _root_replay_round(client: Redis, run_id: str, original: Workflow, redis_url
     return spec, original
 
 
-# --- dead letters and clearing ------------------------------------------------------------
+# --- dead letters ----------------------------------------------------------------------------
 def dead_letters(client: Redis, run_id: str, component: str | None = None) -> list[dict[str, Any]]:
     runs.get(client, run_id)
     out = []

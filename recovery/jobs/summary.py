@@ -92,7 +92,7 @@ def summarize(client: Redis, run_id: str, rounds: list | None = None, settled: b
     return out
 
 
-# --- recovery ------------------------------------------------------------------------------
+# --- the run's original workflow and its queued positions (what recovery replays) -----------
 def original_workflow(rec: dict[str, Any]) -> Workflow:
     return Workflow.model_validate_json(rec["workflow_json"])
 

@@ -25,9 +25,6 @@ CONNECT_TIMEOUT = 5.0
 SOCKET_TIMEOUT = 60.0
 
 
-# --------------------------------------------------------------------------- discovery
-
-
 # --------------------------------------------------------------------------- URLs
 
 _USERINFO = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)?(?P<user>.*)@(?P<rest>.*)$", re.S)
@@ -146,8 +143,4 @@ def connect(url: str | None = None, home: str | os.PathLike[str] | None = None,
     client = make_client(server.url, **options)
     _verify(client, server.url, f"the embedded Redis at {server.url}")
     return client
-
-
-# --------------------------------------------------------------------------- embedded server
-
 

@@ -77,7 +77,7 @@ def decode_items(text: str) -> list[Any]:
 
 def fired_key(run_id: str) -> str:
     """The set of sentinels (`component:position`) that fired in a run (cleared with the run)."""
-    return keys.run_key(run_id, "testing", "fired")
+    return keys.fired_sentinels(run_id)
 
 
 class TestingSpout(Spout):

@@ -108,6 +108,16 @@ def task_output(run_id: str, round_no: int, component: str, index: int) -> str:
     return run_key(run_id, "out", round_no, component, index)
 
 
+def task_outputs_pattern(run_id: str, round_no: int) -> str:
+    """SCAN pattern of every task_output of one round (dropped once the round completes)."""
+    return run_key(run_id, "out", round_no, "*")
+
+
+def fired_sentinels(run_id: str) -> str:
+    """Set: the test kit's sentinels (`component:position`) that fired in a run."""
+    return run_key(run_id, "testing", "fired")
+
+
 def task_done(run_id: str, round_no: int) -> str:
     """Hash: "component:index" -> the committed task's counters."""
     return run_key(run_id, "done", round_no)
