@@ -28,6 +28,11 @@ class RunError(RecoveryError):
     """A run id that does not exist, or a run in a state the command cannot act on."""
 
 
+class JobFailed(Exception):
+    """A job's task failed for good (what Spark raises as its own errors); raised by engines
+    other than Spark, e.g. the test kit's local one. Not a RecoveryError: the driver words it."""
+
+
 class RunCleared(RunError):
     """The run was cleared (or created anew under the same id) while this process worked on it:
     it stopped without writing into it."""

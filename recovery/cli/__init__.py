@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import pkgutil
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -26,8 +28,41 @@ class _Group(click.Group):
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="recovery")
-def main() -> None:
+@click.option("-v", "--verbose", count=True,
+              help="Log what the driver does on stderr: -v runs, rounds, Redis, Spark; -vv debug.")
+@click.pass_context
+def main(ctx: click.Context, verbose: int) -> None:
     """Failure-localizing recovery for Storm-style stream workflows on Apache Spark."""
+    ctx.call_on_close(log_to_stderr(verbose))
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to sys.stderr as it is at each record (click's test runner swaps it)."""
+
+    def __init__(self) -> None:
+        logging.Handler.__init__(self)
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+
+def log_to_stderr(verbose: int) -> Callable[[], None]:
+    """The `recovery` logger on stderr (stdout stays for --json): WARNING, -v INFO, -vv DEBUG.
+    Only ours: Spark's log4j and py4j are configured apart (engine/session.py). Returns the undo
+    (the command has ended; a test process goes on)."""
+    logger = logging.getLogger("recovery")
+    level = logging.WARNING if verbose <= 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    handler = _StderrHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    old_level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(level)   # a command may lower one of its own loggers' (`recovery ui`)
+
+    def undo() -> None:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+    return undo
 
 
 def redis_option(f):

@@ -121,6 +121,7 @@ def check_folders(wf: Workflow, run_id: str | None) -> None:
     own = _own(run_id or "", [s.component for s in sinks])
     for s in sinks:
         where = f"sink {s.component!r} ({s.type}): folder {s.folder}"
+        log.debug("checking %s (mode %s)", where, s.mode)
         if os.path.exists(s.folder) and not os.path.isdir(s.folder):
             raise SinkFolderError(f"{where} is a file, not a folder")
         try:

@@ -1,11 +1,14 @@
 """The Spark session: local[*] unless a master is given, quiet, with its logs in a file."""
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
 
 from recovery.redis.embedded import private_dir, private_file, state_home
+
+log = logging.getLogger(__name__)
 
 LOG4J = """\
 rootLogger.level = {level}
@@ -52,4 +55,5 @@ def session(master: str | None = None, conf: dict[str, str] | None = None, home:
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    log.info("Spark session on %s (Spark %s)", spark.sparkContext.master, spark.version)
     return spark

@@ -1,12 +1,15 @@
 """Clearing runs: every key a run owns, refused while the run is alive unless forced."""
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from redis import Redis
 
 from recovery.errors import RunError
 from recovery.tracking import keys, runs
+
+log = logging.getLogger(__name__)
 
 
 def clear(client: Redis, run_id: str, force: bool = False) -> list[str]:
@@ -27,6 +30,8 @@ def clear(client: Redis, run_id: str, force: bool = False) -> list[str]:
     for i in range(0, len(removed), 500):
         client.delete(*removed[i:i + 500])
     client.zrem(keys.runs_index(), run_id)
+    log.info("run %s cleared: %d keys removed%s", run_id, len(removed) + (rec is not None),
+             " (its driver was running: --force)" if rec is not None and runs.status_of(rec) == runs.RUNNING else "")
     return ([keys.run_record(run_id)] if rec is not None else []) + sorted(removed)
 
 

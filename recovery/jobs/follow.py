@@ -16,6 +16,7 @@ the sinks exactly once.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import socket
@@ -38,6 +39,8 @@ from recovery.tracking import keys, runs
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession  # lazy at run time: pyspark costs seconds to import
+
+log = logging.getLogger(__name__)
 
 Event = Callable[[str, dict], None]
 
@@ -144,6 +147,8 @@ def _run_batch(spark: SparkSession, client: Redis, wf: Workflow, spec: RunSpec, 
         # replay their output, the rest run on the same ranges).
         if not stop.requested:
             raise
+        log.debug("run %s batch round %d failed under a stop request; running it again", spec.run_id,
+                  spec.round, exc_info=err)
         emit("retry", {"round": spec.round, "error": f"{type(err).__name__}"})
         return submit.run_and_settle(spark, client, wf, spec)
 
@@ -263,11 +268,12 @@ def follow(spark: SparkSession, client: Redis, redis_url: str, wf: Workflow, xml
             if auto and created and not stop.requested and _due(client, run_id):
                 try:
                     rs = recover.recover(spark, client, redis_url, run_id, max_rounds=1, lease=lease)
-                except Exception:
+                except Exception as err:
                     if not stop.requested:
                         raise
                     # interrupted by Ctrl-C (it reaches Spark's workers too): what was not
                     # acked is still queued; the next recovery round replays it
+                    log.debug("run %s: recovery round interrupted by a stop request", run_id, exc_info=err)
                     reason = "signal"
                     break
                 recovery_rounds += rs["rounds"]

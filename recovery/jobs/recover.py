@@ -3,6 +3,7 @@ until nothing is pending, resuming a crashed round first; dead letters and their
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
@@ -27,6 +28,9 @@ from recovery.tracking import keys, ledger, runs
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession  # lazy at run time: pyspark costs seconds to import
+
+log = logging.getLogger(__name__)
+
 
 
 def reconfigure(client: Redis, run_id: str, overrides: dict[str, str]) -> None:
@@ -128,6 +132,7 @@ def _recover(spark: SparkSession, client: Redis, redis_url: str, rec: dict[str, 
             break
         wait = min(r.get("not_before", 0) for r in queued) - time.time()
         if wait > 0:   # every queued tuple is still backing off
+            log.info("run %s: every queued tuple is backing off; waiting up to %.1fs", run_id, wait)
             time.sleep(min(wait, original.setting("recovery.retry.max.delay.ms") / 1000))
         round_no = int(runs.get(client, run_id).get("round") or 0) + 1
         if strategy == "root-replay":
@@ -139,6 +144,9 @@ def _recover(spark: SparkSession, client: Redis, redis_url: str, rec: dict[str, 
                 if r["task"] not in failed[r["component"]]:
                     failed[r["component"]].append(r["task"])
             wf = synthesize(original, failed)
+            log.info("run %s round %d: recovery workflow of %d components replaying %d failed positions (%s)",
+                     run_id, round_no, len(wf.components), len(queued),
+                     ", ".join(f"{c} tasks {sorted(t)}" for c, t in sorted(failed.items())))
             spec = RunSpec(run_id, round_no, workflow_json(wf), redis_url, True,
                            original_json=rec["workflow_json"], generation=gen)
         runs.update(client, run_id, gen, round=round_no, current_workflow=workflow_json(wf),

@@ -6,6 +6,7 @@ recovery workflows. Each function takes a Redis client and, where it runs Spark,
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import socket
@@ -20,7 +21,7 @@ from recovery.api.loader import check_classes as check
 from recovery.connectors import sinks
 from recovery.connectors.redis_stream import offsets as stream_reader
 from recovery.engine import rounds as engine_rounds
-from recovery.errors import RecoveryError, RedisUnavailable, RunError, WorkflowError
+from recovery.errors import JobFailed, RecoveryError, RedisUnavailable, RunError, WorkflowError
 from recovery.jobs.clear import clear
 from recovery.jobs.summary import in_topological_order, summarize
 from recovery.model.run import RunSpec
@@ -30,6 +31,8 @@ from recovery.tracking import keys, ledger, runs
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession  # lazy at run time: pyspark costs seconds to import
+
+log = logging.getLogger(__name__)
 
 Progress = Callable[[str, int, int], None]
 
@@ -50,6 +53,8 @@ def submit(spark: SparkSession, client: redis.Redis, redis_url: str, wf: Workflo
     wf_json = workflow_json(wf)
     # atomic: of two submits of the same --run-id one is refused here, before writing anything
     lease = runs.create(client, run_id, xml, wf_json, file, master, tracking_on)
+    log.info("run %s created (workflow %s, %d components, tracking %s, master %s)", run_id, wf.name,
+             len(wf.components), "on" if tracking_on else "off", master)
     with lease, redis_lost_is_resumable(run_id, redis_url):
         source_json = "{}"
         if uses_log_source(wf):   # a bounded run reads each partition up to its end now
@@ -106,17 +111,33 @@ def run_and_settle(spark: SparkSession, client: redis.Redis, wf: Workflow, spec:
     label = "submit" if spec.round == 0 else f"round {spec.round}"
     gen = spec.generation
     started = time.time()
+    log.info("run %s %s: %s (%d components, %d tasks)", spec.run_id, label,
+             "starting" if execute else "settling (its tasks all ran)", len(wf.components),
+             sum(c.parallelism for c in wf.components))
     try:
         if execute:
             engine_rounds.run_round(spark, wf, spec, (lambda d, t: progress(label, d, t)) if progress else None)
+    except RecoveryError:
+        raise   # already one line naming its cause (Redis lost, run cleared)
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+        raise   # redis_lost_is_resumable says how to resume
     except Exception as err:
-        # Spark gave up on a task (a spout that cannot open, a worker that keeps dying):
-        # the round stays resumable; say where, in one line
-        reason = spark_failure_reason(err, client if spec.tracking else None, spec)
+        # Spark gave up on a task (a spout that cannot open, a worker that keeps dying): the
+        # round stays resumable; say where, in one line. Anything else raised here is a bug
+        # in this driver: the same one line, not blamed on Spark, its traceback in the log.
+        in_spark = is_spark_failure(err)
+        reason = spark_failure_reason(err, client if spec.tracking else None, spec) if in_spark \
+            else f"{type(err).__name__}: {err}"
+        log.debug("run %s round %d failed %s", spec.run_id, spec.round,
+                  "in Spark" if in_spark else "in the driver", exc_info=err)
         try:
             runs.update(client, spec.run_id, gen, status=runs.ERROR, error=reason)
         except RecoveryError as cleared:
             raise cleared from None
+        if not in_spark:
+            raise RunError(f"run {spec.run_id} round {spec.round} failed in the driver (a bug in "
+                           f"recovery; `-vv` logs its traceback): {reason} (`recovery recover "
+                           f"{spec.run_id}` resumes it)") from err
         raise RunError(f"run {spec.run_id} round {spec.round} failed in Spark: {reason} "
                        f"(fix the cause, then `recovery recover {spec.run_id}` resumes it)") from None
     # a run cleared (clear --force) while its round ran: its tasks wrote nothing; stop here
@@ -148,7 +169,17 @@ def run_and_settle(spark: SparkSession, client: redis.Redis, wf: Workflow, spec:
     if summary["status"] in (runs.COMPLETED, runs.DEAD):   # complete: overwrite sinks drop other runs' parts
         sinks.replace_other_runs(wf, spec.run_id, spec.original_json)
     runs.update(client, spec.run_id, gen, summary=summary, status=summary["status"], ended=time.time())
+    log.info("run %s %s ended: %s, %d failed positions, %s pending, %s dead (%.1fs)", spec.run_id, label,
+             summary["status"], len(summary.get("failed_positions") or []), summary.get("pending", 0),
+             summary.get("dead", 0), time.time() - started)
     return summary
+
+
+def is_spark_failure(err: BaseException) -> bool:
+    """A failed Spark job (pyspark's and py4j's errors; the test kit's local engine raises
+    JobFailed), told apart by module so that pyspark is not imported to check it."""
+    return isinstance(err, JobFailed) or any(
+        cls.__module__.partition(".")[0] in ("pyspark", "py4j") for cls in type(err).__mro__)
 
 
 def spark_failure_reason(err: BaseException, client: redis.Redis | None = None, spec: RunSpec | None = None) -> str:

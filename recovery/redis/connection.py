@@ -6,6 +6,7 @@ masked (:func:`describe`).
 """
 from __future__ import annotations
 
+import logging
 import os
 import re
 from typing import Any
@@ -14,6 +15,8 @@ import redis
 
 from recovery.errors import RedisUnavailable
 from recovery.redis.embedded import EmbeddedServer
+
+log = logging.getLogger(__name__)
 
 __all__ = ["connect", "describe", "make_client", "resolve_url"]
 
@@ -132,6 +135,7 @@ def connect(url: str | None = None, home: str | os.PathLike[str] | None = None,
     if url:
         client = make_client(url, **options)
         _verify(client, url, f"Redis at {describe(url)}")
+        log.info("connected to Redis at %s", describe(url))
         return client
     server = EmbeddedServer(home)
     if start:
@@ -142,5 +146,6 @@ def connect(url: str | None = None, home: str | os.PathLike[str] | None = None,
             "(start it with `recovery server start`, or give --redis URL)")
     client = make_client(server.url, **options)
     _verify(client, server.url, f"the embedded Redis at {server.url}")
+    log.info("connected to the embedded Redis at %s", server.url)
     return client
 

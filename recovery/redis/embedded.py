@@ -21,6 +21,7 @@ import errno
 import fcntl
 import hashlib
 import importlib.util
+import logging
 import os
 import re
 import signal
@@ -37,6 +38,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from recovery.errors import RecoveryError
+
+log = logging.getLogger(__name__)
 
 HOME_ENV = "RECOVERY_HOME"
 
@@ -447,6 +450,7 @@ class EmbeddedServer:
                 raise RecoveryError(
                     f"the embedded Redis {why}; {self.logfile} says: "
                     f"{self._new_log(log_size) or '(nothing)'}")
+            log.info("started the embedded Redis (pid %s) on %s", self._pidfile_value(), self.socket)
             return True
 
     def _new_log(self, offset: int) -> str:

@@ -185,7 +185,7 @@ class TaskRunner(MessageTimeouts, Collector):
             self.component_obj = bolt
             bolt.prepare(bolt.conf, bolt.context)
             self.auto_anchor = getattr(bolt, "auto_anchor", False)
-        except Exception as err:
+        except Exception as err:   # broad-except: user code (a bolt's __init__/prepare) can raise anything
             # a bolt that cannot start fails its tuples here; the run goes on
             msg, tb = format_error(err)
             yield from self._fail_all(records, f"{self.component_id} could not start: {msg}", tb)
@@ -216,7 +216,7 @@ class TaskRunner(MessageTimeouts, Collector):
             self.fail(tup, f"not acked by {self.component_id}")
         try:
             bolt.cleanup()
-        except Exception as err:
+        except Exception as err:   # broad-except: user code (cleanup) can raise anything
             self.log(f"cleanup raised {format_error(err)[0]}", "error")
         yield from self._finish(started)
 
@@ -230,7 +230,7 @@ class TaskRunner(MessageTimeouts, Collector):
         running = self._running = (FINISH, timeouts.clock() + self._timeout) if self._timed else None
         try:
             bolt.finish()
-        except Exception as err:
+        except Exception as err:   # broad-except: user code (finish) can raise anything
             self._running = None
             msg, tb = format_error(err)
             for tup in list(self.outstanding.values()):
@@ -247,7 +247,7 @@ class TaskRunner(MessageTimeouts, Collector):
         tick = Tuple(0, SYSTEM_COMPONENT, TICK_STREAM, -1, [int(secs)])
         try:
             bolt.process_tick(tick)
-        except Exception as err:
+        except Exception as err:   # broad-except: user code (process_tick) can raise anything
             self.log(f"process_tick raised {format_error(err)[0]}", "error")
 
     def _fail_all(self, records: Iterable[tuple[Any, bytes]], error: str, tb: str
@@ -286,7 +286,8 @@ class TaskRunner(MessageTimeouts, Collector):
             for inj in self.injections:
                 inj.before_process(tup)
             bolt.process(tup)
-        except (Exception, SystemExit) as err:  # a bolt's bug fails its tuple, never the task
+        # user code (process) can raise anything: a bolt's bug fails its tuple, never the task
+        except (Exception, SystemExit) as err:  # broad-except: user code
             self._running = None
             msg, tb = format_error(err)
             if tid in self.outstanding:
@@ -349,7 +350,8 @@ class TaskRunner(MessageTimeouts, Collector):
         self._count_root(replayed)
         try:
             values = decode()
-        except Exception as err:
+        # a record's decoder (JSON, text, a shell spout's refused emit) raises many types
+        except Exception as err:   # broad-except: whatever it raises, this record fails
             self.stats["failed"] += 1
             # The root stays pending: its "tuple" (the raw record) was created, never acked
             # (a replay that fails again was created already).

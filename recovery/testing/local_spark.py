@@ -15,10 +15,12 @@ from typing import Any
 
 import msgpack
 
+from recovery.errors import JobFailed
+
 Partition = Callable[[], list]
 
 
-class LocalJobFailed(Exception):
+class LocalJobFailed(JobFailed):
     """A task raised: the job fails, as a Spark job whose task failed for good does."""
 
 

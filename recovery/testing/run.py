@@ -148,7 +148,7 @@ def _drive(run: LocalRun, action: Any) -> LocalRun:
     return run
 
 
-def run_local(workflow: Workflow, redis_client: Any, *, inputs: dict[str, list[Any]] | None = None,
+def run_local(workflow: Workflow, redis_client: Redis, *, inputs: dict[str, list[Any]] | None = None,
               list_sinks: bool = True, recover: bool = False, max_rounds: int | None = None,
               strategy: str = "localized", run_id: str | None = None, tracking: bool = True,
               config: dict[str, str] | None = None, arrival: random.Random | None = None) -> LocalRun:
@@ -213,7 +213,7 @@ def sink_multisets(run: LocalRun | dict[str, list[list]]) -> Output:
     return {cid: collections.Counter(json.dumps(v, sort_keys=True) for v in rows) for cid, rows in sinks.items()}
 
 
-def failure_free_output(workflow: Workflow, redis_client: Any = None, **kwargs: Any) -> Output:
+def failure_free_output(workflow: Workflow, redis_client: Redis | None = None, **kwargs: Any) -> Output:
     """The sinks of a failure-free run of `workflow` (fault injection and ABORT/CRASH taken
     out; the same `inputs`, also stripped), on `redis_client` or a fresh fakeredis."""
     if redis_client is None:

@@ -49,7 +49,9 @@ def register(main: click.Group) -> None:
         port = sock.getsockname()[1]
         shown = f"[{host}]" if ":" in host else host
         click.echo(f"recovery ui: http://{shown}:{port}/   (Redis: {connection.describe(url)}; Ctrl-C stops)")
-        logging.basicConfig(level=logging.INFO, format="%(message)s")
+        ui_log = logging.getLogger("recovery.ui")   # the actions it starts, even without -v
+        if not ui_log.isEnabledFor(logging.INFO):
+            ui_log.setLevel(logging.INFO)
         config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2)
         uvicorn.Server(config).run(sockets=[sock])
 
