@@ -21,6 +21,7 @@ from recovery.jobs.submit import (
     workflow_json,
 )
 from recovery.jobs.summary import original_workflow, queued_positions, sum_components, summarize
+from recovery.model.failed import FailedTuple
 from recovery.model.run import RunSpec
 from recovery.model.synthesis import synthesize
 from recovery.model.workflow import Workflow
@@ -210,9 +211,9 @@ def dead_letters(client: Redis, run_id: str, component: str | None = None) -> li
     runs.get(client, run_id)
     out = []
     for field, raw in sorted(client.hgetall(keys.dead(run_id)).items()):
-        rec = msgpack.unpackb(cast(bytes, raw), strict_map_key=False)
-        if component is None or rec.get("component") == component:
-            out.append(rec)
+        rec = FailedTuple.unpack(cast(bytes, raw))
+        if component is None or rec.component == component:
+            out.append(rec.model_dump(exclude_unset=True))   # the JSON the CLI and UI show
     return out
 
 

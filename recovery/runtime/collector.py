@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 
 from recovery.api.components import Tuple
+from recovery.model.failed import FailedTuple
 from recovery.runtime import timeouts
 from recovery.tracking import ids
 
@@ -185,12 +186,12 @@ class Collector:
         for entry in self.held.pop(tup.id, ()):
             entry[2] = True   # nothing emitted on a failed tuple's behalf flows on
         if self.tracker is not None:
-            rec = {"id": tup.id, "roots": list(tup.roots), "src_component": tup.component,
-                   "src_task": tup.source_task, "stream": tup.stream, "values": tup.values,
-                   "attempt": tup.attempt, "error": error or f"failed by {self.component_id}",
-                   "traceback": tb}
+            rec = FailedTuple(id=tup.id, roots=list(tup.roots), src_component=tup.component,
+                              src_task=tup.source_task, stream=tup.stream, values=tup.values,
+                              attempt=tup.attempt, error=error or f"failed by {self.component_id}",
+                              traceback=tb)
             self.tracker.failure(rec)
-            if rec.get("dead"):
+            if rec.dead:
                 self.stats["dead"] += 1
         else:
             self.log(f"tuple {tup.id:#x} failed: {error}", "error")

@@ -21,6 +21,7 @@ from redis import Redis
 
 from recovery.api.components import SYSTEM_COMPONENT, TICK_STREAM, Tuple
 from recovery.faults import injections
+from recovery.model.failed import FailedTuple
 from recovery.model.graph import TaskContext, TaskMap, subscribers
 from recovery.model.run import RunSpec
 from recovery.model.workflow import Component, Workflow
@@ -359,12 +360,12 @@ class TaskRunner(MessageTimeouts, Collector):
                 self.contrib[root] = self.contrib.get(root, 0) ^ root
             msg, tb = format_error(err)
             if self.tracker is not None:
-                rec = {"id": root, "roots": [root], "src_component": self.component_id,
-                       "src_task": self.task_id, "stream": stream, "values": None,
-                       "raw": raw, "message_id": message_id, "format": fmt,
-                       "attempt": attempt, "error": msg, "traceback": tb}
+                rec = FailedTuple(id=root, roots=[root], src_component=self.component_id,
+                                  src_task=self.task_id, stream=stream, values=None,
+                                  raw=raw, message_id=message_id, format=fmt,
+                                  attempt=attempt, error=msg, traceback=tb)
                 self.tracker.failure(rec)
-                if rec.get("dead"):
+                if rec.dead:
                     self.stats["dead"] += 1
             return
         if replayed and self.tracker is not None:

@@ -11,6 +11,7 @@ import msgpack
 from redis import Redis
 
 from recovery.model import config as config_decl
+from recovery.model.failed import FailedTuple
 from recovery.tracking import keys
 from recovery.tracking.ledger import fenced_transaction, pack_xors
 
@@ -47,7 +48,7 @@ class TaskTracker:
         self.out_key = keys.task_output(run_id, round_no, component, index)
         self._out_pending: dict[int, bytes] = {}
         self._out_n = 0
-        self.failures: list[dict] = []
+        self.failures: list[FailedTuple] = []
         self.replays_done: list[tuple[str, int, int]] = []
         self.logs: list[bytes] = []
 
@@ -83,17 +84,18 @@ class TaskTracker:
         self.fenced = True
 
     # -- failure localization -----------------------------------------------------------
-    def failure(self, record: dict) -> None:
+    def failure(self, record: FailedTuple) -> None:
         """A tuple failed at this task: to the queue for recovery, or dead when out of attempts."""
-        record.setdefault("component", self.component)
-        record.setdefault("task", self.task_id)
-        record["round"] = self.round
-        record["time"] = time.time()
-        attempt = int(record.get("attempt", 1))
-        if attempt >= self.max_attempts:
-            record["dead"] = True
+        if "component" not in record.model_fields_set:
+            record.component = self.component
+        if "task" not in record.model_fields_set:
+            record.task = self.task_id
+        record.round = self.round
+        record.time = time.time()
+        if record.attempt >= self.max_attempts:
+            record.dead = True
         else:
-            record["not_before"] = time.time() + backoff_ms(attempt, self.conf) / 1000.0
+            record.not_before = time.time() + backoff_ms(record.attempt, self.conf) / 1000.0
         self.failures.append(record)
 
     def replay_done(self, component: str, task: int, tuple_id: int) -> None:
@@ -122,13 +124,13 @@ class TaskTracker:
             for comp, task, tid in self.replays_done:
                 pipe.hdel(keys.queue(rid, comp, task), str(tid))
             for rec in self.failures:
-                comp, task, tid = rec["component"], rec["task"], rec["id"]
-                packed = msgpack.packb(rec, default=repr)
-                if rec.get("dead"):
+                comp, task, tid = rec.component, rec.task, rec.id
+                packed = rec.pack()
+                if rec.dead:
                     pipe.hdel(keys.queue(rid, comp, task), str(tid))
                     pipe.hset(keys.dead(rid), f"{comp}:{task}:{tid}", packed)
-                    if rec.get("roots"):
-                        pipe.sadd(keys.dead_roots(rid), *[str(r) for r in rec["roots"]])
+                    if rec.roots:
+                        pipe.sadd(keys.dead_roots(rid), *[str(r) for r in rec.roots])
                 else:
                     pipe.hset(keys.queue(rid, comp, task), str(tid), packed)
                     pipe.sadd(keys.failed_set(rid), f"{comp}:{task}")
