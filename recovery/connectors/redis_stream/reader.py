@@ -2,6 +2,7 @@
 in batches (root replay re-reads the ranges a run recorded)."""
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterator
 from typing import Any, cast
@@ -11,6 +12,7 @@ from redis import Redis
 from recovery.connectors.files import decoder
 from recovery.connectors.redis_stream.offsets import assign_partitions, committed_offsets
 from recovery.connectors.redis_stream.topics import FIELD, MAX_SEQ, entry_offset, next_entry_id, text_of
+from recovery.connectors.runner import SourceRunner
 from recovery.tracking import keys
 
 READ_BATCH = 1000             # entries per XRANGE
@@ -69,12 +71,13 @@ def read_range(client: Redis, topic: str, partition: int, start: int, end: int
         lo = next_entry_id(entries[-1][0])
 
 
-def stream_source(runner: Any) -> Iterator[None]:
+def stream_source(runner: SourceRunner) -> Iterator[None]:
     """The spout task's partitions' planned ranges, read in XRANGE batches; each message a root
     tuple with message id (partition, offset)."""
     comp = runner.comp
     spec = runner.spec
     client = runner.client
+    assert client is not None   # the runner connects for a log source (TaskRunner._needs_redis)
     stream = comp.streams[0] if comp.streams else None
     stream_id = stream.id if stream else "default"
     replay = spec.replay_roots is not None
@@ -117,7 +120,7 @@ def stream_source(runner: Any) -> Iterator[None]:
             have = 0
             for batch in read_range(client, topic, p, start, end):
                 for offset, raw in batch:
-                    runner.spout_record((p, offset), lambda raw=raw: decode(raw), raw, stream_id, fmt)
+                    runner.spout_record((p, offset), functools.partial(decode, raw), raw, stream_id, fmt)
                 have += len(batch)
                 yield None
             missing = (end - start) - have
