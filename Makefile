@@ -24,10 +24,12 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) -m recovery.demo
 
-# Style and the layers (the import-linter contract in pyproject.toml); `make test` runs it first.
+# Style, the layers (the import-linter contract in pyproject.toml) and types (mypy's settings
+# there too); `make test` runs it first.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 test: lint
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)

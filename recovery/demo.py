@@ -14,10 +14,11 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import click
 import msgpack
+from redis import Redis
 
 from recovery.cli import main
 from recovery.cli.run import last_summary
@@ -49,9 +50,9 @@ def sink_records(folder: Path) -> collections.Counter[str]:
     return collections.Counter(json.dumps(r, sort_keys=True) for r in read_jsonl_dir(str(folder)))
 
 
-def keyed_state(client: Any, run_id: str, component: str) -> dict[Any, Any]:
+def keyed_state(client: Redis, run_id: str, component: str) -> dict[Any, Any]:
     """A bolt's keyed state as the run left it (Redis)."""
-    return {msgpack.unpackb(k, strict_map_key=False): msgpack.unpackb(v, strict_map_key=False)
+    return {msgpack.unpackb(cast(bytes, k), strict_map_key=False): msgpack.unpackb(cast(bytes, v), strict_map_key=False)
             for k, v in client.hgetall(keys.state(run_id, component)).items()}
 
 

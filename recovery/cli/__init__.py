@@ -43,7 +43,7 @@ class _StderrHandler(logging.StreamHandler):
         logging.Handler.__init__(self)
 
     @property
-    def stream(self) -> Any:   # type: ignore[override]
+    def stream(self) -> Any:
         return sys.stderr
 
 

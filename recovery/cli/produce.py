@@ -70,9 +70,8 @@ def register(main: click.Group) -> None:
                         pass
             except OSError as err:
                 raise RecoveryError(f"cannot read {file}: {err.strerror}") from None
-        fh = click.open_file(file, "rb")
-        with fh:
-            counts = stream_reader.produce(client, topic, _records(fh, fmt, key_field, file), partitions, fmt)
+        with click.open_file(file, "rb") as source:
+            counts = stream_reader.produce(client, topic, _records(source, fmt, key_field, file), partitions, fmt)
         total = sum(counts.values())
         n = len(counts)
         if as_json:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+from redis import Redis
 
 from recovery.api import runnable
 from recovery.cli import echo_json, json_option, redis_option
@@ -24,6 +25,9 @@ from recovery.model.workflow import Workflow
 from recovery.model.xml import parse as workflow_xml
 from recovery.redis import connection
 from recovery.tracking import keys, runs
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 
 def _client(redis_url: str | None) -> tuple[Any, str]:
@@ -46,7 +50,7 @@ class _Progress:
 
     def __init__(self, enabled: bool):
         self.enabled = enabled
-        self._progress = None
+        self._progress: Progress | None = None
         self._tasks: dict[str, Any] = {}
 
     def __enter__(self) -> _Progress:
@@ -142,7 +146,7 @@ def show(summary: dict[str, Any], as_json: bool) -> None:
         click.echo(line)
 
 
-def follow_and_report(wf: Workflow, xml: str, file: str, client: Any, url: str, make_spark: Callable[[], Any],
+def follow_and_report(wf: Workflow, xml: str, file: str, client: Redis, url: str, make_spark: Callable[[], Any],
                master: str | None, max_batches: int | None, idle_exit: float | None, as_json: bool,
                run_id: str | None = None) -> dict[str, Any]:
     """`submit --follow`: jobs.follow with its events printed to stderr (none with --json)."""
@@ -394,7 +398,7 @@ def register(main: click.Group) -> None:
         if bool(run_id) == all_runs:
             raise RecoveryError("give a RUN id or --all (not both)")
         client, _ = _client(redis_url)
-        result = reports.clear(client, None if all_runs else [run_id], force)
+        result = reports.clear(client, [run_id] if run_id else None, force)   # None: --all
         removed = result["removed"]
         if as_json:
             echo_json(result)

@@ -5,15 +5,17 @@ now and then so the runner can hand finished chunks to Spark while the source is
 """
 from __future__ import annotations
 
+import functools
 import glob
 import json
 import os
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import cast
 
 import msgpack
 
+from recovery.connectors.runner import SourceRunner
 from recovery.model.workflow import SourceImpl
 from recovery.tracking import keys
 
@@ -75,9 +77,10 @@ def decoder(fmt: str, fields: tuple[str, ...]):
     raise ValueError(f"unknown source format {fmt!r}")
 
 
-def file_source(runner: Any) -> Iterator[None]:
+def file_source(runner: SourceRunner) -> Iterator[None]:
     comp = runner.comp
-    impl: SourceImpl = comp.impl
+    impl = comp.impl
+    assert isinstance(impl, SourceImpl)   # the factory runs a source only for a <source>
     stream = comp.streams[0] if comp.streams else None
     stream_id = stream.id if stream else "default"
     fmt = impl.param("format", "text")
@@ -89,29 +92,31 @@ def file_source(runner: Any) -> Iterator[None]:
         for offset, raw in _split_lines(path, runner.index, comp.parallelism):
             if not raw.strip():
                 continue
-            runner.spout_record((name, offset), lambda raw=raw: decode(raw), raw, stream_id, fmt)
+            runner.spout_record((name, offset), functools.partial(decode, raw), raw, stream_id, fmt)
             n += 1
             if n % 1024 == 0:
                 yield None
     yield None
 
 
-def queue_source(runner: Any) -> Iterator[None]:
+def queue_source(runner: SourceRunner) -> Iterator[None]:
     """Replays a failed position's cached queue: each tuple goes, with its id, roots, source and
     stream unchanged, directly to the task where it failed (a spout position's raw records are
     decoded again, as the spout would)."""
-    impl: SourceImpl = runner.comp.impl
-    target = impl.param("component")
+    impl = runner.comp.impl
+    assert isinstance(impl, SourceImpl)   # the factory runs a source only for a <source>
+    target = impl.param("component", "")   # required by the parser
     tasks = [int(t) for t in (impl.param("tasks") or "").split()]
     replaces_spout = target == runner.component_id
     if replaces_spout:   # the spout itself is replaced: each task replays its own position
         tasks = [t for t in tasks if t == runner.task_id]
     now = time.time()
     client, run_id = runner.client, runner.spec.run_id
+    assert client is not None   # the runner connects for a queue source (TaskRunner._needs_redis)
     for task in tasks:
         entries = client.hgetall(keys.queue(run_id, target, task))
         for _, raw_rec in sorted(entries.items()):
-            rec = msgpack.unpackb(raw_rec, strict_map_key=False)
+            rec = msgpack.unpackb(cast(bytes, raw_rec), strict_map_key=False)
             if rec.get("not_before", 0) > now:
                 continue   # still backing off: a later round takes it
             attempt = int(rec.get("attempt", 1)) + 1
@@ -122,7 +127,7 @@ def queue_source(runner: Any) -> Iterator[None]:
                 raw = rec.get("raw")
                 mid = rec.get("message_id")
                 mid = tuple(mid) if isinstance(mid, list) else mid
-                runner.spout_record(mid, lambda raw=raw, decode=decode: decode(raw), raw, stream.id, fmt, attempt,
+                runner.spout_record(mid, functools.partial(decode, raw), raw, stream.id, fmt, attempt,
                                     replayed=True)
             else:
                 runner.replay_to(target, task, rec, attempt)

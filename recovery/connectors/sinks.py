@@ -248,7 +248,7 @@ def make_sink(impl: SinkImpl, base_dir: str) -> Bolt:
 
 def read_jsonl_dir(path: str) -> list[dict]:
     """A jsonl sink's contents: every record of every part file under `path`."""
-    out = []
+    out: list[dict] = []
     if not os.path.isdir(path):
         return out
     for name in sorted(os.listdir(path)):

@@ -8,12 +8,14 @@ The driver only sees counters: sources are read by tasks, tuples move through Sp
 """
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import msgpack
+from redis import Redis
 
 from recovery.connectors import files
 from recovery.connectors.redis_stream import reader as stream_reader
@@ -23,6 +25,9 @@ from recovery.model.workflow import Workflow
 from recovery.redis import connection
 from recovery.runtime import factory, task
 from recovery.tracking import keys, ledger
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession  # lazy at run time: pyspark costs seconds to import
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +62,7 @@ def _noop(_: Any) -> None:
     pass
 
 
-def build(spark: Any, wf: Workflow, spec: RunSpec) -> tuple[list[Any], list[Any]]:
+def build(spark: SparkSession, wf: Workflow, spec: RunSpec) -> tuple[list[Any], list[Any]]:
     """The RDD graph of one round: (leaf RDDs, persisted shared outputs)."""
     from pyspark import StorageLevel  # lazy: the CLI imports the engine; pyspark costs seconds
     sc = spark.sparkContext
@@ -68,14 +73,14 @@ def build(spark: Any, wf: Workflow, spec: RunSpec) -> tuple[list[Any], list[Any]
         p = comp.parallelism
         if comp.is_spout:
             rdd = sc.parallelize(range(p), p).mapPartitionsWithIndex(
-                lambda i, it, cid=cid: _spout_task(spec, cid, i, it))
+                functools.partial(_spout_task, spec, cid))
         else:
             parts = []
             for src in dict.fromkeys(i.source for i in comp.inputs):
                 parts.append(outputs[src].filter(lambda kv, cid=cid: kv[0][0] == cid))
             joined = parts[0] if len(parts) == 1 else sc.union(parts)
             rdd = joined.partitionBy(p, _target_index).mapPartitionsWithIndex(
-                lambda i, it, cid=cid: _bolt_task(spec, cid, i, it))
+                functools.partial(_bolt_task, spec, cid))
         rdd.setName(f"{cid}")
         if subscribers(wf, cid):
             rdd.persist(StorageLevel.MEMORY_AND_DISK)
@@ -86,7 +91,7 @@ def build(spark: Any, wf: Workflow, spec: RunSpec) -> tuple[list[Any], list[Any]
     return leaves, persisted
 
 
-def run_round(spark: Any, wf: Workflow, spec: RunSpec,
+def run_round(spark: SparkSession, wf: Workflow, spec: RunSpec,
               on_progress: Callable[[int, int], None] | None = None) -> None:
     """Run one round to the end (its counters are in the tasks' commits)."""
     sc = spark.sparkContext
@@ -118,11 +123,11 @@ def run_round(spark: Any, wf: Workflow, spec: RunSpec,
         on_progress(total_tasks, total_tasks)
 
 
-def collect_stats(client: Any, run_id: str, round_no: int) -> dict[str, dict]:
+def collect_stats(client: Redis, run_id: str, round_no: int) -> dict[str, dict]:
     per: dict[str, dict] = {}
     for field, raw in client.hgetall(keys.task_done(run_id, round_no)).items():
-        comp = field.decode().rsplit(":", 1)[0]
-        s = msgpack.unpackb(raw)
+        comp = cast(bytes, field).decode().rsplit(":", 1)[0]
+        s = msgpack.unpackb(cast(bytes, raw))
         agg = per.setdefault(comp, {})
         for k, v in s.items():
             if k == "seconds":
@@ -132,7 +137,7 @@ def collect_stats(client: Any, run_id: str, round_no: int) -> dict[str, dict]:
     return per
 
 
-def resolve_ledger(spark: Any, spec: RunSpec) -> int:
+def resolve_ledger(spark: SparkSession, spec: RunSpec) -> int:
     """The acker's verdict, computed by Spark tasks (one per ledger bucket): folds every
     bucket to the roots still pending and returns how many there are."""
     sc = spark.sparkContext
@@ -140,7 +145,7 @@ def resolve_ledger(spark: Any, spec: RunSpec) -> int:
     return sum(sc.parallelize(range(n), n).map(lambda b: _resolve_bucket(spec, b)).collect())
 
 
-def clear_round(client: Any, run_id: str, round_no: int) -> None:
+def clear_round(client: Redis, run_id: str, round_no: int) -> None:
     """A finished round's in-flight tuples and done markers are no longer needed."""
     pattern = keys.task_outputs_pattern(run_id, round_no)
     batch = []
@@ -181,7 +186,7 @@ def _tell_spout(spec: RunSpec, component_id: str, field: str, pending: frozenset
     spout.context = TaskContext(wf, component_id, tm.task_id(component_id, index), tm)
     spout.open(spout.conf, spout.context)
     try:
-        for root, message_id in msgpack.unpackb(raw):
+        for root, message_id in msgpack.unpackb(cast(bytes, raw)):
             mid = tuple(message_id) if isinstance(message_id, list) else message_id
             if root in dead:
                 spout.fail(mid)
@@ -200,7 +205,7 @@ def _tell_spout(spec: RunSpec, component_id: str, field: str, pending: frozenset
     return told if written else 0
 
 
-def tell_spouts(spark: Any, client: Any, spec: RunSpec, pending: set[int], dead: set[int]) -> int:
+def tell_spouts(spark: SparkSession, client: Redis, spec: RunSpec, pending: set[int], dead: set[int]) -> int:
     """Deliver acks and fails to the spouts (Python and shell) whose roots' fates are known,
     in Spark tasks, one per spout task with messages waiting."""
     wf, _, original = task.workflow_of(spec)
@@ -208,7 +213,7 @@ def tell_spouts(spark: Any, client: Any, spec: RunSpec, pending: set[int], dead:
     for comp in original.spouts:
         if comp.impl.kind in ("class", "shell"):
             for field in client.hkeys(keys.spout_messages(spec.run_id, comp.id)):
-                jobs_.append((comp.id, field.decode()))
+                jobs_.append((comp.id, cast(bytes, field).decode()))
     if not jobs_:
         return 0
     # tasks run against the submitted workflow, where the spouts are

@@ -4,13 +4,15 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from redis import Redis
+
 from recovery.errors import RunError
 from recovery.tracking import keys, runs
 
 log = logging.getLogger(__name__)
 
 
-def clear(client: Any, run_id: str, force: bool = False) -> list[str]:
+def clear(client: Redis, run_id: str, force: bool = False) -> list[str]:
     """Remove every key of the run (its record too) and nothing else; returns what it removed.
     Keys left under the run's prefix without a record (orphans) go too."""
     try:
@@ -33,7 +35,7 @@ def clear(client: Any, run_id: str, force: bool = False) -> list[str]:
     return ([keys.run_record(run_id)] if rec is not None else []) + sorted(removed)
 
 
-def clear_all(client: Any, force: bool = False) -> dict[str, list[str]]:
+def clear_all(client: Redis, force: bool = False) -> dict[str, list[str]]:
     """`clear --all`: every run this Redis knows, then any key left under the runs' prefix
     (orphans of runs whose record is gone), grouped by the run id they name."""
     removed = {rid: clear(client, rid, force) for rid in runs.list_ids(client)}

@@ -23,7 +23,9 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
+
+from redis import Redis
 
 from recovery.connectors import sinks
 from recovery.connectors.redis_stream import offsets, topics
@@ -34,6 +36,9 @@ from recovery.jobs import summary as jobs_summary
 from recovery.model.run import RunSpec
 from recovery.model.workflow import Workflow
 from recovery.tracking import keys, runs
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession  # lazy at run time: pyspark costs seconds to import
 
 log = logging.getLogger(__name__)
 
@@ -78,23 +83,23 @@ class Stopper:
         self._old.clear()
 
 
-def owner_runs(client: Any, wf: Workflow) -> list[dict[str, Any]]:
+def owner_runs(client: Redis, wf: Workflow) -> list[dict[str, Any]]:
     """The run records that last read each of the workflow's consumers (distinct, existing)."""
     seen, out = set(), []
     for spout in topics.log_spouts(wf):
-        topic = spout.impl.param("topic") or ""
+        topic = topics.source_param(spout, "topic") or ""
         owner = client.get(keys.consumer_owner(topics.consumer_name(wf, spout.id), topic))
         if owner is None or owner in seen:
             continue
         seen.add(owner)
         try:
-            out.append(runs.get(client, owner.decode()))
+            out.append(runs.get(client, cast(bytes, owner).decode()))
         except RecoveryError:
             pass
     return out
 
 
-def resume_crashed(spark: Any, client: Any, redis_url: str, wf: Workflow,
+def resume_crashed(spark: SparkSession, client: Redis, redis_url: str, wf: Workflow,
                    progress: Any = None) -> list[dict[str, Any]]:
     """Resume every crashed run that owns one of the workflow's consumers (its round under way
     reads exactly its planned ranges again, then commits them). Returns their summaries."""
@@ -110,7 +115,7 @@ def resume_crashed(spark: Any, client: Any, redis_url: str, wf: Workflow,
     return out
 
 
-def check(client: Any, wf: Workflow, follow: bool, tracking: bool = True) -> None:
+def check(client: Redis, wf: Workflow, follow: bool, tracking: bool = True) -> None:
     """Cheap checks before Spark starts: topics exist, follow needs a topic and tracking."""
     if follow and not topics.log_spouts(wf):
         raise RecoveryError(f"--follow needs a spout reading a topic (<source type=\"redis-stream\">); "
@@ -120,19 +125,19 @@ def check(client: Any, wf: Workflow, follow: bool, tracking: bool = True) -> Non
     topics.check_topics(client, wf)
 
 
-def _due(client: Any, run_id: str) -> int:
+def _due(client: Redis, run_id: str) -> int:
     now = time.time()
     return sum(1 for r in jobs_summary.queued_positions(client, run_id) if r.get("not_before", 0) <= now)
 
 
-def _round_stats(client: Any, run_id: str, round_no: int) -> dict[str, dict]:
+def _round_stats(client: Redis, run_id: str, round_no: int) -> dict[str, dict]:
     for r in runs.get(client, run_id).get("rounds") or []:
         if r.get("round") == round_no:
             return r.get("components") or {}
     return {}
 
 
-def _run_batch(spark: Any, client: Any, wf: Workflow, spec: RunSpec, stop: Stopper,
+def _run_batch(spark: SparkSession, client: Redis, wf: Workflow, spec: RunSpec, stop: Stopper,
                emit: Event) -> dict[str, Any]:
     try:
         return submit.run_and_settle(spark, client, wf, spec)
@@ -148,7 +153,7 @@ def _run_batch(spark: Any, client: Any, wf: Workflow, spec: RunSpec, stop: Stopp
         return submit.run_and_settle(spark, client, wf, spec)
 
 
-def enrich(client: Any, summary: dict[str, Any], wf: Workflow | None = None) -> dict[str, Any]:
+def enrich(client: Redis, summary: dict[str, Any], wf: Workflow | None = None) -> dict[str, Any]:
     """A run's summary with its topics' partitions (committed, end, lag) and, for a follow run,
     roots counted over every batch (jobs.summarize counts round 0's)."""
     rec = runs.get(client, summary["run_id"])
@@ -180,7 +185,7 @@ def report_lines(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
-def follow(spark: Any, client: Any, redis_url: str, wf: Workflow, xml: str, file: str | None,
+def follow(spark: SparkSession, client: Redis, redis_url: str, wf: Workflow, xml: str, file: str | None,
            master: str = "local[*]", max_batches: int | None = None, idle_exit: float | None = None,
            poll: float = 0.5, on_event: Event | None = None, stop: Stopper | None = None,
            run_id: str | None = None) -> dict[str, Any]:
@@ -209,7 +214,7 @@ def follow(spark: Any, client: Any, redis_url: str, wf: Workflow, xml: str, file
     held.enter_context(submit.redis_lost_is_resumable(run_id, redis_url))
     lease: runs.Lease | None = None
     gen: str | None = None
-    if created:
+    if current is not None:   # created
         lease = held.enter_context(runs.take_over(client, current))
         gen = lease.generation
         runs.update(client, run_id, gen, driver_pid=os.getpid(), driver_host=socket.gethostname())

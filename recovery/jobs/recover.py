@@ -6,9 +6,10 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import msgpack
+from redis import Redis
 
 from recovery.errors import RunError
 from recovery.jobs.submit import (
@@ -20,15 +21,20 @@ from recovery.jobs.submit import (
     workflow_json,
 )
 from recovery.jobs.summary import original_workflow, queued_positions, sum_components, summarize
+from recovery.model.failed import FailedTuple
 from recovery.model.run import RunSpec
 from recovery.model.synthesis import synthesize
 from recovery.model.workflow import Workflow
 from recovery.tracking import keys, ledger, runs
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession  # lazy at run time: pyspark costs seconds to import
+
 log = logging.getLogger(__name__)
 
 
-def reconfigure(client: Any, run_id: str, overrides: dict[str, str]) -> None:
+
+def reconfigure(client: Redis, run_id: str, overrides: dict[str, str]) -> None:
     """Set workflow properties of a stored run (`recover -p`, values already checked): the
     next rounds, and a resumed round, read the stored workflows."""
     rec = runs.get(client, run_id)
@@ -42,15 +48,15 @@ def reconfigure(client: Any, run_id: str, overrides: dict[str, str]) -> None:
     runs.update(client, run_id, **fields)
 
 
-def prune_failed_set(client: Any, run_id: str) -> None:
+def prune_failed_set(client: Redis, run_id: str) -> None:
     """A position leaves the failed set once its queue is empty."""
     for pos in client.smembers(keys.failed_set(run_id)):
-        comp, task = pos.decode().rsplit(":", 1)
+        comp, task = cast(bytes, pos).decode().rsplit(":", 1)
         if client.hlen(keys.queue(run_id, comp, int(task))) == 0:
             client.srem(keys.failed_set(run_id), pos)
 
 
-def resume_if_crashed(spark: Any, client: Any, redis_url: str, rec: dict[str, Any],
+def resume_if_crashed(spark: SparkSession, client: Redis, redis_url: str, rec: dict[str, Any],
                       progress: Progress | None = None, generation: str | None = None,
                       taken_over: bool = False) -> dict[str, Any] | None:
     """A run whose driver died mid-round: run that round again. Committed tasks replay their
@@ -84,7 +90,7 @@ def check_not_running(rec: dict[str, Any]) -> None:
                        f"it, or take it over with `recovery recover {rec['run_id']} --force`")
 
 
-def recover(spark: Any, client: Any, redis_url: str, run_id: str, max_rounds: int | None = None,
+def recover(spark: SparkSession, client: Redis, redis_url: str, run_id: str, max_rounds: int | None = None,
             strategy: str = "localized", progress: Progress | None = None,
             on_round: Callable[[dict], None] | None = None, force: bool = False,
             lease: runs.Lease | None = None) -> dict[str, Any]:
@@ -108,7 +114,7 @@ def recover(spark: Any, client: Any, redis_url: str, run_id: str, max_rounds: in
                         progress, on_round, taken_over=running)
 
 
-def _recover(spark: Any, client: Any, redis_url: str, rec: dict[str, Any], gen: str | None,
+def _recover(spark: SparkSession, client: Redis, redis_url: str, rec: dict[str, Any], gen: str | None,
              max_rounds: int | None, strategy: str, progress: Progress | None,
              on_round: Callable[[dict], None] | None, taken_over: bool) -> dict[str, Any]:
     run_id = rec["run_id"]
@@ -168,7 +174,7 @@ def _recover(spark: Any, client: Any, redis_url: str, rec: dict[str, Any], gen: 
     return final
 
 
-def _root_replay_round(client: Any, run_id: str, original: Workflow, redis_url: str, round_no: int,
+def _root_replay_round(client: Redis, run_id: str, original: Workflow, redis_url: str, round_no: int,
                        queued: list[dict], gen: str | None = None) -> tuple[RunSpec, Workflow]:
     """Storm's behaviour, for comparison: replay every failed root from its spout, under a new
     root id (as Storm's acker would see a re-emitted message). The old roots are settled as
@@ -179,7 +185,7 @@ def _root_replay_round(client: Any, run_id: str, original: Workflow, redis_url: 
     # supersede: zero the old roots' ledger entries and drop their queued tuples
     pending = {}
     for b in range(ledger.LEDGER_BUCKETS):
-        roots, xors = ledger.fold(client.hvals(keys.ledger(run_id, b)))
+        roots, xors = ledger.fold(cast(list[bytes], client.hvals(keys.ledger(run_id, b))))
         for r, x in zip(roots.tolist(), xors.tolist()):
             if r in old_roots:
                 pending[r] = x
@@ -201,17 +207,17 @@ def _root_replay_round(client: Any, run_id: str, original: Workflow, redis_url: 
 
 
 # --- dead letters ----------------------------------------------------------------------------
-def dead_letters(client: Any, run_id: str, component: str | None = None) -> list[dict[str, Any]]:
+def dead_letters(client: Redis, run_id: str, component: str | None = None) -> list[dict[str, Any]]:
     runs.get(client, run_id)
     out = []
     for field, raw in sorted(client.hgetall(keys.dead(run_id)).items()):
-        rec = msgpack.unpackb(raw, strict_map_key=False)
-        if component is None or rec.get("component") == component:
-            out.append(rec)
+        rec = FailedTuple.unpack(cast(bytes, raw))
+        if component is None or rec.component == component:
+            out.append(rec.model_dump(exclude_unset=True))   # the JSON the CLI and UI show
     return out
 
 
-def requeue_dead(client: Any, run_id: str, component: str | None = None,
+def requeue_dead(client: Redis, run_id: str, component: str | None = None,
                  tuple_keys: list[str] | None = None) -> int:
     """Put dead tuples back in their queues (attempts reset) after the cause was fixed: all of
     them, a component's, or those named by `tuple_keys` (`component:task:id`, the dead-letter
@@ -228,7 +234,7 @@ def requeue_dead(client: Any, run_id: str, component: str | None = None,
             raise RunError(f"run {run_id} has no dead tuple {unknown[0]!r} (see `recovery dead {run_id}`)")
         fields: list[bytes] = [k.encode() for k in tuple_keys]
     else:
-        fields = list(client.hkeys(dead_key))
+        fields = cast(list[bytes], client.hkeys(dead_key))
     n = 0
     for field in fields:
         seen: dict[str, Any] = {}

@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 import msgpack
+from redis import Redis
 
 from recovery.connectors.redis_stream import report as stream_reader
 from recovery.errors import RecoveryError, RunError
@@ -43,7 +44,7 @@ def error_kind(error: str | None) -> str:
     return "exception"
 
 
-def runs_list(client: Any, status: str | None = None) -> dict[str, Any]:
+def runs_list(client: Redis, status: str | None = None) -> dict[str, Any]:
     """Every run this Redis knows, newest first (`recovery runs --json`, /api/v1/runs). Each
     row's status and counts come from `run_status`, so `runs` and `status` always agree."""
     rows = []
@@ -66,12 +67,12 @@ def runs_list(client: Any, status: str | None = None) -> dict[str, Any]:
     return {"runs": rows}
 
 
-def run_status(client: Any, run_id: str) -> dict[str, Any]:
+def run_status(client: Redis, run_id: str) -> dict[str, Any]:
     """A run's summary with its topics' partitions (`recovery status --json`, /api/v1/runs/ID)."""
     return follow.enrich(client, summary.summarize(client, run_id))
 
 
-def rounds(client: Any, run_id: str) -> dict[str, Any]:
+def rounds(client: Redis, run_id: str) -> dict[str, Any]:
     """Per round: its components' counters, what it replayed, recovered and lost, its duration.
     Round 0 is the submit; a recovery round's `replayed` counts the queued tuples its queue
     spouts emitted, `recovered` those of them acked, `dead` the tuples that ran out of attempts."""
@@ -99,7 +100,7 @@ def rounds(client: Any, run_id: str) -> dict[str, Any]:
     return {"run_id": run_id, "rounds": out}
 
 
-def component(client: Any, run_id: str, component_id: str) -> dict[str, Any]:
+def component(client: Redis, run_id: str, component_id: str) -> dict[str, Any]:
     """One component: its counters per round and its failed positions (/api/v1/runs/ID/components/C)."""
     rec = runs.get(client, run_id)
     wf = summary.original_workflow(rec)
@@ -120,7 +121,7 @@ def _tuple_row(rec: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def failed(client: Any, run_id: str, limit: int = FAILED_TUPLES_SHOWN) -> dict[str, Any]:
+def failed(client: Redis, run_id: str, limit: int = FAILED_TUPLES_SHOWN) -> dict[str, Any]:
     """Failed positions with their queued tuples' full errors and tracebacks (/api/v1/runs/ID/failed).
     Each position lists at most `limit` tuples; `count` is always the whole queue."""
     runs.get(client, run_id)
@@ -144,19 +145,19 @@ def dead_key(rec: dict[str, Any]) -> str:
     return f"{rec['component']}:{rec['task']}:{rec['id']}"
 
 
-def dead(client: Any, run_id: str, component: str | None = None) -> dict[str, Any]:
+def dead(client: Redis, run_id: str, component: str | None = None) -> dict[str, Any]:
     """Dead letters with their errors (`recovery dead --json`, /api/v1/runs/ID/dead)."""
     return {"run_id": run_id, "dead": [{**_tuple_row(r), "key": dead_key(r)}
                                        for r in recover.dead_letters(client, run_id, component)]}
 
 
-def requeue(client: Any, run_id: str, component: str | None = None,
+def requeue(client: Redis, run_id: str, component: str | None = None,
             tuple_keys: list[str] | None = None) -> dict[str, Any]:
     """Dead tuples back in their queues (`recovery dead --requeue --json`, POST .../dead/requeue)."""
     return {"run_id": run_id, "requeued": recover.requeue_dead(client, run_id, component, tuple_keys)}
 
 
-def plan(client: Any, run_id: str) -> dict[str, Any]:
+def plan(client: Redis, run_id: str) -> dict[str, Any]:
     """The recovery workflow the next round would run (`recovery plan`, /api/v1/runs/ID/plan):
     the failed tasks per component, the components that run again, what each failed one is
     marked with, and the synthesized workflow as XML (None when nothing failed)."""
@@ -174,13 +175,13 @@ def plan(client: Any, run_id: str) -> dict[str, Any]:
             "xml": xml}
 
 
-def partitions(client: Any, run_id: str) -> dict[str, Any]:
+def partitions(client: Redis, run_id: str) -> dict[str, Any]:
     """Per log spout and topic partition: committed offset, end, lag (/api/v1/runs/ID/partitions)."""
     wf = summary.original_workflow(runs.get(client, run_id))
     return {"run_id": run_id, "partitions": stream_reader.partition_report(client, wf)}
 
 
-def clear(client: Any, run_ids: list[str] | None, force: bool = False) -> dict[str, Any]:
+def clear(client: Redis, run_ids: list[str] | None, force: bool = False) -> dict[str, Any]:
     """Every key of each run removed (`recovery clear --json`, DELETE /api/v1/runs/ID); None:
     every run, and any key left under the runs' prefix (`clear --all`)."""
     if run_ids is None:

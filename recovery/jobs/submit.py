@@ -13,7 +13,7 @@ import socket
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
@@ -29,6 +29,9 @@ from recovery.model.workflow import Workflow
 from recovery.redis import connection
 from recovery.tracking import keys, ledger, runs
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession  # lazy at run time: pyspark costs seconds to import
+
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str, int, int], None]
@@ -41,7 +44,7 @@ def check_classes(wf: Workflow) -> None:
         raise WorkflowError(problems[0])
 
 
-def submit(spark: Any, client: Any, redis_url: str, wf: Workflow, xml: str, file: str | None,
+def submit(spark: SparkSession, client: redis.Redis, redis_url: str, wf: Workflow, xml: str, file: str | None,
            tracking_on: bool = True, master: str = "local[*]",
            progress: Progress | None = None, run_id: str | None = None) -> dict[str, Any]:
     check_classes(wf)
@@ -85,7 +88,7 @@ def workflow_json(wf: Workflow) -> str:
     return json.dumps({**json.loads(wf.model_dump_json()), "base_dir": wf.base_dir})
 
 
-def claim_run(client: Any, run_id: str, generation: str | None, **fields: Any) -> None:
+def claim_run(client: redis.Redis, run_id: str, generation: str | None, **fields: Any) -> None:
     """This process is now the run's driver (it holds the run's lease; pid and host for people)."""
     runs.update(client, run_id, generation, driver_pid=os.getpid(), driver_host=socket.gethostname(),
                 **fields)
@@ -101,7 +104,7 @@ def uses_log_source(wf: Workflow) -> bool:
     return any(c.impl.kind == "source" and c.impl.type == "redis-stream" for c in wf.spouts)
 
 
-def run_and_settle(spark: Any, client: Any, wf: Workflow, spec: RunSpec,
+def run_and_settle(spark: SparkSession, client: redis.Redis, wf: Workflow, spec: RunSpec,
                    progress: Progress | None = None, execute: bool = True) -> dict[str, Any]:
     """Run (or resume) one round, let the acker decide, record the outcome, drop in-flight keys.
     `execute=False` only settles a round whose tasks all ran (a driver killed while settling)."""
@@ -179,7 +182,7 @@ def is_spark_failure(err: BaseException) -> bool:
         cls.__module__.partition(".")[0] in ("pyspark", "py4j") for cls in type(err).__mro__)
 
 
-def spark_failure_reason(err: BaseException, client: Any = None, spec: RunSpec | None = None) -> str:
+def spark_failure_reason(err: BaseException, client: redis.Redis | None = None, spec: RunSpec | None = None) -> str:
     """The last exception line of a Python worker's traceback inside a Spark error; for a
     worker that died (no traceback: Spark's last line is `Caused by: java.io.EOFException`),
     Spark's task and stage, and what the message timeout's last resort marked in Redis."""

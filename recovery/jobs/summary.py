@@ -2,9 +2,10 @@
 topological order, and the failed positions."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import msgpack
+from redis import Redis
 
 from recovery.model.graph import topological_order
 from recovery.model.workflow import Workflow
@@ -31,9 +32,9 @@ def sum_components(rounds: list[dict[str, Any]], wf: Workflow) -> dict[str, Any]
     return in_topological_order(total, wf)
 
 
-def failed_positions(client: Any, run_id: str) -> list[dict[str, Any]]:
+def failed_positions(client: Redis, run_id: str) -> list[dict[str, Any]]:
     out = []
-    for pos in sorted(p.decode() for p in client.smembers(keys.failed_set(run_id))):
+    for pos in sorted(cast(bytes, p).decode() for p in client.smembers(keys.failed_set(run_id))):
         comp, task = pos.rsplit(":", 1)
         qkey = keys.queue(run_id, comp, int(task))
         count = client.hlen(qkey)
@@ -46,7 +47,7 @@ def failed_positions(client: Any, run_id: str) -> list[dict[str, Any]]:
     return out
 
 
-def summarize(client: Any, run_id: str, rounds: list | None = None, settled: bool = False
+def summarize(client: Redis, run_id: str, rounds: list | None = None, settled: bool = False
               ) -> dict[str, Any]:
     """Roots complete / pending / failed / dead and the failed positions. `settled`: the
     caller just finished a round, so the status is the acker's verdict, not the record's.
@@ -96,7 +97,7 @@ def original_workflow(rec: dict[str, Any]) -> Workflow:
     return Workflow.model_validate_json(rec["workflow_json"])
 
 
-def queued_positions(client: Any, run_id: str, positions: list[dict[str, Any]] | None = None
+def queued_positions(client: Redis, run_id: str, positions: list[dict[str, Any]] | None = None
             ) -> list[dict[str, Any]]:
     """Every queued failed tuple (small: failures only), of `positions` if already read."""
     out = []

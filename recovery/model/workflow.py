@@ -6,7 +6,7 @@ Workflow; recovery synthesis maps (Workflow, failed positions) to another Workfl
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, overload
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -63,6 +63,11 @@ class SourceImpl(_Frozen):
     type: str                      # file | redis-stream | queue
     params: tuple[tuple[str, str], ...] = ()
 
+    @overload
+    def param(self, name: str) -> str | None: ...
+    @overload
+    def param(self, name: str, default: str) -> str: ...
+
     def param(self, name: str, default: str | None = None) -> str | None:
         return dict(self.params).get(name, default)
 
@@ -84,6 +89,11 @@ class SinkImpl(_Frozen):
     @property
     def write_mode(self) -> str:
         return self.mode or "error"
+
+    @overload
+    def param(self, name: str) -> str | None: ...
+    @overload
+    def param(self, name: str, default: str) -> str: ...
 
     def param(self, name: str, default: str | None = None) -> str | None:
         return dict(self.params).get(name, default)

@@ -9,7 +9,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 
@@ -68,6 +68,10 @@ class ShellBase:
     max_explained_restarts = 50   # ...or ones the child reported (an exception in pystorm)
     _read_delay = 0.0
     _gave_up_note = " (its tuples now fail without being run)"   # what giving up means
+    _collector: Any    # the task's collector (api.components installs it; the protocol is there)
+
+    if TYPE_CHECKING:   # ShellBolt and ShellSpout each lose a child their own way
+        def _lose(self, problem: str) -> None: ...
 
     def _shell_init(self, impl: ShellImpl, base_dir: str) -> None:
         self.impl = impl
@@ -186,6 +190,7 @@ class ShellBase:
                 if isinstance(item, StderrLine):
                     self._log(item.line, "stderr")
             raise ShellError(self._describe(where + " " + problem, child, code))
+        assert first is not None   # no problem means the handshake's pid arrived
         child.reported_pid = first["pid"]
         self._child = child
         self._backlog = rest or None
@@ -277,11 +282,12 @@ class ShellBase:
         if isinstance(item, BadMessage):
             return f"sent {item.reason}: {quote(item.raw)}"
         if isinstance(item, EndOfOutput):
-            code = self._child.exited() if self._child else None
+            child = self._child
+            code = child.exited() if child else None
             deadline = process.monotonic() + 1.0
-            while code is None and process.monotonic() < deadline:
+            while child is not None and code is None and process.monotonic() < deadline:
                 time.sleep(0.005)
-                code = self._child.exited()
+                code = child.exited()
             if item.rest:
                 what = (f"closed its output in the middle of a message (no 'end' line): "
                         f"{quote(item.rest)}")

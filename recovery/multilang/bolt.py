@@ -10,7 +10,7 @@ from recovery.api.components import HEARTBEAT_STREAM, SYSTEM_COMPONENT, TICK_STR
 from recovery.model.workflow import ShellImpl
 from recovery.multilang import process
 from recovery.multilang.base import EMIT_ERRORS, ShellBase, ShellError, collect_emit
-from recovery.multilang.process import READ_DELAY
+from recovery.multilang.process import READ_DELAY, ChildProcess
 from recovery.multilang.protocol import (
     END_OF_MESSAGE,
     ProtocolError,
@@ -212,6 +212,7 @@ class ShellBolt(ShellBase, Bolt):
 
     def _write(self) -> None:
         if self._out:
+            assert self._child is not None   # output is queued only for a running child
             self._child.write(self._out)
             if not self._out:
                 self._unsent = 0
@@ -225,7 +226,7 @@ class ShellBolt(ShellBase, Bolt):
     def _service(self, done: Callable[[], bool]) -> None:
         """Block until done(): handle messages, send ticks and heartbeats, and lose the child
         when it stops answering for the subprocess timeout."""
-        child = None
+        child: ChildProcess | None = None
         start = 0.0
         while True:
             if self._child is not child:
@@ -245,6 +246,7 @@ class ShellBolt(ShellBase, Bolt):
                 self._timers(now)
                 self._write()
             limit = self._timeout
+            assert child is not None   # without a child the loop ended at done() above
             silent = now - max(child.clock[0], start)
             if silent > limit:
                 self._lose(self._hung(child))
@@ -317,6 +319,7 @@ class ShellBolt(ShellBase, Bolt):
         if task is None and msg.get("need_task_ids", True):
             self._out += encode_compact(list(task_ids or ())).encode() + END_OF_MESSAGE
             self._urgent = True
+            assert self._child is not None   # the child that sent the emit
             self._child.read_delay[0] = 0.0   # it waits for answers: read without delay
 
     def _fail_tuple(self, tup: Tuple, error: str) -> None:

@@ -112,6 +112,7 @@ class ChildProcess:
         self.pid = self.popen.pid
         # Safety net: a child still running when the interpreter exits is killed.
         self._finalizer = weakref.finalize(self, kill_group, self.pid)
+        assert self.popen.stdin is not None   # stdin=PIPE
         self.fd_in = self.popen.stdin.fileno()
         os.set_blocking(self.fd_in, False)
         self.queue: queue.SimpleQueue = queue.SimpleQueue()
@@ -182,7 +183,8 @@ class ChildProcess:
         if self.returncode is not None:
             return self.returncode
         try:
-            self.popen.stdin.close()
+            if self.popen.stdin is not None:   # always (stdin=PIPE): for the type checker
+                self.popen.stdin.close()
         except OSError:
             pass
         self.stdin_closed = True

@@ -117,6 +117,7 @@ class ShellSpout(ShellBase, Spout):
 
     def _exchange(self, data: bytes) -> int | None:
         child = self._child
+        assert child is not None   # next_tuple starts one first
         self._emitted = 0
         self._synced = False
         self._out += data
@@ -164,6 +165,7 @@ class ShellSpout(ShellBase, Spout):
             task_ids = []
         if task is None and msg.get("need_task_ids", True):
             self._out += encode_compact(list(task_ids or ())).encode() + END_OF_MESSAGE
+            assert self._child is not None   # the child that sent the emit
             self._child.write(self._out)      # the program waits for these
 
     def _on_sync(self, msg: dict) -> None:

@@ -3,13 +3,19 @@ held tuples and failure records."""
 from __future__ import annotations
 
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 
 from recovery.api.components import Tuple
+from recovery.model.failed import FailedTuple
 from recovery.runtime import timeouts
 from recovery.tracking import ids
+
+if TYPE_CHECKING:
+    from recovery.model.run import RunSpec
+    from recovery.runtime.routing import Router
+    from recovery.tracking.tracker import TaskTracker
 
 CHUNK = 2048          # tuples per blob
 ERROR_CAP = 4000      # characters of an error/traceback kept with a failed tuple
@@ -24,6 +30,35 @@ def format_error(err: BaseException) -> tuple[str, str]:
 class Collector:
     """The OutputCollector side of a task (part of TaskRunner): emits with their anchors and
     routes, acks, fails and logs."""
+
+    # The runner's state this part reads and writes (TaskRunner.__init__ sets it all).
+    spec: RunSpec
+    component_id: str
+    task_id: int
+    is_spout: bool
+    auto_anchor: bool
+    router: Router
+    tracker: TaskTracker | None
+    stats: dict[str, float]      # counts, and the task's seconds
+    contrib: dict[int, int]
+    out: dict[tuple[str, int], list]
+    ready: list[tuple[tuple[str, int], bytes]]
+    replayed: set[int]
+    spout_messages: list[list]
+    _spout_roots: set[int]
+    current: Tuple | None
+    outstanding: dict[int, Tuple]
+    held: dict[int, list]
+    emit_counts: dict[int, int]
+    unanchored_seq: int
+    spout_emits: int
+    _running: tuple[int | str, float] | None
+
+    if TYPE_CHECKING:   # the runner's other parts
+        def _raise_timeout(self) -> None: ...
+        def _count_root(self, replayed: bool) -> None: ...
+        def _root_salt(self, epoch: int) -> int: ...
+        def _selected(self, message_id: Any) -> bool: ...
 
     # -- collector protocol ---------------------------------------------------------------
     def emit(self, component: Any, values: Any, stream: str, anchors: tuple, direct_task: int | None,
@@ -151,12 +186,12 @@ class Collector:
         for entry in self.held.pop(tup.id, ()):
             entry[2] = True   # nothing emitted on a failed tuple's behalf flows on
         if self.tracker is not None:
-            rec = {"id": tup.id, "roots": list(tup.roots), "src_component": tup.component,
-                   "src_task": tup.source_task, "stream": tup.stream, "values": tup.values,
-                   "attempt": tup.attempt, "error": error or f"failed by {self.component_id}",
-                   "traceback": tb}
+            rec = FailedTuple(id=tup.id, roots=list(tup.roots), src_component=tup.component,
+                              src_task=tup.source_task, stream=tup.stream, values=tup.values,
+                              attempt=tup.attempt, error=error or f"failed by {self.component_id}",
+                              traceback=tb)
             self.tracker.failure(rec)
-            if rec.get("dead"):
+            if rec.dead:
                 self.stats["dead"] += 1
         else:
             self.log(f"tuple {tup.id:#x} failed: {error}", "error")

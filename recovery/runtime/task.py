@@ -17,9 +17,11 @@ from contextlib import contextmanager
 from typing import Any
 
 import msgpack
+from redis import Redis
 
 from recovery.api.components import SYSTEM_COMPONENT, TICK_STREAM, Tuple
 from recovery.faults import injections
+from recovery.model.failed import FailedTuple
 from recovery.model.graph import TaskContext, TaskMap, subscribers
 from recovery.model.run import RunSpec
 from recovery.model.workflow import Component, Workflow
@@ -37,7 +39,7 @@ log = logging.getLogger(__name__)
 
 # --- per-process caches (a Python worker runs many tasks) --------------------------------
 _workflows: dict[str, tuple[Workflow, TaskMap, Workflow]] = {}
-_clients: dict[str, Any] = {}
+_clients: dict[str, Redis] = {}
 
 
 def workflow_of(spec: RunSpec) -> tuple[Workflow, TaskMap, Workflow]:
@@ -57,7 +59,7 @@ def workflow_of(spec: RunSpec) -> tuple[Workflow, TaskMap, Workflow]:
 
 
 @contextmanager
-def injected_client(redis_url: str | None, client: Any) -> Iterator[None]:
+def injected_client(redis_url: str | None, client: Redis) -> Iterator[None]:
     """While inside, tasks of runs against `redis_url` use `client` instead of connecting (an
     in-process run's client: recovery.testing injects fakeredis or a test's Redis this way)."""
     key = redis_url or ""
@@ -72,7 +74,7 @@ def injected_client(redis_url: str | None, client: Any) -> Iterator[None]:
             _clients[key] = previous
 
 
-def redis_of(spec: RunSpec) -> Any:
+def redis_of(spec: RunSpec) -> Redis:
     client = _clients.get(spec.redis_url or "")
     if client is None:
         client = _clients[spec.redis_url or ""] = connection.connect(spec.redis_url, start=False)
@@ -97,10 +99,11 @@ class TaskRunner(MessageTimeouts, Collector):
         self.conf = self.wf.conf(component_id)
         self.router = Router(self.wf, self.tm, component_id)
         self.tracking = spec.tracking
-        self.client = redis_of(spec) if (spec.tracking or self._needs_redis()) else None
-        self.tracker = None
-        if self.tracking:
-            self.tracker = TaskTracker(self.client, spec.run_id, spec.round, component_id, index,
+        client = redis_of(spec) if (spec.tracking or self._needs_redis()) else None
+        self.client = client
+        self.tracker: TaskTracker | None = None
+        if self.tracking and client is not None:   # tracking always has a client
+            self.tracker = TaskTracker(client, spec.run_id, spec.round, component_id, index,
                                        self.task_id, self.conf, generation=spec.generation)
         self.contrib: dict[int, int] = {}
         self.out: dict[tuple[str, int], list] = {}
@@ -110,7 +113,7 @@ class TaskRunner(MessageTimeouts, Collector):
         self.spout_messages: list[list] = []   # (root, message id): acked/failed later
         self._spout_roots: set[int] = set()     # roots this spout task made (message ids are unique)
         self.injections = injections(self.conf, component_id)
-        self.stats = {"executed": 0, "acked": 0, "failed": 0, "emitted": 0, "roots": 0, "dead": 0}
+        self.stats: dict[str, float] = {"executed": 0, "acked": 0, "failed": 0, "emitted": 0, "roots": 0, "dead": 0}
         self.fields_of: dict[tuple[str, str], tuple[str, ...]] = {}
         # Bolt bookkeeping
         self.current: Tuple | None = None
@@ -144,8 +147,8 @@ class TaskRunner(MessageTimeouts, Collector):
         return ctx
 
     def _make_state(self) -> Any:
-        if self.tracking:
-            return KeyedState(self.client, keys.state(self.spec.run_id, self.component_id))
+        if self.tracker is not None:   # tracking
+            return KeyedState(self.tracker.client, keys.state(self.spec.run_id, self.component_id))
         return LocalState()
 
     def _instantiate(self) -> Any:
@@ -309,7 +312,7 @@ class TaskRunner(MessageTimeouts, Collector):
             self.current = None
 
     # -- spouts ---------------------------------------------------------------------------
-    def run_spout(self, emit_source: Callable[[TaskRunner], None] | None) -> Iterator[tuple[Any, bytes]]:
+    def run_spout(self, emit_source: Callable[[TaskRunner], Iterable[object]] | None) -> Iterator[tuple[Any, bytes]]:
         """`emit_source` drives a built-in source; None means the component is a Spout class."""
         if self.tracker is not None and self.tracker.committed() is not None:
             yield from self.tracker.stored_output()
@@ -357,12 +360,12 @@ class TaskRunner(MessageTimeouts, Collector):
                 self.contrib[root] = self.contrib.get(root, 0) ^ root
             msg, tb = format_error(err)
             if self.tracker is not None:
-                rec = {"id": root, "roots": [root], "src_component": self.component_id,
-                       "src_task": self.task_id, "stream": stream, "values": None,
-                       "raw": raw, "message_id": message_id, "format": fmt,
-                       "attempt": attempt, "error": msg, "traceback": tb}
+                rec = FailedTuple(id=root, roots=[root], src_component=self.component_id,
+                                  src_task=self.task_id, stream=stream, values=None,
+                                  raw=raw, message_id=message_id, format=fmt,
+                                  attempt=attempt, error=msg, traceback=tb)
                 self.tracker.failure(rec)
-                if rec.get("dead"):
+                if rec.dead:
                     self.stats["dead"] += 1
             return
         if replayed and self.tracker is not None:
@@ -372,7 +375,7 @@ class TaskRunner(MessageTimeouts, Collector):
         base = ids.derive(root, self.router.salts.get(stream, 0), 0)
         self._emit(values, stream, (root,), base, None, hold=None, root_xor=root)
 
-    def _drop_consumed_outputs(self) -> None:
+    def _drop_consumed_outputs(self, client: Redis) -> None:
         """Once every task reading an upstream component has committed, nothing can need that
         component's stored output again (a committed task never re-executes): drop it now,
         so Redis holds about two stages of in-flight tuples, not the whole round."""
@@ -383,8 +386,8 @@ class TaskRunner(MessageTimeouts, Collector):
             except KeyError:
                 continue
             readers = [f"{c.id}:{i}" for c, _ in subscribers(self.wf, src) for i in range(c.parallelism)]
-            if all(self.client.hmget(done_key, readers)):
-                self.client.delete(*[keys.task_output(self.spec.run_id, self.spec.round, src, i)
+            if all(client.hmget(done_key, readers)):
+                client.delete(*[keys.task_output(self.spec.run_id, self.spec.round, src, i)
                                      for i in range(upstream.parallelism)])
 
     def replay_to(self, component: str, task: int, rec: dict, attempt: int) -> None:
@@ -435,13 +438,13 @@ class TaskRunner(MessageTimeouts, Collector):
         if self.tracker is not None:
             extra = None
             if self.spout_messages:
-                key = keys.spout_messages(self.spec.run_id, self.component_id)
+                messages_key = keys.spout_messages(self.spec.run_id, self.component_id)
                 field = f"{self.spec.round}:{self.index}"
-                blob = msgpack.packb(self.spout_messages, default=repr)
-                extra = lambda pipe: pipe.hset(key, field, blob)   # noqa: E731
+                messages = msgpack.packb(self.spout_messages, default=repr)
+                extra = lambda pipe: pipe.hset(messages_key, field, messages)   # noqa: E731
             elif self._timed_out:   # a committed task never runs again: its marks are done
                 marks = self._marks_key()
                 extra = lambda pipe: pipe.delete(marks)   # noqa: E731
             self.tracker.commit(self.contrib, self.stats, self.state, extra)
-            self._drop_consumed_outputs()
+            self._drop_consumed_outputs(self.tracker.client)
         return iter(ready)

@@ -7,10 +7,17 @@ import os
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from redis import Redis
 
 from recovery.multilang.bolt import ShellBolt
 from recovery.tracking import keys
+
+if TYPE_CHECKING:
+    from recovery.model.run import RunSpec
+    from recovery.model.workflow import Component
+    from recovery.tracking.tracker import TaskTracker
 
 log = logging.getLogger(__name__)
 clock = time.monotonic   # the runtime's one clock: deadlines and their checks (tests move it)
@@ -47,6 +54,21 @@ class MessageTimeouts:
     """A task's message timeout: the deadline of the tuple (or finish()) running now, and the
     watchdog that ends a worker stuck past it (part of TaskRunner)."""
 
+    # The runner's state this part reads and writes (TaskRunner.__init__ sets it all).
+    spec: RunSpec
+    comp: Component
+    component_id: str
+    index: int
+    task_id: int
+    client: Redis | None
+    tracker: TaskTracker | None
+    _timeout: float
+    _timed: bool
+    _running: tuple[int | str, float] | None
+    _timed_out: set[int | str]
+    _watchdog: threading.Thread | None
+    _stop_watchdog: threading.Event
+
     # -- timeouts -------------------------------------------------------------------------
     # The message timeout is cooperative: an execution (a tuple's process(), or finish()) has
     # a deadline, checked at every collector call (emit, ack, fail, log) and when it returns;
@@ -74,7 +96,7 @@ class MessageTimeouts:
             return
         self._timed = True
         if self.tracker is not None:
-            marks = self.client.smembers(self._marks_key())
+            marks = self.tracker.client.smembers(self._marks_key())
             self._timed_out = {m.decode() if m == FINISH.encode() else int(m) for m in marks}
         if _kill_armed():
             self._watchdog = threading.Thread(target=self._watch, daemon=True,
@@ -107,17 +129,18 @@ class MessageTimeouts:
                 continue
             what = running[0]
             marked = False
-            if self.tracker is not None:
+            tracker = self.tracker
+            if tracker is not None:
                 try:
-                    self.client.sadd(self._marks_key(), what)
+                    tracker.client.sadd(self._marks_key(), what)
                     marked = True
                 except Exception:   # Redis down: end the worker anyway; Spark bounds the retries
                     log.exception("could not record the timeout of %s at %s task %d",
                                   what, self.component_id, self.task_id)
             if self._running is not running:
                 # it returned while the mark was written: the runner fails it itself
-                if marked:
-                    self.client.srem(self._marks_key(), what)
+                if marked and tracker is not None:
+                    tracker.client.srem(self._marks_key(), what)
                 continue
             _end_worker(f"recovery: {self._timeout_text()} and did not return: {what} at "
                         f"{self.component_id} task {self.task_id} marked timed out, worker ended")

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import msgpack
+from redis import Redis
 
 from recovery.api.components import Bolt, Spout, Tuple
 from recovery.tracking import keys
@@ -145,8 +146,9 @@ class ListSink(Bolt):
         self.ack(tup)
 
 
-def read_list_sink(client: Any, run_id: str, component_id: str) -> list[list]:
+def read_list_sink(client: Redis, run_id: str, component_id: str) -> list[list]:
     """A ListSink's records in a run, ordered by tuple id (an order of no meaning but stable)."""
-    rows = [(msgpack.unpackb(k, strict_map_key=False), msgpack.unpackb(v, strict_map_key=False))
+    rows = [(msgpack.unpackb(cast(bytes, k), strict_map_key=False),
+             msgpack.unpackb(cast(bytes, v), strict_map_key=False))
             for k, v in client.hgetall(sink_key(run_id, component_id)).items()]
     return [values for _, values in sorted(rows, key=lambda kv: kv[0])]

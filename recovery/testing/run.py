@@ -8,9 +8,10 @@ import collections
 import json
 import random
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import msgpack
+from redis import Redis
 
 from recovery.engine import rounds
 from recovery.errors import RunError
@@ -33,6 +34,9 @@ from recovery.testing.components import (
 )
 from recovery.testing.local_spark import LocalSession
 from recovery.tracking import keys, runs
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 TESTING_SPOUT = "recovery.testing:TestingSpout"
 LIST_SINK = "recovery.testing:ListSink"
@@ -85,7 +89,7 @@ class LocalRun:
     `interrupted`: None, "error" (a task failed for good, e.g. at ABORT: the run is in `error`)
     or "crash" (CRASH: the run is `crashed`); either way `recover_local` resumes it."""
     workflow: Workflow
-    client: Any
+    client: Redis
     run_id: str
     redis_url: str
     summary: dict[str, Any]
@@ -120,7 +124,7 @@ class LocalRun:
         return jobs_recover.dead_letters(self.client, self.run_id)
 
 
-def _url(client: Any) -> str:
+def _url(client: Redis) -> str:
     """The name tasks look their client up by (runtime.injected_client); one per client."""
     return f"testing://in-process/{id(client):x}"
 
@@ -144,7 +148,7 @@ def _drive(run: LocalRun, action: Any) -> LocalRun:
     return run
 
 
-def run_local(workflow: Workflow, redis_client: Any, *, inputs: dict[str, list[Any]] | None = None,
+def run_local(workflow: Workflow, redis_client: Redis, *, inputs: dict[str, list[Any]] | None = None,
               list_sinks: bool = True, recover: bool = False, max_rounds: int | None = None,
               strategy: str = "localized", run_id: str | None = None, tracking: bool = True,
               config: dict[str, str] | None = None, arrival: random.Random | None = None) -> LocalRun:
@@ -182,7 +186,7 @@ def recover_local(run: LocalRun, max_rounds: int | None = None, strategy: str = 
                                                   max_rounds=max_rounds, strategy=strategy, force=force))
 
 
-def execute_round(wf: Workflow, spec: RunSpec, client: Any, arrival: random.Random | None = None
+def execute_round(wf: Workflow, spec: RunSpec, client: Redis, arrival: random.Random | None = None
                   ) -> dict[tuple[str, int], list[bytes]]:
     """One round's tasks through the engine's stages (engine.build), nothing settled: for tests
     of the runtime itself. Returns the chunks each (component, task index) received; a task's
@@ -190,7 +194,8 @@ def execute_round(wf: Workflow, spec: RunSpec, client: Any, arrival: random.Rand
     session = LocalSession(arrival, wrap_failures=False)
     received: dict[tuple[str, int], list[bytes]] = collections.defaultdict(list)
     with task.injected_client(spec.redis_url, client):
-        leaves, persisted = rounds.build(session, wf, spec)
+        # LocalSession stands in for the SparkSession: it has the part of its API build uses
+        leaves, persisted = rounds.build(cast("SparkSession", session), wf, spec)
         for rdd in persisted + leaves:
             for key, blob in rdd.collect():
                 received[tuple(key)].append(blob)
@@ -208,7 +213,7 @@ def sink_multisets(run: LocalRun | dict[str, list[list]]) -> Output:
     return {cid: collections.Counter(json.dumps(v, sort_keys=True) for v in rows) for cid, rows in sinks.items()}
 
 
-def failure_free_output(workflow: Workflow, redis_client: Any = None, **kwargs: Any) -> Output:
+def failure_free_output(workflow: Workflow, redis_client: Redis | None = None, **kwargs: Any) -> Output:
     """The sinks of a failure-free run of `workflow` (fault injection and ABORT/CRASH taken
     out; the same `inputs`, also stripped), on `redis_client` or a fresh fakeredis."""
     if redis_client is None:

@@ -138,7 +138,7 @@ def spout_messages(run_id: str, component: str) -> str:
     return run_key(run_id, "spoutmsgs", component)
 
 
-def timed_out(run_id: str, round_no: int, component: str, index: int) -> str:
+def timed_out(run_id: str, round_no: int, component: str, index: int | str) -> str:
     """Set: what the message-timeout watchdog ended by killing a task's worker (tuple ids, or
     "finish"), so that the task's retry fails it without running it again. Dropped at the
     task's commit."""

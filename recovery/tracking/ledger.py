@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
+from redis import Redis
 from redis.exceptions import WatchError
 
 from recovery.tracking import keys
@@ -58,7 +59,7 @@ def fold(blobs: Iterable[bytes]) -> tuple[np.ndarray, np.ndarray]:
     return roots[keep], folded[keep]
 
 
-def fenced_transaction(client: Any, run_id: str, generation: str | None,
+def fenced_transaction(client: Redis, run_id: str, generation: str | None,
                        build: Callable[[Any], None], watch: tuple[str, ...] = (),
                        read: Callable[[Any], None] | None = None) -> bool:
     """Queue `build(pipe)`'s writes in one MULTI/EXEC that runs only while the run's record still
@@ -85,7 +86,7 @@ def fenced_transaction(client: Any, run_id: str, generation: str | None,
                 continue
 
 
-def resolve_bucket(client: Any, run_id: str, bucket: int, generation: str | None = None) -> int:
+def resolve_bucket(client: Redis, run_id: str, bucket: int, generation: str | None = None) -> int:
     """Fold one ledger bucket into a single compacted blob; returns its pending roots' count."""
     key = keys.ledger(run_id, bucket)
     folded: dict[str, Any] = {}
@@ -104,10 +105,10 @@ def resolve_bucket(client: Any, run_id: str, bucket: int, generation: str | None
     return int(len(folded["roots"]))
 
 
-def pending_roots(client: Any, run_id: str) -> set[int]:
+def pending_roots(client: Redis, run_id: str) -> set[int]:
     """Every root whose ledger is not zero (after resolve_bucket, one blob per bucket)."""
     out: set[int] = set()
     for b in range(LEDGER_BUCKETS):
-        roots, _ = fold(client.hvals(keys.ledger(run_id, b)))
+        roots, _ = fold(cast(list[bytes], client.hvals(keys.ledger(run_id, b))))
         out.update(int(r) for r in roots)
     return out

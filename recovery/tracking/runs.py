@@ -104,7 +104,7 @@ def _cleared(run_id: str) -> RunCleared:
                       "it; it stopped without writing into it")
 
 
-def create(client: Any, run_id: str, xml: str, wf_json: str, file: str | None, master: str,
+def create(client: redis.Redis, run_id: str, xml: str, wf_json: str, file: str | None, master: str,
            tracking: bool) -> Lease:
     """Create the run's record, its lease (held by this process) and its index entry in one
     atomic step; a run id that exists already is refused. Returns the lease (not yet refreshed:
@@ -128,7 +128,7 @@ def create(client: Any, run_id: str, xml: str, wf_json: str, file: str | None, m
     return lease
 
 
-def get(client: Any, run_id: str) -> dict[str, Any]:
+def get(client: redis.Redis, run_id: str) -> dict[str, Any]:
     """The record, with its lease as read now (`lease_holder`, `lease_ms`: -2 when none)."""
     with client.pipeline(transaction=False) as pipe:
         pipe.hgetall(keys.run_record(run_id))
@@ -146,7 +146,7 @@ def get(client: Any, run_id: str) -> dict[str, Any]:
     return rec
 
 
-def update(client: Any, run_id: str, generation: str | None = None, **fields: Any) -> None:
+def update(client: redis.Redis, run_id: str, generation: str | None = None, **fields: Any) -> None:
     """Set fields of an existing record (never recreates a cleared one); with `generation`,
     only while the record still holds it. Raises RunCleared otherwise."""
     args: list[Any] = [generation or ""]
@@ -156,7 +156,7 @@ def update(client: Any, run_id: str, generation: str | None = None, **fields: An
         raise _cleared(run_id)
 
 
-def increment(client: Any, run_id: str, generation: str | None = None, **amounts: int) -> None:
+def increment(client: redis.Redis, run_id: str, generation: str | None = None, **amounts: int) -> None:
     """HINCRBY fields of an existing record, fenced as `update` is."""
     args: list[Any] = [generation or ""]
     for k, v in amounts.items():
@@ -165,7 +165,7 @@ def increment(client: Any, run_id: str, generation: str | None = None, **amounts
         raise _cleared(run_id)
 
 
-def list_ids(client: Any) -> list[str]:
+def list_ids(client: redis.Redis) -> list[str]:
     return [_dec(r) for r in client.zrange(keys.runs_index(), 0, -1)]
 
 
@@ -232,7 +232,7 @@ class Lease:
     """This process drives the run: a key with an expiry that a daemon thread refreshes while
     the process works (`with lease:`). Released at the end; if the process dies it expires."""
 
-    def __init__(self, client: Any, run_id: str, generation: str | None,
+    def __init__(self, client: redis.Redis, run_id: str, generation: str | None,
                  ttl: float | None = None):
         self.client = client
         self.run_id = run_id
@@ -298,7 +298,7 @@ class Lease:
         self.release()
 
 
-def take_over(client: Any, rec: dict[str, Any], force: bool = False) -> Lease:
+def take_over(client: redis.Redis, rec: dict[str, Any], force: bool = False) -> Lease:
     """The lease of a run this process is about to drive (a crashed or errored run; a live one
     only with `force`). A record from before generations gets one now."""
     run_id = rec["run_id"]
@@ -316,7 +316,7 @@ def take_over(client: Any, rec: dict[str, Any], force: bool = False) -> Lease:
     return lease
 
 
-def check_generation(client: Any, run_id: str, generation: str | None) -> None:
+def check_generation(client: redis.Redis, run_id: str, generation: str | None) -> None:
     """Raise RunCleared when the run was cleared or created anew since `generation` was read."""
     if generation is not None and _dec(client.hget(keys.run_record(run_id), "generation")) != generation:
         raise _cleared(run_id)

@@ -8,15 +8,16 @@ committed is never executed again (its stored output is replayed instead): no do
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import msgpack
+from redis import Redis
 
 _MISSING = object()
 
 
 class KeyedState:
-    def __init__(self, client: Any, key: str):
+    def __init__(self, client: Redis, key: str):
         self._client = client
         self.key = key
         self._cache: dict[Any, Any] = {}
@@ -30,7 +31,7 @@ class KeyedState:
         value = self._cache.get(key, _MISSING)
         if value is _MISSING:
             raw = self._client.hget(self.key, self._field(key))
-            value = msgpack.unpackb(raw, strict_map_key=False) if raw is not None else _MISSING
+            value = msgpack.unpackb(cast(bytes, raw), strict_map_key=False) if raw is not None else _MISSING
             self._cache[key] = value
         return default if value is _MISSING else value
 
@@ -72,8 +73,8 @@ class KeyedState:
 class LocalState(KeyedState):
     """The same API in memory, for runs with tracking off and for unit tests."""
 
-    def __init__(self) -> None:
-        super().__init__(None, "local")
+    def __init__(self) -> None:   # no client: every method that reads one is overridden
+        self.key = "local"
         self._store: dict = {}
 
     def get(self, key: Any, default: Any = None) -> Any:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import msgpack
+from redis import Redis
 
 from recovery.model import config as config_decl
+from recovery.model.failed import FailedTuple
 from recovery.tracking import keys
 from recovery.tracking.ledger import fenced_transaction, pack_xors
 
@@ -30,7 +32,7 @@ class TaskTracker:
     """One Spark task's view of tracking: it buffers what the task learns and commits it in one
     transaction with the task's done marker."""
 
-    def __init__(self, client: Any, run_id: str, round_no: int, component: str, index: int,
+    def __init__(self, client: Redis, run_id: str, round_no: int, component: str, index: int,
                  task_id: int, conf: dict[str, str], generation: str | None = None):
         self.client = client
         self.generation = generation
@@ -46,18 +48,18 @@ class TaskTracker:
         self.out_key = keys.task_output(run_id, round_no, component, index)
         self._out_pending: dict[int, bytes] = {}
         self._out_n = 0
-        self.failures: list[dict] = []
+        self.failures: list[FailedTuple] = []
         self.replays_done: list[tuple[str, int, int]] = []
         self.logs: list[bytes] = []
 
     # -- idempotence ------------------------------------------------------------------
     def committed(self) -> dict | None:
         raw = self.client.hget(keys.task_done(self.run_id, self.round), self.field)
-        return msgpack.unpackb(raw) if raw is not None else None
+        return msgpack.unpackb(cast(bytes, raw)) if raw is not None else None
 
     def stored_output(self) -> Iterator[tuple[Any, bytes]]:
         for _, raw in sorted(self.client.hgetall(self.out_key).items(), key=lambda kv: int(kv[0])):
-            key, blob = msgpack.unpackb(raw)
+            key, blob = msgpack.unpackb(cast(bytes, raw))
             yield tuple(key), blob
 
     # -- in-flight tuples ---------------------------------------------------------------
@@ -82,17 +84,18 @@ class TaskTracker:
         self.fenced = True
 
     # -- failure localization -----------------------------------------------------------
-    def failure(self, record: dict) -> None:
+    def failure(self, record: FailedTuple) -> None:
         """A tuple failed at this task: to the queue for recovery, or dead when out of attempts."""
-        record.setdefault("component", self.component)
-        record.setdefault("task", self.task_id)
-        record["round"] = self.round
-        record["time"] = time.time()
-        attempt = int(record.get("attempt", 1))
-        if attempt >= self.max_attempts:
-            record["dead"] = True
+        if "component" not in record.model_fields_set:
+            record.component = self.component
+        if "task" not in record.model_fields_set:
+            record.task = self.task_id
+        record.round = self.round
+        record.time = time.time()
+        if record.attempt >= self.max_attempts:
+            record.dead = True
         else:
-            record["not_before"] = time.time() + backoff_ms(attempt, self.conf) / 1000.0
+            record.not_before = time.time() + backoff_ms(record.attempt, self.conf) / 1000.0
         self.failures.append(record)
 
     def replay_done(self, component: str, task: int, tuple_id: int) -> None:
@@ -121,13 +124,13 @@ class TaskTracker:
             for comp, task, tid in self.replays_done:
                 pipe.hdel(keys.queue(rid, comp, task), str(tid))
             for rec in self.failures:
-                comp, task, tid = rec["component"], rec["task"], rec["id"]
-                packed = msgpack.packb(rec, default=repr)
-                if rec.get("dead"):
+                comp, task, tid = rec.component, rec.task, rec.id
+                packed = rec.pack()
+                if rec.dead:
                     pipe.hdel(keys.queue(rid, comp, task), str(tid))
                     pipe.hset(keys.dead(rid), f"{comp}:{task}:{tid}", packed)
-                    if rec.get("roots"):
-                        pipe.sadd(keys.dead_roots(rid), *[str(r) for r in rec["roots"]])
+                    if rec.roots:
+                        pipe.sadd(keys.dead_roots(rid), *[str(r) for r in rec.roots])
                 else:
                     pipe.hset(keys.queue(rid, comp, task), str(tid), packed)
                     pipe.sadd(keys.failed_set(rid), f"{comp}:{task}")

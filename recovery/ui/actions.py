@@ -11,6 +11,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from redis import Redis
+
 from recovery.errors import RunError
 from recovery.jobs import recover
 from recovery.tracking import runs
@@ -29,7 +31,7 @@ class RecoverProcesses:
         self._procs: dict[str, tuple[subprocess.Popen, Path]] = {}
         self._lock = threading.Lock()
 
-    def start(self, client: Any, run_id: str) -> int:
+    def start(self, client: Redis, run_id: str) -> int:
         """Start recovering `run_id`; refuses (RunError, the CLI's message) an unknown run, a
         run whose driver is alive, and a run this server is recovering already."""
         with self._lock:

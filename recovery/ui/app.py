@@ -10,10 +10,11 @@ import time
 from collections.abc import AsyncIterator
 from html import escape
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qs, quote, urlencode
 
 import anyio
+from redis import Redis
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
@@ -57,7 +58,7 @@ def _error_status(err: RecoveryError) -> int:
 class UI:
     """What the routes share: the Redis client, the templates, the recover processes."""
 
-    def __init__(self, client: Any, redis_url: str, log_dir: Path):
+    def __init__(self, client: Redis, redis_url: str, log_dir: Path):
         self.client = client
         self.redis_url = redis_url
         self.processes = RecoverProcesses(redis_url, log_dir)
@@ -103,11 +104,12 @@ class UI:
 
     def fingerprint(self, run_id: str) -> str:
         """Changes whenever what the run page shows can have changed (cheap to compute)."""
-        rec = self.client.hmget(keys.run_record(run_id), "status", "round", "summary", "ended", "rounds")
+        rec = cast(list[bytes | None],
+                   self.client.hmget(keys.run_record(run_id), "status", "round", "summary", "ended", "rounds"))
         if rec[0] is None:
             runs.get(self.client, run_id)   # raises: the run is gone
         parts = [*(v or b"" for v in rec), str(self.client.hlen(keys.dead(run_id))).encode(),
-                 b",".join(sorted(self.client.smembers(keys.failed_set(run_id)))),
+                 b",".join(sorted(cast(set[bytes], self.client.smembers(keys.failed_set(run_id))))),
                  json.dumps(self.processes.state(run_id), sort_keys=True).encode()]
         return hashlib.sha256(b"\0".join(parts)).hexdigest()
 
@@ -326,7 +328,7 @@ async def recovery_error(request: Request, err: Exception) -> Response:
     return ui.templates.TemplateResponse(request, "error.html", {"message": str(err)}, status_code=status)
 
 
-def create_app(client: Any, redis_url: str, log_dir: Path) -> Starlette:
+def create_app(client: Redis, redis_url: str, log_dir: Path) -> Starlette:
     """The web view over `client` (whose URL, `redis_url`, the recover processes get)."""
     run = "/runs/{run_id:str}"
     api = "/api/v1/runs/{run_id:str}"

@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from redis import Redis
+
 CHROMIUM_PATHS = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
 # Debian's chromium as root in a container (NOTES.md): no sandbox, no GPU, no /dev/shm,
 # and nothing that reaches the network on its own.
@@ -47,7 +49,7 @@ class BackgroundServer:
     """uvicorn serving `recovery ui`'s app in a thread; `with` starts it and waits until it
     listens, leaving stops it."""
 
-    def __init__(self, client: Any, redis_url: str, log_dir: Path, port: int | None = None):
+    def __init__(self, client: Redis, redis_url: str, log_dir: Path, port: int | None = None):
         import uvicorn
 
         from recovery.ui.app import create_app

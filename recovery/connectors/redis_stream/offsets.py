@@ -7,12 +7,15 @@ import os
 import socket
 from typing import Any
 
+from redis import Redis
+
 from recovery.connectors.redis_stream.topics import (
     TopicError,
     consumer_name,
     log_spouts,
     partition_bounds,
     require_topic,
+    source_param,
     spout_format,
     text_of,
 )
@@ -28,12 +31,12 @@ def assign_partitions(num_partitions: int, total_tasks: int, task_index: int) ->
     return list(range(task_index, num_partitions, total_tasks))
 
 
-def committed_offsets(client: Any, consumer: str, topic: str) -> dict[int, int]:
+def committed_offsets(client: Redis, consumer: str, topic: str) -> dict[int, int]:
     return {int(k): int(v) for k, v in client.hgetall(keys.offsets(consumer, topic)).items()}
 
 
 # --- planning and committing ------------------------------------------------------------------
-def _refuse_if_owned(client: Any, consumer: str, topic: str, owner: str, claimer: str | None) -> None:
+def _refuse_if_owned(client: Redis, consumer: str, topic: str, owner: str, claimer: str | None) -> None:
     """Raise when `owner` may still read the consumer: running, crashed mid-round, or not yet
     recorded by a driver that is alive. A run that was cleared (no record, driver gone) or
     finished owns nothing."""
@@ -59,7 +62,7 @@ def _refuse_if_owned(client: Any, consumer: str, topic: str, owner: str, claimer
                          f"--follow` again)")
 
 
-def _claim(client: Any, consumer: str, topic: str, run_id: str) -> None:
+def _claim(client: Redis, consumer: str, topic: str, run_id: str) -> None:
     """One reader per consumer: refuse when another run of it is alive or crashed mid-round
     (its uncommitted messages would be read twice). Atomic: the owner is checked and taken in
     one WATCH/MULTI transaction, so of two claims racing exactly one wins (the other retries,
@@ -97,9 +100,9 @@ def _share(budget: int, lags: list[int]) -> list[int]:
     return take
 
 
-def plan_spout(client: Any, wf: Workflow, spout: Component, run_id: str | None = None,
+def plan_spout(client: Redis, wf: Workflow, spout: Component, run_id: str | None = None,
                follow: bool = False) -> dict[str, Any]:
-    topic = spout.impl.param("topic") or ""
+    topic = source_param(spout, "topic") or ""
     n = require_topic(client, topic, spout.id)
     consumer = consumer_name(wf, spout.id)
     fmt = spout_format(client, spout)      # refused before the claim: no claim left behind
@@ -126,7 +129,7 @@ def plan_spout(client: Any, wf: Workflow, spout: Component, run_id: str | None =
             "format": fmt, "ranges": {str(p): r for p, r in ranges.items()}}
 
 
-def plan_ranges(client: Any, wf: Workflow, run_id: str, follow: bool = False) -> str:
+def plan_ranges(client: Redis, wf: Workflow, run_id: str, follow: bool = False) -> str:
     """Each log spout's per-partition [committed, end) for the next round, as JSON for
     RunSpec.source_json. Bounded: end is where the stream ends now. `follow`: each spout task
     reads at most topology.max.spout.pending messages, shared fairly by its partitions."""
@@ -157,7 +160,7 @@ return n
 """
 
 
-def commit_ranges(client: Any, wf: Workflow, source_json: str) -> None:
+def commit_ranges(client: Redis, wf: Workflow, source_json: str) -> None:
     """After the round settled: every root it read is complete, queued or dead, so each
     partition's committed offset moves to its range's end (never backwards)."""
     plans = json.loads(source_json or "{}")

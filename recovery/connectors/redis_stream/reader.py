@@ -2,20 +2,24 @@
 in batches (root replay re-reads the ranges a run recorded)."""
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
+
+from redis import Redis
 
 from recovery.connectors.files import decoder
 from recovery.connectors.redis_stream.offsets import assign_partitions, committed_offsets
 from recovery.connectors.redis_stream.topics import FIELD, MAX_SEQ, entry_offset, next_entry_id, text_of
+from recovery.connectors.runner import SourceRunner
 from recovery.tracking import keys
 
 READ_BATCH = 1000             # entries per XRANGE
 
 
 # --- reading, inside a Spark task ---------------------------------------------------------------
-def _replay_plan(client: Any, run_id: str, spout_id: str) -> dict[str, Any] | None:
+def _replay_plan(client: Redis, run_id: str, spout_id: str) -> dict[str, Any] | None:
     """Root replay re-reads what the run read: the union of every plan's ranges."""
     merged: dict[str, Any] | None = None
     spans: dict[str, list[list[int]]] = {}
@@ -50,7 +54,7 @@ def _raw_record(fields: dict) -> bytes:
     return json.dumps({text_of(k): text_of(v) for k, v in fields.items()}, sort_keys=True).encode()
 
 
-def read_range(client: Any, topic: str, partition: int, start: int, end: int
+def read_range(client: Redis, topic: str, partition: int, start: int, end: int
                ) -> Iterator[list[tuple[int, bytes]]]:
     """Batches of (offset, raw record) for offsets in [start, end)."""
     if end <= start:
@@ -58,7 +62,7 @@ def read_range(client: Any, topic: str, partition: int, start: int, end: int
     key = keys.topic_partition(topic, partition)
     lo, hi = f"{start}-0", f"{end - 1}-{MAX_SEQ}"
     while True:
-        entries = client.xrange(key, lo, hi, count=READ_BATCH)
+        entries = cast(list[tuple[bytes, dict]], client.xrange(key, lo, hi, count=READ_BATCH))
         if not entries:
             return
         yield [(entry_offset(eid), _raw_record(fields)) for eid, fields in entries]
@@ -67,12 +71,13 @@ def read_range(client: Any, topic: str, partition: int, start: int, end: int
         lo = next_entry_id(entries[-1][0])
 
 
-def stream_source(runner: Any) -> Iterator[None]:
+def stream_source(runner: SourceRunner) -> Iterator[None]:
     """The spout task's partitions' planned ranges, read in XRANGE batches; each message a root
     tuple with message id (partition, offset)."""
     comp = runner.comp
     spec = runner.spec
     client = runner.client
+    assert client is not None   # the runner connects for a log source (TaskRunner._needs_redis)
     stream = comp.streams[0] if comp.streams else None
     stream_id = stream.id if stream else "default"
     replay = spec.replay_roots is not None
@@ -115,7 +120,7 @@ def stream_source(runner: Any) -> Iterator[None]:
             have = 0
             for batch in read_range(client, topic, p, start, end):
                 for offset, raw in batch:
-                    runner.spout_record((p, offset), lambda raw=raw: decode(raw), raw, stream_id, fmt)
+                    runner.spout_record((p, offset), functools.partial(decode, raw), raw, stream_id, fmt)
                 have += len(batch)
                 yield None
             missing = (end - start) - have

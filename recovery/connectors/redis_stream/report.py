@@ -3,22 +3,25 @@ from __future__ import annotations
 
 from typing import Any
 
+from redis import Redis
+
 from recovery.connectors.redis_stream.offsets import committed_offsets
 from recovery.connectors.redis_stream.topics import (
     consumer_name,
     log_spouts,
     partition_bounds,
+    source_param,
     topic_partitions,
 )
 from recovery.model.workflow import Workflow
 
 
 # --- reporting ---------------------------------------------------------------------------------
-def partition_report(client: Any, wf: Workflow) -> list[dict[str, Any]]:
+def partition_report(client: Redis, wf: Workflow) -> list[dict[str, Any]]:
     """Per log spout and partition: committed offset, first offset still stored, end, lag."""
     out = []
     for spout in log_spouts(wf):
-        topic = spout.impl.param("topic") or ""
+        topic = source_param(spout, "topic") or ""
         n = topic_partitions(client, topic)
         if n is None:
             out.append({"spout": spout.id, "topic": topic, "missing": True})
@@ -34,11 +37,11 @@ def partition_report(client: Any, wf: Workflow) -> list[dict[str, Any]]:
     return out
 
 
-def warnings_for(wf: Workflow, client: Any | None = None, stats: dict | None = None) -> list[str]:
+def warnings_for(wf: Workflow, client: Redis | None = None, stats: dict | None = None) -> list[str]:
     """One line per condition a user should know about: idle spout tasks, trimmed messages."""
     out = []
     for spout in log_spouts(wf):
-        topic = spout.impl.param("topic") or ""
+        topic = source_param(spout, "topic") or ""
         n = topic_partitions(client, topic) if client is not None else None
         if n is not None and spout.parallelism > n:
             out.append(f"spout {spout.id!r} has more tasks than topic {topic!r} has partitions "

@@ -7,8 +7,10 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from redis import Redis
+
 from recovery.errors import RecoveryError
-from recovery.model.workflow import Component, Workflow
+from recovery.model.workflow import Component, SourceImpl, Workflow
 from recovery.tracking import keys
 from recovery.tracking.ids import stable_hash
 
@@ -26,6 +28,11 @@ class TopicError(RecoveryError):
 # --- names, assignment, entry ids ----------------------------------------------------------
 def log_spouts(wf: Workflow) -> list[Component]:
     return [c for c in wf.spouts if c.impl.kind == "source" and c.impl.type == SOURCE_TYPE]
+
+
+def source_param(spout: Component, name: str) -> str | None:
+    """An attribute of a spout's <source> (None for a spout without one)."""
+    return spout.impl.param(name) if isinstance(spout.impl, SourceImpl) else None
 
 
 def consumer_name(wf: Workflow, spout_id: str) -> str:
@@ -56,7 +63,7 @@ def text_of(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-def topic_info(client: Any, topic: str) -> dict[str, Any] | None:
+def topic_info(client: Redis, topic: str) -> dict[str, Any] | None:
     raw = client.hgetall(keys.topic_meta(topic))
     if not raw or b"partitions" not in raw:
         return None
@@ -65,12 +72,12 @@ def topic_info(client: Any, topic: str) -> dict[str, Any] | None:
             "created": float(info.get("created") or 0)}
 
 
-def topic_partitions(client: Any, topic: str) -> int | None:
+def topic_partitions(client: Redis, topic: str) -> int | None:
     raw = client.hget(keys.topic_meta(topic), "partitions")
     return int(raw) if raw is not None else None
 
 
-def require_topic(client: Any, topic: str, who: str | None = None) -> int:
+def require_topic(client: Redis, topic: str, who: str | None = None) -> int:
     """The topic's partition count; a one-line TopicError naming it when it does not exist."""
     n = topic_partitions(client, topic)
     if n is None:
@@ -80,27 +87,27 @@ def require_topic(client: Any, topic: str, who: str | None = None) -> int:
     return n
 
 
-def spout_format(client: Any, spout: Component) -> str:
+def spout_format(client: Redis, spout: Component) -> str:
     """The record format: the source's format= attribute, else the one the topic was produced
     with, else text."""
-    fmt = spout.impl.param("format")
+    fmt = source_param(spout, "format")
     if fmt is None:
-        fmt = (topic_info(client, spout.impl.param("topic") or "") or {}).get("format") or "text"
+        fmt = (topic_info(client, source_param(spout, "topic") or "") or {}).get("format") or "text"
     if fmt not in FORMATS:
         raise TopicError(f'spout {spout.id!r}: <source type="{SOURCE_TYPE}"> format must be one of '
                          f"{', '.join(FORMATS)}, got {fmt!r}")
     return fmt
 
 
-def check_topics(client: Any, wf: Workflow) -> None:
+def check_topics(client: Redis, wf: Workflow) -> None:
     """Every topic the workflow reads exists (raises TopicError naming the first that does not)
     and every format is known."""
     for spout in log_spouts(wf):
-        require_topic(client, spout.impl.param("topic") or "", spout.id)
+        require_topic(client, source_param(spout, "topic") or "", spout.id)
         spout_format(client, spout)
 
 
-def create_topic(client: Any, topic: str, partitions: int | None, fmt: str | None = None) -> int:
+def create_topic(client: Redis, topic: str, partitions: int | None, fmt: str | None = None) -> int:
     """Create the topic with `partitions` partitions, or check an existing one; returns its
     partition count. The count is fixed at creation: asking for another is an error."""
     if not topic or any(ch.isspace() for ch in topic):
@@ -121,7 +128,7 @@ def create_topic(client: Any, topic: str, partitions: int | None, fmt: str | Non
     return existing
 
 
-def partition_bounds(client: Any, topic: str, partitions: int) -> list[tuple[int | None, int]]:
+def partition_bounds(client: Redis, topic: str, partitions: int) -> list[tuple[int | None, int]]:
     """Per partition (first offset still in the stream or None when empty, end): end is one past
     the last offset ever written (the producer's counter covers a stream trimmed to nothing)."""
     meta = keys.topic_meta(topic)
@@ -171,7 +178,7 @@ def partition_of(key: Any, partitions: int) -> int:
     return stable_hash(key) % partitions
 
 
-def produce(client: Any, topic: str, records: Iterable[tuple[Any, bytes]], partitions: int | None = None,
+def produce(client: Redis, topic: str, records: Iterable[tuple[Any, bytes]], partitions: int | None = None,
             fmt: str | None = None) -> dict[int, int]:
     """Append (key, payload) records, key-hashed to partitions, in pipelined batches; creates
     the topic when `partitions` is given. Returns how many records went to each partition."""

@@ -184,7 +184,7 @@ def _prechecks(root: etree._Element, file: str | None) -> None:
                             f'<workflow xmlns="{NAMESPACE}">', file, root.sourceline)
     for comp in root:
         kind = local_name(comp)
-        if kind not in ("spout", "bolt") or not comp.tag.startswith(_NS):
+        if kind not in ("spout", "bolt") or not str(comp.tag).startswith(_NS):
             continue
         cid = comp.get("id", "?")
         p = comp.get("parallelism")
@@ -229,7 +229,7 @@ def _props(config_el: etree._Element, file: str | None, what: str) -> tuple[tupl
     seen: dict[str, int | None] = {}
     out = []
     for p in children(config_el, "property"):
-        name, value = p.get("name"), p.get("value")
+        name, value = _required(p, "name"), _required(p, "value")
         if name in seen:
             raise WorkflowError(f"{what}: property {name!r} is set twice (first on line "
                                 f"{seen[name]})", file, p.sourceline)
@@ -246,6 +246,14 @@ def _props(config_el: etree._Element, file: str | None, what: str) -> tuple[tupl
     return tuple(out)
 
 
+def _required(el: etree._Element, attr: str) -> str:
+    """An attribute the schema requires: the schema check before the model is built ensures it."""
+    value = el.get(attr)
+    if value is None:                                 # pragma: no cover - the schema check
+        raise ValueError(f"<{local_name(el)}> on line {el.sourceline} has no {attr}= attribute")
+    return value
+
+
 def _fields(value: str | None) -> tuple[str, ...]:
     return tuple(value.split()) if value else ()
 
@@ -260,7 +268,7 @@ def _params(el: etree._Element) -> tuple[tuple[str, str], ...]:
 
 def _build_component(el: etree._Element, file: str | None) -> tuple[Component, ElementLines]:
     kind = local_name(el)
-    cid = el.get("id")
+    cid = _required(el, "id")
     what = f"{kind} {cid!r}"
     lines = ElementLines(component=el.sourceline)
 
@@ -286,7 +294,7 @@ def _build_component(el: etree._Element, file: str | None) -> tuple[Component, E
                 command=child.get("command"), script=child.get("script"),
                 args=tuple((child.get("args") or "").split()))))
         elif name in ("source", "sink"):
-            typ = child.get("type")
+            typ = _required(child, "type")
             required = (SOURCE_REQUIRED if name == "source" else SINK_REQUIRED).get(typ, ())
             for attr in required:
                 if not (child.get(attr) or "").strip():
@@ -367,7 +375,7 @@ def _build(root: etree._Element, file: str | None, base_dir: str | None,
         if name == "config":
             config = _props(el, file, "workflow")
             continue
-        cid = el.get("id")
+        cid = _required(el, "id")
         if cid in lines:
             raise WorkflowError(f"duplicate component id {cid!r} (first defined on line "
                                 f"{lines[cid].component})", file, el.sourceline)

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from recovery.cli import main
 from recovery.errors import RunCleared, RunError
 from recovery.jobs import clear
+from recovery.model.failed import FailedTuple
 from recovery.tracking import keys, ledger, runs, tracker
 from tests.unit.run_records import create_run as _create
 from tests.unit.run_records import dead_pid as _dead_pid
@@ -112,7 +113,7 @@ def test_a_commit_into_a_cleared_or_recreated_run_writes_nothing(fake_redis):
     _create(fake_redis)
     before = set(fake_redis.keys("*"))
     t2 = _tracker(fake_redis, lease.generation)
-    t2.failure({"id": 1, "roots": [5], "values": ["x"], "attempt": 1})
+    t2.failure(FailedTuple(id=1, roots=[5], values=["x"], attempt=1))
     assert t2.commit({5: 9}, {"executed": 1}) is False
     assert set(fake_redis.keys("*")) == before
     # the live generation commits

@@ -1,0 +1,45 @@
+"""The failed-tuple record: what a queue or dead-letter entry holds (msgpack'd map in Redis)."""
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+from pydantic import BaseModel, ConfigDict
+
+
+class FailedTuple(BaseModel):
+    """A tuple that failed at a task, as recovery replays it. Stored as a msgpack map of the
+    fields that were set (`pack`), so the bytes are those the dicts made before this model."""
+
+    # extra="allow": a record written by another version keeps the fields this one does not know
+    model_config = ConfigDict(extra="allow")
+
+    # Only the id is required: records written by hand (tests, older tools) are read as before.
+    id: int
+    roots: list[int] = []
+    src_component: str = ""
+    src_task: int = 0
+    stream: str = "default"
+    values: Any = None              # the tuple's values; None for a spout record that did not decode
+    attempt: int = 1
+    error: str = ""
+    traceback: str = ""
+    # a spout record that failed to decode: replayed by decoding the raw record again
+    raw: Any = None
+    message_id: Any = None
+    format: str | None = None
+    # set by the task that stores it (TaskTracker.failure): where it failed, where a replay goes
+    component: str = ""
+    task: int = 0
+    round: int | None = None
+    time: float | None = None
+    dead: bool = False              # out of attempts: a dead letter
+    not_before: float | None = None  # backoff: no replay before this time
+
+    def pack(self) -> bytes:
+        # values the user emitted may not be msgpack types: stored as their repr, as before
+        return msgpack.packb(self.model_dump(exclude_unset=True), default=repr)
+
+    @classmethod
+    def unpack(cls, raw: bytes) -> FailedTuple:
+        return cls.model_validate(msgpack.unpackb(raw, strict_map_key=False))
