@@ -168,3 +168,14 @@ def fake_redis() -> Iterator[fakeredis.FakeRedis]:
         yield client
     finally:
         client.close()
+
+
+@pytest.fixture
+def umask_022() -> Iterator[None]:
+    """The common umask, under which plain mkdir/open (and redis-server 6.2's AOF) give 0755
+    folders and 0644 files: state files must be private whatever it is."""
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)

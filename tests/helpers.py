@@ -6,8 +6,10 @@ waited for. The deadline only bounds a hang; a test never asserts how long somet
 """
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -39,3 +41,11 @@ def pretend_running(client: Any, run_id: str) -> None:
     client.hset(keys.run_record(run_id), mapping={"status": "running", "driver_pid": os.getpid(),
                                                   "driver_host": socket.gethostname()})
     client.set(keys.lease(run_id), f"{socket.gethostname()}:{os.getpid()}:test", px=600_000)
+
+
+NOBODY = 65534   # the uid of `nobody`: a state folder or file owned by another user
+
+
+def file_mode(path: Path) -> int:
+    """The permission bits of ``path`` itself (not of what a symlink points at)."""
+    return os.lstat(path).st_mode & 0o7777

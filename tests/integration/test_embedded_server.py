@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from recovery.redis import connection, embedded
+from tests.helpers import NOBODY, file_mode
 
 PYTHON = sys.executable
 
@@ -184,33 +185,16 @@ def test_start_failure_quotes_the_log(home, monkeypatch):
 
 # ---------------------------------------------------------------- private state (issue 9, item 13)
 
-NOBODY = 65534
-
-
-@pytest.fixture
-def umask_022():
-    """The common umask, under which redis-server 6.2 makes its AOF 0644."""
-    old = os.umask(0o022)
-    try:
-        yield
-    finally:
-        os.umask(old)
-
-
-def _mode(path: Path) -> int:
-    return os.lstat(path).st_mode & 0o7777
-
-
 def _assert_private(home: Path) -> None:
     """home, its Redis folder and everything in it: 0700 folders, 0600 files and socket."""
-    assert _mode(home) == 0o700
-    assert _mode(home / "redis") == 0o700
+    assert file_mode(home) == 0o700
+    assert file_mode(home / "redis") == 0o700
     for entry in (home / "redis").iterdir():
-        assert _mode(entry) == (0o700 if entry.is_dir() else 0o600), (entry, oct(_mode(entry)))
+        assert file_mode(entry) == (0o700 if entry.is_dir() else 0o600), (entry, oct(file_mode(entry)))
 
 
 def test_state_is_private_whatever_the_umask(home, umask_022):
-    assert _mode(home) == 0o755  # made by the fixture under umask 022, as a user would
+    assert file_mode(home) == 0o755  # made by the fixture under umask 022, as a user would
     srv = embedded.EmbeddedServer(home)
     assert srv.start()
     client = connection.connect(home=home)
@@ -285,8 +269,8 @@ def test_long_home_fallback_socket_folder_is_private(long_home, umask_022):
     client.close()
     folder = long_home.socket.parent
     st = os.lstat(folder)
-    assert st.st_uid == os.geteuid() and _mode(folder) == 0o700
-    assert _mode(long_home.socket) == 0o600
+    assert st.st_uid == os.geteuid() and file_mode(folder) == 0o700
+    assert file_mode(long_home.socket) == 0o600
     _assert_private(long_home.home)
     # a later command checks the folder it made and uses it
     assert long_home.stop() and long_home.start()

@@ -12,6 +12,7 @@ import redis
 
 from recovery.errors import RecoveryError, RedisUnavailable
 from recovery.redis import connection, embedded
+from tests.helpers import NOBODY, file_mode
 
 # ---------------------------------------------------------------- describe / masking
 
@@ -221,23 +222,6 @@ def test_stop_when_not_running(tmp_path):
 
 # ---------------------------------------------------------------- private state (issue 9, item 13)
 
-NOBODY = 65534
-
-
-@pytest.fixture
-def umask_022():
-    """The common umask, under which plain mkdir/open make 0755 folders and 0644 files."""
-    old = os.umask(0o022)
-    try:
-        yield
-    finally:
-        os.umask(old)
-
-
-def _mode(path: Path) -> int:
-    return os.lstat(path).st_mode & 0o7777
-
-
 def _owned_by_someone_else(path: Path, monkeypatch) -> None:
     """Make ``path`` another user's: chown to nobody as root (CI), else pretend to be another uid."""
     if os.geteuid() == 0:
@@ -255,10 +239,10 @@ def _one_line_error_naming(err: pytest.ExceptionInfo, path: Path) -> None:
 
 def test_private_dir_and_file_ignore_the_umask(tmp_path, umask_022):
     folder = embedded.private_dir(tmp_path / "parent" / "home")
-    assert _mode(folder) == 0o700
-    assert _mode(embedded.private_file(folder / "x.log")) == 0o600
+    assert file_mode(folder) == 0o700
+    assert file_mode(embedded.private_file(folder / "x.log")) == 0o600
     os.umask(0o277)  # would make an owner-unwritable folder
-    assert _mode(embedded.private_dir(tmp_path / "other")) == 0o700
+    assert file_mode(embedded.private_dir(tmp_path / "other")) == 0o700
 
 
 def test_private_dir_and_file_tighten_ours(tmp_path):
@@ -269,7 +253,7 @@ def test_private_dir_and_file_tighten_ours(tmp_path):
     os.chmod(folder / "a.log", 0o644)
     embedded.private_dir(folder)
     embedded.private_file(folder / "a.log")
-    assert (_mode(folder), _mode(folder / "a.log")) == (0o700, 0o600)
+    assert (file_mode(folder), file_mode(folder / "a.log")) == (0o700, 0o600)
     assert (folder / "a.log").read_text() == "kept"
 
 
@@ -280,12 +264,12 @@ def test_loose_state_of_an_earlier_version_is_tightened(tmp_path, umask_022):
     (home / "redis").mkdir(parents=True)
     for name in ("appendonly.aof", "redis.log", "redis.conf", "redis.pid", "start.lock"):
         (home / "redis" / name).write_text(name)
-    assert _mode(home) == _mode(home / "redis") == 0o755
-    assert _mode(home / "redis" / "appendonly.aof") == 0o644
+    assert file_mode(home) == file_mode(home / "redis") == 0o755
+    assert file_mode(home / "redis" / "appendonly.aof") == 0o644
     assert embedded.EmbeddedServer(home).stop() is False
-    assert (_mode(home), _mode(home / "redis")) == (0o700, 0o700)
+    assert (file_mode(home), file_mode(home / "redis")) == (0o700, 0o700)
     for entry in (home / "redis").iterdir():
-        assert _mode(entry) == 0o600, entry
+        assert file_mode(entry) == 0o600, entry
     assert (home / "redis" / "appendonly.aof").read_text() == "appendonly.aof"
 
 
@@ -313,8 +297,8 @@ def test_spark_files_in_home_are_private(tmp_path, monkeypatch, umask_022):
     (home / "spark.log").write_text("earlier run\n")
     prepare_environment(home)
     for folder in (home, home / "spark-conf", home / "spark-tmp"):
-        assert _mode(folder) == 0o700, folder
-    assert _mode(home / "spark.log") == 0o600
+        assert file_mode(folder) == 0o700, folder
+    assert file_mode(home / "spark.log") == 0o600
     assert (home / "spark.log").read_text() == "earlier run\n"  # log4j appends to it
 
 
@@ -368,7 +352,7 @@ def test_fallback_socket_folder_only_readable_by_others_is_tightened(long_home):
     assert long_home.ping() is False  # no socket: not running
     long_home.socket.write_text("stale")
     assert long_home.ping() is False
-    assert _mode(folder) == 0o700
+    assert file_mode(folder) == 0o700
 
 
 # ---------------------------------------------------------------- fixture sanity
