@@ -6,7 +6,7 @@ Workflow; recovery synthesis maps (Workflow, failed positions) to another Workfl
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Any, Literal, overload
+from typing import TYPE_CHECKING, Annotated, Any, Literal, overload
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -57,11 +57,10 @@ class ShellImpl(_Frozen):
     args: tuple[str, ...] = ()
 
 
-class SourceImpl(_Frozen):
-    """A built-in source (spouts only). `params` holds every other XML attribute."""
-    kind: Literal["source"] = "source"
-    type: str                      # file | redis-stream | queue
-    params: tuple[tuple[str, str], ...] = ()
+class _ParamLookup:
+    """`param(name)` over a built-in source's or sink's other XML attributes (its `params`)."""
+    if TYPE_CHECKING:   # the models declare the field, in their own field order
+        params: tuple[tuple[str, str], ...]
 
     @overload
     def param(self, name: str) -> str | None: ...
@@ -70,6 +69,13 @@ class SourceImpl(_Frozen):
 
     def param(self, name: str, default: str | None = None) -> str | None:
         return dict(self.params).get(name, default)
+
+
+class SourceImpl(_Frozen, _ParamLookup):
+    """A built-in source (spouts only). `params` holds every other XML attribute."""
+    kind: Literal["source"] = "source"
+    type: str                      # file | redis-stream | queue
+    params: tuple[tuple[str, str], ...] = ()
 
 
 FILE_SINK_TYPES = ("jsonl", "parquet")
@@ -79,7 +85,7 @@ SinkMode = Literal["error", "overwrite", "append"]
 SINK_MODES: tuple[str, ...] = ("error", "overwrite", "append")
 
 
-class SinkImpl(_Frozen):
+class SinkImpl(_Frozen, _ParamLookup):
     """A built-in sink (bolts only). `params` holds every other XML attribute."""
     kind: Literal["sink"] = "sink"
     type: str                      # jsonl | parquet | redis
@@ -89,14 +95,6 @@ class SinkImpl(_Frozen):
     @property
     def write_mode(self) -> str:
         return self.mode or "error"
-
-    @overload
-    def param(self, name: str) -> str | None: ...
-    @overload
-    def param(self, name: str, default: str) -> str: ...
-
-    def param(self, name: str, default: str | None = None) -> str | None:
-        return dict(self.params).get(name, default)
 
 
 Implementation = Annotated[ClassImpl | ShellImpl | SourceImpl | SinkImpl, Field(discriminator="kind")]
