@@ -22,6 +22,7 @@ from recovery.jobs.submit import (
 )
 from recovery.jobs.summary import original_workflow, queued_positions, sum_components, summarize
 from recovery.model.failed import FailedTuple
+from recovery.model.record import RunRecord
 from recovery.model.run import RunSpec
 from recovery.model.synthesis import synthesize
 from recovery.model.workflow import Workflow
@@ -39,11 +40,11 @@ def reconfigure(client: Redis, run_id: str, overrides: dict[str, str]) -> None:
     next rounds, and a resumed round, read the stored workflows."""
     rec = runs.get(client, run_id)
     if runs.status_of(rec) == runs.RUNNING:
-        raise RunError(f"run {run_id} is still running (driver pid {rec.get('driver_pid')} on "
-                       f"{rec.get('driver_host')}): its configuration cannot change now")
+        raise RunError(f"run {run_id} is still running (driver pid {rec.driver_pid} on "
+                       f"{rec.driver_host}): its configuration cannot change now")
     fields = {"workflow_json": workflow_json(original_workflow(rec).with_config(overrides))}
-    if rec.get("current_workflow"):
-        current = Workflow.model_validate_json(rec["current_workflow"])
+    if rec.current_workflow:
+        current = Workflow.model_validate_json(rec.current_workflow)
         fields["current_workflow"] = workflow_json(current.with_config(overrides))
     runs.update(client, run_id, **fields)
 
@@ -56,7 +57,7 @@ def prune_failed_set(client: Redis, run_id: str) -> None:
             client.srem(keys.failed_set(run_id), pos)
 
 
-def resume_if_crashed(spark: SparkSession, client: Redis, redis_url: str, rec: dict[str, Any],
+def resume_if_crashed(spark: SparkSession, client: Redis, redis_url: str, rec: RunRecord,
                       progress: Progress | None = None, generation: str | None = None,
                       taken_over: bool = False) -> dict[str, Any] | None:
     """A run whose driver died mid-round: run that round again. Committed tasks replay their
@@ -65,29 +66,29 @@ def resume_if_crashed(spark: SparkSession, client: Redis, redis_url: str, rec: d
     status = runs.status_of(rec)
     if status not in (runs.CRASHED, runs.ERROR) and not (taken_over and status == runs.RUNNING):
         return None
-    run_id = rec["run_id"]
-    generation = generation or rec.get("generation")
+    run_id = rec.run_id
+    generation = generation or rec.generation
     claim_run(client, run_id, generation)
-    wf = Workflow.model_validate_json(rec.get("current_workflow") or rec["workflow_json"])
-    extra = json.loads(rec.get("current_spec") or "{}")
+    wf = Workflow.model_validate_json(rec.current_workflow or rec.workflow_json)
+    extra = json.loads(rec.current_spec or "{}")
     replay = extra.get("replay_roots")
-    round_no = int(rec.get("round") or 0)
+    round_no = rec.round
     spec = RunSpec(run_id, round_no, workflow_json(wf), redis_url, True,
                    replay_roots=frozenset(replay) if replay is not None else None,
                    root_epoch=extra.get("root_epoch", 0), filter_epoch=extra.get("filter_epoch", 0),
-                   original_json=rec["workflow_json"] if round_no else None,
+                   original_json=rec.workflow_json if round_no else None,
                    source_json=extra.get("source_json") or "{}", generation=generation)
-    settled = str(rec.get("settled_round", "")) == str(round_no)
+    settled = rec.settled_round == round_no
     summary = run_and_settle(spark, client, wf, spec, progress, execute=not settled)
     prune_failed_set(client, run_id)
     return summary
 
 
-def check_not_running(rec: dict[str, Any]) -> None:
+def check_not_running(rec: RunRecord) -> None:
     """Refuse to act on a run whose driver is alive (recover, requeue; the web view too)."""
     if runs.status_of(rec) == runs.RUNNING:
-        raise RunError(f"run {rec['run_id']} is still running ({runs.describe_driver(rec)}); wait for "
-                       f"it, or take it over with `recovery recover {rec['run_id']} --force`")
+        raise RunError(f"run {rec.run_id} is still running ({runs.describe_driver(rec)}); wait for "
+                       f"it, or take it over with `recovery recover {rec.run_id} --force`")
 
 
 def recover(spark: SparkSession, client: Redis, redis_url: str, run_id: str, max_rounds: int | None = None,
@@ -106,7 +107,7 @@ def recover(spark: SparkSession, client: Redis, redis_url: str, run_id: str, max
     running = runs.status_of(rec) == runs.RUNNING
     if not force:
         check_not_running(rec)
-    if not int(rec.get("tracking") or 0):
+    if not rec.tracking:
         raise RunError(f"run {run_id} ran with tracking off: there is nothing to recover from")
     lease = runs.take_over(client, rec, force=force)
     with lease, redis_lost_is_resumable(run_id, redis_url):
@@ -114,13 +115,13 @@ def recover(spark: SparkSession, client: Redis, redis_url: str, run_id: str, max
                         progress, on_round, taken_over=running)
 
 
-def _recover(spark: SparkSession, client: Redis, redis_url: str, rec: dict[str, Any], gen: str | None,
+def _recover(spark: SparkSession, client: Redis, redis_url: str, rec: RunRecord, gen: str | None,
              max_rounds: int | None, strategy: str, progress: Progress | None,
              on_round: Callable[[dict], None] | None, taken_over: bool) -> dict[str, Any]:
-    run_id = rec["run_id"]
+    run_id = rec.run_id
     started = time.time()
     resumed = resume_if_crashed(spark, client, redis_url, rec, progress, gen, taken_over)
-    ran = [int(rec.get("round") or 0)] if resumed is not None else []
+    ran = [rec.round] if resumed is not None else []
     claim_run(client, run_id, gen, status=runs.RUNNING)
     original = original_workflow(rec)
     rounds_run = 0
@@ -135,7 +136,7 @@ def _recover(spark: SparkSession, client: Redis, redis_url: str, rec: dict[str, 
         if wait > 0:   # every queued tuple is still backing off
             log.info("run %s: every queued tuple is backing off; waiting up to %.1fs", run_id, wait)
             time.sleep(min(wait, original.setting("recovery.retry.max.delay.ms") / 1000))
-        round_no = int(runs.get(client, run_id).get("round") or 0) + 1
+        round_no = runs.get(client, run_id).round + 1
         if strategy == "root-replay":
             spec, wf = _root_replay_round(client, run_id, original, redis_url, round_no, queued, gen)
         else:
@@ -149,7 +150,7 @@ def _recover(spark: SparkSession, client: Redis, redis_url: str, rec: dict[str, 
                      run_id, round_no, len(wf.components), len(queued),
                      ", ".join(f"{c} tasks {sorted(t)}" for c, t in sorted(failed.items())))
             spec = RunSpec(run_id, round_no, workflow_json(wf), redis_url, True,
-                           original_json=rec["workflow_json"], generation=gen)
+                           original_json=rec.workflow_json, generation=gen)
         runs.update(client, run_id, gen, round=round_no, current_workflow=workflow_json(wf),
                     current_spec=spec_json(spec), status=runs.RUNNING)
         summary = run_and_settle(spark, client, wf, spec, progress)
@@ -164,7 +165,7 @@ def _recover(spark: SparkSession, client: Redis, redis_url: str, rec: dict[str, 
     runs.update(client, run_id, gen, status=final["status"], summary=final, ended=time.time())
     newly_dead = client.hlen(keys.dead(run_id)) - dead_at_start
     # the table under the summary: what this recover's rounds did, not round 0's
-    ran_rounds = [r for r in runs.get(client, run_id).get("rounds") or [] if r.get("round") in ran]
+    ran_rounds = [r for r in runs.get(client, run_id).rounds if r.get("round") in ran]
     final.update({"rounds": rounds_run, "resumed": resumed is not None,
                   "components": sum_components(ran_rounds, original),
                   "components_rounds": [r["round"] for r in ran_rounds],
@@ -180,7 +181,7 @@ def _root_replay_round(client: Redis, run_id: str, original: Workflow, redis_url
     root id (as Storm's acker would see a re-emitted message). The old roots are settled as
     superseded and their queue entries dropped."""
     rec = runs.get(client, run_id)
-    epoch = int(rec.get("root_epoch") or 0)
+    epoch = rec.root_epoch
     old_roots = {int(r) for q in queued for r in (q.get("roots") or [])}
     # supersede: zero the old roots' ledger entries and drop their queued tuples
     pending = {}
@@ -226,7 +227,7 @@ def requeue_dead(client: Redis, run_id: str, component: str | None = None,
     requeue neither loses nor doubles a tuple."""
     rec = runs.get(client, run_id)
     check_not_running(rec)
-    gen = rec.get("generation")
+    gen = rec.generation
     dead_key = keys.dead(run_id)
     if tuple_keys is not None:
         unknown = [k for k in tuple_keys if not client.hexists(dead_key, k)]

@@ -80,8 +80,8 @@ def rounds(client: Redis, run_id: str) -> dict[str, Any]:
     # queue spouts are the components a recovery round has and the original workflow has not
     original = {c.id for c in summary.original_workflow(rec).components}
     out = []
-    previous_end = float(rec.get("started") or 0)
-    for r in sorted(rec.get("rounds") or [], key=lambda r: r.get("round", 0)):
+    previous_end = rec.started or 0.0
+    for r in sorted(rec.rounds, key=lambda r: r.get("round", 0)):
         comps = r.get("components") or {}
         replayed = sum(c.get("emitted", 0) for cid, c in comps.items() if cid not in original)
         replayed += sum(c.get("replayed_roots", 0) for c in comps.values())

@@ -8,6 +8,7 @@ import msgpack
 from redis import Redis
 
 from recovery.model.graph import topological_order
+from recovery.model.record import RunRecord
 from recovery.model.workflow import Workflow
 from recovery.tracking import keys, ledger, runs
 
@@ -56,18 +57,18 @@ def summarize(client: Redis, run_id: str, rounds: list | None = None, settled: b
     rec = runs.get(client, run_id)
     original = original_workflow(rec)
     if rounds is None:
-        rounds = rec.get("rounds") or []
+        rounds = rec.rounds
     first = next((r for r in rounds if r.get("round") == 0), None)
-    stats = in_topological_order(first["components"] if first else (rec.get("stats") or {}), original)
+    stats = in_topological_order(first["components"] if first else rec.stats, original)
     positions = [p for p in failed_positions(client, run_id) if p["count"] > 0]
     out: dict[str, Any] = {
         "run_id": run_id, "workflow": original.name,
-        "status": runs.status_of(rec), "round": int(rec.get("round") or 0),
+        "status": runs.status_of(rec), "round": rec.round,
         "counts_known": True, "unsettled_round": None,
         "dead_tuples": client.hlen(keys.dead(run_id)),
         "failed_positions": positions,
         "components": stats, "components_rounds": [0] if stats else [],
-        "started": float(rec.get("started") or 0), "ended": float(rec["ended"]) if rec.get("ended") else None,
+        "started": rec.started or 0.0, "ended": rec.ended,
     }
     if not settled and not runs.round_settled(rec):
         out.update({"counts_known": False, "unsettled_round": out["round"], "roots": None,
@@ -93,8 +94,8 @@ def summarize(client: Redis, run_id: str, rounds: list | None = None, settled: b
 
 
 # --- the run's original workflow and its queued positions (what recovery replays) -----------
-def original_workflow(rec: dict[str, Any]) -> Workflow:
-    return Workflow.model_validate_json(rec["workflow_json"])
+def original_workflow(rec: RunRecord) -> Workflow:
+    return Workflow.model_validate_json(rec.workflow_json)
 
 
 def queued_positions(client: Redis, run_id: str, positions: list[dict[str, Any]] | None = None

@@ -163,7 +163,7 @@ def test_kill_9_of_the_driver_then_recover_gives_exact_output(spark, redis_url, 
     done = {f.decode() for f in redis_client.hkeys(keys.task_done(run_id, 0))}
     assert "out:0" not in done, done
     rec = runs.get(redis_client, run_id)
-    assert rec["status"] == runs.RUNNING and runs.status_of(rec) == runs.CRASHED, rec
+    assert rec.status == runs.RUNNING and runs.status_of(rec) == runs.CRASHED, rec
     r = recover.recover(spark, redis_client, redis_url, run_id)
     assert r["status"] == "completed", r
     assert sink_records(tmp_path / "out" / "wordcount") == wordcount_reference(tmp_path / "data" / "sentences.txt")
