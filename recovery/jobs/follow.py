@@ -128,7 +128,7 @@ def check(client: Redis, wf: Workflow, follow: bool, tracking: bool = True) -> N
 
 def _due(client: Redis, run_id: str) -> int:
     now = time.time()
-    return sum(1 for r in jobs_summary.queued_positions(client, run_id) if r.get("not_before", 0) <= now)
+    return sum(1 for r in jobs_summary.queued_positions(client, run_id) if (r.not_before or 0) <= now)
 
 
 def _round_stats(client: Redis, run_id: str, round_no: int) -> dict[str, dict]:

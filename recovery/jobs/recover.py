@@ -8,7 +8,6 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-import msgpack
 from redis import Redis
 
 from recovery.errors import RunError
@@ -132,7 +131,7 @@ def _recover(spark: SparkSession, client: Redis, redis_url: str, rec: RunRecord,
         queued = queued_positions(client, run_id)
         if not queued or (max_rounds is not None and rounds_run >= max_rounds):
             break
-        wait = min(r.get("not_before", 0) for r in queued) - time.time()
+        wait = min(r.not_before or 0 for r in queued) - time.time()
         if wait > 0:   # every queued tuple is still backing off
             log.info("run %s: every queued tuple is backing off; waiting up to %.1fs", run_id, wait)
             time.sleep(min(wait, original.setting("recovery.retry.max.delay.ms") / 1000))
@@ -142,9 +141,9 @@ def _recover(spark: SparkSession, client: Redis, redis_url: str, rec: RunRecord,
         else:
             failed: dict[str, list[int]] = {}
             for r in queued:
-                failed.setdefault(r["component"], [])
-                if r["task"] not in failed[r["component"]]:
-                    failed[r["component"]].append(r["task"])
+                failed.setdefault(r.component, [])
+                if r.task not in failed[r.component]:
+                    failed[r.component].append(r.task)
             wf = synthesize(original, failed)
             log.info("run %s round %d: recovery workflow of %d components replaying %d failed positions (%s)",
                      run_id, round_no, len(wf.components), len(queued),
@@ -176,13 +175,13 @@ def _recover(spark: SparkSession, client: Redis, redis_url: str, rec: RunRecord,
 
 
 def _root_replay_round(client: Redis, run_id: str, original: Workflow, redis_url: str, round_no: int,
-                       queued: list[dict], gen: str | None = None) -> tuple[RunSpec, Workflow]:
+                       queued: list[FailedTuple], gen: str | None = None) -> tuple[RunSpec, Workflow]:
     """Storm's behaviour, for comparison: replay every failed root from its spout, under a new
     root id (as Storm's acker would see a re-emitted message). The old roots are settled as
     superseded and their queue entries dropped."""
     rec = runs.get(client, run_id)
     epoch = rec.root_epoch
-    old_roots = {int(r) for q in queued for r in (q.get("roots") or [])}
+    old_roots = {int(r) for q in queued for r in q.roots}
     # supersede: zero the old roots' ledger entries and drop their queued tuples
     pending = {}
     for b in range(ledger.LEDGER_BUCKETS):
@@ -197,7 +196,7 @@ def _root_replay_round(client: Redis, run_id: str, original: Workflow, redis_url
             if blob:
                 pipe.hset(keys.ledger(run_id, b), f"superseded:{round_no}", blob)
         for q in queued:
-            pipe.hdel(keys.queue(run_id, q["component"], q["task"]), str(q["id"]))
+            pipe.hdel(keys.queue(run_id, q.component, q.task), str(q.id))
     if not ledger.fenced_transaction(client, run_id, gen, supersede):
         runs.check_generation(client, run_id, gen)
     runs.update(client, run_id, gen, root_epoch=round_no)
@@ -208,13 +207,14 @@ def _root_replay_round(client: Redis, run_id: str, original: Workflow, redis_url
 
 
 # --- dead letters ----------------------------------------------------------------------------
-def dead_letters(client: Redis, run_id: str, component: str | None = None) -> list[dict[str, Any]]:
+def dead_letters(client: Redis, run_id: str, component: str | None = None) -> list[FailedTuple]:
+    """The run's dead tuples (of `component`), in the order of their keys."""
     runs.get(client, run_id)
     out = []
     for field, raw in sorted(client.hgetall(keys.dead(run_id)).items()):
         rec = FailedTuple.unpack(cast(bytes, raw))
         if component is None or rec.component == component:
-            out.append(rec.model_dump(exclude_unset=True))   # the JSON the CLI and UI show
+            out.append(rec)
     return out
 
 
@@ -242,23 +242,20 @@ def requeue_dead(client: Redis, run_id: str, component: str | None = None,
 
         def read(pipe: Any, field: bytes = field, seen: dict[str, Any] = seen) -> None:
             raw = pipe.hget(dead_key, field)
-            tup = msgpack.unpackb(raw, strict_map_key=False) if raw is not None else None
+            tup = FailedTuple.unpack(raw) if raw is not None else None
             # gone: requeued meanwhile by someone else; another component's: not asked for
-            seen["tuple"] = tup if tup is not None and component in (None, tup.get("component")) else None
+            seen["tuple"] = tup if tup is not None and component in (None, tup.component) else None
 
         def requeue(pipe: Any, field: bytes = field, seen: dict[str, Any] = seen) -> None:
-            tup = seen["tuple"]
-            if tup is None:
+            dead: FailedTuple | None = seen["tuple"]
+            if dead is None:
                 return
-            tup.pop("dead", None)
-            tup["attempt"] = 0     # the next replay is attempt 1 of a fresh allowance
-            tup["not_before"] = 0
-            pipe.hset(keys.queue(run_id, tup["component"], tup["task"]), str(tup["id"]),
-                      msgpack.packb(tup, default=repr))
-            pipe.sadd(keys.failed_set(run_id), f"{tup['component']}:{tup['task']}")
+            tup = dead.requeued()
+            pipe.hset(keys.queue(run_id, tup.component, tup.task), str(tup.id), tup.pack())
+            pipe.sadd(keys.failed_set(run_id), f"{tup.component}:{tup.task}")
             pipe.hdel(dead_key, field)
-            if tup.get("roots"):
-                pipe.srem(keys.dead_roots(run_id), *[str(r) for r in tup["roots"]])
+            if tup.roots:
+                pipe.srem(keys.dead_roots(run_id), *[str(r) for r in tup.roots])
 
         if not ledger.fenced_transaction(client, run_id, gen, requeue, watch=(dead_key,), read=read):
             runs.check_generation(client, run_id, gen)

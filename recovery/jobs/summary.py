@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-import msgpack
 from redis import Redis
 
+from recovery.model.failed import FailedTuple
 from recovery.model.graph import topological_order
 from recovery.model.record import RunRecord
 from recovery.model.workflow import Workflow
@@ -41,8 +41,7 @@ def failed_positions(client: Redis, run_id: str) -> list[dict[str, Any]]:
         count = client.hlen(qkey)
         sample = None
         for _, raw in client.hscan_iter(qkey, count=1):
-            rec = msgpack.unpackb(raw, strict_map_key=False)
-            sample = rec.get("error")
+            sample = FailedTuple.unpack(raw).error
             break
         out.append({"component": comp, "task": int(task), "count": count, "sample_error": sample})
     return out
@@ -82,7 +81,7 @@ def summarize(client: Redis, run_id: str, rounds: list | None = None, settled: b
     pending = ledger.pending_roots(client, run_id)
     dead_roots = {int(r) for r in client.smembers(keys.dead_roots(run_id))}
     dead = len(pending & dead_roots)
-    queued_roots = {r for q in queued_positions(client, run_id, positions) for r in (q.get("roots") or [])}
+    queued_roots = {r for q in queued_positions(client, run_id, positions) for r in q.roots}
     failed = len((pending - dead_roots) & queued_roots)
     in_flight = len(pending) - dead - failed
     if settled:
@@ -99,10 +98,10 @@ def original_workflow(rec: RunRecord) -> Workflow:
 
 
 def queued_positions(client: Redis, run_id: str, positions: list[dict[str, Any]] | None = None
-            ) -> list[dict[str, Any]]:
+            ) -> list[FailedTuple]:
     """Every queued failed tuple (small: failures only), of `positions` if already read."""
     out = []
     for p in failed_positions(client, run_id) if positions is None else positions:
         for _, raw in client.hscan_iter(keys.queue(run_id, p["component"], p["task"])):
-            out.append(msgpack.unpackb(raw, strict_map_key=False))
+            out.append(FailedTuple.unpack(raw))
     return out
