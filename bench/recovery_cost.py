@@ -32,10 +32,14 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import _common as C  # noqa: E402
+
+if TYPE_CHECKING:
+    from recovery.model.record import RunRecord
 
 WORKFLOW = "bench_pipeline"
 STAGE4 = "aggregate"
@@ -50,10 +54,10 @@ def injection(rate: float) -> dict[str, str]:
             "recovery.inject.bench.attempts": "1"}
 
 
-def executions(rec: dict, recovery_rounds: bool) -> int:
+def executions(rec: RunRecord, recovery_rounds: bool) -> int:
     """Sum of `executed` over components: round 0 only, or every round after it."""
     total = 0
-    for r in rec.get("rounds") or []:
+    for r in rec.rounds:
         if (r.get("round", 0) > 0) == recovery_rounds:
             total += sum(int(c.get("executed", 0)) for c in r.get("components", {}).values())
     return total

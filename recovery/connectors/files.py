@@ -13,9 +13,8 @@ import time
 from collections.abc import Iterator
 from typing import cast
 
-import msgpack
-
 from recovery.connectors.runner import SourceRunner
+from recovery.model.failed import FailedTuple
 from recovery.model.workflow import SourceImpl
 from recovery.tracking import keys
 
@@ -116,17 +115,16 @@ def queue_source(runner: SourceRunner) -> Iterator[None]:
     for task in tasks:
         entries = client.hgetall(keys.queue(run_id, target, task))
         for _, raw_rec in sorted(entries.items()):
-            rec = msgpack.unpackb(cast(bytes, raw_rec), strict_map_key=False)
-            if rec.get("not_before", 0) > now:
+            rec = FailedTuple.unpack(cast(bytes, raw_rec))
+            if (rec.not_before or 0) > now:
                 continue   # still backing off: a later round takes it
-            attempt = int(rec.get("attempt", 1)) + 1
+            attempt = rec.attempt + 1
             if replaces_spout:
-                fmt = rec.get("format", "text")
-                stream = runner.comp.stream(rec.get("stream") or "default") or runner.comp.streams[0]
+                fmt = rec.format or "text"
+                stream = runner.comp.stream(rec.stream or "default") or runner.comp.streams[0]
                 decode = decoder(fmt, stream.fields)
-                raw = rec.get("raw")
-                mid = rec.get("message_id")
-                mid = tuple(mid) if isinstance(mid, list) else mid
+                raw = rec.raw
+                mid = tuple(rec.message_id) if isinstance(rec.message_id, list) else rec.message_id
                 runner.spout_record(mid, functools.partial(decode, raw), raw, stream.id, fmt, attempt,
                                     replayed=True)
             else:

@@ -7,6 +7,7 @@ from typing import Any, Protocol
 
 from redis import Redis
 
+from recovery.model.failed import FailedTuple
 from recovery.model.run import RunSpec
 from recovery.model.workflow import Component, Workflow
 
@@ -25,6 +26,6 @@ class SourceRunner(Protocol):
                      stream: str = "default", fmt: str = "", attempt: int = 1,
                      replayed: bool = False) -> None: ...
 
-    def replay_to(self, component: str, task: int, rec: dict, attempt: int) -> None: ...
+    def replay_to(self, component: str, task: int, rec: FailedTuple, attempt: int) -> None: ...
 
     def log(self, message: str, level: str = "info") -> None: ...

@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from redis import Redis
 
 from recovery.errors import RunError
+from recovery.model.record import RunRecord
 from recovery.tracking import keys, runs
 
 log = logging.getLogger(__name__)
@@ -16,7 +16,7 @@ def clear(client: Redis, run_id: str, force: bool = False) -> list[str]:
     """Remove every key of the run (its record too) and nothing else; returns what it removed.
     Keys left under the run's prefix without a record (orphans) go too."""
     try:
-        rec: dict[str, Any] | None = runs.get(client, run_id)
+        rec: RunRecord | None = runs.get(client, run_id)
     except RunError:
         rec = None
     if rec is not None and runs.status_of(rec) == runs.RUNNING and not force:

@@ -33,6 +33,7 @@ from recovery.connectors.redis_stream import report as stream_report
 from recovery.errors import RecoveryError
 from recovery.jobs import recover, submit
 from recovery.jobs import summary as jobs_summary
+from recovery.model.record import RunRecord
 from recovery.model.run import RunSpec
 from recovery.model.workflow import Workflow
 from recovery.tracking import keys, runs
@@ -83,7 +84,7 @@ class Stopper:
         self._old.clear()
 
 
-def owner_runs(client: Redis, wf: Workflow) -> list[dict[str, Any]]:
+def owner_runs(client: Redis, wf: Workflow) -> list[RunRecord]:
     """The run records that last read each of the workflow's consumers (distinct, existing)."""
     seen, out = set(), []
     for spout in topics.log_spouts(wf):
@@ -106,11 +107,11 @@ def resume_crashed(spark: SparkSession, client: Redis, redis_url: str, wf: Workf
     out = []
     for rec in owner_runs(client, wf):
         if runs.status_of(rec) == runs.CRASHED:
-            with runs.take_over(client, rec) as lease, submit.redis_lost_is_resumable(rec["run_id"], redis_url):
+            with runs.take_over(client, rec) as lease, submit.redis_lost_is_resumable(rec.run_id, redis_url):
                 summary = recover.resume_if_crashed(spark, client, redis_url, rec, progress,
                                                  lease.generation)
             if summary is not None:
-                summary["resumed_round"] = int(rec.get("round") or 0)
+                summary["resumed_round"] = rec.round
                 out.append(summary)
     return out
 
@@ -127,11 +128,11 @@ def check(client: Redis, wf: Workflow, follow: bool, tracking: bool = True) -> N
 
 def _due(client: Redis, run_id: str) -> int:
     now = time.time()
-    return sum(1 for r in jobs_summary.queued_positions(client, run_id) if r.get("not_before", 0) <= now)
+    return sum(1 for r in jobs_summary.queued_positions(client, run_id) if (r.not_before or 0) <= now)
 
 
 def _round_stats(client: Redis, run_id: str, round_no: int) -> dict[str, dict]:
-    for r in runs.get(client, run_id).get("rounds") or []:
+    for r in runs.get(client, run_id).rounds:
         if r.get("round") == round_no:
             return r.get("components") or {}
     return {}
@@ -161,14 +162,14 @@ def enrich(client: Redis, summary: dict[str, Any], wf: Workflow | None = None) -
     if not topics.log_spouts(wf):
         return summary
     summary["partitions"] = stream_report.partition_report(client, wf)
-    if rec.get("follow") == "1":
-        roots = int(rec.get("follow_messages") or 0)
-        summary["batches"] = int(rec.get("follow_batches") or 0)
+    if rec.follow:
+        roots = rec.follow_messages
+        summary["batches"] = rec.follow_batches
         if summary.get("counts_known", True):   # (a batch not settled: its counts stay unknown)
             summary["roots"] = roots
             summary["complete"] = max(0, roots - summary["pending"] - summary["dead"])
     stats: dict[str, dict] = {}
-    for r in rec.get("rounds") or []:
+    for r in rec.rounds:
         for comp, s in (r.get("components") or {}).items():
             if s.get("trimmed"):
                 stats.setdefault(comp, {"trimmed": 0})["trimmed"] += s["trimmed"]
@@ -202,12 +203,12 @@ def follow(spark: SparkSession, client: Redis, redis_url: str, wf: Workflow, xml
     current = None
     for rec in owner_runs(client, wf):
         if runs.status_of(rec) == runs.RUNNING:
-            raise RecoveryError(f"run {rec['run_id']} is reading this workflow's topics now (driver "
-                                f"pid {rec.get('driver_pid')} on {rec.get('driver_host')}); stop it first")
-        if rec.get("follow") == "1" and rec.get("workflow_json") == wf_json and run_id in (None, rec["run_id"]):
+            raise RecoveryError(f"run {rec.run_id} is reading this workflow's topics now (driver "
+                                f"pid {rec.driver_pid} on {rec.driver_host}); stop it first")
+        if rec.follow and rec.workflow_json == wf_json and run_id in (None, rec.run_id):
             current = rec
     created = current is not None
-    run_id = current["run_id"] if current else (run_id or runs.new_run_id(wf.name))
+    run_id = current.run_id if current else (run_id or runs.new_run_id(wf.name))
     if current is None:   # a new run: mode="error" sinks refuse another run's output (recovery/connectors/sinks.py)
         sinks.check_folders(wf, run_id)
     held = contextlib.ExitStack()   # the run's lease, held from its creation (or take-over) to the end
@@ -218,8 +219,8 @@ def follow(spark: SparkSession, client: Redis, redis_url: str, wf: Workflow, xml
         lease = held.enter_context(runs.take_over(client, current))
         gen = lease.generation
         runs.update(client, run_id, gen, driver_pid=os.getpid(), driver_host=socket.gethostname())
-        emit("continue", {"run_id": run_id, "round": int(current.get("round") or 0)})
-    next_round = int(current.get("round") or 0) + 1 if current else 0
+        emit("continue", {"run_id": run_id, "round": current.round})
+    next_round = current.round + 1 if current else 0
     auto = wf.conf_bool("recovery.auto")
     batches = messages = recovery_rounds = 0
     reason = "signal"
@@ -240,7 +241,7 @@ def follow(spark: SparkSession, client: Redis, redis_url: str, wf: Workflow, xml
                 if not created:
                     lease = held.enter_context(runs.create(client, run_id, xml, wf_json, file, master, True))
                     gen = lease.generation
-                    runs.update(client, run_id, gen, follow=1, follow_batches=0, follow_messages=0)
+                    runs.update(client, run_id, gen, follow=True, follow_batches=0, follow_messages=0)
                     created = True
                     emit("run", {"run_id": run_id})
                 spec = RunSpec(run_id, next_round, wf_json, redis_url, True, source_json=source_json,
@@ -277,7 +278,7 @@ def follow(spark: SparkSession, client: Redis, redis_url: str, wf: Workflow, xml
                     reason = "signal"
                     break
                 recovery_rounds += rs["rounds"]
-                next_round = int(runs.get(client, run_id).get("round") or 0) + 1
+                next_round = runs.get(client, run_id).round + 1
                 emit("recovery", {"run_id": run_id, "rounds": rs["rounds"], "pending": rs["pending"],
                                   "dead": rs["dead"]})
                 active = active or rs["rounds"] > 0

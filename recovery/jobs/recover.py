@@ -8,7 +8,6 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-import msgpack
 from redis import Redis
 
 from recovery.errors import RunError
@@ -22,6 +21,7 @@ from recovery.jobs.submit import (
 )
 from recovery.jobs.summary import original_workflow, queued_positions, sum_components, summarize
 from recovery.model.failed import FailedTuple
+from recovery.model.record import RunRecord
 from recovery.model.run import RunSpec
 from recovery.model.synthesis import synthesize
 from recovery.model.workflow import Workflow
@@ -39,11 +39,11 @@ def reconfigure(client: Redis, run_id: str, overrides: dict[str, str]) -> None:
     next rounds, and a resumed round, read the stored workflows."""
     rec = runs.get(client, run_id)
     if runs.status_of(rec) == runs.RUNNING:
-        raise RunError(f"run {run_id} is still running (driver pid {rec.get('driver_pid')} on "
-                       f"{rec.get('driver_host')}): its configuration cannot change now")
+        raise RunError(f"run {run_id} is still running (driver pid {rec.driver_pid} on "
+                       f"{rec.driver_host}): its configuration cannot change now")
     fields = {"workflow_json": workflow_json(original_workflow(rec).with_config(overrides))}
-    if rec.get("current_workflow"):
-        current = Workflow.model_validate_json(rec["current_workflow"])
+    if rec.current_workflow:
+        current = Workflow.model_validate_json(rec.current_workflow)
         fields["current_workflow"] = workflow_json(current.with_config(overrides))
     runs.update(client, run_id, **fields)
 
@@ -56,7 +56,7 @@ def prune_failed_set(client: Redis, run_id: str) -> None:
             client.srem(keys.failed_set(run_id), pos)
 
 
-def resume_if_crashed(spark: SparkSession, client: Redis, redis_url: str, rec: dict[str, Any],
+def resume_if_crashed(spark: SparkSession, client: Redis, redis_url: str, rec: RunRecord,
                       progress: Progress | None = None, generation: str | None = None,
                       taken_over: bool = False) -> dict[str, Any] | None:
     """A run whose driver died mid-round: run that round again. Committed tasks replay their
@@ -65,29 +65,29 @@ def resume_if_crashed(spark: SparkSession, client: Redis, redis_url: str, rec: d
     status = runs.status_of(rec)
     if status not in (runs.CRASHED, runs.ERROR) and not (taken_over and status == runs.RUNNING):
         return None
-    run_id = rec["run_id"]
-    generation = generation or rec.get("generation")
+    run_id = rec.run_id
+    generation = generation or rec.generation
     claim_run(client, run_id, generation)
-    wf = Workflow.model_validate_json(rec.get("current_workflow") or rec["workflow_json"])
-    extra = json.loads(rec.get("current_spec") or "{}")
+    wf = Workflow.model_validate_json(rec.current_workflow or rec.workflow_json)
+    extra = json.loads(rec.current_spec or "{}")
     replay = extra.get("replay_roots")
-    round_no = int(rec.get("round") or 0)
+    round_no = rec.round
     spec = RunSpec(run_id, round_no, workflow_json(wf), redis_url, True,
                    replay_roots=frozenset(replay) if replay is not None else None,
                    root_epoch=extra.get("root_epoch", 0), filter_epoch=extra.get("filter_epoch", 0),
-                   original_json=rec["workflow_json"] if round_no else None,
+                   original_json=rec.workflow_json if round_no else None,
                    source_json=extra.get("source_json") or "{}", generation=generation)
-    settled = str(rec.get("settled_round", "")) == str(round_no)
+    settled = rec.settled_round == round_no
     summary = run_and_settle(spark, client, wf, spec, progress, execute=not settled)
     prune_failed_set(client, run_id)
     return summary
 
 
-def check_not_running(rec: dict[str, Any]) -> None:
+def check_not_running(rec: RunRecord) -> None:
     """Refuse to act on a run whose driver is alive (recover, requeue; the web view too)."""
     if runs.status_of(rec) == runs.RUNNING:
-        raise RunError(f"run {rec['run_id']} is still running ({runs.describe_driver(rec)}); wait for "
-                       f"it, or take it over with `recovery recover {rec['run_id']} --force`")
+        raise RunError(f"run {rec.run_id} is still running ({runs.describe_driver(rec)}); wait for "
+                       f"it, or take it over with `recovery recover {rec.run_id} --force`")
 
 
 def recover(spark: SparkSession, client: Redis, redis_url: str, run_id: str, max_rounds: int | None = None,
@@ -106,7 +106,7 @@ def recover(spark: SparkSession, client: Redis, redis_url: str, run_id: str, max
     running = runs.status_of(rec) == runs.RUNNING
     if not force:
         check_not_running(rec)
-    if not int(rec.get("tracking") or 0):
+    if not rec.tracking:
         raise RunError(f"run {run_id} ran with tracking off: there is nothing to recover from")
     lease = runs.take_over(client, rec, force=force)
     with lease, redis_lost_is_resumable(run_id, redis_url):
@@ -114,13 +114,13 @@ def recover(spark: SparkSession, client: Redis, redis_url: str, run_id: str, max
                         progress, on_round, taken_over=running)
 
 
-def _recover(spark: SparkSession, client: Redis, redis_url: str, rec: dict[str, Any], gen: str | None,
+def _recover(spark: SparkSession, client: Redis, redis_url: str, rec: RunRecord, gen: str | None,
              max_rounds: int | None, strategy: str, progress: Progress | None,
              on_round: Callable[[dict], None] | None, taken_over: bool) -> dict[str, Any]:
-    run_id = rec["run_id"]
+    run_id = rec.run_id
     started = time.time()
     resumed = resume_if_crashed(spark, client, redis_url, rec, progress, gen, taken_over)
-    ran = [int(rec.get("round") or 0)] if resumed is not None else []
+    ran = [rec.round] if resumed is not None else []
     claim_run(client, run_id, gen, status=runs.RUNNING)
     original = original_workflow(rec)
     rounds_run = 0
@@ -131,25 +131,25 @@ def _recover(spark: SparkSession, client: Redis, redis_url: str, rec: dict[str, 
         queued = queued_positions(client, run_id)
         if not queued or (max_rounds is not None and rounds_run >= max_rounds):
             break
-        wait = min(r.get("not_before", 0) for r in queued) - time.time()
+        wait = min(r.not_before or 0 for r in queued) - time.time()
         if wait > 0:   # every queued tuple is still backing off
             log.info("run %s: every queued tuple is backing off; waiting up to %.1fs", run_id, wait)
             time.sleep(min(wait, original.setting("recovery.retry.max.delay.ms") / 1000))
-        round_no = int(runs.get(client, run_id).get("round") or 0) + 1
+        round_no = runs.get(client, run_id).round + 1
         if strategy == "root-replay":
             spec, wf = _root_replay_round(client, run_id, original, redis_url, round_no, queued, gen)
         else:
             failed: dict[str, list[int]] = {}
             for r in queued:
-                failed.setdefault(r["component"], [])
-                if r["task"] not in failed[r["component"]]:
-                    failed[r["component"]].append(r["task"])
+                failed.setdefault(r.component, [])
+                if r.task not in failed[r.component]:
+                    failed[r.component].append(r.task)
             wf = synthesize(original, failed)
             log.info("run %s round %d: recovery workflow of %d components replaying %d failed positions (%s)",
                      run_id, round_no, len(wf.components), len(queued),
                      ", ".join(f"{c} tasks {sorted(t)}" for c, t in sorted(failed.items())))
             spec = RunSpec(run_id, round_no, workflow_json(wf), redis_url, True,
-                           original_json=rec["workflow_json"], generation=gen)
+                           original_json=rec.workflow_json, generation=gen)
         runs.update(client, run_id, gen, round=round_no, current_workflow=workflow_json(wf),
                     current_spec=spec_json(spec), status=runs.RUNNING)
         summary = run_and_settle(spark, client, wf, spec, progress)
@@ -164,7 +164,7 @@ def _recover(spark: SparkSession, client: Redis, redis_url: str, rec: dict[str, 
     runs.update(client, run_id, gen, status=final["status"], summary=final, ended=time.time())
     newly_dead = client.hlen(keys.dead(run_id)) - dead_at_start
     # the table under the summary: what this recover's rounds did, not round 0's
-    ran_rounds = [r for r in runs.get(client, run_id).get("rounds") or [] if r.get("round") in ran]
+    ran_rounds = [r for r in runs.get(client, run_id).rounds if r.get("round") in ran]
     final.update({"rounds": rounds_run, "resumed": resumed is not None,
                   "components": sum_components(ran_rounds, original),
                   "components_rounds": [r["round"] for r in ran_rounds],
@@ -175,13 +175,13 @@ def _recover(spark: SparkSession, client: Redis, redis_url: str, rec: dict[str, 
 
 
 def _root_replay_round(client: Redis, run_id: str, original: Workflow, redis_url: str, round_no: int,
-                       queued: list[dict], gen: str | None = None) -> tuple[RunSpec, Workflow]:
+                       queued: list[FailedTuple], gen: str | None = None) -> tuple[RunSpec, Workflow]:
     """Storm's behaviour, for comparison: replay every failed root from its spout, under a new
     root id (as Storm's acker would see a re-emitted message). The old roots are settled as
     superseded and their queue entries dropped."""
     rec = runs.get(client, run_id)
-    epoch = int(rec.get("root_epoch") or 0)
-    old_roots = {int(r) for q in queued for r in (q.get("roots") or [])}
+    epoch = rec.root_epoch
+    old_roots = {int(r) for q in queued for r in q.roots}
     # supersede: zero the old roots' ledger entries and drop their queued tuples
     pending = {}
     for b in range(ledger.LEDGER_BUCKETS):
@@ -196,7 +196,7 @@ def _root_replay_round(client: Redis, run_id: str, original: Workflow, redis_url
             if blob:
                 pipe.hset(keys.ledger(run_id, b), f"superseded:{round_no}", blob)
         for q in queued:
-            pipe.hdel(keys.queue(run_id, q["component"], q["task"]), str(q["id"]))
+            pipe.hdel(keys.queue(run_id, q.component, q.task), str(q.id))
     if not ledger.fenced_transaction(client, run_id, gen, supersede):
         runs.check_generation(client, run_id, gen)
     runs.update(client, run_id, gen, root_epoch=round_no)
@@ -207,13 +207,14 @@ def _root_replay_round(client: Redis, run_id: str, original: Workflow, redis_url
 
 
 # --- dead letters ----------------------------------------------------------------------------
-def dead_letters(client: Redis, run_id: str, component: str | None = None) -> list[dict[str, Any]]:
+def dead_letters(client: Redis, run_id: str, component: str | None = None) -> list[FailedTuple]:
+    """The run's dead tuples (of `component`), in the order of their keys."""
     runs.get(client, run_id)
     out = []
     for field, raw in sorted(client.hgetall(keys.dead(run_id)).items()):
         rec = FailedTuple.unpack(cast(bytes, raw))
         if component is None or rec.component == component:
-            out.append(rec.model_dump(exclude_unset=True))   # the JSON the CLI and UI show
+            out.append(rec)
     return out
 
 
@@ -226,7 +227,7 @@ def requeue_dead(client: Redis, run_id: str, component: str | None = None,
     requeue neither loses nor doubles a tuple."""
     rec = runs.get(client, run_id)
     check_not_running(rec)
-    gen = rec.get("generation")
+    gen = rec.generation
     dead_key = keys.dead(run_id)
     if tuple_keys is not None:
         unknown = [k for k in tuple_keys if not client.hexists(dead_key, k)]
@@ -241,23 +242,20 @@ def requeue_dead(client: Redis, run_id: str, component: str | None = None,
 
         def read(pipe: Any, field: bytes = field, seen: dict[str, Any] = seen) -> None:
             raw = pipe.hget(dead_key, field)
-            tup = msgpack.unpackb(raw, strict_map_key=False) if raw is not None else None
+            tup = FailedTuple.unpack(raw) if raw is not None else None
             # gone: requeued meanwhile by someone else; another component's: not asked for
-            seen["tuple"] = tup if tup is not None and component in (None, tup.get("component")) else None
+            seen["tuple"] = tup if tup is not None and component in (None, tup.component) else None
 
         def requeue(pipe: Any, field: bytes = field, seen: dict[str, Any] = seen) -> None:
-            tup = seen["tuple"]
-            if tup is None:
+            dead: FailedTuple | None = seen["tuple"]
+            if dead is None:
                 return
-            tup.pop("dead", None)
-            tup["attempt"] = 0     # the next replay is attempt 1 of a fresh allowance
-            tup["not_before"] = 0
-            pipe.hset(keys.queue(run_id, tup["component"], tup["task"]), str(tup["id"]),
-                      msgpack.packb(tup, default=repr))
-            pipe.sadd(keys.failed_set(run_id), f"{tup['component']}:{tup['task']}")
+            tup = dead.requeued()
+            pipe.hset(keys.queue(run_id, tup.component, tup.task), str(tup.id), tup.pack())
+            pipe.sadd(keys.failed_set(run_id), f"{tup.component}:{tup.task}")
             pipe.hdel(dead_key, field)
-            if tup.get("roots"):
-                pipe.srem(keys.dead_roots(run_id), *[str(r) for r in tup["roots"]])
+            if tup.roots:
+                pipe.srem(keys.dead_roots(run_id), *[str(r) for r in tup.roots])
 
         if not ledger.fenced_transaction(client, run_id, gen, requeue, watch=(dead_key,), read=read):
             runs.check_generation(client, run_id, gen)

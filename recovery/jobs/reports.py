@@ -8,13 +8,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import msgpack
 from redis import Redis
 
 from recovery.connectors.redis_stream import report as stream_reader
 from recovery.errors import RecoveryError, RunError
 from recovery.jobs import clear as jobs_clear
 from recovery.jobs import follow, recover, summary
+from recovery.model.failed import FailedTuple
 from recovery.model.synthesis import plan_marks, synthesize
 from recovery.model.xml.write import to_xml
 from recovery.tracking import keys, runs
@@ -80,8 +80,8 @@ def rounds(client: Redis, run_id: str) -> dict[str, Any]:
     # queue spouts are the components a recovery round has and the original workflow has not
     original = {c.id for c in summary.original_workflow(rec).components}
     out = []
-    previous_end = float(rec.get("started") or 0)
-    for r in sorted(rec.get("rounds") or [], key=lambda r: r.get("round", 0)):
+    previous_end = rec.started or 0.0
+    for r in sorted(rec.rounds, key=lambda r: r.get("round", 0)):
         comps = r.get("components") or {}
         replayed = sum(c.get("emitted", 0) for cid, c in comps.items() if cid not in original)
         replayed += sum(c.get("replayed_roots", 0) for c in comps.values())
@@ -115,9 +115,10 @@ def component(client: Redis, run_id: str, component_id: str) -> dict[str, Any]:
                                  if p["component"] == component_id and p["count"]]}
 
 
-def _tuple_row(rec: dict[str, Any]) -> dict[str, Any]:
-    row = {k: _text(v) for k, v in rec.items()}
-    row["kind"] = error_kind(rec.get("error"))
+def _tuple_row(rec: FailedTuple) -> dict[str, Any]:
+    """A failed tuple as shown: the fields its record holds, and its error's kind."""
+    row = {k: _text(v) for k, v in rec.model_dump(exclude_unset=True).items()}
+    row["kind"] = error_kind(rec.error)
     return row
 
 
@@ -131,7 +132,7 @@ def failed(client: Redis, run_id: str, limit: int = FAILED_TUPLES_SHOWN) -> dict
             continue
         tuples = []
         for _, raw in client.hscan_iter(keys.queue(run_id, p["component"], p["task"]), count=limit):
-            tuples.append(_tuple_row(msgpack.unpackb(raw, strict_map_key=False)))
+            tuples.append(_tuple_row(FailedTuple.unpack(raw)))
             if len(tuples) >= limit:
                 break
         tuples.sort(key=lambda t: t.get("id", 0))
@@ -140,9 +141,9 @@ def failed(client: Redis, run_id: str, limit: int = FAILED_TUPLES_SHOWN) -> dict
     return {"run_id": run_id, "failed_positions": positions}
 
 
-def dead_key(rec: dict[str, Any]) -> str:
+def dead_key(rec: FailedTuple) -> str:
     """A dead tuple's key in the run's dead-letter hash: `component:task:id` (for requeue)."""
-    return f"{rec['component']}:{rec['task']}:{rec['id']}"
+    return f"{rec.component}:{rec.task}:{rec.id}"
 
 
 def dead(client: Redis, run_id: str, component: str | None = None) -> dict[str, Any]:

@@ -145,7 +145,7 @@ def run_and_settle(spark: SparkSession, client: redis.Redis, wf: Workflow, spec:
     stats = engine_rounds.collect_stats(client, spec.run_id, spec.round) if spec.tracking else {}
     stats = in_topological_order(stats, wf)
     rec = runs.get(client, spec.run_id)
-    rounds = rec.get("rounds") or []
+    rounds = rec.rounds
     if stats or execute:   # (a settle-only resume after the markers went keeps what was recorded)
         rounds = [r for r in rounds if r.get("round") != spec.round]
         rounds.append({"round": spec.round, "components": stats, "started": started, "ended": time.time()})

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-import msgpack
 from redis import Redis
 
+from recovery.model.failed import FailedTuple
 from recovery.model.graph import topological_order
+from recovery.model.record import RunRecord
 from recovery.model.workflow import Workflow
 from recovery.tracking import keys, ledger, runs
 
@@ -40,8 +41,7 @@ def failed_positions(client: Redis, run_id: str) -> list[dict[str, Any]]:
         count = client.hlen(qkey)
         sample = None
         for _, raw in client.hscan_iter(qkey, count=1):
-            rec = msgpack.unpackb(raw, strict_map_key=False)
-            sample = rec.get("error")
+            sample = FailedTuple.unpack(raw).error
             break
         out.append({"component": comp, "task": int(task), "count": count, "sample_error": sample})
     return out
@@ -56,18 +56,18 @@ def summarize(client: Redis, run_id: str, rounds: list | None = None, settled: b
     rec = runs.get(client, run_id)
     original = original_workflow(rec)
     if rounds is None:
-        rounds = rec.get("rounds") or []
+        rounds = rec.rounds
     first = next((r for r in rounds if r.get("round") == 0), None)
-    stats = in_topological_order(first["components"] if first else (rec.get("stats") or {}), original)
+    stats = in_topological_order(first["components"] if first else rec.stats, original)
     positions = [p for p in failed_positions(client, run_id) if p["count"] > 0]
     out: dict[str, Any] = {
         "run_id": run_id, "workflow": original.name,
-        "status": runs.status_of(rec), "round": int(rec.get("round") or 0),
+        "status": runs.status_of(rec), "round": rec.round,
         "counts_known": True, "unsettled_round": None,
         "dead_tuples": client.hlen(keys.dead(run_id)),
         "failed_positions": positions,
         "components": stats, "components_rounds": [0] if stats else [],
-        "started": float(rec.get("started") or 0), "ended": float(rec["ended"]) if rec.get("ended") else None,
+        "started": rec.started or 0.0, "ended": rec.ended,
     }
     if not settled and not runs.round_settled(rec):
         out.update({"counts_known": False, "unsettled_round": out["round"], "roots": None,
@@ -81,7 +81,7 @@ def summarize(client: Redis, run_id: str, rounds: list | None = None, settled: b
     pending = ledger.pending_roots(client, run_id)
     dead_roots = {int(r) for r in client.smembers(keys.dead_roots(run_id))}
     dead = len(pending & dead_roots)
-    queued_roots = {r for q in queued_positions(client, run_id, positions) for r in (q.get("roots") or [])}
+    queued_roots = {r for q in queued_positions(client, run_id, positions) for r in q.roots}
     failed = len((pending - dead_roots) & queued_roots)
     in_flight = len(pending) - dead - failed
     if settled:
@@ -93,15 +93,15 @@ def summarize(client: Redis, run_id: str, rounds: list | None = None, settled: b
 
 
 # --- the run's original workflow and its queued positions (what recovery replays) -----------
-def original_workflow(rec: dict[str, Any]) -> Workflow:
-    return Workflow.model_validate_json(rec["workflow_json"])
+def original_workflow(rec: RunRecord) -> Workflow:
+    return Workflow.model_validate_json(rec.workflow_json)
 
 
 def queued_positions(client: Redis, run_id: str, positions: list[dict[str, Any]] | None = None
-            ) -> list[dict[str, Any]]:
+            ) -> list[FailedTuple]:
     """Every queued failed tuple (small: failures only), of `positions` if already read."""
     out = []
     for p in failed_positions(client, run_id) if positions is None else positions:
         for _, raw in client.hscan_iter(keys.queue(run_id, p["component"], p["task"])):
-            out.append(msgpack.unpackb(raw, strict_map_key=False))
+            out.append(FailedTuple.unpack(raw))
     return out

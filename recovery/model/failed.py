@@ -40,6 +40,12 @@ class FailedTuple(BaseModel):
         # values the user emitted may not be msgpack types: stored as their repr, as before
         return msgpack.packb(self.model_dump(exclude_unset=True), default=repr)
 
+    def requeued(self) -> FailedTuple:
+        """This dead letter back in its queue (`recovery dead --requeue`): not dead, replayable
+        at once, and its next replay attempt 1 of a fresh allowance."""
+        fields = self.model_dump(exclude_unset=True, exclude={"dead"})
+        return FailedTuple.model_validate({**fields, "attempt": 0, "not_before": 0.0})
+
     @classmethod
     def unpack(cls, raw: bytes) -> FailedTuple:
         return cls.model_validate(msgpack.unpackb(raw, strict_map_key=False))

@@ -390,12 +390,11 @@ class TaskRunner(MessageTimeouts, Collector):
                 client.delete(*[keys.task_output(self.spec.run_id, self.spec.round, src, i)
                                      for i in range(upstream.parallelism)])
 
-    def replay_to(self, component: str, task: int, rec: dict, attempt: int) -> None:
+    def replay_to(self, component: str, task: int, rec: FailedTuple, attempt: int) -> None:
         """Send a cached failed tuple, unchanged but for its attempt, to the task it failed at."""
         key = (component, self.tm.index(component, task))
-        group = (key, rec["src_component"], rec["src_task"])
-        self.replays.setdefault(group, []).append(
-            [rec["id"], rec["roots"], rec["stream"], rec["values"], attempt])
+        group = (key, rec.src_component, rec.src_task)
+        self.replays.setdefault(group, []).append([rec.id, rec.roots, rec.stream, rec.values, attempt])
         self.stats["emitted"] += 1
 
     def _count_root(self, replayed: bool) -> None:

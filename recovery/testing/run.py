@@ -10,7 +10,6 @@ import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-import msgpack
 from redis import Redis
 
 from recovery.engine import rounds
@@ -19,6 +18,7 @@ from recovery.faults import PREFIX as INJECT_PREFIX
 from recovery.jobs import recover as jobs_recover
 from recovery.jobs import submit
 from recovery.jobs import summary as jobs_summary
+from recovery.model.failed import FailedTuple
 from recovery.model.run import RunSpec
 from recovery.model.workflow import ClassImpl, Component, Workflow
 from recovery.model.xml.write import to_xml
@@ -33,7 +33,7 @@ from recovery.testing.components import (
     read_list_sink,
 )
 from recovery.testing.local_spark import LocalSession
-from recovery.tracking import keys, runs
+from recovery.tracking import runs
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -112,15 +112,12 @@ class LocalRun:
         """The run's failed positions holding queued tuples (`jobs.failed_positions`)."""
         return [p for p in jobs_summary.failed_positions(self.client, self.run_id) if p["count"] > 0]
 
-    def failed_tuples(self) -> list[dict[str, Any]]:
+    def failed_tuples(self) -> list[FailedTuple]:
         """Every tuple queued for recovery (component, task, values, error, attempt, ...)."""
-        out = []
-        for p in self.failed_positions:
-            for _, raw in self.client.hscan_iter(keys.queue(self.run_id, p["component"], p["task"])):
-                out.append(msgpack.unpackb(raw, strict_map_key=False))
-        return out
+        return jobs_summary.queued_positions(self.client, self.run_id)
 
-    def dead_tuples(self) -> list[dict[str, Any]]:
+    def dead_tuples(self) -> list[FailedTuple]:
+        """Every tuple that ran out of attempts (the dead letters)."""
         return jobs_recover.dead_letters(self.client, self.run_id)
 
 

@@ -10,7 +10,6 @@ gone on this host, is crashed.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import secrets
@@ -22,6 +21,7 @@ from typing import Any
 import redis
 
 from recovery.errors import RunCleared, RunError
+from recovery.model.record import RunRecord, encode
 from recovery.tracking import keys
 
 log = logging.getLogger(__name__)
@@ -95,10 +95,6 @@ def _dec(v: Any) -> Any:
     return v.decode() if isinstance(v, bytes) else v
 
 
-def _enc(v: Any) -> Any:
-    return json.dumps(v) if isinstance(v, (dict, list)) else ("" if v is None else v)
-
-
 def _cleared(run_id: str) -> RunCleared:
     return RunCleared(f"run {run_id} was cleared (or created anew) while this process worked on "
                       "it; it stopped without writing into it")
@@ -111,15 +107,15 @@ def create(client: redis.Redis, run_id: str, xml: str, wf_json: str, file: str |
     use it as a context manager around the work)."""
     now = time.time()
     lease = Lease(client, run_id, secrets.token_hex(8))
-    fields = {
-        "run_id": run_id, "xml": xml, "workflow_json": wf_json, "file": file or "",
-        "master": master, "status": RUNNING, "started": now, "ended": "", "round": 0,
+    fields: dict[str, Any] = {
+        "run_id": run_id, "xml": xml, "workflow_json": wf_json, "file": file,
+        "master": master, "status": RUNNING, "started": now, "ended": None, "round": 0,
         "driver_pid": os.getpid(), "driver_host": socket.gethostname(),
-        "tracking": int(tracking), "stats": "{}", "rounds": "[]",
+        "tracking": tracking, "stats": {}, "rounds": [],
     }
     args: list[Any] = [lease.generation, lease.holder, lease.ttl_ms, now, run_id]
     for k, v in fields.items():
-        args += [k, v]
+        args += [k, encode(v)]
     created = client.register_script(_CREATE)(
         keys=[keys.run_record(run_id), keys.lease(run_id), keys.runs_index()], args=args)
     if not created:
@@ -128,8 +124,9 @@ def create(client: redis.Redis, run_id: str, xml: str, wf_json: str, file: str |
     return lease
 
 
-def get(client: redis.Redis, run_id: str) -> dict[str, Any]:
-    """The record, with its lease as read now (`lease_holder`, `lease_ms`: -2 when none)."""
+def get(client: redis.Redis, run_id: str) -> RunRecord:
+    """The record, with its lease as read now (`lease_holder`, `lease_ms`: -2 when none).
+    Raises RunError for a run this Redis does not know, or a record that does not parse."""
     with client.pipeline(transaction=False) as pipe:
         pipe.hgetall(keys.run_record(run_id))
         pipe.get(keys.lease(run_id))
@@ -137,13 +134,8 @@ def get(client: redis.Redis, run_id: str) -> dict[str, Any]:
         raw, holder, ttl = pipe.execute()
     if not raw:
         raise RunError(f"no run {run_id!r} in this Redis (see `recovery runs`)")
-    rec = {_dec(k): _dec(v) for k, v in raw.items()}
-    for k in ("stats", "rounds", "summary"):
-        if rec.get(k):
-            rec[k] = json.loads(rec[k])
-    rec["lease_holder"] = _dec(holder)
-    rec["lease_ms"] = int(ttl) if holder is not None else -2
-    return rec
+    return RunRecord.from_hash(raw, keys.run_record(run_id), lease_holder=_dec(holder),
+                               lease_ms=int(ttl) if holder is not None else -2)
 
 
 def update(client: redis.Redis, run_id: str, generation: str | None = None, **fields: Any) -> None:
@@ -151,7 +143,7 @@ def update(client: redis.Redis, run_id: str, generation: str | None = None, **fi
     only while the record still holds it. Raises RunCleared otherwise."""
     args: list[Any] = [generation or ""]
     for k, v in fields.items():
-        args += [k, _enc(v)]
+        args += [k, encode(v)]
     if client.register_script(_UPDATE)(keys=[keys.run_record(run_id)], args=args) != 1:
         raise _cleared(run_id)
 
@@ -183,6 +175,12 @@ def _pid_alive(pid: int) -> bool:
         return True
 
 
+def local_pid_alive(pid: int | None) -> bool:
+    """Is the driver process `pid` on this host alive? No pid: nothing to check, not alive
+    (os.kill would take 0 or a negative pid for a process group: this one's, or another's)."""
+    return pid is not None and pid > 0 and _pid_alive(pid)
+
+
 def _parse_holder(holder: str) -> tuple[str, int]:
     """"host:pid:token" -> (host, pid)."""
     parts = holder.rsplit(":", 2)
@@ -192,40 +190,34 @@ def _parse_holder(holder: str) -> tuple[str, int]:
         return holder, 0
 
 
-def driver_alive(rec: dict[str, Any]) -> bool:
+def driver_alive(rec: RunRecord) -> bool:
     """Is the driver of a `running` run (a record read by `get`) alive? Its lease says so until
     it expires; on this host a driver whose pid is gone is dead at once (the fast path)."""
-    if not rec.get("generation"):
+    if not rec.generation:
         # a record written before runs had leases: only a driver on this host can be checked
-        if rec.get("driver_host") != socket.gethostname():
+        if rec.driver_host != socket.gethostname():
             return True
-        try:
-            return _pid_alive(int(rec.get("driver_pid") or 0))
-        except ValueError:
-            return False
-    holder = rec.get("lease_holder")
-    if not holder or int(rec.get("lease_ms", -2)) == -2:
+        return local_pid_alive(rec.driver_pid)
+    if not rec.lease_holder or rec.lease_ms == -2:
         return False
-    host, pid = _parse_holder(holder)
+    host, pid = _parse_holder(rec.lease_holder)
     if host == socket.gethostname():
-        return _pid_alive(pid)
+        return local_pid_alive(pid)
     return True
 
 
-def status_of(rec: dict[str, Any]) -> str:
+def status_of(rec: RunRecord) -> str:
     """The one status every command shows: the record's, `crashed` for a dead driver's run."""
-    if rec.get("status") == RUNNING and not driver_alive(rec):
+    if rec.status == RUNNING and not driver_alive(rec):
         return CRASHED
-    return rec.get("status", "")
+    return rec.status
 
 
-def describe_driver(rec: dict[str, Any]) -> str:
-    holder = rec.get("lease_holder")
-    if holder and rec.get("generation"):
-        host, pid = _parse_holder(holder)
-        left = int(rec.get("lease_ms", -2))
-        return f"driver pid {pid} on {host}, lease valid {max(left, 0) / 1000:.0f}s more"
-    return f"driver pid {rec.get('driver_pid')} on {rec.get('driver_host')}"
+def describe_driver(rec: RunRecord) -> str:
+    if rec.lease_holder and rec.generation:
+        host, pid = _parse_holder(rec.lease_holder)
+        return f"driver pid {pid} on {host}, lease valid {max(rec.lease_ms, 0) / 1000:.0f}s more"
+    return f"driver pid {rec.driver_pid} on {rec.driver_host}"
 
 
 class Lease:
@@ -298,20 +290,20 @@ class Lease:
         self.release()
 
 
-def take_over(client: redis.Redis, rec: dict[str, Any], force: bool = False) -> Lease:
+def take_over(client: redis.Redis, rec: RunRecord, force: bool = False) -> Lease:
     """The lease of a run this process is about to drive (a crashed or errored run; a live one
-    only with `force`). A record from before generations gets one now."""
-    run_id = rec["run_id"]
-    generation = rec.get("generation")
+    only with `force`). A record from before generations gets one now (`rec` too)."""
+    run_id = rec.run_id
+    generation = rec.generation
     if not generation:
         client.hsetnx(keys.run_record(run_id), "generation", secrets.token_hex(8))
         generation = _dec(client.hget(keys.run_record(run_id), "generation"))
         if generation is None:
             raise _cleared(run_id)
-        rec["generation"] = generation
+        rec.generation = generation
     lease = Lease(client, run_id, generation)
     # a holder found dead may be replaced (atomically: if two try, one wins); a live one only by force
-    lease.acquire(seen_holder=None if driver_alive(rec) else rec.get("lease_holder"), force=force)
+    lease.acquire(seen_holder=None if driver_alive(rec) else rec.lease_holder, force=force)
     log.info("run %s taken over by this driver (was %s%s)", run_id, status_of(rec), ", forced" if force else "")
     return lease
 
@@ -322,7 +314,7 @@ def check_generation(client: redis.Redis, run_id: str, generation: str | None) -
         raise _cleared(run_id)
 
 
-def round_settled(rec: dict[str, Any]) -> bool:
+def round_settled(rec: RunRecord) -> bool:
     """Has the record's current round been settled (acker verdict taken)? Until then its root
     counts are in flux (a driver running it, or one that died in it)."""
-    return str(rec.get("settled_round", "")) == str(rec.get("round") or 0)
+    return rec.settled_round == rec.round

@@ -48,8 +48,7 @@ def test_recover_p_mends_a_run_stored_with_a_bad_value(spark, redis_url, redis_c
     code, _, err = cli(redis_url, "recover", run_id, "-p", "recovery.max.attempts=-1")
     assert code == 2 and err.count("\n") == 1 and "-p recovery.max.attempts=-1" in err
     after = runs.get(redis_client, run_id)
-    assert (after["workflow_json"], after.get("current_workflow")) == \
-        (stored["workflow_json"], stored.get("current_workflow"))
+    assert (after.workflow_json, after.current_workflow) == (stored.workflow_json, stored.current_workflow)
 
     code, out, err = cli(redis_url, "recover", run_id, "-p", "recovery.max.attempts=2", "--json")
     assert code == 0, err

@@ -105,7 +105,7 @@ def test_bounded_run_from_a_topic_equals_its_input_and_status_shows_lag(spark, r
     assert _committed_to_end(redis_client, wf)
     # the plan went into the run record: a resumed round would read the same ranges
     rec = runs.get(redis_client, summary["run_id"])
-    plan = json.loads(json.loads(rec["current_spec"])["source_json"])["events"]
+    plan = json.loads(json.loads(rec.current_spec or "{}")["source_json"])["events"]
     assert {int(p): r[1] for p, r in plan["ranges"].items()} == counts
 
     # 40 more messages: status shows them as lag, per partition
@@ -202,10 +202,10 @@ def test_kill_9_of_a_follow_driver_then_restart_gives_every_effect_exactly_once(
             (tmp_path / "first.err").read_text()[-2000:]
         for rid in runs.list_ids(redis_client):
             rec = runs.get(redis_client, rid)
-            r = int(rec.get("round") or 0)
+            r = rec.round
             done = redis_client.hlen(keys.task_done(rid, r))
             # mid-round: a batch after the first one, some of its tasks committed
-            if r >= 1 and rec.get("status") == runs.RUNNING and done > 0:
+            if r >= 1 and rec.status == runs.RUNNING and done > 0:
                 return rid, r, done
         return None
 

@@ -63,8 +63,8 @@ def test_permanent_failures_end_dead_after_max_attempts_and_recover_terminates(s
     assert r["dead_tuples"] == n_failed and r["pending"] == 0 and r["dead"] > 0
     dead = recover.dead_letters(redis_client, s["run_id"])
     assert len(dead) == n_failed
-    assert all(d["attempt"] == 3 and "injected permanent failure" in d["error"] for d in dead)
-    assert all(d["values"][0] == "acker" for d in dead)
+    assert all(d.attempt == 3 and "injected permanent failure" in d.error for d in dead)
+    assert all(d.values[0] == "acker" for d in dead)
     # a second recover has nothing to do and ends at once
     again = recover.recover(spark, redis_client, redis_url, s["run_id"])
     assert again["rounds"] == 0
@@ -163,7 +163,7 @@ def test_kill_9_of_the_driver_then_recover_gives_exact_output(spark, redis_url, 
     done = {f.decode() for f in redis_client.hkeys(keys.task_done(run_id, 0))}
     assert "out:0" not in done, done
     rec = runs.get(redis_client, run_id)
-    assert rec["status"] == runs.RUNNING and runs.status_of(rec) == runs.CRASHED, rec
+    assert rec.status == runs.RUNNING and runs.status_of(rec) == runs.CRASHED, rec
     r = recover.recover(spark, redis_client, redis_url, run_id)
     assert r["status"] == "completed", r
     assert sink_records(tmp_path / "out" / "wordcount") == wordcount_reference(tmp_path / "data" / "sentences.txt")

@@ -77,9 +77,9 @@ def test_a_shell_spout_emit_the_host_refuses_ends_dead_never_complete(spark, red
     assert s["status"] == "dead"
     assert sink_records(tmp_path / "out" / "numbers") == sink_records_of([0, 1, 3, 4])
     [dead] = jobs_submit.dead_letters(redis_client, s["run_id"])
-    assert dead["component"] == "numbers" and dead["message_id"] == 2
-    assert "undeclared stream 'nowhere'" in dead["error"]
-    assert b'"stream": "nowhere"' in dead["raw"]
+    assert dead.component == "numbers" and dead.message_id == 2
+    assert "undeclared stream 'nowhere'" in dead.error
+    assert b'"stream": "nowhere"' in dead.raw
     logs = [msgpack.unpackb(r)[4] for r in redis_client.lrange(keys.log(s["run_id"]), 0, -1)]
     assert logs.count("fail 2") == 1
     r = jobs_submit.recover(spark, redis_client, redis_url, s["run_id"])

@@ -20,6 +20,7 @@ from recovery.connectors.redis_stream.topics import (
     text_of,
 )
 from recovery.errors import RecoveryError
+from recovery.model.record import RunRecord
 from recovery.model.workflow import Component, Workflow
 from recovery.tracking import keys, runs
 
@@ -41,21 +42,21 @@ def _refuse_if_owned(client: Redis, consumer: str, topic: str, owner: str, claim
     recorded by a driver that is alive. A run that was cleared (no record, driver gone) or
     finished owns nothing."""
     try:
-        rec = runs.get(client, owner)
+        rec: RunRecord | None = runs.get(client, owner)
     except RecoveryError:
         rec = None
     if rec is None:
         host, _, pid = (claimer or "").partition(" ")
         # (liveness is only knowable on this host; another host's claim counts as cleared)
-        if host == socket.gethostname() and runs.driver_alive({"driver_host": host, "driver_pid": pid}):
+        if host == socket.gethostname() and runs.local_pid_alive(int(pid) if pid.isdigit() else None):
             raise TopicError(f"consumer {consumer!r} of topic {topic!r} is being claimed by run "
                              f"{owner} (driver pid {pid} on {host}); stop it first")
         return        # cleared: nobody owns it any more
     status = runs.status_of(rec)
     if status == runs.RUNNING:
         raise TopicError(f"consumer {consumer!r} of topic {topic!r} is being read by run "
-                         f"{owner} (driver pid {rec.get('driver_pid')} on "
-                         f"{rec.get('driver_host')}); stop it first")
+                         f"{owner} (driver pid {rec.driver_pid} on "
+                         f"{rec.driver_host}); stop it first")
     if status == runs.CRASHED:
         raise TopicError(f"run {owner} of consumer {consumer!r} crashed mid-round; resume "
                          f"it first (`recovery recover {owner}` or `recovery submit "

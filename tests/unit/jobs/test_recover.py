@@ -20,6 +20,6 @@ def test_recover_refuses_a_live_run_and_force_takes_it_over(fake_redis):
     lease = runs.take_over(fake_redis, rec, force=True)
     assert fake_redis.get(keys.lease("r1")).decode() == lease.holder
     # the old driver's refresh learns it lost the lease, and stops
-    old = runs.Lease(fake_redis, "r1", rec["generation"])
+    old = runs.Lease(fake_redis, "r1", rec.generation)
     old.holder = "elsewhere:4242:abcd"
     assert old.refresh() is False and old.lost.is_set()

@@ -92,7 +92,7 @@ def test_requeue_one_then_a_selection(fake_redis, run):
     assert sorted(r["key"] for r in reports.dead(fake_redis, run)["dead"]) == ["count:1:13", "split:6:11"]
     assert reports.requeue(fake_redis, run, tuple_keys=["count:1:13", "split:6:11"])["requeued"] == 2
     assert reports.dead(fake_redis, run)["dead"] == []
-    assert runs.get(fake_redis, run)["status"] == runs.PENDING
+    assert runs.get(fake_redis, run).status == runs.PENDING
 
 
 def test_requeue_an_unknown_tuple_names_it_and_moves_nothing(fake_redis, run):

@@ -45,3 +45,13 @@ def test_a_record_with_fields_this_version_does_not_know_keeps_them():
     rec = FailedTuple.unpack(raw)
     assert rec.model_dump(exclude_unset=True)["added_later"] == 1
     assert rec.pack() == raw
+
+
+def test_a_requeued_dead_letter_is_not_dead_has_a_fresh_allowance_and_keeps_the_rest():
+    dead = FailedTuple.unpack(msgpack.packb({**BOLT_FAILURE, "component": "count", "task": 4, "round": 2,
+                                             "time": 12.5, "attempt": 3, "dead": True, "added_later": 1}))
+    back = dead.requeued()
+    assert back.model_dump(exclude_unset=True) == {**BOLT_FAILURE, "component": "count", "task": 4, "round": 2,
+                                                   "time": 12.5, "attempt": 0, "not_before": 0.0,
+                                                   "added_later": 1}
+    assert dead.dead and dead.attempt == 3      # the dead letter itself is unchanged

@@ -163,7 +163,7 @@ NO_BACKOFF = {"recovery.retry.delay.period.ms": "0"}   # recovery rounds need no
 def failures_by_component(run: testing.LocalRun) -> dict[str, list[str]]:
     out: dict[str, list[str]] = collections.defaultdict(list)
     for t in run.failed_tuples():
-        out[t["component"]].append(t["error"])
+        out[t.component].append(t.error)
     return dict(out)
 
 

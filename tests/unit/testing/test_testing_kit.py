@@ -118,7 +118,7 @@ def test_list_sink_keeps_each_record_once_across_recovery_rounds(fake_redis):
     run = testing.run_local(pipeline(), fake_redis, inputs={"words": ["a", "b", "c"]}, config=faults)
     assert run.summary["status"] == "pending" and words(run) == ["A", "C"]
     assert [(p["component"], p["count"]) for p in run.failed_positions] == [("out", 1)]
-    assert run.failed_tuples()[0]["values"] == ["B"]
+    assert run.failed_tuples()[0].values == ["B"]
     testing.recover_local(run)
     assert run.summary["rounds"] == 1 and run.summary["recovered"] == 1
     assert run.status == runs.COMPLETED and words(run) == ["A", "B", "C"]

@@ -38,7 +38,7 @@ def test_two_racing_creates_of_one_run_id_one_is_refused(fake_redis):
     won = [o for o in outcomes if isinstance(o, runs.Lease)]
     assert len(won) == 1 and len(refused) == 1
     assert "exists already" in str(refused[0]) and "\n" not in str(refused[0])
-    assert runs.get(fake_redis, "r1")["generation"] == won[0].generation
+    assert runs.get(fake_redis, "r1").generation == won[0].generation
 
 
 def test_submit_run_id_check_uses_the_key_prefix(fake_redis, monkeypatch, tmp_path):
@@ -74,6 +74,19 @@ def test_on_this_host_a_dead_pid_is_crashed_before_its_lease_expires(fake_redis)
     _create(fake_redis)
     fake_redis.set(keys.lease("r1"), f"{socket.gethostname()}:{_dead_pid()}:abcd", px=60_000)
     assert runs.status_of(runs.get(fake_redis, "r1")) == runs.CRASHED
+
+
+def test_on_this_host_a_driver_without_a_pid_is_not_alive(fake_redis):
+    """A record from before leases without a driver pid, or a lease whose holder names pid 0:
+    nothing to check, so not alive (it was read as pid 0, which os.kill takes for this
+    process's own group: alive for ever)."""
+    _create(fake_redis)
+    fake_redis.hdel(keys.run_record("r1"), "generation", "driver_pid")
+    fake_redis.delete(keys.lease("r1"))
+    assert runs.status_of(runs.get(fake_redis, "r1")) == runs.CRASHED
+    _create(fake_redis, "r2")
+    fake_redis.set(keys.lease("r2"), f"{socket.gethostname()}:0:abcd", px=60_000)
+    assert runs.status_of(runs.get(fake_redis, "r2")) == runs.CRASHED
 
 
 def test_two_takers_of_a_crashed_run_only_one_gets_it(fake_redis):
@@ -117,7 +130,7 @@ def test_a_commit_into_a_cleared_or_recreated_run_writes_nothing(fake_redis):
     assert t2.commit({5: 9}, {"executed": 1}) is False
     assert set(fake_redis.keys("*")) == before
     # the live generation commits
-    t3 = _tracker(fake_redis, runs.get(fake_redis, "r1")["generation"])
+    t3 = _tracker(fake_redis, runs.get(fake_redis, "r1").generation)
     assert t3.commit({5: 9}, {"executed": 1}) is True
     assert fake_redis.hexists(keys.task_done("r1", 1), "mid:0")
 

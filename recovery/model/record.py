@@ -1,0 +1,109 @@
+"""The run record: what a Redis hash holds about one run (tracking.runs reads and writes it).
+
+Every value in the hash is a string: numbers as their text, flags as "1"/"0", the per-round
+counters and summaries as JSON, and "" for "not set" (what a writer's None becomes). This
+module decodes a hash into a typed `RunRecord` (`from_hash`) and encodes values for it
+(`encode`, `to_hash`), so that no caller parses a field again.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from recovery.errors import RunError
+
+# Fields stored as JSON text (a dict or list in the model).
+JSON_FIELDS = ("stats", "rounds", "summary")
+# Read with the record, not stored in its hash: the driver's lease as read at the same moment.
+LEASE_FIELDS = ("lease_holder", "lease_ms")
+
+
+class RunRecord(BaseModel):
+    """One run's record. Fields a record lacks take their defaults, which mean "not yet": a
+    run not settled, not ended, without a lease."""
+
+    # extra="allow": a record written by another version keeps the fields this one does not know
+    model_config = ConfigDict(extra="allow")
+
+    run_id: str
+    status: str                          # runs.RUNNING, COMPLETED, ... (as stored; see runs.status_of)
+    workflow_json: str                   # the submitted workflow (every round's task numbering)
+    # a token chosen at creation that every writer checks; None: a record from before leases
+    generation: str | None = None
+    xml: str = ""                        # the submitted XML, as read
+    file: str | None = None              # the XML's file; None when it came from elsewhere
+    master: str = ""                     # the Spark master it was submitted to
+    tracking: bool = False               # False: run with --no-tracking (nothing to recover)
+    started: float | None = None         # epoch seconds
+    ended: float | None = None           # of the last round that ended
+    error: str | None = None             # why the last round failed (status `error`)
+    driver_pid: int | None = None        # the last driver, for people (its lease decides liveness)
+    driver_host: str = ""
+    # rounds: 0 is the submit (or a follow run's first batch), later ones recovery or batches
+    round: int = 0                       # the current (or last) round
+    settled_round: int | None = None     # the last round whose acker verdict was taken
+    root_epoch: int = 0                  # root replay: the round whose root ids are current
+    current_workflow: str | None = None  # the current round's workflow (JSON)
+    current_spec: str | None = None      # the current round's RunSpec extras (jobs.submit.spec_json)
+    stats: dict[str, Any] = {}           # round 0's counters per component
+    rounds: list[dict[str, Any]] = []    # per round: round, components, started, ended
+    summary: dict[str, Any] | None = None  # the last summary (jobs.summary.summarize)
+    # a follow run (`submit --follow`): batches and messages read so far, when it stopped
+    follow: bool = False
+    follow_batches: int = 0
+    follow_messages: int = 0
+    follow_stopped: float | None = None
+    # the lease, read with the record: "host:pid:token", and ms left (-2: no lease)
+    lease_holder: str | None = None
+    lease_ms: int = -2
+
+    @classmethod
+    def from_hash(cls, raw: Mapping[Any, Any], where: str = "run record", *,
+                  lease_holder: str | None = None, lease_ms: int = -2) -> RunRecord:
+        """The record of a Redis hash (HGETALL's bytes, or str). A field stored as "" is unset
+        (its default). Raises RunError naming `where` (the hash's key) and the field that does
+        not parse, in one line."""
+        fields: dict[str, Any] = {}
+        for k, v in raw.items():
+            name = k.decode() if isinstance(k, bytes) else str(k)
+            value = v.decode() if isinstance(v, bytes) else v
+            if value == "" and name in cls.model_fields:
+                continue
+            if name in JSON_FIELDS:
+                try:
+                    value = json.loads(value)
+                except ValueError as err:
+                    raise RunError(f"{where}: field {name!r} is not JSON ({err}): {_short(value)}") from None
+            fields[name] = value
+        fields.update(lease_holder=lease_holder, lease_ms=lease_ms)
+        try:
+            return cls.model_validate(fields)
+        except ValidationError as err:
+            first = err.errors()[0]
+            name = ".".join(str(p) for p in first["loc"])
+            if first["type"] == "missing":
+                raise RunError(f"{where}: field {name!r} is missing (not a run record written by "
+                               "`recovery submit`?)") from None
+            raise RunError(f"{where}: field {name!r}: {first['msg']}: "
+                           f"{_short(fields.get(str(first['loc'][0])))}") from None
+
+    def to_hash(self) -> dict[str, str | int | float]:
+        """The fields as stored (the lease is not: it has its own key)."""
+        return {k: encode(v) for k, v in self.model_dump(exclude=set(LEASE_FIELDS)).items()}
+
+
+def encode(value: Any) -> str | int | float:
+    """A field's value as the hash stores it (redis-py writes numbers as their text)."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, (dict, list)):
+        return json.dumps(value)
+    return "" if value is None else value
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
