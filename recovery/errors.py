@@ -33,6 +33,11 @@ class JobFailed(Exception):
     other than Spark, e.g. the test kit's local one. Not a RecoveryError: the driver words it."""
 
 
+class SpillError(RecoveryError):
+    """A committed task's spill file is missing, truncated or corrupt (or cannot be written):
+    one line naming the file and the task. The run stays resumable once the file is back."""
+
+
 class RunCleared(RunError):
     """The run was cleared (or created anew under the same id) while this process worked on it:
     it stopped without writing into it."""
