@@ -113,6 +113,8 @@ class _LocalFiles:
         return str(self.root / rel)
 
     def makedirs(self, rel: str) -> None:
+        # the location itself may be a shared folder of someone's: made if missing, never chmodded
+        os.makedirs(self.root, mode=DIR_MODE, exist_ok=True)
         path = self.root
         for part in Path(rel).parts:
             path = path / part
@@ -175,7 +177,7 @@ class _ArrowFiles:
     filesystem has one; an object store copies, but the final name still appears only whole."""
 
     def __init__(self, uri: str):
-        from pyarrow import fs as pafs   # lazy: only a URI location needs pyarrow here
+        from pyarrow import fs as pafs  # lazy: only a URI location needs pyarrow here
         self._pafs = pafs
         self.uri = uri.rstrip("/")
         self.fs, base = pafs.FileSystem.from_uri(uri)
@@ -297,7 +299,11 @@ class SpillStore:
 
     def remove_run(self, run_id: str) -> None:
         """The run's whole folder (`recovery clear`)."""
-        self.files.remove_tree(self.run_dir(run_id))
+        try:
+            self.files.remove_tree(self.run_dir(run_id))
+        except (OSError, ValueError) as err:
+            raise SpillError(f"cannot remove spill folder {self.describe(run_id)}: {_why(err)} "
+                             "(remove it by hand)") from None
 
     def run_files(self, run_id: str) -> list[str]:
         """Every file under the run's folder, relative to the location (for tests and reports)."""
