@@ -5,11 +5,14 @@ from __future__ import annotations
 import os
 import struct
 
+import msgpack
 import pytest
 
 from recovery.errors import SpillError
-from recovery.tracking import spill
+from recovery.jobs import clear
+from recovery.tracking import keys, spill, tracker
 from tests.helpers import file_mode
+from tests.unit.run_records import create_run
 
 
 def _chunks(n: int, size: int = 100) -> list[tuple[tuple, bytes]]:
@@ -174,3 +177,60 @@ def test_the_driver_finds_the_line_in_a_spark_error():
     assert spill.error_line(text) == ("spill file /s/r/r0/split/0-ab.spill of task split:0, round 0 "
                                       "(run r) is missing; put it back")
     assert spill.error_line("ValueError: x") is None
+
+
+# --- the tracker's side: the commit references the file; replay, drop, fencing ----------------
+CONF = {"recovery.max.attempts": "3"}
+
+
+def _tracker(client, spill_dir, generation=None, run_id="r1"):
+    return tracker.TaskTracker(client, run_id, 1, "mid", 0, 2, CONF, generation=generation,
+                               spill_dir=str(spill_dir))
+
+
+def test_a_commit_references_the_file_and_redis_holds_no_output(fake_redis, tmp_path):
+    t = _tracker(fake_redis, tmp_path)
+    chunks = _chunks(30, 500)
+    for key, blob in chunks:
+        t.add_output(key, blob)
+    assert t.commit({5: 9}, {"executed": 30})
+    ref = spill.SpillRef.unpack(fake_redis.hget(keys.task_spill("r1", 1), "mid:0"))
+    assert ref.chunks == 30 and (tmp_path / "r1" / ref.path).is_file()
+    assert msgpack.unpackb(fake_redis.hget(keys.task_done("r1", 1), "mid:0"))["spill_bytes"] == ref.size
+    # Redis holds the reference, not the 15 kB of output
+    assert sum(len(fake_redis.dump(k) or b"") for k in fake_redis.keys("*")) < 1000
+    again = _tracker(fake_redis, tmp_path)          # the task runs again (a Spark retry)
+    assert again.committed() is not None and list(again.stored_output()) == chunks
+
+
+def test_a_committed_tasks_missing_file_is_a_spill_error_naming_file_and_task(fake_redis, tmp_path):
+    t = _tracker(fake_redis, tmp_path)
+    t.add_output(("out", 0), b"blob")
+    assert t.commit({}, {"executed": 1})
+    ref = spill.SpillRef.unpack(fake_redis.hget(keys.task_spill("r1", 1), "mid:0"))
+    (tmp_path / "r1" / ref.path).unlink()
+    with pytest.raises(SpillError) as err:
+        list(_tracker(fake_redis, tmp_path).stored_output())
+    assert f"spill file {tmp_path / 'r1' / ref.path} of task mid:0, round 1 (run r1) is missing" in str(err.value)
+
+
+def test_dropped_outputs_leave_no_file_no_reference_and_replay_nothing(fake_redis, tmp_path):
+    t = _tracker(fake_redis, tmp_path)
+    t.add_output(("out", 0), b"blob")
+    assert t.commit({}, {"executed": 1})
+    t.drop_outputs("mid", 1)
+    assert not fake_redis.exists(keys.task_spill("r1", 1))
+    assert spill.SpillStore(str(tmp_path)).run_files("r1") == []
+    assert list(_tracker(fake_redis, tmp_path).stored_output()) == []
+
+
+def test_a_task_of_a_cleared_run_leaves_no_spill_file(fake_redis, tmp_path):
+    lease = create_run(fake_redis)
+    t = _tracker(fake_redis, tmp_path, lease.generation)
+    for key, blob in _chunks(40, 20_000):            # frames written before the clear
+        t.add_output(key, blob)
+    assert spill.SpillStore(str(tmp_path)).run_files("r1")
+    clear.clear(fake_redis, "r1", force=True)
+    assert t.commit({5: 9}, {"executed": 1}) is False
+    assert spill.SpillStore(str(tmp_path)).run_files("r1") == []
+    assert not list(fake_redis.scan_iter(match=keys.runs_pattern()))
