@@ -10,7 +10,7 @@ import pytest
 
 from recovery.errors import SpillError
 from recovery.jobs import clear
-from recovery.tracking import keys, spill, tracker
+from recovery.tracking import keys, runs, spill, tracker
 from tests.helpers import file_mode
 from tests.unit.run_records import create_run
 
@@ -234,3 +234,29 @@ def test_a_task_of_a_cleared_run_leaves_no_spill_file(fake_redis, tmp_path):
     assert t.commit({5: 9}, {"executed": 1}) is False
     assert spill.SpillStore(str(tmp_path)).run_files("r1") == []
     assert not list(fake_redis.scan_iter(match=keys.runs_pattern()))
+
+
+# --- the driver's side, in process (the test kit: jobs.submit/recover, no JVM) ----------------
+def test_a_missing_file_stops_the_resumed_round_in_error_with_its_line_and_the_run_resumes(fake_redis):
+    from recovery import testing
+    from tests.unit.testing.test_testing_kit import pipeline, words
+
+    items = ["a", testing.CRASH, "b", "c"]   # spout task 0 commits (its file), task 1 "kills" the driver
+    run = testing.run_local(pipeline(2), fake_redis, inputs={"words": items})
+    assert run.interrupted == "crash"
+    rec = runs.get(fake_redis, run.run_id)
+    ref = spill.SpillRef.unpack(fake_redis.hget(keys.task_spill(run.run_id, 0), "words:0"))
+    path = spill.SpillStore(rec["spill_dir"]).files.root / spill.safe_name(run.run_id) / ref.path
+    kept = path.read_bytes()
+    path.unlink()
+    testing.recover_local(run)
+    assert run.interrupted == "error" and run.status == runs.ERROR
+    assert run.error == (f"spill file {path} of task words:0, round 0 (run {run.run_id}) is missing; put it "
+                         f"back, then `recovery recover {run.run_id}` resumes the run")
+    path.write_bytes(kept)
+    testing.recover_local(run)
+    assert run.status == runs.COMPLETED and words(run) == ["A", "B", "C"]
+    assert spill.SpillStore(rec["spill_dir"]).run_files(run.run_id) == []
+    assert run.summary["spill_bytes"] > 0
+    clear.clear(fake_redis, run.run_id)
+    assert not (spill.SpillStore(rec["spill_dir"]).files.root / spill.safe_name(run.run_id)).exists()
