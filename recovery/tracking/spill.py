@@ -333,6 +333,9 @@ class SpillWriter:
         self._pending: list[list] = []
         self._pending_bytes = 0
         self._compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+        # a failed write breaks the file for good: reported at close(), which fails the task (a
+        # Spark retry writes a new file), never inside an emit, where it would fail a tuple
+        self.error: SpillError | None = None
         self.chunks = 0
         self.size = 0
         self.crc = 0
@@ -342,6 +345,8 @@ class SpillWriter:
                           f"{self.task} (run {self.run_id}): {_why(err)}")
 
     def add(self, key: tuple, blob: bytes) -> None:
+        if self.error is not None:
+            return
         self._pending.append([list(key), blob])
         self._pending_bytes += len(blob)
         self.chunks += 1
@@ -365,7 +370,8 @@ class SpillWriter:
             frame = self._compressor.compress(cast(bytes, msgpack.packb(self._pending)))
             self._write(_LEN.pack(len(frame)) + frame)
         except (OSError, ValueError) as err:
-            raise self._failed("write", self._tmp, err) from None
+            self.error = self._failed("write", self._tmp, err)
+            log.warning("%s", self.error)
         self._pending = []
         self._pending_bytes = 0
 
@@ -375,6 +381,8 @@ class SpillWriter:
         if not self.chunks:
             return None
         self._flush()
+        if self.error is not None:
+            raise self.error
         checksum = self.crc   # of every byte before the end marker
         try:
             self._write(_LEN.pack(END) + _TAIL.pack(self.chunks, checksum))

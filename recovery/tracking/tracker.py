@@ -83,12 +83,7 @@ class TaskTracker:
             return
         if self._writer is None:
             self._writer = self.store.writer(self.run_id, self.round, self.component, self.index)
-        try:
-            self._writer.add(key, blob)
-        except SpillError:
-            if not self._run_gone():
-                raise
-            self._fence()
+        self._writer.add(key, blob)   # a failed write is raised by commit, not here (an emit)
 
     def drop_outputs(self, component: str, parallelism: int) -> None:
         """Every task reading `component` committed: its tasks' spill files go (references

@@ -260,3 +260,20 @@ def test_a_missing_file_stops_the_resumed_round_in_error_with_its_line_and_the_r
     assert run.summary["spill_bytes"] > 0
     clear.clear(fake_redis, run.run_id)
     assert not (spill.SpillStore(rec["spill_dir"]).files.root / spill.safe_name(run.run_id)).exists()
+
+
+def test_a_failed_write_fails_the_commit_never_an_emit(tmp_path, fake_redis):
+    """A spill write that fails (disk full, a folder removed by hand) is raised by the commit, so
+    the task fails and Spark's retry writes a new file; an emit never sees it (it would fail a
+    user's tuple instead)."""
+    t = _tracker(fake_redis, tmp_path)
+    t.add_output(("out", 0), b"x" * 10)
+    t._writer._flush()
+    import shutil
+    shutil.rmtree(tmp_path / "r1")
+    t._writer._fh.close()          # the next write fails (a closed file, as a lost disk would)
+    t.add_output(("out", 0), b"y" * (spill.FRAME_BYTES + 1))
+    t.add_output(("out", 0), b"z")
+    with pytest.raises(SpillError, match=r"cannot write spill file .* of task mid:0, round 1 \(run r1\)"):
+        t.commit({}, {"executed": 1})
+    assert not fake_redis.exists(keys.task_done("r1", 1))
