@@ -113,8 +113,11 @@ class _LocalFiles:
         return str(self.root / rel)
 
     def makedirs(self, rel: str) -> None:
-        # the location itself may be a shared folder of someone's: made if missing, never chmodded
-        os.makedirs(self.root, mode=DIR_MODE, exist_ok=True)
+        if not self.root.is_dir():
+            if str(self.root) == default_location():
+                embedded.ensure_home()   # RECOVERY_HOME itself private, as the embedded server makes it
+            # a location given may be a shared folder of someone's: made if missing, never chmodded
+            os.makedirs(self.root, mode=DIR_MODE, exist_ok=True)
         path = self.root
         for part in Path(rel).parts:
             path = path / part

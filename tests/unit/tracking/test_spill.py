@@ -277,3 +277,11 @@ def test_a_failed_write_fails_the_commit_never_an_emit(tmp_path, fake_redis):
     with pytest.raises(SpillError, match=r"cannot write spill file .* of task mid:0, round 1 \(run r1\)"):
         t.commit({}, {"executed": 1})
     assert not fake_redis.exists(keys.task_done("r1", 1))
+
+
+def test_the_default_location_is_private_from_recovery_home_down(tmp_path, monkeypatch, umask_022):
+    home = tmp_path / "fresh-home"
+    monkeypatch.setenv("RECOVERY_HOME", str(home))
+    _write(spill.SpillStore(spill.location()), _chunks(1))
+    for folder in (home, home / "spill", home / "spill" / "run-1"):
+        assert file_mode(folder) == 0o700, folder
