@@ -285,3 +285,13 @@ def test_the_default_location_is_private_from_recovery_home_down(tmp_path, monke
     _write(spill.SpillStore(spill.location()), _chunks(1))
     for folder in (home, home / "spill", home / "spill" / "run-1"):
         assert file_mode(folder) == 0o700, folder
+
+
+def test_clear_all_removes_every_runs_spill_folder_where_its_record_says(fake_redis, tmp_path):
+    for run_id in ("r1", "r2"):
+        lease = create_run(fake_redis, run_id)
+        runs.update(fake_redis, run_id, lease.generation, spill_dir=str(tmp_path / run_id[-1]), status="pending")
+        _write(spill.SpillStore(str(tmp_path / run_id[-1])), _chunks(2), run_id=run_id)
+    clear.clear_all(fake_redis)
+    assert not (tmp_path / "1" / "r1").exists() and not (tmp_path / "2" / "r2").exists()
+    assert fake_redis.keys("*") == []
