@@ -36,3 +36,10 @@ class JobFailed(Exception):
 class RunCleared(RunError):
     """The run was cleared (or created anew under the same id) while this process worked on it:
     it stopped without writing into it."""
+
+
+class SpillError(RunError):
+    """A committed task's spill file is missing, truncated or corrupt, or the spill location
+    cannot be written: one line naming the file (or location) and the task. A run stopped by it
+    is in `error`, and resumable once the file is back (a RunError: it stops the run, as a
+    failed round does)."""

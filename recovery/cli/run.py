@@ -193,6 +193,10 @@ def register(main: click.Group) -> None:
                   "lists them), checked before anything runs.")
     @click.option("--no-tracking", is_flag=True, help="Run without tracking (no recovery possible).")
     @click.option("--run-id", default=None, help="Use this run id instead of a generated one.")
+    @click.option("--spill-dir", default=None, metavar="DIR|URI",
+                  help="Where tasks spill in-flight outputs: a folder the driver and every executor "
+                  "reach, or a file://, hdfs:// or s3:// URI (default: recovery.spill.dir, else "
+                  "RECOVERY_HOME/spill). Kept in the run: recover and clear find it.")
     # --- log source (recovery/jobs/follow.py): continuous runs over redis-stream topics ---
     @click.option("--follow", is_flag=True, help="Keep reading the workflow's topics in micro-batches "
                   "until Ctrl-C/SIGTERM (finishes and commits the batch under way).")
@@ -204,8 +208,9 @@ def register(main: click.Group) -> None:
     @redis_option
     @json_option
     def submit(file: str, master: str | None, spark_conf: tuple[str, ...], props: tuple[str, ...],
-               no_tracking: bool, run_id: str | None, follow: bool, max_batches: int | None,
-               idle_exit: float | None, redis_url: str | None, as_json: bool) -> None:
+               no_tracking: bool, run_id: str | None, spill_dir: str | None, follow: bool,
+               max_batches: int | None, idle_exit: float | None, redis_url: str | None,
+               as_json: bool) -> None:
         """Run the workflow FILE on Spark with every tuple tracked; prints a summary."""
         wf = workflow_xml.load(file)
         # checked before anything is stored (exit 2); classes, and scripts in local mode
@@ -222,6 +227,9 @@ def register(main: click.Group) -> None:
         if follow or jobs_submit.uses_log_source(wf):
             follow_mod.check(client, wf, follow, not no_tracking)
         if follow:
+            if spill_dir is not None:
+                raise RecoveryError("--spill-dir does not apply to --follow runs: set the workflow "
+                                    "property recovery.spill.dir instead")
             summary = follow_and_report(wf, xml, os.path.abspath(file), client, url,
                                             lambda: _spark(master, _kv(spark_conf, "--conf")),
                                             master, max_batches, idle_exit, as_json, run_id)
@@ -245,7 +253,7 @@ def register(main: click.Group) -> None:
         with _Progress(not as_json) as progress:
             summary = jobs_submit.submit(spark, client, url, wf, xml, os.path.abspath(file),
                                   tracking_on=not no_tracking, master=master or "local[*]",
-                                  progress=progress, run_id=run_id)
+                                  progress=progress, run_id=run_id, spill_dir=spill_dir)
         _LAST.clear()
         _LAST.update(summary)
         if jobs_submit.uses_log_source(wf):   # --- log source: partitions, lag, warnings (recovery/jobs/follow.py)
@@ -312,11 +320,14 @@ def register(main: click.Group) -> None:
                   "the run, used by this and later rounds.")
     @click.option("--force", is_flag=True, help="Take over a run whose driver still holds its lease "
                   "(a driver that hangs, or died on another host less than a lease ago).")
+    @click.option("--spill-dir", default=None, metavar="DIR|URI",
+                  help="Where the run's spill files are now (default: where its submit put them); "
+                  "kept in the run for later rounds and clear.")
     @redis_option
     @json_option
     def recover(run_id: str, max_rounds: int | None, strategy: str, master: str | None,
-                spark_conf: tuple[str, ...], props: tuple[str, ...], force: bool, redis_url: str | None,
-                as_json: bool) -> None:
+                spark_conf: tuple[str, ...], props: tuple[str, ...], force: bool, spill_dir: str | None,
+                redis_url: str | None, as_json: bool) -> None:
         """Run recovery rounds until the failed set is empty.
 
         With -p KEY=VALUE (repeatable), first change the run's configuration: each value is
@@ -342,7 +353,7 @@ def register(main: click.Group) -> None:
                 progress.note(f"round {r['round']}: replayed {r['replayed']} tuples; "
                               f"roots pending {s['pending']}, dead {s['dead']}")
             summary = jobs_recover.recover(spark, client, url, run_id, max_rounds, strategy, progress, on_round,
-                                   force=force)
+                                   force=force, spill_dir=spill_dir)
         if as_json:
             echo_json(summary)
         else:

@@ -24,7 +24,7 @@ from recovery.model.run import RunSpec
 from recovery.model.workflow import Workflow
 from recovery.redis import connection
 from recovery.runtime import factory, task
-from recovery.tracking import keys, ledger
+from recovery.tracking import keys, ledger, spill
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession  # lazy at run time: pyspark costs seconds to import
@@ -145,17 +145,11 @@ def resolve_ledger(spark: SparkSession, spec: RunSpec) -> int:
     return sum(sc.parallelize(range(n), n).map(lambda b: _resolve_bucket(spec, b)).collect())
 
 
-def clear_round(client: Redis, run_id: str, round_no: int) -> None:
-    """A finished round's in-flight tuples and done markers are no longer needed."""
-    pattern = keys.task_outputs_pattern(run_id, round_no)
-    batch = []
-    for key in client.scan_iter(match=pattern, count=1000):
-        batch.append(key)
-        if len(batch) >= 500:
-            client.delete(*batch)
-            batch = []
-    if batch:
-        client.delete(*batch)
+def clear_round(client: Redis, run_id: str, round_no: int, spill_dir: str | None = None) -> None:
+    """A finished round's in-flight tuples (its spill references, then its spill folder, orphans
+    of dead attempts included) and done markers are no longer needed."""
+    client.delete(keys.task_spill(run_id, round_no))
+    spill.SpillStore.at(spill_dir).remove_round(run_id, round_no)
     client.delete(keys.task_done(run_id, round_no))
 
 

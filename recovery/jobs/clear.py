@@ -7,14 +7,32 @@ from redis import Redis
 
 from recovery.errors import RunError
 from recovery.model.record import RunRecord
-from recovery.tracking import keys, runs
+from recovery.model.workflow import Workflow
+from recovery.tracking import keys, runs, spill
 
 log = logging.getLogger(__name__)
 
 
+def spill_location(rec: RunRecord | None) -> str:
+    """Where a run's spill files are: its record's location, else its workflow's
+    recovery.spill.dir, else the default (a record from before the spill store, or none)."""
+    if rec is None:
+        return spill.location()
+    if rec.spill_dir:
+        return rec.spill_dir
+    try:
+        configured = Workflow.model_validate_json(rec.workflow_json).setting("recovery.spill.dir")
+    except (KeyError, ValueError) as err:   # a damaged record: the default location
+        log.info("run %s: no workflow in its record (%s); its spill files are looked for at the "
+                 "default location", rec.run_id, err)
+        configured = None
+    return spill.location(None, configured)
+
+
 def clear(client: Redis, run_id: str, force: bool = False) -> list[str]:
-    """Remove every key of the run (its record too) and nothing else; returns what it removed.
-    Keys left under the run's prefix without a record (orphans) go too."""
+    """Remove every key of the run (its record too) and its spill folder, and nothing else;
+    returns the keys it removed. Keys left under the run's prefix without a record (orphans)
+    go too."""
     try:
         rec: RunRecord | None = runs.get(client, run_id)
     except RunError:
@@ -30,7 +48,9 @@ def clear(client: Redis, run_id: str, force: bool = False) -> list[str]:
     for i in range(0, len(removed), 500):
         client.delete(*removed[i:i + 500])
     client.zrem(keys.runs_index(), run_id)
-    log.info("run %s cleared: %d keys removed%s", run_id, len(removed) + (rec is not None),
+    # the files after the keys: a task still writing finds its run gone and removes its own file
+    spill.SpillStore.at(spill_location(rec)).remove_run(run_id)
+    log.info("run %s cleared: %d keys and its spill folder removed%s", run_id, len(removed) + (rec is not None),
              " (its driver was running: --force)" if rec is not None and runs.status_of(rec) == runs.RUNNING else "")
     return ([keys.run_record(run_id)] if rec is not None else []) + sorted(removed)
 
@@ -49,5 +69,6 @@ def clear_all(client: Redis, force: bool = False) -> dict[str, list[str]]:
         orphans.setdefault(name[len(base):].split(":", 1)[0], []).append(name)
     for rid, names in orphans.items():
         client.delete(*names)
+        spill.SpillStore.at(spill.location()).remove_run(rid)   # no record: the default location
         removed.setdefault(rid, []).extend(sorted(names))
     return removed

@@ -36,7 +36,7 @@ from recovery.jobs import summary as jobs_summary
 from recovery.model.record import RunRecord
 from recovery.model.run import RunSpec
 from recovery.model.workflow import Workflow
-from recovery.tracking import keys, runs
+from recovery.tracking import keys, runs, spill
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession  # lazy at run time: pyspark costs seconds to import
@@ -195,6 +195,7 @@ def follow(spark: SparkSession, client: Redis, redis_url: str, wf: Workflow, xml
     emit: Event = on_event or (lambda kind, info: None)
     check(client, wf, follow=True)
     wf_json = submit.workflow_json(wf)
+    spill_dir = spill.location(None, wf.setting("recovery.spill.dir"))   # (no --spill-dir here)
     resumed = resume_crashed(spark, client, redis_url, wf)
     for s in resumed:
         emit("resumed", s)
@@ -241,11 +242,12 @@ def follow(spark: SparkSession, client: Redis, redis_url: str, wf: Workflow, xml
                 if not created:
                     lease = held.enter_context(runs.create(client, run_id, xml, wf_json, file, master, True))
                     gen = lease.generation
-                    runs.update(client, run_id, gen, follow=True, follow_batches=0, follow_messages=0)
+                    runs.update(client, run_id, gen, follow=True, follow_batches=0, follow_messages=0,
+                                spill_dir=spill_dir)
                     created = True
                     emit("run", {"run_id": run_id})
                 spec = RunSpec(run_id, next_round, wf_json, redis_url, True, source_json=source_json,
-                               generation=gen)
+                               generation=gen, spill_dir=spill_dir)
                 runs.update(client, run_id, gen, round=next_round, current_workflow=wf_json,
                             current_spec=submit.spec_json(spec), status=runs.RUNNING,
                             driver_pid=os.getpid(), driver_host=socket.gethostname())

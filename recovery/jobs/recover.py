@@ -19,13 +19,13 @@ from recovery.jobs.submit import (
     spec_json,
     workflow_json,
 )
-from recovery.jobs.summary import original_workflow, queued_positions, sum_components, summarize
+from recovery.jobs.summary import original_workflow, queued_positions, spill_bytes, sum_components, summarize
 from recovery.model.failed import FailedTuple
 from recovery.model.record import RunRecord
 from recovery.model.run import RunSpec
 from recovery.model.synthesis import synthesize
 from recovery.model.workflow import Workflow
-from recovery.tracking import keys, ledger, runs
+from recovery.tracking import keys, ledger, runs, spill
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession  # lazy at run time: pyspark costs seconds to import
@@ -76,7 +76,8 @@ def resume_if_crashed(spark: SparkSession, client: Redis, redis_url: str, rec: R
                    replay_roots=frozenset(replay) if replay is not None else None,
                    root_epoch=extra.get("root_epoch", 0), filter_epoch=extra.get("filter_epoch", 0),
                    original_json=rec.workflow_json if round_no else None,
-                   source_json=extra.get("source_json") or "{}", generation=generation)
+                   source_json=extra.get("source_json") or "{}", generation=generation,
+                   spill_dir=rec.spill_dir or None)
     settled = rec.settled_round == round_no
     summary = run_and_settle(spark, client, wf, spec, progress, execute=not settled)
     prune_failed_set(client, run_id)
@@ -93,12 +94,16 @@ def check_not_running(rec: RunRecord) -> None:
 def recover(spark: SparkSession, client: Redis, redis_url: str, run_id: str, max_rounds: int | None = None,
             strategy: str = "localized", progress: Progress | None = None,
             on_round: Callable[[dict], None] | None = None, force: bool = False,
-            lease: runs.Lease | None = None) -> dict[str, Any]:
+            lease: runs.Lease | None = None, spill_dir: str | None = None) -> dict[str, Any]:
     """Rounds until the failed set is empty (or max_rounds): each synthesizes a recovery
     workflow from the failed positions and runs it with the same tracking. A run whose driver
     is alive (its lease valid) is refused unless `force` takes it over; `lease`: this process
-    drives the run already (a follow run between batches)."""
+    drives the run already (a follow run between batches). `spill_dir` (--spill-dir): where the
+    run's spill files are now; kept in the run record for later rounds and `clear`."""
     rec = runs.get(client, run_id)
+    if spill_dir is not None:
+        rec.spill_dir = spill.location(spill_dir)
+        spill.SpillStore.at(rec.spill_dir).ensure_run_dir(run_id)
     if lease is not None:
         with redis_lost_is_resumable(run_id, redis_url):
             return _recover(spark, client, redis_url, rec, lease.generation, max_rounds, strategy,
@@ -109,6 +114,8 @@ def recover(spark: SparkSession, client: Redis, redis_url: str, run_id: str, max
     if not rec.tracking:
         raise RunError(f"run {run_id} ran with tracking off: there is nothing to recover from")
     lease = runs.take_over(client, rec, force=force)
+    if spill_dir is not None:
+        runs.update(client, run_id, lease.generation, spill_dir=rec.spill_dir)
     with lease, redis_lost_is_resumable(run_id, redis_url):
         return _recover(spark, client, redis_url, rec, lease.generation, max_rounds, strategy,
                         progress, on_round, taken_over=running)
@@ -149,7 +156,8 @@ def _recover(spark: SparkSession, client: Redis, redis_url: str, rec: RunRecord,
                      run_id, round_no, len(wf.components), len(queued),
                      ", ".join(f"{c} tasks {sorted(t)}" for c, t in sorted(failed.items())))
             spec = RunSpec(run_id, round_no, workflow_json(wf), redis_url, True,
-                           original_json=rec.workflow_json, generation=gen)
+                           original_json=rec.workflow_json, generation=gen,
+                           spill_dir=rec.spill_dir or None)
         runs.update(client, run_id, gen, round=round_no, current_workflow=workflow_json(wf),
                     current_spec=spec_json(spec), status=runs.RUNNING)
         summary = run_and_settle(spark, client, wf, spec, progress)
@@ -171,6 +179,7 @@ def _recover(spark: SparkSession, client: Redis, redis_url: str, rec: RunRecord,
                   "recovered": max(0, queued_at_start - len(queued_positions(client, run_id)) - newly_dead),
                   "newly_dead": newly_dead,
                   "duration": round(time.time() - started, 3), "strategy": strategy})
+    final["spill_bytes"] = spill_bytes(final["components"])   # this recover's rounds, as its table
     return final
 
 
@@ -202,7 +211,7 @@ def _root_replay_round(client: Redis, run_id: str, original: Workflow, redis_url
     runs.update(client, run_id, gen, root_epoch=round_no)
     spec = RunSpec(run_id, round_no, workflow_json(original), redis_url, True,
                    replay_roots=frozenset(old_roots), root_epoch=round_no, filter_epoch=epoch,
-                   generation=gen)
+                   generation=gen, spill_dir=rec.spill_dir or None)
     return spec, original
 
 

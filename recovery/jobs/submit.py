@@ -21,13 +21,13 @@ from recovery.api.loader import check_classes as check
 from recovery.connectors import sinks
 from recovery.connectors.redis_stream import offsets as stream_reader
 from recovery.engine import rounds as engine_rounds
-from recovery.errors import JobFailed, RecoveryError, RedisUnavailable, RunError, WorkflowError
+from recovery.errors import JobFailed, RecoveryError, RedisUnavailable, RunError, SpillError, WorkflowError
 from recovery.jobs.clear import clear
 from recovery.jobs.summary import in_topological_order, summarize
 from recovery.model.run import RunSpec
 from recovery.model.workflow import Workflow
 from recovery.redis import connection
-from recovery.tracking import keys, ledger, runs
+from recovery.tracking import keys, ledger, runs, spill
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession  # lazy at run time: pyspark costs seconds to import
@@ -46,10 +46,16 @@ def check_classes(wf: Workflow) -> None:
 
 def submit(spark: SparkSession, client: redis.Redis, redis_url: str, wf: Workflow, xml: str, file: str | None,
            tracking_on: bool = True, master: str = "local[*]",
-           progress: Progress | None = None, run_id: str | None = None) -> dict[str, Any]:
+           progress: Progress | None = None, run_id: str | None = None,
+           spill_dir: str | None = None) -> dict[str, Any]:
+    """`spill_dir`: where tasks spill their outputs (--spill-dir), else recovery.spill.dir, else
+    RECOVERY_HOME/spill; checked before anything is stored, then kept in the run record."""
     check_classes(wf)
     run_id = run_id or runs.new_run_id(wf.name)
     sinks.check_folders(wf, run_id)     # mode="error" sinks refuse another run's output
+    location = spill.location(spill_dir, wf.setting("recovery.spill.dir"))
+    if tracking_on:
+        spill.SpillStore.at(location).ensure_run_dir(run_id)
     wf_json = workflow_json(wf)
     # atomic: of two submits of the same --run-id one is refused here, before writing anything
     lease = runs.create(client, run_id, xml, wf_json, file, master, tracking_on)
@@ -64,9 +70,9 @@ def submit(spark: SparkSession, client: redis.Redis, redis_url: str, wf: Workflo
                 clear(client, run_id, force=True)   # nothing ran: as if never submitted
                 raise
         spec = RunSpec(run_id, 0, wf_json, redis_url, tracking_on, source_json=source_json,
-                       generation=lease.generation)
+                       generation=lease.generation, spill_dir=location)
         runs.update(client, run_id, lease.generation, round=0, current_workflow=wf_json,
-                    current_spec=spec_json(spec))
+                    current_spec=spec_json(spec), spill_dir=location)
         return run_and_settle(spark, client, wf, spec, progress)
 
 
@@ -126,14 +132,17 @@ def run_and_settle(spark: SparkSession, client: redis.Redis, wf: Workflow, spec:
         # round stays resumable; say where, in one line. Anything else raised here is a bug
         # in this driver: the same one line, not blamed on Spark, its traceback in the log.
         in_spark = is_spark_failure(err)
-        reason = spark_failure_reason(err, client if spec.tracking else None, spec) if in_spark \
-            else f"{type(err).__name__}: {err}"
+        spill_line = spill.error_line(str(err)) if in_spark else None   # a spill file gone or damaged
+        reason = spill_line or (spark_failure_reason(err, client if spec.tracking else None, spec) if in_spark
+                                else f"{type(err).__name__}: {err}")
         log.debug("run %s round %d failed %s", spec.run_id, spec.round,
                   "in Spark" if in_spark else "in the driver", exc_info=err)
         try:
             runs.update(client, spec.run_id, gen, status=runs.ERROR, error=reason)
         except RecoveryError as cleared:
             raise cleared from None
+        if spill_line is not None:
+            raise SpillError(spill_line) from None   # exactly the task's line (file, task, how to resume)
         if not in_spark:
             raise RunError(f"run {spec.run_id} round {spec.round} failed in the driver (a bug in "
                            f"recovery; `-vv` logs its traceback): {reason} (`recovery recover "
@@ -161,7 +170,7 @@ def run_and_settle(spark: SparkSession, client: redis.Redis, wf: Workflow, spec:
     # markers and in-flight tuples are about to go)
     runs.update(client, spec.run_id, gen, settled_round=spec.round)
     if spec.tracking:
-        engine_rounds.clear_round(client, spec.run_id, spec.round)
+        engine_rounds.clear_round(client, spec.run_id, spec.round, spec.spill_dir)
         pending = ledger.pending_roots(client, spec.run_id)
         engine_rounds.tell_spouts(spark, client, spec, pending,
                            {int(r) for r in client.smembers(keys.dead_roots(spec.run_id))})

@@ -33,6 +33,11 @@ def sum_components(rounds: list[dict[str, Any]], wf: Workflow) -> dict[str, Any]
     return in_topological_order(total, wf)
 
 
+def spill_bytes(components: dict[str, Any]) -> int:
+    """Bytes the tasks of these per-component counters wrote to the spill store."""
+    return int(sum(c.get("spill_bytes", 0) for c in components.values()))
+
+
 def failed_positions(client: Redis, run_id: str) -> list[dict[str, Any]]:
     out = []
     for pos in sorted(cast(bytes, p).decode() for p in client.smembers(keys.failed_set(run_id))):
@@ -67,6 +72,7 @@ def summarize(client: Redis, run_id: str, rounds: list | None = None, settled: b
         "dead_tuples": client.hlen(keys.dead(run_id)),
         "failed_positions": positions,
         "components": stats, "components_rounds": [0] if stats else [],
+        "spill_bytes": spill_bytes(stats),
         "started": rec.started or 0.0, "ended": rec.ended,
     }
     if not settled and not runs.round_settled(rec):

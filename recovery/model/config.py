@@ -84,6 +84,11 @@ class Settings(BaseModel):
     auto: bool = Field(
         False, alias="recovery.auto",
         description="submit --follow: recover each batch's failures before the next batch.")
+    spill_dir: str | None = Field(
+        None, alias="recovery.spill.dir",
+        description="Where tasks spill their in-flight outputs: a folder the driver and every "
+                    "executor reach, or a filesystem URI pyarrow.fs opens (file://, hdfs://, "
+                    "s3://). Default RECOVERY_HOME/spill; --spill-dir wins.")
 
     @field_validator("*", mode="before")
     @classmethod

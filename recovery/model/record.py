@@ -56,6 +56,8 @@ class RunRecord(BaseModel):
     follow_batches: int = 0
     follow_messages: int = 0
     follow_stopped: float | None = None
+    # where its tasks spill their outputs (tracking.spill.location); None: a record from before
+    spill_dir: str | None = None
     # the lease, read with the record: "host:pid:token", and ms left (-2: no lease)
     lease_holder: str | None = None
     lease_ms: int = -2

@@ -18,3 +18,4 @@ class RunSpec:
     original_json: str | None = None                # the submitted workflow: task numbering
     source_json: str = "{}"                         # per-round source settings (e.g. offset ranges)
     generation: str | None = None                   # the run's record generation: commits check it
+    spill_dir: str | None = None                    # the run's spill location (None: RECOVERY_HOME/spill)

@@ -2,9 +2,10 @@
 
 A task's output is a stream of ((consumer, consumer_task_index), blob) records, a blob being a
 msgpack chunk [source component, source task id, [[id, roots, stream, values(, attempt)], ...]].
-The same bytes travel through Spark's shuffle and, with tracking on, into Redis as the task's
-in-flight tuples. Routing happens here, at emit time, as in Storm: the emitter knows the target
-tasks, so `emit` can return them and the ids it creates can be XORed into the ledger.
+The same bytes travel through Spark's shuffle and, with tracking on, into the task's spill file
+(tracking/spill.py) as its in-flight tuples. Routing happens here, at emit time, as in Storm:
+the emitter knows the target tasks, so `emit` can return them and the ids it creates can be
+XORed into the ledger.
 """
 from __future__ import annotations
 
@@ -104,7 +105,8 @@ class TaskRunner(MessageTimeouts, Collector):
         self.tracker: TaskTracker | None = None
         if self.tracking and client is not None:   # tracking always has a client
             self.tracker = TaskTracker(client, spec.run_id, spec.round, component_id, index,
-                                       self.task_id, self.conf, generation=spec.generation)
+                                       self.task_id, self.conf, generation=spec.generation,
+                                       spill_dir=spec.spill_dir)
         self.contrib: dict[int, int] = {}
         self.out: dict[tuple[str, int], list] = {}
         self.ready: list[tuple[tuple[str, int], bytes]] = []
@@ -375,10 +377,10 @@ class TaskRunner(MessageTimeouts, Collector):
         base = ids.derive(root, self.router.salts.get(stream, 0), 0)
         self._emit(values, stream, (root,), base, None, hold=None, root_xor=root)
 
-    def _drop_consumed_outputs(self, client: Redis) -> None:
+    def _drop_consumed_outputs(self, tracker: TaskTracker) -> None:
         """Once every task reading an upstream component has committed, nothing can need that
-        component's stored output again (a committed task never re-executes): drop it now,
-        so Redis holds about two stages of in-flight tuples, not the whole round."""
+        component's stored output again (a committed task never re-executes): drop its spill
+        files now, so the store holds about two stages of in-flight tuples, not the whole round."""
         done_key = keys.task_done(self.spec.run_id, self.spec.round)
         for src in dict.fromkeys(i.source for i in self.comp.inputs):
             try:
@@ -386,9 +388,8 @@ class TaskRunner(MessageTimeouts, Collector):
             except KeyError:
                 continue
             readers = [f"{c.id}:{i}" for c, _ in subscribers(self.wf, src) for i in range(c.parallelism)]
-            if all(client.hmget(done_key, readers)):
-                client.delete(*[keys.task_output(self.spec.run_id, self.spec.round, src, i)
-                                     for i in range(upstream.parallelism)])
+            if all(tracker.client.hmget(done_key, readers)):
+                tracker.drop_outputs(src, upstream.parallelism)
 
     def replay_to(self, component: str, task: int, rec: FailedTuple, attempt: int) -> None:
         """Send a cached failed tuple, unchanged but for its attempt, to the task it failed at."""
@@ -444,6 +445,6 @@ class TaskRunner(MessageTimeouts, Collector):
             elif self._timed_out:   # a committed task never runs again: its marks are done
                 marks = self._marks_key()
                 extra = lambda pipe: pipe.delete(marks)   # noqa: E731
-            self.tracker.commit(self.contrib, self.stats, self.state, extra)
-            self._drop_consumed_outputs(self.tracker.client)
+            if self.tracker.commit(self.contrib, self.stats, self.state, extra):
+                self._drop_consumed_outputs(self.tracker)
         return iter(ready)

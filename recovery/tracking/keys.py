@@ -102,15 +102,11 @@ def dead_roots(run_id: str) -> str:
     return run_key(run_id, "deadroots")
 
 
-def task_output(run_id: str, round_no: int, component: str, index: int) -> str:
-    """Hash: chunk number -> (routing key, blob): the tuples a task emitted, in flight until
-    the round completes; a committed task's output is replayed from here, never recomputed."""
-    return run_key(run_id, "out", round_no, component, index)
-
-
-def task_outputs_pattern(run_id: str, round_no: int) -> str:
-    """SCAN pattern of every task_output of one round (dropped once the round completes)."""
-    return run_key(run_id, "out", round_no, "*")
+def task_spill(run_id: str, round_no: int) -> str:
+    """Hash: "component:index" -> the committed task's spill file reference (tracking/spill.py):
+    its in-flight output, replayed from the file if the task runs again, never recomputed;
+    dropped (with the file) once every task reading it committed."""
+    return run_key(run_id, "spill", round_no)
 
 
 def fired_sentinels(run_id: str) -> str:

@@ -1,5 +1,6 @@
-"""A task's tracking in Redis (TaskTracker): its ledger contributions (ledger.py), failure
-localization, in-flight tuples, retries with backoff, and its commit."""
+"""A task's tracking (TaskTracker): its ledger contributions (ledger.py), failure localization,
+retries with backoff, and its commit into Redis; its in-flight output goes to the spill store
+(spill.py), which the commit references."""
 from __future__ import annotations
 
 import logging
@@ -10,10 +11,12 @@ from typing import Any, cast
 import msgpack
 from redis import Redis
 
+from recovery.errors import SpillError
 from recovery.model import config as config_decl
 from recovery.model.failed import FailedTuple
 from recovery.tracking import keys
 from recovery.tracking.ledger import fenced_transaction, pack_xors
+from recovery.tracking.spill import SpillRef, SpillStore, SpillWriter, location, task_label
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +36,8 @@ class TaskTracker:
     transaction with the task's done marker."""
 
     def __init__(self, client: Redis, run_id: str, round_no: int, component: str, index: int,
-                 task_id: int, conf: dict[str, str], generation: str | None = None):
+                 task_id: int, conf: dict[str, str], generation: str | None = None,
+                 spill_dir: str | None = None):
         self.client = client
         self.generation = generation
         self.fenced = False          # the run was cleared or re-created: write nothing more
@@ -45,9 +49,9 @@ class TaskTracker:
         self.conf = conf
         self.max_attempts = config_decl.value(conf, "recovery.max.attempts")
         self.field = f"{component}:{index}"
-        self.out_key = keys.task_output(run_id, round_no, component, index)
-        self._out_pending: dict[int, bytes] = {}
-        self._out_n = 0
+        # the run's spill location; None (a run record from before it was kept): the property's
+        self.spill_dir = spill_dir or location(None, config_decl.value(conf, "recovery.spill.dir"))
+        self._writer: SpillWriter | None = None
         self.failures: list[FailedTuple] = []
         self.replays_done: list[tuple[str, int, int]] = []
         self.logs: list[bytes] = []
@@ -57,31 +61,54 @@ class TaskTracker:
         raw = self.client.hget(keys.task_done(self.run_id, self.round), self.field)
         return msgpack.unpackb(cast(bytes, raw)) if raw is not None else None
 
+    @property
+    def store(self) -> SpillStore:
+        return SpillStore.at(self.spill_dir)
+
+    def _spill_ref(self) -> SpillRef | None:
+        raw = self.client.hget(keys.task_spill(self.run_id, self.round), self.field)
+        return SpillRef.unpack(cast(bytes, raw)) if raw is not None else None
+
     def stored_output(self) -> Iterator[tuple[Any, bytes]]:
-        for _, raw in sorted(self.client.hgetall(self.out_key).items(), key=lambda kv: int(kv[0])):
-            key, blob = msgpack.unpackb(cast(bytes, raw))
-            yield tuple(key), blob
+        """A committed task's output, read back from its spill file. No reference: the task
+        emitted nothing, or every consumer committed and the file was dropped (nothing reads it)."""
+        ref = self._spill_ref()
+        if ref is not None:
+            yield from self.store.read(self.run_id, ref, task_label(self.component, self.index, self.round))
 
     # -- in-flight tuples ---------------------------------------------------------------
     def add_output(self, key: tuple, blob: bytes) -> None:
-        self._out_pending[self._out_n] = msgpack.packb([list(key), blob])
-        self._out_n += 1
-        if len(self._out_pending) >= 64:
-            self.flush_output()
+        """An output chunk, into this attempt's spill file as it comes (referenced at commit)."""
+        if self.fenced:
+            return
+        if self._writer is None:
+            self._writer = self.store.writer(self.run_id, self.round, self.component, self.index)
+        self._writer.add(key, blob)   # a failed write is raised by commit, not here (an emit)
 
-    def flush_output(self) -> None:
-        if self._out_pending and not self.fenced:
-            pending = self._out_pending
-            if not fenced_transaction(self.client, self.run_id, self.generation,
-                                      lambda pipe: pipe.hset(self.out_key, mapping=pending)):
-                self._fence()
-        self._out_pending = {}
+    def drop_outputs(self, component: str, parallelism: int) -> None:
+        """Every task reading `component` committed: its tasks' spill files go (references
+        first, so no reference ever names a removed file)."""
+        key = keys.task_spill(self.run_id, self.round)
+        fields = [f"{component}:{i}" for i in range(parallelism)]
+        refs = [SpillRef.unpack(cast(bytes, r)) for r in self.client.hmget(key, fields) if r is not None]
+        if refs:
+            self.client.hdel(key, *fields)
+            self.store.remove(self.run_id, refs)
+
+    def _run_gone(self) -> bool:
+        """The run was cleared (or created anew): a spill write that failed is why, not a fault."""
+        if self.generation is None:
+            return False
+        return self.client.hget(keys.run_record(self.run_id), "generation") != self.generation.encode()
 
     def _fence(self) -> None:
         if not self.fenced:
             log.info("run %s was cleared or created anew: task %s of round %d stops writing "
                         "(its round is gone)", self.run_id, self.field, self.round)
         self.fenced = True
+        if self._writer is not None:   # nothing will reference its file
+            self._writer.discard()
+            self._writer = None
 
     # -- failure localization -----------------------------------------------------------
     def failure(self, record: FailedTuple) -> None:
@@ -111,11 +138,22 @@ class TaskTracker:
     def commit(self, contrib: dict[int, int], stats: dict, state: Any = None,
                extra: Any = None) -> bool:
         """Everything the task learned and its done marker, in one transaction, only into the
-        run it started in (a cleared run: nothing written, False; the task ends quietly)."""
-        self.flush_output()
+        run it started in (a cleared run: nothing written, False; the task ends quietly). Its
+        spill file is finished and renamed first; the transaction stores its reference."""
         if self.fenced:
             return False
         rid = self.run_id
+        ref = None
+        if self._writer is not None:
+            try:
+                ref = self._writer.close()
+            except SpillError:
+                if not self._run_gone():
+                    raise
+                self._fence()
+                return False
+        if ref is not None:
+            stats = {**stats, "spill_bytes": ref.size}
 
         def build(pipe: Any) -> None:
             for b, blob in enumerate(pack_xors(contrib)):
@@ -141,6 +179,8 @@ class TaskTracker:
             if self.logs:
                 pipe.rpush(keys.log(rid), *self.logs)
                 pipe.ltrim(keys.log(rid), -LOG_CAP, -1)
+            if ref is not None:
+                pipe.hset(keys.task_spill(rid, self.round), self.field, ref.pack())
             pipe.hset(keys.task_done(rid, self.round), self.field, msgpack.packb(stats))
 
         if not fenced_transaction(self.client, rid, self.generation, build):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from recovery.tracking import keys, runs, spill
 from tests.helpers import wait_for
 from tests.integration.conftest import copy_workflow, sink_records
 from tests.integration.test_engine import wordcount_reference
@@ -87,19 +88,31 @@ def cluster(tmp_path_factory):
 
 
 def test_submit_to_a_standalone_cluster(cluster, redis_url, redis_client, tmp_path):
+    """With --spill-dir on a folder the driver and the executors share: the tasks spill there
+    (not under RECOVERY_HOME), recover finds it from the run record, clear empties it."""
     xml = copy_workflow("wordcount", tmp_path)
+    shared = tmp_path / "shared-spill"
     env = dict(os.environ, RECOVERY_REDIS_URL=redis_url)
     done = subprocess.run([sys.executable, "-m", "recovery", "submit", str(xml), "--master", cluster,
-                           "--conf", "spark.executor.memory=1g", "--json",
+                           "--conf", "spark.executor.memory=1g", "--json", "--spill-dir", str(shared),
                            "-p", "recovery.inject.t.component=count", "-p", "recovery.inject.t.rate=0.05"],
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout)
+    run_id = summary["run_id"]
     assert summary["status"] == "pending" and summary["failed_positions"]
     assert {p["component"] for p in summary["failed_positions"]} == {"count"}
-    done = subprocess.run([sys.executable, "-m", "recovery", "recover", summary["run_id"],
+    assert summary["spill_bytes"] > 0
+    assert runs.get(redis_client, run_id)["spill_dir"] == str(shared)
+    assert (shared / run_id).is_dir() and not (Path(spill.location()) / run_id).exists()
+    done = subprocess.run([sys.executable, "-m", "recovery", "recover", run_id,
                            "--master", cluster, "--json"],
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads(done.stdout)["status"] == "completed"
+    recovered = json.loads(done.stdout)
+    assert recovered["status"] == "completed" and recovered["spill_bytes"] > 0
     assert sink_records(tmp_path / "out" / "wordcount") == wordcount_reference(tmp_path / "data" / "sentences.txt")
+    done = subprocess.run([sys.executable, "-m", "recovery", "clear", run_id], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not (shared / run_id).exists() and list(redis_client.scan_iter(match=keys.run_prefix(run_id) + "*")) == []

@@ -106,7 +106,7 @@ def test_a_committed_task_is_replayed_not_executed_again():
     ledger = {b: client.hgetall(keys.ledger("r2", b)) for b in range(tracking_ledger.LEDGER_BUCKETS)}
     n = len(lc.OUTCOMES)
     # every reader of s0 committed, so s0's stored output is gone already (it cannot be needed)
-    assert not client.exists(keys.task_output("r2", 0, "s0", 0))
+    assert not client.hexists(keys.task_spill("r2", 0), "s0:0")
     second = execute_round(wf, spec, client)
     assert len(lc.OUTCOMES) == n                 # no component code ran again
     assert first and all(not v for v in second.values())

@@ -1,0 +1,480 @@
+"""The spill store: a task's in-flight output, kept out of Redis (DESIGN section 5).
+
+A tracked task writes its output chunks, as it produces them, into a temporary file of its own
+(its name carries a token unique to the attempt, so a Spark retry or a speculative attempt never
+writes into another attempt's file). At its commit the file is closed and renamed to its final
+name, and the commit transaction stores the file's reference (`SpillRef`: its path inside the
+run's folder, size, chunk count, CRC-32) next to the task's done marker in Redis. A committed
+task that runs again reads its file back instead of executing. A file that nothing references
+(an attempt that died before its commit) is never read: it goes with its round's folder, or the
+run's.
+
+    <location>/<run id>/r<round>/<component>/<index>-<token>.spill     (.tmp while written)
+
+A file is the magic bytes, frames (a u32 length, then a zstandard-compressed msgpack list of
+[routing key, blob] pairs), then an end marker (u32 0xFFFFFFFF, u64 chunk count, u32 CRC-32 of
+every byte before the marker). A file that ends before its end marker is truncated; one whose
+size, count or CRC differ from its reference, or that does not decode, is corrupt: reading it
+raises SpillError naming the file and the task.
+
+The location is a local folder (folders 0700, files 0600: they hold tuple values) or a
+filesystem URI that `pyarrow.fs.FileSystem.from_uri` opens (file://, hdfs://, s3://); by
+default RECOVERY_HOME/spill. On a cluster it must be a place the driver and every executor
+reach (`recovery.spill.dir`, or `--spill-dir`).
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import secrets
+import shutil
+import stat
+import struct
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, cast
+from urllib.parse import quote, urlparse
+
+import msgpack
+import zstandard
+
+from recovery.errors import SpillError
+from recovery.redis import embedded
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"RCSPILL1"
+END = 0xFFFFFFFF
+_LEN = struct.Struct(">I")
+_TAIL = struct.Struct(">QI")
+FRAME_BYTES = 256 * 1024        # raw bytes buffered before a frame is compressed and written
+ZSTD_LEVEL = 1                  # the success path pays for it: the fastest level
+SUFFIX = ".spill"
+TMP_SUFFIX = ".tmp"
+DIR_MODE = embedded.PRIVATE_DIR_MODE
+FILE_MODE = embedded.PRIVATE_FILE_MODE
+
+
+# --- where ------------------------------------------------------------------------------------
+def default_location() -> str:
+    """RECOVERY_HOME/spill (absolute: tasks must not resolve it against their own cwd)."""
+    return str(embedded.state_home() / "spill")
+
+
+def location(explicit: str | None = None, configured: str | None = None) -> str:
+    """The spill location a run uses: `--spill-dir`, else `recovery.spill.dir`, else the default;
+    a plain folder is made absolute (the driver decides it once, for every task)."""
+    chosen = (explicit or "").strip() or (configured or "").strip() or default_location()
+    if "://" in chosen:
+        return chosen
+    return str(Path(chosen).expanduser().absolute())
+
+
+def safe_name(name: str) -> str:
+    """A run id or component id as one path segment ("/", "..", spaces escaped)."""
+    out = quote(name, safe="-_.")
+    return "%2E" + out[1:] if out.startswith(".") else out or "%00"
+
+
+def task_label(component: str, index: int, round_no: int) -> str:
+    return f"{component}:{index}, round {round_no}"
+
+
+# --- the reference a commit stores ------------------------------------------------------------
+@dataclass(frozen=True)
+class SpillRef:
+    """A committed task's spill file: its path inside the run's folder, and what it must be."""
+    path: str
+    size: int
+    chunks: int
+    crc: int
+
+    def pack(self) -> bytes:
+        return cast(bytes, msgpack.packb([self.path, self.size, self.chunks, self.crc]))
+
+    @classmethod
+    def unpack(cls, raw: bytes) -> SpillRef:
+        path, size, chunks, crc = msgpack.unpackb(raw)
+        return cls(path, size, chunks, crc)
+
+
+# --- file systems -------------------------------------------------------------------------------
+class _LocalFiles:
+    """A local (or mounted, shared) folder: private modes, atomic os.replace."""
+
+    def __init__(self, root: Path):
+        self.root = root
+
+    def describe(self, rel: str) -> str:
+        return str(self.root / rel)
+
+    def makedirs(self, rel: str) -> None:
+        if not self.root.is_dir():
+            if str(self.root) == default_location():
+                embedded.ensure_home()   # RECOVERY_HOME itself private, as the embedded server makes it
+            # a location given may be a shared folder of someone's: made if missing, never chmodded
+            os.makedirs(self.root, mode=DIR_MODE, exist_ok=True)
+        path = self.root
+        for part in Path(rel).parts:
+            path = path / part
+            try:
+                os.mkdir(path, DIR_MODE)
+            except FileExistsError:
+                continue
+            st = os.stat(path)   # made under a umask that cut more than group/other bits
+            if stat.S_IMODE(st.st_mode) != DIR_MODE:
+                os.chmod(path, DIR_MODE)
+
+    def create(self, rel: str) -> BinaryIO:
+        fd = os.open(self.root / rel, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE)
+        try:
+            if stat.S_IMODE(os.fstat(fd).st_mode) != FILE_MODE:
+                os.fchmod(fd, FILE_MODE)
+            return os.fdopen(fd, "wb")
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def open(self, rel: str) -> BinaryIO:
+        return open(self.root / rel, "rb")   # noqa: SIM115 (the reader closes it)
+
+    def size(self, rel: str) -> int:
+        return os.stat(self.root / rel).st_size
+
+    def rename(self, src: str, dst: str) -> None:
+        os.replace(self.root / src, self.root / dst)
+
+    def remove(self, rel: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.root / rel)
+
+    def remove_tree(self, rel: str) -> None:
+        shutil.rmtree(self.root / rel, ignore_errors=False, onerror=_missing_is_fine)
+
+    def remove_empty_dirs(self, rel: str) -> None:
+        path = self.root / rel
+        while path != self.root:
+            try:
+                os.rmdir(path)
+            except OSError:
+                return
+            path = path.parent
+
+    def list_files(self, rel: str) -> list[str]:
+        base = self.root / rel
+        return sorted(str(p.relative_to(self.root)) for p in base.rglob("*") if p.is_file()) \
+            if base.is_dir() else []
+
+
+def _missing_is_fine(func: Any, path: str, exc_info: Any) -> None:
+    if not isinstance(exc_info[1], FileNotFoundError):
+        raise exc_info[1]
+
+
+class _ArrowFiles:
+    """Any filesystem pyarrow.fs opens (hdfs://, s3://, ...). Its `move` is a rename where the
+    filesystem has one; an object store copies, but the final name still appears only whole."""
+
+    def __init__(self, uri: str):
+        from pyarrow import fs as pafs  # lazy: only a URI location needs pyarrow here
+        self._pafs = pafs
+        self.uri = uri.rstrip("/")
+        self.fs, base = pafs.FileSystem.from_uri(uri)
+        self.base = base.rstrip("/")
+
+    def _p(self, rel: str) -> str:
+        return f"{self.base}/{rel}" if self.base else rel
+
+    def describe(self, rel: str) -> str:
+        return f"{self.uri}/{rel}"
+
+    def makedirs(self, rel: str) -> None:
+        self.fs.create_dir(self._p(rel), recursive=True)
+
+    def create(self, rel: str) -> BinaryIO:
+        return cast(BinaryIO, self.fs.open_output_stream(self._p(rel)))
+
+    def open(self, rel: str) -> BinaryIO:
+        info = self.fs.get_file_info(self._p(rel))
+        if info.type != self._pafs.FileType.File:
+            raise FileNotFoundError(self.describe(rel))
+        return cast(BinaryIO, self.fs.open_input_stream(self._p(rel)))
+
+    def size(self, rel: str) -> int:
+        info = self.fs.get_file_info(self._p(rel))
+        if info.type != self._pafs.FileType.File:
+            raise FileNotFoundError(self.describe(rel))
+        return int(info.size or 0)
+
+    def rename(self, src: str, dst: str) -> None:
+        self.fs.move(self._p(src), self._p(dst))
+
+    def remove(self, rel: str) -> None:
+        if self.fs.get_file_info(self._p(rel)).type == self._pafs.FileType.File:
+            self.fs.delete_file(self._p(rel))
+
+    def remove_tree(self, rel: str) -> None:
+        if self.fs.get_file_info(self._p(rel)).type == self._pafs.FileType.Directory:
+            self.fs.delete_dir(self._p(rel))
+
+    def remove_empty_dirs(self, rel: str) -> None:
+        parts = rel.split("/")
+        while parts:
+            path = self._p("/".join(parts))
+            if self.fs.get_file_info(path).type != self._pafs.FileType.Directory \
+                    or self.fs.get_file_info(self._pafs.FileSelector(path)):
+                return
+            self.fs.delete_dir(path)
+            parts.pop()
+
+    def list_files(self, rel: str) -> list[str]:
+        base = self._p(rel)
+        if self.fs.get_file_info(base).type != self._pafs.FileType.Directory:
+            return []
+        sel = self._pafs.FileSelector(base, recursive=True)
+        prefix = f"{self.base}/" if self.base else ""
+        return sorted(i.path[len(prefix):] for i in self.fs.get_file_info(sel)
+                      if i.type == self._pafs.FileType.File)
+
+
+Files = _LocalFiles | _ArrowFiles
+_stores: dict[str, SpillStore] = {}
+
+
+class SpillStore:
+    """The spill store at one location: where each run's files live."""
+
+    def __init__(self, where: str):
+        self.location = where
+        parsed = urlparse(where) if "://" in where else None
+        try:
+            if parsed is None:
+                self.files: Files = _LocalFiles(Path(where))
+            elif parsed.scheme == "file" and parsed.netloc in ("", "localhost"):
+                self.files = _LocalFiles(Path(parsed.path))
+            else:
+                self.files = _ArrowFiles(where)
+        except (OSError, ValueError, ImportError) as err:   # pyarrow raises ArrowInvalid (a ValueError)
+            raise SpillError(f"spill location {where}: cannot open it: {_why(err)}") from None
+
+    @staticmethod
+    def at(where: str | None) -> SpillStore:
+        """The store at `where` (None: the default location), one per location per process."""
+        key = where or default_location()
+        store = _stores.get(key)
+        if store is None:
+            store = _stores[key] = SpillStore(key)
+        return store
+
+    def run_dir(self, run_id: str) -> str:
+        return safe_name(run_id)
+
+    def describe(self, run_id: str, rel: str = "") -> str:
+        return self.files.describe(f"{self.run_dir(run_id)}/{rel}" if rel else self.run_dir(run_id))
+
+    def ensure_run_dir(self, run_id: str) -> None:
+        """The run's folder exists (the driver checks the location this way before a round:
+        a location it cannot write is an error naming it, before anything runs)."""
+        try:
+            self.files.makedirs(self.run_dir(run_id))
+        except (OSError, ValueError) as err:
+            raise SpillError(f"spill location {self.location}: cannot create {self.describe(run_id)}: "
+                             f"{_why(err)} (set --spill-dir or recovery.spill.dir)") from None
+
+    def writer(self, run_id: str, round_no: int, component: str, index: int) -> SpillWriter:
+        return SpillWriter(self, run_id, round_no, component, index)
+
+    def read(self, run_id: str, ref: SpillRef, task: str) -> Iterator[tuple[tuple, bytes]]:
+        return read(self, run_id, ref, task)
+
+    def remove(self, run_id: str, refs: Iterable[SpillRef]) -> None:
+        """Files whose consumers all committed (nothing can read them again)."""
+        for ref in refs:
+            self.files.remove(f"{self.run_dir(run_id)}/{ref.path}")
+
+    def remove_round(self, run_id: str, round_no: int) -> None:
+        """A settled round's folder, orphans of dead attempts included."""
+        self.files.remove_tree(f"{self.run_dir(run_id)}/r{round_no}")
+
+    def remove_run(self, run_id: str) -> None:
+        """The run's whole folder (`recovery clear`)."""
+        try:
+            self.files.remove_tree(self.run_dir(run_id))
+        except (OSError, ValueError) as err:
+            raise SpillError(f"cannot remove spill folder {self.describe(run_id)}: {_why(err)} "
+                             "(remove it by hand)") from None
+
+    def run_files(self, run_id: str) -> list[str]:
+        """Every file under the run's folder, relative to the location (for tests and reports)."""
+        return self.files.list_files(self.run_dir(run_id))
+
+
+def _why(err: BaseException) -> str:
+    return (getattr(err, "strerror", None) or str(err) or type(err).__name__).splitlines()[0]
+
+
+# --- writing ------------------------------------------------------------------------------------
+class SpillWriter:
+    """One attempt's output file: chunks buffered into frames and written as they come, then
+    `close()` at the commit (final name, reference) or `discard()`."""
+
+    def __init__(self, store: SpillStore, run_id: str, round_no: int, component: str, index: int):
+        self.store = store
+        self.run_id = run_id
+        self.task = task_label(component, index, round_no)
+        folder = f"r{round_no}/{safe_name(component)}"
+        name = f"{index}-{secrets.token_hex(8)}"
+        self.rel_dir = f"{store.run_dir(run_id)}/{folder}"
+        self.rel_path = f"{folder}/{name}{SUFFIX}"     # inside the run's folder: what the ref names
+        self._tmp = f"{self.rel_dir}/{name}{TMP_SUFFIX}"
+        self._final = f"{self.rel_dir}/{name}{SUFFIX}"
+        self._fh: BinaryIO | None = None
+        self._pending: list[list] = []
+        self._pending_bytes = 0
+        self._compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+        # a failed write breaks the file for good: reported at close(), which fails the task (a
+        # Spark retry writes a new file), never inside an emit, where it would fail a tuple
+        self.error: SpillError | None = None
+        self.chunks = 0
+        self.size = 0
+        self.crc = 0
+
+    def _failed(self, what: str, path: str, err: BaseException) -> SpillError:
+        return SpillError(f"cannot {what} spill file {self.store.files.describe(path)} of task "
+                          f"{self.task} (run {self.run_id}): {_why(err)}")
+
+    def add(self, key: tuple, blob: bytes) -> None:
+        if self.error is not None:
+            return
+        self._pending.append([list(key), blob])
+        self._pending_bytes += len(blob)
+        self.chunks += 1
+        if self._pending_bytes >= FRAME_BYTES:
+            self._flush()
+
+    def _write(self, data: bytes) -> None:
+        assert self._fh is not None
+        self._fh.write(data)
+        self.crc = zlib.crc32(data, self.crc)
+        self.size += len(data)
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        try:
+            if self._fh is None:
+                self.store.files.makedirs(self.rel_dir)
+                self._fh = self.store.files.create(self._tmp)
+                self._write(MAGIC)
+            frame = self._compressor.compress(cast(bytes, msgpack.packb(self._pending)))
+            self._write(_LEN.pack(len(frame)) + frame)
+        except (OSError, ValueError) as err:
+            self.error = self._failed("write", self._tmp, err)
+            log.warning("%s", self.error)
+        self._pending = []
+        self._pending_bytes = 0
+
+    def close(self) -> SpillRef | None:
+        """Finish the file and give it its final name; its reference, or None when the task
+        emitted nothing (no file)."""
+        if not self.chunks:
+            return None
+        self._flush()
+        if self.error is not None:
+            raise self.error
+        checksum = self.crc   # of every byte before the end marker
+        try:
+            self._write(_LEN.pack(END) + _TAIL.pack(self.chunks, checksum))
+            assert self._fh is not None
+            self._fh.close()
+            self._fh = None
+            self.store.files.rename(self._tmp, self._final)
+        except (OSError, ValueError) as err:
+            raise self._failed("finish", self._tmp, err) from None
+        return SpillRef(self.rel_path, self.size, self.chunks, checksum)
+
+    def discard(self) -> None:
+        """Nothing will reference this attempt's file (its run was cleared): remove it, and the
+        folders it leaves empty, so a cleared run keeps no file."""
+        try:
+            if self._fh is not None:
+                self._fh.close()
+                self._fh = None
+            self.store.files.remove(self._tmp)
+            self.store.files.remove(self._final)
+            self.store.files.remove_empty_dirs(self.rel_dir)
+        except (OSError, ValueError) as err:   # best effort: `clear` removes the folder anyway
+            log.info("spill file of task %s (run %s) not removed: %s", self.task, self.run_id, _why(err))
+
+
+# --- reading ------------------------------------------------------------------------------------
+def read(store: SpillStore, run_id: str, ref: SpillRef, task: str) -> Iterator[tuple[tuple, bytes]]:
+    """A committed task's output chunks, in the order it wrote them. SpillError (one line naming
+    the file and the task) when the file is missing, truncated or corrupt; records read before
+    a fault is found were already yielded, but the task fails, so Spark keeps none of them."""
+    rel = f"{store.run_dir(run_id)}/{ref.path}"
+    where = store.files.describe(rel)
+
+    def bad(what: str) -> SpillError:
+        return SpillError(f"spill file {where} of task {task} (run {run_id}) is {what}; put it back, "
+                          f"then `recovery recover {run_id}` resumes the run")
+
+    try:
+        size = store.files.size(rel)
+        fh = store.files.open(rel)
+    except FileNotFoundError:
+        raise bad("missing") from None
+    except (OSError, ValueError) as err:
+        raise bad(f"unreadable ({_why(err)})") from None
+    if size < ref.size:
+        raise bad(f"truncated ({size} of {ref.size} bytes)")
+    if size > ref.size:
+        raise bad(f"corrupt ({size} bytes, its commit recorded {ref.size})")
+    decompressor = zstandard.ZstdDecompressor()
+    crc, chunks = 0, 0
+    with fh:
+        def take(n: int) -> bytes:
+            nonlocal crc
+            data = fh.read(n)
+            if len(data) < n:
+                raise bad("truncated (it ends before its end marker)")
+            crc = zlib.crc32(data, crc)
+            return data
+
+        if take(len(MAGIC)) != MAGIC:
+            raise bad("corrupt (not a spill file)")
+        while True:
+            head = fh.read(_LEN.size)
+            if len(head) < _LEN.size:
+                raise bad("truncated (it ends before its end marker)")
+            (n,) = _LEN.unpack(head)
+            if n == END:   # its CRC covers every byte before the marker
+                tail = fh.read(_TAIL.size)
+                if len(tail) < _TAIL.size:
+                    raise bad("truncated (its end marker is cut)")
+                count, checksum = _TAIL.unpack(tail)
+                if count != chunks or chunks != ref.chunks or checksum != crc or crc != ref.crc:
+                    raise bad("corrupt (its chunk count or checksum does not match)")
+                if fh.read(1):
+                    raise bad("corrupt (bytes after its end marker)")
+                return
+            crc = zlib.crc32(head, crc)
+            frame = take(n)
+            try:
+                pairs = msgpack.unpackb(decompressor.decompress(frame))
+            except (zstandard.ZstdError, ValueError, TypeError) as err:
+                raise bad(f"corrupt (undecodable: {_why(err)})") from None
+            for key, blob in pairs:
+                chunks += 1
+                yield tuple(key), blob
+
+
+def error_line(text: str) -> str | None:
+    """The SpillError message inside a Spark failure's text (a Python worker's traceback), or
+    None: the driver shows that one line."""
+    found = re.findall(r"SpillError: (.+)", text)
+    return found[-1].strip() if found else None

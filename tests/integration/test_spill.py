@@ -1,0 +1,179 @@
+"""The spill store on a real local Spark and a real Redis (issue 11): in-flight outputs live in
+spill files that the commit records reference; the guarantees of DESIGN section 7 hold with them.
+
+Each test drives a `submit` in a CLI process (local[2,3]: a task may fail and be retried) and
+kills it with SIGKILL once a state is reached in Redis, so that the run's spill files are there
+to look at: the round is not settled, nothing removed them yet."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from recovery.errors import SpillError
+from recovery.jobs import clear, recover
+from recovery.model.graph import TaskMap
+from recovery.model.xml import parse as workflow_xml
+from recovery.tracking import keys, runs, spill
+from tests.helpers import wait_for
+from tests.integration.conftest import sink_records
+from tests.integration.test_engine import run_keys
+
+PAD = 400          # bytes added to each line: outputs big enough to fill frames before a crash
+LINES = 12_000
+
+COMPONENTS = '''
+from recovery import BasicBolt
+
+
+class Pad(BasicBolt):
+    def process(self, tup):
+        self.emit([tup["line"] + "." * %d])
+''' % PAD
+
+
+def _workflow(tmp_path: Path) -> Path:
+    """lines (file) -> pad (2 tasks, shuffle) -> out (jsonl sink, 1 task)."""
+    (tmp_path / "spillcomps.py").write_text(COMPONENTS)
+    (tmp_path / "input.txt").write_text("".join(f"line-{i}\n" for i in range(LINES)))
+    xml = tmp_path / "spilled.xml"
+    xml.write_text('''<workflow xmlns="urn:recovery:workflow:1" name="spilled">
+      <spout id="lines"><source type="file" path="input.txt"/><stream fields="line"/></spout>
+      <bolt id="pad" parallelism="2" class="spillcomps:Pad">
+        <input from="lines" grouping="shuffle"/><stream fields="line"/>
+      </bolt>
+      <bolt id="out"><sink type="jsonl" path="out"/><input from="pad" grouping="global"/></bolt>
+    </workflow>''')
+    return xml
+
+
+def _expected() -> list[str]:
+    return sorted(json.dumps({"line": f"line-{i}" + "." * PAD}, sort_keys=True) for i in range(LINES))
+
+
+# `out` is slowed down, so that the driver is killed well before it can commit
+SLOW_OUT = {"recovery.inject.z.component": "out", "recovery.inject.z.mode": "slow",
+            "recovery.inject.z.delay.ms": "1"}
+
+
+def _crashed_submit(tmp_path: Path, redis_url: str, client, run_id: str, spill_dir: Path,
+                    until: Callable[[set[str]], bool], props: dict[str, str] | None = None) -> Path:
+    """A CLI `submit` killed with SIGKILL once its round 0's done markers satisfy `until`."""
+    xml = _workflow(tmp_path)
+    cmd = [sys.executable, "-m", "recovery", "submit", str(xml), "--run-id", run_id, "--json",
+           "--master", "local[2,3]", "--spill-dir", str(spill_dir)]
+    for k, v in {**SLOW_OUT, **(props or {})}.items():
+        cmd += ["-p", f"{k}={v}"]
+    proc = subprocess.Popen(cmd, env=dict(os.environ, RECOVERY_REDIS_URL=redis_url),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def reached() -> bool:
+        if until({f.decode() for f in client.hkeys(keys.task_done(run_id, 0))}):
+            return True
+        assert proc.poll() is None, f"submit ended (exit {proc.returncode}) before the state was reached"
+        return False
+
+    try:
+        wait_for(reached, 240, f"round 0 of {run_id} to reach the kill point")
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the driver ended by itself before the kill"
+    assert "out:0" not in {f.decode() for f in client.hkeys(keys.task_done(run_id, 0))}
+    return xml
+
+
+def _pad_done(done: set[str]) -> bool:
+    return {"pad:0", "pad:1"} <= done
+
+
+def _refs(client, run_id: str) -> dict[str, spill.SpillRef]:
+    return {f.decode(): spill.SpillRef.unpack(v) for f, v in client.hgetall(keys.task_spill(run_id, 0)).items()}
+
+
+def test_kill_9_after_commits_then_recover_is_exact_and_leaves_no_spill_file(spark, redis_url, redis_client, tmp_path):
+    spill_dir = tmp_path / "spill"
+    run_id = "spill-crash"
+    _crashed_submit(tmp_path, redis_url, redis_client, run_id, spill_dir, _pad_done)
+    # the committed tasks' outputs are files the commit records reference, not Redis hashes
+    refs = _refs(redis_client, run_id)
+    assert {"pad:0", "pad:1"} <= set(refs)
+    for ref in refs.values():
+        assert (spill_dir / run_id / ref.path).stat().st_size == ref.size
+    assert not [k for k in run_keys(redis_client, run_id) if ":out:" in k]
+    assert runs.status_of(runs.get(redis_client, run_id)) == runs.CRASHED
+    r = recover.recover(spark, redis_client, redis_url, run_id)
+    assert r["status"] == "completed", r
+    assert sink_records(tmp_path / "out") == _expected()
+    assert run_keys(redis_client, run_id) == set()
+    assert spill.SpillStore(str(spill_dir)).run_files(run_id) == []
+
+
+def test_a_spark_retry_of_a_task_whose_file_was_half_written_is_exact(spark, redis_url, redis_client, tmp_path):
+    """pad's task 0 dies (its Python worker exits) on Spark's first attempt after writing part
+    of its spill file; Spark's retry writes a file of its own, which its commit references. The
+    dead attempt's file is never read, and goes with the round."""
+    spill_dir, run_id = tmp_path / "spill", "spill-retry"
+    task = TaskMap.of(workflow_xml.load(_workflow(tmp_path))).task_ids("pad")[0]
+    crash = {"recovery.inject.c.component": "pad", "recovery.inject.c.mode": "crash",
+             "recovery.inject.c.task": str(task), "recovery.inject.c.after": "5000",
+             "recovery.inject.c.marker": str(tmp_path / "crashed")}
+    _crashed_submit(tmp_path, redis_url, redis_client, run_id, spill_dir, _pad_done, crash)
+    assert (tmp_path / "crashed").exists()           # the first attempt really died
+    referenced = spill_dir / run_id / _refs(redis_client, run_id)["pad:0"].path
+    left = sorted((spill_dir / run_id / "r0" / "pad").glob("0-*.tmp"))
+    assert len(left) == 1 and left[0].stat().st_size > len(spill.MAGIC), left   # frames, no end
+    assert left[0].with_suffix(".spill") != referenced
+    r = recover.recover(spark, redis_client, redis_url, run_id)
+    assert r["status"] == "completed", r
+    assert sink_records(tmp_path / "out") == _expected()
+    assert spill.SpillStore(str(spill_dir)).run_files(run_id) == []
+
+
+def test_a_missing_or_corrupt_spill_file_is_one_line_and_the_run_resumes_once_it_is_back(
+        spark, redis_url, redis_client, tmp_path):
+    spill_dir, run_id = tmp_path / "spill", "spill-missing"
+    _crashed_submit(tmp_path, redis_url, redis_client, run_id, spill_dir, _pad_done)
+    path = spill_dir / run_id / _refs(redis_client, run_id)["pad:1"].path
+    kept = path.read_bytes()
+    path.unlink()
+    done = subprocess.run([sys.executable, "-m", "recovery", "recover", run_id, "--master", "local[2]"],
+                          env=dict(os.environ, RECOVERY_REDIS_URL=redis_url), capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 2, done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [f"error: spill file {path} of task pad:1, round 0 (run {run_id}) is missing; put it "
+                      f"back, then `recovery recover {run_id}` resumes the run"], done.stderr[-3000:]
+    rec = runs.get(redis_client, run_id)
+    assert rec["status"] == runs.ERROR and f"spill file {path}" in rec["error"]
+    # corrupt: one byte changed
+    i = len(kept) // 2
+    path.write_bytes(kept[:i] + bytes([kept[i] ^ 0xFF]) + kept[i + 1:])
+    with pytest.raises(SpillError) as err:
+        recover.recover(spark, redis_client, redis_url, run_id)
+    assert str(err.value).startswith(f"spill file {path} of task pad:1, round 0 (run {run_id}) is corrupt")
+    assert runs.get(redis_client, run_id)["status"] == runs.ERROR
+    # back as it was: recover finishes exactly
+    path.write_bytes(kept)
+    r = recover.recover(spark, redis_client, redis_url, run_id)
+    assert r["status"] == "completed", r
+    assert sink_records(tmp_path / "out") == _expected()
+    assert run_keys(redis_client, run_id) == set()
+
+
+def test_clear_leaves_no_spill_file_and_no_key(spark, redis_url, redis_client, tmp_path):
+    spill_dir, run_id = tmp_path / "spill", "spill-clear"
+    _crashed_submit(tmp_path, redis_url, redis_client, run_id, spill_dir, _pad_done)
+    assert spill.SpillStore(str(spill_dir)).run_files(run_id)
+    # the location is in the run record: clear needs no flag
+    clear.clear(redis_client, run_id)
+    assert run_keys(redis_client, run_id) == set() and not redis_client.exists(keys.run_record(run_id))
+    assert not (spill_dir / run_id).exists()
