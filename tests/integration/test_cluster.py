@@ -103,7 +103,7 @@ def test_submit_to_a_standalone_cluster(cluster, redis_url, redis_client, tmp_pa
     assert summary["status"] == "pending" and summary["failed_positions"]
     assert {p["component"] for p in summary["failed_positions"]} == {"count"}
     assert summary["spill_bytes"] > 0
-    assert runs.get(redis_client, run_id)["spill_dir"] == str(shared)
+    assert runs.get(redis_client, run_id).spill_dir == str(shared)
     assert (shared / run_id).is_dir() and not (Path(spill.location()) / run_id).exists()
     done = subprocess.run([sys.executable, "-m", "recovery", "recover", run_id,
                            "--master", cluster, "--json"],

@@ -153,14 +153,14 @@ def test_a_missing_or_corrupt_spill_file_is_one_line_and_the_run_resumes_once_it
     assert errors == [f"error: spill file {path} of task pad:1, round 0 (run {run_id}) is missing; put it "
                       f"back, then `recovery recover {run_id}` resumes the run"], done.stderr[-3000:]
     rec = runs.get(redis_client, run_id)
-    assert rec["status"] == runs.ERROR and f"spill file {path}" in rec["error"]
+    assert rec.status == runs.ERROR and rec.error is not None and f"spill file {path}" in rec.error
     # corrupt: one byte changed
     i = len(kept) // 2
     path.write_bytes(kept[:i] + bytes([kept[i] ^ 0xFF]) + kept[i + 1:])
     with pytest.raises(SpillError) as err:
         recover.recover(spark, redis_client, redis_url, run_id)
     assert str(err.value).startswith(f"spill file {path} of task pad:1, round 0 (run {run_id}) is corrupt")
-    assert runs.get(redis_client, run_id)["status"] == runs.ERROR
+    assert runs.get(redis_client, run_id).status == runs.ERROR
     # back as it was: recover finishes exactly
     path.write_bytes(kept)
     r = recover.recover(spark, redis_client, redis_url, run_id)

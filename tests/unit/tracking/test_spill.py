@@ -246,7 +246,7 @@ def test_a_missing_file_stops_the_resumed_round_in_error_with_its_line_and_the_r
     assert run.interrupted == "crash"
     rec = runs.get(fake_redis, run.run_id)
     ref = spill.SpillRef.unpack(fake_redis.hget(keys.task_spill(run.run_id, 0), "words:0"))
-    path = spill.SpillStore(rec["spill_dir"]).files.root / spill.safe_name(run.run_id) / ref.path
+    path = spill.SpillStore(rec.spill_dir).files.root / spill.safe_name(run.run_id) / ref.path
     kept = path.read_bytes()
     path.unlink()
     testing.recover_local(run)
@@ -256,10 +256,10 @@ def test_a_missing_file_stops_the_resumed_round_in_error_with_its_line_and_the_r
     path.write_bytes(kept)
     testing.recover_local(run)
     assert run.status == runs.COMPLETED and words(run) == ["A", "B", "C"]
-    assert spill.SpillStore(rec["spill_dir"]).run_files(run.run_id) == []
+    assert spill.SpillStore(rec.spill_dir).run_files(run.run_id) == []
     assert run.summary["spill_bytes"] > 0
     clear.clear(fake_redis, run.run_id)
-    assert not (spill.SpillStore(rec["spill_dir"]).files.root / spill.safe_name(run.run_id)).exists()
+    assert not (spill.SpillStore(rec.spill_dir).files.root / spill.safe_name(run.run_id)).exists()
 
 
 def test_a_failed_write_fails_the_commit_never_an_emit(tmp_path, fake_redis):
