@@ -123,6 +123,7 @@ class TaskTracker:
                     pipe.hset(keys.ledger(rid, b), f"{self.round}:{self.field}", blob)
             for comp, task, tid in self.replays_done:
                 pipe.hdel(keys.queue(rid, comp, task), str(tid))
+            due: dict[str, float] = {}   # position -> its earliest not_before among these
             for rec in self.failures:
                 comp, task, tid = rec.component, rec.task, rec.id
                 packed = rec.pack()
@@ -133,7 +134,11 @@ class TaskTracker:
                         pipe.sadd(keys.dead_roots(rid), *[str(r) for r in rec.roots])
                 else:
                     pipe.hset(keys.queue(rid, comp, task), str(tid), packed)
-                    pipe.sadd(keys.failed_set(rid), f"{comp}:{task}")
+                    pos = f"{comp}:{task}"
+                    pipe.sadd(keys.failed_set(rid), pos)
+                    due[pos] = min(due.get(pos, float("inf")), rec.not_before or 0.0)
+            if due:   # LT: a position's earliest time only moves earlier here (see keys.queue_due)
+                pipe.zadd(keys.queue_due(rid), due, lt=True)
             if state is not None:
                 state.write_to(pipe)
             if extra is not None:
