@@ -93,7 +93,7 @@ def queue_due(run_id: str) -> str:
     tuples (when the next of them may be replayed), kept with the queues: ZADD LT by the commit
     that queues a tuple, reset to the exact minimum by the queue source that reads the queue.
     A recovery round reads it instead of the tuples."""
-    return run_key(run_id, "queuedue")
+    return run_key(run_id, "due")
 
 
 def root_replay_set(run_id: str, round_no: int) -> str:
