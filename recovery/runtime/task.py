@@ -104,7 +104,8 @@ class TaskRunner(MessageTimeouts, Collector):
         self.tracker: TaskTracker | None = None
         if self.tracking and client is not None:   # tracking always has a client
             self.tracker = TaskTracker(client, spec.run_id, spec.round, component_id, index,
-                                       self.task_id, self.conf, generation=spec.generation)
+                                       self.task_id, self.conf, generation=spec.generation,
+                                       parallelism=self.comp.parallelism)
         self.contrib: dict[int, int] = {}
         self.out: dict[tuple[str, int], list] = {}
         self.ready: list[tuple[tuple[str, int], bytes]] = []

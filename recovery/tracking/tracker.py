@@ -13,7 +13,7 @@ from redis import Redis
 from recovery.model import config as config_decl
 from recovery.model.failed import FailedTuple
 from recovery.tracking import keys
-from recovery.tracking.ledger import fenced_transaction, pack_xors
+from recovery.tracking.ledger import LEDGER_BUCKETS, fenced_transaction, pack_xors, resolve_bucket
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +33,10 @@ class TaskTracker:
     transaction with the task's done marker."""
 
     def __init__(self, client: Redis, run_id: str, round_no: int, component: str, index: int,
-                 task_id: int, conf: dict[str, str], generation: str | None = None):
+                 task_id: int, conf: dict[str, str], generation: str | None = None,
+                 parallelism: int = 0):
         self.client = client
+        self.parallelism = parallelism   # the component's tasks (0: unknown, no early fold)
         self.generation = generation
         self.fenced = False          # the run was cleared or re-created: write nothing more
         self.run_id = run_id
@@ -151,4 +153,24 @@ class TaskTracker:
         if not fenced_transaction(self.client, rid, self.generation, build):
             self._fence()
             return False
+        if self.parallelism:
+            self._fold_when_component_done()
         return True
+
+    def _fold_when_component_done(self) -> None:
+        """The last task of a component to commit folds the ledger: every committed task's
+        blob into one compacted blob per bucket (resolve_bucket, WATCHed against concurrent
+        commits). A committed task never writes its blob again (a retry replays its stored
+        output), so folding it now is as safe as at settle time, and the ledger holds about
+        one entry per root in flight plus those of the components still running, instead of
+        one per component that touched the root (DESIGN 5: a few dozen bytes per root)."""
+        tasks = [f"{self.component}:{i}" for i in range(self.parallelism)]
+        if not all(v is not None for v in self.client.hmget(keys.task_done(self.run_id, self.round), tasks)):
+            return
+        with self.client.pipeline(transaction=False) as pipe:
+            for b in range(LEDGER_BUCKETS):
+                pipe.hlen(keys.ledger(self.run_id, b))
+            fields = pipe.execute()
+        for b, n in enumerate(fields):
+            if n > 1:   # (one field: compacted already)
+                resolve_bucket(self.client, self.run_id, b, self.generation)
