@@ -11,12 +11,13 @@ import json
 import os
 import time
 from collections.abc import Iterator
-from typing import cast
+from typing import Any, cast
 
 from recovery.connectors.runner import SourceRunner
 from recovery.model.failed import FailedTuple
 from recovery.model.workflow import SourceImpl
 from recovery.tracking import keys
+from recovery.tracking.ledger import fenced_transaction
 
 
 def resolve(path: str, base_dir: str | None) -> str:
@@ -114,9 +115,11 @@ def queue_source(runner: SourceRunner) -> Iterator[None]:
     assert client is not None   # the runner connects for a queue source (TaskRunner._needs_redis)
     for task in tasks:
         entries = client.hgetall(keys.queue(run_id, target, task))
+        waiting = []   # not_before of the tuples left backing off
         for _, raw_rec in sorted(entries.items()):
             rec = FailedTuple.unpack(cast(bytes, raw_rec))
             if (rec.not_before or 0) > now:
+                waiting.append(rec.not_before or 0.0)
                 continue   # still backing off: a later round takes it
             attempt = rec.attempt + 1
             if replaces_spout:
@@ -129,4 +132,20 @@ def queue_source(runner: SourceRunner) -> Iterator[None]:
                                     replayed=True)
             else:
                 runner.replay_to(target, task, rec, attempt)
+        _reset_queue_due(runner, f"{target}:{task}", min(waiting) if waiting else None)
         yield None
+
+
+def _reset_queue_due(runner: SourceRunner, position: str, earliest: float | None) -> None:
+    """The position's earliest not_before is now exactly that of the tuples left waiting (the
+    replayed ones, when they fail again, are added back by the commit that queues them, which
+    comes after this one: their task consumes this one's output)."""
+    due = keys.queue_due(runner.spec.run_id)
+    assert runner.client is not None
+
+    def write(pipe: Any) -> None:
+        if earliest is None:
+            pipe.zrem(due, position)
+        else:
+            pipe.zadd(due, {position: earliest})
+    fenced_transaction(runner.client, runner.spec.run_id, runner.spec.generation, write)

@@ -50,8 +50,14 @@ def _bolt_task(spec: RunSpec, component_id: str, index: int, it: Any):
     return task.TaskRunner(spec, component_id, index).run_bolt(it)
 
 
-def _resolve_bucket(spec: RunSpec, bucket: int) -> int:
-    return ledger.resolve_bucket(task.redis_of(spec), spec.run_id, bucket, spec.generation)
+def _resolve_bucket(spec: RunSpec, bucket: int) -> ledger.RootCounts:
+    client = task.redis_of(spec)
+    ledger.resolve_bucket(client, spec.run_id, bucket, spec.generation)
+    return ledger.count_bucket(client, spec.run_id, bucket)
+
+
+def _supersede_bucket(spec: RunSpec, bucket: int) -> int:
+    return ledger.supersede_bucket(task.redis_of(spec), spec.run_id, bucket, spec.round, spec.generation)
 
 
 def _target_index(key: tuple) -> int:
@@ -137,12 +143,23 @@ def collect_stats(client: Redis, run_id: str, round_no: int) -> dict[str, dict]:
     return per
 
 
-def resolve_ledger(spark: SparkSession, spec: RunSpec) -> int:
-    """The acker's verdict, computed by Spark tasks (one per ledger bucket): folds every
-    bucket to the roots still pending and returns how many there are."""
+def resolve_ledger(spark: SparkSession, spec: RunSpec) -> ledger.RootCounts:
+    """The acker's verdict, computed by Spark tasks (one per ledger bucket): each folds its
+    bucket to the roots still pending and counts them, and of them the dead and the failed
+    (queued) ones; the driver only adds the buckets' counts up."""
     sc = spark.sparkContext
     n = ledger.LEDGER_BUCKETS
-    return sum(sc.parallelize(range(n), n).map(lambda b: _resolve_bucket(spec, b)).collect())
+    counts = sc.parallelize(range(n), n).map(lambda b: _resolve_bucket(spec, b)).collect()
+    return sum(counts, ledger.RootCounts())
+
+
+def supersede_failed_roots(spark: SparkSession, spec: RunSpec) -> int:
+    """Root replay's selection, in Spark tasks (one per ledger bucket): the queued tuples'
+    roots go into the round's replay set and their ledger entries are superseded (see
+    ledger.supersede_bucket); returns how many roots were added."""
+    sc = spark.sparkContext
+    n = ledger.LEDGER_BUCKETS
+    return sum(sc.parallelize(range(n), n).map(lambda b: _supersede_bucket(spec, b)).collect())
 
 
 def clear_round(client: Redis, run_id: str, round_no: int, spill_dir: str | None = None) -> None:
@@ -163,15 +180,20 @@ class _FateCollector:
         pass
 
 
-def _tell_spout(spec: RunSpec, component_id: str, field: str, pending: frozenset, dead: frozenset) -> int:
+def _tell_spout(spec: RunSpec, component_id: str, field: str) -> int:
     """Tell one spout task the fates now known: ack for complete roots, fail for dead ones;
-    roots still pending (queued for recovery) wait for a later round."""
+    roots still pending (queued for recovery) wait for a later round. The task reads what it
+    needs itself: its waiting roots, which of them the ledger holds, which are dead."""
     client = task.redis_of(spec)
     wf, tm, _ = task.workflow_of(spec)
     key = keys.spout_messages(spec.run_id, component_id)
     raw = client.hget(key, field)
     if raw is None:
         return 0
+    messages = msgpack.unpackb(cast(bytes, raw))
+    roots = [int(root) for root, _ in messages]
+    pending = ledger.pending_among(client, spec.run_id, roots)
+    dead = ledger.dead_among(client, spec.run_id, roots)
     waiting, told = [], 0
     index = int(field.split(":")[1])
     spout = factory.build(wf.component(component_id), wf)
@@ -180,7 +202,7 @@ def _tell_spout(spec: RunSpec, component_id: str, field: str, pending: frozenset
     spout.context = TaskContext(wf, component_id, tm.task_id(component_id, index), tm)
     spout.open(spout.conf, spout.context)
     try:
-        for root, message_id in msgpack.unpackb(cast(bytes, raw)):
+        for root, message_id in messages:
             mid = tuple(message_id) if isinstance(message_id, list) else message_id
             if root in dead:
                 spout.fail(mid)
@@ -199,9 +221,9 @@ def _tell_spout(spec: RunSpec, component_id: str, field: str, pending: frozenset
     return told if written else 0
 
 
-def tell_spouts(spark: SparkSession, client: Redis, spec: RunSpec, pending: set[int], dead: set[int]) -> int:
+def tell_spouts(spark: SparkSession, client: Redis, spec: RunSpec) -> int:
     """Deliver acks and fails to the spouts (Python and shell) whose roots' fates are known,
-    in Spark tasks, one per spout task with messages waiting."""
+    in Spark tasks, one per spout task with messages waiting (nothing per root is shipped)."""
     wf, _, original = task.workflow_of(spec)
     jobs_ = []
     for comp in original.spouts:
@@ -213,6 +235,5 @@ def tell_spouts(spark: SparkSession, client: Redis, spec: RunSpec, pending: set[
     # tasks run against the submitted workflow, where the spouts are
     base = RunSpec(spec.run_id, spec.round, spec.original_json or spec.workflow_json, spec.redis_url, True,
                    generation=spec.generation)
-    p, d = frozenset(pending), frozenset(dead)
     sc = spark.sparkContext
-    return sum(sc.parallelize(jobs_, len(jobs_)).map(lambda j: _tell_spout(base, j[0], j[1], p, d)).collect())
+    return sum(sc.parallelize(jobs_, len(jobs_)).map(lambda j: _tell_spout(base, j[0], j[1])).collect())

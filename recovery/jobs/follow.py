@@ -126,9 +126,10 @@ def check(client: Redis, wf: Workflow, follow: bool, tracking: bool = True) -> N
     topics.check_topics(client, wf)
 
 
-def _due(client: Redis, run_id: str) -> int:
-    now = time.time()
-    return sum(1 for r in jobs_summary.queued_positions(client, run_id) if (r.not_before or 0) <= now)
+def _due(client: Redis, run_id: str) -> bool:
+    """A queued tuple may be replayed now (from positions and their earliest times only)."""
+    queued = any(n for _, _, n in jobs_summary.position_counts(client, run_id))
+    return queued and jobs_summary.earliest_not_before(client, run_id) <= time.time()
 
 
 def _round_stats(client: Redis, run_id: str, round_no: int) -> dict[str, dict]:

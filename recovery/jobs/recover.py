@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from redis import Redis
 
+from recovery.engine import rounds as engine_rounds
 from recovery.errors import RunError
 from recovery.jobs.submit import (
     Progress,
@@ -19,7 +20,14 @@ from recovery.jobs.submit import (
     spec_json,
     workflow_json,
 )
-from recovery.jobs.summary import original_workflow, queued_positions, spill_bytes, sum_components, summarize
+from recovery.jobs.summary import (
+    earliest_not_before,
+    original_workflow,
+    position_counts,
+    spill_bytes,
+    sum_components,
+    summarize,
+)
 from recovery.model.failed import FailedTuple
 from recovery.model.record import RunRecord
 from recovery.model.run import RunSpec
@@ -49,11 +57,38 @@ def reconfigure(client: Redis, run_id: str, overrides: dict[str, str]) -> None:
 
 
 def prune_failed_set(client: Redis, run_id: str) -> None:
-    """A position leaves the failed set once its queue is empty."""
-    for pos in client.smembers(keys.failed_set(run_id)):
-        comp, task = cast(bytes, pos).decode().rsplit(":", 1)
-        if client.hlen(keys.queue(run_id, comp, int(task))) == 0:
-            client.srem(keys.failed_set(run_id), pos)
+    """A position leaves the failed set (and its earliest time goes) once its queue is empty."""
+    empty = [f"{comp}:{task}" for comp, task, n in position_counts(client, run_id) if n == 0]
+    if empty:
+        with client.pipeline(transaction=False) as pipe:
+            pipe.srem(keys.failed_set(run_id), *empty)
+            pipe.zrem(keys.queue_due(run_id), *empty)
+            pipe.execute()
+
+
+def prepare_root_replay(spark: SparkSession, client: Redis, spec: RunSpec) -> None:
+    """Before a root-replay round runs: its tasks select the failed roots (the queued tuples'
+    roots, superseded in the ledger, into the round's replay set), then the driver drops the
+    queues by key. Once per round (a record field says it was done): a driver killed in the
+    middle does it again on resume, which the per-bucket tasks make idempotent; after the drop
+    no queue entry of the round's own failures can be taken for an old one."""
+    record = keys.run_record(spec.run_id)
+    if client.hget(record, "root_replay_prepared") == str(spec.round).encode():
+        return
+    added = engine_rounds.supersede_failed_roots(spark, spec)
+    positions = [f"{comp}:{task}" for comp, task, _ in position_counts(client, spec.run_id)]
+
+    def drop(pipe: Any) -> None:
+        for pos in positions:
+            comp, task = pos.rsplit(":", 1)
+            pipe.delete(keys.queue(spec.run_id, comp, int(task)))
+        pipe.delete(keys.failed_set(spec.run_id), keys.queue_due(spec.run_id))
+        pipe.hset(record, "root_replay_prepared", spec.round)
+    if not ledger.fenced_transaction(client, spec.run_id, spec.generation, drop):
+        runs.check_generation(client, spec.run_id, spec.generation)
+    log.info("run %s round %d: root replay of %d failed roots (selected by %d ledger tasks); "
+             "%d failed positions' queues dropped", spec.run_id, spec.round, added,
+             ledger.LEDGER_BUCKETS, len(positions))
 
 
 def resume_if_crashed(spark: SparkSession, client: Redis, redis_url: str, rec: RunRecord,
@@ -70,18 +105,24 @@ def resume_if_crashed(spark: SparkSession, client: Redis, redis_url: str, rec: R
     claim_run(client, run_id, generation)
     wf = Workflow.model_validate_json(rec.current_workflow or rec.workflow_json)
     extra = json.loads(rec.current_spec or "{}")
-    replay = extra.get("replay_roots")
     round_no = rec.round
     spec = RunSpec(run_id, round_no, workflow_json(wf), redis_url, True,
-                   replay_roots=frozenset(replay) if replay is not None else None,
+                   root_replay=bool(extra.get("root_replay")),
                    root_epoch=extra.get("root_epoch", 0), filter_epoch=extra.get("filter_epoch", 0),
                    original_json=rec.workflow_json if round_no else None,
                    source_json=extra.get("source_json") or "{}", generation=generation,
                    spill_dir=rec.spill_dir or None)
     settled = rec.settled_round == round_no
+    if spec.root_replay and not settled:
+        prepare_root_replay(spark, client, spec)
     summary = run_and_settle(spark, client, wf, spec, progress, execute=not settled)
     prune_failed_set(client, run_id)
     return summary
+
+
+def queued_tuples(client: Redis, run_id: str) -> int:
+    """How many tuples the run's queues hold (HLEN per failed position)."""
+    return sum(n for _, _, n in position_counts(client, run_id))
 
 
 def check_not_running(rec: RunRecord) -> None:
@@ -131,41 +172,53 @@ def _recover(spark: SparkSession, client: Redis, redis_url: str, rec: RunRecord,
     claim_run(client, run_id, gen, status=runs.RUNNING)
     original = original_workflow(rec)
     rounds_run = 0
-    queued_at_start = len(queued_positions(client, run_id))
+    queued_at_start = queued_tuples(client, run_id)
     dead_at_start = client.hlen(keys.dead(run_id))
     while True:
+        # only positions, their counts and their earliest times: the queue sources (Spark
+        # tasks) read the queued tuples
         prune_failed_set(client, run_id)
-        queued = queued_positions(client, run_id)
+        counts = position_counts(client, run_id)
+        queued = sum(n for _, _, n in counts)
         if not queued or (max_rounds is not None and rounds_run >= max_rounds):
             break
-        wait = min(r.not_before or 0 for r in queued) - time.time()
+        wait = earliest_not_before(client, run_id) - time.time()
         if wait > 0:   # every queued tuple is still backing off
             log.info("run %s: every queued tuple is backing off; waiting up to %.1fs", run_id, wait)
             time.sleep(min(wait, original.setting("recovery.retry.max.delay.ms") / 1000))
-        round_no = runs.get(client, run_id).round + 1
+        current = runs.get(client, run_id)
+        round_no = current.round + 1
         if strategy == "root-replay":
-            spec, wf = _root_replay_round(client, run_id, original, redis_url, round_no, queued, gen)
+            # Storm's behaviour, for comparison: replay every failed root from its spout, under
+            # a new root id (as Storm's acker would see a re-emitted message); the old roots are
+            # superseded and their queues dropped (prepare_root_replay, once the round is recorded)
+            wf = original
+            spec = RunSpec(run_id, round_no, workflow_json(original), redis_url, True, root_replay=True,
+                           root_epoch=round_no, filter_epoch=current.root_epoch,
+                           generation=gen, spill_dir=rec.spill_dir or None)
         else:
             failed: dict[str, list[int]] = {}
-            for r in queued:
-                failed.setdefault(r.component, [])
-                if r.task not in failed[r.component]:
-                    failed[r.component].append(r.task)
+            for comp, task, n in counts:
+                if n:
+                    failed.setdefault(comp, []).append(task)
             wf = synthesize(original, failed)
-            log.info("run %s round %d: recovery workflow of %d components replaying %d failed positions (%s)",
-                     run_id, round_no, len(wf.components), len(queued),
+            log.info("run %s round %d: recovery workflow of %d components replaying %d failed tuples (%s)",
+                     run_id, round_no, len(wf.components), queued,
                      ", ".join(f"{c} tasks {sorted(t)}" for c, t in sorted(failed.items())))
             spec = RunSpec(run_id, round_no, workflow_json(wf), redis_url, True,
                            original_json=rec.workflow_json, generation=gen,
                            spill_dir=rec.spill_dir or None)
         runs.update(client, run_id, gen, round=round_no, current_workflow=workflow_json(wf),
-                    current_spec=spec_json(spec), status=runs.RUNNING)
+                    current_spec=spec_json(spec), status=runs.RUNNING,
+                    **({"root_epoch": round_no} if spec.root_replay else {}))
+        if spec.root_replay:
+            prepare_root_replay(spark, client, spec)
         summary = run_and_settle(spark, client, wf, spec, progress)
         prune_failed_set(client, run_id)
         rounds_run += 1
         ran.append(round_no)
         if on_round is not None:
-            on_round({"round": round_no, "replayed": len(queued), "summary": summary})
+            on_round({"round": round_no, "replayed": queued, "summary": summary})
     # (a round that raised left the run in `error` or, killed, `running`: the next recover
     # resumes exactly that round, so the status is only settled here, after a clean loop)
     final = summarize(client, run_id, settled=True)
@@ -176,43 +229,11 @@ def _recover(spark: SparkSession, client: Redis, redis_url: str, rec: RunRecord,
     final.update({"rounds": rounds_run, "resumed": resumed is not None,
                   "components": sum_components(ran_rounds, original),
                   "components_rounds": [r["round"] for r in ran_rounds],
-                  "recovered": max(0, queued_at_start - len(queued_positions(client, run_id)) - newly_dead),
+                  "recovered": max(0, queued_at_start - queued_tuples(client, run_id) - newly_dead),
                   "newly_dead": newly_dead,
                   "duration": round(time.time() - started, 3), "strategy": strategy})
     final["spill_bytes"] = spill_bytes(final["components"])   # this recover's rounds, as its table
     return final
-
-
-def _root_replay_round(client: Redis, run_id: str, original: Workflow, redis_url: str, round_no: int,
-                       queued: list[FailedTuple], gen: str | None = None) -> tuple[RunSpec, Workflow]:
-    """Storm's behaviour, for comparison: replay every failed root from its spout, under a new
-    root id (as Storm's acker would see a re-emitted message). The old roots are settled as
-    superseded and their queue entries dropped."""
-    rec = runs.get(client, run_id)
-    epoch = rec.root_epoch
-    old_roots = {int(r) for q in queued for r in q.roots}
-    # supersede: zero the old roots' ledger entries and drop their queued tuples
-    pending = {}
-    for b in range(ledger.LEDGER_BUCKETS):
-        roots, xors = ledger.fold(cast(list[bytes], client.hvals(keys.ledger(run_id, b))))
-        for r, x in zip(roots.tolist(), xors.tolist()):
-            if r in old_roots:
-                pending[r] = x
-    blobs = ledger.pack_xors(pending)
-
-    def supersede(pipe: Any) -> None:
-        for b, blob in enumerate(blobs):
-            if blob:
-                pipe.hset(keys.ledger(run_id, b), f"superseded:{round_no}", blob)
-        for q in queued:
-            pipe.hdel(keys.queue(run_id, q.component, q.task), str(q.id))
-    if not ledger.fenced_transaction(client, run_id, gen, supersede):
-        runs.check_generation(client, run_id, gen)
-    runs.update(client, run_id, gen, root_epoch=round_no)
-    spec = RunSpec(run_id, round_no, workflow_json(original), redis_url, True,
-                   replay_roots=frozenset(old_roots), root_epoch=round_no, filter_epoch=epoch,
-                   generation=gen, spill_dir=rec.spill_dir or None)
-    return spec, original
 
 
 # --- dead letters ----------------------------------------------------------------------------
@@ -238,6 +259,9 @@ def requeue_dead(client: Redis, run_id: str, component: str | None = None,
     check_not_running(rec)
     gen = rec.generation
     dead_key = keys.dead(run_id)
+    dead_roots_key = keys.dead_roots(run_id)
+    record = keys.run_record(run_id)
+    counted = ledger.stored_counts(client, run_id)[1] is not None
     if tuple_keys is not None:
         unknown = [k for k in tuple_keys if not client.hexists(dead_key, k)]
         if unknown:
@@ -254,6 +278,9 @@ def requeue_dead(client: Redis, run_id: str, component: str | None = None,
             tup = FailedTuple.unpack(raw) if raw is not None else None
             # gone: requeued meanwhile by someone else; another component's: not asked for
             seen["tuple"] = tup if tup is not None and component in (None, tup.component) else None
+            # the dead roots the SREM below removes (WATCHed): they are queued (failed) again
+            roots = sorted({str(r) for r in (tup.roots if tup is not None else ())})
+            seen["undead"] = sum(pipe.smismember(dead_roots_key, roots)) if seen["tuple"] and roots else 0
 
         def requeue(pipe: Any, field: bytes = field, seen: dict[str, Any] = seen) -> None:
             dead: FailedTuple | None = seen["tuple"]
@@ -261,12 +288,18 @@ def requeue_dead(client: Redis, run_id: str, component: str | None = None,
                 return
             tup = dead.requeued()
             pipe.hset(keys.queue(run_id, tup.component, tup.task), str(tup.id), tup.pack())
-            pipe.sadd(keys.failed_set(run_id), f"{tup.component}:{tup.task}")
+            position = f"{tup.component}:{tup.task}"
+            pipe.sadd(keys.failed_set(run_id), position)
+            pipe.zadd(keys.queue_due(run_id), {position: 0}, lt=True)   # ready now
             pipe.hdel(dead_key, field)
             if tup.roots:
-                pipe.srem(keys.dead_roots(run_id), *[str(r) for r in tup.roots])
+                pipe.srem(dead_roots_key, *[str(r) for r in tup.roots])
+            if seen["undead"] and counted:   # the stored counts stay exact without a recount
+                pipe.hincrby(record, ledger.COUNT_FIELDS["dead"], -seen["undead"])
+                pipe.hincrby(record, ledger.COUNT_FIELDS["failed"], seen["undead"])
 
-        if not ledger.fenced_transaction(client, run_id, gen, requeue, watch=(dead_key,), read=read):
+        if not ledger.fenced_transaction(client, run_id, gen, requeue, watch=(dead_key, dead_roots_key),
+                                         read=read):
             runs.check_generation(client, run_id, gen)
         if seen.get("tuple") is not None:
             n += 1

@@ -101,7 +101,7 @@ def claim_run(client: redis.Redis, run_id: str, generation: str | None, **fields
 
 
 def spec_json(spec: RunSpec) -> str:
-    return json.dumps({"replay_roots": sorted(spec.replay_roots) if spec.replay_roots is not None else None,
+    return json.dumps({"root_replay": spec.root_replay,
                        "root_epoch": spec.root_epoch, "filter_epoch": spec.filter_epoch,
                        "source_json": spec.source_json})
 
@@ -159,8 +159,8 @@ def run_and_settle(spark: SparkSession, client: redis.Redis, wf: Workflow, spec:
         rounds = [r for r in rounds if r.get("round") != spec.round]
         rounds.append({"round": spec.round, "components": stats, "started": started, "ended": time.time()})
         runs.update(client, spec.run_id, gen, rounds=rounds, **({"stats": stats} if spec.round == 0 else {}))
-    if spec.tracking:
-        engine_rounds.resolve_ledger(spark, spec)
+    # the acker's counts, by Spark tasks (one per ledger bucket): stored with the settle
+    counts = engine_rounds.resolve_ledger(spark, spec) if spec.tracking else ledger.RootCounts()
     if spec.source_json != "{}" and uses_log_source(wf):
         # every root read in this round is now complete, queued or dead: commit past it.
         # (log source: committed before clear_round, so a driver dying in between resumes a
@@ -168,12 +168,12 @@ def run_and_settle(spark: SparkSession, client: redis.Redis, wf: Workflow, spec:
         stream_reader.commit_ranges(client, wf, spec.source_json)
     # from here on the round is settled: a resumed driver must not execute it again (its done
     # markers and in-flight tuples are about to go)
-    runs.update(client, spec.run_id, gen, settled_round=spec.round)
+    runs.update(client, spec.run_id, gen, settled_round=spec.round, **counts.record_fields(spec.round))
     if spec.tracking:
         engine_rounds.clear_round(client, spec.run_id, spec.round, spec.spill_dir)
-        pending = ledger.pending_roots(client, spec.run_id)
-        engine_rounds.tell_spouts(spark, client, spec, pending,
-                           {int(r) for r in client.smembers(keys.dead_roots(spec.run_id))})
+        if spec.root_replay:   # its spouts read it; nothing does once the round is settled
+            client.delete(keys.root_replay_set(spec.run_id, spec.round))
+        engine_rounds.tell_spouts(spark, client, spec)
     summary = summarize(client, spec.run_id, rounds=rounds, settled=True)
     if summary["status"] in (runs.COMPLETED, runs.DEAD):   # complete: overwrite sinks drop other runs' parts
         sinks.replace_other_runs(wf, spec.run_id, spec.original_json)

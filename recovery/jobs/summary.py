@@ -38,17 +38,33 @@ def spill_bytes(components: dict[str, Any]) -> int:
     return int(sum(c.get("spill_bytes", 0) for c in components.values()))
 
 
+def position_counts(client: Redis, run_id: str) -> list[tuple[str, int, int]]:
+    """(component, task, queued tuples) of every failed position, sorted: one SMEMBERS of the
+    failed set and one HLEN per position, never a queued tuple (O(failed positions))."""
+    positions = sorted(cast(bytes, p).decode() for p in client.smembers(keys.failed_set(run_id)))
+    parsed = [(comp, int(task)) for comp, task in (p.rsplit(":", 1) for p in positions)]
+    with client.pipeline(transaction=False) as pipe:
+        for comp, task in parsed:
+            pipe.hlen(keys.queue(run_id, comp, task))
+        counts = pipe.execute() if parsed else []
+    return [(comp, task, int(n)) for (comp, task), n in zip(parsed, counts)]
+
+
+def earliest_not_before(client: Redis, run_id: str) -> float:
+    """When the next queued tuple may be replayed (0: now, or nothing recorded), from the
+    positions' earliest times (keys.queue_due), not from the tuples."""
+    first = client.zrange(keys.queue_due(run_id), 0, 0, withscores=True)
+    return float(first[0][1]) if first else 0.0
+
+
 def failed_positions(client: Redis, run_id: str) -> list[dict[str, Any]]:
     out = []
-    for pos in sorted(cast(bytes, p).decode() for p in client.smembers(keys.failed_set(run_id))):
-        comp, task = pos.rsplit(":", 1)
-        qkey = keys.queue(run_id, comp, int(task))
-        count = client.hlen(qkey)
+    for comp, task, count in position_counts(client, run_id):
         sample = None
-        for _, raw in client.hscan_iter(qkey, count=1):
+        for _, raw in client.hscan_iter(keys.queue(run_id, comp, task), count=1):
             sample = FailedTuple.unpack(raw).error
             break
-        out.append({"component": comp, "task": int(task), "count": count, "sample_error": sample})
+        out.append({"component": comp, "task": task, "count": count, "sample_error": sample})
     return out
 
 
@@ -75,8 +91,11 @@ def summarize(client: Redis, run_id: str, rounds: list | None = None, settled: b
         "spill_bytes": spill_bytes(stats),
         "started": rec.started or 0.0, "ended": rec.ended,
     }
-    if not settled and not runs.round_settled(rec):
-        out.update({"counts_known": False, "unsettled_round": out["round"], "roots": None,
+    round_no = out["round"]
+    counted_round, counts = ledger.stored_counts(client, run_id)
+    if (not settled and not runs.round_settled(rec)) or counts is None or counted_round != round_no:
+        # (no counts of this round stored: a run of an earlier version, never a guess either)
+        out.update({"counts_known": False, "unsettled_round": round_no, "roots": None,
                     "complete": None, "pending": None, "failed": None, "in_flight": None, "dead": None})
         return out
     # every round's new roots (continuous runs read new messages in later rounds; replays
@@ -84,30 +103,16 @@ def summarize(client: Redis, run_id: str, rounds: list | None = None, settled: b
     roots = sum(c.get("roots", 0) for r in rounds for c in (r.get("components") or {}).values())
     if not rounds:
         roots = sum(s.get("roots", 0) for s in stats.values())
-    pending = ledger.pending_roots(client, run_id)
-    dead_roots = {int(r) for r in client.smembers(keys.dead_roots(run_id))}
-    dead = len(pending & dead_roots)
-    queued_roots = {r for q in queued_positions(client, run_id, positions) for r in q.roots}
-    failed = len((pending - dead_roots) & queued_roots)
-    in_flight = len(pending) - dead - failed
+    # the acker's counts of the settled round, stored by the tasks that folded the ledger
+    in_flight = counts.pending - counts.dead - counts.failed
     if settled:
-        out["status"] = (runs.COMPLETED if not pending
+        out["status"] = (runs.COMPLETED if not counts.pending
                          else (runs.PENDING if positions or in_flight else runs.DEAD))
-    out.update({"roots": roots, "complete": roots - len(pending), "pending": len(pending) - dead,
-                "failed": failed, "in_flight": in_flight, "dead": dead})
+    out.update({"roots": roots, "complete": roots - counts.pending, "pending": counts.pending - counts.dead,
+                "failed": counts.failed, "in_flight": in_flight, "dead": counts.dead})
     return out
 
 
-# --- the run's original workflow and its queued positions (what recovery replays) -----------
+# --- the run's original workflow -------------------------------------------------------------
 def original_workflow(rec: RunRecord) -> Workflow:
     return Workflow.model_validate_json(rec.workflow_json)
-
-
-def queued_positions(client: Redis, run_id: str, positions: list[dict[str, Any]] | None = None
-            ) -> list[FailedTuple]:
-    """Every queued failed tuple (small: failures only), of `positions` if already read."""
-    out = []
-    for p in failed_positions(client, run_id) if positions is None else positions:
-        for _, raw in client.hscan_iter(keys.queue(run_id, p["component"], p["task"])):
-            out.append(FailedTuple.unpack(raw))
-    return out

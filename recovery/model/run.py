@@ -12,7 +12,8 @@ class RunSpec:
     workflow_json: str
     redis_url: str | None
     tracking: bool = True
-    replay_roots: frozenset[int] | None = None     # root-replay: spouts emit only these roots
+    root_replay: bool = False                       # root replay: spouts emit only the roots of
+                                                    # the round's replay set (in Redis, not here)
     root_epoch: int = 0                             # root-replay gives replayed roots new ids
     filter_epoch: int = 0                           # ... and selects them by their old ids
     original_json: str | None = None                # the submitted workflow: task numbering

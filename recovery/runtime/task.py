@@ -106,7 +106,7 @@ class TaskRunner(MessageTimeouts, Collector):
         if self.tracking and client is not None:   # tracking always has a client
             self.tracker = TaskTracker(client, spec.run_id, spec.round, component_id, index,
                                        self.task_id, self.conf, generation=spec.generation,
-                                       spill_dir=spec.spill_dir)
+                                       spill_dir=spec.spill_dir, parallelism=self.comp.parallelism)
         self.contrib: dict[int, int] = {}
         self.out: dict[tuple[str, int], list] = {}
         self.ready: list[tuple[tuple[str, int], bytes]] = []
@@ -114,6 +114,7 @@ class TaskRunner(MessageTimeouts, Collector):
         self.replayed: set[int] = set()
         self.spout_messages: list[list] = []   # (root, message id): acked/failed later
         self._spout_roots: set[int] = set()     # roots this spout task made (message ids are unique)
+        self._replay_roots: frozenset[int] | None = None   # root replay: the round's replay set
         self.injections = injections(self.conf, component_id)
         self.stats: dict[str, float] = {"executed": 0, "acked": 0, "failed": 0, "emitted": 0, "roots": 0, "dead": 0}
         self.fields_of: dict[tuple[str, str], tuple[str, ...]] = {}
@@ -401,7 +402,7 @@ class TaskRunner(MessageTimeouts, Collector):
     def _count_root(self, replayed: bool) -> None:
         """`roots` counts each root once over a run's rounds: a replay (from a queue, or a
         root replay) is counted apart."""
-        if replayed or self.spec.replay_roots is not None:
+        if replayed or self.spec.root_replay:
             self.stats["replayed_roots"] = self.stats.get("replayed_roots", 0) + 1
         else:
             self.stats["roots"] += 1
@@ -414,10 +415,15 @@ class TaskRunner(MessageTimeouts, Collector):
         return salt
 
     def _selected(self, message_id: Any) -> bool:
-        """Root replay re-reads the source and emits only the failed roots (by their old ids)."""
-        if self.spec.replay_roots is None:
+        """Root replay re-reads the source and emits only the failed roots (by their old ids),
+        read from the round's replay set once per task (it holds failed roots only)."""
+        if not self.spec.root_replay:
             return True
-        return ids.root_id(self._root_salt(self.spec.filter_epoch), message_id) in self.spec.replay_roots
+        if self._replay_roots is None:
+            client = self.client or redis_of(self.spec)
+            members = client.smembers(keys.root_replay_set(self.spec.run_id, self.spec.round))
+            self._replay_roots = frozenset(int(r) for r in members)
+        return ids.root_id(self._root_salt(self.spec.filter_epoch), message_id) in self._replay_roots
 
     # -- end of task ------------------------------------------------------------------------
     def _drain(self) -> Iterator[tuple[Any, bytes]]:

@@ -88,6 +88,20 @@ def queue(run_id: str, component: str, task: int) -> str:
     return run_key(run_id, "queue", component, task)
 
 
+def queue_due(run_id: str) -> str:
+    """Sorted set: failed position "component:task" -> the earliest `not_before` of its queued
+    tuples (when the next of them may be replayed), kept with the queues: ZADD LT by the commit
+    that queues a tuple, reset to the exact minimum by the queue source that reads the queue.
+    A recovery round reads it instead of the tuples."""
+    return run_key(run_id, "due")
+
+
+def root_replay_set(run_id: str, round_no: int) -> str:
+    """Set: the old ids of the roots a root-replay round re-emits (written by its supersede
+    tasks, read by its spout tasks; dropped once the round is settled)."""
+    return run_key(run_id, "rootreplay", round_no)
+
+
 def replay_ranges(run_id: str) -> str:
     """List: every log-source plan a run read, for root replay (cleared with the run)."""
     return run_key(run_id, "logsource", "plans")

@@ -7,9 +7,11 @@ the roots still pending; complete roots leave no key behind."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any, cast
 
+import msgpack
 import numpy as np
 from redis import Redis
 from redis.exceptions import WatchError
@@ -106,9 +108,135 @@ def resolve_bucket(client: Redis, run_id: str, bucket: int, generation: str | No
 
 
 def pending_roots(client: Redis, run_id: str) -> set[int]:
-    """Every root whose ledger is not zero (after resolve_bucket, one blob per bucket)."""
+    """Every root whose ledger is not zero (after resolve_bucket, one blob per bucket). For
+    tests and diagnostics: O(pending roots), so the driver never calls it (count_bucket and
+    pending_among run in tasks)."""
     out: set[int] = set()
     for b in range(LEDGER_BUCKETS):
         roots, _ = fold(cast(list[bytes], client.hvals(keys.ledger(run_id, b))))
         out.update(int(r) for r in roots)
     return out
+
+
+# --- the acker's counts, computed per bucket by tasks (never a set of roots in the driver) ---
+# Run-record fields holding the counts of the last settled round (`counts_round`): stored by
+# the driver at settle time from what the per-bucket tasks counted; requeue_dead adjusts them.
+COUNTS_ROUND = "roots_counted_round"
+COUNT_FIELDS = {"pending": "roots_pending", "failed": "roots_failed", "dead": "roots_dead"}
+# (SMISMEMBER and msgpack reads in batches of this many)
+READ_BATCH = 10_000
+
+
+@dataclass(frozen=True)
+class RootCounts:
+    """Roots whose ledger is not zero (`pending`: in flight, queued or dead), of them the dead
+    ones (in the dead-roots set) and the failed ones (not dead, a tuple of theirs queued)."""
+    pending: int = 0
+    failed: int = 0
+    dead: int = 0
+
+    def __add__(self, other: RootCounts) -> RootCounts:
+        return RootCounts(self.pending + other.pending, self.failed + other.failed, self.dead + other.dead)
+
+    def record_fields(self, round_no: int) -> dict[str, int]:
+        """The run-record fields that store these counts as the acker's verdict of `round_no`."""
+        return {COUNTS_ROUND: round_no, **{f: getattr(self, k) for k, f in COUNT_FIELDS.items()}}
+
+
+def stored_counts(client: Redis, run_id: str) -> tuple[int | None, RootCounts | None]:
+    """(the round the record's counts are of, the counts), (None, None) when none are stored."""
+    names = [COUNTS_ROUND, *COUNT_FIELDS.values()]
+    raw = client.hmget(keys.run_record(run_id), names)
+    if any(v is None or v == b"" for v in raw):
+        return None, None
+    values = [int(cast(bytes, v)) for v in raw]
+    return values[0], RootCounts(*values[1:])
+
+
+def _batches(items: list[Any], n: int = READ_BATCH) -> Iterator[list[Any]]:
+    for i in range(0, len(items), n):
+        yield items[i:i + n]
+
+
+def queued_roots(client: Redis, run_id: str, bucket: int | None = None) -> set[int]:
+    """The roots of every queued failed tuple (of one ledger bucket): read by Spark tasks, one
+    per bucket; O(queued tuples), which grows with failures only."""
+    out: set[int] = set()
+    for pos in client.smembers(keys.failed_set(run_id)):
+        comp, task = cast(bytes, pos).decode().rsplit(":", 1)
+        for _, raw in client.hscan_iter(keys.queue(run_id, comp, int(task)), count=1000):
+            for r in msgpack.unpackb(raw, strict_map_key=False).get("roots") or ():
+                if bucket is None or r % LEDGER_BUCKETS == bucket:
+                    out.add(int(r))
+    return out
+
+
+def dead_among(client: Redis, run_id: str, roots: list[int]) -> set[int]:
+    """Those of `roots` in the run's dead-roots set (SMISMEMBER, in batches)."""
+    out: set[int] = set()
+    for batch in _batches(roots):
+        flags = client.smismember(keys.dead_roots(run_id), batch)
+        out.update(r for r, f in zip(batch, flags) if f)
+    return out
+
+
+def pending_among(client: Redis, run_id: str, roots: Iterable[int]) -> set[int]:
+    """Those of `roots` whose ledger is not zero: folds only the buckets they fall in."""
+    by_bucket: dict[int, list[int]] = {}
+    for r in roots:
+        by_bucket.setdefault(r % LEDGER_BUCKETS, []).append(r)
+    out: set[int] = set()
+    for b, wanted in by_bucket.items():
+        pending, _ = fold(cast(list[bytes], client.hvals(keys.ledger(run_id, b))))
+        keep = np.isin(np.asarray(wanted, dtype=np.uint64), pending)
+        out.update(r for r, k in zip(wanted, keep.tolist()) if k)
+    return out
+
+
+def count_bucket(client: Redis, run_id: str, bucket: int) -> RootCounts:
+    """One bucket's share of the acker's counts (after resolve_bucket, in the task that folded
+    it): its pending roots, of them the dead and the failed."""
+    roots, _ = fold(cast(list[bytes], client.hvals(keys.ledger(run_id, bucket))))
+    pending = [int(r) for r in roots.tolist()]
+    if not pending:
+        return RootCounts()
+    dead = dead_among(client, run_id, pending)
+    failed = len((set(pending) - dead) & queued_roots(client, run_id, bucket))
+    return RootCounts(len(pending), failed, len(dead))
+
+
+def supersede_bucket(client: Redis, run_id: str, bucket: int, round_no: int,
+                     generation: str | None = None) -> int:
+    """Root replay, in the task of one bucket: the queued tuples' roots of this bucket go into
+    round `round_no`'s replay set, and their pending XORs are cancelled by a
+    `superseded:<round>` blob (the replay re-emits them under new ids), in one transaction.
+    Done once per bucket and round: a bucket holding that blob is skipped, so a retried task or
+    a resumed driver never cancels twice (the replay set only grows). Returns the roots added."""
+    key = keys.ledger(run_id, bucket)
+    field = f"superseded:{round_no}"
+    old = sorted(queued_roots(client, run_id, bucket))
+    found: dict[str, Any] = {}
+
+    def read(pipe: Any) -> None:   # WATCHed: nothing else writes the ledger between rounds
+        found["done"] = bool(pipe.hexists(key, field))
+        if not found["done"] and old:
+            roots, xors = fold(cast(list[bytes], pipe.hvals(key)))
+            keep = np.isin(roots, np.asarray(old, dtype=np.uint64))
+            found["blob"] = roots[keep].tobytes() + xors[keep].tobytes()
+
+    def build(pipe: Any) -> None:
+        if found["done"] or not old:
+            return
+        if found["blob"]:
+            pipe.hset(key, field, found["blob"])
+        for batch in _batches(old):
+            pipe.sadd(keys.root_replay_set(run_id, round_no), *batch)
+            # a superseded root is pending no more (its replay is a new root), so it is not
+            # dead either: the dead-roots set stays within the pending roots, which is what
+            # lets requeue_dead adjust the stored counts by what its SREM removes
+            pipe.srem(keys.dead_roots(run_id), *batch)
+
+    if not fenced_transaction(client, run_id, generation, build, watch=(key,), read=read):
+        log.info("run %s was cleared: ledger bucket %d not superseded", run_id, bucket)
+        return 0
+    return 0 if found["done"] else len(old)

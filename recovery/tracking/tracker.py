@@ -15,7 +15,7 @@ from recovery.errors import SpillError
 from recovery.model import config as config_decl
 from recovery.model.failed import FailedTuple
 from recovery.tracking import keys
-from recovery.tracking.ledger import fenced_transaction, pack_xors
+from recovery.tracking.ledger import LEDGER_BUCKETS, fenced_transaction, pack_xors, resolve_bucket
 from recovery.tracking.spill import SpillRef, SpillStore, SpillWriter, location, task_label
 
 log = logging.getLogger(__name__)
@@ -37,8 +37,9 @@ class TaskTracker:
 
     def __init__(self, client: Redis, run_id: str, round_no: int, component: str, index: int,
                  task_id: int, conf: dict[str, str], generation: str | None = None,
-                 spill_dir: str | None = None):
+                 spill_dir: str | None = None, parallelism: int = 0):
         self.client = client
+        self.parallelism = parallelism   # the component's tasks (0: unknown, no early fold)
         self.generation = generation
         self.fenced = False          # the run was cleared or re-created: write nothing more
         self.run_id = run_id
@@ -161,6 +162,7 @@ class TaskTracker:
                     pipe.hset(keys.ledger(rid, b), f"{self.round}:{self.field}", blob)
             for comp, task, tid in self.replays_done:
                 pipe.hdel(keys.queue(rid, comp, task), str(tid))
+            due: dict[str, float] = {}   # position -> its earliest not_before among these
             for rec in self.failures:
                 comp, task, tid = rec.component, rec.task, rec.id
                 packed = rec.pack()
@@ -171,7 +173,11 @@ class TaskTracker:
                         pipe.sadd(keys.dead_roots(rid), *[str(r) for r in rec.roots])
                 else:
                     pipe.hset(keys.queue(rid, comp, task), str(tid), packed)
-                    pipe.sadd(keys.failed_set(rid), f"{comp}:{task}")
+                    pos = f"{comp}:{task}"
+                    pipe.sadd(keys.failed_set(rid), pos)
+                    due[pos] = min(due.get(pos, float("inf")), rec.not_before or 0.0)
+            if due:   # LT: a position's earliest time only moves earlier here (see keys.queue_due)
+                pipe.zadd(keys.queue_due(rid), due, lt=True)
             if state is not None:
                 state.write_to(pipe)
             if extra is not None:
@@ -186,4 +192,24 @@ class TaskTracker:
         if not fenced_transaction(self.client, rid, self.generation, build):
             self._fence()
             return False
+        if self.parallelism:
+            self._fold_when_component_done()
         return True
+
+    def _fold_when_component_done(self) -> None:
+        """The last task of a component to commit folds the ledger: every committed task's
+        blob into one compacted blob per bucket (resolve_bucket, WATCHed against concurrent
+        commits). A committed task never writes its blob again (a retry replays its stored
+        output), so folding it now is as safe as at settle time, and the ledger holds about
+        one entry per root in flight plus those of the components still running, instead of
+        one per component that touched the root (DESIGN 5: a few dozen bytes per root)."""
+        tasks = [f"{self.component}:{i}" for i in range(self.parallelism)]
+        if not all(v is not None for v in self.client.hmget(keys.task_done(self.run_id, self.round), tasks)):
+            return
+        with self.client.pipeline(transaction=False) as pipe:
+            for b in range(LEDGER_BUCKETS):
+                pipe.hlen(keys.ledger(self.run_id, b))
+            fields = pipe.execute()
+        for b, n in enumerate(fields):
+            if n > 1:   # (one field: compacted already)
+                resolve_bucket(self.client, self.run_id, b, self.generation)

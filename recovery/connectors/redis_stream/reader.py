@@ -80,7 +80,7 @@ def stream_source(runner: SourceRunner) -> Iterator[None]:
     assert client is not None   # the runner connects for a log source (TaskRunner._needs_redis)
     stream = comp.streams[0] if comp.streams else None
     stream_id = stream.id if stream else "default"
-    replay = spec.replay_roots is not None
+    replay = spec.root_replay
     plan = json.loads(spec.source_json or "{}").get(runner.component_id)
     if plan is None and replay:
         plan = _replay_plan(client, spec.run_id, runner.component_id)

@@ -287,7 +287,8 @@ class StubRunner:
         self.comp = wf.component("src")
         self.component_id = "src"
         self.index = index
-        self.spec = RunSpec(run_id, 0, "{}", None, source_json=source_json, replay_roots=replay)
+        self.spec = RunSpec(run_id, 0, "{}", None, source_json=source_json,
+                            root_replay=replay is not None)
         self.stats: dict = {}
         self.logs: list[tuple[str, str]] = []
         self.records: list[tuple] = []

@@ -208,11 +208,12 @@ def test_tick_tuples_reach_process_tick_and_a_last_one_ends_the_input():
 PROGRAMS = Path(__file__).resolve().parents[2] / "multilang_programs"
 
 
-def _replay_spec(wf: Workflow, spout: str, message_ids: list[int]) -> RunSpec:
-    """A root-replay round (jobs._root_replay_round): the spout re-reads its input and emits
-    only these messages' roots (selected by their round-0 ids), under epoch-1 ids."""
-    old_roots = frozenset(ids.root_id(ids.name_salt(spout), m) for m in message_ids)
-    return RunSpec("r", 1, submit.workflow_json(wf), "fake://", True, replay_roots=old_roots,
+def _replay_spec(wf: Workflow, spout: str, message_ids: list[int], client) -> RunSpec:
+    """A root-replay round (jobs.recover.prepare_root_replay): the spout re-reads its input and
+    emits only the roots of the round's replay set (these messages' round-0 ids), under
+    epoch-1 ids."""
+    client.sadd(keys.root_replay_set("r", 1), *[ids.root_id(ids.name_salt(spout), m) for m in message_ids])
+    return RunSpec("r", 1, submit.workflow_json(wf), "fake://", True, root_replay=True,
                    root_epoch=1, filter_epoch=0)
 
 
@@ -228,7 +229,7 @@ def test_root_replay_replays_failed_roots_after_unselected_ones(spout_impl, fake
         Component(id="src", kind="spout", impl=spout_impl, streams=(StreamDef(fields=("n",)),)),
         Component(id="sink", kind="bolt", impl=ClassImpl(ref=REF + "Collect"),
                   inputs=(Input(source="src"),))))
-    execute_round(wf, _replay_spec(wf, "src", [3, 4]), fake_redis)
+    execute_round(wf, _replay_spec(wf, "src", [3, 4], fake_redis), fake_redis)
     assert sorted(n for _, n in rc.Collect.SEEN) == [3, 4]
     stats = msgpack.unpackb(fake_redis.hget(keys.task_done("r", 1), "src:0"))
     assert stats["replayed_roots"] == 2 and stats["roots"] == 0
