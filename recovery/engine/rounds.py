@@ -23,7 +23,7 @@ from recovery.model.graph import TaskContext, subscribers, topological_order
 from recovery.model.run import RunSpec
 from recovery.model.workflow import Workflow
 from recovery.redis import connection
-from recovery.runtime import factory, task
+from recovery.runtime import batch, factory, task
 from recovery.tracking import keys, ledger
 
 if TYPE_CHECKING:
@@ -47,6 +47,9 @@ def _spout_task(spec: RunSpec, component_id: str, index: int, _it: Any):
 
 
 def _bolt_task(spec: RunSpec, component_id: str, index: int, it: Any):
+    wf, _, _ = task.workflow_of(spec)
+    if batch.is_batch_component(wf.component(component_id), wf):
+        return batch.BatchTaskRunner(spec, component_id, index).run_bolt(it)
     return task.TaskRunner(spec, component_id, index).run_bolt(it)
 
 
