@@ -77,34 +77,107 @@ def _restore(state: Any, saved: Any) -> None:
         state._cache, state._dirty = saved
 
 
+MAGIC = b"\x00RB1"   # an Arrow chunk (a msgpack chunk, a 3-array, starts with 0x93)
+
+
+def encode_chunk(src: str, src_task: int, stream: str, ids_: np.ndarray, root_off: np.ndarray,
+                 root_flat: np.ndarray, values: Any) -> bytes:
+    """Tuples between batch components: one Arrow IPC stream of id, roots and the values'
+    columns (runtime/task.py's msgpack chunk, by column)."""
+    import pyarrow as pa
+    roots = pa.ListArray.from_arrays(pa.array(root_off.astype(np.int32)), pa.array(root_flat, pa.uint64()))
+    schema_meta = {b"src": src.encode(), b"src_task": str(src_task).encode(), b"stream": stream.encode()}
+    batch = pa.RecordBatch.from_arrays([pa.array(ids_, pa.uint64()), roots, *values.columns],
+                                       names=["__id", "__roots", *values.schema.names])
+    batch = batch.replace_schema_metadata(schema_meta)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return MAGIC + sink.getvalue().to_pybytes()
+
+
+def decode_chunk(blob: bytes) -> tuple[str, int, str, Any]:
+    """(source component, source task, stream, the record batch) of an Arrow chunk."""
+    import pyarrow as pa
+    reader = pa.ipc.open_stream(pa.py_buffer(blob)[len(MAGIC):])
+    batch = reader.read_all().combine_chunks().to_batches()[0] if reader is not None else None
+    meta = batch.schema.metadata or {}
+    return meta[b"src"].decode(), int(meta[b"src_task"]), meta[b"stream"].decode(), batch
+
+
 class _Rows:
-    """Input tuples of one (source, stream), as parallel lists."""
+    """Input tuples of one (source, stream), by column: ids, roots (flat, with offsets), the
+    values (a record batch, or Python lists when they came as msgpack), attempts (0: not a
+    replay) and source tasks."""
 
-    __slots__ = ("src", "stream", "tids", "roots", "values", "attempts", "src_tasks")
+    __slots__ = ("src", "stream", "tids", "root_off", "root_flat", "values", "pyvalues", "attempts",
+                 "src_tasks")
 
-    def __init__(self, src: str, stream: str):
+    def __init__(self, src: str, stream: str, tids: np.ndarray, root_off: np.ndarray, root_flat: np.ndarray,
+                 values: Any, pyvalues: list[list] | None, attempts: np.ndarray, src_tasks: np.ndarray):
         self.src, self.stream = src, stream
-        self.tids: list[int] = []
-        self.roots: list[Sequence[int]] = []
-        self.values: list[list] = []
-        self.attempts: list[int] = []     # 0: not a replay
-        self.src_tasks: list[int] = []
+        self.tids, self.root_off, self.root_flat = tids, root_off, root_flat
+        self.values, self.pyvalues = values, pyvalues
+        self.attempts, self.src_tasks = attempts, src_tasks
+
+    @classmethod
+    def from_records(cls, src: str, src_task: int, stream: str, recs: list[list]) -> _Rows:
+        n = len(recs)
+        lens = np.fromiter((len(r[1]) for r in recs), dtype=np.int64, count=n)
+        return cls(src, stream, np.fromiter((r[0] for r in recs), dtype=np.uint64, count=n),
+                   np.r_[0, np.cumsum(lens)].astype(np.int64),
+                   np.fromiter((x for r in recs for x in r[1]), dtype=np.uint64, count=int(lens.sum())),
+                   None, [r[3] for r in recs],
+                   np.fromiter((r[4] if len(r) > 4 else 0 for r in recs), dtype=np.int64, count=n),
+                   np.full(n, src_task, dtype=np.int64))
+
+    @classmethod
+    def from_arrow(cls, src: str, src_task: int, stream: str, batch: Any) -> _Rows:
+        roots = batch.column(1)
+        n = batch.num_rows
+        return cls(src, stream, batch.column(0).to_numpy(), roots.offsets.to_numpy().astype(np.int64),
+                   roots.values.to_numpy(), batch.select(list(range(2, batch.num_columns))), None,
+                   np.zeros(n, dtype=np.int64), np.full(n, src_task, dtype=np.int64))
+
+    @staticmethod
+    def concat(parts: list[_Rows]) -> _Rows:
+        if len(parts) == 1:
+            return parts[0]
+        first = parts[0]
+        offs, base = [np.zeros(1, dtype=np.int64)], 0
+        for p in parts:
+            offs.append(p.root_off[1:] - p.root_off[0] + base)
+            base += int(p.root_off[-1] - p.root_off[0])
+        values, pyvalues = None, None
+        if all(p.values is not None for p in parts):
+            import pyarrow as pa
+            try:
+                values = pa.Table.from_batches([p.values for p in parts]).combine_chunks().to_batches()[0]
+            except (pa.ArrowInvalid, pa.ArrowTypeError):   # column types differ: as Python values
+                values = None
+        if values is None:
+            pyvalues = [v for p in parts for v in p.python_values()]
+        return _Rows(first.src, first.stream, np.concatenate([p.tids for p in parts]), np.concatenate(offs),
+                     np.concatenate([p.root_flat[p.root_off[0]:p.root_off[-1]] for p in parts]), values, pyvalues,
+                     np.concatenate([p.attempts for p in parts]), np.concatenate([p.src_tasks for p in parts]))
 
     def __len__(self) -> int:
         return len(self.tids)
 
-    def add(self, rec: list, src_task: int) -> None:
-        self.tids.append(rec[0])
-        self.roots.append(rec[1])
-        self.values.append(rec[3])
-        self.attempts.append(rec[4] if len(rec) > 4 else 0)
-        self.src_tasks.append(src_task)
-
     def part(self, lo: int, hi: int) -> _Rows:
-        p = _Rows(self.src, self.stream)
-        p.tids, p.roots, p.values = self.tids[lo:hi], self.roots[lo:hi], self.values[lo:hi]
-        p.attempts, p.src_tasks = self.attempts[lo:hi], self.src_tasks[lo:hi]
-        return p
+        return _Rows(self.src, self.stream, self.tids[lo:hi], self.root_off[lo:hi + 1], self.root_flat,
+                     self.values.slice(lo, hi - lo) if self.values is not None else None,
+                     self.pyvalues[lo:hi] if self.pyvalues is not None else None,
+                     self.attempts[lo:hi], self.src_tasks[lo:hi])
+
+    def python_values(self) -> list[list]:
+        if self.pyvalues is None:
+            columns = [c.to_pylist() for c in self.values.columns]
+            self.pyvalues = [list(r) for r in zip(*columns)] if columns else [[] for _ in range(len(self))]
+        return self.pyvalues
+
+    def roots_of(self, i: int) -> tuple[int, ...]:
+        return tuple(self.root_flat[self.root_off[i]:self.root_off[i + 1]].tolist())
 
 
 class _Call:
@@ -141,6 +214,9 @@ class BatchTaskRunner(TaskRunner):
         self._call: _Call | None = None
         self.stats["bisect_runs"] = 0
         self.stats["bisect_isolated"] = 0
+        # consumers that are batch components get Arrow chunks (see encode_chunk)
+        self.arrow_to = {r.consumer for routes in self.router.routes.values() for r in routes
+                         if is_batch_component(self.wf.component(r.consumer), self.wf)}
 
     # -- the collector side a BatchBolt talks to ------------------------------------------
     def emit_batch(self, batch: Any, anchors: Any, stream: str) -> None:
@@ -160,6 +236,35 @@ class BatchTaskRunner(TaskRunner):
             self._call.failed.setdefault(r, e)
 
     # -- the task ---------------------------------------------------------------------------
+    @staticmethod
+    def _pieces(records: Iterable[tuple[Any, bytes]]) -> Iterator[_Rows]:
+        """The input chunks, msgpack or Arrow, as _Rows of one (source, stream) each."""
+        for _, blob in records:
+            if blob[:len(MAGIC)] == MAGIC:
+                src, src_task, stream, batch = decode_chunk(blob)
+                if batch.num_rows:
+                    yield _Rows.from_arrow(src, src_task, stream, batch)
+                continue
+            src, src_task, recs = msgpack.unpackb(blob)
+            if not recs:
+                continue
+            stream = recs[0][2]
+            if all(r[2] == stream for r in recs):
+                yield _Rows.from_records(src, src_task, stream, recs)
+            else:
+                by_stream: dict[str, list] = {}
+                for r in recs:
+                    by_stream.setdefault(r[2], []).append(r)
+                for st, rs in by_stream.items():
+                    yield _Rows.from_records(src, src_task, st, rs)
+
+    def _fail_all(self, records: Iterable[tuple[Any, bytes]], error: str, tb: str) -> Iterator[tuple[Any, bytes]]:
+        for rows in self._pieces(records):
+            self.stats["executed"] += len(rows)
+            for i in range(len(rows)):
+                self._fail_row(rows, i, error, tb)
+        return iter(())
+
     def run_bolt(self, records: Iterable[tuple[Any, bytes]]) -> Iterator[tuple[Any, bytes]]:
         if self.tracker is not None and self.tracker.committed() is not None:
             yield from self.tracker.stored_output()
@@ -174,21 +279,25 @@ class BatchTaskRunner(TaskRunner):
             yield from self._fail_all(records, f"{self.component_id} could not start: {msg}", tb)
             yield from self._finish(started)
             return
-        pending: dict[tuple[str, str], _Rows] = {}
-        for _, blob in records:
-            src, src_task, recs = msgpack.unpackb(blob)
-            for rec in recs:
-                group = pending.get((src, rec[2]))
-                if group is None:
-                    group = pending[(src, rec[2])] = _Rows(src, rec[2])
-                group.add(rec, src_task)
-                if len(group) >= self.batch_size:
-                    del pending[(src, rec[2])]
-                    self._run_batch(bolt, group)
-                    if self.ready:
-                        yield from self._drain()
-        for group in pending.values():
-            self._run_batch(bolt, group)
+        pending: dict[tuple[str, str, bool], tuple[list[_Rows], int]] = {}
+        for piece in self._pieces(records):
+            key = (piece.src, piece.stream, piece.values is None)
+            parts, n = pending.pop(key, ([], 0))
+            parts.append(piece)
+            n += len(piece)
+            if n < self.batch_size:
+                pending[key] = (parts, n)
+                continue
+            rows = _Rows.concat(parts)
+            full = n - n % self.batch_size
+            for lo in range(0, full, self.batch_size):
+                self._run_batch(bolt, rows.part(lo, lo + self.batch_size))
+            if full < n:
+                pending[key] = ([rows.part(full, n)], n - full)
+            if self.ready:
+                yield from self._drain()
+        for parts, _ in pending.values():
+            self._run_batch(bolt, _Rows.concat(parts))
         try:
             bolt.finish()
         except Exception as err:   # broad-except: user code (finish) can raise anything
@@ -239,18 +348,25 @@ class BatchTaskRunner(TaskRunner):
     def _record_batch(self, rows: _Rows) -> Any:
         import pyarrow as pa
         fields = self._fields(rows.src, rows.stream)
-        width = len(rows.values[0]) if rows.values else len(fields)
+        if rows.values is not None:
+            if list(rows.values.schema.names) == list(fields) or not fields:
+                return rows.values
+            return pa.RecordBatch.from_arrays(rows.values.columns, names=list(fields))
+        values = rows.python_values()
+        width = len(values[0]) if values else len(fields)
         names = list(fields) if len(fields) == width else [f"_{j}" for j in range(width)]
-        for v in rows.values:
+        for v in values:
             if len(v) != width:
                 raise ValueError(f"tuple from {rows.src!r} stream {rows.stream!r} has {len(v)} values "
                                  f"for {width} fields ({', '.join(names)})")
-        columns = [pa.array([v[j] for v in rows.values]) for j in range(width)]
+        columns = [pa.array([v[j] for v in values]) for j in range(width)]
         return pa.RecordBatch.from_arrays(columns, names=names)
 
-    def _resolve(self, stream: str, out: Any, anchors: Any, n_in: int) -> tuple[str, list, Any]:
-        """(stream, the output rows' values, anchors as an int array or a list of lists),
-        checked: a declared stream, its fields as columns, anchors within the batch."""
+    def _resolve(self, stream: str, out: Any, anchors: Any, n_in: int) -> tuple[str, Any, Any]:
+        """(stream, the output rows as a record batch of the stream's fields, anchors as an
+        int array or a list of lists), checked: a declared stream, its fields as columns,
+        anchors within the batch."""
+        import pyarrow as pa
         declared = self.comp.stream(stream)
         if declared is None or stream not in self.router.routes:
             raise ValueError(f"{self.component_id!r} emitted on undeclared stream {stream!r}")
@@ -260,13 +376,16 @@ class BatchTaskRunner(TaskRunner):
             raise ValueError(f"{self.component_id!r}: the batch emitted on stream {stream!r} has no "
                              f"column {missing[0]!r} (fields: {' '.join(declared.fields)})")
         m = out.num_rows
-        columns = [out.column(f).to_pylist() for f in declared.fields]
-        values = [list(r) for r in zip(*columns)] if columns else [[] for _ in range(m)]
+        if isinstance(out, pa.Table):
+            out = out.combine_chunks()
+            chunks = out.to_batches()
+            out = chunks[0] if chunks else pa.RecordBatch.from_pylist([], schema=out.schema)
+        out = out.select(list(declared.fields))
         if anchors is None:
             if m != n_in:
                 raise ValueError(f"{self.component_id!r}: emit_batch without anchors needs one output "
                                  f"row per input row ({n_in} in, {m} out)")
-            return stream, values, np.arange(m, dtype=np.int64)
+            return stream, out, np.arange(m, dtype=np.int64)
         if hasattr(anchors, "to_pylist"):
             anchors = anchors.to_pylist()
         arr = np.asarray(anchors, dtype=object) if not isinstance(anchors, np.ndarray) else anchors
@@ -277,39 +396,42 @@ class BatchTaskRunner(TaskRunner):
             if m and (single.min() < 0 or single.max() >= n_in):
                 raise IndexError(f"{self.component_id!r}: an anchor is not a row of the input batch "
                                  f"of {n_in} rows")
-            return stream, values, single
+            return stream, out, single
         multi = [[int(r) for r in (a if isinstance(a, (list, tuple, np.ndarray)) else [a])] for a in arr]
         if any(not 0 <= r < n_in for a in multi for r in a):
             raise IndexError(f"{self.component_id!r}: an anchor is not a row of the input batch "
                              f"of {n_in} rows")
-        return stream, values, multi
+        return stream, out, multi
 
     # -- a successful call's outputs, acks and failures ----------------------------------------
-    def _settle(self, rows: _Rows, failed: dict[int, str], outputs: list[tuple[str, list, Any]]) -> None:
+    def _settle(self, rows: _Rows, failed: dict[int, str], outputs: list[tuple[str, Any, Any]]) -> None:
         n = len(rows)
         ok = np.ones(n, dtype=bool)
         if failed:
             ok[list(failed)] = False
-        in_ids = np.fromiter(rows.tids, dtype=np.uint64, count=n)
-        lens = np.fromiter((len(r) for r in rows.roots), dtype=np.int64, count=n)
-        flat_roots = np.fromiter((r for rs in rows.roots for r in rs), dtype=np.uint64, count=int(lens.sum()))
-        starts = np.cumsum(lens) - lens
+        in_ids = rows.tids
+        starts = rows.root_off[:-1]
+        lens = rows.root_off[1:] - starts
+        flat_roots = rows.root_flat
         xor_roots: list[np.ndarray] = []
         xor_ids: list[np.ndarray] = []
 
-        def add_xors(anchor_rows: np.ndarray, tids: np.ndarray) -> None:
-            """XOR each tid into every root of its anchor row."""
+        def root_positions(anchor_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            """(positions in flat_roots of the anchor rows' roots, roots per anchor row)."""
             k = lens[anchor_rows]
             total = int(k.sum())
-            if total == 0:
-                return
-            pos = np.repeat(starts[anchor_rows] - (np.cumsum(k) - k), k) + np.arange(total)
-            xor_roots.append(flat_roots[pos])
-            xor_ids.append(np.repeat(tids, k))
+            return np.repeat(starts[anchor_rows] - (np.cumsum(k) - k), k) + np.arange(total), k
+
+        def add_xors(anchor_rows: np.ndarray, tids: np.ndarray) -> None:
+            """XOR each tid into every root of its anchor row."""
+            pos, k = root_positions(anchor_rows)
+            if len(pos):
+                xor_roots.append(flat_roots[pos])
+                xor_ids.append(np.repeat(tids, k))
 
         counts = np.zeros(n, dtype=np.int64)   # emits per input row so far in this call
         emitted = 0
-        for stream, values, anchors in outputs:
+        for stream, out, anchors in outputs:
             salt = self.router.salts.get(stream, 0)
             if isinstance(anchors, np.ndarray):
                 occ = _occurrences(anchors) + counts[anchors]
@@ -319,60 +441,107 @@ class BatchTaskRunner(TaskRunner):
                     continue
                 kept = anchors[keep]
                 base = ids.derive_many(in_ids[kept], salt, occ[keep])
-                kept_values = values if len(keep) == len(values) else [values[i] for i in keep.tolist()]
-                kept_roots = [rows.roots[a] for a in kept.tolist()]
-                emitted += self._route(stream, base, kept_values, kept_roots, kept, add_xors)
+                kept_out = out if len(keep) == out.num_rows else out.take(keep)
+                emitted += self._route(stream, base, kept_out, kept, rows, root_positions, add_xors)
             else:
-                emitted += self._emit_multi(stream, salt, values, anchors, rows, ok, counts, add_xors)
+                emitted += self._emit_multi(stream, salt, out, anchors, rows, ok, counts)
         self.stats["emitted"] += emitted
         acked = np.flatnonzero(ok)
         add_xors(acked, in_ids[acked])
         self.stats["acked"] += len(acked)
         if self.tracker is not None:
-            for i in acked.tolist():
-                if rows.attempts[i]:   # a replay from a queue: its entry goes at commit
-                    self.tracker.replay_done(self.component_id, self.task_id, rows.tids[i])
+            for i in np.flatnonzero(ok & (rows.attempts > 0)).tolist():   # replays: queue entries go
+                self.tracker.replay_done(self.component_id, self.task_id, int(rows.tids[i]))
         if xor_roots:
             self._combine(np.concatenate(xor_roots), np.concatenate(xor_ids))
         for i in sorted(failed):
             self._fail_row(rows, i, failed[i], "")
 
-    def _route(self, stream: str, base: np.ndarray, values: list, roots: list, anchor_rows: np.ndarray,
-               add_xors: Any) -> int:
-        """Every copy of the kept output rows, by the stream's routes (runtime.Router's choices)."""
-        out, emitted = self.out, 0
+    def _targets(self, r: Any, base: np.ndarray, out: Any) -> list[np.ndarray]:
+        """The target task indices of route `r` per output row (runtime.Router's choices)."""
         m = len(base)
+        g = r.grouping
+        if g is Grouping.ALL:
+            return [np.full(m, i, dtype=np.int64) for i in range(r.p)]
+        if g is Grouping.FIELDS:
+            return [(self._key_hashes(out, r.idx) % np.uint64(r.p)).astype(np.int64)]
+        if g is Grouping.GLOBAL:
+            return [np.zeros(m, dtype=np.int64)]
+        return [(base % np.uint64(r.p)).astype(np.int64)]   # shuffle, none, local_or_shuffle
+
+    @staticmethod
+    def _key_hashes(out: Any, columns: tuple[int, ...]) -> np.ndarray:
+        """ids.fields_hash of each row's grouping key; one key column is dictionary-encoded
+        first, so that each distinct key is hashed once."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        if len(columns) == 1:
+            try:
+                encoded = pc.dictionary_encode(out.column(columns[0]), null_encoding="encode")
+            except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
+                pass   # a type Arrow does not dictionary-encode: row by row below
+            else:
+                return ids.fields_hash_many([encoded.dictionary.to_pylist()])[encoded.indices.to_numpy()]
+        return ids.fields_hash_many([out.column(j).to_pylist() for j in columns])
+
+    def _route(self, stream: str, base: np.ndarray, out: Any, anchor_rows: np.ndarray, rows: _Rows,
+               root_positions: Any, add_xors: Any) -> int:
+        """Every copy of the kept output rows: Arrow chunks to batch consumers, msgpack records
+        to row consumers."""
+        emitted, m = 0, len(base)
+        values: list[list] | None = None
+        roots: list[tuple] | None = None
+        pos, k = root_positions(anchor_rows)
+        out_flat = rows.root_flat[pos]
+        out_off = np.r_[0, np.cumsum(k)].astype(np.int64)
         for r in self.router.routes[stream]:
-            g = r.grouping
-            if g is Grouping.ALL:
-                targets = [np.full(m, i, dtype=np.int64) for i in range(r.p)]
-            elif g is Grouping.FIELDS:
-                key_cols = [[v[j] for v in values] for j in r.idx]
-                targets = [(ids.fields_hash_many(key_cols) % np.uint64(r.p)).astype(np.int64)]
-            elif g is Grouping.GLOBAL:
-                targets = [np.zeros(m, dtype=np.int64)]
-            else:   # shuffle, none, local_or_shuffle: base % p, as the row path
-                targets = [(base % np.uint64(r.p)).astype(np.int64)]
-            for idx in targets:
+            for idx in self._targets(r, base, out):
                 tids = ids.derive_many(base, (idx + r.first).astype(np.uint64))
                 add_xors(anchor_rows, tids)
-                consumer = r.consumer
-                for i, tid, rts, vals in zip(idx.tolist(), tids.tolist(), roots, values):
+                emitted += m
+                if r.consumer in self.arrow_to:
+                    self._ship_arrow(r.consumer, stream, idx, tids, out_off, out_flat, out)
+                    continue
+                if values is None:
+                    columns = [c.to_pylist() for c in out.columns]
+                    values = [list(v) for v in zip(*columns)] if columns else [[] for _ in range(m)]
+                    roots = [tuple(out_flat[out_off[j]:out_off[j + 1]].tolist()) for j in range(m)]
+                buffers, consumer = self.out, r.consumer
+                for i, tid, rts, vals in zip(idx.tolist(), tids.tolist(), roots or (), values):
                     key = (consumer, i)
-                    buf = out.get(key)
+                    buf = buffers.get(key)
                     if buf is None:
-                        buf = out[key] = []
+                        buf = buffers[key] = []
                     buf.append([tid, rts, stream, vals])
                     if len(buf) >= CHUNK:
                         self._seal(key)
-                emitted += m
         return emitted
 
-    def _emit_multi(self, stream: str, salt: int, values: list, anchors: list[list[int]], rows: _Rows,
-                    ok: np.ndarray, counts: np.ndarray, add_xors: Any) -> int:
+    def _ship_arrow(self, consumer: str, stream: str, idx: np.ndarray, tids: np.ndarray, root_off: np.ndarray,
+                    root_flat: np.ndarray, out: Any) -> None:
+        """One Arrow chunk per target task of `consumer`."""
+        for i in np.unique(idx).tolist():
+            sel = np.flatnonzero(idx == i)
+            whole = len(sel) == len(idx)
+            if whole:
+                off, flat, part = root_off, root_flat, out
+            else:
+                k = root_off[sel + 1] - root_off[sel]
+                pos = np.repeat(root_off[sel] - (np.cumsum(k) - k), k) + np.arange(int(k.sum()))
+                off, flat, part = np.r_[0, np.cumsum(k)], root_flat[pos], out.take(sel)
+            blob = encode_chunk(self.component_id, self.task_id, stream, tids if whole else tids[sel], off, flat, part)
+            key = (consumer, i)
+            self.ready.append((key, blob))
+            if self.tracker is not None:
+                self.tracker.add_output(key, blob)
+
+    def _emit_multi(self, stream: str, salt: int, out: Any, anchors: list[list[int]], rows: _Rows,
+                    ok: np.ndarray, counts: np.ndarray) -> int:
         """Output rows anchored to several input rows (or none): the row path's emit, one by one."""
         emitted = 0
         multi_counts: dict[int, int] = {}
+        columns = [c.to_pylist() for c in out.columns]
+        values = [list(v) for v in zip(*columns)] if columns else [[] for _ in range(out.num_rows)]
         for vals, anchor in zip(values, anchors):
             uniq = list(dict.fromkeys(anchor))
             if not uniq:   # unanchored: released at once, in no root's tree
@@ -381,15 +550,15 @@ class BatchTaskRunner(TaskRunner):
                 roots: tuple = ()
             elif len(uniq) == 1:
                 a = uniq[0]
-                base = ids.derive(rows.tids[a], salt, int(counts[a]))
+                base = ids.derive(int(rows.tids[a]), salt, int(counts[a]))
                 counts[a] += 1
-                roots = tuple(rows.roots[a])
+                roots = rows.roots_of(a)
             else:
                 key = 0
                 root_list: list[int] = []
                 for a in uniq:
-                    key ^= rows.tids[a]
-                    for r in rows.roots[a]:
+                    key ^= int(rows.tids[a])
+                    for r in rows.roots_of(a):
                         if r not in root_list:
                             root_list.append(r)
                 n = multi_counts.get(key, 0)
@@ -424,9 +593,9 @@ class BatchTaskRunner(TaskRunner):
             contrib[root] = contrib.get(root, 0) ^ x
 
     def _tuple(self, rows: _Rows, i: int) -> Tuple:
-        return Tuple(rows.tids[i], rows.src, rows.stream, self.task_id, rows.values[i],
-                     self._fields(rows.src, rows.stream), rows.roots[i], rows.src_tasks[i],
-                     rows.attempts[i] or 1)
+        return Tuple(int(rows.tids[i]), rows.src, rows.stream, self.task_id, rows.python_values()[i],
+                     self._fields(rows.src, rows.stream), rows.roots_of(i), int(rows.src_tasks[i]),
+                     int(rows.attempts[i]) or 1)
 
     def _fail_row(self, rows: _Rows, i: int, error: str, tb: str) -> None:
         """Row i fails alone, as a row bolt's tuple would (Collector.fail's record)."""

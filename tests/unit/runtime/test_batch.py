@@ -87,13 +87,13 @@ def chain(*stages: tuple[str, str, tuple[str, ...], Grouping], poison: set[int] 
     """src (n) -> each stage in turn -> out (a ListSink); stage = (id, class, fields, grouping)."""
     comps = [Component(id="src", kind="spout", impl=ClassImpl(ref=testing.TESTING_SPOUT), parallelism=2,
                        streams=(StreamDef(fields=("n",)),))]
-    prev = "src"
+    prev, prev_fields = "src", ("n",)
     for cid, cls, fields, grouping in stages:
-        inp = Input(source=prev, grouping=grouping, fields=fields[:1] if grouping is Grouping.FIELDS else ())
+        inp = Input(source=prev, grouping=grouping, fields=prev_fields[:1] if grouping is Grouping.FIELDS else ())
         comps.append(Component(id=cid, kind="bolt", impl=ClassImpl(ref=HERE + cls), parallelism=parallelism,
                                streams=(StreamDef(fields=fields),), inputs=(inp,),
                                config=(("test.poison", " ".join(map(str, sorted(poison)))),)))
-        prev = cid
+        prev, prev_fields = cid, fields
     comps.append(Component(id="out", kind="bolt", impl=ClassImpl(ref=testing.LIST_SINK), parallelism=2,
                            inputs=(Input(source=prev, grouping=Grouping.FIELDS, fields=(stages[-1][2][0],)),)))
     return Workflow(name="batch", components=tuple(comps),
@@ -190,3 +190,53 @@ def test_row_and_batch_stages_mix_and_tuples_cross_unchanged(kinds):
 def test_the_xor_ledger_completes_every_root_of_a_batch_run():
     run = _run(double("BatchDouble", batch_size=5, poison={4}), list(range(23)))
     assert ledger.pending_roots(run.client, "r") == {observed(run)["queued"][0][3][0]}
+
+
+class BatchKeys(BatchBolt):
+    """[n] -> [key, n] with keys of awkward kinds: nulls, floats that a dict confuses, lists."""
+
+    KEYS = [None, 0.0, -0.0, 1.5, None, 2.5]
+
+    def process_batch(self, batch):
+        n = batch.column("n").to_pylist()
+        kind = self.conf.get("test.keys", "float")
+        keys = [[v % 3, v % 2] for v in n] if kind == "list" else [self.KEYS[v % 6] for v in n]
+        self.emit_batch(pa.record_batch([pa.array(keys), pa.array(n)], names=["n", "d"]))
+
+
+class RowKeys(BasicBolt):
+    def process(self, tup):
+        v = tup["n"]
+        self.emit([[v % 3, v % 2] if self.conf.get("test.keys", "float") == "list" else BatchKeys.KEYS[v % 6], v])
+
+
+@pytest.mark.parametrize("kind", ["float", "list"])
+def test_fields_grouping_on_keys_arrow_encodes_routes_as_the_row_path(kind):
+    def wf(cls):
+        w = chain(("keys", cls, ("n", "d"), Grouping.SHUFFLE), ("sum", "RowPair" if kind == "float" else "Pass",
+                  ("n", "d"), Grouping.FIELDS), batch_size=16)
+        return w.with_config({"test.keys": kind})
+    items = list(range(40))
+    assert observed(_run(wf("BatchKeys"), items)) == observed(_run(wf("RowKeys"), items))
+
+
+class Pass(BasicBolt):
+    def process(self, tup):
+        self.emit(list(tup.values))
+
+
+def test_tuples_between_batch_components_travel_as_arrow_and_to_row_components_as_msgpack(fake_redis):
+    from recovery.model.run import RunSpec
+    from recovery.runtime import batch as batch_runtime
+    wf = testing.with_list_sinks(testing.feed(
+        chain(("dbl", "BatchDouble", ("n", "d"), Grouping.SHUFFLE), ("sum", "BatchSum", ("s",), Grouping.FIELDS),
+              batch_size=8), "src", list(range(30))))
+    received = testing.execute_round(wf, RunSpec("r", 0, wf.model_dump_json(), "fake://", True), fake_redis)
+    into = {cid: [blob[:len(batch_runtime.MAGIC)] == batch_runtime.MAGIC for (c, _), blobs in received.items()
+                  if c == cid for blob in blobs] for cid in ("dbl", "sum", "out")}
+    assert into["dbl"] and not any(into["dbl"])     # from a row spout: msgpack
+    assert into["sum"] and all(into["sum"])         # batch to batch: Arrow
+    assert into["out"] and not any(into["out"])     # to a row sink: msgpack
+    src, src_task, stream, rb = batch_runtime.decode_chunk(
+        next(b for (c, _), bs in received.items() if c == "sum" for b in bs))
+    assert (src, stream) == ("dbl", "default") and rb.schema.names == ["__id", "__roots", "n", "d"]
