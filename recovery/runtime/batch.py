@@ -85,7 +85,8 @@ def encode_chunk(src: str, src_task: int, stream: str, ids_: np.ndarray, root_of
     """Tuples between batch components: one Arrow IPC stream of id, roots and the values'
     columns (runtime/task.py's msgpack chunk, by column)."""
     import pyarrow as pa
-    roots = pa.ListArray.from_arrays(pa.array(root_off.astype(np.int32)), pa.array(root_flat, pa.uint64()))
+    offsets = pa.array(root_off.astype(np.int32), pa.int32())
+    roots = pa.ListArray.from_arrays(offsets, pa.array(root_flat, pa.uint64()))
     schema_meta = {b"src": src.encode(), b"src_task": str(src_task).encode(), b"stream": stream.encode()}
     batch = pa.RecordBatch.from_arrays([pa.array(ids_, pa.uint64()), roots, *values.columns],
                                        names=["__id", "__roots", *values.schema.names])
@@ -567,7 +568,8 @@ class BatchTaskRunner(TaskRunner):
                 roots = tuple(root_list)
             if uniq and not all(ok[a] for a in uniq):
                 continue   # anchored to a failed row: nothing flows on
-            recs = [(c, i, [tid, roots, stream, vals]) for c, i, _, tid in self.router.deliver(stream, vals, base, None)]
+            deliveries = self.router.deliver(stream, vals, base, None)
+            recs = [(c, i, [tid, roots, stream, vals]) for c, i, _, tid in deliveries]
             if roots:
                 self._combine(np.fromiter((r for _, _, rec in recs for r in roots), dtype=np.uint64),
                               np.fromiter((rec[0] for _, _, rec in recs for _ in roots), dtype=np.uint64))
