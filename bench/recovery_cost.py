@@ -128,7 +128,7 @@ def batch_variant(args: argparse.Namespace) -> int:
                 rows.append([workflow, f"{clean_secs:.2f}", f"{fail_secs:.2f}", f"{failed:,}",
                              f"{agg.get('bisect_runs', 0):,}", f"{agg.get('bisect_isolated', 0):,}",
                              f"{agg.get('bisect_runs', 0) / max(agg.get('bisect_isolated', 0), 1):.1f}"
-                             if "bisect_runs" in agg else "-",
+                             if "bisect_runs" in agg else "-", f"{agg.get('bisect_rows', 0):,}",
                              f"{executions(runs.get(client, run_id), True):,}", f"{rec_secs:.2f}",
                              str(dupes), str(missing), r["status"]])
                 print(f"{workflow}: failing run {fail_secs:.2f}s, recovery {rec_secs:.2f}s, {r['status']}",
@@ -139,9 +139,9 @@ def batch_variant(args: argparse.Namespace) -> int:
               f"`aggregate`; Spark local[2], {'Redis ' + args.redis if args.redis else 'embedded Redis'}, "
               f"{time.strftime('%Y-%m-%d')}")
         print(C.table(["workflow", "clean s", "failing s", "failed", "bisect runs", "isolated",
-                       "runs per isolated", "recovery executions", "recovery s", "duplicates",
+                       "runs per isolated", "rows run again", "recovery executions", "recovery s", "duplicates",
                        "missing", "final status"], rows))
-        exact = all(r[9] == "0" and r[10] == "0" and r[11] == "completed" for r in rows)
+        exact = all(r[10] == "0" and r[11] == "0" and r[12] == "completed" for r in rows)
         print(f"goal: exact after recovery, 0 duplicates: {'met' if exact else 'NOT met'}")
     return 0
 

@@ -17,8 +17,9 @@ emits would (runtime.collector, runtime.routing), computed over arrays:
 Failure localization: a call that raises (or emits something invalid) is discarded, outputs
 and keyed-state writes alike, and its two halves are run again, recursively, until each
 failing row fails alone with its own error: the FailedTuple a row bolt's exception gives. The
-task's stats count the re-executions (`bisect_runs`) and the rows isolated that way
-(`bisect_isolated`): about 2*log2(batch size) runs per isolated failure. Rows named in
+task's stats count the re-executions (`bisect_runs`, and `bisect_rows`, the rows they ran
+again) and the rows isolated that way (`bisect_isolated`): at most 2*log2(batch size) runs per
+isolated failure. Rows named in
 `fail_rows` fail without bisection.
 
 Tuples replayed from a failed position's queue come in as any others (with their attempt) and
@@ -215,6 +216,7 @@ class BatchTaskRunner(TaskRunner):
         self._call: _Call | None = None
         self.stats["bisect_runs"] = 0
         self.stats["bisect_isolated"] = 0
+        self.stats["bisect_rows"] = 0      # rows run again by bisection
         # consumers that are batch components get Arrow chunks (see encode_chunk)
         self.arrow_to = {r.consumer for routes in self.router.routes.values() for r in routes
                          if is_batch_component(self.wf.component(r.consumer), self.wf)}
@@ -339,6 +341,7 @@ class BatchTaskRunner(TaskRunner):
                 return
             mid = len(rows) // 2
             self.stats["bisect_runs"] += 2
+            self.stats["bisect_rows"] += len(rows)
             self._attempt(bolt, rows.part(0, mid), True)
             self._attempt(bolt, rows.part(mid, len(rows)), True)
             return

@@ -167,6 +167,7 @@ def test_bisection_isolates_k_poison_rows_and_counts_its_reexecutions(n, bad):
     # each isolated row costs at most 2 runs per halving: <= 2 * k * ceil(log2 n) re-executions
     depth = int(np.ceil(np.log2(n))) if n > 1 else 0
     assert 0 < stats["bisect_runs"] <= 2 * len(bad) * depth or n == 1
+    assert stats["bisect_rows"] <= n * depth     # each halving level runs at most the batch again
 
 
 def test_without_a_failure_a_batch_runs_once():
