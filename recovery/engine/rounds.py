@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 
 # --- task entry points (pickled into Spark tasks: module-level functions) --------------
 def _spout_task(spec: RunSpec, component_id: str, index: int, _it: Any):
+    wf, _, _ = task.workflow_of(spec)
+    if batch.reads_in_batches(wf.component(component_id), wf):
+        return batch.BatchTaskRunner(spec, component_id, index).run_spout(batch.file_source_batches)
     runner = task.TaskRunner(spec, component_id, index)
     impl = runner.comp.impl
     if impl.kind == "source":

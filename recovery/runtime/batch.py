@@ -27,7 +27,9 @@ are batched the same way, so recovery replays failed rows through the same batch
 """
 from __future__ import annotations
 
+import functools
 import logging
+import os
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -38,7 +40,9 @@ import numpy as np
 from recovery.api.batch import BatchBolt
 from recovery.api.components import Tuple
 from recovery.api.loader import load_class
+from recovery.connectors import files
 from recovery.model import config as config_decl
+from recovery.model.graph import subscribers
 from recovery.model.workflow import Component, Grouping, Workflow
 from recovery.runtime.collector import CHUNK, format_error
 from recovery.runtime.task import TaskRunner
@@ -607,3 +611,75 @@ class BatchTaskRunner(TaskRunner):
         tup = self._tuple(rows, i)
         self.outstanding[tup.id] = tup
         self.fail(tup, error, tb)
+
+
+# --- a text file source feeding batch components --------------------------------------------
+def reads_in_batches(comp: Component, wf: Workflow) -> bool:
+    """A text file source whose every subscriber is a batch component: it reads and emits a
+    block of lines at a time (file_source_batches)."""
+    impl = comp.impl
+    if impl.kind != "source" or impl.type != "file" or impl.param("format", "text") not in ("text", ""):
+        return False
+    consumers = [c for c, _ in subscribers(wf, comp.id)]
+    return bool(consumers) and all(is_batch_component(c, wf) for c in consumers)
+
+
+def file_source_batches(runner: Any) -> Iterator[None]:
+    """connectors.files.file_source, a block of lines at a time: the same root ids (from the
+    same (file, offset) message ids), tuple ids, routes and ledger contributions, with the
+    lines sent to the batch consumers as Arrow chunks. A block with a line that is not UTF-8
+    goes through file_source's own path (spout_record), so that line fails alone as there."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    comp = runner.comp
+    stream = comp.streams[0]
+    field = stream.fields[0] if stream.fields else "_0"
+    salt = runner._root_salt(runner.spec.root_epoch)
+    stream_salt = runner.router.salts.get(stream.id, 0)
+    decode = files.decoder("text", stream.fields)
+    for path in files.source_files(comp.impl, runner.wf.base_dir):
+        name = os.path.basename(path)
+        offsets: list[int] = []
+        lines: list[bytes] = []
+        split = files._split_lines(path, runner.index, comp.parallelism)
+        while True:
+            offsets.clear()
+            lines.clear()
+            for offset, raw in split:
+                if raw.strip():
+                    offsets.append(offset)
+                    lines.append(raw)
+                    if len(lines) >= runner.batch_size:
+                        break
+            if not lines:
+                break
+            hashes = ids.position_hashes(name, np.array(offsets, dtype=np.uint64))
+            if runner.spec.replay_roots is not None:   # root replay: only the failed roots' lines
+                old = ids.derive_many(runner._root_salt(runner.spec.filter_epoch), hashes)
+                chosen = np.isin(old, np.fromiter(runner.spec.replay_roots, dtype=np.uint64))
+                hashes = hashes[chosen]
+                kept = np.flatnonzero(chosen).tolist()
+                offsets[:], lines[:] = [offsets[i] for i in kept], [lines[i] for i in kept]
+                if not lines:
+                    continue
+            try:
+                text = pc.cast(pa.array([ln.rstrip(b"\r\n") for ln in lines], pa.binary()), pa.string())
+            except pa.ArrowInvalid:   # a line that is not UTF-8: the row path fails it alone
+                for offset, raw in zip(offsets, lines):
+                    runner.spout_record((name, offset), functools.partial(decode, raw), raw, stream.id, "text")
+                yield None
+                continue
+            m = len(lines)
+            roots = ids.derive_many(salt, hashes)
+            base = ids.derive_many(roots, stream_salt, 0)
+            out = pa.RecordBatch.from_arrays([text], names=[field])
+            off, flat = np.arange(m + 1, dtype=np.int64), roots
+            for r in runner.router.routes[stream.id]:
+                for idx in runner._targets(r, base, out):
+                    tids = ids.derive_many(base, (idx + r.first).astype(np.uint64))
+                    runner._combine(roots, tids)
+                    runner._ship_arrow(r.consumer, stream.id, idx, tids, off, flat, out)
+                    runner.stats["emitted"] += m
+            counted = "replayed_roots" if runner.spec.replay_roots is not None else "roots"
+            runner.stats[counted] = runner.stats.get(counted, 0) + m
+            yield None

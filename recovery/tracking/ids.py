@@ -247,3 +247,12 @@ def fields_hash_many(columns: list[list]) -> Any:
                 memo[mk] = h
         out[i] = h
     return out
+
+
+def position_hashes(name: str, offsets: Any) -> Any:
+    """`stable_hash((name, offset))` for each offset (uint64 array): a file source's message
+    ids, whose root ids are `derive(spout salt, this)`."""
+    import numpy as np
+    h = _str_hash(name)
+    offs = np.asarray(offsets, dtype=np.uint64)
+    return _np_tuple_hash([_STABLE, _T_SEQ, 2, _T_HASHED, h, h >> _HI, _T_UINT, offs, offs >> np.uint64(_HI)])

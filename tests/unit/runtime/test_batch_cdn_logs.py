@@ -67,3 +67,21 @@ def test_cdn_logs_batch_gives_what_cdn_logs_gives(fake_redis, tmp_path, invalid)
         testing.recover_local(run)
     row, batch = (_observed(runs[n]) for n in ("cdn_logs", "cdn_logs_batch"))
     assert row["dead"] and batch == row
+
+
+def test_the_file_source_feeding_batch_bolts_reads_in_blocks_and_gives_the_row_ids(fake_redis):
+    """Without a fed spout: cdn_logs_batch's file source reads blocks of lines (it feeds only
+    batch bolts) and must derive the row source's root and tuple ids, so every record and
+    queued tuple is the same, under the same id, before and after either recovery."""
+    runs = {}
+    for name in ("cdn_logs", "cdn_logs_batch"):
+        wf = load(WORKFLOWS / f"{name}.xml").with_config({"recovery.batch.size": "100",
+                                                          "recovery.retry.delay.period.ms": "0"})
+        runs[name] = testing.run_local(wf.model_copy(update={"name": "cdn"}), fake_redis, run_id=f"f-{name}")
+    row, batch = (_observed(runs[n]) for n in ("cdn_logs", "cdn_logs_batch"))
+    assert len(row["queued"]) == 20 and len(row["sink"]) == 980 and batch == row
+    assert runs["cdn_logs_batch"].summary["components"]["logs"]["roots"] == 1000
+    for run in runs.values():
+        testing.recover_local(run)
+    row, batch = (_observed(runs[n]) for n in ("cdn_logs", "cdn_logs_batch"))
+    assert batch == row

@@ -39,3 +39,9 @@ def test_fields_hash_many_is_fields_hash(rows, width):
 def test_fields_hash_many_tells_values_a_dict_would_confuse():
     column = [0.0, -0.0, 1, True, 1.0, "1", None, 0]
     assert [int(x) for x in ids.fields_hash_many([column])] == [ids.fields_hash([v]) for v in column]
+
+
+@given(st.text(max_size=12), st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=30))
+def test_position_hashes_are_stable_hash_of_name_and_offset(name, offsets):
+    got = ids.position_hashes(name, np.array(offsets, dtype=np.uint64))
+    assert [int(x) for x in got] == [ids.stable_hash((name, o)) for o in offsets]
