@@ -111,6 +111,17 @@ def decode_chunk(blob: bytes) -> tuple[str, int, str, Any]:
     return meta[b"src"].decode(), int(meta[b"src_task"]), meta[b"stream"].decode(), batch
 
 
+def split_chunk(blob: bytes) -> list[bytes]:
+    """An Arrow chunk as one-tuple chunks (the test kit's arrival orders permute tuples)."""
+    src, src_task, stream, batch = decode_chunk(blob)
+    roots = batch.column(1)
+    offsets, flat = roots.offsets.to_numpy().astype(np.int64), roots.values.to_numpy()
+    values = batch.select(list(range(2, batch.num_columns)))
+    return [encode_chunk(src, src_task, stream, batch.column(0).to_numpy()[i:i + 1],
+                         offsets[i:i + 2] - offsets[i], flat[offsets[i]:offsets[i + 1]], values.slice(i, 1))
+            for i in range(batch.num_rows)]
+
+
 class _Rows:
     """Input tuples of one (source, stream), by column: ids, roots (flat, with offsets), the
     values (a record batch, or Python lists when they came as msgpack), attempts (0: not a
