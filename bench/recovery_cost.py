@@ -23,6 +23,13 @@ difference) and missing records; then the ratios localized/root-replay and
 localized/full-rerun. Times are printed, never asserted.
 
     .venv/bin/python bench/recovery_cost.py [--tuples 200000] [--rate 0.01] [--redis URL]
+        [--workflow bench_pipeline|cdn_logs_batch]
+
+--workflow cdn_logs_batch is the batch variant (issue 13): workflows/cdn_logs_batch.xml with
+the rate's tuples failing once at its batch `aggregate`, recovered localized, against a
+failure-free run of the same input; and workflows/cdn_logs.xml (row bolts) the same way, for
+comparison (the injection chooses tuples by id, and both derive the same ids). Prints
+executions, bisection re-executions per isolated failure, duplicates and missing records.
 """
 from __future__ import annotations
 
@@ -77,6 +84,72 @@ def ratio(a: float, b: float) -> str:
     return f"{a / b:.3f}" if b else "n/a"
 
 
+def batch_variant(args: argparse.Namespace) -> int:
+    """cdn_logs_batch and cdn_logs, each: failure-free run, failing run, localized recovery."""
+    n = args.tuples
+    inject = {"recovery.inject.bench.component": "aggregate", "recovery.inject.bench.mode": "transient",
+              "recovery.inject.bench.rate": str(args.rate), "recovery.inject.bench.attempts": "1"}
+    with C.bench_home(args.keep, "recovery-bench-cost-batch-") as home:
+        sys.path.insert(0, str(C.WORKFLOWS))
+        from cdn_logs.generate import generate
+
+        from recovery.jobs import clear, recover
+        from recovery.tracking import runs
+        src = home / "cdn.log"
+        generate(str(src), n, seed=4, invalid=0.0)
+
+        def folder(workflow: str, name: str) -> Path:
+            xml = C.copy_workflow(workflow, home / name)
+            C.copy_workflow("cdn_logs", home / name)   # cdn_logs_batch's components import cdn_logs's
+            target = xml.parent / "data" / "cdn.log"
+            target.unlink(missing_ok=True)
+            os.link(src, target)
+            return xml
+
+        def sink(name: str, workflow: str) -> collections.Counter:
+            return C.sink_multiset(home / name / "out" / workflow)
+
+        rows = []
+        with C.redis_for(home, args.redis) as (client, url), C.spark_session(home) as spark:
+            warm, _ = C.submit(spark, client, url, folder("cdn_logs_batch", "warm"), inject)
+            recover.recover(spark, client, url, warm["run_id"])
+            clear.clear(client, warm["run_id"])
+            for workflow in ("cdn_logs_batch", "cdn_logs"):
+                s, clean_secs = C.submit(spark, client, url, folder(workflow, f"{workflow}-clean"),
+                                         run_id=f"bench-{workflow}-clean")
+                clear.clear(client, s["run_id"])
+                ref = sink(f"{workflow}-clean", workflow)
+                run_id = f"bench-{workflow}-failing"
+                s, fail_secs = C.submit(spark, client, url, folder(workflow, f"{workflow}-failing"), inject,
+                                        run_id=run_id)
+                failed = sum(p["count"] for p in s["failed_positions"])
+                agg = s["components"]["aggregate"]
+                t0 = time.perf_counter()
+                r = recover.recover(spark, client, url, run_id)
+                rec_secs = time.perf_counter() - t0
+                got = sink(f"{workflow}-failing", workflow)
+                dupes, missing = sum((got - ref).values()), sum((ref - got).values())
+                rows.append([workflow, f"{clean_secs:.2f}", f"{fail_secs:.2f}", f"{failed:,}",
+                             f"{agg.get('bisect_runs', 0):,}", f"{agg.get('bisect_isolated', 0):,}",
+                             f"{agg.get('bisect_runs', 0) / max(agg.get('bisect_isolated', 0), 1):.1f}"
+                             if "bisect_runs" in agg else "-", f"{agg.get('bisect_rows', 0):,}",
+                             f"{executions(runs.get(client, run_id), True):,}", f"{rec_secs:.2f}",
+                             str(dupes), str(missing), r["status"]])
+                print(f"{workflow}: failing run {fail_secs:.2f}s, recovery {rec_secs:.2f}s, {r['status']}",
+                      file=sys.stderr)
+                clear.clear(client, run_id)
+        print()
+        print(f"cdn_logs_batch vs cdn_logs, {n:,} roots, {args.rate:.1%} of tuples failing once at "
+              f"`aggregate`; Spark local[2], {'Redis ' + args.redis if args.redis else 'embedded Redis'}, "
+              f"{time.strftime('%Y-%m-%d')}")
+        print(C.table(["workflow", "clean s", "failing s", "failed", "bisect runs", "isolated",
+                       "runs per isolated", "rows run again", "recovery executions", "recovery s", "duplicates",
+                       "missing", "final status"], rows))
+        exact = all(r[10] == "0" and r[11] == "0" and r[12] == "completed" for r in rows)
+        print(f"goal: exact after recovery, 0 duplicates: {'met' if exact else 'NOT met'}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tuples", type=int, default=200_000, help="root tuples (default 200,000)")
@@ -84,7 +157,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="fraction of tuples failing once at stage 4 (default 0.01)")
     ap.add_argument("--redis", default=None, help="a Redis URL (default: an embedded server)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    ap.add_argument("--workflow", default=WORKFLOW, choices=(WORKFLOW, "cdn_logs_batch"),
+                    help="cdn_logs_batch: the batch variant (see above)")
     args = ap.parse_args(argv)
+    if args.workflow == "cdn_logs_batch":
+        return batch_variant(args)
     n = args.tuples
     inject = injection(args.rate)
 

@@ -10,8 +10,13 @@ session (local[2]) and one Redis, run three ways, alternating per repeat:
 Every run's keys are removed after it (jobs.clear). Prints each variant's median seconds and
 the median ratios tracked/untracked (the design's goal: at most 1.3x) and untracked/plain.
 
+--workflow cdn_logs_batch (batch components, issue 13) runs, on the same input, tracked,
+untracked and `row`: the row workflow cdn_logs, tracked, in place of plain. Goals printed:
+batch tracked at least 10x the row workflow's roots/s, identical sinks, tracked/untracked at
+most 1.1x.
+
     .venv/bin/python bench/tracking_overhead.py [--tuples 1000000] [--repeats 3]
-        [--workflow cdn_logs|wordcount] [--invalid 0.0] [--redis URL] [--profile]
+        [--workflow cdn_logs|cdn_logs_batch|wordcount] [--invalid 0.0] [--redis URL] [--profile]
 
 --tuples counts root tuples (log lines for cdn_logs, sentences for wordcount); the input is
 generated into a temporary folder with the workflow's own generator. --profile then runs one
@@ -38,7 +43,7 @@ GOAL = 1.3
 def generate_input(workflow: str, folder: Path, n: int, invalid: float) -> Path:
     """The workflow's own deterministic generator, writing into the copy's data folder."""
     sys.path.insert(0, str(folder))
-    if workflow == "cdn_logs":
+    if workflow in ("cdn_logs", "cdn_logs_batch"):
         from cdn_logs.generate import generate
         path = folder / "data" / "cdn.log"
         generate(str(path), n, seed=4, invalid=invalid)
@@ -119,11 +124,27 @@ def profile_task(wf, spec_url: str, client, component: str, index: int) -> None:
         clear.clear(client, run_id, force=True)
 
 
+BATCH_SPEEDUP_GOAL, BATCH_OVERHEAD_GOAL = 10.0, 1.1
+
+
+def print_batch_goals(ratios: dict[str, list[float]], cpu_ratios: dict[str, list[float]], same: bool) -> None:
+    """Issue 13's goals for cdn_logs_batch: met, or how far."""
+    speedup, speedup_cpu = C.median(ratios["row/tracked"]), C.median(cpu_ratios["row/tracked"])
+    rt, ct = C.median(ratios["tracked/untracked"]), C.median(cpu_ratios["tracked/untracked"])
+    print(C.table(["ratio (median of per-repeat ratios)", "wall", "CPU", "goal"], [
+        ["batch speed-up (row tracked / batch tracked)", f"{speedup:.2f}x", f"{speedup_cpu:.2f}x",
+         f">= {BATCH_SPEEDUP_GOAL:g}x (wall: {'met' if speedup >= BATCH_SPEEDUP_GOAL else 'not met'})"],
+        ["batch tracked / untracked", f"{rt:.2f}x", f"{ct:.2f}x",
+         f"<= {BATCH_OVERHEAD_GOAL}x (wall: {'met' if rt <= BATCH_OVERHEAD_GOAL else 'not met'})"],
+        ["identical sinks (row and batch)", "yes" if same else "NO", "", "yes"],
+    ]))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tuples", type=int, default=1_000_000, help="root tuples (default 1,000,000)")
     ap.add_argument("--repeats", type=int, default=3, help="repeats of each variant (default 3)")
-    ap.add_argument("--workflow", default="cdn_logs", choices=("cdn_logs", "wordcount"))
+    ap.add_argument("--workflow", default="cdn_logs", choices=("cdn_logs", "cdn_logs_batch", "wordcount"))
     ap.add_argument("--invalid", type=float, default=0.0,
                     help="cdn_logs: fraction of invalid lines (default 0: the success path)")
     ap.add_argument("--redis", default=None, help="a Redis URL (default: an embedded server)")
@@ -135,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     with C.bench_home(args.keep, "recovery-bench-overhead-") as home:
         folder = home / "wf"
         xml = C.copy_workflow(args.workflow, folder)
+        batch = args.workflow == "cdn_logs_batch"
+        row_xml = C.copy_workflow("cdn_logs", folder) if batch else None   # its components import cdn_logs's
         t0 = time.perf_counter()
         data = generate_input(args.workflow, folder, args.tuples, args.invalid)
         print(f"input: {args.tuples:,} root tuples of {args.workflow} ({data.stat().st_size / 1e6:.1f} MB), "
@@ -142,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         from recovery.jobs import clear
         wf = C.load_workflow(xml)
         out_dir = sink_folder(wf)
+        row_wf = C.load_workflow(row_xml) if row_xml else None
         times: dict[str, list[float]] = collections.defaultdict(list)
         cpus: dict[str, list[float]] = collections.defaultdict(list)
         ratios: dict[str, list[float]] = collections.defaultdict(list)
@@ -152,26 +176,30 @@ def main(argv: list[str] | None = None) -> int:
             # warm-up: Python workers started, classes imported (not measured)
             warm = folder / "warm"
             C.copy_workflow(args.workflow, warm)
+            if batch:
+                C.copy_workflow("cdn_logs", warm)
             generate_input(args.workflow, warm, min(args.tuples, 2000), args.invalid)
             s, _ = C.submit(spark, client, url, warm / f"{args.workflow}.xml", tracking=True)
             clear.clear(client, s["run_id"])
-            C.run_plain(spark, C.load_workflow(warm / f"{args.workflow}.xml"))
+            if not batch:
+                C.run_plain(spark, C.load_workflow(warm / f"{args.workflow}.xml"))
             prints: dict[str, tuple[int, str]] = {}
             for rep in range(args.repeats):
-                order = ["tracked", "untracked", "plain"]
+                order = ["tracked", "untracked", "row" if batch else "plain"]
                 order = order[rep % 3:] + order[:rep % 3]      # alternate who goes first
                 this: dict[str, float] = {}
                 for variant in order:
-                    shutil.rmtree(out_dir, ignore_errors=True)
+                    variant_out = sink_folder(row_wf) if variant == "row" else out_dir
+                    shutil.rmtree(variant_out, ignore_errors=True)
                     with C.CpuMeter(client) as cpu:
                         if variant == "plain":
                             secs = C.run_plain(spark, wf)
                         else:
                             with C.MemorySampler(url) as mem:
-                                summary, secs = C.submit(spark, client, url, xml,
-                                                         tracking=(variant == "tracked"))
+                                summary, secs = C.submit(spark, client, url, row_xml if variant == "row" else xml,
+                                                         tracking=(variant != "untracked"))
                     if variant != "plain":
-                        if variant == "tracked":
+                        if variant in ("tracked", "row"):
                             redis_peak = max(redis_peak, mem.peak)
                             if summary["status"] != "completed" and not args.invalid:
                                 print(f"warning: tracked run ended {summary['status']}", file=sys.stderr)
@@ -180,12 +208,16 @@ def main(argv: list[str] | None = None) -> int:
                     cpus[variant].append(cpu.seconds)
                     this[variant] = (secs, cpu.seconds)
                     if rep == 0:
-                        prints[variant] = fingerprint(args.workflow, out_dir)
+                        prints[variant] = fingerprint(args.workflow, variant_out)
                     print(f"repeat {rep + 1}/{args.repeats}  {variant:<9} {secs:7.2f}s wall "
                           f"{cpu.seconds:7.2f}s cpu  (load average {os.getloadavg()[0]:.1f})",
                           file=sys.stderr)
-                for k, (a, b) in {"tracked/untracked": ("tracked", "untracked"),
-                                  "untracked/plain": ("untracked", "plain")}.items():
+                pairs = {"tracked/untracked": ("tracked", "untracked")}
+                if batch:
+                    pairs["row/tracked"] = ("row", "tracked")
+                else:
+                    pairs["untracked/plain"] = ("untracked", "plain")
+                for k, (a, b) in pairs.items():
                     ratios[k].append(this[a][0] / this[b][0])
                     cpu_ratios[k].append(this[a][1] / this[b][1])
             if args.profile:
@@ -194,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
 
         n = args.tuples
         rows = []
-        for v in ("tracked", "untracked", "plain"):
+        for v in ("tracked", "untracked", "row" if batch else "plain"):
             m = C.median(times[v])
             rows.append([v, f"{m:.2f}", " ".join(f"{t:.2f}" for t in times[v]),
                          f"{C.median(cpus[v]):.2f}", f"{n / m:,.0f}", f"{prints[v][0]:,}",
@@ -208,6 +240,9 @@ def main(argv: list[str] | None = None) -> int:
                        "roots/s", "sink records", "result digest"], rows))
         same = len({p[1] for p in prints.values()}) == 1
         print(f"\nsame final result in all three variants: {'yes' if same else 'NO'}")
+        if batch:
+            print_batch_goals(ratios, cpu_ratios, same)
+            return 0
         rt = C.median(ratios["tracked/untracked"])
         ru = C.median(ratios["untracked/plain"])
         ct = C.median(cpu_ratios["tracked/untracked"])

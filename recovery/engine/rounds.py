@@ -23,7 +23,7 @@ from recovery.model.graph import TaskContext, subscribers, topological_order
 from recovery.model.run import RunSpec
 from recovery.model.workflow import Workflow
 from recovery.redis import connection
-from recovery.runtime import factory, task
+from recovery.runtime import batch, factory, task
 from recovery.tracking import keys, ledger, spill
 
 if TYPE_CHECKING:
@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 
 # --- task entry points (pickled into Spark tasks: module-level functions) --------------
 def _spout_task(spec: RunSpec, component_id: str, index: int, _it: Any):
+    wf, _, _ = task.workflow_of(spec)
+    if batch.reads_in_batches(wf.component(component_id), wf):
+        return batch.BatchTaskRunner(spec, component_id, index).run_spout(batch.file_source_batches)
     runner = task.TaskRunner(spec, component_id, index)
     impl = runner.comp.impl
     if impl.kind == "source":
@@ -47,6 +50,9 @@ def _spout_task(spec: RunSpec, component_id: str, index: int, _it: Any):
 
 
 def _bolt_task(spec: RunSpec, component_id: str, index: int, it: Any):
+    wf, _, _ = task.workflow_of(spec)
+    if batch.is_batch_component(wf.component(component_id), wf):
+        return batch.BatchTaskRunner(spec, component_id, index).run_bolt(it)
     return task.TaskRunner(spec, component_id, index).run_bolt(it)
 
 

@@ -78,6 +78,9 @@ class Settings(BaseModel):
     retry_max_delay_ms: float = Field(
         10000, alias="recovery.retry.max.delay.ms", ge=0, allow_inf_nan=False,
         description="Backoff cap.")
+    batch_size: int = Field(
+        1024, alias="recovery.batch.size", ge=1,
+        description="Rows per pyarrow.RecordBatch a BatchBolt's process_batch receives at most.")
     tracking: bool = Field(
         True, alias="recovery.tracking",
         description="Shown to components; whether a run is tracked is `submit --no-tracking`.")

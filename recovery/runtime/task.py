@@ -419,11 +419,15 @@ class TaskRunner(MessageTimeouts, Collector):
         read from the round's replay set once per task (it holds failed roots only)."""
         if not self.spec.root_replay:
             return True
+        return ids.root_id(self._root_salt(self.spec.filter_epoch), message_id) in self.replay_root_set()
+
+    def replay_root_set(self) -> frozenset[int]:
+        """The failed roots a root-replay round re-emits (its replay set, read once per task)."""
         if self._replay_roots is None:
             client = self.client or redis_of(self.spec)
             members = client.smembers(keys.root_replay_set(self.spec.run_id, self.spec.round))
             self._replay_roots = frozenset(int(r) for r in members)
-        return ids.root_id(self._root_salt(self.spec.filter_epoch), message_id) in self._replay_roots
+        return self._replay_roots
 
     # -- end of task ------------------------------------------------------------------------
     def _drain(self) -> Iterator[tuple[Any, bytes]]:

@@ -16,6 +16,7 @@ from typing import Any
 import msgpack
 
 from recovery.errors import JobFailed
+from recovery.runtime import batch
 
 Partition = Callable[[], list]
 
@@ -141,6 +142,9 @@ class LocalContext:
         assert self.arrival is not None
         single = []
         for key, blob in records:
+            if blob[:len(batch.MAGIC)] == batch.MAGIC:   # between batch components: Arrow
+                single += [(key, one) for one in batch.split_chunk(blob)]
+                continue
             src, src_task, recs = msgpack.unpackb(blob)
             single += [(key, msgpack.packb([src, src_task, [rec]])) for rec in recs]
         self.arrival.shuffle(single)

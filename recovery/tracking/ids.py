@@ -183,3 +183,76 @@ def _check_builtin_hash() -> None:
 
 
 _check_builtin_hash()
+
+
+# --- vectorized: the same ids for arrays of parts (batch components) ----------------------
+# numpy is imported lazily: the row path and the CLI never need it.
+def _np_tuple_hash(lanes: list[Any]) -> Any:
+    """`_reference_tuple_hash` over columns: lanes[k] is a uint64 array (or a Python int for a
+    lane every row shares); returns the uint64 array of the rows' tuple hashes."""
+    import numpy as np
+    with np.errstate(over="ignore"):
+        acc: Any = None
+        for lane in lanes:
+            term = np.asarray(lane, dtype=np.uint64) % np.uint64(_MODULUS) * np.uint64(_XXPRIME_2)
+            acc = (np.uint64(_XXPRIME_5) if acc is None else acc) + term
+            acc = (acc << np.uint64(31)) | (acc >> np.uint64(33))
+            acc = acc * np.uint64(_XXPRIME_1)
+        if acc is None:
+            acc = np.uint64(_XXPRIME_5)
+        acc = acc + np.uint64(len(lanes) ^ (_XXPRIME_5 ^ 3527539))
+        acc = np.atleast_1d(np.asarray(acc, dtype=np.uint64))
+        return np.where(acc == np.uint64(MASK64), np.uint64(1546275796), acc)
+
+
+def derive_many(*parts: Any) -> Any:
+    """`derive` over columns, bit for bit: each part a uint64 array or an int shared by every
+    row (all arrays of one length); returns a uint64 array of non-zero ids."""
+    import numpy as np
+    lanes: list[Any] = []
+    for p in parts:
+        if isinstance(p, int):
+            lanes += [p, p >> _HI]
+        else:
+            arr = np.asarray(p, dtype=np.uint64)
+            lanes += [arr, arr >> np.uint64(_HI)]
+    h = _np_tuple_hash(lanes)
+    return np.where(h == 0, np.uint64(1), h)
+
+
+def fields_hash_many(columns: list[list]) -> Any:
+    """`fields_hash` of each row of a fields grouping's key columns (Python lists of one
+    length), as a uint64 array. Keys repeat (that is why they group), so each distinct key is
+    hashed once by the scalar function, which defines the value."""
+    import numpy as np
+    rows = columns[0] if len(columns) == 1 else list(zip(*columns))
+    memo: dict[Any, int] = {}
+    out = np.empty(len(rows), dtype=np.uint64)
+    single = len(columns) == 1
+    for i, key in enumerate(rows):
+        # the memo key tells 1 from True from 1.0 (equal in a dict, hashed apart here); floats
+        # are not memoized (0.0 == -0.0, hashed by their bits)
+        mk: Any = (type(key), key) if single else tuple((type(v), v) for v in key)
+        h = None
+        if (type(key) is not float) if single else all(type(v) is not float for v in key):
+            try:
+                h = memo.get(mk)
+            except TypeError:   # an unhashable value (a list): no memo
+                mk = None
+        else:
+            mk = None
+        if h is None:
+            h = fields_hash([key] if single else list(key))
+            if mk is not None:
+                memo[mk] = h
+        out[i] = h
+    return out
+
+
+def position_hashes(name: str, offsets: Any) -> Any:
+    """`stable_hash((name, offset))` for each offset (uint64 array): a file source's message
+    ids, whose root ids are `derive(spout salt, this)`."""
+    import numpy as np
+    h = _str_hash(name)
+    offs = np.asarray(offsets, dtype=np.uint64)
+    return _np_tuple_hash([_STABLE, _T_SEQ, 2, _T_HASHED, h, h >> _HI, _T_UINT, offs, offs >> np.uint64(_HI)])

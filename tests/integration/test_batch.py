@@ -1,0 +1,77 @@
+"""Batch components on a real local Spark (local[2,3]) and a real Redis: Spark task retries
+and kill -9 of the driver change nothing in what workflows/cdn_logs_batch.xml writes, which is
+what workflows/cdn_logs.xml (row bolts) writes for the same input."""
+from __future__ import annotations
+
+import signal
+
+from recovery.jobs import recover
+from recovery.model.graph import TaskMap
+from recovery.model.xml import parse as workflow_xml
+from recovery.tracking import keys, ledger
+from tests.helpers import wait_for
+from tests.integration.conftest import copy_workflow, sink_records, submit
+from tests.integration.test_recovery import _spawn_submit
+
+FAST_RETRY = {"recovery.retry.delay.period.ms": "10", "recovery.batch.size": "128"}
+TRANSIENT = {"recovery.inject.t.component": "aggregate", "recovery.inject.t.rate": "0.05", **FAST_RETRY}
+
+
+def batch_copy(dest):
+    copy_workflow("cdn_logs", dest)   # cdn_logs_batch's components import cdn_logs's
+    return copy_workflow("cdn_logs_batch", dest)
+
+
+def test_spark_task_retries_of_a_batch_task_change_no_result_and_no_ledger(spark, redis_url, redis_client, tmp_path):
+    """The Python worker running aggregate's task 2 dies on Spark's first attempt (after 50
+    tuples); Spark re-runs the task: sink, keyed state, ledger and counts equal a run without."""
+    base = submit(spark, redis_url, redis_client, batch_copy(tmp_path / "a"), TRANSIENT)
+    xml = batch_copy(tmp_path / "b")
+    task = TaskMap.of(workflow_xml.load(xml)).task_ids("aggregate")[1]
+    crashed = submit(spark, redis_url, redis_client, xml, {
+        **TRANSIENT, "recovery.inject.c.component": "aggregate", "recovery.inject.c.mode": "crash",
+        "recovery.inject.c.task": str(task), "recovery.inject.c.after": "50",
+        "recovery.inject.c.marker": str(tmp_path / "crashed")})
+    assert (tmp_path / "crashed").exists()      # the first attempt really died
+    out = lambda d: sink_records(tmp_path / d / "out" / "cdn_logs_batch")   # noqa: E731
+    assert out("a") == out("b") and out("a")
+    for k in ("roots", "complete", "pending", "failed"):
+        assert base[k] == crashed[k]
+    assert base["components"]["aggregate"]["failed"] > 0
+    assert ledger.pending_roots(redis_client, base["run_id"]) == ledger.pending_roots(redis_client, crashed["run_id"])
+    state = lambda rid: redis_client.hgetall(keys.state(rid, "aggregate"))   # noqa: E731
+    assert state(base["run_id"]) == state(crashed["run_id"])
+    for rid in (base["run_id"], crashed["run_id"]):
+        assert recover.recover(spark, redis_client, redis_url, rid)["status"] == "dead"   # the data's bad lines
+    assert out("a") == out("b")
+
+
+def test_kill_9_of_a_batch_run_then_recover_gives_what_the_row_workflow_gives(spark, redis_url, redis_client, tmp_path):
+    row = submit(spark, redis_url, redis_client, copy_workflow("cdn_logs", tmp_path / "row"), TRANSIENT)
+    assert recover.recover(spark, redis_client, redis_url, row["run_id"])["status"] == "dead"
+    want = sink_records(tmp_path / "row" / "out" / "cdn_logs")
+
+    run_id = "batch-crash"
+    slow = {"recovery.inject.z.component": "aggregate", "recovery.inject.z.mode": "slow",
+            "recovery.inject.z.delay.ms": "5", **TRANSIENT}
+    proc = _spawn_submit(batch_copy(tmp_path / "batch"), redis_url, run_id, slow)
+
+    def split_done() -> bool:
+        done = {f.decode() for f in redis_client.hkeys(keys.task_done(run_id, 0))}
+        assert proc.poll() is None, f"submit ended (exit {proc.returncode}) before split was done"
+        return {"split:0", "split:1"} <= done
+
+    try:
+        wait_for(split_done, 240, f"the first round of {run_id} to finish split")
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert "output:0" not in {f.decode() for f in redis_client.hkeys(keys.task_done(run_id, 0))}
+    r = recover.recover(spark, redis_client, redis_url, run_id)
+    assert r["status"] == "dead" and r["pending"] == 0       # only the data's bad lines are dead
+    assert sink_records(tmp_path / "batch" / "out" / "cdn_logs_batch") == want
+    dead = lambda rid: sorted((d["component"], d["id"]) for d in recover.dead_letters(redis_client, rid))  # noqa: E731
+    assert dead(run_id) == dead(row["run_id"]) and len(dead(run_id)) == 20
