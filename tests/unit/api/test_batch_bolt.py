@@ -70,7 +70,7 @@ def _workflow(cls: str) -> Workflow:
 def test_a_bolt_mistake_fails_each_row_with_a_clear_error_and_the_run_goes_on(fake_redis, cls, error):
     run = testing.run_local(_workflow(cls), fake_redis, inputs={"src": [1, 2, 3]})
     assert run.interrupted is None and run.status == "pending"
-    assert sorted((t["values"], t["error"]) for t in run.failed_tuples()) == [([n], error) for n in (1, 2, 3)]
+    assert sorted((t.values, t.error) for t in run.failed_tuples()) == [([n], error) for n in (1, 2, 3)]
 
 
 def test_echo_runs_clean(fake_redis):

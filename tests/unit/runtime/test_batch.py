@@ -107,10 +107,10 @@ def double(cls: str, **kw) -> Workflow:
 def observed(run: testing.LocalRun) -> dict:
     """What must be equal between a row and a batch run: the failed positions, every queued
     tuple (id, roots, values, error, attempt), the sinks' records by tuple id, the ledger."""
-    queued = sorted((t["component"], t["task"], t["id"], tuple(t["roots"]), tuple(t["values"]),
-                     t["error"].splitlines()[0], t["attempt"]) for t in run.failed_tuples())
-    dead = sorted((t["component"], t["task"], t["id"], tuple(t["roots"]), tuple(t["values"]),
-                   t["error"].splitlines()[0], t["attempt"]) for t in run.dead_tuples())
+    queued = sorted((t.component, t.task, t.id, tuple(t.roots), tuple(t.values),
+                     t.error.splitlines()[0], t.attempt) for t in run.failed_tuples())
+    dead = sorted((t.component, t.task, t.id, tuple(t.roots), tuple(t.values),
+                   t.error.splitlines()[0], t.attempt) for t in run.dead_tuples())
     sinks = {c.id: sorted((msgpack.unpackb(k), msgpack.unpackb(v)) for k, v in
                           run.client.hgetall(sink_key(run.run_id, c.id)).items())
              for c in run.workflow.components if c.id == "out"}

@@ -35,8 +35,8 @@ def test_the_batch_workflow_validates_and_its_bolts_are_batch_bolts():
 
 def _observed(run: testing.LocalRun) -> dict:
     def tuples(ts):
-        return sorted((t["component"], t["task"], t["id"], tuple(t["roots"]), repr(t["values"]),
-                       t["error"], t["attempt"]) for t in ts)
+        return sorted((t.component, t.task, t.id, tuple(t.roots), repr(t.values),
+                       t.error, t.attempt) for t in ts)
     state = {k: msgpack.unpackb(v) for k, v in run.client.hgetall(keys.state(run.run_id, "aggregate")).items()}
     sink = sorted((msgpack.unpackb(k), msgpack.unpackb(v))
                   for k, v in run.client.hgetall(sink_key(run.run_id, "output")).items())
