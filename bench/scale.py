@@ -15,8 +15,8 @@ For each phase (submit, recover) it prints:
               aof_current_size between polls) plus each rewrite's new file (aof_base_size when
               it changes); rewrites = forks (INFO stats total_forks; RDB saves are off in the
               embedded server)
-  spill       bytes written to a spill store: 0 today (there is none); taken from the run's
-              JSON (`spill_bytes`) when the engine reports it
+  spill       bytes the tasks wrote to the spill store (compressed task outputs, the data
+              plane), from the run's JSON (`spill_bytes`) of each phase
   driver RSS  the Python driver process's peak RSS: the kernel's high-water mark (VmHWM in
               /proc/PID/status), polled every 0.2 s until the process exits
   wall, CPU   the driver's lifetime; CPU seconds of the driver and every descendant (Spark's
@@ -542,7 +542,7 @@ def report(cases: list[Case], args: argparse.Namespace, load: tuple[float, float
              ("Redis peak: used_memory above its level before the submit (per case: the larger of "
               "the polled peak and the server's used_memory_peak); CPU: the driver's process tree "
               "(JVM and Python workers included) plus the Redis server; driver peak RSS: VmHWM "
-              "of the Python driver process; spill: 0 until the engine has a spill store."),
+              "of the Python driver process; spill: the compressed task outputs the tasks wrote to the spill store."),
              ""]
     lines += [f"goal: {g}" for g in goals(cases)]
     return "\n".join(lines)
