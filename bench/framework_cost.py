@@ -35,6 +35,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import _common as C  # noqa: E402
+from bench.tracking_overhead import generate_input, profile_task, sink_folder  # noqa: E402
 
 WORKFLOW = "bench_chain"
 PACKAGE = "bench_pipeline"          # the chain's PassThrough bolt lives in the bench package
@@ -68,10 +69,14 @@ def run_variants(spark, client, url, xml: Path, repeats: int, label: str,
     run completed with every execution counted."""
     from recovery.jobs import clear
     wf = C.load_workflow(xml)
+    has_sink = any(c.impl.kind == "sink" for c in wf.components)
+    out_dir = sink_folder(wf) if has_sink else None
     cpus: dict[str, list[float]] = collections.defaultdict(list)
     for rep in range(repeats):
         order = list(VARIANTS[rep % 3:] + VARIANTS[:rep % 3])
         for variant in order:
+            if out_dir is not None:   # each variant writes the same sink afresh
+                shutil.rmtree(out_dir, ignore_errors=True)
             with C.CpuMeter(client) as cpu:
                 if variant == "plain":
                     secs = C.run_plain(spark, wf)
@@ -135,7 +140,6 @@ def main(argv: list[str] | None = None) -> int:
         xml = copy_chain(folder / "chain", args.roots)
         overhead_xml = None
         if args.overhead_roots:
-            from bench.tracking_overhead import generate_input
             overhead_xml = C.copy_workflow("cdn_logs", folder / "cdn")
             generate_input("cdn_logs", folder / "cdn", args.overhead_roots, 0.0)
         print(f"inputs written in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
@@ -152,7 +156,6 @@ def main(argv: list[str] | None = None) -> int:
             if overhead_xml is not None:
                 over = run_variants(spark, client, url, overhead_xml, args.repeats, "cdn_logs", 0)
             if args.profile:
-                from bench.tracking_overhead import profile_task
                 profile_task(C.load_workflow(xml), url, client, "pass3", 0)
 
         med = {v: C.median(cpus[v]) for v in VARIANTS}
