@@ -112,13 +112,19 @@ class Collector:
             if key not in self.outstanding:
                 raise ValueError(f"emit anchored to tuple {key:#x}, which was already acked or failed")
             roots = a.roots
-            entry = [1, [(k, [tid, roots, stream, values]) for k, _, tid in copies], False]
+            if len(copies) == 1:   # one consumer task: no comprehensions to set up
+                to, t, tid = copies[0]
+                entry = [1, [(to, [tid, roots, stream, values])], False]
+                targets = [t]
+            else:
+                entry = [1, [(to, [tid, roots, stream, values]) for to, _, tid in copies], False]
+                targets = [t for _, t, _ in copies]
             waiting = self.held.get(key)
             if waiting is None:
                 self.held[key] = [entry]
             else:
                 waiting.append(entry)
-            return [t for _, t, _ in copies]
+            return targets
         if anchors:
             key = 0
             roots: list[int] = []
@@ -139,7 +145,13 @@ class Collector:
     def _emit(self, values, stream, roots, base, direct_task, hold, root_xor: int = 0) -> list[int]:
         copies = self.router.route(stream, values, base, direct_task)
         # (output key, record): the record is what the chunk holds
-        recs = [(key, [tid, roots, stream, values]) for key, _, tid in copies]
+        if len(copies) == 1:
+            to, t, tid = copies[0]
+            recs = [(to, [tid, roots, stream, values])]
+            targets = [t]
+        else:
+            recs = [(to, [tid, roots, stream, values]) for to, _, tid in copies]
+            targets = [t for _, t, _ in copies]
         if hold:
             outstanding, held = self.outstanding, self.held
             entry = [len(hold), recs, False]
@@ -158,10 +170,12 @@ class Collector:
             if root_xor:
                 self.contrib[root_xor] = self.contrib.get(root_xor, 0) ^ x
             self._release(recs, xor_roots=False)
-        return [t for _, t, _ in copies]
+        return targets
 
     def _release(self, recs: list, xor_roots: bool = True) -> None:
         out, contrib = self.out, self.contrib
+        # the ledger's contributions go to Redis at the commit: untracked, nothing reads them
+        xor_roots = xor_roots and self.tracker is not None
         for key, rec in recs:
             if xor_roots:
                 tid = rec[0]
@@ -189,11 +203,12 @@ class Collector:
         if self.outstanding.pop(tid, None) is None:
             return  # already acked or failed: Storm ignores it too
         self.stats["acked"] += 1
-        contrib = self.contrib
-        for r in tup.roots:
-            contrib[r] = contrib.get(r, 0) ^ tid
-        if self.replayed and tid in self.replayed and self.tracker is not None:
-            self.tracker.replay_done(self.component_id, self.task_id, tid)
+        if self.tracker is not None:   # untracked, no ledger reads the contributions
+            contrib = self.contrib
+            for r in tup.roots:
+                contrib[r] = contrib.get(r, 0) ^ tid
+            if tid in self.replayed:
+                self.tracker.replay_done(self.component_id, self.task_id, tid)
         entries = self.held.pop(tid, None)
         if entries is not None:
             for entry in entries:

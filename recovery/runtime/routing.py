@@ -60,6 +60,11 @@ class Router:
                                  f"stream {stream!r} with a direct grouping")
             return [(target, direct_task, ids.derive2(base, direct_task))]
         derive2 = ids.derive2
+        if len(routes) == 1 and routes[0].kind == _SPREAD:   # one shuffle subscriber: the common case
+            r = routes[0]
+            i = base % r.p
+            t = r.first + i
+            return [(r.keys[i], t, derive2(base, t))]
         out = []
         for r in routes:
             kind = r.kind
