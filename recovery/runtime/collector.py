@@ -164,10 +164,10 @@ class Collector:
                 else:
                     waiting.append(entry)
         else:
-            x = 0
-            for _, rec in recs:
-                x ^= rec[0]
-            if root_xor:
+            if root_xor and self.tracker is not None:   # untracked, no ledger reads it
+                x = 0
+                for _, rec in recs:
+                    x ^= rec[0]
                 self.contrib[root_xor] = self.contrib.get(root_xor, 0) ^ x
             self._release(recs, xor_roots=False)
         return targets
