@@ -111,13 +111,13 @@ class Collector:
             copies = router.route(stream, values, ids.derive3(key, router.salts.get(stream, 0), n), direct_task)
             if key not in self.outstanding:
                 raise ValueError(f"emit anchored to tuple {key:#x}, which was already acked or failed")
-            roots = a.roots
+            anchor_roots = a.roots
             if len(copies) == 1:   # one consumer task: no comprehensions to set up
                 to, t, tid = copies[0]
-                entry = [1, [(to, [tid, roots, stream, values])], False]
+                entry = [1, [(to, [tid, anchor_roots, stream, values])], False]
                 targets = [t]
             else:
-                entry = [1, [(to, [tid, roots, stream, values]) for to, _, tid in copies], False]
+                entry = [1, [(to, [tid, anchor_roots, stream, values]) for to, _, tid in copies], False]
                 targets = [t for _, t, _ in copies]
             waiting = self.held.get(key)
             if waiting is None:

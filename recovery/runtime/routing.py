@@ -6,7 +6,6 @@ from recovery.model.graph import TaskMap, subscribers
 from recovery.model.workflow import Grouping, Workflow
 from recovery.tracking import ids
 
-
 # --- routing -------------------------------------------------------------------------------
 # A route's grouping as a small int: compared once per emit, a module global is cheaper than
 # the enum's attribute.
@@ -65,7 +64,7 @@ class Router:
             i = base % r.p
             t = r.first + i
             return [(r.keys[i], t, derive2(base, t))]
-        out = []
+        out: list[tuple[tuple[str, int], int, int]] = []
         for r in routes:
             kind = r.kind
             if kind == _SPREAD:   # shuffle, none, local_or_shuffle: evenly and deterministically
