@@ -41,6 +41,7 @@ WORKFLOW = "bench_chain"
 PACKAGE = "bench_pipeline"          # the chain's PassThrough bolt lives in the bench package
 STAGES = 5
 GOAL_US = 5.0                       # tracked framework cost per tuple-execution
+GOAL_RATE = 200_000                 # tracked tuple-executions per CPU second
 GOAL_UNTRACKED = 1.0                # untracked / plain, CPU
 GOAL_TRACKED = 1.10                 # tracked / plain, CPU, on cdn_logs (tracking_overhead.py)
 VARIANTS = ("tracked", "untracked", "plain")
@@ -181,9 +182,14 @@ def main(argv: list[str] | None = None) -> int:
         print("CPU = CPU seconds of this process, Spark's JVM, its Python workers and the Redis "
               "server. Framework cost = (variant's CPU - plain's CPU) / executions, the median "
               "over repeats.")
+        tracked_rate = executions / med["tracked"]
         goals = [
             [f"tracked framework cost <= {GOAL_US:g} us / execution", f"{cost['tracked']:.2f} us",
              verdict(cost["tracked"] <= GOAL_US)],
+            # the other reading of the same goal: all of the CPU, Spark's own included
+            # (the plain variant shows what Spark alone allows on this machine)
+            [f"tracked >= {GOAL_RATE:,} executions / CPU s (all CPU; plain: "
+             f"{executions / med['plain']:,.0f})", f"{tracked_rate:,.0f}", verdict(tracked_rate >= GOAL_RATE)],
             [f"untracked / plain <= {GOAL_UNTRACKED:.1f}x (CPU, {WORKFLOW})", f"{ratio['untracked']:.2f}x",
              verdict(ratio["untracked"] <= GOAL_UNTRACKED)],
         ]
