@@ -150,9 +150,13 @@ class Bolt(Component):
     def emit(self, values: Sequence[Any], stream: str = "default",
              anchors: Sequence[Tuple] | Tuple | None = None,
              direct_task: int | None = None) -> list[int]:
-        if isinstance(anchors, Tuple):
+        if anchors is None:   # a BasicBolt's emit: the runtime anchors it to the current tuple
+            anchors = ()
+        elif isinstance(anchors, Tuple):
             anchors = (anchors,)
-        return self._collector.emit(self, values, stream, tuple(anchors or ()), direct_task, None)
+        else:
+            anchors = tuple(anchors)
+        return self._collector.emit(self, values, stream, anchors, direct_task, None)
 
     def ack(self, tup: Tuple) -> None:
         self._collector.ack(tup)

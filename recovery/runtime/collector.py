@@ -63,7 +63,8 @@ class Collector:
     # -- collector protocol ---------------------------------------------------------------
     def emit(self, component: Any, values: Any, stream: str, anchors: tuple, direct_task: int | None,
              message_id: Any) -> list[int]:
-        if self._running is not None and timeouts.clock() > self._running[1]:
+        running = self._running
+        if running is not None and timeouts.clock() > running[1]:
             self._raise_timeout()
         if type(values) is not list:
             values = list(values)
@@ -74,8 +75,8 @@ class Collector:
             if message_id is None:
                 self.unanchored_seq += 1
                 # the round keeps a later round's unanchored tuples apart from this one's
-                return self._emit(values, stream, (), ids.derive(self.task_id, self.unanchored_seq,
-                                                                 self.spec.round), direct_task, hold=None)
+                return self._emit(values, stream, (), ids.derive3(self.task_id, self.unanchored_seq,
+                                                                  self.spec.round), direct_task, hold=None)
             if not self._selected(message_id):
                 return []
             root = ids.root_id(self._root_salt(self.spec.root_epoch), message_id)
@@ -84,7 +85,7 @@ class Collector:
                 # first one's XORs and share its queue fields, losing one of them silently
                 raise ValueError(f"spout {self.component_id!r} emitted message id {message_id!r} twice in "
                                  f"one task; message ids must be unique within a run")
-            base = ids.derive(root, self.router.salts.get(stream, 0), 0)
+            base = ids.derive3(root, self.router.salts.get(stream, 0), 0)
             targets = self._emit(values, stream, (root,), base, direct_task, hold=None, root_xor=root)
             # only an emit that routed makes a root: one that raised (an undeclared stream...)
             # would otherwise count as complete and be acked to its spout
@@ -92,19 +93,38 @@ class Collector:
             self._spout_roots.add(root)
             self.spout_messages.append([root, message_id])
             return targets
-        if not anchors and self.auto_anchor and self.current is not None:
-            anchors = (self.current,)
+        if not anchors:
+            if self.auto_anchor and self.current is not None:
+                anchors = (self.current,)
         elif len(anchors) > 1:
             # one tuple named twice is one anchor: XORed with itself it would make an anchor key
             # of 0, and ids that every task and round share
             anchors = tuple({a.id: a for a in anchors}.values())
-        if len(anchors) == 1:   # the common case, kept short
+        if len(anchors) == 1:
+            # the common case (a BasicBolt's emit), _emit's held path inlined: one anchor
             a = anchors[0]
             key = a.id
-            n = self.emit_counts.get(key, 0)
-            self.emit_counts[key] = n + 1
-            return self._emit(values, stream, a.roots, ids.derive(key, self.router.salts.get(stream, 0), n),
-                              direct_task, hold=anchors)
+            counts = self.emit_counts
+            n = counts.get(key, 0)
+            counts[key] = n + 1
+            router = self.router
+            copies = router.route(stream, values, ids.derive3(key, router.salts.get(stream, 0), n), direct_task)
+            if key not in self.outstanding:
+                raise ValueError(f"emit anchored to tuple {key:#x}, which was already acked or failed")
+            anchor_roots = a.roots
+            if len(copies) == 1:   # one consumer task: no comprehensions to set up
+                to, t, tid = copies[0]
+                entry = [1, [(to, [tid, anchor_roots, stream, values])], False]
+                targets = [t]
+            else:
+                entry = [1, [(to, [tid, anchor_roots, stream, values]) for to, _, tid in copies], False]
+                targets = [t for _, t, _ in copies]
+            waiting = self.held.get(key)
+            if waiting is None:
+                self.held[key] = [entry]
+            else:
+                waiting.append(entry)
+            return targets
         if anchors:
             key = 0
             roots: list[int] = []
@@ -115,7 +135,7 @@ class Collector:
                         roots.append(r)
             n = self.emit_counts.get(key, 0)
             self.emit_counts[key] = n + 1
-            base = ids.derive(key, self.router.salts.get(stream, 0), n)
+            base = ids.derive3(key, self.router.salts.get(stream, 0), n)
             return self._emit(values, stream, tuple(roots), base, direct_task, hold=anchors)
         self.unanchored_seq += 1
         base = ids.derive(self.task_id, self.router.salts.get(stream, 0), self.unanchored_seq, 1,
@@ -123,31 +143,44 @@ class Collector:
         return self._emit(values, stream, (), base, direct_task, hold=None)
 
     def _emit(self, values, stream, roots, base, direct_task, hold, root_xor: int = 0) -> list[int]:
-        deliveries = self.router.deliver(stream, values, base, direct_task)
-        recs = [(consumer, i, [tid, roots, stream, values]) for consumer, i, _, tid in deliveries]
+        copies = self.router.route(stream, values, base, direct_task)
+        # (output key, record): the record is what the chunk holds
+        if len(copies) == 1:
+            to, t, tid = copies[0]
+            recs = [(to, [tid, roots, stream, values])]
+            targets = [t]
+        else:
+            recs = [(to, [tid, roots, stream, values]) for to, _, tid in copies]
+            targets = [t for _, t, _ in copies]
         if hold:
+            outstanding, held = self.outstanding, self.held
             entry = [len(hold), recs, False]
             for a in hold:
-                if a.id not in self.outstanding:
+                if a.id not in outstanding:
                     raise ValueError(f"emit anchored to tuple {a.id:#x}, which was already acked or failed")
-                self.held.setdefault(a.id, []).append(entry)
+                waiting = held.get(a.id)
+                if waiting is None:
+                    held[a.id] = [entry]
+                else:
+                    waiting.append(entry)
         else:
-            x = 0
-            for rec in recs:
-                x ^= rec[2][0]
-            if root_xor:
+            if root_xor and self.tracker is not None:   # untracked, no ledger reads it
+                x = 0
+                for _, rec in recs:
+                    x ^= rec[0]
                 self.contrib[root_xor] = self.contrib.get(root_xor, 0) ^ x
             self._release(recs, xor_roots=False)
-        return [t for _, _, t, _ in deliveries]
+        return targets
 
     def _release(self, recs: list, xor_roots: bool = True) -> None:
         out, contrib = self.out, self.contrib
-        for consumer, i, rec in recs:
+        # the ledger's contributions go to Redis at the commit: untracked, nothing reads them
+        xor_roots = xor_roots and self.tracker is not None
+        for key, rec in recs:
             if xor_roots:
                 tid = rec[0]
                 for r in rec[1]:
                     contrib[r] = contrib.get(r, 0) ^ tid
-            key = (consumer, i)
             buf = out.get(key)
             if buf is None:
                 buf = out[key] = []
@@ -163,19 +196,25 @@ class Collector:
             self.tracker.add_output(key, blob)
 
     def ack(self, tup: Tuple) -> None:
-        if self._running is not None and timeouts.clock() > self._running[1]:
+        running = self._running
+        if running is not None and timeouts.clock() > running[1]:
             self._raise_timeout()
-        if self.outstanding.pop(tup.id, None) is None:
+        tid = tup.id
+        if self.outstanding.pop(tid, None) is None:
             return  # already acked or failed: Storm ignores it too
         self.stats["acked"] += 1
-        for r in tup.roots:
-            self.contrib[r] = self.contrib.get(r, 0) ^ tup.id
-        if tup.id in self.replayed and self.tracker is not None:
-            self.tracker.replay_done(self.component_id, self.task_id, tup.id)
-        for entry in self.held.pop(tup.id, ()):
-            entry[0] -= 1
-            if entry[0] == 0 and not entry[2]:
-                self._release(entry[1])
+        if self.tracker is not None:   # untracked, no ledger reads the contributions
+            contrib = self.contrib
+            for r in tup.roots:
+                contrib[r] = contrib.get(r, 0) ^ tid
+            if tid in self.replayed:
+                self.tracker.replay_done(self.component_id, self.task_id, tid)
+        entries = self.held.pop(tid, None)
+        if entries is not None:
+            for entry in entries:
+                entry[0] -= 1
+                if entry[0] == 0 and not entry[2]:
+                    self._release(entry[1])
 
     def fail(self, tup: Tuple, error: str | None = None, tb: str = "") -> None:
         if self._running is not None and timeouts.clock() > self._running[1]:

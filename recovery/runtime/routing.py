@@ -6,13 +6,21 @@ from recovery.model.graph import TaskMap, subscribers
 from recovery.model.workflow import Grouping, Workflow
 from recovery.tracking import ids
 
-
 # --- routing -------------------------------------------------------------------------------
+# A route's grouping as a small int: compared once per emit, a module global is cheaper than
+# the enum's attribute.
+_SPREAD, _FIELDS, _GLOBAL, _ALL = range(4)
+_KIND = {Grouping.FIELDS: _FIELDS, Grouping.GLOBAL: _GLOBAL, Grouping.ALL: _ALL}
+
+
 class _Route:
-    __slots__ = ("consumer", "p", "first", "grouping", "idx")
+    __slots__ = ("consumer", "p", "first", "grouping", "idx", "kind", "keys")
 
     def __init__(self, consumer: str, p: int, first: int, grouping: Grouping, idx: tuple[int, ...]):
         self.consumer, self.p, self.first, self.grouping, self.idx = consumer, p, first, grouping, idx
+        self.kind = _KIND.get(grouping, _SPREAD)   # shuffle, none, local_or_shuffle: spread
+        # the (consumer, index) output keys, made once: an emit reuses them
+        self.keys = tuple((consumer, i) for i in range(p))
 
 
 class Router:
@@ -37,31 +45,43 @@ class Router:
             self.routes[inp.stream].append(
                 _Route(consumer.id, consumer.parallelism, tm.first[consumer.id], inp.grouping, idx))
 
-    def deliver(self, stream: str, values: list, base: int, direct_task: int | None
-                ) -> list[tuple[str, int, int, int]]:
-        """(consumer, index, task id, tuple id) for every copy of one emit."""
-        if stream not in self.routes:
+    def route(self, stream: str, values: list, base: int, direct_task: int | None
+              ) -> list[tuple[tuple[str, int], int, int]]:
+        """((consumer, index), task id, tuple id) for every copy of one emit: the emit path's
+        form of `deliver` (its keys are shared, not made per emit)."""
+        routes = self.routes.get(stream)
+        if routes is None:
             raise ValueError(f"{self.component!r} emitted on undeclared stream {stream!r}")
         if direct_task is not None:
             target = self.direct[stream].get(direct_task)
             if target is None:
                 raise ValueError(f"task {direct_task} does not subscribe to {self.component!r} "
                                  f"stream {stream!r} with a direct grouping")
-            return [(target[0], target[1], direct_task, ids.derive(base, direct_task))]
-        out = []
-        for r in self.routes[stream]:
-            g = r.grouping
-            if g is Grouping.FIELDS:
-                i = ids.fields_hash([values[j] for j in r.idx]) % r.p
-            elif g is Grouping.GLOBAL:
-                i = 0
-            elif g is Grouping.ALL:
-                for i in range(r.p):
-                    t = r.first + i
-                    out.append((r.consumer, i, t, ids.derive(base, t)))
-                continue
-            else:  # shuffle, none, local_or_shuffle: spread evenly and deterministically
-                i = base % r.p
+            return [(target, direct_task, ids.derive2(base, direct_task))]
+        derive2 = ids.derive2
+        if len(routes) == 1 and routes[0].kind == _SPREAD:   # one shuffle subscriber: the common case
+            r = routes[0]
+            i = base % r.p
             t = r.first + i
-            out.append((r.consumer, i, t, ids.derive(base, t)))
+            return [(r.keys[i], t, derive2(base, t))]
+        out: list[tuple[tuple[str, int], int, int]] = []
+        for r in routes:
+            kind = r.kind
+            if kind == _SPREAD:   # shuffle, none, local_or_shuffle: evenly and deterministically
+                i = base % r.p
+            elif kind == _FIELDS:
+                i = ids.fields_hash([values[j] for j in r.idx]) % r.p
+            elif kind == _GLOBAL:
+                i = 0
+            else:   # all
+                first = r.first
+                out.extend((key, first + i, derive2(base, first + i)) for i, key in enumerate(r.keys))
+                continue
+            t = r.first + i
+            out.append((r.keys[i], t, derive2(base, t)))
         return out
+
+    def deliver(self, stream: str, values: list, base: int, direct_task: int | None
+                ) -> list[tuple[str, int, int, int]]:
+        """(consumer, index, task id, tuple id) for every copy of one emit."""
+        return [(key[0], key[1], t, tid) for key, t, tid in self.route(stream, values, base, direct_task)]

@@ -89,6 +89,17 @@ def stable_hash(obj: Any) -> int:
     """A 64-bit hash of a message id or a grouping key, the same in every process; distinct
     values (of any type msgpack can store) share one only by a genuine 64-bit collision."""
     t = type(obj)
+    if t is tuple and len(obj) == 2:
+        # (file, offset), (partition, offset): a built-in source's message id, once per root;
+        # the same lanes as the general path below, without its calls
+        a, b = obj
+        if type(b) is int and 0 <= b <= MASK64:
+            ta = type(a)
+            if ta is str:
+                h = _str_hash(a)
+                return hash((_STABLE, _T_SEQ, 2, _T_HASHED, h, h >> _HI, _T_UINT, b, b >> _HI)) & MASK64
+            if ta is int and 0 <= a <= MASK64:
+                return hash((_STABLE, _T_SEQ, 2, _T_UINT, a, a >> _HI, _T_UINT, b, b >> _HI)) & MASK64
     if t is str:
         return _str_hash(obj)
     if t is int and 0 <= obj <= MASK64:
@@ -147,8 +158,19 @@ def derive(*parts: int) -> int:
     return (h & MASK64) or 1
 
 
+def derive2(a: int, b: int) -> int:
+    """derive(a, b), the same value: the hot path's shape (an emit's base id from its
+    anchor and stream salt, a copy's id from the base and target task) without the varargs."""
+    return (hash((a, a >> _HI, b, b >> _HI)) & MASK64) or 1
+
+
+def derive3(a: int, b: int, c: int) -> int:
+    """derive(a, b, c), the same value, without the varargs."""
+    return (hash((a, a >> _HI, b, b >> _HI, c, c >> _HI)) & MASK64) or 1
+
+
 def root_id(spout_salt: int, message_id: Any) -> int:
-    return derive(spout_salt, stable_hash(message_id))
+    return derive2(spout_salt, stable_hash(message_id))
 
 
 # --- the guard: the builtin tuple hash is the algorithm the ids are defined by ------------

@@ -72,3 +72,12 @@ class Format(BasicBolt):
         key = f"{tup['region']}/{tup['category']}"
         n = tup["n"]
         self.emit([key, n, f"{key}#{n:07d}{' milestone' if n % 1000 == 0 else ''}"])
+
+
+class PassThrough(BasicBolt):
+    """Emits its input's values unchanged, anchored to it: the identity stage of
+    workflows/bench_chain.xml (bench/framework_cost.py), so that what a chain of them costs is
+    the framework's cost alone."""
+
+    def process(self, tup: Tuple) -> None:
+        self.emit(tup.values)

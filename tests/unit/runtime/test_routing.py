@@ -6,6 +6,8 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from recovery.model.graph import TaskMap
 from recovery.model.workflow import ClassImpl, Component, Grouping, Input, StreamDef, Workflow
@@ -87,3 +89,44 @@ def test_ids_are_derived_the_same_in_every_process():
                            env={"PYTHONHASHSEED": seed, "PATH": "/usr/bin"}).stdout for seed in ("1", "2", "random")}
     assert len(outs) == 1
     assert ids.derive(0) != 0 and ids.derive(5, 6) != ids.derive(6, 5)
+
+
+def _reference_copies(wf: Workflow, tm: TaskMap, stream_fields: tuple[str, ...], values: list,
+                      base: int) -> list[tuple[str, int, int, int]]:
+    """The groupings as DESIGN section 5 defines them, spelled out: what Router's shortcuts
+    (precomputed keys, the one-shuffle-subscriber case) must give, copy for copy."""
+    out = []
+    for consumer in wf.components:
+        for inp in consumer.inputs:
+            p, first = consumer.parallelism, tm.first[consumer.id]
+            if inp.grouping == Grouping.ALL:
+                out += [(consumer.id, i, first + i, ids.derive(base, first + i)) for i in range(p)]
+                continue
+            if inp.grouping == Grouping.FIELDS:
+                i = ids.fields_hash([values[stream_fields.index(f)] for f in inp.fields]) % p
+            elif inp.grouping == Grouping.GLOBAL:
+                i = 0
+            else:
+                i = base % p
+            out.append((consumer.id, i, first + i, ids.derive(base, first + i)))
+    return out
+
+
+GROUPINGS = [Grouping.SHUFFLE, Grouping.FIELDS, Grouping.ALL, Grouping.GLOBAL, Grouping.LOCAL_OR_SHUFFLE]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(GROUPINGS), min_size=1, max_size=3), st.integers(1, 5),
+       st.integers(1, (1 << 64) - 1), st.one_of(st.text(max_size=8), st.integers(-10, 10**12)),
+       st.integers())
+def test_routes_and_ids_equal_the_groupings_spelled_out(groupings, p, base, key, other):
+    consumers = tuple(
+        Component(id=f"b{n}", kind="bolt", parallelism=p + n, impl=ClassImpl(ref="m:B"),
+                  inputs=(Input(source="a", grouping=g, fields=("k",) if g == Grouping.FIELDS else ()),))
+        for n, g in enumerate(groupings))
+    wf = Workflow(name="g", components=(
+        Component(id="a", kind="spout", impl=ClassImpl(ref="m:S"), streams=(StreamDef(fields=("k", "v")),)),
+        *consumers))
+    tm = TaskMap.of(wf)
+    got = Router(wf, tm, "a").deliver("default", [key, other], base, None)
+    assert got == _reference_copies(wf, tm, ("k", "v"), [key, other], base)

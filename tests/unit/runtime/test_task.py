@@ -330,3 +330,29 @@ def test_a_spout_that_emits_one_message_id_twice_is_refused_not_merged():
         Component(id="sink", kind="bolt", impl=ClassImpl(ref=REF + "FailsAll"), inputs=(Input(source="src"),))))
     with pytest.raises(ValueError, match=r"message id 7 .*twice"):
         _run(wf)
+
+
+def test_the_collector_threshold_is_raised_while_tasks_run_and_restored_by_the_last_one_out():
+    import gc
+
+    from recovery.runtime import task
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        first, second = task.relaxed_gc(), task.relaxed_gc()
+        first.__enter__()
+        assert gc.get_threshold() == (task.GC_YOUNG_THRESHOLD, 10, 10)
+        second.__enter__()             # two task generators of one worker, interleaved:
+        first.__exit__(None, None, None)   # the first one ends while the second still runs
+        assert gc.get_threshold()[0] == task.GC_YOUNG_THRESHOLD
+        second.__exit__(None, None, None)
+        assert gc.get_threshold() == (700, 10, 10)
+        # and a real task: the threshold is back once its output is consumed
+        rc.Collect.SEEN.clear()
+        _run(Workflow(name="g", components=(
+            Component(id="src", kind="spout", impl=ClassImpl(ref=REF + "Numbers"), streams=(StreamDef(fields=("n",)),)),
+            Component(id="sink", kind="bolt", impl=ClassImpl(ref=REF + "Collect"), inputs=(Input(source="src"),)))))
+        assert sorted(n for _, n in rc.Collect.SEEN) == list(range(6))
+        assert gc.get_threshold() == (700, 10, 10)
+    finally:
+        gc.set_threshold(*before)

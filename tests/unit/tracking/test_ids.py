@@ -176,3 +176,25 @@ def test_a_later_round_emits_unanchored_tuples_under_new_ids():
     for component in ("s", "b"):
         assert _first_unanchored_id(wf, component, 0) == _first_unanchored_id(wf, component, 0)
         assert _first_unanchored_id(wf, component, 0) != _first_unanchored_id(wf, component, 1)
+
+
+# --- the hot path's shortcuts give the reference functions' values ---------------------------
+U64 = st.integers(0, (1 << 64) - 1)
+
+
+@settings(max_examples=500, deadline=None)
+@given(U64, U64, U64)
+def test_derive2_and_derive3_equal_derive(a, b, c):
+    assert ids.derive2(a, b) == ids.derive(a, b)
+    assert ids.derive3(a, b, c) == ids.derive(a, b, c)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(st.text(max_size=40), U64, st.integers(-(1 << 70), 1 << 70)),
+       st.one_of(U64, st.integers(-(1 << 70), 1 << 70), st.text(max_size=5)))
+def test_a_pair_message_id_hashes_as_the_general_path_does(a, b):
+    # (file, offset) and (partition, offset) take a shortcut in stable_hash; a list takes the
+    # general path, and lists and tuples hash alike by design
+    assert ids.stable_hash((a, b)) == ids.stable_hash([a, b])
+    salt = ids.name_salt("spout")
+    assert ids.root_id(salt, (a, b)) == ids.derive(salt, ids.stable_hash([a, b]))
