@@ -40,7 +40,7 @@ import numpy as np
 from recovery.api.batch import BatchBolt
 from recovery.api.components import Tuple
 from recovery.api.loader import load_class
-from recovery.connectors import files
+from recovery.connectors import files, sinks
 from recovery.model import config as config_decl
 from recovery.model.graph import subscribers
 from recovery.model.workflow import Component, Grouping, Workflow
@@ -55,8 +55,11 @@ _is_batch: dict[tuple[str | None, str], bool] = {}
 
 
 def is_batch_component(comp: Component, wf: Workflow) -> bool:
-    """Whether `comp` is a bolt implemented by a BatchBolt subclass (its class decides)."""
+    """Whether `comp` is a bolt implemented by a BatchBolt subclass (its class decides), or a
+    built-in sink fed by batch components only (is_batch_sink)."""
     impl = comp.impl
+    if impl.kind == "sink":
+        return is_batch_sink(comp, wf)
     if comp.is_spout or impl.kind != "class":
         return False
     key = (wf.base_dir, impl.ref)
@@ -64,6 +67,18 @@ def is_batch_component(comp: Component, wf: Workflow) -> bool:
     if got is None:
         got = _is_batch[key] = issubclass(load_class(impl.ref, wf.base_dir), BatchBolt)
     return got
+
+
+def is_batch_sink(comp: Component, wf: Workflow) -> bool:
+    """A built-in sink whose every input is a batch component: it takes their Arrow chunks and
+    writes the columns as they are (BatchTaskRunner.run_sink). A sink fed by a row component
+    (or, in a recovery round, by its own queue) stays a row sink; both write the same bytes."""
+    if comp.impl.kind != "sink" or comp.impl.type not in sinks.SINKS or not comp.inputs:
+        return False
+    try:
+        return all(is_batch_component(wf.component(i.source), wf) for i in comp.inputs)
+    except KeyError:   # an input from outside this round's workflow
+        return False
 
 
 # --- state kept across a call that may be discarded ------------------------------------------
@@ -287,6 +302,9 @@ class BatchTaskRunner(TaskRunner):
         if self.tracker is not None and self.tracker.committed() is not None:
             yield from self.tracker.stored_output()
             return
+        if self.comp.impl.kind == "sink":
+            yield from self.run_sink(records)
+            return
         started = time.time()
         try:
             bolt = self._instantiate()
@@ -325,6 +343,88 @@ class BatchTaskRunner(TaskRunner):
         except Exception as err:   # broad-except: user code (cleanup) can raise anything
             self.log(f"cleanup raised {format_error(err)[0]}", "error")
         yield from self._finish(started)
+
+    def run_sink(self, records: Iterable[tuple[Any, bytes]]) -> Iterator[tuple[Any, bytes]]:
+        """A built-in sink over Arrow chunks: the row sink's semantics, a chunk at a time. Each
+        chunk's rows are encoded column-wise (sink.encode_batch); a row that cannot be encoded
+        (or that an injected fault hits) fails alone, as the row sink's `process` fails it. At
+        the end of the input the task's chunks are written as one part (atomically, under the
+        (round, task) name a re-executed task overwrites), and only then are the written rows
+        acked, vectorized; a write that raises fails them all, as the row sink's `finish`."""
+        started = time.time()
+        try:
+            sink = self._instantiate()
+            self.component_obj = sink
+            sink.prepare(sink.conf, sink.context)
+        except Exception as err:   # broad-except: a sink's set-up (its parameters, a connection) can raise anything
+            msg, tb = format_error(err)
+            yield from self._fail_all(records, f"{self.component_id} could not start: {msg}", tb)
+            yield from self._finish(started)
+            return
+        written: list[tuple[_Rows, np.ndarray]] = []   # each piece and its rows that encoded
+        chunks: list[Any] = []
+        for rows in self._pieces(records):
+            n = len(rows)
+            self.stats["executed"] += n
+            ok = np.ones(n, dtype=bool)
+            failed: dict[int, BaseException] = {}
+            for inj in self.injections:   # recovery.faults acts per tuple, as at a row sink
+                for i in range(n):
+                    if i not in failed:
+                        try:
+                            inj.before_process(self._tuple(rows, i))
+                        except Exception as err:   # broad-except: an injected fault fails its row
+                            failed[i] = err
+            keep = np.flatnonzero(~np.isin(np.arange(n), list(failed))) if failed else None
+            fields = self._fields(rows.src, rows.stream)
+            if rows.values is not None:
+                values = rows.values if keep is None else rows.values.take(keep)
+                chunk, bad = sink.encode_batch(values, fields)
+                for j, error in bad.items():
+                    failed[int(keep[j]) if keep is not None else j] = error
+            else:   # msgpack tuples (replays): the row sink's encode, one by one
+                encoded = []
+                for i in (range(n) if keep is None else keep.tolist()):
+                    try:
+                        encoded.append(sink.encode(self._tuple(rows, i)))
+                    except Exception as err:   # broad-except: what encode raises fails that row alone
+                        failed[i] = err
+                chunk = sink.chunk_of(encoded)
+            for i in sorted(failed):
+                ok[i] = False
+                msg, tb = format_error(failed[i])
+                self._fail_row(rows, i, msg, tb)
+            if ok.any():
+                chunks.append(chunk)
+                written.append((rows, ok))
+        try:
+            if chunks:
+                sink.write_chunks(chunks)
+        except Exception as err:   # broad-except: a write that raises (disk full, Redis down) fails what it held
+            msg, tb = format_error(err)
+            for rows, ok in written:
+                for i in np.flatnonzero(ok).tolist():
+                    self._fail_row(rows, i, f"{self.component_id}.finish raised {msg}", tb)
+        else:
+            for rows, ok in written:
+                self._ack_rows(rows, ok)
+        try:
+            sink.cleanup()
+        except Exception as err:   # broad-except: cleanup can raise anything
+            self.log(f"cleanup raised {format_error(err)[0]}", "error")
+        yield from self._finish(started)
+
+    def _ack_rows(self, rows: _Rows, ok: np.ndarray) -> None:
+        """Ack the rows of `rows` where `ok`: each id XORed into its roots, combined per root."""
+        acked = np.flatnonzero(ok)
+        starts = rows.root_off[:-1][acked]
+        k = (rows.root_off[1:] - rows.root_off[:-1])[acked]
+        pos = np.repeat(starts - (np.cumsum(k) - k), k) + np.arange(int(k.sum()))
+        self._combine(rows.root_flat[pos], np.repeat(rows.tids[acked], k))
+        self.stats["acked"] += len(acked)
+        if self.tracker is not None:
+            for i in np.flatnonzero(ok & (rows.attempts > 0)).tolist():   # replays: queue entries go
+                self.tracker.replay_done(self.component_id, self.task_id, int(rows.tids[i]))
 
     def _run_batch(self, bolt: Any, rows: _Rows) -> None:
         self.stats["executed"] += len(rows)
