@@ -733,17 +733,16 @@ class BatchTaskRunner(TaskRunner):
         starts = np.r_[0, np.flatnonzero(r[1:] != r[:-1]) + 1]
         self._xor_roots, self._xor_vals = r[starts], np.bitwise_xor.reduceat(t, starts)
 
-    def _finish(self, started: float) -> Iterator[tuple[Any, bytes]]:
-        """The folded contributions join the contrib map (the row path's entries, if any) before
-        the commit: every root touched, with the XOR the row path's updates would leave."""
+    def _contributions(self) -> tuple[np.ndarray, np.ndarray]:
+        """(roots, xors), one entry per root the task touched, with the XOR the row path's
+        updates would leave: the folded arrays and the row path's contrib map (a source's
+        undecodable line...) together; the commit packs the arrays without a dict."""
+        if self.contrib:
+            self._combine(np.fromiter(self.contrib.keys(), dtype=np.uint64, count=len(self.contrib)),
+                          np.fromiter(self.contrib.values(), dtype=np.uint64, count=len(self.contrib)))
+            self.contrib = {}
         self._fold_xors()
-        if len(self._xor_roots):
-            folded = dict(zip(self._xor_roots.tolist(), self._xor_vals.tolist()))
-            for root, x in self.contrib.items():
-                folded[root] = folded.get(root, 0) ^ x
-            self.contrib = folded
-            self._xor_roots = self._xor_vals = np.zeros(0, dtype=np.uint64)
-        return super()._finish(started)
+        return self._xor_roots, self._xor_vals
 
     def _tuple(self, rows: _Rows, i: int) -> Tuple:
         return Tuple(int(rows.tids[i]), rows.src, rows.stream, self.task_id, rows.python_values()[i],
