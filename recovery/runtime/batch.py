@@ -24,6 +24,10 @@ isolated failure. Rows named in
 
 Tuples replayed from a failed position's queue come in as any others (with their attempt) and
 are batched the same way, so recovery replays failed rows through the same batch component.
+
+A built-in sink whose inputs are all batch components runs here too (is_batch_sink, run_sink):
+it gets the Arrow chunks and writes the columns as they are, with the row sink's bytes and
+guarantees.
 """
 from __future__ import annotations
 
