@@ -87,6 +87,7 @@ def profile_task(wf, spec_url: str, client, component: str, index: int) -> None:
     from recovery.jobs import clear, submit
     from recovery.model.graph import topological_order
     from recovery.model.run import RunSpec
+    from recovery.runtime import batch
     from recovery.runtime.task import TaskRunner
     from recovery.tracking import runs
     wf_json = submit.workflow_json(wf)
@@ -115,7 +116,8 @@ def profile_task(wf, spec_url: str, client, component: str, index: int) -> None:
         prof = cProfile.Profile()
         t0 = time.perf_counter()
         prof.enable()
-        out = list(TaskRunner(spec, component, index).run_bolt(iter(feed)))
+        runner = batch.BatchTaskRunner if batch.is_batch_component(comp, wf) else TaskRunner
+        out = list(runner(spec, component, index).run_bolt(iter(feed)))
         prof.disable()
         took = time.perf_counter() - t0
         print(f"\n{component}[{index}] in-process, tracking {'on' if tracking else 'off'}: "
@@ -222,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
                     ratios[k].append(this[a][0] / this[b][0])
                     cpu_ratios[k].append(this[a][1] / this[b][1])
             if args.profile:
-                heaviest = "normalize" if args.workflow == "cdn_logs" else "split"
+                heaviest = "normalize" if args.workflow == "cdn_logs" else "split"   # split: cdn_logs_batch's too
                 profile_task(wf, url, client, heaviest, 0)
 
         n = args.tuples

@@ -169,7 +169,12 @@ def replace_other_runs(wf: Workflow, run_id: str, original_json: str | None = No
 
 
 class _BufferedSink(Bolt):
-    """Buffers the task's tuples, writes them once at the end of the input, then acks them."""
+    """Buffers the task's tuples, writes them once at the end of the input, then acks them.
+
+    The batch path (runtime.batch.BatchTaskRunner.run_sink, when every input of the sink is a
+    batch component) drives the same sink a chunk at a time: `encode_batch` encodes a record
+    batch's rows as `encode` encodes each tuple, `chunk_of` makes a chunk of row encodings,
+    and `write_chunks` writes the task's chunks as one part, the bytes `write` would."""
 
     def __init__(self, impl: SinkImpl, base_dir: str):
         self.impl = impl
@@ -197,25 +202,81 @@ class _BufferedSink(Bolt):
         """Make the task's encoded tuples durable (before they are acked)."""
         raise NotImplementedError
 
+    # -- the batch path ---------------------------------------------------------------------
+    def encode_batch(self, batch: Any, fields: tuple[str, ...]) -> tuple[Any, dict[int, BaseException]]:
+        """(a chunk of the encodings of `batch`'s rows that encode, {row: the exception `encode`
+        raises for it}). `batch` holds one tuple a row, its columns the tuples' values, `fields`
+        their names. This default encodes row by row, as `process` does."""
+        encoded: list[Any] = []
+        errors: dict[int, BaseException] = {}
+        for i, values in enumerate(_python_rows(batch)):
+            try:
+                encoded.append(self.encode(Tuple(0, "", "default", 0, values, fields, ())))
+            except Exception as err:   # broad-except: whatever encode raises fails that row alone, as in process
+                errors[i] = err
+        return self.chunk_of(encoded), errors
+
+    def chunk_of(self, encoded: list[Any]) -> Any:
+        """A chunk of row encodings (what `encode` returned) for `write_chunks`."""
+        return encoded
+
+    def write_chunks(self, chunks: list[Any]) -> None:
+        """`write` of the rows of `chunks`, in order."""
+        self.write([e for chunk in chunks for e in chunk])
+
 
 class JsonlSink(_BufferedSink):
     def encode(self, tup: Tuple) -> bytes:
         return json.dumps(super().encode(tup), ensure_ascii=False, sort_keys=True).encode() + b"\n"
 
     def write(self, encoded: list[bytes]) -> None:
+        self.write_chunks([b"".join(encoded)])
+
+    def encode_batch(self, batch: Any, fields: tuple[str, ...]) -> tuple[Any, dict[int, BaseException]]:
+        if not fields:
+            return super().encode_batch(batch, fields)
+        lines, errors = json_lines(batch, fields, b"\n")
+        return _joined(lines), errors
+
+    def chunk_of(self, encoded: list[bytes]) -> bytes:
+        return b"".join(encoded)
+
+    def write_chunks(self, chunks: list[Any]) -> None:
         folder = resolve(self.impl.param("path") or "out", self.base_dir)
-        data = b"".join(encoded)
+        data = b"".join(chunks)
         _atomic_write(os.path.join(folder, _part_name(self.context, "jsonl")), lambda fh: fh.write(data))
 
 
 class ParquetSink(_BufferedSink):
     def write(self, encoded: list[dict]) -> None:
         import pyarrow as pa  # lazy: only parquet sinks need it, and it is slow to import
+        self._write_table(pa.Table.from_pylist(encoded))
+
+    def _write_table(self, table: Any) -> None:
         import pyarrow.parquet as pq
         folder = resolve(self.impl.param("path") or "out", self.base_dir)
-        table = pa.Table.from_pylist(encoded)
         _atomic_write(os.path.join(folder, _part_name(self.context, "parquet")),
                       lambda fh: pq.write_table(table, fh))
+
+    def encode_batch(self, batch: Any, fields: tuple[str, ...]) -> tuple[Any, dict[int, BaseException]]:
+        """The columns as they are, with the types `Table.from_pylist` gives the row path's
+        dicts (int64, double, string, null for a column of None...): encoding never fails."""
+        import pyarrow as pa
+        if not fields:
+            return super().encode_batch(batch, fields)
+        columns = dict(zip(fields, batch.columns))   # as Tuple.as_dict: a repeated name, its last value
+        return pa.table([_pylist_typed(c) for c in columns.values()], names=list(columns)), {}
+
+    def write_chunks(self, chunks: list[Any]) -> None:
+        """One table for the part, the types `write` infers: tables of one schema are
+        concatenated; otherwise (Python rows, or types that differ between chunks: int64 and
+        double, say) every row goes through `Table.from_pylist` as in `write`."""
+        import pyarrow as pa
+        tables = [c for c in chunks if isinstance(c, pa.Table)]
+        if len(tables) == len(chunks) and all(t.schema == tables[0].schema for t in tables):
+            self._write_table(pa.concat_tables(tables).combine_chunks())
+            return
+        self.write([row for c in chunks for row in (c.to_pylist() if isinstance(c, pa.Table) else c)])
 
 
 class RedisHashSink(_BufferedSink):
@@ -234,6 +295,138 @@ class RedisHashSink(_BufferedSink):
         key = self.impl.param("key") or keys.default_sink(self.context.component_id)
         mapping = dict(encoded)
         client.hset(key, mapping=mapping)
+
+    def encode_batch(self, batch: Any, fields: tuple[str, ...]) -> tuple[Any, dict[int, BaseException]]:
+        field = self.impl.param("key-field") or (fields[0] if fields else None)
+        if not fields or field not in fields:   # no such field: each row fails as in encode
+            return super().encode_batch(batch, fields)
+        lines, errors = json_lines(batch, fields, b"")
+        key_column = dict(zip(fields, batch.columns))[field]
+        return [(str(k), v.decode()) for k, v in zip(key_column.to_pylist(), lines.to_pylist())
+                if v is not None], errors
+
+
+# --- encoding Arrow columns as the row path encodes each tuple ---------------------------------
+def _python_values(column: Any) -> list[Any]:
+    """A column's values as a row sink gets them: to_pylist, then through msgpack as the
+    chunks between stages carry them (a map's pairs become lists); as they are when msgpack
+    cannot carry them (a row stage would have failed on them earlier)."""
+    import msgpack
+    values = column.to_pylist()
+    try:
+        return msgpack.unpackb(msgpack.packb(values))
+    except (TypeError, ValueError, OverflowError):
+        return values
+
+
+def _python_rows(batch: Any) -> list[list[Any]]:
+    columns = [_python_values(c) for c in batch.columns]
+    return [list(r) for r in zip(*columns)] if columns else [[] for _ in range(batch.num_rows)]
+
+
+_FLOAT_SPECIAL = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def _json_column(column: Any, errors: dict[int, BaseException]) -> Any:
+    """Each value of `column` as json.dumps(value, ensure_ascii=False, sort_keys=True) writes
+    it (a pyarrow string array); a value json cannot encode is null, its exception in
+    `errors` under its row (the first one per row is kept, as the row path raises once)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    t = column.type
+    if pa.types.is_dictionary(t):
+        return _json_column(column.dictionary, errors).take(column.indices) if len(column.dictionary) \
+            else pa.array(["null"] * len(column), pa.string())
+    if pa.types.is_null(t):
+        return pa.array(["null"] * len(column), pa.string())
+    if pa.types.is_integer(t) or pa.types.is_boolean(t):   # Arrow's decimal digits, true/false: json's
+        return pc.fill_null(pc.cast(column, pa.string()), "null")
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        column = pc.cast(column, pa.string())
+        escaped = pc.replace_substring(pc.replace_substring(column, "\\", "\\\\"), '"', '\\"')
+        quoted = pc.binary_join_element_wise('"', escaped, '"', "")
+        control = pc.fill_null(pc.match_substring_regex(column, r"[\x00-\x1f]"), False)
+        if pc.any(control).as_py():   # json's \n, \t, \u00XX...: rare, by json itself
+            rows = pc.filter(column, control).to_pylist()
+            quoted = pc.replace_with_mask(quoted, control, pa.array([json.dumps(v, ensure_ascii=False) for v in rows],
+                                                                    pa.string()))
+        return pc.fill_null(quoted, "null")
+    if t in (pa.float32(), pa.float64()):   # float.__repr__, and NaN/Infinity, as json
+        reprs = []
+        for v in column.to_pylist():
+            if v is None:
+                reprs.append("null")
+            else:
+                r = float.__repr__(v)
+                reprs.append(_FLOAT_SPECIAL.get(r, r))
+        return pa.array(reprs, pa.string())
+    out: list[str | None] = []
+    for i, v in enumerate(_python_values(column)):   # nested and other types: json itself
+        try:
+            out.append(json.dumps(v, ensure_ascii=False, sort_keys=True))
+        except Exception as err:   # broad-except: what json raises for a value fails its row alone
+            errors.setdefault(i, err)
+            out.append(None)
+    return pa.array(out, pa.string())
+
+
+def json_lines(batch: Any, fields: tuple[str, ...], end: bytes) -> tuple[Any, dict[int, BaseException]]:
+    """(per row, json.dumps(dict(zip(fields, values)), ensure_ascii=False, sort_keys=True)
+    followed by `end`, as a pyarrow binary array, null where the row cannot be encoded;
+    {row: the exception json raised for it}): JsonlSink.encode's bytes, column by column."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    columns = dict(zip(fields, batch.columns))   # as Tuple.as_dict: a repeated name, its last value
+    errors: dict[int, BaseException] = {}
+    parts: list[Any] = []
+    prefix = "{"
+    for name in sorted(columns):   # sort_keys; json raises for the first bad value in this order
+        col_errors: dict[int, BaseException] = {}
+        encoded = _json_column(columns[name], col_errors)
+        for i, e in col_errors.items():
+            errors.setdefault(i, e)
+        parts += [prefix + json.dumps(name, ensure_ascii=False) + ": ", encoded]
+        prefix = ", "
+    lines = pc.binary_join_element_wise(*parts, "}" + end.decode(), "") if parts else \
+        pa.array(["{}" + end.decode()] * batch.num_rows, pa.string())
+    if errors:
+        bad = [False] * len(lines)
+        for i in errors:
+            bad[i] = True
+        lines = pc.if_else(pa.array(bad), pa.scalar(None, pa.string()), lines)
+    return pc.cast(lines, pa.binary()), errors
+
+
+def _joined(lines: Any) -> bytes:
+    """The non-null values of a binary array, concatenated."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    present = pc.drop_null(lines)
+    if len(present) == 0:
+        return b""
+    one: Any = pa.ListArray.from_arrays(pa.array([0, len(present)], pa.int32()), present)
+    joined: Any = pc.binary_join(one, b"")
+    return bytes(joined[0].as_py())
+
+
+def _pylist_typed(column: Any) -> Any:
+    """`column` with the type `pa.array(column.to_pylist())` infers (what Table.from_pylist
+    gives the row sink's dicts), cast where Arrow can, inferred from Python values otherwise."""
+    import pyarrow as pa
+    t = column.type
+    if column.null_count == len(column):
+        return pa.nulls(len(column))
+    if pa.types.is_dictionary(t):
+        column, t = column.dictionary_decode(), t.value_type
+    if pa.types.is_boolean(t) or t in (pa.int64(), pa.float64(), pa.string()):
+        return column
+    if (pa.types.is_signed_integer(t) or t in (pa.uint8(), pa.uint16(), pa.uint32())):
+        return column.cast(pa.int64())
+    if pa.types.is_floating(t):
+        return column.cast(pa.float64())
+    if pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return column.cast(pa.string())
+    return pa.array(_python_values(column))
 
 
 SINKS = {"jsonl": JsonlSink, "parquet": ParquetSink, "redis": RedisHashSink}

@@ -24,6 +24,10 @@ isolated failure. Rows named in
 
 Tuples replayed from a failed position's queue come in as any others (with their attempt) and
 are batched the same way, so recovery replays failed rows through the same batch component.
+
+A built-in sink whose inputs are all batch components runs here too (is_batch_sink, run_sink):
+it gets the Arrow chunks and writes the columns as they are, with the row sink's bytes and
+guarantees.
 """
 from __future__ import annotations
 
@@ -40,7 +44,7 @@ import numpy as np
 from recovery.api.batch import BatchBolt
 from recovery.api.components import Tuple
 from recovery.api.loader import load_class
-from recovery.connectors import files
+from recovery.connectors import files, sinks
 from recovery.model import config as config_decl
 from recovery.model.graph import subscribers
 from recovery.model.workflow import Component, Grouping, Workflow
@@ -55,8 +59,11 @@ _is_batch: dict[tuple[str | None, str], bool] = {}
 
 
 def is_batch_component(comp: Component, wf: Workflow) -> bool:
-    """Whether `comp` is a bolt implemented by a BatchBolt subclass (its class decides)."""
+    """Whether `comp` is a bolt implemented by a BatchBolt subclass (its class decides), or a
+    built-in sink fed by batch components only (is_batch_sink)."""
     impl = comp.impl
+    if impl.kind == "sink":
+        return is_batch_sink(comp, wf)
     if comp.is_spout or impl.kind != "class":
         return False
     key = (wf.base_dir, impl.ref)
@@ -64,6 +71,18 @@ def is_batch_component(comp: Component, wf: Workflow) -> bool:
     if got is None:
         got = _is_batch[key] = issubclass(load_class(impl.ref, wf.base_dir), BatchBolt)
     return got
+
+
+def is_batch_sink(comp: Component, wf: Workflow) -> bool:
+    """A built-in sink whose every input is a batch component: it takes their Arrow chunks and
+    writes the columns as they are (BatchTaskRunner.run_sink). A sink fed by a row component
+    (or, in a recovery round, by its own queue) stays a row sink; both write the same bytes."""
+    if comp.impl.kind != "sink" or comp.impl.type not in sinks.SINKS or not comp.inputs:
+        return False
+    try:
+        return all(is_batch_component(wf.component(i.source), wf) for i in comp.inputs)
+    except KeyError:   # an input from outside this round's workflow
+        return False
 
 
 # --- state kept across a call that may be discarded ------------------------------------------
@@ -82,6 +101,7 @@ def _restore(state: Any, saved: Any) -> None:
         state._cache, state._dirty = saved
 
 
+XOR_FOLD_EVERY = 1 << 22   # pending (root, id) pairs folded at once: 64 MB of arrays at most
 MAGIC = b"\x00RB1"   # an Arrow chunk (a msgpack chunk, a 3-array, starts with 0x93)
 
 
@@ -232,6 +252,10 @@ class BatchTaskRunner(TaskRunner):
         self.stats["bisect_runs"] = 0
         self.stats["bisect_isolated"] = 0
         self.stats["bisect_rows"] = 0      # rows run again by bisection
+        # XOR contributions not yet in self.contrib (see _combine)
+        self._xor_parts: list[tuple[np.ndarray, np.ndarray]] = []
+        self._xor_pending = 0
+        self._xor_roots = self._xor_vals = np.zeros(0, dtype=np.uint64)
         # consumers that are batch components get Arrow chunks (see encode_chunk)
         self.arrow_to = {r.consumer for routes in self.router.routes.values() for r in routes
                          if is_batch_component(self.wf.component(r.consumer), self.wf)}
@@ -287,6 +311,9 @@ class BatchTaskRunner(TaskRunner):
         if self.tracker is not None and self.tracker.committed() is not None:
             yield from self.tracker.stored_output()
             return
+        if self.comp.impl.kind == "sink":
+            yield from self.run_sink(records)
+            return
         started = time.time()
         try:
             bolt = self._instantiate()
@@ -325,6 +352,88 @@ class BatchTaskRunner(TaskRunner):
         except Exception as err:   # broad-except: user code (cleanup) can raise anything
             self.log(f"cleanup raised {format_error(err)[0]}", "error")
         yield from self._finish(started)
+
+    def run_sink(self, records: Iterable[tuple[Any, bytes]]) -> Iterator[tuple[Any, bytes]]:
+        """A built-in sink over Arrow chunks: the row sink's semantics, a chunk at a time. Each
+        chunk's rows are encoded column-wise (sink.encode_batch); a row that cannot be encoded
+        (or that an injected fault hits) fails alone, as the row sink's `process` fails it. At
+        the end of the input the task's chunks are written as one part (atomically, under the
+        (round, task) name a re-executed task overwrites), and only then are the written rows
+        acked, vectorized; a write that raises fails them all, as the row sink's `finish`."""
+        started = time.time()
+        try:
+            sink = self._instantiate()
+            self.component_obj = sink
+            sink.prepare(sink.conf, sink.context)
+        except Exception as err:   # broad-except: a sink's set-up (its parameters, a connection) can raise anything
+            msg, tb = format_error(err)
+            yield from self._fail_all(records, f"{self.component_id} could not start: {msg}", tb)
+            yield from self._finish(started)
+            return
+        written: list[tuple[_Rows, np.ndarray]] = []   # each piece and its rows that encoded
+        chunks: list[Any] = []
+        for rows in self._pieces(records):
+            n = len(rows)
+            self.stats["executed"] += n
+            ok = np.ones(n, dtype=bool)
+            failed: dict[int, BaseException] = {}
+            for inj in self.injections:   # recovery.faults acts per tuple, as at a row sink
+                for i in range(n):
+                    if i not in failed:
+                        try:
+                            inj.before_process(self._tuple(rows, i))
+                        except Exception as err:   # broad-except: an injected fault fails its row
+                            failed[i] = err
+            keep = np.flatnonzero(~np.isin(np.arange(n), list(failed))) if failed else None
+            fields = self._fields(rows.src, rows.stream)
+            if rows.values is not None:
+                values = rows.values if keep is None else rows.values.take(keep)
+                chunk, bad = sink.encode_batch(values, fields)
+                for j, error in bad.items():
+                    failed[int(keep[j]) if keep is not None else j] = error
+            else:   # msgpack tuples (replays): the row sink's encode, one by one
+                encoded = []
+                for i in (range(n) if keep is None else keep.tolist()):
+                    try:
+                        encoded.append(sink.encode(self._tuple(rows, i)))
+                    except Exception as err:   # broad-except: what encode raises fails that row alone
+                        failed[i] = err
+                chunk = sink.chunk_of(encoded)
+            for i in sorted(failed):
+                ok[i] = False
+                msg, tb = format_error(failed[i])
+                self._fail_row(rows, i, msg, tb)
+            if ok.any():
+                chunks.append(chunk)
+                written.append((rows, ok))
+        try:
+            if chunks:
+                sink.write_chunks(chunks)
+        except Exception as err:   # broad-except: a write that raises (disk full, Redis down) fails what it held
+            msg, tb = format_error(err)
+            for rows, ok in written:
+                for i in np.flatnonzero(ok).tolist():
+                    self._fail_row(rows, i, f"{self.component_id}.finish raised {msg}", tb)
+        else:
+            for rows, ok in written:
+                self._ack_rows(rows, ok)
+        try:
+            sink.cleanup()
+        except Exception as err:   # broad-except: cleanup can raise anything
+            self.log(f"cleanup raised {format_error(err)[0]}", "error")
+        yield from self._finish(started)
+
+    def _ack_rows(self, rows: _Rows, ok: np.ndarray) -> None:
+        """Ack the rows of `rows` where `ok`: each id XORed into its roots, combined per root."""
+        acked = np.flatnonzero(ok)
+        starts = rows.root_off[:-1][acked]
+        k = (rows.root_off[1:] - rows.root_off[:-1])[acked]
+        pos = np.repeat(starts - (np.cumsum(k) - k), k) + np.arange(int(k.sum()))
+        self._combine(rows.root_flat[pos], np.repeat(rows.tids[acked], k))
+        self.stats["acked"] += len(acked)
+        if self.tracker is not None:
+            for i in np.flatnonzero(ok & (rows.attempts > 0)).tolist():   # replays: queue entries go
+                self.tracker.replay_done(self.component_id, self.task_id, int(rows.tids[i]))
 
     def _run_batch(self, bolt: Any, rows: _Rows) -> None:
         self.stats["executed"] += len(rows)
@@ -538,17 +647,22 @@ class BatchTaskRunner(TaskRunner):
 
     def _ship_arrow(self, consumer: str, stream: str, idx: np.ndarray, tids: np.ndarray, root_off: np.ndarray,
                     root_flat: np.ndarray, out: Any) -> None:
-        """One Arrow chunk per target task of `consumer`."""
-        for i in np.unique(idx).tolist():
-            sel = np.flatnonzero(idx == i)
-            whole = len(sel) == len(idx)
-            if whole:
-                off, flat, part = root_off, root_flat, out
-            else:
-                k = root_off[sel + 1] - root_off[sel]
-                pos = np.repeat(root_off[sel] - (np.cumsum(k) - k), k) + np.arange(int(k.sum()))
-                off, flat, part = np.r_[0, np.cumsum(k)], root_flat[pos], out.take(sel)
-            blob = encode_chunk(self.component_id, self.task_id, stream, tids if whole else tids[sel], off, flat, part)
+        """One Arrow chunk per target task of `consumer`: the rows ordered by target once (a
+        stable sort, so each chunk keeps the rows' order), each chunk a slice of them."""
+        targets = np.unique(idx)
+        if len(targets) > 1:
+            order = np.argsort(idx, kind="stable")
+            idx, tids, out = idx[order], tids[order], out.take(order)
+            k = root_off[1:][order] - root_off[:-1][order]
+            pos = np.repeat(root_off[:-1][order] - (np.cumsum(k) - k), k) + np.arange(int(k.sum()))
+            root_off, root_flat = np.r_[0, np.cumsum(k)], root_flat[pos]
+        bounds = np.searchsorted(idx, targets, side="left") if len(targets) > 1 else np.zeros(1, dtype=np.int64)
+        ends = np.r_[bounds[1:], len(idx)]
+        for i, lo, hi in zip(targets.tolist(), bounds.tolist(), ends.tolist()):
+            off = root_off[lo:hi + 1] - root_off[lo]
+            flat = root_flat[root_off[lo]:root_off[hi]]
+            part = out if hi - lo == out.num_rows else out.slice(lo, hi - lo)
+            blob = encode_chunk(self.component_id, self.task_id, stream, tids[lo:hi], off, flat, part)
             key = (consumer, i)
             self.ready.append((key, blob))
             if self.tracker is not None:
@@ -601,16 +715,38 @@ class BatchTaskRunner(TaskRunner):
         return emitted
 
     def _combine(self, roots: np.ndarray, tids: np.ndarray) -> None:
-        """XOR `tids` into `roots`' contributions, combined per root first."""
+        """XOR `tids` into `roots`' contributions. They are kept as arrays and combined per
+        root in bulk (_fold_xors), not a dict update per root and batch: that update was the
+        batch path's largest framework cost (16% of a tracked cdn_logs_batch run's worker CPU)."""
         if len(roots) == 0:
             return
-        order = np.argsort(roots, kind="stable")
+        self._xor_parts.append((roots, tids))
+        self._xor_pending += len(roots)
+        if self._xor_pending >= XOR_FOLD_EVERY:   # bounds the arrays kept: about a task's roots
+            self._fold_xors()
+
+    def _fold_xors(self) -> None:
+        """The pending contributions XORed per root into one sorted (roots, xors) pair."""
+        if not self._xor_parts:
+            return
+        roots = np.concatenate([self._xor_roots, *(r for r, _ in self._xor_parts)])
+        tids = np.concatenate([self._xor_vals, *(t for _, t in self._xor_parts)])
+        self._xor_parts, self._xor_pending = [], 0
+        order = np.argsort(roots)   # XOR needs no stable order; 3x faster than a stable sort of uint64
         r, t = roots[order], tids[order]
         starts = np.r_[0, np.flatnonzero(r[1:] != r[:-1]) + 1]
-        xors = np.bitwise_xor.reduceat(t, starts)
-        contrib = self.contrib
-        for root, x in zip(r[starts].tolist(), xors.tolist()):
-            contrib[root] = contrib.get(root, 0) ^ x
+        self._xor_roots, self._xor_vals = r[starts], np.bitwise_xor.reduceat(t, starts)
+
+    def _contributions(self) -> tuple[np.ndarray, np.ndarray]:
+        """(roots, xors), one entry per root the task touched, with the XOR the row path's
+        updates would leave: the folded arrays and the row path's contrib map (a source's
+        undecodable line...) together; the commit packs the arrays without a dict."""
+        if self.contrib:
+            self._combine(np.fromiter(self.contrib.keys(), dtype=np.uint64, count=len(self.contrib)),
+                          np.fromiter(self.contrib.values(), dtype=np.uint64, count=len(self.contrib)))
+            self.contrib = {}
+        self._fold_xors()
+        return self._xor_roots, self._xor_vals
 
     def _tuple(self, rows: _Rows, i: int) -> Tuple:
         return Tuple(int(rows.tids[i]), rows.src, rows.stream, self.task_id, rows.python_values()[i],
@@ -635,6 +771,59 @@ def reads_in_batches(comp: Component, wf: Workflow) -> bool:
     return bool(consumers) and all(is_batch_component(c, wf) for c in consumers)
 
 
+READ_BYTES = 1 << 22   # the batched file source reads this much at a time
+_BLANK = np.zeros(256, dtype=bool)
+_BLANK[list(b" \t\n\r\x0b\x0c")] = True   # what bytes.strip() strips
+
+
+def _line_blocks(path: str, index: int, tasks: int, max_lines: int) -> Iterator[tuple[np.ndarray, Any]]:
+    """files._split_lines's lines of task `index` (those that start in its byte range) that
+    are not blank, in blocks of at most `max_lines`: (their byte offsets as uint64, the lines
+    as a pyarrow binary array, line ends included). Newlines are found with numpy over reads of
+    READ_BYTES, not a readline per line."""
+    import pyarrow as pa
+    size = os.path.getsize(path)
+    start, end = size * index // tasks, size * (index + 1) // tasks
+    with open(path, "rb") as fh:
+        pos = start
+        if start > 0:   # a line begun before the range belongs to the task before
+            fh.seek(start - 1)
+            if fh.read(1) != b"\n":
+                pos = start + len(fh.readline())
+        fh.seek(pos)
+        carry = b""   # the start of a line the previous read cut
+        while pos < end:
+            data = fh.read(READ_BYTES)
+            buf = carry + data
+            arr = np.frombuffer(buf, dtype=np.uint8)
+            ends = np.flatnonzero(arr == 10) + 1
+            if not data and len(buf) and (not len(ends) or ends[-1] != len(buf)):
+                ends = np.r_[ends, len(buf)]   # the file's last line, without a newline
+            starts = np.r_[0, ends[:-1]].astype(np.int64) if len(ends) else np.zeros(0, dtype=np.int64)
+            inside = int(np.searchsorted(pos + starts, end))   # lines that start in the range
+            starts, stops = starts[:inside], ends[:inside]
+            # a line whose first byte is not blank is not blank; the others (rare), by bytes.strip
+            nonblank = ~_BLANK[arr[starts]]
+            for i in np.flatnonzero(~nonblank).tolist():
+                nonblank[i] = bool(buf[starts[i]:stops[i]].strip())
+            keep = np.flatnonzero(nonblank)
+            for lo in range(0, len(keep), max_lines):
+                sel = keep[lo:lo + max_lines]
+                lengths = stops[sel] - starts[sel]
+                offsets = np.r_[0, np.cumsum(lengths)].astype(np.int32)
+                if len(sel) == sel[-1] - sel[0] + 1:   # contiguous lines: a slice of the read
+                    data_buf = pa.py_buffer(buf)[int(starts[sel[0]]):int(stops[sel[-1]])]
+                else:
+                    pieces = zip(starts[sel].tolist(), stops[sel].tolist())
+                    data_buf = pa.py_buffer(b"".join(buf[a:b] for a, b in pieces))
+                raw = pa.BinaryArray.from_buffers(pa.binary(), len(sel), [None, pa.py_buffer(offsets), data_buf])
+                yield (pos + starts[sel]).astype(np.uint64), raw
+            if not data or inside < len(ends):
+                return
+            done = int(ends[-1]) if len(ends) else 0
+            carry, pos = buf[done:], pos + done
+
+
 def file_source_batches(runner: Any) -> Iterator[None]:
     """connectors.files.file_source, a block of lines at a time: the same root ids (from the
     same (file, offset) message ids), tuple ids, routes and ledger contributions, with the
@@ -650,38 +839,23 @@ def file_source_batches(runner: Any) -> Iterator[None]:
     decode = files.decoder("text", stream.fields)
     for path in files.source_files(comp.impl, runner.wf.base_dir):
         name = os.path.basename(path)
-        offsets: list[int] = []
-        lines: list[bytes] = []
-        split = files._split_lines(path, runner.index, comp.parallelism)
-        while True:
-            offsets.clear()
-            lines.clear()
-            for offset, raw in split:
-                if raw.strip():
-                    offsets.append(offset)
-                    lines.append(raw)
-                    if len(lines) >= runner.batch_size:
-                        break
-            if not lines:
-                break
-            hashes = ids.position_hashes(name, np.array(offsets, dtype=np.uint64))
+        for offsets, raw in _line_blocks(path, runner.index, comp.parallelism, runner.batch_size):
+            hashes = ids.position_hashes(name, offsets)
             if runner.spec.root_replay:   # root replay: only the failed roots' lines
                 old = ids.derive_many(runner._root_salt(runner.spec.filter_epoch), hashes)
                 replay = runner.replay_root_set()
                 chosen = np.isin(old, np.fromiter(replay, dtype=np.uint64, count=len(replay)))
-                hashes = hashes[chosen]
-                kept = np.flatnonzero(chosen).tolist()
-                offsets[:], lines[:] = [offsets[i] for i in kept], [lines[i] for i in kept]
-                if not lines:
+                if not chosen.any():
                     continue
+                hashes, offsets, raw = hashes[chosen], offsets[chosen], raw.filter(pa.array(chosen))
             try:
-                text = pc.cast(pa.array([ln.rstrip(b"\r\n") for ln in lines], pa.binary()), pa.string())
+                text = pc.utf8_rtrim(pc.cast(raw, pa.string()), characters="\r\n")
             except pa.ArrowInvalid:   # a line that is not UTF-8: the row path fails it alone
-                for offset, raw in zip(offsets, lines):
-                    runner.spout_record((name, offset), functools.partial(decode, raw), raw, stream.id, "text")
+                for offset, line in zip(offsets.tolist(), raw.to_pylist()):
+                    runner.spout_record((name, offset), functools.partial(decode, line), line, stream.id, "text")
                 yield None
                 continue
-            m = len(lines)
+            m = len(raw)
             roots = ids.derive_many(salt, hashes)
             base = ids.derive_many(roots, stream_salt, 0)
             out = pa.RecordBatch.from_arrays([text], names=[field])

@@ -475,6 +475,10 @@ class TaskRunner(MessageTimeouts, Collector):
         return self._replay_roots
 
     # -- end of task ------------------------------------------------------------------------
+    def _contributions(self) -> dict[int, int] | tuple[Any, Any]:
+        """The task's XOR contributions per root, as its commit stores them."""
+        return self.contrib
+
     def _drain(self) -> Iterator[tuple[Any, bytes]]:
         ready, self.ready = self.ready, []
         return iter(ready)
@@ -500,6 +504,6 @@ class TaskRunner(MessageTimeouts, Collector):
             elif self._timed_out:   # a committed task never runs again: its marks are done
                 marks = self._marks_key()
                 extra = lambda pipe: pipe.delete(marks)   # noqa: E731
-            if self.tracker.commit(self.contrib, self.stats, self.state, extra):
+            if self.tracker.commit(self._contributions(), self.stats, self.state, extra):
                 self._drop_consumed_outputs(self.tracker)
         return iter(ready)

@@ -24,12 +24,16 @@ log = logging.getLogger(__name__)
 LEDGER_BUCKETS = 8
 
 
-def pack_xors(contrib: dict[int, int]) -> list[bytes]:
-    """Split per-root contributions into LEDGER_BUCKETS packed blobs (roots then xors, uint64)."""
-    if not contrib:
+def pack_xors(contrib: dict[int, int] | tuple[np.ndarray, np.ndarray]) -> list[bytes]:
+    """Split per-root contributions (a dict, or arrays of roots and xors with one entry per
+    root) into LEDGER_BUCKETS packed blobs (roots then xors, uint64)."""
+    if isinstance(contrib, tuple):
+        roots, xors = contrib
+    else:
+        roots = np.fromiter(contrib.keys(), dtype=np.uint64, count=len(contrib))
+        xors = np.fromiter(contrib.values(), dtype=np.uint64, count=len(contrib))
+    if not len(roots):
         return [b""] * LEDGER_BUCKETS
-    roots = np.fromiter(contrib.keys(), dtype=np.uint64, count=len(contrib))
-    xors = np.fromiter(contrib.values(), dtype=np.uint64, count=len(contrib))
     bucket = roots % np.uint64(LEDGER_BUCKETS)
     out = []
     for b in range(LEDGER_BUCKETS):

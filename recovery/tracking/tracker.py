@@ -136,7 +136,7 @@ class TaskTracker:
                                             message[:2000]]))
 
     # -- commit -------------------------------------------------------------------------
-    def commit(self, contrib: dict[int, int], stats: dict, state: Any = None,
+    def commit(self, contrib: dict[int, int] | tuple[Any, Any], stats: dict, state: Any = None,
                extra: Any = None) -> bool:
         """Everything the task learned and its done marker, in one transaction, only into the
         run it started in (a cleared run: nothing written, False; the task ends quietly). Its
