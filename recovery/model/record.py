@@ -58,6 +58,14 @@ class RunRecord(BaseModel):
     follow_stopped: float | None = None
     # where its tasks spill their outputs (tracking.spill.location); None: a record from before
     spill_dir: str | None = None
+    # the acker's counts, stored when a round settles (tracking.ledger.RootCounts; the
+    # ledger reads and writes these fields itself, in its transactions) and the root-replay
+    # round whose roots were selected (jobs.recover.prepare_root_replay)
+    roots_counted_round: int | None = None
+    roots_pending: int | None = None
+    roots_failed: int | None = None
+    roots_dead: int | None = None
+    root_replay_prepared: int | None = None
     # the lease, read with the record: "host:pid:token", and ms left (-2: no lease)
     lease_holder: str | None = None
     lease_ms: int = -2
