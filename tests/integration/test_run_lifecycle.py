@@ -1,9 +1,10 @@
 """A run's lifecycle against a real Redis and Spark: racing submits, a driver killed or Redis
 dying mid-round, `clear --force` under a running `recover`, a driver on another host (leases),
 the summaries' tables. Each round that must be caught mid-way runs a `gate` bolt that blocks
-until the test releases it (a file), so the test waits for states, never for time."""
+until the test releases it (a file lock), so the test waits for states, never for time."""
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import secrets
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import BinaryIO
 
 import pytest
 from click.testing import CliRunner
@@ -38,11 +40,12 @@ class Gate:
         self.folder = folder
         self.ctl = folder / "ctl"
         self.ctl.mkdir(parents=True)
+        self._lock: BinaryIO | None = None   # held while armed (see arm)
         pkg = f"gate_{secrets.token_hex(4)}"
         (folder / pkg).mkdir()
         (folder / pkg / "__init__.py").write_text("")
         (folder / pkg / "components.py").write_text(f'''
-import os, time
+import fcntl, os
 from recovery import BasicBolt
 CTL = {str(self.ctl)!r}
 
@@ -50,9 +53,9 @@ class Gate(BasicBolt):
     def process(self, tup):
         if os.path.exists(os.path.join(CTL, "armed")) and not os.path.exists(os.path.join(CTL, "release")):
             open(os.path.join(CTL, "entered-%d" % os.getpid()), "a").close()
-            deadline = time.monotonic() + 600
-            while not os.path.exists(os.path.join(CTL, "release")) and time.monotonic() < deadline:
-                time.sleep(0.02)
+            # blocks until the test lets go of its exclusive lock (release, or the test's end)
+            with open(os.path.join(CTL, "lock"), "rb") as lock:
+                fcntl.flock(lock, fcntl.LOCK_SH)
         self.emit([tup.values[0]])
 ''')
         (folder / "in.txt").write_text("\n".join(LINES) + "\n")
@@ -66,13 +69,19 @@ class Gate(BasicBolt):
 </workflow>''')
 
     def arm(self) -> None:
+        """Gate bolts block from now on: the lock is held before they can see `armed`."""
+        self._lock = (self.ctl / "lock").open("wb")
+        fcntl.flock(self._lock, fcntl.LOCK_EX)
         (self.ctl / "armed").touch()
 
     def entered(self) -> bool:
         return any(p.name.startswith("entered-") for p in self.ctl.iterdir())
 
     def release(self) -> None:
-        (self.ctl / "release").touch()
+        (self.ctl / "release").touch()   # later tuples pass straight through
+        if self._lock is not None:
+            self._lock.close()           # closing drops the lock: blocked bolts go on
+            self._lock = None
 
     def output(self) -> list[str]:
         return sorted(r["line"] for r in read_jsonl_dir(str(self.folder / "out")))
