@@ -3,7 +3,9 @@ of the example workflows in a temporary folder (sinks write next to the XML)."""
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
+import signal
+import subprocess
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,8 @@ import pytest
 from recovery.connectors.sinks import read_jsonl_dir
 from recovery.jobs import submit as jobs_submit
 from recovery.model.xml import parse as workflow_xml
+from recovery.tracking import keys
+from tests.helpers import wait_for
 
 WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"
 
@@ -58,3 +62,27 @@ def sink_records(folder: Path) -> list[str]:
     """A jsonl sink's contents as a sorted list of canonical JSON lines (a multiset)."""
     import json
     return sorted(json.dumps(r, sort_keys=True) for r in read_jsonl_dir(str(folder)))
+
+
+def kill_when_round_0(proc: subprocess.Popen, client: Any, run_id: str,
+                      reached: Callable[[set[str]], bool], what: str) -> set[str]:
+    """SIGKILL the driver `proc` once round 0's done markers (the tasks committed) satisfy
+    `reached`; a driver that ends by itself first fails the test. Returns the markers then."""
+    def done() -> set[str]:
+        return {f.decode() for f in client.hkeys(keys.task_done(run_id, 0))}
+
+    def kill_point() -> bool:
+        if reached(done()):
+            return True
+        assert proc.poll() is None, f"submit ended (exit {proc.returncode}) before {what}"
+        return False
+
+    try:
+        wait_for(kill_point, 240, f"round 0 of {run_id} to reach {what}")
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the driver ended by itself before the kill"
+    return done()

@@ -4,7 +4,6 @@ from __future__ import annotations
 import collections
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -14,8 +13,7 @@ import pytest
 
 from recovery.jobs import clear, recover, summary
 from recovery.tracking import keys, runs
-from tests.helpers import wait_for
-from tests.integration.conftest import copy_workflow, sink_records, submit
+from tests.integration.conftest import copy_workflow, kill_when_round_0, sink_records, submit
 from tests.integration.test_engine import run_keys, wordcount_reference
 
 TRANSIENT_SPLIT = {"recovery.inject.s.component": "split", "recovery.inject.s.rate": "0.03"}
@@ -144,23 +142,8 @@ def test_kill_9_of_the_driver_then_recover_gives_exact_output(spark, redis_url, 
             "recovery.inject.z.delay.ms": "2", **TRANSIENT_SPLIT, **FAST_RETRY}
     proc = _spawn_submit(xml, redis_url, run_id, slow)
 
-    def reached() -> bool:
-        done = {f.decode() for f in redis_client.hkeys(keys.task_done(run_id, 0))}
-        if KILL_POINTS[kill_point](done):
-            return True
-        assert proc.poll() is None, f"submit ended (exit {proc.returncode}) before {kill_point}"
-        return False
-
-    try:
-        wait_for(reached, 240, f"the first round of {run_id} to reach {kill_point}")
-        proc.send_signal(signal.SIGKILL)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-    assert proc.returncode == -signal.SIGKILL, "the driver ended by itself before the kill"
-    # the kill landed mid-run: the round's last task did not commit and the run is crashed
-    done = {f.decode() for f in redis_client.hkeys(keys.task_done(run_id, 0))}
+    # the kill lands mid-run: the round's last task did not commit and the run is crashed
+    done = kill_when_round_0(proc, redis_client, run_id, KILL_POINTS[kill_point], kill_point)
     assert "out:0" not in done, done
     rec = runs.get(redis_client, run_id)
     assert rec.status == runs.RUNNING and runs.status_of(rec) == runs.CRASHED, rec

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -21,8 +20,7 @@ from recovery.jobs import clear, recover
 from recovery.model.graph import TaskMap
 from recovery.model.xml import parse as workflow_xml
 from recovery.tracking import keys, runs, spill
-from tests.helpers import wait_for
-from tests.integration.conftest import sink_records
+from tests.integration.conftest import kill_when_round_0, sink_records
 from tests.integration.test_engine import run_keys
 
 PAD = 400          # bytes added to each line: outputs big enough to fill frames before a crash
@@ -73,21 +71,8 @@ def _crashed_submit(tmp_path: Path, redis_url: str, client, run_id: str, spill_d
     proc = subprocess.Popen(cmd, env=dict(os.environ, RECOVERY_REDIS_URL=redis_url),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
-    def reached() -> bool:
-        if until({f.decode() for f in client.hkeys(keys.task_done(run_id, 0))}):
-            return True
-        assert proc.poll() is None, f"submit ended (exit {proc.returncode}) before the state was reached"
-        return False
-
-    try:
-        wait_for(reached, 240, f"round 0 of {run_id} to reach the kill point")
-        proc.send_signal(signal.SIGKILL)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-    assert proc.returncode == -signal.SIGKILL, "the driver ended by itself before the kill"
-    assert "out:0" not in {f.decode() for f in client.hkeys(keys.task_done(run_id, 0))}
+    done = kill_when_round_0(proc, client, run_id, until, "the kill point")
+    assert "out:0" not in done
     return xml
 
 
