@@ -58,8 +58,8 @@ def _bolt_task(spec: RunSpec, component_id: str, index: int, it: Any):
 
 def _resolve_bucket(spec: RunSpec, bucket: int) -> ledger.RootCounts:
     client = task.redis_of(spec)
-    ledger.resolve_bucket(client, spec.run_id, bucket, spec.generation)
-    return ledger.count_bucket(client, spec.run_id, bucket)
+    pending = ledger.fold_bucket(client, spec.run_id, bucket, spec.generation)
+    return ledger.count_bucket(client, spec.run_id, bucket, pending)
 
 
 def _supersede_bucket(spec: RunSpec, bucket: int) -> int:
@@ -153,19 +153,20 @@ def resolve_ledger(spark: SparkSession, spec: RunSpec) -> ledger.RootCounts:
     """The acker's verdict, computed by Spark tasks (one per ledger bucket): each folds its
     bucket to the roots still pending and counts them, and of them the dead and the failed
     (queued) ones; the driver only adds the buckets' counts up."""
-    sc = spark.sparkContext
-    n = ledger.LEDGER_BUCKETS
-    counts = sc.parallelize(range(n), n).map(lambda b: _resolve_bucket(spec, b)).collect()
-    return sum(counts, ledger.RootCounts())
+    return sum(_per_bucket(spark, functools.partial(_resolve_bucket, spec)), ledger.RootCounts())
 
 
 def supersede_failed_roots(spark: SparkSession, spec: RunSpec) -> int:
     """Root replay's selection, in Spark tasks (one per ledger bucket): the queued tuples'
     roots go into the round's replay set and their ledger entries are superseded (see
     ledger.supersede_bucket); returns how many roots were added."""
-    sc = spark.sparkContext
+    return sum(_per_bucket(spark, functools.partial(_supersede_bucket, spec)))
+
+
+def _per_bucket(spark: SparkSession, each: Callable[[int], Any]) -> list[Any]:
+    """`each(bucket)` in one Spark task per ledger bucket; their results, in bucket order."""
     n = ledger.LEDGER_BUCKETS
-    return sum(sc.parallelize(range(n), n).map(lambda b: _supersede_bucket(spec, b)).collect())
+    return spark.sparkContext.parallelize(range(n), n).map(each).collect()
 
 
 def clear_round(client: Redis, run_id: str, round_no: int, spill_dir: str | None = None) -> None:

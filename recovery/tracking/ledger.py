@@ -94,6 +94,11 @@ def fenced_transaction(client: Redis, run_id: str, generation: str | None,
 
 def resolve_bucket(client: Redis, run_id: str, bucket: int, generation: str | None = None) -> int:
     """Fold one ledger bucket into a single compacted blob; returns its pending roots' count."""
+    return len(fold_bucket(client, run_id, bucket, generation))
+
+
+def fold_bucket(client: Redis, run_id: str, bucket: int, generation: str | None = None) -> np.ndarray:
+    """resolve_bucket, returning the bucket's pending roots (none when the run was cleared)."""
     key = keys.ledger(run_id, bucket)
     folded: dict[str, Any] = {}
 
@@ -107,8 +112,8 @@ def resolve_bucket(client: Redis, run_id: str, bucket: int, generation: str | No
 
     if not fenced_transaction(client, run_id, generation, build, watch=(key,), read=read):
         log.info("run %s was cleared: ledger bucket %d not folded", run_id, bucket)
-        return 0
-    return int(len(folded["roots"]))
+        return np.zeros(0, dtype=np.uint64)
+    return cast(np.ndarray, folded["roots"])
 
 
 def pending_roots(client: Redis, run_id: str) -> set[int]:
@@ -197,10 +202,9 @@ def pending_among(client: Redis, run_id: str, roots: Iterable[int]) -> set[int]:
     return out
 
 
-def count_bucket(client: Redis, run_id: str, bucket: int) -> RootCounts:
-    """One bucket's share of the acker's counts (after resolve_bucket, in the task that folded
-    it): its pending roots, of them the dead and the failed."""
-    roots, _ = fold(cast(list[bytes], client.hvals(keys.ledger(run_id, bucket))))
+def count_bucket(client: Redis, run_id: str, bucket: int, roots: np.ndarray) -> RootCounts:
+    """One bucket's share of the acker's counts, in the task that folded it (`roots`: its
+    pending roots, as fold_bucket returned them): of them the dead and the failed."""
     pending = [int(r) for r in roots.tolist()]
     if not pending:
         return RootCounts()
