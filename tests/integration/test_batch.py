@@ -3,14 +3,11 @@ and kill -9 of the driver change nothing in what workflows/cdn_logs_batch.xml wr
 what workflows/cdn_logs.xml (row bolts) writes for the same input."""
 from __future__ import annotations
 
-import signal
-
 from recovery.jobs import recover
 from recovery.model.graph import TaskMap
 from recovery.model.xml import parse as workflow_xml
 from recovery.tracking import keys, ledger
-from tests.helpers import wait_for
-from tests.integration.conftest import copy_workflow, sink_records, submit
+from tests.integration.conftest import copy_workflow, kill_when_round_0, sink_records, submit
 from tests.integration.test_recovery import _spawn_submit
 
 FAST_RETRY = {"recovery.retry.delay.period.ms": "10", "recovery.batch.size": "128"}
@@ -56,20 +53,9 @@ def test_kill_9_of_a_batch_run_then_recover_gives_what_the_row_workflow_gives(sp
             "recovery.inject.z.delay.ms": "5", **TRANSIENT}
     proc = _spawn_submit(batch_copy(tmp_path / "batch"), redis_url, run_id, slow)
 
-    def split_done() -> bool:
-        done = {f.decode() for f in redis_client.hkeys(keys.task_done(run_id, 0))}
-        assert proc.poll() is None, f"submit ended (exit {proc.returncode}) before split was done"
-        return {"split:0", "split:1"} <= done
-
-    try:
-        wait_for(split_done, 240, f"the first round of {run_id} to finish split")
-        proc.send_signal(signal.SIGKILL)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-    assert proc.returncode == -signal.SIGKILL
-    assert "output:0" not in {f.decode() for f in redis_client.hkeys(keys.task_done(run_id, 0))}
+    done = kill_when_round_0(proc, redis_client, run_id, lambda done: {"split:0", "split:1"} <= done,
+                             "split being done")
+    assert "output:0" not in done
     r = recover.recover(spark, redis_client, redis_url, run_id)
     assert r["status"] == "dead" and r["pending"] == 0       # only the data's bad lines are dead
     assert sink_records(tmp_path / "batch" / "out" / "cdn_logs_batch") == want
