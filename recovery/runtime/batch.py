@@ -315,14 +315,8 @@ class BatchTaskRunner(TaskRunner):
             yield from self.run_sink(records)
             return
         started = time.time()
-        try:
-            bolt = self._instantiate()
-            self.component_obj = bolt
-            bolt.prepare(bolt.conf, bolt.context)
-        except Exception as err:   # broad-except: user code (a bolt's __init__/prepare) can raise anything
-            msg, tb = format_error(err)
-            yield from self._fail_all(records, f"{self.component_id} could not start: {msg}", tb)
-            yield from self._finish(started)
+        bolt = yield from self._start_bolt(records, started)
+        if bolt is None:
             return
         pending: dict[tuple[str, str, bool], tuple[list[_Rows], int]] = {}
         for piece in self._pieces(records):

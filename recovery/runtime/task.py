@@ -14,7 +14,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -221,17 +221,10 @@ class TaskRunner(MessageTimeouts, Collector):
             yield from self.tracker.stored_output()
             return
         started = time.time()
-        try:
-            bolt = self._instantiate()
-            self.component_obj = bolt
-            bolt.prepare(bolt.conf, bolt.context)
-            self.auto_anchor = getattr(bolt, "auto_anchor", False)
-        except Exception as err:   # broad-except: user code (a bolt's __init__/prepare) can raise anything
-            # a bolt that cannot start fails its tuples here; the run goes on
-            msg, tb = format_error(err)
-            yield from self._fail_all(records, f"{self.component_id} could not start: {msg}", tb)
-            yield from self._finish(started)
+        bolt = yield from self._start_bolt(records, started)
+        if bolt is None:
             return
+        self.auto_anchor = getattr(bolt, "auto_anchor", False)
         auto_ack = getattr(bolt, "auto_ack", False)
         tick_every = float(self.conf.get("topology.tick.tuple.freq.secs") or 0)
         # shell bolts send ticks to their program themselves
@@ -260,6 +253,21 @@ class TaskRunner(MessageTimeouts, Collector):
         except Exception as err:   # broad-except: user code (cleanup) can raise anything
             self.log(f"cleanup raised {format_error(err)[0]}", "error")
         yield from self._finish(started)
+
+    def _start_bolt(self, records: Iterable[tuple[Any, bytes]], started: float
+                    ) -> Generator[tuple[Any, bytes], None, Any]:
+        """The prepared bolt; None when its __init__ or prepare raised: then its tuples have
+        failed here and the task has finished (what that yields is yielded), the run goes on."""
+        try:
+            bolt = self._instantiate()
+            self.component_obj = bolt
+            bolt.prepare(bolt.conf, bolt.context)
+        except Exception as err:   # broad-except: user code (a bolt's __init__/prepare) can raise anything
+            msg, tb = format_error(err)
+            yield from self._fail_all(records, f"{self.component_id} could not start: {msg}", tb)
+            yield from self._finish(started)
+            return None
+        return bolt
 
     def _run_finish(self, bolt: Any) -> None:
         """finish() under the message timeout too: past it, what is outstanding fails."""
