@@ -179,3 +179,38 @@ def umask_022() -> Iterator[None]:
         yield
     finally:
         os.umask(old)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    """URL of a real PostgreSQL server started for this test session (tests/postgres.py):
+    Debian's binaries, a temporary folder, a free loopback port. Skips the test when no
+    PostgreSQL is installed (`.ci/run` installs it)."""
+    from tests.postgres import PostgresServer, find_bin_dir
+
+    bin_dir = find_bin_dir()
+    if bin_dir is None:
+        pytest.skip("PostgreSQL is not installed (apt-get install postgresql; .ci/run does it)")
+    server = PostgresServer(bin_dir)
+    try:
+        server.start()
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_server: str) -> Iterator[str]:
+    """A fresh, empty database on the session's PostgreSQL server, dropped after the test."""
+    import secrets
+
+    import psycopg
+
+    name = f"t_{secrets.token_hex(6)}"
+    with psycopg.connect(postgres_server, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield postgres_server.rsplit("/", 1)[0] + "/" + name
+    finally:
+        with psycopg.connect(postgres_server, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
