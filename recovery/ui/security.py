@@ -29,10 +29,10 @@ import re
 import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from http.cookies import SimpleCookie
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 from starlette.datastructures import Headers
+from starlette.requests import cookie_parser
 from starlette.responses import RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -169,13 +169,9 @@ def _presented_token(headers: Headers, query: dict[str, list[str]]) -> str | Non
 
 
 def _cookie(headers: Headers, name: str) -> str | None:
-    jar: SimpleCookie = SimpleCookie()
-    try:
-        jar.load(headers.get("cookie", ""))
-    except Exception:      # broad-except: a malformed Cookie header is no token, not an error
-        return None
-    morsel = jar.get(name)
-    return morsel.value if morsel is not None else None
+    # Starlette's lenient parser: other local apps' odd cookies (127.0.0.1 is shared by every
+    # port) must not hide ours, as they can from http.cookies
+    return cookie_parser(headers.get("cookie", "")).get(name)
 
 
 class _Refused(Exception):

@@ -86,6 +86,7 @@ def test_recover_from_the_page_ends_completed_live(spark, redis_url, redis_clien
     assert summary["status"] == "pending" and summary["failed"] > 0
     page.goto(f"{ui_server.url}/runs/{run}")
     expect(page.locator("#run-status")).to_have_text("pending")
+    expect(page.locator("[sse-connect]")).to_have_count(0)     # nothing to follow until Recover
     page.evaluate("window.__no_reload = true")       # gone if the page were loaded again
     page.locator("#recover").click()
     expect(page.locator("#action-result")).to_contain_text("started")
@@ -94,6 +95,9 @@ def test_recover_from_the_page_ends_completed_live(spark, redis_url, redis_clien
     expect(page.locator("#run-status")).to_have_text("completed", timeout=300_000)
     expect(page.locator("#recover-process h2")).to_have_text("Recover finished", timeout=60_000)
     assert page.evaluate("window.__no_reload") is True
+    # the run is over: the server said `done` and the page closed its stream (no reconnecting)
+    page.wait_for_function("() => document.getElementById('run-body')['htmx-internal-data']"
+                           "?.sseEventSource?.readyState === EventSource.CLOSED", timeout=60_000)
     expect(page.locator("#count-pending")).to_have_text("0")
     expect(page.locator("svg.topology g.node.failed")).to_have_count(0)
     expect(page.locator("#rounds tbody tr")).not_to_have_count(0)
