@@ -62,9 +62,9 @@ def register(main: click.Group) -> None:
         Security (see the README, "The web view"):
         - it answers only to the Host names 127.0.0.1, localhost, [::1], --host and
           --allow-host, with its port (421 otherwise: DNS rebinding);
-        - recover, requeue and clear are POST or DELETE only, from the server's own pages
-          (Origin checked) or with its token: the X-Recovery-Token header (or
-          Authorization: Bearer TOKEN) for API clients;
+        - recover, requeue and clear are POST or DELETE only and need the token (the
+          pages' forms carry it; API clients send the X-Recovery-Token header, or
+          Authorization: Bearer TOKEN); one sent from another site's page is refused;
         - on a non-loopback --host, every request needs the token: open the printed URL
           (a cookie keeps it), or send the header.
         """
