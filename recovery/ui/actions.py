@@ -1,6 +1,7 @@
 """Actions the web view starts: `recovery recover RUN` as a separate process (Spark never runs
 inside the web server), one at a time per run, its output kept in a log file the run page
-shows while it runs."""
+shows while it runs. The log folder is private (0700) and the logs too (0600), whatever the
+umask: they hold tracebacks with tuple values."""
 from __future__ import annotations
 
 import logging
@@ -15,7 +16,9 @@ from redis import Redis
 
 from recovery.errors import RunError
 from recovery.jobs import recover
+from recovery.redis.embedded import private_dir, private_file
 from recovery.tracking import runs
+from recovery.ui.security import RUN_ID_RULE, valid_run_id
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +37,7 @@ class RecoverProcesses:
     def start(self, client: Redis, run_id: str) -> int:
         """Start recovering `run_id`; refuses (RunError, the CLI's message) an unknown run, a
         run whose driver is alive, and a run this server is recovering already."""
+        log_path = self.log_path(run_id)
         with self._lock:
             rec = runs.get(client, run_id)
             recover.check_not_running(rec)
@@ -41,8 +45,8 @@ class RecoverProcesses:
             if known is not None and known[0].poll() is None:
                 raise RunError(f"run {run_id} is being recovered already (recover pid {known[0].pid}, "
                                "started from this page)")
-            self.log_dir.mkdir(parents=True, exist_ok=True)
-            log_path = self.log_dir / f"{run_id}.recover.log"
+            private_dir(self.log_dir, "web view folder")
+            private_file(log_path, "recover log")
             env = dict(os.environ)
             env.setdefault("PYSPARK_PYTHON", sys.executable)
             env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -56,6 +60,20 @@ class RecoverProcesses:
             log.info("started recovery of %s: pid %s, output in %s", run_id, proc.pid, log_path)
             self._procs[run_id] = (proc, log_path)
             return proc.pid
+
+    def log_path(self, run_id: str) -> Path:
+        """`run_id`'s recover log: a file directly in the log folder, whatever the run id."""
+        path = self.log_dir / f"{run_id}.recover.log"
+        if not valid_run_id(run_id) or path.parent != self.log_dir:
+            raise RunError(f"run id {run_id!r} is not valid: a run id is {RUN_ID_RULE}")
+        return path
+
+    def make_private(self) -> None:
+        """Tighten the log folder and the logs already in it (an older version made them 0755
+        and 0644)."""
+        private_dir(self.log_dir, "web view folder")
+        for log_path in self.log_dir.glob("*.recover.log"):
+            private_file(log_path, "recover log")
 
     def state(self, run_id: str) -> dict[str, Any] | None:
         """The last recover this server started for `run_id`: pid, running, exit code, the

@@ -1,11 +1,15 @@
 """The web view's Starlette app: server-rendered pages, their live parts (server-sent events
-for htmx's SSE extension), the actions (recover, requeue, clear) and the JSON API under
-/api/v1/. Every shape comes from recovery.reports, as the CLI's `--json` does."""
+for htmx's SSE extension, open only while a run is running), the actions (recover, requeue,
+clear: POST or DELETE only) and the JSON API under /api/v1/. Every shape comes from
+recovery.reports, as the CLI's `--json` does. Every request first goes through
+recovery.ui.security (Host allow-list, token, Origin check, security headers)."""
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import inspect
 import json
+import os
 import time
 from collections.abc import AsyncIterator
 from html import escape
@@ -16,11 +20,14 @@ from urllib.parse import parse_qs, quote, urlencode
 import anyio
 from redis import Redis
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
-from starlette.routing import Mount, Route
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp
 
 from recovery.errors import RecoveryError
 from recovery.jobs import reports
@@ -28,6 +35,8 @@ from recovery.jobs import summary as jobs_summary
 from recovery.tracking import keys, runs
 from recovery.ui import svg
 from recovery.ui.actions import RecoverProcesses
+from recovery.ui.command import TOKEN_ENV, check_token
+from recovery.ui.security import RUN_ID_RULE, TOKEN_FIELD, Guard, SecurityMiddleware, valid_run_id
 
 HERE = Path(__file__).resolve().parent
 STATUSES = (runs.RUNNING, runs.PENDING, runs.COMPLETED, runs.DEAD, runs.CRASHED, runs.ERROR)
@@ -49,8 +58,15 @@ COLUMNS = (
 )
 
 
+class BadRunId(RecoveryError):
+    """A run id path parameter outside the run-id alphabet: refused before anything reads it."""
+
+
 def _error_status(err: RecoveryError) -> int:
-    """404 for what does not exist (a run, a component), 409 for a state the action refuses."""
+    """400 for a malformed run id, 404 for what does not exist (a run, a component), 409 for a
+    state the action refuses."""
+    if isinstance(err, BadRunId):
+        return 400
     text = str(err)
     return 404 if text.startswith("no run ") or ": no component " in text else 409
 
@@ -58,14 +74,17 @@ def _error_status(err: RecoveryError) -> int:
 class UI:
     """What the routes share: the Redis client, the templates, the recover processes."""
 
-    def __init__(self, client: Redis, redis_url: str, log_dir: Path):
+    def __init__(self, client: Redis, redis_url: str, log_dir: Path, guard: Guard):
         self.client = client
         self.redis_url = redis_url
+        self.guard = guard
         self.processes = RecoverProcesses(redis_url, log_dir)
         self.templates = Jinja2Templates(directory=str(HERE / "templates"))
         self.templates.env.filters["tojson_pretty"] = lambda v: json.dumps(v, indent=2, sort_keys=True, default=str)
         self.templates.env.filters["timestamp"] = lambda t: time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(t)))
-        self.templates.env.globals.update(COLUMNS=COLUMNS, STATUSES=STATUSES)
+        # every form of the pages carries the server's token in a hidden field (security.py)
+        self.templates.env.globals.update(COLUMNS=COLUMNS, STATUSES=STATUSES, TOKEN_FIELD=TOKEN_FIELD,
+                                          token=guard.token)
 
     # --- what a run page shows ------------------------------------------------------------
     def run_context(self, run_id: str) -> dict[str, Any]:
@@ -99,8 +118,16 @@ class UI:
                 "tasks_label": {c.id: f"{c.kind} ×{c.parallelism}" for c in original.components},
                 "rounds": rounds, "topology_svg": svg.topology(original, marks),
                 "plan_svg": plan_svg, "chart_svg": svg.rounds_chart(rounds),
-                "process": process,
-                "live": summary["status"] == runs.RUNNING or bool(process and process["running"])}
+                "process": process, "live": self.live(summary["status"], process)}
+
+    @staticmethod
+    def live(status: str, process: dict[str, Any] | None) -> bool:
+        """Whether the run page follows the run: while it runs, or a recover this server
+        started for it runs. Otherwise nothing changes it but a click, and no stream is open."""
+        return status == runs.RUNNING or bool(process and process["running"])
+
+    def is_live(self, run_id: str) -> bool:
+        return self.live(runs.status_of(runs.get(self.client, run_id)), self.processes.state(run_id))
 
     def fingerprint(self, run_id: str) -> str:
         """Changes whenever what the run page shows can have changed (cheap to compute)."""
@@ -115,6 +142,11 @@ class UI:
 
     def render_run_body(self, run_id: str) -> str:
         return self.templates.get_template("_run_body.html").render(**self.run_context(run_id))
+
+    def render_live_run_body(self, run_id: str) -> str:
+        """The run page's body wrapped to replace the page's (an htmx out-of-band swap) and to
+        open its event stream: what a Recover click answers, so the page follows the recovery."""
+        return self.templates.get_template("_run_live.html").render(**self.run_context(run_id), oob=True)
 
 
 def _ui(request: Request) -> UI:
@@ -148,8 +180,15 @@ def run_page(request: Request) -> Response:
     return ui.templates.TemplateResponse(request, "run.html", ui.run_context(run_id))
 
 
+# The event that ends a run page's stream: the page's sse-close names it, so the browser
+# closes its EventSource instead of reconnecting.
+DONE_EVENT = "event: done\ndata: done\n\n"
+
+
 async def run_events(request: Request) -> Response:
-    """Server-sent events: `live` carries the run page's body whenever it changed."""
+    """Server-sent events: `live` carries the run page's body whenever it changed; `done` ends
+    the stream once the run is not running and no recover of this server runs for it (the
+    last body first), so no connection stays open for a finished run."""
     ui = _ui(request)
     run_id = request.path_params["run_id"]
     await anyio.to_thread.run_sync(runs.get, ui.client, run_id)    # unknown run: 404 before streaming
@@ -158,6 +197,7 @@ async def run_events(request: Request) -> Response:
         last, quiet = None, 0.0
         while not await request.is_disconnected():
             try:
+                live = await anyio.to_thread.run_sync(ui.is_live, run_id)
                 mark = await anyio.to_thread.run_sync(ui.fingerprint, run_id)
                 if mark != last:
                     html = await anyio.to_thread.run_sync(ui.render_run_body, run_id)
@@ -165,6 +205,10 @@ async def run_events(request: Request) -> Response:
                     yield "event: live\n" + "".join(f"data: {line}\n" for line in html.splitlines()) + "\n"
             except RecoveryError as err:     # cleared meanwhile
                 yield f"event: live\ndata: <p class=\"flash error\">{escape(str(err))}</p>\n\n"
+                yield DONE_EVENT
+                return
+            if not live:
+                yield DONE_EVENT
                 return
             quiet += LIVE_POLL_SECONDS
             if quiet >= KEEPALIVE_SECONDS:
@@ -199,7 +243,11 @@ def clear_page(request: Request) -> Response:
 
 # --- actions (HTML forms; htmx posts get a fragment, plain posts a redirect) ----------------
 def _flash(message: str, error: bool = False) -> HTMLResponse:
-    return HTMLResponse(f'<p class="flash{" error" if error else ""}" role="status">{escape(message)}</p>')
+    return HTMLResponse(_flash_html(message, error))
+
+
+def _flash_html(message: str, error: bool = False) -> str:
+    return f'<p class="flash{" error" if error else ""}" role="status">{escape(message)}</p>'
 
 
 def recover_action(request: Request) -> Response:
@@ -213,7 +261,7 @@ def recover_action(request: Request) -> Response:
         raise
     message = f"recovery of {run_id} started (recover pid {pid}); this page follows it"
     if _wants_fragment(request):
-        return _flash(message)
+        return HTMLResponse(_flash_html(message) + ui.render_live_run_body(run_id))
     return RedirectResponse(f"/runs/{quote(run_id)}", status_code=303)
 
 
@@ -299,13 +347,11 @@ async def api_requeue(request: Request) -> Response:
 
 
 def api_recover(request: Request) -> Response:
+    """POST only: a GET (an <img src> of any page) must never start anything."""
     ui = _ui(request)
     run_id = request.path_params["run_id"]
-    if request.method == "POST":
-        pid = ui.processes.start(ui.client, run_id)
-        return _json({"run_id": run_id, "pid": pid, "started": True}, 202)
-    runs.get(ui.client, run_id)
-    return _json({"run_id": run_id, "process": ui.processes.state(run_id)})
+    pid = ui.processes.start(ui.client, run_id)
+    return _json({"run_id": run_id, "pid": pid, "started": True}, 202)
 
 
 def api_clear(request: Request) -> Response:
@@ -322,38 +368,95 @@ async def recovery_error(request: Request, err: Exception) -> Response:
     """What the CLI prints as `error: ...` and exit 2: JSON for the API, a page otherwise."""
     assert isinstance(err, RecoveryError)
     status = _error_status(err)
-    if request.url.path.startswith("/api/"):
-        return _json({"error": str(err)}, status)
-    ui = _ui(request)
-    return ui.templates.TemplateResponse(request, "error.html", {"message": str(err)}, status_code=status)
+    return _refusal(_ui(request), request.url.path, status, str(err))
 
 
-def create_app(client: Redis, redis_url: str, log_dir: Path) -> Starlette:
-    """The web view over `client` (whose URL, `redis_url`, the recover processes get)."""
+async def http_error(request: Request, err: Exception) -> Response:
+    """Starlette's own refusals (404 no such page, 405 wrong method), in the same two forms."""
+    assert isinstance(err, HTTPException)
+    path = request.url.path
+    message = err.detail
+    if err.status_code == 405:
+        allowed = ", ".join(m for m in (err.headers or {}).get("Allow", "").split(", ") if m != "HEAD")
+        message = f"{request.method} {path} is not allowed: use {allowed} (a GET never acts)"
+    elif err.status_code == 404:
+        message = f"no page {path} here (see / and /api/v1/runs)"
+    response = _refusal(_ui(request), path, err.status_code, message)
+    response.headers.update(err.headers or {})
+    return response
+
+
+def _refusal(ui: UI, path: str, status: int, message: str) -> Response:
+    if path.startswith("/api/"):
+        return _json({"error": message}, status)
+    html = ui.templates.get_template("error.html").render(message=message)
+    return HTMLResponse(html, status_code=status)
+
+
+def _checking_run_id(endpoint: Any) -> Any:
+    """`endpoint`, refusing a run id path parameter outside the run-id alphabet (400) before
+    it reads or writes anything: a run id becomes part of file names (the recover log)."""
+    is_async = inspect.iscoroutinefunction(endpoint)
+
+    async def checked(request: Request) -> Response:
+        run_id = request.path_params.get("run_id")
+        if run_id is not None and not valid_run_id(run_id):
+            raise BadRunId(f"run id {run_id!r} is not valid: a run id is {RUN_ID_RULE}")
+        if is_async:
+            return await endpoint(request)
+        return await run_in_threadpool(endpoint, request)
+    return checked
+
+
+def _route(path: str, endpoint: Any, methods: list[str] | None = None) -> Route:
+    return Route(path, _checking_run_id(endpoint), methods=methods, name=endpoint.__name__)
+
+
+class _GuardedStarlette(Starlette):
+    """Starlette with the security middleware outside everything, its error pages included."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        ui: UI = self.state.ui
+        return SecurityMiddleware(super().build_middleware_stack(), ui.guard,
+                                  lambda path, status, message: _refusal(ui, path, status, message))
+
+
+def create_app(client: Redis, redis_url: str, log_dir: Path, *, host: str = "127.0.0.1",
+               port: int | None = None, token: str | None = None,
+               allowed_hosts: tuple[str, ...] = ()) -> Starlette:
+    """The web view over `client` (whose URL, `redis_url`, the recover processes get), served
+    on `host`:`port` (the Host headers it answers to; None: any port, for an in-process test
+    client). `token` is the per-server secret (else $RECOVERY_UI_TOKEN, else a new random one),
+    in `app.state.token`; a non-loopback `host` needs it on every request (security.py)."""
     run = "/runs/{run_id:str}"
     api = "/api/v1/runs/{run_id:str}"
-    routes = [
-        Route("/", runs_page),
-        Route(run, run_page),
-        Route(run + "/events", run_events),
-        Route(run + "/dead", dead_page),
-        Route(run + "/dead/requeue", requeue_action, methods=["POST"]),
-        Route(run + "/recover", recover_action, methods=["POST"]),
-        Route(run + "/clear", clear_page),
-        Route(run + "/clear", clear_action, methods=["POST"]),
-        Route("/api/v1/runs", api_runs),
-        Route(api, api_run),
-        Route(api, api_clear, methods=["DELETE"]),
-        Route(api + "/rounds", _api_report(reports.rounds)),
-        Route(api + "/components/{component:str}", api_component),
-        Route(api + "/failed", _api_report(reports.failed)),
-        Route(api + "/dead", api_dead),
-        Route(api + "/dead/requeue", api_requeue, methods=["POST"]),
-        Route(api + "/plan", _api_report(reports.plan)),
-        Route(api + "/partitions", _api_report(reports.partitions)),
-        Route(api + "/recover", api_recover, methods=["GET", "POST"]),
-        Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+    routes: list[BaseRoute] = [
+        _route("/", runs_page),
+        _route(run, run_page),
+        _route(run + "/events", run_events),
+        _route(run + "/dead", dead_page),
+        _route(run + "/dead/requeue", requeue_action, methods=["POST"]),
+        _route(run + "/recover", recover_action, methods=["POST"]),
+        _route(run + "/clear", clear_page),
+        _route(run + "/clear", clear_action, methods=["POST"]),
+        _route("/api/v1/runs", api_runs),
+        _route(api, api_run),
+        _route(api, api_clear, methods=["DELETE"]),
+        _route(api + "/rounds", _api_report(reports.rounds)),
+        _route(api + "/components/{component:str}", api_component),
+        _route(api + "/failed", _api_report(reports.failed)),
+        _route(api + "/dead", api_dead),
+        _route(api + "/dead/requeue", api_requeue, methods=["POST"]),
+        _route(api + "/plan", _api_report(reports.plan)),
+        _route(api + "/partitions", _api_report(reports.partitions)),
+        _route(api + "/recover", api_recover, methods=["POST"]),
     ]
-    app = Starlette(routes=routes, exception_handlers={RecoveryError: recovery_error})
-    app.state.ui = UI(client, redis_url, log_dir)
+    routes.append(Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"))
+    app = _GuardedStarlette(routes=routes, exception_handlers={RecoveryError: recovery_error,
+                                                               HTTPException: http_error})
+    if token is None and os.environ.get(TOKEN_ENV):
+        token = check_token(os.environ[TOKEN_ENV])
+    guard = Guard.for_server(host, port, token, allowed_hosts)
+    app.state.ui = UI(client, redis_url, log_dir, guard)
+    app.state.token = guard.token
     return app

@@ -46,17 +46,21 @@ def free_port() -> int:
 
 
 class BackgroundServer:
-    """uvicorn serving `recovery ui`'s app in a thread; `with` starts it and waits until it
-    listens, leaving stops it."""
+    """uvicorn serving `recovery ui`'s app in a thread on `host`:`port` (a free loopback port by
+    default), with `token` (a random one by default; `.token`); `with` starts it and waits
+    until it listens, leaving stops it."""
 
-    def __init__(self, client: Redis, redis_url: str, log_dir: Path, port: int | None = None):
+    def __init__(self, client: Redis, redis_url: str, log_dir: Path, port: int | None = None,
+                 host: str = "127.0.0.1", token: str | None = None):
         import uvicorn
 
         from recovery.ui.app import create_app
-        self.app = create_app(client, redis_url, log_dir)
         self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self._server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port,
+        self.app = create_app(client, redis_url, log_dir, host=host, port=self.port, token=token)
+        self.token: str = self.app.state.token
+        shown = f"[{host}]" if ":" in host else host
+        self.url = f"http://{shown}:{self.port}"
+        self._server = uvicorn.Server(uvicorn.Config(self.app, host=host, port=self.port, proxy_headers=False,
                                                      log_level="warning", timeout_graceful_shutdown=1))
         self._thread = threading.Thread(target=self._server.run, name="recovery-ui", daemon=True)
 

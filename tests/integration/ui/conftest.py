@@ -28,12 +28,30 @@ def browser() -> Iterator[Any]:
         b.close()
 
 
+# Reports every Content-Security-Policy violation of every page the context opens (Playwright's
+# init scripts run before the page's own, whatever its CSP).
+REPORT_CSP_VIOLATIONS = """
+document.addEventListener("securitypolicyviolation", (e) =>
+    window.reportCspViolation(`${e.effectiveDirective} blocked ${e.blockedURI || "inline"} at ${e.sourceFile}:${e.lineNumber}`));
+"""
+
+
 @pytest.fixture
 def page(browser: Any) -> Iterator[Any]:
+    """A fresh page; the test fails if any page it opened broke the Content-Security-Policy
+    (a `securitypolicyviolation` event, or Chromium's console error about one)."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})
+    violations: list[str] = []
+    context.expose_function("reportCspViolation", lambda text: violations.append(text))
+    context.add_init_script(REPORT_CSP_VIOLATIONS)
     p = context.new_page()
+    p.on("console", lambda msg: violations.append(msg.text)
+         if msg.type == "error" and "Content Security Policy" in msg.text else None)
+    p.on("pageerror", lambda err: violations.append(f"uncaught: {err}"))
+    p.csp_violations = violations
     p.set_default_timeout(30_000)
     try:
         yield p
     finally:
         context.close()
+    assert not violations, f"the pages broke their Content-Security-Policy or threw: {violations}"

@@ -27,9 +27,14 @@ def cli_json(redis_url: str, *args: str) -> dict:
     return json.loads(out)
 
 
+PORT = 8080     # the Host the test client sends; the app is told it listens there
+
+
 @pytest.fixture
 def api(redis_url, redis_client, tmp_path):
-    with TestClient(create_app(redis_client, redis_url, tmp_path / "ui-logs")) as client:
+    """An API client as curl or a script is one: no Origin, the token in X-Recovery-Token."""
+    app = create_app(redis_client, redis_url, tmp_path / "ui-logs", port=PORT)
+    with TestClient(app, base_url=f"http://127.0.0.1:{PORT}", headers={"X-Recovery-Token": app.state.token}) as client:
         yield client
 
 

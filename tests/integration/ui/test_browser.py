@@ -1,20 +1,26 @@
 """`recovery ui` in a real headless Chromium, against a real server, the session's real Redis
 and runs made by real submits with injected failures (issue 12, item 5). Every wait is on a
-state of the page (Playwright's expect), never a sleep."""
+state of the page (Playwright's expect), never a sleep. The page's own Recover, Requeue and
+Clear go through the same checks as any request (issue 17: token field, Origin), and no page
+may break the Content-Security-Policy (the `page` fixture fails the test)."""
 from __future__ import annotations
 
 import json
 import re
+import subprocess
+import urllib.request
 
 import pytest
 from click.testing import CliRunner
 
 from recovery.cli import main
 from recovery.tracking import keys
-from tests.helpers import pretend_running
+from recovery.ui.server import CHROMIUM_ARGS, chromium_path
+from tests.helpers import pretend_running, wait_for
 from tests.integration.conftest import copy_workflow, submit
 
-expect = pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed").expect
+sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed")
+expect = sync_api.expect
 
 INJECTED = {"recovery.inject.flaky.component": "aggregate", "recovery.inject.flaky.rate": "0.02",
             "recovery.retry.delay.period.ms": "10"}
@@ -80,6 +86,7 @@ def test_recover_from_the_page_ends_completed_live(spark, redis_url, redis_clien
     assert summary["status"] == "pending" and summary["failed"] > 0
     page.goto(f"{ui_server.url}/runs/{run}")
     expect(page.locator("#run-status")).to_have_text("pending")
+    expect(page.locator("[sse-connect]")).to_have_count(0)     # nothing to follow until Recover
     page.evaluate("window.__no_reload = true")       # gone if the page were loaded again
     page.locator("#recover").click()
     expect(page.locator("#action-result")).to_contain_text("started")
@@ -88,6 +95,9 @@ def test_recover_from_the_page_ends_completed_live(spark, redis_url, redis_clien
     expect(page.locator("#run-status")).to_have_text("completed", timeout=300_000)
     expect(page.locator("#recover-process h2")).to_have_text("Recover finished", timeout=60_000)
     assert page.evaluate("window.__no_reload") is True
+    # the run is over: the server said `done` and the page closed its stream (no reconnecting)
+    page.wait_for_function("() => document.getElementById('run-body')['htmx-internal-data']"
+                           "?.sseEventSource?.readyState === EventSource.CLOSED", timeout=60_000)
     expect(page.locator("#count-pending")).to_have_text("0")
     expect(page.locator("svg.topology g.node.failed")).to_have_count(0)
     expect(page.locator("#rounds tbody tr")).not_to_have_count(0)
@@ -153,3 +163,61 @@ def test_clear_removes_the_run(spark, redis_url, redis_client, tmp_path, ui_serv
     # the page of a run that is gone says so, as the CLI does
     page.goto(f"{ui_server.url}/runs/{run}")
     expect(page.locator("#error")).to_have_text(f"no run {run!r} in this Redis (see `recovery runs`)")
+
+
+XSS = "<img src=x onerror=alert(1)>"
+
+
+@pytest.fixture
+def html_dead_run(spark, redis_url, redis_client, tmp_path) -> str:
+    """A dead run (one attempt allowed) one of whose dead letters is a line of HTML."""
+    xml = copy_workflow("cdn_logs", tmp_path)
+    with open(xml.parent / "data" / "cdn.log", "a") as log:
+        log.write(XSS + "\n")
+    run = submit(spark, redis_url, redis_client, xml, {"recovery.max.attempts": "1"})["run_id"]
+    assert cli_json(redis_url, "status", run)["status"] == "dead"
+    assert any(d.get("values") == [XSS] for d in cli_json(redis_url, "dead", run)["dead"])
+    return run
+
+
+def test_a_dead_letter_that_is_html_shows_as_text(html_dead_run, ui_server, page):
+    run = html_dead_run
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    # in the HTML the server sends: escaped
+    with urllib.request.urlopen(f"{ui_server.url}/runs/{run}/dead") as response:
+        html = response.read().decode()
+    assert "&lt;img src=x onerror=alert(1)&gt;" in html and XSS not in html
+    # in the browser: text, and no element made of it
+    page.goto(f"{ui_server.url}/runs/{run}/dead")
+    expect(page.locator("table.dead code", has_text=XSS)).to_have_count(1)
+    expect(page.locator("main img")).to_have_count(0)
+    page.goto(f"{ui_server.url}/runs/{run}")
+    expect(page.locator("#run-status")).to_have_text("dead")
+    expect(page.locator("main img")).to_have_count(0)
+    assert dialogs == []
+
+
+def test_a_finished_runs_page_opens_no_stream_and_lets_a_dump_dom_return(html_dead_run, ui_server, page, tmp_path):
+    run = html_dead_run
+    page.goto(f"{ui_server.url}/runs/{run}")
+    expect(page.locator("#run-status")).to_have_text("dead")
+    expect(page.locator("[sse-connect]")).to_have_count(0)
+    # the issue's check: with a stream open for ever, this never returned
+    done = subprocess.run([chromium_path(), *CHROMIUM_ARGS, f"--user-data-dir={tmp_path / 'profile'}",
+                           "--virtual-time-budget=5000", "--dump-dom", f"{ui_server.url}/runs/{run}"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert 'id="run-status"' in done.stdout and ">dead</span>" in done.stdout and "sse-connect" not in done.stdout
+
+
+def test_the_csp_check_of_the_browser_tests_sees_a_violation(ui_server, page):
+    """The `page` fixture fails a test whose pages break the policy: make sure it would."""
+    page.goto(ui_server.url + "/")
+    expect(page.locator("h1")).to_have_text("Runs")
+    assert page.csp_violations == []
+    with pytest.raises(sync_api.Error, match="Content Security Policy"):
+        page.add_script_tag(content="window.inlineScriptRan = true")     # an inline script: blocked
+    wait_for(lambda: any("script-src" in v for v in page.csp_violations), 30, "the CSP violation to be reported")
+    assert page.evaluate("window.inlineScriptRan") is None
+    page.csp_violations.clear()       # expected here: not a failure of this test
