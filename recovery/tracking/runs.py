@@ -329,12 +329,14 @@ class Lease:
 def take_over(client: redis.Redis, rec: RunRecord, force: bool = False) -> Lease:
     """The lease of a run this process is about to drive (a crashed or errored run; a live one
     only with `force`), under a new generation (Lease.take_over): whatever the previous driver
-    or its tasks still do, they write nothing more. `rec` is what the caller read before; read
-    the record again after this (the previous driver may have moved on meanwhile)."""
+    or its tasks still do, they write nothing more. `rec` is what the caller read before (its
+    generation is set to the new one); read the record again after this: the previous driver
+    may have moved on meanwhile."""
     run_id = rec.run_id
     lease = Lease(client, run_id, secrets.token_hex(8))
     # a holder found dead may be replaced (atomically: if two try, one wins); a live one only by force
     lease.take_over(seen_holder=None if driver_alive(rec) else rec.lease_holder, force=force)
+    rec.generation = lease.generation   # (the rest of `rec` is as read before)
     log.info("run %s taken over by this driver (was %s%s)", run_id, status_of(rec), ", forced" if force else "")
     return lease
 
