@@ -33,9 +33,19 @@ class JobFailed(Exception):
     other than Spark, e.g. the test kit's local one. Not a RecoveryError: the driver words it."""
 
 
-class RunCleared(RunError):
+class RunFenced(RunError):
+    """The run's generation moved on while this process worked on it (cleared, created anew,
+    or taken over by another driver): it stopped without writing into it."""
+
+
+class RunCleared(RunFenced):
     """The run was cleared (or created anew under the same id) while this process worked on it:
     it stopped without writing into it."""
+
+
+class RunTakenOver(RunFenced):
+    """Another driver took the run over (`recover --force`, or a resume after this driver's
+    lease expired) while this process worked on it: it stopped without writing into it."""
 
 
 class SpillError(RunError):

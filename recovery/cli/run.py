@@ -341,7 +341,7 @@ def register(main: click.Group) -> None:
                 raise RecoveryError(f"run {run_id} is still running ({runs.describe_driver(rec)}); wait "
                                     f"for it, or take it over with `recovery recover {run_id} --force`")
             click.echo(f"warning: taking over run {run_id} from its {runs.describe_driver(rec)}; if that "
-                       "driver is still working, both will run the same round", err=True)
+                       "driver is still working, it stops at its next write", err=True)
         if props:
             stored = jobs_summary.original_workflow(rec).config
             jobs_recover.reconfigure(client, run_id, config.parse_assignments(props, "-p", dict(stored)))
@@ -357,7 +357,7 @@ def register(main: click.Group) -> None:
         if as_json:
             echo_json(summary)
         else:
-            print_summary(summary)
+            show(summary, as_json=False)   # (with its warnings: roots no task will run)
             click.echo(f"rounds {summary['rounds']}, recovered {summary['recovered']} tuples, "
                        f"dead {summary['dead_tuples']} tuples, {summary['duration']:.1f}s"
                        + (" (resumed a crashed round first)" if summary.get("resumed") else ""))

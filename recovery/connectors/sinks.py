@@ -13,6 +13,7 @@ own parts, so they never meet the check.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -50,9 +51,12 @@ def _part_name(context: Any, ext: str) -> str:
                      context.component_id, context.task_id, ext)
 
 
-def _atomic_write(path: str, write: Callable[[Any], None]) -> None:
+def _atomic_write(path: str, write: Callable[[Any], None], fence: Callable[[], None] | None = None) -> None:
     """`write(file)` into a hidden temporary file of the part's folder, then rename it over the
-    part: a reader never sees half a part (readers skip names starting with "." or "_")."""
+    part: a reader never sees half a part (readers skip names starting with "." or "_").
+    `fence` (the task context's) raises unless the task's driver still owns the run; it is
+    checked and the part renamed under a lock on the folder, so a task of a driver that was
+    taken over can never put its part over the one its successor's task wrote after it."""
     folder = os.path.dirname(path)
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
@@ -61,7 +65,16 @@ def _atomic_write(path: str, write: Callable[[Any], None]) -> None:
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        if fence is None:
+            os.replace(tmp, path)
+        else:
+            lock = os.open(folder, os.O_RDONLY)
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                fence()
+                os.replace(tmp, path)
+            finally:
+                os.close(lock)   # (drops the lock)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -244,7 +257,8 @@ class JsonlSink(_BufferedSink):
     def write_chunks(self, chunks: list[Any]) -> None:
         folder = resolve(self.impl.param("path") or "out", self.base_dir)
         data = b"".join(chunks)
-        _atomic_write(os.path.join(folder, _part_name(self.context, "jsonl")), lambda fh: fh.write(data))
+        _atomic_write(os.path.join(folder, _part_name(self.context, "jsonl")), lambda fh: fh.write(data),
+                      getattr(self.context, "fence", None))
 
 
 class ParquetSink(_BufferedSink):
@@ -256,7 +270,7 @@ class ParquetSink(_BufferedSink):
         import pyarrow.parquet as pq
         folder = resolve(self.impl.param("path") or "out", self.base_dir)
         _atomic_write(os.path.join(folder, _part_name(self.context, "parquet")),
-                      lambda fh: pq.write_table(table, fh))
+                      lambda fh: pq.write_table(table, fh), getattr(self.context, "fence", None))
 
     def encode_batch(self, batch: Any, fields: tuple[str, ...]) -> tuple[Any, dict[int, BaseException]]:
         """The columns as they are, with the types `Table.from_pylist` gives the row path's

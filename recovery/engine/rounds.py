@@ -24,7 +24,7 @@ from recovery.model.run import RunSpec
 from recovery.model.workflow import Workflow
 from recovery.redis import connection
 from recovery.runtime import batch, factory, task
-from recovery.tracking import keys, ledger, spill
+from recovery.tracking import keys, ledger, runs, spill
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession  # lazy at run time: pyspark costs seconds to import
@@ -169,12 +169,20 @@ def _per_bucket(spark: SparkSession, each: Callable[[int], Any]) -> list[Any]:
     return spark.sparkContext.parallelize(range(n), n).map(each).collect()
 
 
-def clear_round(client: Redis, run_id: str, round_no: int, spill_dir: str | None = None) -> None:
-    """A finished round's in-flight tuples (its spill references, then its spill folder, orphans
-    of dead attempts included) and done markers are no longer needed."""
-    client.delete(keys.task_spill(run_id, round_no))
+def clear_round(client: Redis, run_id: str, round_no: int, spill_dir: str | None = None,
+                generation: str | None = None, root_replay: bool = False) -> None:
+    """A settled round's in-flight tuples and done markers are no longer needed: its spill
+    references, done markers (and a root replay's replay set) go in one transaction fenced by
+    the run's `generation`, and only once that proved this driver still owns the run does its
+    spill folder go (orphans of dead attempts included). A driver taken over (or a run cleared)
+    meanwhile removes nothing: RunTakenOver (RunCleared). Idempotent: a resumed driver repeats it."""
+    def drop(pipe: Any) -> None:
+        pipe.delete(keys.task_spill(run_id, round_no), keys.task_done(run_id, round_no))
+        if root_replay:   # its spouts read it; nothing does once the round is settled
+            pipe.delete(keys.root_replay_set(run_id, round_no))
+    if not ledger.fenced_transaction(client, run_id, generation, drop):
+        raise runs.fenced_out(client, run_id, generation)
     spill.SpillStore.at(spill_dir).remove_round(run_id, round_no)
-    client.delete(keys.task_done(run_id, round_no))
 
 
 class _FateCollector:
@@ -194,9 +202,14 @@ def _tell_spout(spec: RunSpec, component_id: str, field: str) -> int:
     client = task.redis_of(spec)
     wf, tm, _ = task.workflow_of(spec)
     key = keys.spout_messages(spec.run_id, component_id)
-    raw = client.hget(key, field)
+    with client.pipeline(transaction=False) as pipe:
+        pipe.hget(key, field)
+        pipe.hget(keys.run_record(spec.run_id), "generation")
+        raw, generation = pipe.execute()
     if raw is None:
         return 0
+    if spec.generation is not None and generation != spec.generation.encode():
+        return 0   # the run was taken over (or cleared): its new driver tells the spouts
     messages = msgpack.unpackb(cast(bytes, raw))
     roots = [int(root) for root, _ in messages]
     pending = ledger.pending_among(client, spec.run_id, roots)

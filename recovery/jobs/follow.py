@@ -108,10 +108,9 @@ def resume_crashed(spark: SparkSession, client: Redis, redis_url: str, wf: Workf
     for rec in owner_runs(client, wf):
         if runs.status_of(rec) == runs.CRASHED:
             with runs.take_over(client, rec) as lease, submit.redis_lost_is_resumable(rec.run_id, redis_url):
-                summary = recover.resume_if_crashed(spark, client, redis_url, rec, progress,
-                                                 lease.generation)
+                summary = recover.resume_if_crashed(spark, client, redis_url, rec.run_id, progress,
+                                                    lease.generation)
             if summary is not None:
-                summary["resumed_round"] = rec.round
                 out.append(summary)
     return out
 
@@ -174,7 +173,7 @@ def enrich(client: Redis, summary: dict[str, Any], wf: Workflow | None = None) -
         for comp, s in (r.get("components") or {}).items():
             if s.get("trimmed"):
                 stats.setdefault(comp, {"trimmed": 0})["trimmed"] += s["trimmed"]
-    summary["warnings"] = stream_report.warnings_for(wf, client, stats)
+    summary["warnings"] = [*(summary.get("warnings") or []), *stream_report.warnings_for(wf, client, stats)]
     return summary
 
 
@@ -256,7 +255,7 @@ def follow(spark: SparkSession, client: Redis, redis_url: str, wf: Workflow, xml
                 runs.increment(client, run_id, gen, follow_batches=1, follow_messages=planned)
                 started = time.time()
                 summary = _run_batch(spark, client, wf, spec, stop, emit)
-                recover.prune_failed_set(client, run_id)
+                recover.prune_failed_set(client, run_id, gen)
                 stats = _round_stats(client, run_id, next_round)
                 spouts = {s.id for s in topics.log_spouts(wf)}
                 emit("batch", {"run_id": run_id, "round": next_round, "messages": planned,

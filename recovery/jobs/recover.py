@@ -24,6 +24,7 @@ from recovery.jobs.summary import (
     earliest_not_before,
     original_workflow,
     position_counts,
+    round_outcome,
     spill_bytes,
     sum_components,
     summarize,
@@ -56,14 +57,26 @@ def reconfigure(client: Redis, run_id: str, overrides: dict[str, str]) -> None:
     runs.update(client, run_id, **fields)
 
 
-def prune_failed_set(client: Redis, run_id: str) -> None:
-    """A position leaves the failed set (and its earliest time goes) once its queue is empty."""
-    empty = [f"{comp}:{task}" for comp, task, n in position_counts(client, run_id) if n == 0]
-    if empty:
-        with client.pipeline(transaction=False) as pipe:
-            pipe.srem(keys.failed_set(run_id), *empty)
-            pipe.zrem(keys.queue_due(run_id), *empty)
-            pipe.execute()
+def prune_failed_set(client: Redis, run_id: str, generation: str | None = None) -> None:
+    """A position leaves the failed set (and its earliest time goes) once its queue is empty:
+    in a transaction fenced by the run's `generation` that WATCHes those queues, so neither a
+    driver taken over meanwhile nor a commit queueing a tuple there at the same moment can
+    leave a queued tuple out of the failed set (where no round would ever look for it)."""
+    empty = [(comp, task) for comp, task, n in position_counts(client, run_id) if n == 0]
+    if not empty:
+        return
+    queues = tuple(keys.queue(run_id, comp, task) for comp, task in empty)
+    still_empty: list[str] = []
+
+    def read(pipe: Any) -> None:
+        still_empty[:] = [f"{comp}:{task}" for (comp, task), q in zip(empty, queues) if not pipe.hlen(q)]
+
+    def drop(pipe: Any) -> None:
+        if still_empty:
+            pipe.srem(keys.failed_set(run_id), *still_empty)
+            pipe.zrem(keys.queue_due(run_id), *still_empty)
+    if not ledger.fenced_transaction(client, run_id, generation, drop, watch=queues, read=read):
+        raise runs.fenced_out(client, run_id, generation)
 
 
 def prepare_root_replay(spark: SparkSession, client: Redis, spec: RunSpec) -> None:
@@ -85,22 +98,26 @@ def prepare_root_replay(spark: SparkSession, client: Redis, spec: RunSpec) -> No
         pipe.delete(keys.failed_set(spec.run_id), keys.queue_due(spec.run_id))
         pipe.hset(record, "root_replay_prepared", spec.round)
     if not ledger.fenced_transaction(client, spec.run_id, spec.generation, drop):
-        runs.check_generation(client, spec.run_id, spec.generation)
+        raise runs.fenced_out(client, spec.run_id, spec.generation)
     log.info("run %s round %d: root replay of %d failed roots (selected by %d ledger tasks); "
              "%d failed positions' queues dropped", spec.run_id, spec.round, added,
              ledger.LEDGER_BUCKETS, len(positions))
 
 
-def resume_if_crashed(spark: SparkSession, client: Redis, redis_url: str, rec: RunRecord,
-                      progress: Progress | None = None, generation: str | None = None,
-                      taken_over: bool = False) -> dict[str, Any] | None:
-    """A run whose driver died mid-round: run that round again. Committed tasks replay their
-    stored output instead of executing, so only what was in flight is processed. The caller
-    holds the run's lease (runs.take_over); `taken_over`: from a driver still alive (--force)."""
-    status = runs.status_of(rec)
-    if status not in (runs.CRASHED, runs.ERROR) and not (taken_over and status == runs.RUNNING):
+def resume_if_crashed(spark: SparkSession, client: Redis, redis_url: str, run_id: str,
+                      progress: Progress | None = None, generation: str | None = None
+                      ) -> dict[str, Any] | None:
+    """A run whose driver died (or was taken over, --force) mid-round, or whose round failed:
+    run that round again, or only settle it when its driver got that far. Committed tasks
+    replay their stored output instead of executing, so only what was in flight is processed.
+    The caller holds the run's lease (runs.take_over) under `generation`, so the record is read
+    here, after the take-over: what the previous driver did up to then is in it (it may have
+    settled the round meanwhile), and nothing of it writes from then on. Returns the resumed
+    round's summary, or None when no round was under way."""
+    rec = runs.get(client, run_id)
+    # (stored `running`: the previous driver was in a round or between two; its lease is ours now)
+    if rec.status not in (runs.RUNNING, runs.ERROR):
         return None
-    run_id = rec.run_id
     generation = generation or rec.generation
     claim_run(client, run_id, generation)
     wf = Workflow.model_validate_json(rec.current_workflow or rec.workflow_json)
@@ -116,13 +133,9 @@ def resume_if_crashed(spark: SparkSession, client: Redis, redis_url: str, rec: R
     if spec.root_replay and not settled:
         prepare_root_replay(spark, client, spec)
     summary = run_and_settle(spark, client, wf, spec, progress, execute=not settled)
-    prune_failed_set(client, run_id)
+    prune_failed_set(client, run_id, generation)
+    summary["resumed_round"] = round_no
     return summary
-
-
-def queued_tuples(client: Redis, run_id: str) -> int:
-    """How many tuples the run's queues hold (HLEN per failed position)."""
-    return sum(n for _, _, n in position_counts(client, run_id))
 
 
 def check_not_running(rec: RunRecord) -> None:
@@ -142,42 +155,43 @@ def recover(spark: SparkSession, client: Redis, redis_url: str, run_id: str, max
     drives the run already (a follow run between batches). `spill_dir` (--spill-dir): where the
     run's spill files are now; kept in the run record for later rounds and `clear`."""
     rec = runs.get(client, run_id)
+    location = None
     if spill_dir is not None:
-        rec.spill_dir = spill.location(spill_dir)
-        spill.SpillStore.at(rec.spill_dir).ensure_run_dir(run_id)
-    if lease is not None:
+        location = rec.spill_dir = spill.location(spill_dir)
+        spill.SpillStore.at(location).ensure_run_dir(run_id)
+    if lease is not None:   # this process drives the run already: no round of another to resume
         with redis_lost_is_resumable(run_id, redis_url):
             return _recover(spark, client, redis_url, rec, lease.generation, max_rounds, strategy,
-                            progress, on_round, taken_over=False)
-    running = runs.status_of(rec) == runs.RUNNING
+                            progress, on_round, resume=False)
     if not force:
         check_not_running(rec)
     if not rec.tracking:
         raise RunError(f"run {run_id} ran with tracking off: there is nothing to recover from")
     lease = runs.take_over(client, rec, force=force)
-    if spill_dir is not None:
-        runs.update(client, run_id, lease.generation, spill_dir=rec.spill_dir)
     with lease, redis_lost_is_resumable(run_id, redis_url):
+        if location is not None:
+            runs.update(client, run_id, lease.generation, spill_dir=location)
+        # read again: the record as the previous driver left it at the take-over
+        rec = runs.get(client, run_id)
         return _recover(spark, client, redis_url, rec, lease.generation, max_rounds, strategy,
-                        progress, on_round, taken_over=running)
+                        progress, on_round, resume=True)
 
 
 def _recover(spark: SparkSession, client: Redis, redis_url: str, rec: RunRecord, gen: str | None,
              max_rounds: int | None, strategy: str, progress: Progress | None,
-             on_round: Callable[[dict], None] | None, taken_over: bool) -> dict[str, Any]:
+             on_round: Callable[[dict], None] | None, resume: bool) -> dict[str, Any]:
     run_id = rec.run_id
     started = time.time()
-    resumed = resume_if_crashed(spark, client, redis_url, rec, progress, gen, taken_over)
-    ran = [rec.round] if resumed is not None else []
+    resumed = resume_if_crashed(spark, client, redis_url, run_id, progress, gen) if resume else None
+    # the rounds this recover ran: a resumed one too (its tuples were replayed by this driver)
+    ran = [resumed["resumed_round"]] if resumed is not None else []
     claim_run(client, run_id, gen, status=runs.RUNNING)
     original = original_workflow(rec)
     rounds_run = 0
-    queued_at_start = queued_tuples(client, run_id)
-    dead_at_start = client.hlen(keys.dead(run_id))
     while True:
         # only positions, their counts and their earliest times: the queue sources (Spark
         # tasks) read the queued tuples
-        prune_failed_set(client, run_id)
+        prune_failed_set(client, run_id, gen)
         counts = position_counts(client, run_id)
         queued = sum(n for _, _, n in counts)
         if not queued or (max_rounds is not None and rounds_run >= max_rounds):
@@ -214,7 +228,7 @@ def _recover(spark: SparkSession, client: Redis, redis_url: str, rec: RunRecord,
         if spec.root_replay:
             prepare_root_replay(spark, client, spec)
         summary = run_and_settle(spark, client, wf, spec, progress)
-        prune_failed_set(client, run_id)
+        prune_failed_set(client, run_id, gen)
         rounds_run += 1
         ran.append(round_no)
         if on_round is not None:
@@ -223,14 +237,17 @@ def _recover(spark: SparkSession, client: Redis, redis_url: str, rec: RunRecord,
     # resumes exactly that round, so the status is only settled here, after a clean loop)
     final = summarize(client, run_id, settled=True)
     runs.update(client, run_id, gen, status=final["status"], summary=final, ended=time.time())
-    newly_dead = client.hlen(keys.dead(run_id)) - dead_at_start
-    # the table under the summary: what this recover's rounds did, not round 0's
+    for warning in final.get("warnings") or []:
+        log.warning("run %s: %s", run_id, warning)
+    # what this recover's rounds did (a resumed round's included), as their round records say:
+    # the table under the summary (not round 0's), the tuples recovered and those that died
     ran_rounds = [r for r in runs.get(client, run_id).rounds if r.get("round") in ran]
-    final.update({"rounds": rounds_run, "resumed": resumed is not None,
+    outcomes = [round_outcome(r, original) for r in ran_rounds]
+    final.update({"rounds": len(ran), "resumed": resumed is not None,
                   "components": sum_components(ran_rounds, original),
                   "components_rounds": [r["round"] for r in ran_rounds],
-                  "recovered": max(0, queued_at_start - queued_tuples(client, run_id) - newly_dead),
-                  "newly_dead": newly_dead,
+                  "recovered": sum(o["recovered"] for o in outcomes),
+                  "newly_dead": sum(o["dead"] for o in outcomes),
                   "duration": round(time.time() - started, 3), "strategy": strategy})
     final["spill_bytes"] = spill_bytes(final["components"])   # this recover's rounds, as its table
     return final

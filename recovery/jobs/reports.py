@@ -77,23 +77,15 @@ def rounds(client: Redis, run_id: str) -> dict[str, Any]:
     Round 0 is the submit; a recovery round's `replayed` counts the queued tuples its queue
     spouts emitted, `recovered` those of them acked, `dead` the tuples that ran out of attempts."""
     rec = runs.get(client, run_id)
-    # queue spouts are the components a recovery round has and the original workflow has not
-    original = {c.id for c in summary.original_workflow(rec).components}
+    original = summary.original_workflow(rec)
     out = []
     previous_end = rec.started or 0.0
     for r in sorted(rec.rounds, key=lambda r: r.get("round", 0)):
-        comps = r.get("components") or {}
-        replayed = sum(c.get("emitted", 0) for cid, c in comps.items() if cid not in original)
-        replayed += sum(c.get("replayed_roots", 0) for c in comps.values())
-        failed = sum(c.get("failed", 0) for c in comps.values())
-        dead = sum(c.get("dead", 0) for c in comps.values())
         ended = float(r.get("ended") or 0)
         # rounds recorded before rounds had a start: from the end of the round before
         started = float(r.get("started") or previous_end or 0)
-        out.append({"round": r.get("round", 0), "components": comps,
-                    "replayed": replayed if r.get("round") else 0,
-                    "recovered": max(0, replayed - failed) if r.get("round") else 0,
-                    "failed": failed, "dead": dead,
+        out.append({"round": r.get("round", 0), "components": r.get("components") or {},
+                    **summary.round_outcome(r, original),
                     "ended": ended or None,
                     "duration": round(ended - started, 3) if ended and started else None})
         previous_end = ended or previous_end

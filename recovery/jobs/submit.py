@@ -149,7 +149,9 @@ def run_and_settle(spark: SparkSession, client: redis.Redis, wf: Workflow, spec:
                            f"{spec.run_id}` resumes it)") from err
         raise RunError(f"run {spec.run_id} round {spec.round} failed in Spark: {reason} "
                        f"(fix the cause, then `recovery recover {spec.run_id}` resumes it)") from None
-    # a run cleared (clear --force) while its round ran: its tasks wrote nothing; stop here
+    # a run cleared (clear --force) or taken over (recover --force) while its round ran: its
+    # tasks wrote nothing since; stop here. Every later write is fenced by `gen` as well, so a
+    # take-over at any step of this settle stops it at its next write (RunTakenOver)
     runs.check_generation(client, spec.run_id, gen)
     stats = engine_rounds.collect_stats(client, spec.run_id, spec.round) if spec.tracking else {}
     stats = in_topological_order(stats, wf)
@@ -161,6 +163,8 @@ def run_and_settle(spark: SparkSession, client: redis.Redis, wf: Workflow, spec:
         runs.update(client, spec.run_id, gen, rounds=rounds, **({"stats": stats} if spec.round == 0 else {}))
     # the acker's counts, by Spark tasks (one per ledger bucket): stored with the settle
     counts = engine_rounds.resolve_ledger(spark, spec) if spec.tracking else ledger.RootCounts()
+    # (a bucket task fenced out folds nothing: its counts are no verdict, and this says why)
+    runs.check_generation(client, spec.run_id, gen)
     if spec.source_json != "{}" and uses_log_source(wf):
         # every root read in this round is now complete, queued or dead: commit past it.
         # (log source: committed before clear_round, so a driver dying in between resumes a
@@ -170,12 +174,12 @@ def run_and_settle(spark: SparkSession, client: redis.Redis, wf: Workflow, spec:
     # markers and in-flight tuples are about to go)
     runs.update(client, spec.run_id, gen, settled_round=spec.round, **counts.record_fields(spec.round))
     if spec.tracking:
-        engine_rounds.clear_round(client, spec.run_id, spec.round, spec.spill_dir)
-        if spec.root_replay:   # its spouts read it; nothing does once the round is settled
-            client.delete(keys.root_replay_set(spec.run_id, spec.round))
+        # fenced: a driver taken over removes nothing (its successor may be resuming the round)
+        engine_rounds.clear_round(client, spec.run_id, spec.round, spec.spill_dir, gen, spec.root_replay)
         engine_rounds.tell_spouts(spark, client, spec)
     summary = summarize(client, spec.run_id, rounds=rounds, settled=True)
     if summary["status"] in (runs.COMPLETED, runs.DEAD):   # complete: overwrite sinks drop other runs' parts
+        runs.check_generation(client, spec.run_id, gen)     # (only while this driver owns the run)
         sinks.replace_other_runs(wf, spec.run_id, spec.original_json)
     runs.update(client, spec.run_id, gen, summary=summary, status=summary["status"], ended=time.time())
     log.info("run %s %s ended: %s, %d failed positions, %s pending, %s dead (%.1fs)", spec.run_id, label,

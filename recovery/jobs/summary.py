@@ -33,6 +33,23 @@ def sum_components(rounds: list[dict[str, Any]], wf: Workflow) -> dict[str, Any]
     return in_topological_order(total, wf)
 
 
+def round_outcome(round_record: dict[str, Any], original: Workflow) -> dict[str, int]:
+    """What one recovery round did, from its record's counters: `replayed` the queued tuples its
+    queue spouts emitted (a root replay: the roots it re-emitted), `recovered` those of them
+    that no longer fail (replayed - failed), `failed` and `dead` the failures and the tuples that
+    ran out of attempts. Round 0 (the submit) replays nothing."""
+    comps = round_record.get("components") or {}
+    ids = {c.id for c in original.components}   # queue spouts: what the original has not
+    replayed = sum(c.get("emitted", 0) for cid, c in comps.items() if cid not in ids)
+    replayed += sum(c.get("replayed_roots", 0) for c in comps.values())
+    failed = sum(c.get("failed", 0) for c in comps.values())
+    dead = sum(c.get("dead", 0) for c in comps.values())
+    if not round_record.get("round"):
+        replayed = 0
+    return {"replayed": replayed, "recovered": max(0, replayed - failed) if replayed else 0,
+            "failed": failed, "dead": dead}
+
+
 def spill_bytes(components: dict[str, Any]) -> int:
     """Bytes the tasks of these per-component counters wrote to the spill store."""
     return int(sum(c.get("spill_bytes", 0) for c in components.values()))
@@ -110,6 +127,18 @@ def summarize(client: Redis, run_id: str, rounds: list | None = None, settled: b
                          else (runs.PENDING if positions or in_flight else runs.DEAD))
     out.update({"roots": roots, "complete": roots - counts.pending, "pending": counts.pending - counts.dead,
                 "failed": counts.failed, "in_flight": in_flight, "dead": counts.dead})
+    if in_flight > 0:
+        # The round is settled: every task of it committed, so each pending root is queued or
+        # dead. One that is neither has a tuple that no task will ever run (lost: a bug, or the
+        # store changed by hand). Said, never taken for complete; not replayed either: where
+        # its tree stopped is unknown, and a replay from the spout would write twice what it
+        # had written already.
+        out["warnings"] = [
+            f"{in_flight} roots are in flight after round {round_no} settled, with no tuple "
+            "queued for recovery and no task that will run them: their tuples were lost, and "
+            "recovery cannot replay them without risking duplicates, so the run cannot complete "
+            f"(see `recovery status {run_id} --json`; `recovery clear {run_id}` and a new submit "
+            "start it over)"]
     return out
 
 

@@ -33,6 +33,8 @@ class RunRecord(BaseModel):
     workflow_json: str                   # the submitted workflow (every round's task numbering)
     # a token chosen at creation that every writer checks; None: a record from before leases
     generation: str | None = None
+    # the generations of the drivers this run was taken from, space-separated (tracking.runs)
+    retired_generations: str = ""
     xml: str = ""                        # the submitted XML, as read
     file: str | None = None              # the XML's file; None when it came from elsewhere
     master: str = ""                     # the Spark master it was submitted to

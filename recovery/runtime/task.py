@@ -180,6 +180,9 @@ class TaskRunner(MessageTimeouts, Collector):
         ctx.run_id = self.spec.run_id        # type: ignore[attr-defined]
         ctx.round = self.spec.round          # type: ignore[attr-defined]
         ctx.redis = self.client              # type: ignore[attr-defined]
+        # raises unless this task's driver still owns the run (a sink calls it right before it
+        # publishes a part: connectors.sinks); None without tracking
+        ctx.fence = self.tracker.check_fence if self.tracker is not None else None  # type: ignore[attr-defined]
         return ctx
 
     def _make_state(self) -> Any:
@@ -512,6 +515,9 @@ class TaskRunner(MessageTimeouts, Collector):
             elif self._timed_out:   # a committed task never runs again: its marks are done
                 marks = self._marks_key()
                 extra = lambda pipe: pipe.delete(marks)   # noqa: E731
-            if self.tracker.commit(self._contributions(), self.stats, self.state, extra):
-                self._drop_consumed_outputs(self.tracker)
+            if not self.tracker.commit(self._contributions(), self.stats, self.state, extra):
+                # its run was taken over (or cleared) while it ran: it committed nothing, so
+                # nothing of its output may flow on (the job fails; its driver says why)
+                raise self.tracker.fenced_error()
+            self._drop_consumed_outputs(self.tracker)
         return iter(ready)

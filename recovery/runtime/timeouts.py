@@ -2,6 +2,7 @@
 collector call, and a watchdog thread that ends the worker as a last resort."""
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -13,6 +14,7 @@ from redis import Redis
 
 from recovery.multilang.bolt import ShellBolt
 from recovery.tracking import keys
+from recovery.tracking.ledger import fenced_transaction
 
 if TYPE_CHECKING:
     from recovery.model.run import RunSpec
@@ -131,9 +133,9 @@ class MessageTimeouts:
             marked = False
             tracker = self.tracker
             if tracker is not None:
-                try:
-                    tracker.client.sadd(self._marks_key(), what)
-                    marked = True
+                mark = functools.partial(_add_mark, self._marks_key(), what)
+                try:   # (fenced: a task of a driver taken over marks nothing for its successor)
+                    marked = fenced_transaction(tracker.client, self.spec.run_id, tracker.generation, mark)
                 except Exception:   # Redis down: end the worker anyway; Spark bounds the retries
                     log.exception("could not record the timeout of %s at %s task %d",
                                   what, self.component_id, self.task_id)
@@ -152,3 +154,7 @@ class MessageTimeouts:
             self._stop_watchdog.set()
             self._watchdog.join()
             self._watchdog = None
+
+
+def _add_mark(key: str, what: int | str, pipe: Any) -> None:
+    pipe.sadd(key, what)

@@ -7,6 +7,12 @@ cleared, or cleared and created anew under the same id, is never written into by
 still working on the old one. The driver holding a run keeps a *lease* (a key with an expiry,
 refreshed by a daemon thread): a `running` run whose lease expired, or whose driver's pid is
 gone on this host, is crashed.
+
+Taking a run over (`recover` of a crashed run, `recover --force` of a live one) draws a new
+generation in the same atomic step as it takes the lease, and keeps the old one in the record's
+`retired_generations`: from that step on, every write of the previous driver and of its Spark
+tasks still running is refused (and said to be a take-over, not a clear), so two drivers never
+write into one run, however their steps interleave.
 """
 from __future__ import annotations
 
@@ -20,7 +26,7 @@ from typing import Any
 
 import redis
 
-from recovery.errors import RunCleared, RunError
+from recovery.errors import RunCleared, RunError, RunFenced, RunTakenOver
 from recovery.model.record import RunRecord, encode
 from recovery.tracking import keys
 
@@ -64,11 +70,20 @@ for i = 2, #ARGV, 2 do redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1]) end
 return 1
 """
 
-# KEYS: record, lease. ARGV: generation or '', holder, ms, the holder seen as dead or '', force.
-# Returns -1 fenced, 1 taken, or the live holder that refused it.
-_ACQUIRE = _FENCE + """
+# KEYS: record, lease. ARGV: the new generation, holder, ms, the holder seen as dead or '', force.
+# The lease (free, held by the holder seen as dead, or by anyone with force) and a new
+# generation, the old one retired. Returns -1 (no record: cleared), 1 taken, or the live holder
+# that refused it.
+_TAKE_OVER = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
 local cur = redis.call('GET', KEYS[2])
 if cur and cur ~= ARGV[2] and cur ~= ARGV[4] and ARGV[5] ~= '1' then return cur end
+local old = redis.call('HGET', KEYS[1], 'generation')
+if old then
+  local retired = redis.call('HGET', KEYS[1], 'retired_generations') or ''
+  redis.call('HSET', KEYS[1], 'retired_generations', retired .. old .. ' ')
+end
+redis.call('HSET', KEYS[1], 'generation', ARGV[1])
 redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
 return 1
 """
@@ -98,6 +113,24 @@ def _dec(v: Any) -> Any:
 def _cleared(run_id: str) -> RunCleared:
     return RunCleared(f"run {run_id} was cleared (or created anew) while this process worked on "
                       "it; it stopped without writing into it")
+
+
+def fenced_out(client: redis.Redis, run_id: str, generation: str | None) -> RunFenced:
+    """Why a write of `generation` into the run was refused, as the error to raise: the run was
+    taken over by another driver (`generation` is one the record retired), or it was cleared
+    (or created anew)."""
+    with client.pipeline(transaction=False) as pipe:
+        pipe.hmget(keys.run_record(run_id), ["generation", "retired_generations"])
+        pipe.get(keys.lease(run_id))
+        (current, retired), holder = pipe.execute()
+    if generation and current is not None and generation in (_dec(retired) or "").split():
+        who = "another driver"
+        if holder is not None:
+            host, pid = _parse_holder(_dec(holder))
+            who += f" (pid {pid} on {host})"
+        return RunTakenOver(f"run {run_id} was taken over by {who} while this driver worked on it; "
+                            "this driver stopped without writing into it")
+    return _cleared(run_id)
 
 
 def create(client: redis.Redis, run_id: str, xml: str, wf_json: str, file: str | None, master: str,
@@ -140,12 +173,12 @@ def get(client: redis.Redis, run_id: str) -> RunRecord:
 
 def update(client: redis.Redis, run_id: str, generation: str | None = None, **fields: Any) -> None:
     """Set fields of an existing record (never recreates a cleared one); with `generation`,
-    only while the record still holds it. Raises RunCleared otherwise."""
+    only while the record still holds it. Raises RunCleared or RunTakenOver otherwise."""
     args: list[Any] = [generation or ""]
     for k, v in fields.items():
         args += [k, encode(v)]
     if client.register_script(_UPDATE)(keys=[keys.run_record(run_id)], args=args) != 1:
-        raise _cleared(run_id)
+        raise fenced_out(client, run_id, generation)
 
 
 def increment(client: redis.Redis, run_id: str, generation: str | None = None, **amounts: int) -> None:
@@ -154,7 +187,7 @@ def increment(client: redis.Redis, run_id: str, generation: str | None = None, *
     for k, v in amounts.items():
         args += [k, int(v)]
     if client.register_script(_INCREMENT)(keys=[keys.run_record(run_id)], args=args) != 1:
-        raise _cleared(run_id)
+        raise fenced_out(client, run_id, generation)
 
 
 def list_ids(client: redis.Redis) -> list[str]:
@@ -238,10 +271,12 @@ class Lease:
     def _keys(self) -> list[str]:
         return [keys.run_record(self.run_id), keys.lease(self.run_id)]
 
-    def acquire(self, seen_holder: str | None = None, force: bool = False) -> None:
+    def take_over(self, seen_holder: str | None = None, force: bool = False) -> None:
         """Take the lease: free, held by `seen_holder` (a driver found dead), or with `force`
-        from a live one. Atomic, so of two `recover`s of a crashed run only one goes on."""
-        got = self.client.register_script(_ACQUIRE)(
+        from a live one; with it the run gets this lease's generation, the old one retired, in
+        one atomic step. So of two `recover`s of a crashed run only one goes on, and from that
+        step on nothing of the previous driver writes into the run."""
+        got = self.client.register_script(_TAKE_OVER)(
             keys=self._keys(), args=[self.generation or "", self.holder, self.ttl_ms,
                                      seen_holder or "", "1" if force else "0"])
         if got == -1:
@@ -256,8 +291,9 @@ class Lease:
         got = self.client.register_script(_REFRESH)(
             keys=self._keys(), args=[self.generation or "", self.holder, self.ttl_ms])
         if got != 1:
+            taken = got == 0 or isinstance(fenced_out(self.client, self.run_id, self.generation), RunTakenOver)
             log.warning("run %s: %s; this driver no longer holds its lease", self.run_id,
-                        "cleared" if got == -1 else "taken over by another driver")
+                        "taken over by another driver" if taken else "cleared")
             self.lost.set()
             return False
         return True
@@ -292,26 +328,24 @@ class Lease:
 
 def take_over(client: redis.Redis, rec: RunRecord, force: bool = False) -> Lease:
     """The lease of a run this process is about to drive (a crashed or errored run; a live one
-    only with `force`). A record from before generations gets one now (`rec` too)."""
+    only with `force`), under a new generation (Lease.take_over): whatever the previous driver
+    or its tasks still do, they write nothing more. `rec` is what the caller read before (its
+    generation is set to the new one); read the record again after this: the previous driver
+    may have moved on meanwhile."""
     run_id = rec.run_id
-    generation = rec.generation
-    if not generation:
-        client.hsetnx(keys.run_record(run_id), "generation", secrets.token_hex(8))
-        generation = _dec(client.hget(keys.run_record(run_id), "generation"))
-        if generation is None:
-            raise _cleared(run_id)
-        rec.generation = generation
-    lease = Lease(client, run_id, generation)
+    lease = Lease(client, run_id, secrets.token_hex(8))
     # a holder found dead may be replaced (atomically: if two try, one wins); a live one only by force
-    lease.acquire(seen_holder=None if driver_alive(rec) else rec.lease_holder, force=force)
+    lease.take_over(seen_holder=None if driver_alive(rec) else rec.lease_holder, force=force)
+    rec.generation = lease.generation   # (the rest of `rec` is as read before)
     log.info("run %s taken over by this driver (was %s%s)", run_id, status_of(rec), ", forced" if force else "")
     return lease
 
 
 def check_generation(client: redis.Redis, run_id: str, generation: str | None) -> None:
-    """Raise RunCleared when the run was cleared or created anew since `generation` was read."""
+    """Raise RunCleared (or RunTakenOver) when the run was cleared, created anew or taken over
+    since `generation` was read."""
     if generation is not None and _dec(client.hget(keys.run_record(run_id), "generation")) != generation:
-        raise _cleared(run_id)
+        raise fenced_out(client, run_id, generation)
 
 
 def round_settled(rec: RunRecord) -> bool:

@@ -11,10 +11,10 @@ from typing import Any, cast
 import msgpack
 from redis import Redis
 
-from recovery.errors import SpillError
+from recovery.errors import RunFenced, SpillError
 from recovery.model import config as config_decl
 from recovery.model.failed import FailedTuple
-from recovery.tracking import keys
+from recovery.tracking import keys, runs
 from recovery.tracking.ledger import LEDGER_BUCKETS, fenced_transaction, pack_xors, resolve_bucket
 from recovery.tracking.spill import SpillRef, SpillStore, SpillWriter, location, task_label
 
@@ -59,8 +59,29 @@ class TaskTracker:
 
     # -- idempotence ------------------------------------------------------------------
     def committed(self) -> dict | None:
-        raw = self.client.hget(keys.task_done(self.run_id, self.round), self.field)
+        """The task's done marker (its counters) if it committed in this round, else None.
+        Read when the task starts, with the run's generation: a task of a driver that was taken
+        over (or of a run cleared) since its round began does not start (RunTakenOver or
+        RunCleared), so nothing downstream of it runs in that driver either."""
+        with self.client.pipeline(transaction=False) as pipe:
+            pipe.hget(keys.task_done(self.run_id, self.round), self.field)
+            pipe.hget(keys.run_record(self.run_id), "generation")
+            raw, generation = pipe.execute()
+        if self.generation is not None and generation != self.generation.encode():
+            self._fence()
+            raise self.fenced_error()
         return msgpack.unpackb(cast(bytes, raw)) if raw is not None else None
+
+    def fenced_error(self) -> RunFenced:
+        """Why this task may write nothing more (its run was taken over, cleared or re-created)."""
+        return runs.fenced_out(self.client, self.run_id, self.generation)
+
+    def check_fence(self) -> None:
+        """Raise fenced_error() unless the run still holds this task's generation (a sink checks
+        it right before it publishes a part, see connectors.sinks)."""
+        if self._run_gone():
+            self._fence()
+            raise self.fenced_error()
 
     @property
     def store(self) -> SpillStore:
@@ -88,12 +109,13 @@ class TaskTracker:
 
     def drop_outputs(self, component: str, parallelism: int) -> None:
         """Every task reading `component` committed: its tasks' spill files go (references
-        first, so no reference ever names a removed file)."""
+        first, so no reference ever names a removed file; fenced, so a task of a driver taken
+        over meanwhile removes no file its successor may be reading)."""
         key = keys.task_spill(self.run_id, self.round)
         fields = [f"{component}:{i}" for i in range(parallelism)]
         refs = [SpillRef.unpack(cast(bytes, r)) for r in self.client.hmget(key, fields) if r is not None]
-        if refs:
-            self.client.hdel(key, *fields)
+        if refs and fenced_transaction(self.client, self.run_id, self.generation,
+                                       lambda pipe: pipe.hdel(key, *fields)):
             self.store.remove(self.run_id, refs)
 
     def _run_gone(self) -> bool:
@@ -104,8 +126,8 @@ class TaskTracker:
 
     def _fence(self) -> None:
         if not self.fenced:
-            log.info("run %s was cleared or created anew: task %s of round %d stops writing "
-                        "(its round is gone)", self.run_id, self.field, self.round)
+            log.info("run %s was cleared, created anew or taken over: task %s of round %d stops "
+                     "writing", self.run_id, self.field, self.round)
         self.fenced = True
         if self._writer is not None:   # nothing will reference its file
             self._writer.discard()

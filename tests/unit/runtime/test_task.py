@@ -246,9 +246,9 @@ def test_a_sink_write_longer_than_the_message_timeout_is_acked_not_written_twice
     monkeypatch.setattr(timeouts, "clock", lambda: time.monotonic() + clock[0])
     real_write = sinks._atomic_write
 
-    def slow_write(path, data):
+    def slow_write(path, data, fence=None):
         clock[0] += 2.0                 # four message timeouts
-        real_write(path, data)
+        real_write(path, data, fence)
 
     monkeypatch.setattr(sinks, "_atomic_write", slow_write)
     wf = Workflow(name="w", base_dir=str(tmp_path), config=(("topology.message.timeout.secs", "0.5"),),
@@ -356,3 +356,40 @@ def test_the_collector_threshold_is_raised_while_tasks_run_and_restored_by_the_l
         assert gc.get_threshold() == (700, 10, 10)
     finally:
         gc.set_threshold(*before)
+
+
+def test_a_task_of_a_driver_taken_over_publishes_no_part_commits_nothing_and_fails_its_round(
+        monkeypatch, fake_redis, tmp_path):
+    """Issue 17 §2.1: the run is taken over (`recover --force`) while its sink task is writing
+    its part. The task checks, under the folder's lock, that its driver still owns the run
+    right before it renames the part into place: it publishes nothing (its successor's task
+    writes that part), commits nothing, and fails, so nothing of it flows on. A task of that
+    driver that starts afterwards does not start at all."""
+    import os
+
+    from recovery.connectors import sinks
+    from recovery.errors import RunTakenOver
+    from recovery.model.workflow import SinkImpl
+    from recovery.tracking import runs
+    wf = Workflow(name="w", base_dir=str(tmp_path), components=(
+        Component(id="src", kind="spout", impl=ClassImpl(ref=REF + "Numbers"), streams=(StreamDef(fields=("n",)),)),
+        Component(id="out", kind="bolt", impl=SinkImpl(type="jsonl", params=(("path", "out"),)),
+                  inputs=(Input(source="src"),))))
+    lease = runs.create(fake_redis, "r", "<x/>", submit.workflow_json(wf), None, "local", True)
+    spec = RunSpec("r", 0, submit.workflow_json(wf), "fake://", True, generation=lease.generation,
+                   spill_dir=str(tmp_path / "spill"))
+    real_write = sinks._atomic_write
+
+    def taken_over_while_writing(path, write, fence=None):
+        runs.take_over(fake_redis, runs.get(fake_redis, "r"), force=True)
+        real_write(path, write, fence)
+
+    monkeypatch.setattr(sinks, "_atomic_write", taken_over_while_writing)
+    with pytest.raises(RunTakenOver, match="run r was taken over by another driver"):
+        execute_round(wf, spec, fake_redis)
+    assert os.listdir(tmp_path / "out") == []          # no part, no temporary file left
+    assert fake_redis.hkeys(keys.task_done("r", 0)) == [b"src:0"]   # (committed before the take-over)
+    monkeypatch.undo()
+    with pytest.raises(RunTakenOver):
+        execute_round(wf, spec, fake_redis)
+    assert os.listdir(tmp_path / "out") == [] and fake_redis.hkeys(keys.task_done("r", 0)) == [b"src:0"]

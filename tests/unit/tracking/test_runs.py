@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from recovery.cli import main
-from recovery.errors import RunCleared, RunError
+from recovery.errors import RunCleared, RunError, RunTakenOver
 from recovery.jobs import clear
 from recovery.model.failed import FailedTuple
 from recovery.tracking import keys, ledger, runs, tracker
@@ -145,6 +145,87 @@ def test_driver_writes_never_recreate_a_cleared_run(fake_redis):
     assert lease.refresh() is False
     assert ledger.resolve_bucket(fake_redis, "r1", 0, lease.generation) == 0
     assert not list(fake_redis.scan_iter(match=keys.runs_pattern()))
+
+
+# --- issue 17 §2.1: a take-over fences the driver it took the run from -------------------------
+def test_a_take_over_draws_a_new_generation_and_the_old_driver_writes_nothing(fake_redis):
+    old = _create(fake_redis)                       # a live driver: this process holds the lease
+    rec = runs.get(fake_redis, "r1")
+    with pytest.raises(RunError, match="held by another driver"):
+        runs.take_over(fake_redis, rec)
+    new = runs.take_over(fake_redis, rec, force=True)
+    assert new.generation != old.generation
+    stored = runs.get(fake_redis, "r1")
+    assert stored.generation == new.generation and fake_redis.get(keys.lease("r1")).decode() == new.holder
+    # every write of the old driver is refused, and says it was a take-over, not a clear
+    with pytest.raises(RunTakenOver, match=r"^run r1 was taken over by another driver \(pid \d+ on .+\) "
+                                           r"while this driver worked on it; this driver stopped") as err:
+        runs.update(fake_redis, "r1", old.generation, status=runs.COMPLETED)
+    assert "cleared" not in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(RunTakenOver):
+        runs.increment(fake_redis, "r1", old.generation, follow_batches=1)
+    with pytest.raises(RunTakenOver):
+        runs.check_generation(fake_redis, "r1", old.generation)
+    assert old.refresh() is False and old.lost.is_set()
+    assert fake_redis.get(keys.lease("r1")).decode() == new.holder      # its refresh took nothing
+    before = {k: fake_redis.dump(k) for k in fake_redis.keys("*")}
+    t = _tracker(fake_redis, old.generation)
+    t.failure(FailedTuple(id=1, roots=[5], values=["x"], attempt=1))
+    assert t.commit({5: 9}, {"executed": 1}) is False
+    with pytest.raises(RunTakenOver):
+        t.committed()                               # a task of the old driver does not start
+    assert {k: fake_redis.dump(k) for k in fake_redis.keys("*")} == before
+    assert runs.get(fake_redis, "r1").status == runs.RUNNING
+    # the new driver writes; taken over again, it is fenced in turn (the message names the taker)
+    runs.update(fake_redis, "r1", new.generation, status=runs.PENDING)
+    assert _tracker(fake_redis, new.generation).commit({5: 9}, {"executed": 1}) is True
+    fake_redis.set(keys.lease("r1"), "elsewhere:4242:abcd", px=60_000)
+    third = runs.take_over(fake_redis, runs.get(fake_redis, "r1"), force=True)
+    fake_redis.set(keys.lease("r1"), "elsewhere:4242:abcd", px=60_000)   # (as if held on another host)
+    for gen in (old.generation, new.generation):
+        with pytest.raises(RunTakenOver, match=r"taken over by another driver \(pid 4242 on elsewhere\)"):
+            runs.update(fake_redis, "r1", gen, status=runs.COMPLETED)
+    runs.update(fake_redis, "r1", third.generation, status=runs.PENDING)
+
+
+def test_a_task_of_a_driver_taken_over_removes_no_spill_file(fake_redis, tmp_path):
+    """Consumed outputs are dropped by the last reader to commit: references first, in a
+    transaction fenced by the run's generation, then the files. A task of the driver taken over
+    removes no file the new driver's tasks may be replaying."""
+    from recovery.tracking import spill
+    old = _create(fake_redis)
+    writer = spill.SpillStore.at(str(tmp_path)).writer("r1", 1, "src", 0)
+    writer.add(("mid", 0), b"chunk")
+    ref = writer.close()
+    fake_redis.hset(keys.task_spill("r1", 1), "src:0", ref.pack())
+    runs.take_over(fake_redis, runs.get(fake_redis, "r1"), force=True)
+    t = _tracker(fake_redis, old.generation)
+    t.spill_dir = str(tmp_path)
+    t.drop_outputs("src", 1)
+    assert fake_redis.hexists(keys.task_spill("r1", 1), "src:0")
+    assert spill.SpillStore.at(str(tmp_path)).run_files("r1") != []
+
+
+def test_a_take_over_of_a_crashed_run_fences_its_dead_driver_too(fake_redis):
+    """A driver seen as dead (its lease expired: it may only be stalled) is fenced the same way:
+    if it comes back, it writes nothing."""
+    old = _create(fake_redis)
+    fake_redis.delete(keys.lease("r1"))
+    new = runs.take_over(fake_redis, runs.get(fake_redis, "r1"))
+    assert new.generation != old.generation
+    with pytest.raises(RunTakenOver):
+        runs.update(fake_redis, "r1", old.generation, status=runs.COMPLETED)
+
+
+def test_a_cleared_run_is_still_said_cleared_not_taken_over(fake_redis):
+    old = _create(fake_redis)
+    runs.take_over(fake_redis, runs.get(fake_redis, "r1"), force=True)
+    clear.clear(fake_redis, "r1", force=True)
+    _create(fake_redis)                             # created anew: not the run it was taken from
+    for gen in (old.generation, "nosuchgeneration"):
+        with pytest.raises(RunCleared, match="r1 was cleared") as err:
+            runs.update(fake_redis, "r1", gen, status=runs.COMPLETED)
+        assert not isinstance(err.value, RunTakenOver)
 
 
 # --- item 16: stage order ----------------------------------------------------------------------
