@@ -5,15 +5,45 @@ Workflow; recovery synthesis maps (Workflow, failed positions) to another Workfl
 """
 from __future__ import annotations
 
+import re
 from enum import Enum
 from typing import TYPE_CHECKING, Annotated, Any, Literal, overload
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from recovery.errors import RecoveryError
 from recovery.model import config as config_decl
 
 DEFAULT_STREAM = "default"
 NAMESPACE = "urn:recovery:workflow:1"
+
+# The schema's idType and streamIdType (model/xml/workflow.xsd), for workflows built in code
+# too: a component id names keys, spill folders and sink part files, so it never holds "/",
+# ":", "{" or "}" and never starts with "." (tracking/keys.py says why).
+ID_MAX = 200
+COMPONENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
+STREAM_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
+
+# A topic's name, as Kafka's: 1 to 249 letters, digits, ".", "_", "-", and neither "." nor "..".
+TOPIC_MAX = 249
+TOPIC = re.compile(r"[A-Za-z0-9._-]{1,%d}" % TOPIC_MAX)
+
+
+def check_topic(topic: str) -> str:
+    """`topic` if it is a valid topic name (Kafka's rule), else a RecoveryError (exit 2)."""
+    if not isinstance(topic, str) or not TOPIC.fullmatch(topic) or topic in (".", ".."):
+        shown = topic if not isinstance(topic, str) or len(topic) <= 60 else topic[:57] + "..."
+        raise RecoveryError(f"invalid topic name {shown!r}: use 1 to {TOPIC_MAX} letters, digits, '.', "
+                            "'_' or '-' (as Kafka's), other than '.' and '..'")
+    return topic
+
+
+def _check_id(value: str, pattern: re.Pattern[str], what: str) -> str:
+    if len(value) > ID_MAX or not pattern.fullmatch(value):
+        first = "a letter, a digit or '_'" if pattern is STREAM_ID else "a letter or a digit"
+        raise ValueError(f"invalid {what} {value!r}: use {first}, then letters, digits, '_', '.' "
+                         f"or '-' (at most {ID_MAX})")
+    return value
 
 
 class Grouping(str, Enum):
@@ -35,6 +65,11 @@ class StreamDef(_Frozen):
     id: str = DEFAULT_STREAM
     fields: tuple[str, ...] = ()
     direct: bool = False
+
+    @field_validator("id")
+    @classmethod
+    def _stream_id(cls, v: str) -> str:
+        return _check_id(v, STREAM_ID, "stream id")
 
 
 class Input(_Frozen):
@@ -109,6 +144,11 @@ class Component(_Frozen):
     inputs: tuple[Input, ...] = ()            # bolts only
     config: tuple[tuple[str, str], ...] = ()  # component-level properties, override the workflow's
 
+    @field_validator("id")
+    @classmethod
+    def _component_id(cls, v: str) -> str:
+        return _check_id(v, COMPONENT_ID, "component id")
+
     @field_validator("parallelism")
     @classmethod
     def _positive(cls, v: int) -> int:
@@ -133,6 +173,11 @@ class Workflow(_Frozen):
     components: tuple[Component, ...] = ()
     # Folder that relative paths resolve against; not part of the XML.
     base_dir: str | None = Field(default=None, exclude=True)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _check_id(v, COMPONENT_ID, "workflow name")
 
     def component(self, component_id: str) -> Component:
         for c in self.components:

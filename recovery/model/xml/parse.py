@@ -43,6 +43,7 @@ from recovery.model.workflow import (
     SourceImpl,
     StreamDef,
     Workflow,
+    check_topic,
 )
 from recovery.model.xml.check import ElementLines, check_graph, check_source_paths
 
@@ -305,6 +306,11 @@ def _build_component(el: etree._Element, file: str | None) -> tuple[Component, E
                 if fmt is not None and fmt not in FILE_FORMATS:
                     raise WorkflowError(f'{what}: <source type="file"> format must be one of '
                                         f"{', '.join(FILE_FORMATS)}, got {fmt!r}", file, line)
+            if name == "source" and typ == "redis-stream":
+                try:
+                    check_topic(child.get("topic", ""))
+                except RecoveryError as err:
+                    raise WorkflowError(f'{what}: <source type="redis-stream"> {err}', file, line) from None
             if name == "source" and typ == "queue":
                 tasks = child.get("tasks", "").split()
                 if not all(t.isdigit() and int(t) >= 1 for t in tasks):
