@@ -222,7 +222,7 @@ def register(main: click.Group) -> None:
         """Run the workflow FILE on Spark with every tuple tracked; prints a summary."""
         wf = workflow_xml.load(file)
         # checked before anything is stored (exit 2); classes, and scripts in local mode
-        wf = wf.with_config(config.parse_assignments(props, "-p", dict(wf.config)))
+        wf = wf.with_config(config.parse_assignments(props, "-p", dict(wf.config), [c.id for c in wf.components]))
         runnable.check_runnable(file, wf, local=master is None or master.startswith("local"))
         with open(file, encoding="utf-8", errors="replace") as fh:
             xml = fh.read()
@@ -351,8 +351,9 @@ def register(main: click.Group) -> None:
             click.echo(f"warning: taking over run {run_id} from its {runs.describe_driver(rec)}; if that "
                        "driver is still working, both will run the same round", err=True)
         if props:
-            stored = jobs_summary.original_workflow(rec).config
-            jobs_recover.reconfigure(client, run_id, config.parse_assignments(props, "-p", dict(stored)))
+            original = jobs_summary.original_workflow(rec)
+            jobs_recover.reconfigure(client, run_id, config.parse_assignments(
+                props, "-p", dict(original.config), [c.id for c in original.components]))
         spark = _spark(master, _kv(spark_conf, "--conf"))
 
         with _Progress(not as_json) as progress:

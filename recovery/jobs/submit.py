@@ -51,6 +51,7 @@ def submit(spark: SparkSession, client: redis.Redis, redis_url: str, wf: Workflo
     """`spill_dir`: where tasks spill their outputs (--spill-dir), else recovery.spill.dir, else
     RECOVERY_HOME/spill; checked before anything is stored, then kept in the run record."""
     check_classes(wf)
+    wf.check_config()   # as validate does (a workflow or its properties may come from code)
     run_id = runs.new_run_id(wf.name) if run_id is None else check_run_id(run_id)
     sinks.check_folders(wf, run_id)     # mode="error" sinks refuse another run's output
     location = spill.location(spill_dir, wf.setting("recovery.spill.dir"))

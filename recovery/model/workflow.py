@@ -222,3 +222,15 @@ class Workflow(_Frozen):
     @property
     def bolts(self) -> tuple[Component, ...]:
         return tuple(c for c in self.components if c.kind == "bolt")
+
+    def check_config(self) -> None:
+        """Every property, the workflow's and each component's, as at validate (a workflow built
+        in code, or given properties in code as the test kit's `config=`): PropertyError naming
+        the first bad one. See config.check_conf."""
+        ids = [c.id for c in self.components]
+        config_decl.check_conf(dict(self.config), ids)
+        for c in self.components:
+            try:
+                config_decl.check_conf(dict(c.config), ids)
+            except config_decl.PropertyError as err:
+                raise config_decl.PropertyError(f"{c.kind} {c.id!r}: {err}", err.property) from None
