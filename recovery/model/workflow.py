@@ -124,12 +124,15 @@ class SinkImpl(_Frozen, _ParamLookup):
     """A built-in sink (bolts only). `params` holds every other XML attribute."""
     kind: Literal["sink"] = "sink"
     type: str                      # jsonl | parquet | redis
-    mode: SinkMode | None = None   # file sinks only; None (not written) means "error"
+    mode: SinkMode | None = None   # file sinks only; None (not written): see write_mode
     params: tuple[tuple[str, str], ...] = ()
 
-    @property
-    def write_mode(self) -> str:
-        return self.mode or "error"
+    def write_mode(self, reads_topics: bool) -> SinkMode:
+        """The mode= written, else the default: `append` in a workflow that reads topics (a
+        stream goes on from its committed offsets, run after run, into the same folder, as
+        Structured Streaming's file sink appends), `error` in one that reads files (a second
+        run of the same input is refused rather than mixed with the first one's output)."""
+        return self.mode or ("append" if reads_topics else "error")
 
 
 Implementation = Annotated[ClassImpl | ShellImpl | SourceImpl | SinkImpl, Field(discriminator="kind")]
@@ -214,6 +217,11 @@ class Workflow(_Frozen):
         merged = dict(self.config)
         merged.update(overrides)
         return self.model_copy(update={"config": tuple(merged.items())})
+
+    @property
+    def reads_topics(self) -> bool:
+        """Some spout reads a Redis-stream topic (`<source type="redis-stream">`)."""
+        return any(isinstance(c.impl, SourceImpl) and c.impl.type == "redis-stream" for c in self.spouts)
 
     @property
     def spouts(self) -> tuple[Component, ...]:
