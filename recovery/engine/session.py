@@ -28,11 +28,13 @@ def prepare_environment(home: Path) -> None:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYTHONHASHSEED", "0")
     # the log and spark-tmp's shuffle files hold tuple values: private, like the rest of home
+    # (folders 0700, files 0600 whatever the umask; the log4j file names the log's path)
     private_dir(home, "state folder")
     conf_dir = private_dir(home / "spark-conf")
     log = private_file(home / "spark.log").resolve()  # log4j appends to it, keeping its mode
     private_dir(home / "spark-tmp")
-    (conf_dir / "log4j2.properties").write_text(LOG4J.format(level="warn", log=log))
+    log4j = private_file(conf_dir / "log4j2.properties")   # 0600 first, then written: it keeps its mode
+    log4j.write_text(LOG4J.format(level="warn", log=log))
     os.environ.setdefault("SPARK_CONF_DIR", str(conf_dir))
 
 
