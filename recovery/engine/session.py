@@ -50,7 +50,11 @@ def session(master: str | None = None, conf: dict[str, str] | None = None, home:
                .config("spark.local.dir", str((home / "spark-tmp").resolve()))
                .config("spark.executorEnv.PYTHONHASHSEED", os.environ["PYTHONHASHSEED"])
                .config("spark.executorEnv.PYSPARK_PYTHON", os.environ["PYSPARK_PYTHON"])
-               .config("spark.python.worker.reuse", "true"))
+               .config("spark.python.worker.reuse", "true")
+               # PySpark's daemon, minus the traceback of a worker whose task Spark cancelled
+               # (engine/worker_daemon.py); that worker still ends, as PySpark's own does
+               .config("spark.python.daemon.module", "recovery.engine.worker_daemon")
+               .config("spark.python.daemon.killWorkerOnFlushFailure", "true"))
     pythonpath = os.pathsep.join(p for p in sys.path if p)
     builder = builder.config("spark.executorEnv.PYTHONPATH", pythonpath)
     for k, v in (conf or {}).items():

@@ -379,7 +379,9 @@ class SpillWriter:
             self._write(_LEN.pack(len(frame)) + frame)
         except (OSError, ValueError) as err:
             self.error = self._failed("write", self._tmp, err)
-            log.warning("%s", self.error)
+            # info, not warning: close() raises it, and the driver prints it (a warning in a
+            # Spark worker, which has no logging set up, reached the terminal a second time)
+            log.info("%s", self.error)
         self._pending = []
         self._pending_bytes = 0
 
