@@ -12,6 +12,9 @@
     recovery.inject.<name>.delay.ms    slow: sleep this long per tuple
 
 Choices are deterministic (a hash of the derived tuple id), so a re-run chooses the same tuples.
+Names and values are checked where properties are (recovery/model/config.py: validate, submit,
+`recover -p`, the test kit): an unknown attribute, mode or component is an error there, so
+every injection parsed here acts.
 """
 from __future__ import annotations
 
@@ -81,8 +84,8 @@ def injections(conf: dict[str, str], component: str) -> list[Injection]:
     for key, value in conf.items():
         if key.startswith(PREFIX):
             name, _, attr = key[len(PREFIX):].partition(".")
-            if attr:
-                by_name.setdefault(name, {})[attr] = value
+            if attr:   # values as validate checked them (model/config.py strips them too)
+                by_name.setdefault(name, {})[attr] = str(value).strip()
     out = []
     for name, a in sorted(by_name.items()):
         if a.get("component") != component:

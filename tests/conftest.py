@@ -4,6 +4,7 @@
   no persistence; yields its URL and is killed at the end of the session.
 - ``redis_url`` / ``redis_client`` (function): that server with every db flushed before the test.
 - ``fake_redis`` (function): a fresh fakeredis for unit tests.
+- ``redis_cluster`` (function): a Redis Cluster of 1 master, or N when parametrized (tests/clusters.py).
 
 At import time the environment is made safe and quiet for Spark and the CLI: Spark binds to
 127.0.0.1 and runs this interpreter, hashing is seeded, ``RECOVERY_HOME`` points at a
@@ -27,6 +28,8 @@ import pytest
 if TYPE_CHECKING:   # annotations only: fakeredis is imported by the fixture that uses it
     import fakeredis
     import redis
+
+    from tests.clusters import RedisCluster
 
 from tests.helpers import wait_for
 
@@ -214,3 +217,16 @@ def postgres_url(postgres_server: str) -> Iterator[str]:
     finally:
         with psycopg.connect(postgres_server, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def redis_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
+    """A Redis Cluster on loopback (tests/clusters.py): one master owning every slot, or as many
+    as the test asks with ``@pytest.mark.parametrize("redis_cluster", [3], indirect=True)``."""
+    from tests.clusters import RedisCluster
+
+    cluster = RedisCluster(tmp_path_factory.mktemp("redis-cluster"), getattr(request, "param", 1)).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

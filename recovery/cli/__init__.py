@@ -11,12 +11,17 @@ from collections.abc import Callable
 from typing import Any
 
 import click
+import redis
 
 from recovery.errors import RecoveryError
 
+log = logging.getLogger(__name__)
+
 
 class _Group(click.Group):
-    """Turns every RecoveryError into one line on stderr and its exit code, never a traceback."""
+    """Turns every RecoveryError into one line on stderr and its exit code, never a traceback;
+    a Redis error nothing expected (a server that refuses a command: read-only replica, out
+    of memory, ACL) into one line too, exit 2, its traceback in the log (-vv)."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -24,6 +29,12 @@ class _Group(click.Group):
         except RecoveryError as err:
             click.echo(f"error: {err}", err=True)
             sys.exit(err.exit_code)
+        except redis.RedisError as err:
+            log.debug("Redis error", exc_info=err)
+            reason = " ".join(str(err).split()) or type(err).__name__
+            click.echo(f"error: Redis: {type(err).__name__}: {reason} (`recovery -vv` logs its traceback)",
+                       err=True)
+            sys.exit(RecoveryError.exit_code)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

@@ -21,6 +21,7 @@ from recovery.jobs import recover as jobs_recover
 from recovery.jobs import submit as jobs_submit
 from recovery.jobs import summary as jobs_summary
 from recovery.model import config, render
+from recovery.model.run import check_run_id
 from recovery.model.workflow import Workflow
 from recovery.model.xml import parse as workflow_xml
 from recovery.redis import connection
@@ -33,6 +34,11 @@ if TYPE_CHECKING:
 def _client(redis_url: str | None) -> tuple[Any, str]:
     url = connection.resolve_url(redis_url)
     return connection.connect(url), url
+
+
+def _run_id(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A RUN argument or --run-id, checked as it is parsed: before Redis or Spark is touched."""
+    return value if value is None else check_run_id(value)
 
 
 def _kv(pairs: tuple[str, ...], what: str) -> dict[str, str]:
@@ -192,7 +198,9 @@ def register(main: click.Group) -> None:
                   help="Set a workflow config property (repeatable; `recovery properties` "
                   "lists them), checked before anything runs.")
     @click.option("--no-tracking", is_flag=True, help="Run without tracking (no recovery possible).")
-    @click.option("--run-id", default=None, help="Use this run id instead of a generated one.")
+    @click.option("--run-id", default=None, callback=_run_id,
+                  help="Use this run id instead of a generated one (1 to 128 letters, digits, '.', "
+                  "'_' or '-', not starting with '.').")
     @click.option("--spill-dir", default=None, metavar="DIR|URI",
                   help="Where tasks spill in-flight outputs: a folder the driver and every executor "
                   "reach, or a file://, hdfs:// or s3:// URI (default: recovery.spill.dir, else "
@@ -214,7 +222,7 @@ def register(main: click.Group) -> None:
         """Run the workflow FILE on Spark with every tuple tracked; prints a summary."""
         wf = workflow_xml.load(file)
         # checked before anything is stored (exit 2); classes, and scripts in local mode
-        wf = wf.with_config(config.parse_assignments(props, "-p", dict(wf.config)))
+        wf = wf.with_config(config.parse_assignments(props, "-p", dict(wf.config), [c.id for c in wf.components]))
         runnable.check_runnable(file, wf, local=master is None or master.startswith("local"))
         with open(file, encoding="utf-8", errors="replace") as fh:
             xml = fh.read()
@@ -281,7 +289,7 @@ def register(main: click.Group) -> None:
             click.echo(f"{r['run_id']}  {r['status']:<9}  round {r['round']}  started {r['started']}  {counts}")
 
     @main.command()
-    @click.argument("run_id")
+    @click.argument("run_id", callback=_run_id)
     @redis_option
     @json_option
     def status(run_id: str, redis_url: str | None, as_json: bool) -> None:
@@ -290,7 +298,7 @@ def register(main: click.Group) -> None:
         show(reports.run_status(client, run_id), as_json)
 
     @main.command()
-    @click.argument("run_id")
+    @click.argument("run_id", callback=_run_id)
     @click.option("--format", "-f", "fmt", type=click.Choice(["xml", "text", "dot", "mermaid"]),
                   default="xml", show_default=True)
     @redis_option
@@ -309,7 +317,7 @@ def register(main: click.Group) -> None:
         click.echo(p["xml"])
 
     @main.command()
-    @click.argument("run_id")
+    @click.argument("run_id", callback=_run_id)
     @click.option("--max-rounds", type=click.IntRange(min=1), default=None)
     @click.option("--strategy", type=click.Choice(["localized", "root-replay"]), default="localized",
                   show_default=True, help="root-replay replays failed roots from their spout (Storm).")
@@ -343,8 +351,9 @@ def register(main: click.Group) -> None:
             click.echo(f"warning: taking over run {run_id} from its {runs.describe_driver(rec)}; if that "
                        "driver is still working, it stops at its next write", err=True)
         if props:
-            stored = jobs_summary.original_workflow(rec).config
-            jobs_recover.reconfigure(client, run_id, config.parse_assignments(props, "-p", dict(stored)))
+            original = jobs_summary.original_workflow(rec)
+            jobs_recover.reconfigure(client, run_id, config.parse_assignments(
+                props, "-p", dict(original.config), [c.id for c in original.components]))
         spark = _spark(master, _kv(spark_conf, "--conf"))
 
         with _Progress(not as_json) as progress:
@@ -363,7 +372,7 @@ def register(main: click.Group) -> None:
                        + (" (resumed a crashed round first)" if summary.get("resumed") else ""))
 
     @main.command()
-    @click.argument("run_id")
+    @click.argument("run_id", callback=_run_id)
     @click.option("--requeue", is_flag=True, help="Put dead tuples back for another recovery.")
     @click.option("--component", default=None, help="Only this component's dead tuples.")
     @click.option("--tuple", "tuple_keys", multiple=True, metavar="COMPONENT:TASK:ID",
@@ -399,7 +408,7 @@ def register(main: click.Group) -> None:
                        f"    error: {r.get('error')}")
 
     @main.command()
-    @click.argument("run_id", required=False)
+    @click.argument("run_id", required=False, callback=_run_id)
     @click.option("--all", "all_runs", is_flag=True, help="Every run this Redis knows.")
     @click.option("--force", is_flag=True, help="Clear a run even if it is still running.")
     @redis_option

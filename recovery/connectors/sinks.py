@@ -10,6 +10,11 @@ refuses the submit (`check_folders`, on the driver, before anything is stored), 
 removes them once the run is complete (`replace_other_runs`: a run that fails or is left
 pending has destroyed nothing), `append` keeps them. Recovery rounds of a run write that run's
 own parts, so they never meet the check.
+
+Without a mode= the default depends on what the workflow reads (SinkImpl.write_mode): `append`
+when a spout reads a Redis-stream topic, since each bounded submit continues the stream from
+its committed offsets into the same folder (Structured Streaming's file sink appends, too);
+`error` when it reads files, where a second run would mix a rerun's output with the first's.
 """
 from __future__ import annotations
 
@@ -103,11 +108,12 @@ class FileSink:
 def file_sinks(wf: Workflow) -> list[FileSink]:
     """The workflow's jsonl and parquet sinks, with their folders resolved."""
     out = []
+    reads_topics = wf.reads_topics
     for c in wf.components:
         impl = c.impl
         if isinstance(impl, SinkImpl) and impl.type in FILE_SINK_TYPES:
             folder = os.path.abspath(resolve(impl.param("path") or "out", wf.base_dir or "."))
-            out.append(FileSink(c.id, impl.type, impl.write_mode, folder))
+            out.append(FileSink(c.id, impl.type, impl.write_mode(reads_topics), folder))
     return out
 
 

@@ -28,11 +28,13 @@ def prepare_environment(home: Path) -> None:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYTHONHASHSEED", "0")
     # the log and spark-tmp's shuffle files hold tuple values: private, like the rest of home
+    # (folders 0700, files 0600 whatever the umask; the log4j file names the log's path)
     private_dir(home, "state folder")
     conf_dir = private_dir(home / "spark-conf")
     log = private_file(home / "spark.log").resolve()  # log4j appends to it, keeping its mode
     private_dir(home / "spark-tmp")
-    (conf_dir / "log4j2.properties").write_text(LOG4J.format(level="warn", log=log))
+    log4j = private_file(conf_dir / "log4j2.properties")   # 0600 first, then written: it keeps its mode
+    log4j.write_text(LOG4J.format(level="warn", log=log))
     os.environ.setdefault("SPARK_CONF_DIR", str(conf_dir))
 
 
@@ -48,7 +50,11 @@ def session(master: str | None = None, conf: dict[str, str] | None = None, home:
                .config("spark.local.dir", str((home / "spark-tmp").resolve()))
                .config("spark.executorEnv.PYTHONHASHSEED", os.environ["PYTHONHASHSEED"])
                .config("spark.executorEnv.PYSPARK_PYTHON", os.environ["PYSPARK_PYTHON"])
-               .config("spark.python.worker.reuse", "true"))
+               .config("spark.python.worker.reuse", "true")
+               # PySpark's daemon, minus the traceback of a worker whose task Spark cancelled
+               # (engine/worker_daemon.py); that worker still ends, as PySpark's own does
+               .config("spark.python.daemon.module", "recovery.engine.worker_daemon")
+               .config("spark.python.daemon.killWorkerOnFlushFailure", "true"))
     pythonpath = os.pathsep.join(p for p in sys.path if p)
     builder = builder.config("spark.executorEnv.PYTHONPATH", pythonpath)
     for k, v in (conf or {}).items():

@@ -7,6 +7,7 @@ from redis import Redis
 
 from recovery.errors import RunError
 from recovery.model.record import RunRecord
+from recovery.model.run import is_run_id
 from recovery.model.workflow import Workflow
 from recovery.tracking import keys, runs, spill
 
@@ -58,9 +59,16 @@ def clear(client: Redis, run_id: str, force: bool = False) -> list[str]:
 def clear_all(client: Redis, force: bool = False) -> dict[str, list[str]]:
     """`clear --all`: every run this Redis knows, then any key left under the runs' prefix
     (orphans of runs whose record is gone), grouped by the run id they name."""
-    removed = {rid: clear(client, rid, force) for rid in runs.list_ids(client)}
-    known = runs.list_ids(client)   # runs created meanwhile stay
-    base = keys.run_record("")
+    listed = runs.list_ids(client)
+    # an id no command accepts (stored by a version before run ids were checked): its keys go
+    # as orphans below, its index entry here
+    unsafe = [rid for rid in listed if not is_run_id(rid)]
+    removed = {rid: clear(client, rid, force) for rid in listed if rid not in unsafe}
+    if unsafe:
+        client.zrem(keys.runs_index(), *unsafe)
+        removed.update({rid: [] for rid in unsafe})
+    known = [rid for rid in runs.list_ids(client) if is_run_id(rid)]   # runs created meanwhile stay
+    base = keys.runs_base()
     orphans: dict[str, list[str]] = {}
     for raw in client.scan_iter(match=keys.runs_pattern(), count=1000):
         name = raw.decode()

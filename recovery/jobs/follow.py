@@ -34,7 +34,7 @@ from recovery.errors import RecoveryError
 from recovery.jobs import recover, submit
 from recovery.jobs import summary as jobs_summary
 from recovery.model.record import RunRecord
-from recovery.model.run import RunSpec
+from recovery.model.run import RunSpec, check_run_id
 from recovery.model.workflow import Workflow
 from recovery.tracking import keys, runs, spill
 
@@ -193,6 +193,8 @@ def follow(spark: SparkSession, client: Redis, redis_url: str, wf: Workflow, xml
     """Read the workflow's topics in micro-batches until stopped (signal, max_batches, or
     idle_exit seconds without a message); returns the run's summary."""
     emit: Event = on_event or (lambda kind, info: None)
+    if run_id is not None:
+        check_run_id(run_id)
     check(client, wf, follow=True)
     wf_json = submit.workflow_json(wf)
     spill_dir = spill.location(None, wf.setting("recovery.spill.dir"))   # (no --spill-dir here)

@@ -24,7 +24,7 @@ from recovery.engine import rounds as engine_rounds
 from recovery.errors import JobFailed, RecoveryError, RedisUnavailable, RunError, SpillError, WorkflowError
 from recovery.jobs.clear import clear
 from recovery.jobs.summary import in_topological_order, summarize
-from recovery.model.run import RunSpec
+from recovery.model.run import RunSpec, check_run_id
 from recovery.model.workflow import Workflow
 from recovery.redis import connection
 from recovery.tracking import keys, ledger, runs, spill
@@ -51,7 +51,8 @@ def submit(spark: SparkSession, client: redis.Redis, redis_url: str, wf: Workflo
     """`spill_dir`: where tasks spill their outputs (--spill-dir), else recovery.spill.dir, else
     RECOVERY_HOME/spill; checked before anything is stored, then kept in the run record."""
     check_classes(wf)
-    run_id = run_id or runs.new_run_id(wf.name)
+    wf.check_config()   # as validate does (a workflow or its properties may come from code)
+    run_id = runs.new_run_id(wf.name) if run_id is None else check_run_id(run_id)
     sinks.check_folders(wf, run_id)     # mode="error" sinks refuse another run's output
     location = spill.location(spill_dir, wf.setting("recovery.spill.dir"))
     if tracking_on:

@@ -12,12 +12,13 @@ values are text there; this module checks them and turns them into typed values.
 - Any other name (Storm's other ``topology.*`` settings, a component's own properties)
   passes through to the components as text.
 - ``recovery.inject.<name>.<attribute>`` is the fault-injection family (recovery/faults.py),
-  declared by InjectionSettings.
+  declared by InjectionSettings; an injection's ``.component`` must name a component of the
+  workflow (check_injection_components: a typo would otherwise inject nothing, silently).
 """
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any, Literal
 
 import annotated_types
@@ -216,11 +217,43 @@ def check_injections(names: Iterable[str]) -> None:
                                 f"{INJECT_PREFIX}{inj}.component", first)
 
 
+def injection_attribute(name: str) -> str | None:
+    """"component" for recovery.inject.f.component: the attribute an injection property sets
+    (None for any other property)."""
+    if not name.startswith(INJECT_PREFIX):
+        return None
+    return name[len(INJECT_PREFIX):].partition(".")[2]
+
+
+def check_injection_components(conf: Mapping[str, Any], components: Collection[str]) -> None:
+    """Every ``recovery.inject.NAME.component`` in `conf` names one of `components` (the
+    workflow's component ids): PropertyError naming the property and the components there are."""
+    for name, raw in conf.items():
+        if injection_attribute(name) != "component":
+            continue
+        target = _strip_text(raw)
+        if target not in components:
+            listed = ", ".join(components) or "none"
+            close = difflib.get_close_matches(str(target), list(components), n=1, cutoff=0.6)
+            raise PropertyError(f"{name}: no component {target!r} in this workflow (its components: "
+                                f"{listed})" + (f" (did you mean {close[0]!r}?)" if close else ""), name)
+
+
+def check_conf(conf: Mapping[str, Any], components: Collection[str], existing: Iterable[str] = ()) -> None:
+    """A whole set of properties, as validate checks a <config>: each name and value, each
+    injection's .component set (here or among `existing`) and naming one of `components`."""
+    for name, raw in conf.items():
+        check_property(name, raw)
+    check_injections([*existing, *conf])
+    check_injection_components(conf, components)
+
+
 def parse_assignments(pairs: Iterable[str], option: str = "-p",
-                      existing: Iterable[str] = ()) -> dict[str, str]:
+                      existing: Iterable[str] = (), components: Collection[str] | None = None) -> dict[str, str]:
     """`KEY=VALUE` strings from the command line, each checked: RecoveryError naming the
     option and the assignment at the first bad one. `existing`: the names the workflow sets
-    already (an injection may get its .component there)."""
+    already (an injection may get its .component there); `components`: the workflow's
+    component ids, which an injection's .component must name (None: not checked here)."""
     out: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
@@ -229,6 +262,8 @@ def parse_assignments(pairs: Iterable[str], option: str = "-p",
             raise RecoveryError(f"{option} {pair!r}: expected KEY=VALUE with a non-empty KEY")
         try:
             check_property(key, value)
+            if components is not None:
+                check_injection_components({key: value}, components)
         except PropertyError as err:
             raise RecoveryError(f"{option} {pair}: {err}") from None
         out[key] = value

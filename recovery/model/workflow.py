@@ -5,15 +5,45 @@ Workflow; recovery synthesis maps (Workflow, failed positions) to another Workfl
 """
 from __future__ import annotations
 
+import re
 from enum import Enum
 from typing import TYPE_CHECKING, Annotated, Any, Literal, overload
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from recovery.errors import RecoveryError
 from recovery.model import config as config_decl
 
 DEFAULT_STREAM = "default"
 NAMESPACE = "urn:recovery:workflow:1"
+
+# The schema's idType and streamIdType (model/xml/workflow.xsd), for workflows built in code
+# too: a component id names keys, spill folders and sink part files, so it never holds "/",
+# ":", "{" or "}" and never starts with "." (tracking/keys.py says why).
+ID_MAX = 200
+COMPONENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
+STREAM_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
+
+# A topic's name, as Kafka's: 1 to 249 letters, digits, ".", "_", "-", and neither "." nor "..".
+TOPIC_MAX = 249
+TOPIC = re.compile(r"[A-Za-z0-9._-]{1,%d}" % TOPIC_MAX)
+
+
+def check_topic(topic: str) -> str:
+    """`topic` if it is a valid topic name (Kafka's rule), else a RecoveryError (exit 2)."""
+    if not isinstance(topic, str) or not TOPIC.fullmatch(topic) or topic in (".", ".."):
+        shown = topic if not isinstance(topic, str) or len(topic) <= 60 else topic[:57] + "..."
+        raise RecoveryError(f"invalid topic name {shown!r}: use 1 to {TOPIC_MAX} letters, digits, '.', "
+                            "'_' or '-' (as Kafka's), other than '.' and '..'")
+    return topic
+
+
+def _check_id(value: str, pattern: re.Pattern[str], what: str) -> str:
+    if len(value) > ID_MAX or not pattern.fullmatch(value):
+        first = "a letter, a digit or '_'" if pattern is STREAM_ID else "a letter or a digit"
+        raise ValueError(f"invalid {what} {value!r}: use {first}, then letters, digits, '_', '.' "
+                         f"or '-' (at most {ID_MAX})")
+    return value
 
 
 class Grouping(str, Enum):
@@ -35,6 +65,11 @@ class StreamDef(_Frozen):
     id: str = DEFAULT_STREAM
     fields: tuple[str, ...] = ()
     direct: bool = False
+
+    @field_validator("id")
+    @classmethod
+    def _stream_id(cls, v: str) -> str:
+        return _check_id(v, STREAM_ID, "stream id")
 
 
 class Input(_Frozen):
@@ -89,12 +124,15 @@ class SinkImpl(_Frozen, _ParamLookup):
     """A built-in sink (bolts only). `params` holds every other XML attribute."""
     kind: Literal["sink"] = "sink"
     type: str                      # jsonl | parquet | redis
-    mode: SinkMode | None = None   # file sinks only; None (not written) means "error"
+    mode: SinkMode | None = None   # file sinks only; None (not written): see write_mode
     params: tuple[tuple[str, str], ...] = ()
 
-    @property
-    def write_mode(self) -> str:
-        return self.mode or "error"
+    def write_mode(self, reads_topics: bool) -> SinkMode:
+        """The mode= written, else the default: `append` in a workflow that reads topics (a
+        stream goes on from its committed offsets, run after run, into the same folder, as
+        Structured Streaming's file sink appends), `error` in one that reads files (a second
+        run of the same input is refused rather than mixed with the first one's output)."""
+        return self.mode or ("append" if reads_topics else "error")
 
 
 Implementation = Annotated[ClassImpl | ShellImpl | SourceImpl | SinkImpl, Field(discriminator="kind")]
@@ -108,6 +146,11 @@ class Component(_Frozen):
     streams: tuple[StreamDef, ...] = ()
     inputs: tuple[Input, ...] = ()            # bolts only
     config: tuple[tuple[str, str], ...] = ()  # component-level properties, override the workflow's
+
+    @field_validator("id")
+    @classmethod
+    def _component_id(cls, v: str) -> str:
+        return _check_id(v, COMPONENT_ID, "component id")
 
     @field_validator("parallelism")
     @classmethod
@@ -133,6 +176,11 @@ class Workflow(_Frozen):
     components: tuple[Component, ...] = ()
     # Folder that relative paths resolve against; not part of the XML.
     base_dir: str | None = Field(default=None, exclude=True)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _check_id(v, COMPONENT_ID, "workflow name")
 
     def component(self, component_id: str) -> Component:
         for c in self.components:
@@ -171,9 +219,26 @@ class Workflow(_Frozen):
         return self.model_copy(update={"config": tuple(merged.items())})
 
     @property
+    def reads_topics(self) -> bool:
+        """Some spout reads a Redis-stream topic (`<source type="redis-stream">`)."""
+        return any(isinstance(c.impl, SourceImpl) and c.impl.type == "redis-stream" for c in self.spouts)
+
+    @property
     def spouts(self) -> tuple[Component, ...]:
         return tuple(c for c in self.components if c.kind == "spout")
 
     @property
     def bolts(self) -> tuple[Component, ...]:
         return tuple(c for c in self.components if c.kind == "bolt")
+
+    def check_config(self) -> None:
+        """Every property, the workflow's and each component's, as at validate (a workflow built
+        in code, or given properties in code as the test kit's `config=`): PropertyError naming
+        the first bad one. See config.check_conf."""
+        ids = [c.id for c in self.components]
+        config_decl.check_conf(dict(self.config), ids)
+        for c in self.components:
+            try:
+                config_decl.check_conf(dict(c.config), ids)
+            except config_decl.PropertyError as err:
+                raise config_decl.PropertyError(f"{c.kind} {c.id!r}: {err}", err.property) from None

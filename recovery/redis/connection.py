@@ -13,12 +13,12 @@ from typing import Any
 
 import redis
 
-from recovery.errors import RedisUnavailable
+from recovery.errors import RecoveryError, RedisUnavailable
 from recovery.redis.embedded import EmbeddedServer
 
 log = logging.getLogger(__name__)
 
-__all__ = ["connect", "describe", "make_client", "resolve_url"]
+__all__ = ["RedisUnsupported", "connect", "describe", "make_client", "resolve_url"]
 
 URL_ENV = "RECOVERY_REDIS_URL"
 SCHEMES = ("redis://", "rediss://", "unix://")
@@ -109,6 +109,27 @@ def _verify(client: redis.Redis, url: str, what: str) -> None:
         raise RedisUnavailable(f"cannot reach {what}: {one_line_error(err, url)}") from None
 
 
+class RedisUnsupported(RecoveryError):
+    """A Redis this tool cannot work with yet (a Redis Cluster node)."""
+
+
+def _refuse_cluster(client: redis.Redis, url: str, what: str) -> None:
+    """A Redis Cluster node is refused in one line: a run's keys span hash slots, which a
+    cluster refuses (CROSSSLOT) in the middle of a submit. INFO cluster says what it is."""
+    try:
+        info = client.info("cluster")
+    except redis.ResponseError as err:   # INFO renamed or denied (ACL): nothing tells it is one
+        log.debug("%s: INFO cluster refused (%s); taken for a single server", what, err)
+        return
+    except (redis.RedisError, OSError) as err:
+        client.close()
+        raise RedisUnavailable(f"cannot reach {what}: {one_line_error(err, url)}") from None
+    if str(info.get("cluster_enabled", 0)) == "1":
+        client.close()
+        raise RedisUnsupported(f"{what} is a Redis Cluster node; Redis Cluster is not supported yet "
+                               "(use a single server)")
+
+
 def resolve_url(url: str | None = None, home: str | os.PathLike[str] | None = None,
                 start: bool = True) -> str:
     """The URL :func:`connect` would use: ``url``, else ``$RECOVERY_REDIS_URL``, else the
@@ -129,12 +150,14 @@ def connect(url: str | None = None, home: str | os.PathLike[str] | None = None,
     ``url`` (or ``$RECOVERY_REDIS_URL``) names a real server; without one, the embedded server
     under ``home`` (see :func:`state_home`) is used, started on demand when ``start`` is true.
     ``options`` override the client's keyword arguments (e.g. ``socket_timeout``).
-    Raises RedisUnavailable with a one-line reason naming the URL without its password.
+    Raises RedisUnavailable with a one-line reason naming the URL without its password, and
+    RedisUnsupported for a Redis Cluster node (not supported yet).
     """
     url = url or os.environ.get(URL_ENV) or None
     if url:
         client = make_client(url, **options)
         _verify(client, url, f"Redis at {describe(url)}")
+        _refuse_cluster(client, url, f"Redis at {describe(url)}")
         log.info("connected to Redis at %s", describe(url))
         return client
     server = EmbeddedServer(home)

@@ -19,7 +19,7 @@ from recovery.jobs import recover as jobs_recover
 from recovery.jobs import submit
 from recovery.jobs import summary as jobs_summary
 from recovery.model.failed import FailedTuple
-from recovery.model.run import RunSpec
+from recovery.model.run import RunSpec, check_run_id
 from recovery.model.workflow import ClassImpl, Component, Workflow
 from recovery.model.xml.write import to_xml
 from recovery.runtime import task
@@ -169,7 +169,7 @@ def run_local(workflow: Workflow, redis_client: Redis, *, inputs: dict[str, list
         # a ListSink's records are its keyed state, which only tracking stores
         raise ValueError("run_local: ListSinks need tracking on; pass list_sinks=False (and no "
                          "ListSink in the workflow) to run with tracking off")
-    run_id = run_id or runs.new_run_id(wf.name)
+    run_id = runs.new_run_id(wf.name) if run_id is None else check_run_id(run_id)
     run = LocalRun(wf, redis_client, run_id, _url(redis_client), {}, arrival=arrival)
     xml = to_xml(wf)
     _drive(run, lambda spark: submit.submit(spark, redis_client, run.redis_url, wf, xml, None,

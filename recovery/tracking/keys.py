@@ -3,10 +3,20 @@
 Everything a run owns lives under `<prefix>run:<run_id>:` (plus its record
 `<prefix>run:<run_id>` and its entry in `<prefix>runs`), so clearing a run is a SCAN of one
 pattern and touches no other run. Topics and committed offsets outlive runs.
+
+What goes into a key is checked here, once: a run id (model/run.py check_run_id), a topic
+(model/workflow.py check_topic); component ids and stream ids are checked where a workflow is
+read (the schema's id pattern, and the model's). None of them can hold ":" (two keys could
+collide: topic "a:1" and partition 1 of topic "a"), "{" or "}" (a Redis Cluster hash tag:
+the keys of one run are to share one slot through a tag of ours, not of the user's) or a
+SCAN pattern's glob characters (`clear` of a run named "*" would match every run's keys).
 """
 from __future__ import annotations
 
 import os
+
+from recovery.model.run import check_run_id
+from recovery.model.workflow import check_topic
 
 PREFIX = os.environ.get("RECOVERY_KEY_PREFIX", "recovery:")
 
@@ -20,16 +30,21 @@ def run_record(run_id: str) -> str:
     """Hash: xml, status, counters, start/end times, driver pid, and the run's generation (a
     token set when the record is created: writers check it, so nothing writes into a run that
     was cleared or created anew under the same id)."""
-    return f"{PREFIX}run:{run_id}"
+    return runs_base() + check_run_id(run_id)
+
+
+def runs_base() -> str:
+    """What every run's record and keys start with (the run id follows)."""
+    return f"{PREFIX}run:"
 
 
 def runs_pattern() -> str:
     """SCAN pattern of every run's record and keys (`clear --all` finds orphans with it)."""
-    return f"{PREFIX}run:*"
+    return runs_base() + "*"
 
 
 def run_prefix(run_id: str) -> str:
-    return f"{PREFIX}run:{run_id}:"
+    return f"{runs_base()}{check_run_id(run_id)}:"
 
 
 def run_key(run_id: str, *parts: object) -> str:
@@ -37,16 +52,16 @@ def run_key(run_id: str, *parts: object) -> str:
 
 
 def topic_meta(topic: str) -> str:
-    return f"{PREFIX}topic:{topic}"
+    return f"{PREFIX}topic:{check_topic(topic)}"
 
 
 def topic_partition(topic: str, partition: int) -> str:
-    return f"{PREFIX}topic:{topic}:{partition}"
+    return f"{PREFIX}topic:{check_topic(topic)}:{partition}"
 
 
 def offsets(consumer: str, topic: str) -> str:
     """Hash: partition -> committed offset, for one consumer (workflow + spout)."""
-    return f"{PREFIX}offsets:{consumer}:{topic}"
+    return f"{PREFIX}offsets:{consumer}:{check_topic(topic)}"
 
 
 def consumer_owner(consumer: str, topic: str) -> str:

@@ -28,6 +28,7 @@ import redis
 
 from recovery.errors import RunCleared, RunError, RunFenced, RunTakenOver
 from recovery.model.record import RunRecord, encode
+from recovery.model.run import RUN_ID_MAX
 from recovery.tracking import keys
 
 log = logging.getLogger(__name__)
@@ -103,7 +104,8 @@ return 0
 
 
 def new_run_id(name: str) -> str:
-    return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+    """<workflow name>-<date>-<time>-<4 hex digits>, the name cut to keep it a valid run id."""
+    return f"{name[:RUN_ID_MAX - 21]}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
 
 
 def _dec(v: Any) -> Any:

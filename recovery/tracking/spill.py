@@ -113,9 +113,14 @@ class _LocalFiles:
         return str(self.root / rel)
 
     def makedirs(self, rel: str) -> None:
-        if not self.root.is_dir():
-            if str(self.root) == default_location():
-                embedded.ensure_home()   # RECOVERY_HOME itself private, as the embedded server makes it
+        if str(self.root) == default_location():
+            # RECOVERY_HOME and its spill folder private, as the embedded server makes them
+            if not self.root.is_dir():
+                embedded.ensure_home()
+                os.makedirs(self.root, mode=DIR_MODE, exist_ok=True)
+            if stat.S_IMODE(self.root.stat().st_mode) != DIR_MODE:   # a umask's, or an earlier version's
+                os.chmod(self.root, DIR_MODE)
+        elif not self.root.is_dir():
             # a location given may be a shared folder of someone's: made if missing, never chmodded
             os.makedirs(self.root, mode=DIR_MODE, exist_ok=True)
         path = self.root
@@ -374,7 +379,9 @@ class SpillWriter:
             self._write(_LEN.pack(len(frame)) + frame)
         except (OSError, ValueError) as err:
             self.error = self._failed("write", self._tmp, err)
-            log.warning("%s", self.error)
+            # info, not warning: close() raises it, and the driver prints it (a warning in a
+            # Spark worker, which has no logging set up, reached the terminal a second time)
+            log.info("%s", self.error)
         self._pending = []
         self._pending_bytes = 0
 

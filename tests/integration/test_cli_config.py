@@ -89,3 +89,21 @@ def test_submit_refuses_a_missing_shell_script_in_local_mode(spark, redis_url, r
     # validate only warns: on a cluster the script may exist on the executors
     code, out, _ = cli(redis_url, "validate", str(xml))
     assert code == 0 and "warning: bolt 'split': shell script 'wordcount_shell/gone.py'" in out
+
+
+def test_recover_p_refuses_an_injection_at_a_component_the_run_lacks(redis_url, redis_client, tmp_path):
+    """Issue 17, 2.4: `-p recovery.inject.f.component=nosuch` named no component and injected
+    nothing, silently. The run here is stored by the test kit (no Spark needed to refuse)."""
+    from recovery import testing
+    xml = copy_workflow("wordcount", tmp_path)
+    run = testing.run_local(workflow_xml.load(xml), redis_client, inputs={"sentences": ["a b"]})
+    stored = runs.get(redis_client, run.run_id)
+    for prop, part in (("recovery.inject.f.component=nosuch",
+                        "-p recovery.inject.f.component=nosuch: recovery.inject.f.component: no component "
+                        "'nosuch' in this workflow (its components: sentences, split, count, out)"),
+                       ("recovery.inject.f.mode=sometimes", "recovery.inject.f.mode must be one of"),
+                       ("recovery.inject.f.componnt=split", "did you mean recovery.inject.f.component?")):
+        code, out, err = cli(redis_url, "recover", run.run_id, "-p", prop)
+        assert code == 2 and out == "" and err.count("\n") == 1 and part in err, err
+    after = runs.get(redis_client, run.run_id)
+    assert (after.workflow_json, after.current_workflow) == (stored.workflow_json, stored.current_workflow)

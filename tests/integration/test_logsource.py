@@ -130,6 +130,37 @@ def test_bounded_run_from_a_topic_equals_its_input_and_status_shows_lag(spark, r
     assert _committed_to_end(redis_client, wf)
 
 
+def test_a_second_bounded_submit_of_a_stream_continues_into_the_same_folders(spark, redis_url, redis_client, tmp_path):
+    """Issue 17, section 3: a topic-reading workflow's file sinks append by default, so the next
+    bounded submit (how a stream goes on from its committed offsets) is not refused for the
+    folder holding the previous run's parts; the folder then holds the whole stream once."""
+    xml = tmp_path / "copy.xml"
+    xml.write_text(COPY_XML)
+    first = [{"id": i, "word": f"w{i % 7}"} for i in range(120)]
+    topics.produce(redis_client, "events", [(r["word"], json.dumps(r).encode()) for r in first], 3, "jsonl")
+
+    def submit_cli() -> dict:
+        res = CliRunner().invoke(main, ["submit", str(xml), "--json", "--redis", redis_url], catch_exceptions=False)
+        assert res.exit_code == 0, res.stderr
+        return json.loads(res.stdout)
+
+    s1 = submit_cli()
+    assert s1["status"] == "completed" and s1["roots"] == 120
+    more = [{"id": 120 + i, "word": f"w{i % 7}"} for i in range(30)]
+    topics.produce(redis_client, "events", [(r["word"], json.dumps(r).encode()) for r in more])
+    s2 = submit_cli()   # was: "sink 'out' (jsonl): folder ... already holds another run's output"
+    assert s2["status"] == "completed" and s2["roots"] == 30 and s2["run_id"] != s1["run_id"]
+    assert _canon(read_jsonl_dir(str(tmp_path / "out" / "copy"))) == _canon(first + more)
+
+    # mode="error" written on the sink still refuses, before anything is stored
+    strict = tmp_path / "strict.xml"
+    strict.write_text(COPY_XML.replace('path="out/copy"', 'path="out/copy" mode="error"'))
+    before = set(redis_client.keys("*"))
+    res = CliRunner().invoke(main, ["submit", str(strict), "--redis", redis_url], catch_exceptions=False)
+    assert res.exit_code == 2 and "already holds another run's output" in res.stderr
+    assert set(redis_client.keys("*")) == before
+
+
 # --- a poison message at the head of a partition (seeds/004) --------------------------------------
 def test_a_poison_message_at_the_head_of_a_partition_does_not_hold_the_stream(spark, redis_url, redis_client, tmp_path):
     xml = _copy_cdn_stream(tmp_path)

@@ -162,3 +162,42 @@ def test_clear_leaves_no_spill_file_and_no_key(spark, redis_url, redis_client, t
     clear.clear(redis_client, run_id)
     assert run_keys(redis_client, run_id) == set() and not redis_client.exists(keys.run_record(run_id))
     assert not (spill_dir / run_id).exists()
+
+
+FULL_DISK_COMPONENTS = '''
+import resource
+import signal
+
+from recovery import BasicBolt
+
+
+class Pad(BasicBolt):
+    def prepare(self, conf, context):
+        # this Python worker's files cannot grow past 64 KiB, as on a full disk: a write past
+        # it fails (EFBIG; SIGXFSZ ignored, so the process lives and sees the error)
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (65536, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+    def process(self, tup):
+        self.emit([tup["line"] + "." * %d])
+''' % PAD
+
+
+def test_a_spill_location_that_cannot_be_written_is_one_error_line_not_two(redis_url, redis_client, tmp_path):
+    """Issue 17, 2.6: a full spill disk printed its error twice, once bare (a warning logged in
+    the Spark worker, which has no logging set up) and once as the CLI's `error:` line. The
+    disk is full for the pad tasks' Python workers alone (a file size limit set in their
+    prepare), in a CLI process of its own (its workers end with it)."""
+    xml = _workflow(tmp_path)
+    (tmp_path / "spillcomps.py").write_text(FULL_DISK_COMPONENTS)
+    spill_dir, run_id = tmp_path / "spill", "spill-full"
+    done = subprocess.run([sys.executable, "-m", "recovery", "submit", str(xml), "--run-id", run_id,
+                           "--master", "local[2]", "--spill-dir", str(spill_dir)],
+                          env=dict(os.environ, RECOVERY_REDIS_URL=redis_url), capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 2, done.stderr[-3000:]
+    mentions = [line for line in done.stderr.splitlines() if "spill file" in line]
+    assert len(mentions) == 1, done.stderr[-3000:]
+    assert mentions[0].startswith(f"error: cannot write spill file {spill_dir / run_id / 'r0' / 'pad'}/")
+    assert mentions[0].endswith(f"(run {run_id}): File too large")
+    assert runs.get(redis_client, run_id).status == runs.ERROR

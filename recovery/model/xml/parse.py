@@ -43,6 +43,7 @@ from recovery.model.workflow import (
     SourceImpl,
     StreamDef,
     Workflow,
+    check_topic,
 )
 from recovery.model.xml.check import ElementLines, check_graph, check_source_paths
 
@@ -305,6 +306,11 @@ def _build_component(el: etree._Element, file: str | None) -> tuple[Component, E
                 if fmt is not None and fmt not in FILE_FORMATS:
                     raise WorkflowError(f'{what}: <source type="file"> format must be one of '
                                         f"{', '.join(FILE_FORMATS)}, got {fmt!r}", file, line)
+            if name == "source" and typ == "redis-stream":
+                try:
+                    check_topic(child.get("topic", ""))
+                except RecoveryError as err:
+                    raise WorkflowError(f'{what}: <source type="redis-stream"> {err}', file, line) from None
             if name == "source" and typ == "queue":
                 tasks = child.get("tasks", "").split()
                 if not all(t.isdigit() and int(t) >= 1 for t in tasks):
@@ -365,6 +371,19 @@ def _build_component(el: etree._Element, file: str | None) -> tuple[Component, E
     return comp, lines
 
 
+def _check_injected_components(root: etree._Element, ids: list[str], file: str | None) -> None:
+    """Each fault injection's .component, in any <config>, names a component of the workflow."""
+    configs = [("workflow", c) for c in children(root, "config")]
+    configs += [(f"{local_name(el)} {el.get('id')!r}", c) for el in children(root) if local_name(el) != "config"
+                for c in children(el, "config")]
+    for what, config_el in configs:
+        for p in children(config_el, "property"):
+            try:
+                config_decl.check_injection_components({_required(p, "name"): _required(p, "value")}, ids)
+            except PropertyError as err:
+                raise WorkflowError(f"{what}: {err}", file, p.sourceline) from None
+
+
 def _build(root: etree._Element, file: str | None, base_dir: str | None,
            check_paths: bool) -> Workflow:
     config: tuple[tuple[str, str], ...] = ()
@@ -382,6 +401,7 @@ def _build(root: etree._Element, file: str | None, base_dir: str | None,
         comp, comp_lines = _build_component(el, file)
         comps.append(comp)
         lines[cid] = comp_lines
+    _check_injected_components(root, [c.id for c in comps], file)
     check_graph(comps, lines, file)
     if check_paths and base_dir is not None:
         check_source_paths(comps, lines, base_dir, file)

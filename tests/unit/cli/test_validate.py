@@ -165,6 +165,9 @@ def test_graph_draws_a_workflow_whose_data_is_not_there_yet():
     ("recovery.max.attempts=0", "-p recovery.max.attempts=0: "),
     ("=x", "-p '=x': expected KEY=VALUE with a non-empty KEY"),
     ("recovery.max.attemps=3", "did you mean recovery.max.attempts?"),
+    ("recovery.inject.f.component=nosuch", "-p recovery.inject.f.component=nosuch: recovery.inject.f.component: "
+     "no component 'nosuch' in this workflow (its components: sentences, split, count, out)"),
+    ("recovery.inject.f.componnt=split", "did you mean recovery.inject.f.component?"),
 ])
 def test_submit_checks_properties_before_touching_redis(prop, part):
     # an unreachable Redis: the property error must come first, before any connection

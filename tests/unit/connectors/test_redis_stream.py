@@ -371,3 +371,27 @@ def test_an_unknown_format_is_an_error_before_anything_runs(fake_redis):
     _fill(fake_redis, "t", 1, [1])
     with pytest.raises(TopicError, match="format must be one of text, jsonl, got 'csv'"):
         topics.check_topics(fake_redis, _wf(fmt="csv"))
+
+
+@pytest.mark.parametrize("topic", ["a:1", "a/b", "{t}", "*", "", ".."])
+def test_a_topic_name_outside_kafka_s_alphabet_is_refused_and_nothing_is_written(fake_redis, topic):
+    """Topics name keys (issue 17, 2.2): "a:1" would be topic "a"'s partition 1."""
+    with pytest.raises(RecoveryError, match="(invalid|bad) topic name"):
+        topics.produce(fake_redis, topic, [("k", b"x")], 2)
+    with pytest.raises(RecoveryError, match="invalid topic name"):
+        topics.topic_partitions(fake_redis, topic)
+    assert fake_redis.keys("*") == []
+
+
+def test_produce_refuses_a_bad_topic_name_in_one_line(fake_redis, monkeypatch, tmp_path):
+    from recovery.cli import main
+    from recovery.redis import connection
+    monkeypatch.setattr(connection, "connect", lambda *a, **k: fake_redis)
+    monkeypatch.setattr(connection, "resolve_url", lambda url=None: "redis://fake")
+    data = tmp_path / "lines.txt"
+    data.write_text("a\nb\n")
+    r = CliRunner().invoke(main, ["produce", "a:1", str(data), "--partitions", "2"])
+    assert r.exit_code == 2 and r.stdout == ""
+    assert r.stderr.splitlines() == ["error: invalid topic name 'a:1': use 1 to 249 letters, digits, '.', '_' "
+                                     "or '-' (as Kafka's), other than '.' and '..'"]
+    assert fake_redis.keys("*") == []

@@ -34,15 +34,42 @@ def touch_parts(folder, run_id: str, rounds=(0,), component="out", tasks=(2, 3),
 def test_mode_is_in_the_model_and_round_trips_through_xml(tmp_path, mode):
     wf = workflow(tmp_path, mode)
     impl = wf.component("out").impl
-    assert impl.mode == mode and impl.write_mode == mode and dict(impl.params) == {"path": "out/x"}
+    assert impl.mode == mode and dict(impl.params) == {"path": "out/x"}
+    assert impl.write_mode(reads_topics=False) == impl.write_mode(reads_topics=True) == mode   # written: it wins
     assert f'mode="{mode}"' in to_xml(wf)
     assert parse_string(to_xml(wf), base_dir=wf.base_dir) == wf
 
 
 def test_mode_defaults_to_error_and_is_not_written_when_not_given(tmp_path):
     wf = workflow(tmp_path)
-    assert wf.component("out").impl.mode is None and wf.component("out").impl.write_mode == "error"
+    assert not wf.reads_topics
+    assert wf.component("out").impl.mode is None and wf.component("out").impl.write_mode(wf.reads_topics) == "error"
     assert "mode=" not in to_xml(wf)
+
+
+TOPIC_XML = XML.replace('<source type="file" path="in.txt"/>', '<source type="redis-stream" topic="events"/>')
+
+
+def topic_workflow(tmp_path, mode: str | None = None):
+    return parse_string(TOPIC_XML.format(mode=f' mode="{mode}"' if mode else ""), base_dir=str(tmp_path))
+
+
+def test_a_topic_reading_workflow_s_file_sinks_append_by_default_and_a_written_mode_still_wins(tmp_path):
+    """Each bounded submit of a stream continues it from its committed offsets into the same
+    folders: another run's parts there are the stream's earlier output, not a mistake."""
+    wf = topic_workflow(tmp_path)
+    assert wf.reads_topics and wf.component("out").impl.mode is None
+    assert wf.component("out").impl.write_mode(wf.reads_topics) == "append"
+    assert "mode=" not in to_xml(wf)                                  # a default, not written
+    touch_parts(tmp_path / "out" / "x", "run-a")
+    touch_parts(tmp_path / "out" / "p", "run-a", component="pq", ext="parquet")
+    check_folders(wf, "run-b")                                        # accepted: both sinks append
+    assert replace_other_runs(wf, "run-b") == []                      # and keep the earlier runs' parts
+    with pytest.raises(RecoveryError, match="earlier run with the same id 'run-a'"):
+        check_folders(wf, "run-a")                                    # never the same run id's parts
+    strict = topic_workflow(tmp_path, "error")
+    with pytest.raises(RecoveryError, match=r"^sink 'out' \(jsonl\): folder .* already holds another run's output"):
+        check_folders(strict, "run-b")
 
 
 def test_a_bad_mode_or_a_mode_on_a_redis_sink_names_the_line(tmp_path):

@@ -143,3 +143,52 @@ def test_describe_lists_every_declaration_with_help():
     assert all(help_text for _, _, _, help_text in rows)
     assert rows[names.index(
         "recovery.max.attempts")][:3] == ("recovery.max.attempts", "an integer >= 1", "3")
+
+
+# --- fault injection names the workflow's components (issue 17, 2.4) -----------------------------
+COMPONENTS = ["logs", "split", "aggregate"]
+
+
+@pytest.mark.parametrize("pairs,message", [
+    # an unknown component used to run with no injection and no warning
+    (["recovery.inject.f.component=nosuch"],
+     "-p recovery.inject.f.component=nosuch: recovery.inject.f.component: no component 'nosuch' in this "
+     "workflow (its components: logs, split, aggregate)"),
+    (["recovery.inject.f.component=aggregat"], "(did you mean 'aggregate'?)"),
+    (["recovery.inject.f.component=split", "recovery.inject.f.mode=flaky"],
+     "-p recovery.inject.f.mode=flaky: recovery.inject.f.mode must be one of transient, permanent, crash, slow"),
+    (["recovery.inject.f.component=split", "recovery.inject.f.rate=1.5"],
+     "-p recovery.inject.f.rate=1.5: recovery.inject.f.rate must be a finite number >= 0 and <= 1"),
+    (["recovery.inject.f.component=split", "recovery.inject.f.rate=-0.1"], "must be a finite number >= 0"),
+    (["recovery.inject.f.componnt=split"], "did you mean recovery.inject.f.component?"),
+    (["recovery.inject.f.speed=3"], "unknown property recovery.inject.f.speed"),
+])
+def test_injections_are_checked_against_the_workflow_s_components(pairs, message):
+    with pytest.raises(RecoveryError) as info:
+        config.parse_assignments(pairs, "-p", components=COMPONENTS)
+    assert message in str(info.value) and "\n" not in str(info.value)
+    assert info.value.exit_code == 2
+
+
+def test_an_injection_at_a_known_component_passes_and_strips_as_the_injector_does():
+    assert config.parse_assignments(["recovery.inject.f.component= split "], components=COMPONENTS) == {
+        "recovery.inject.f.component": " split "}
+    from recovery.faults import injections
+    found = injections({"recovery.inject.f.component": " split ", "recovery.inject.f.mode": "permanent "}, "split")
+    assert [(i.component, i.mode) for i in found] == [("split", "permanent")]
+
+
+def test_a_workflow_s_whole_configuration_is_checked_as_validate_does():
+    from recovery.model.workflow import ClassImpl, Component, Input
+    comps = (Component(id="src", kind="spout", impl=ClassImpl(ref="m:S")),
+             Component(id="bolt", kind="bolt", impl=ClassImpl(ref="m:B"), inputs=(Input(source="src"),)))
+    wf = Workflow(name="w", components=comps)
+    wf.with_config({"recovery.inject.f.component": "bolt", "recovery.inject.f.rate": "0.5"}).check_config()
+    with pytest.raises(PropertyError, match=r"no component 'nosuch' in this workflow \(its components: src, bolt\)"):
+        wf.with_config({"recovery.inject.f.component": "nosuch"}).check_config()
+    with pytest.raises(PropertyError, match="recovery.inject.f.mode must be one of"):
+        wf.with_config({"recovery.inject.f.component": "bolt", "recovery.inject.f.mode": "x"}).check_config()
+    at_bolt = wf.model_copy(update={"components": (comps[0], comps[1].model_copy(
+        update={"config": (("recovery.inject.g.component", "nope"),)}))})
+    with pytest.raises(PropertyError, match="^bolt 'bolt': recovery.inject.g.component: no component 'nope'"):
+        at_bolt.check_config()

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lxml import etree
+from pydantic import ValidationError
 
 from recovery.api.runnable import check_runnable, validate_file
 from recovery.errors import RecoveryError, WorkflowError
@@ -443,6 +444,7 @@ _token = st.text(_XML_CHARS.filter(lambda c: not c.isspace()), min_size=1, max_s
 _cid = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,6}", fullmatch=True)
 _sid = st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,6}", fullmatch=True).filter(
     lambda s: s not in RESERVED_STREAMS)
+_topic = st.from_regex(r"[A-Za-z0-9._\-]{1,8}", fullmatch=True).filter(lambda t: t not in (".", ".."))
 _field = st.from_regex(r"[A-Za-z_][A-Za-z0-9_.\-]{0,5}", fullmatch=True)
 _ident = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,5}", fullmatch=True)
 _ref = st.builds(lambda mod, cls: f"{'.'.join(mod)}:{'.'.join(cls)}",
@@ -451,7 +453,7 @@ _attr = st.from_regex(r"[a-wyz][a-z0-9_\-]{0,6}", fullmatch=True).filter(lambda 
 _config = st.lists(st.tuples(_nonempty, _text), max_size=3, unique_by=lambda kv: kv[0]).map(tuple)
 
 _REQUIRED = {"file": {"path": _token, "format": st.sampled_from(["text", "jsonl"])},
-             "redis-stream": {"topic": _token},
+             "redis-stream": {"topic": _topic},
              "queue": {"component": _cid,
                        "tasks": st.lists(st.integers(1, 500), min_size=1, max_size=4).map(
                            lambda ts: " ".join(map(str, ts)))},
@@ -553,3 +555,19 @@ def test_ids_alphabet_matches_the_schema():
             parse_string(text)
     for ch in allowed:
         assert parse_string(doc.replace("{}", ch)).components[0].id == f"a{ch}"
+
+
+def test_the_model_refuses_ids_the_schema_refuses_for_workflows_built_in_code():
+    """Ids name keys, spill folders and sink part files (issue 17, 2.2): a workflow built in
+    code (the test kit's users do) gets the schema's rule too."""
+    impl = ClassImpl(ref="m:S")
+    for bad in ("../x", "a/b", "a:b", "{t}", ".x", "", "x" * 201):
+        with pytest.raises(ValidationError, match="invalid component id"):
+            Component(id=bad, kind="spout", impl=impl)
+        with pytest.raises(ValidationError, match="invalid workflow name"):
+            Workflow(name=bad)
+    for bad in ("a/b", "a:b", ".x", ""):
+        with pytest.raises(ValidationError, match="invalid stream id"):
+            StreamDef(id=bad)
+    assert Component(id="a-1.b_2", kind="spout", impl=impl).id == "a-1.b_2"
+    assert StreamDef(id="__replay").id == "__replay"

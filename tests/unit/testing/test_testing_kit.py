@@ -187,3 +187,16 @@ def test_the_readme_example_runs_as_written(monkeypatch):
     assert len(tests) >= 2
     for test in tests:
         test()
+
+
+def test_the_kit_checks_its_config_as_submit_does_and_stores_nothing(fake_redis):
+    """`config=` is `submit -p`: an injection at a component the workflow lacks would inject
+    nothing, silently (issue 17, 2.4); a bad mode would run as transient."""
+    from recovery.model.config import PropertyError
+    for config, message in (({"recovery.inject.f.component": "nosuch"},
+                             r"no component 'nosuch' in this workflow \(its components: words, upper, out\)"),
+                            ({"recovery.inject.f.component": "upper", "recovery.inject.f.mode": "flaky"},
+                             "recovery.inject.f.mode must be one of")):
+        with pytest.raises(PropertyError, match=message):
+            testing.run_local(pipeline(), fake_redis, inputs={"words": ["a"]}, config=config)
+    assert fake_redis.keys("*") == []

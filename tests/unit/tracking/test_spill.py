@@ -295,3 +295,13 @@ def test_clear_all_removes_every_runs_spill_folder_where_its_record_says(fake_re
     clear.clear_all(fake_redis)
     assert not (tmp_path / "1" / "r1").exists() and not (tmp_path / "2" / "r2").exists()
     assert fake_redis.keys("*") == []
+
+
+def test_a_default_spill_folder_an_earlier_version_left_open_is_tightened(tmp_path, monkeypatch, umask_022):
+    home = tmp_path / "old-home"
+    (home / "spill").mkdir(parents=True)
+    os.chmod(home, 0o700)
+    os.chmod(home / "spill", 0o755)
+    monkeypatch.setenv("RECOVERY_HOME", str(home))
+    _write(spill.SpillStore(spill.location()), _chunks(1))
+    assert file_mode(home / "spill") == 0o700

@@ -1,0 +1,36 @@
+"""PySpark's Python worker daemon, quiet about workers that Spark hung up on.
+
+When a task of a job fails (a spill file found truncated, say), Spark cancels the job's other
+running tasks and closes their workers' sockets. A worker still sending its output then fails
+at its last flush, and PySpark's daemon prints that flush's traceback on the executor's stderr
+(`BrokenPipeError: [Errno 32] Broken pipe`, or `ConnectionResetError`), which is the terminal
+in local mode: noise under the one-line error the driver prints, in some runs and not others.
+
+Spark starts this module instead of `pyspark.daemon` (`spark.python.daemon.module`, set by
+engine/session.py). It runs PySpark's daemon unchanged, except that a worker whose socket was
+closed by Spark exits (status 1, as PySpark's own would after printing) without a traceback:
+Spark gave up on that task and reads nothing more from it; it reports the job's failure itself.
+Every other error of a worker is printed as PySpark prints it.
+"""
+from __future__ import annotations
+
+import os
+import socket
+
+from pyspark import daemon
+
+_pyspark_worker = daemon.worker
+
+
+def worker(sock: socket.socket, authenticated: bool) -> int:
+    """PySpark's `daemon.worker`, ended quietly when Spark has closed the worker's socket."""
+    try:
+        return _pyspark_worker(sock, authenticated)
+    except (BrokenPipeError, ConnectionResetError):
+        os._exit(1)   # what the daemon's child does after printing the traceback
+
+
+daemon.worker = worker   # the daemon's forked children call the module's `worker`
+
+if __name__ == "__main__":
+    daemon.manager()

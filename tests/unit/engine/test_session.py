@@ -1,0 +1,42 @@
+"""recovery.engine.session: what the Spark driver is given before its JVM starts, without
+starting one: its files under RECOVERY_HOME are private (issue 17, 2.3)."""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from recovery.engine.session import prepare_environment
+from tests.helpers import file_mode
+
+
+@pytest.fixture(params=[0o000, 0o022], ids=["umask-000", "umask-022"])
+def umask(request) -> Iterator[int]:
+    old = os.umask(request.param)
+    try:
+        yield request.param
+    finally:
+        os.umask(old)
+
+
+def test_the_spark_conf_folder_and_its_log4j_file_are_private_whatever_the_umask(tmp_path, monkeypatch, umask):
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path / "unused"))   # never change the suite's
+    home = tmp_path / "home"
+    prepare_environment(home)
+    conf = home / "spark-conf"
+    assert file_mode(conf) == 0o700
+    assert file_mode(conf / "log4j2.properties") == 0o600     # was 0644 (0666 at umask 000)
+    assert f"appender.file.fileName = {(home / 'spark.log').resolve()}" in (conf / "log4j2.properties").read_text()
+
+
+def test_a_log4j_file_an_earlier_version_left_open_is_tightened(tmp_path, monkeypatch, umask):
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path / "unused"))
+    conf = tmp_path / "home" / "spark-conf"
+    conf.mkdir(parents=True, mode=0o755)
+    (conf / "log4j2.properties").write_text("rootLogger.level = info\n")
+    os.chmod(conf, 0o755)
+    os.chmod(conf / "log4j2.properties", 0o666)
+    prepare_environment(tmp_path / "home")
+    assert file_mode(conf) == 0o700 and file_mode(conf / "log4j2.properties") == 0o600
+    assert "rootLogger.level = warn" in (conf / "log4j2.properties").read_text()
