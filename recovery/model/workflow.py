@@ -79,6 +79,8 @@ class SourceImpl(_Frozen, _ParamLookup):
 
 
 FILE_SINK_TYPES = ("jsonl", "parquet")
+# Sinks into a user's table: always appended to (mode "append", the default, is the only one).
+TABLE_SINK_TYPES = ("postgres", "delta")
 # Spark's writer modes, for a file sink's folder when it already holds another run's parts:
 # error refuses the submit, overwrite removes them once this run completes, append keeps them.
 SinkMode = Literal["error", "overwrite", "append"]
@@ -88,13 +90,14 @@ SINK_MODES: tuple[str, ...] = ("error", "overwrite", "append")
 class SinkImpl(_Frozen, _ParamLookup):
     """A built-in sink (bolts only). `params` holds every other XML attribute."""
     kind: Literal["sink"] = "sink"
-    type: str                      # jsonl | parquet | redis
-    mode: SinkMode | None = None   # file sinks only; None (not written) means "error"
+    type: str                      # jsonl | parquet | redis | postgres | delta
+    mode: SinkMode | None = None   # file and table sinks; None (not written): see write_mode
     params: tuple[tuple[str, str], ...] = ()
 
     @property
     def write_mode(self) -> str:
-        return self.mode or "error"
+        """The mode in effect: as written, else "error" for file sinks, "append" for tables."""
+        return self.mode or ("append" if self.type in TABLE_SINK_TYPES else "error")
 
 
 Implementation = Annotated[ClassImpl | ShellImpl | SourceImpl | SinkImpl, Field(discriminator="kind")]
