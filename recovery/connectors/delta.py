@@ -172,8 +172,8 @@ class DeltaSink(ParquetSink):
         if self.run_column:
             table = table.append_column(self.run_column, pa.array([run_id] * table.num_rows, pa.string()))
         app = app_id(run_id, ctx.component_id, ctx.task_id)
-        metadata = {"recovery.run": run_id, "recovery.sink": ctx.component_id,
-                    "recovery.task": str(ctx.task_id), "recovery.round": str(round_no)}
+        metadata = {"recovery_run": run_id, "recovery_sink": ctx.component_id,
+                    "recovery_task": str(ctx.task_id), "recovery_round": str(round_no)}
         written = commit_part(self.uri, table, app, round_no, what, metadata)
         log.info("%s task %d round %d: %s", what, ctx.task_id, round_no,
                  f"{table.num_rows} rows committed to {self.uri}" if written else

@@ -19,12 +19,13 @@ own parts, so they never meet the check.
 """
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
 import re
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -567,20 +568,30 @@ def _pylist_typed(column: Any) -> Any:
     return pa.array(_python_values(column))
 
 
-def _postgres_sink(impl: SinkImpl, base_dir: str) -> _BufferedSink:
-    from recovery.connectors.postgres import PostgresSink  # lazy: psycopg, and it subclasses _BufferedSink
-    return PostgresSink(impl, base_dir)
+class _SinkTypes(Mapping[str, Callable[[SinkImpl, str], _BufferedSink]]):
+    """Sink type -> its class. The table sinks' classes live in their own modules, imported on
+    first use: they subclass this module's sinks, and bring psycopg or deltalake."""
+
+    def __init__(self, classes: dict[str, Callable[[SinkImpl, str], _BufferedSink]], lazy: dict[str, str]):
+        self._classes, self._lazy = dict(classes), lazy
+        self._order = [*classes, *lazy]
+
+    def __getitem__(self, type_: str) -> Callable[[SinkImpl, str], _BufferedSink]:
+        if type_ not in self._classes:
+            module, name = self._lazy[type_].split(":")   # KeyError: no such type
+            self._classes[type_] = getattr(importlib.import_module(module), name)
+        return self._classes[type_]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._order)
+
+    def __len__(self) -> int:
+        return len(self._order)
 
 
-def _delta_sink(impl: SinkImpl, base_dir: str) -> _BufferedSink:
-    from recovery.connectors.delta import DeltaSink  # lazy: deltalake, and it subclasses ParquetSink
-    return DeltaSink(impl, base_dir)
-
-
-# Each sink type's maker: (impl, base_dir) -> the sink bolt.
-SINKS: dict[str, Callable[[SinkImpl, str], _BufferedSink]] = {
-    "jsonl": JsonlSink, "parquet": ParquetSink, "redis": RedisHashSink,
-    "postgres": _postgres_sink, "delta": _delta_sink}
+SINKS = _SinkTypes({"jsonl": JsonlSink, "parquet": ParquetSink, "redis": RedisHashSink},
+                   {"postgres": "recovery.connectors.postgres:PostgresSink",
+                    "delta": "recovery.connectors.delta:DeltaSink"})
 
 
 def make_sink(impl: SinkImpl, base_dir: str) -> Bolt:

@@ -109,7 +109,7 @@ def test_a_sink_task_that_dies_after_writing_is_retried_by_spark_and_writes_noth
     assert [c[1:4] for c in commits] == [("pg", t, 0) for t in tasks.task_ids("pg")] and sum(c[4] for c in commits) == N
     assert delta_rows(tmp_path / "out" / "events") == expected(N)
     dt = DeltaTable(str(tmp_path / "out" / "events"))
-    parts = [(h["recovery.task"], h["recovery.round"]) for h in dt.history() if "recovery.task" in h]
+    parts = [(h["recovery_task"], h["recovery_round"]) for h in dt.history() if "recovery_task" in h]
     assert sorted(parts) == sorted((str(t), "0") for t in tasks.task_ids("lake"))   # one commit per part
 
 

@@ -81,8 +81,8 @@ def test_a_run_writes_the_fields_as_columns_one_commit_per_part_read_by_deltalak
     assert sorted(dt.to_pyarrow_dataset().to_table().column("n").to_pylist()) == list(range(N))
     tasks = TaskMap.of(r.workflow).task_ids("out")
     assert [dt.transaction_version(app_id("r1", "out", t)) for t in tasks] == [0, 0]   # round 0 each
-    commits = [h for h in dt.history() if h.get("recovery.run") == "r1"]
-    assert sorted((h["recovery.task"], h["recovery.round"]) for h in commits) == sorted((str(t), "0") for t in tasks)
+    commits = [h for h in dt.history() if h.get("recovery_run") == "r1"]
+    assert sorted((h["recovery_task"], h["recovery_round"]) for h in commits) == sorted((str(t), "0") for t in tasks)
 
 
 def test_batch_inputs_write_the_rows_row_inputs_write(tmp_path):
@@ -252,6 +252,11 @@ def test_the_sink_parses_and_its_path_is_a_folder_relative_to_the_xml_or_a_uri(t
     assert isinstance(impl, SinkImpl) and impl.write_mode == "append" and impl.param("run-column") == "run"
     want = str(tmp_path / "out" / "t") if path == "out/t" else path
     assert delta.location(impl, str(tmp_path)) == want
+
+
+def test_the_sink_type_is_registered():
+    from recovery.connectors.sinks import SINKS
+    assert "delta" in SINKS and SINKS["delta"] is delta.DeltaSink and list(SINKS)[-2:] == ["postgres", "delta"]
 
 
 def test_a_mode_other_than_append_is_refused_with_file_and_line():

@@ -87,7 +87,7 @@ def sink(**params: str) -> PostgresSink:
 
 
 def test_the_sink_type_is_registered_and_encodes_a_tuple_as_its_fields():
-    assert "postgres" in SINKS
+    assert "postgres" in SINKS and SINKS["postgres"] is PostgresSink
     s = sink()
     tup = Tuple(1, "src", "default", 3, [7, "x", [1, {"k": None}]], ("id", "word", "more"), ())
     assert s.encode(tup) == {"id": 7, "word": "x", "more": [1, {"k": None}]}
