@@ -258,6 +258,9 @@ def test_clear_refuses_while_the_database_cannot_be_reached_and_force_clears_the
         assert err.startswith("error: sink 'pg' (postgres): cannot connect to postgresql://") and \
             "nothing was cleared" in err and "--force" in err
         assert {k: redis_client.dump(k) for k in redis_client.keys("*")} == before   # nothing removed
+        code, out, err = cli(redis_url, "clear", "--all")
+        assert code == 2 and "nothing was cleared" in err, (out, err)
+        assert {k: redis_client.dump(k) for k in redis_client.keys("*")} == before
         code, out, err = cli(redis_url, "clear", "far", "--force")
         assert code == 0 and "commit rows stayed" in out, (out, err)
         assert not redis_client.exists(keys.run_record("far"))
