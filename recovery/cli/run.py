@@ -425,3 +425,5 @@ def register(main: click.Group) -> None:
             return
         for rid, ks in removed.items():
             click.echo(f"cleared {rid}: {len(ks)} keys")
+            for table in result["tables"].get(rid, []):   # a table sink's rows are never cleared
+                click.echo(f"  sink {table['sink']} ({table['type']}): {table['note']}")

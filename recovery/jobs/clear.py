@@ -1,10 +1,21 @@
-"""Clearing runs: every key a run owns, refused while the run is alive unless forced."""
+"""Clearing runs: every key a run owns, refused while the run is alive unless forced.
+
+A run's table sinks keep their rows: `clear` never deletes rows of a user's table. It drops the
+run's rows of a PostgreSQL sink's commit table (first, so that a database that cannot be
+reached refuses the clear before anything is removed; `force` clears the keys anyway and says
+the commit rows stayed), so that a run submitted again under the same id writes again. A Delta
+table's log keeps the run's app transactions for good: submitting again under that id is
+refused (recovery/connectors/delta.py). Each table sink's outcome is in `Cleared.tables`.
+"""
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 
 from redis import Redis
 
+from recovery.connectors import sinks
+from recovery.connectors.sinks import TableClear
 from recovery.errors import RunError
 from recovery.model.record import RunRecord
 from recovery.model.run import is_run_id
@@ -30,10 +41,33 @@ def spill_location(rec: RunRecord | None) -> str:
     return spill.location(None, configured)
 
 
+@dataclass
+class Cleared:
+    """What clearing one run removed: its keys, and what happened at each of its table sinks."""
+    keys: list[str]
+    tables: list[TableClear] = field(default_factory=list)
+
+
+def _table_sinks_of(rec: RunRecord | None) -> Workflow | None:
+    if rec is None:
+        return None
+    try:
+        return Workflow.model_validate_json(rec.workflow_json)
+    except ValueError as err:   # a damaged record: no table sink is known
+        log.warning("run %s: no workflow in its record (%s); its table sinks (if any) are not cleared",
+                    rec.run_id, err)
+        return None
+
+
 def clear(client: Redis, run_id: str, force: bool = False) -> list[str]:
     """Remove every key of the run (its record too) and its spill folder, and nothing else;
     returns the keys it removed. Keys left under the run's prefix without a record (orphans)
-    go too."""
+    go too. (clear_run: the same, with its table sinks' outcome.)"""
+    return clear_run(client, run_id, force).keys
+
+
+def clear_run(client: Redis, run_id: str, force: bool = False) -> Cleared:
+    """`clear`, and the run's table sinks: commit rows dropped, user rows kept (module doc)."""
     try:
         rec: RunRecord | None = runs.get(client, run_id)
     except RunError:
@@ -44,6 +78,9 @@ def clear(client: Redis, run_id: str, force: bool = False) -> list[str]:
     removed = [k.decode() for k in client.scan_iter(match=keys.run_prefix(run_id) + "*", count=1000)]
     if rec is None and not removed and client.zscore(keys.runs_index(), run_id) is None:
         raise RunError(f"no run {run_id!r} in this Redis (see `recovery runs`)")
+    wf = _table_sinks_of(rec)
+    # before any key goes: a database that cannot be reached refuses the clear (unless force)
+    tables = sinks.clear_tables(wf, run_id, force) if wf is not None else []
     # the record first: a driver still working on the run sees it gone and writes nothing more
     client.delete(keys.run_record(run_id))
     for i in range(0, len(removed), 500):
@@ -53,17 +90,32 @@ def clear(client: Redis, run_id: str, force: bool = False) -> list[str]:
     spill.SpillStore.at(spill_location(rec)).remove_run(run_id)
     log.info("run %s cleared: %d keys and its spill folder removed%s", run_id, len(removed) + (rec is not None),
              " (its driver was running: --force)" if rec is not None and runs.status_of(rec) == runs.RUNNING else "")
-    return ([keys.run_record(run_id)] if rec is not None else []) + sorted(removed)
+    return Cleared(([keys.run_record(run_id)] if rec is not None else []) + sorted(removed), tables)
 
 
 def clear_all(client: Redis, force: bool = False) -> dict[str, list[str]]:
     """`clear --all`: every run this Redis knows, then any key left under the runs' prefix
     (orphans of runs whose record is gone), grouped by the run id they name."""
+    return {rid: c.keys for rid, c in clear_all_runs(client, force).items()}
+
+
+def clear_all_runs(client: Redis, force: bool = False) -> dict[str, Cleared]:
+    """clear_all, with each run's table sinks' outcome."""
     listed = runs.list_ids(client)
     # an id no command accepts (stored by a version before run ids were checked): its keys go
     # as orphans below, its index entry here
     unsafe = [rid for rid in listed if not is_run_id(rid)]
-    removed = {rid: clear(client, rid, force) for rid in listed if rid not in unsafe}
+    for rid in listed:   # every run's databases answer before any run is cleared
+        if rid in unsafe:
+            continue
+        try:
+            wf = _table_sinks_of(runs.get(client, rid))
+        except RunError:   # gone meanwhile
+            continue
+        if wf is not None:
+            sinks.clear_tables(wf, rid, force, reach_only=True)
+    cleared = {rid: clear_run(client, rid, force) for rid in runs.list_ids(client) if rid not in unsafe}
+    removed = {rid: c.keys for rid, c in cleared.items()}
     if unsafe:
         client.zrem(keys.runs_index(), *unsafe)
         removed.update({rid: [] for rid in unsafe})
@@ -79,4 +131,4 @@ def clear_all(client: Redis, force: bool = False) -> dict[str, list[str]]:
         client.delete(*names)
         spill.SpillStore.at(spill.location()).remove_run(rid)   # no record: the default location
         removed.setdefault(rid, []).extend(sorted(names))
-    return removed
+    return {rid: Cleared(ks, cleared[rid].tables if rid in cleared else []) for rid, ks in removed.items()}

@@ -177,6 +177,8 @@ def partitions(client: Redis, run_id: str) -> dict[str, Any]:
 def clear(client: Redis, run_ids: list[str] | None, force: bool = False) -> dict[str, Any]:
     """Every key of each run removed (`recovery clear --json`, DELETE /api/v1/runs/ID); None:
     every run, and any key left under the runs' prefix (`clear --all`)."""
-    if run_ids is None:
-        return {"removed": jobs_clear.clear_all(client, force)}
-    return {"removed": {rid: jobs_clear.clear(client, rid, force) for rid in run_ids}}
+    cleared = (jobs_clear.clear_all_runs(client, force) if run_ids is None
+               else {rid: jobs_clear.clear_run(client, rid, force) for rid in run_ids})
+    # "tables": per run, each table sink's outcome (rows kept, commit rows removed, a note)
+    return {"removed": {rid: c.keys for rid, c in cleared.items()},
+            "tables": {rid: [t.as_dict() for t in c.tables] for rid, c in cleared.items() if c.tables}}

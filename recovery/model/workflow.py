@@ -114,6 +114,8 @@ class SourceImpl(_Frozen, _ParamLookup):
 
 
 FILE_SINK_TYPES = ("jsonl", "parquet")
+# Sinks into a user's table: always appended to (mode "append", the default, is the only one).
+TABLE_SINK_TYPES = ("postgres", "delta")
 # Spark's writer modes, for a file sink's folder when it already holds another run's parts:
 # error refuses the submit, overwrite removes them once this run completes, append keeps them.
 SinkMode = Literal["error", "overwrite", "append"]
@@ -123,16 +125,17 @@ SINK_MODES: tuple[str, ...] = ("error", "overwrite", "append")
 class SinkImpl(_Frozen, _ParamLookup):
     """A built-in sink (bolts only). `params` holds every other XML attribute."""
     kind: Literal["sink"] = "sink"
-    type: str                      # jsonl | parquet | redis
-    mode: SinkMode | None = None   # file sinks only; None (not written): see write_mode
+    type: str                      # jsonl | parquet | redis | postgres | delta
+    mode: SinkMode | None = None   # file and table sinks; None (not written): see write_mode
     params: tuple[tuple[str, str], ...] = ()
 
     def write_mode(self, reads_topics: bool) -> SinkMode:
-        """The mode= written, else the default: `append` in a workflow that reads topics (a
-        stream goes on from its committed offsets, run after run, into the same folder, as
-        Structured Streaming's file sink appends), `error` in one that reads files (a second
-        run of the same input is refused rather than mixed with the first one's output)."""
-        return self.mode or ("append" if reads_topics else "error")
+        """The mode= written, else the default: `append` for a table (a run never replaces a
+        table's rows) and in a workflow that reads topics (a stream goes on from its committed
+        offsets, run after run, into the same folder, as Structured Streaming's file sink
+        appends), `error` for a file sink in one that reads files (a second run of the same
+        input is refused rather than mixed with the first one's output)."""
+        return self.mode or ("append" if reads_topics or self.type in TABLE_SINK_TYPES else "error")
 
 
 Implementation = Annotated[ClassImpl | ShellImpl | SourceImpl | SinkImpl, Field(discriminator="kind")]

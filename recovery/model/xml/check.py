@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from recovery.errors import WorkflowError
 from recovery.model.graph import find_cycle
-from recovery.model.workflow import Component, Grouping, SourceImpl
+from recovery.model.workflow import TABLE_SINK_TYPES, Component, Grouping, SinkImpl, SourceImpl
 
 
 @dataclass
@@ -82,6 +82,26 @@ def check_cycles(comps: list[Component], lines: dict[str, ElementLines], file: s
     msg = (f"bolt {cid!r} reads from itself" if len(cycle.path) == 2
            else f"cycle: {' -> '.join(cycle.path)}")
     raise WorkflowError(f"{msg} (a workflow must be acyclic)", file, lines[cid].inputs[cycle.input_index])
+
+
+def check_table_sinks(comps: list[Component], lines: dict[str, ElementLines], file: str | None) -> None:
+    """A postgres or delta sink writes its inputs' fields into columns of the same names: every
+    input stream declares fields, and the run column (run-column=) is not one of them."""
+    by_id = {c.id: c for c in comps}
+    for c in comps:
+        if not (isinstance(c.impl, SinkImpl) and c.impl.type in TABLE_SINK_TYPES):
+            continue
+        what = f'bolt {c.id!r}: <sink type="{c.impl.type}">'
+        run_column = c.impl.param("run-column")
+        for inp, line in zip(c.inputs, lines[c.id].inputs):
+            stream = by_id[inp.source].stream(inp.stream)   # check_graph made sure both exist
+            if stream is None or not stream.fields:
+                raise WorkflowError(f"{what} writes fields into columns of the same names, but stream "
+                                    f"{inp.stream!r} of {inp.source!r} declares no fields", file, line)
+            if run_column in stream.fields:
+                raise WorkflowError(f"{what}: run-column {run_column!r} is also a field of stream "
+                                    f"{inp.stream!r} of {inp.source!r}: name the run column otherwise",
+                                    file, lines[c.id].impl)
 
 
 def check_source_paths(comps: list[Component], lines: dict[str, ElementLines], base_dir: str,

@@ -23,6 +23,7 @@ import os
 import re
 from functools import lru_cache
 from importlib import resources
+from urllib.parse import parse_qsl, urlsplit
 
 from lxml import etree
 from pydantic import ValidationError
@@ -34,6 +35,7 @@ from recovery.model.workflow import (
     DEFAULT_STREAM,
     FILE_SINK_TYPES,
     NAMESPACE,
+    TABLE_SINK_TYPES,
     ClassImpl,
     Component,
     Grouping,
@@ -45,7 +47,7 @@ from recovery.model.workflow import (
     Workflow,
     check_topic,
 )
-from recovery.model.xml.check import ElementLines, check_graph, check_source_paths
+from recovery.model.xml.check import ElementLines, check_graph, check_source_paths, check_table_sinks
 
 # Package data, so that an installed wheel validates too; schemas/workflow.xsd at the top of
 # the repository is the documented copy (a test keeps the two identical).
@@ -63,6 +65,8 @@ SINK_REQUIRED: dict[str, tuple[str, ...]] = {
     "jsonl": ("path",),
     "parquet": ("path",),
     "redis": ("key",),
+    "postgres": ("url", "table"),
+    "delta": ("path",),
 }
 FILE_FORMATS = ("text", "jsonl")
 RESERVED_STREAMS = ("__tick", "__heartbeat", "__system", "__ack_init", "__ack_ack", "__ack_fail")
@@ -267,6 +271,36 @@ def _params(el: etree._Element) -> tuple[tuple[str, str], ...]:
     return tuple((k, v) for k, v in el.attrib.items() if k != "type")
 
 
+_RUN_COLUMN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def table_sink_problem(typ: str, el: etree._Element) -> str | None:
+    """What is wrong with a postgres or delta sink's attributes (None: nothing). A password
+    never sits in the XML: libpq reads it from PGPASSWORD or ~/.pgpass."""
+    run_column = el.get("run-column")
+    if run_column is not None and not _RUN_COLUMN.match(run_column):
+        return (f"run-column must be a column name (letters, digits and _, not starting with a "
+                f"digit), got {run_column!r}")
+    if typ != "postgres":
+        return None
+    url = el.get("url", "")
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError as err:
+        return f"url is not a URL ({err}): {url!r}"
+    if parts.scheme not in ("postgresql", "postgres"):
+        return f"url must be a postgresql:// URL (postgresql://user@host:port/database), got {url!r}"
+    if password is not None or any(k.lower() == "password" for k, _ in parse_qsl(parts.query)):
+        return ("url holds a password: a workflow file must not; give it through PGPASSWORD or "
+                "~/.pgpass (libpq reads them), and write the url without it")
+    table = el.get("table", "")
+    names = table.split(".")
+    if len(names) > 2 or not all(n.strip() for n in names):
+        return f"table must be name or schema.name, got {table!r}"
+    return None
+
+
 def _build_component(el: etree._Element, file: str | None) -> tuple[Component, ElementLines]:
     kind = local_name(el)
     cid = _required(el, "id")
@@ -321,10 +355,18 @@ def _build_component(el: etree._Element, file: str | None) -> tuple[Component, E
                 impls.append(("<source>", line, SourceImpl(type=typ, params=_params(child))))
             else:
                 mode = child.get("mode")
-                if mode is not None and typ not in FILE_SINK_TYPES:
+                if mode is not None and typ in TABLE_SINK_TYPES and mode != "append":
+                    raise WorkflowError(f'{what}: <sink type="{typ}"> appends to its table: mode= can '
+                                        f'only be "append" (got "{mode}"); rows are never replaced '
+                                        "or removed by a run", file, line)
+                if mode is not None and typ not in FILE_SINK_TYPES + TABLE_SINK_TYPES:
                     raise WorkflowError(f'{what}: <sink type="{typ}"> takes no mode= (only '
                                         f"{' and '.join(FILE_SINK_TYPES)} sinks write part files)",
                                         file, line)
+                if typ in TABLE_SINK_TYPES:
+                    problem = table_sink_problem(typ, child)
+                    if problem:
+                        raise WorkflowError(f'{what}: <sink type="{typ}"> {problem}', file, line)
                 params = tuple(p for p in _params(child) if p[0] != "mode")
                 impls.append(("<sink>", line, SinkImpl(type=typ, mode=mode, params=params)))
         elif name == "stream":
@@ -403,6 +445,7 @@ def _build(root: etree._Element, file: str | None, base_dir: str | None,
         lines[cid] = comp_lines
     _check_injected_components(root, [c.id for c in comps], file)
     check_graph(comps, lines, file)
+    check_table_sinks(comps, lines, file)
     if check_paths and base_dir is not None:
         check_source_paths(comps, lines, base_dir, file)
     return Workflow(name=root.get("name"), config=config, components=tuple(comps),

@@ -1,0 +1,236 @@
+"""The Delta Lake sink: `<sink type="delta" path="out/table"/>`, written with deltalake (delta-rs;
+no JVM).
+
+`path` is a folder (relative to the XML's folder, like every path) or a URI that delta-rs
+opens (`file://`, `s3://`, `gs://`, `az://`, ...; object stores take their settings and
+credentials from the environment, e.g. AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION,
+AWS_ENDPOINT_URL: never from the XML).
+
+Exactly-once: a sink task's part of a round is one Delta commit (an append) carrying the
+application transaction `app_id(run, sink, task)` = "<run id>:<sink id>:<task id>" at version =
+the round. Before writing, the task reads the table's last version for its app id: one at or
+past the round means the part is committed already (a Spark retry, a resumed crashed round, a
+repeated round) and nothing is written. The commit is made against the snapshot that check
+read, so a concurrent attempt of the same part (Spark speculation) that committed in between
+makes delta-rs refuse it (a concurrent-transaction conflict); concurrent appends of other tasks
+are retried by delta-rs, and any conflict by this sink, after reading the app id again
+(`commit_part`).
+
+A missing table is created by the first part (its columns' types from that part's values, as
+a parquet sink's: int64, double, string, bool, lists and structs; a column of nulls only is a
+string); later parts are cast to the table's types (a value that does not fit fails the part).
+App transactions stay in the table's log for good: `recovery clear RUN` cannot drop them, so a
+run submitted again under a cleared run's id is refused while the table holds its commits
+(`check`).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from recovery.connectors.files import resolve as resolve_path
+from recovery.connectors.sinks import ParquetSink, SinkTableError
+from recovery.model.graph import TaskMap
+from recovery.model.workflow import SinkImpl, Workflow
+
+log = logging.getLogger(__name__)
+
+COMMIT_ATTEMPTS = 30   # conflicts a part's commit outlasts (each one: another task committed first)
+
+
+def app_id(run_id: str, sink: str, task_id: int) -> str:
+    """The application transaction id of a sink task's parts: "<run id>:<sink id>:<task id>"."""
+    return f"{run_id}:{sink}:{task_id}"
+
+
+def is_uri(path: str) -> bool:
+    return "://" in path
+
+
+def location(impl: SinkImpl, base_dir: str) -> str:
+    """The table's URI, or its local folder resolved against the XML's folder."""
+    path = impl.param("path") or ""
+    return path if is_uri(path) else os.path.abspath(resolve_path(path, base_dir))
+
+
+def _local_folder(uri: str) -> str | None:
+    if not is_uri(uri):
+        return uri
+    return uri[len("file://"):] if uri.startswith("file://") else None
+
+
+def open_table(uri: str) -> Any:
+    """The table, or None when there is none yet."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+    try:
+        return DeltaTable(uri)
+    except TableNotFoundError:
+        return None
+
+
+def table_schema(dt: Any) -> Any:
+    import pyarrow as pa
+    return pa.schema(dt.schema().to_arrow())
+
+
+def _new_table_types(part: Any) -> Any:
+    """A first part's columns, with nulls-only columns as strings (Delta has no null type)."""
+    import pyarrow as pa
+    return pa.table([c.cast(pa.string()) if pa.types.is_null(c.type) else c for c in part.columns],
+                    names=part.column_names)
+
+
+def conform(part: Any, schema: Any, what: str, where: str) -> Any:
+    """`part` with the table's columns and types (a column it lacks: nulls)."""
+    import pyarrow as pa
+    extra = [n for n in part.column_names if n not in schema.names]
+    if extra:
+        raise SinkTableError(f"{what}: table {where} has no column{'s' if len(extra) > 1 else ''} "
+                             f"{', '.join(extra)} (its columns: {', '.join(schema.names) or 'none'})")
+    columns = []
+    for field in schema:
+        if field.name in part.column_names:
+            try:
+                columns.append(part.column(field.name).cast(field.type))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+                raise SinkTableError(f"{what}: column {field.name} of table {where} is {field.type}; "
+                                     f"this part's values do not fit it: {err}") from None
+        else:
+            columns.append(pa.nulls(part.num_rows, field.type))
+    return pa.table(columns, schema=schema)
+
+
+def commit_part(uri: str, part: Any, app: str, version: int, what: str,
+                metadata: dict[str, str] | None = None) -> bool:
+    """Append `part` in one commit carrying the app transaction (app, version), unless the table
+    holds that version of `app` already. True: written; False: committed before."""
+    from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+    from deltalake.exceptions import CommitFailedError, DeltaError
+    for attempt in range(COMMIT_ATTEMPTS):
+        dt = open_table(uri)
+        if dt is None:   # created empty first, so that the append below is checked against a snapshot
+            try:
+                DeltaTable.create(uri, _new_table_types(part).schema, mode="ignore")
+            except CommitFailedError as err:   # another task created it first
+                log.debug("%s: table %s created concurrently (%s)", what, uri, err)
+            except (DeltaError, OSError) as err:
+                raise SinkTableError(f"{what}: cannot create Delta table {uri}: {_one_line(err)}") from None
+            continue
+        done = dt.transaction_version(app)
+        if done is not None and done >= version:   # (version 0 is falsy: compared, never tested)
+            return False
+        data = conform(part, table_schema(dt), what, uri)
+        try:
+            # against `dt`, the snapshot read above: a commit of `app` since then is a conflict
+            write_deltalake(dt, data, mode="append", commit_properties=CommitProperties(
+                app_transactions=[Transaction(app_id=app, version=version)], custom_metadata=metadata))
+            return True
+        except CommitFailedError as err:
+            log.info("%s: commit of %s version %d conflicted (%s); reading the table again", what, app,
+                     version, str(err).splitlines()[0])
+            time.sleep(min(1.0, 0.01 * 2 ** min(attempt, 7)) * random.random())   # jittered backoff
+        except DeltaError as err:
+            raise SinkTableError(f"{what}: cannot write Delta table {uri}: {_one_line(err)}") from None
+    raise SinkTableError(f"{what}: Delta table {uri}: commit of {app} version {version} still conflicted "
+                         f"after {COMMIT_ATTEMPTS} attempts")
+
+
+def _one_line(err: BaseException) -> str:
+    return (" ".join(line.strip() for line in str(err).splitlines() if line.strip()) or type(err).__name__)[:400]
+
+
+class DeltaSink(ParquetSink):
+    """The parquet sink's encodings (rows and Arrow batches become one Arrow table per part),
+    written as one Delta commit with the part's app transaction (module doc)."""
+
+    def __init__(self, impl: SinkImpl, base_dir: str):
+        super().__init__(impl, base_dir)
+        self.uri = location(impl, base_dir)
+        self.run_column = impl.param("run-column")
+
+    def encode(self, tup: Any) -> Any:
+        if not tup.fields:
+            raise ValueError("a delta sink writes named fields: the input stream declares none")
+        return tup.as_dict()
+
+    def write(self, encoded: list[dict]) -> None:
+        """Rows of several inputs may name different fields: every row gets every column."""
+        import pyarrow as pa
+        columns = list(dict.fromkeys(c for row in encoded for c in row))
+        self._write_table(pa.Table.from_pylist([{c: row.get(c) for c in columns} for row in encoded]))
+
+    def _write_table(self, table: Any) -> None:
+        import pyarrow as pa
+        ctx = self.context
+        run_id, round_no = getattr(ctx, "run_id", "run"), getattr(ctx, "round", 0)
+        what = f"sink {ctx.component_id!r} (delta)"
+        if self.run_column:
+            table = table.append_column(self.run_column, pa.array([run_id] * table.num_rows, pa.string()))
+        app = app_id(run_id, ctx.component_id, ctx.task_id)
+        metadata = {"recovery_run": run_id, "recovery_sink": ctx.component_id,
+                    "recovery_task": str(ctx.task_id), "recovery_round": str(round_no)}
+        written = commit_part(self.uri, table, app, round_no, what, metadata)
+        log.info("%s task %d round %d: %s", what, ctx.task_id, round_no,
+                 f"{table.num_rows} rows committed to {self.uri}" if written else
+                 "part committed already (a retry or a resumed round): nothing written")
+
+
+# --- the driver's side -----------------------------------------------------------------------
+def check(wf: Workflow, component: str, impl: SinkImpl, fields: Sequence[str], run_id: str | None) -> None:
+    """Before a run starts: the table's place can be written (no file in the way, a writable
+    folder), an existing table has a column for every field (and the run column), and holds no
+    app transaction of this run id (a cleared run submitted again: its commits would be taken
+    for this run's and skipped)."""
+    from deltalake.exceptions import DeltaError
+    what = f"sink {component!r} (delta)"
+    uri = location(impl, wf.base_dir or ".")
+    folder = _local_folder(uri)
+    if folder is not None:
+        _check_folder(what, folder)
+    try:
+        dt = open_table(uri)
+    except (DeltaError, OSError) as err:
+        raise SinkTableError(f"{what}: cannot open Delta table {uri}: {_one_line(err)}") from None
+    if dt is None:
+        return
+    run_column = impl.param("run-column")
+    have = table_schema(dt).names
+    missing = [f for f in [*fields, *([run_column] if run_column else [])] if f not in have]
+    if missing:
+        raise SinkTableError(f"{what}: table {uri} has no column{'s' if len(missing) > 1 else ''} "
+                             f"{', '.join(missing)} for the input's fields (its columns: {', '.join(have) or 'none'})")
+    if run_id is None:
+        return
+    held = [t for t in TaskMap.of(wf).task_ids(component)
+            if dt.transaction_version(app_id(run_id, component, t)) is not None]
+    if held:
+        raise SinkTableError(f"{what}: Delta table {uri} already holds commits of run {run_id!r} (app "
+                             f"transaction {app_id(run_id, component, held[0])}): a run submitted again "
+                             "under a cleared run's id would skip them; submit under another run id")
+
+
+def _check_folder(what: str, folder: str) -> None:
+    """A local table's folder: a folder (or creatable: no file on its path) that can be written,
+    and, when it is not a Delta table yet, empty."""
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise SinkTableError(f"{what}: {folder} is a file, not a Delta table's folder")
+    existing = folder
+    while not os.path.exists(existing):
+        parent = os.path.dirname(existing)
+        if parent == existing:
+            break
+        existing = parent
+    if not os.path.isdir(existing):
+        raise SinkTableError(f"{what}: cannot create the Delta table's folder {folder}: {existing} is a file")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise SinkTableError(f"{what}: cannot write the Delta table's folder {folder}: {existing} is not writable")
+    if existing == folder and not os.path.isdir(os.path.join(folder, "_delta_log")):
+        others = [n for n in os.listdir(folder) if not n.startswith(".")]
+        if others:
+            raise SinkTableError(f"{what}: {folder} holds files but is not a Delta table (no _delta_log; "
+                                 f"e.g. {sorted(others)[0]}): give an empty folder or a Delta table")
