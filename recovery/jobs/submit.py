@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from recovery.api.loader import check_classes as check
-from recovery.connectors import sinks
+from recovery.connectors import sinks, spark_source
 from recovery.connectors.redis_stream import offsets as stream_reader
 from recovery.engine import rounds as engine_rounds
 from recovery.errors import JobFailed, RecoveryError, RedisUnavailable, RunError, SpillError, WorkflowError
@@ -53,6 +53,7 @@ def submit(spark: SparkSession, client: redis.Redis, redis_url: str, wf: Workflo
     check_classes(wf)
     run_id = run_id or runs.new_run_id(wf.name)
     sinks.check_folders(wf, run_id)     # mode="error" sinks refuse another run's output
+    spark_source.check(spark, wf, file, xml)   # spark sources: their columns, unique ids
     location = spill.location(spill_dir, wf.setting("recovery.spill.dir"))
     if tracking_on:
         spill.SpillStore.at(location).ensure_run_dir(run_id)
