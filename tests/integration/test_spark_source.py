@@ -29,12 +29,17 @@ FILES, PER_FILE = 5, 40
 SPLITS = '<option name="spark.sql.files.maxPartitionBytes" value="1200"/>'
 FAST_RETRY = {"recovery.retry.delay.period.ms": "10"}
 PASS_MODULE = '''
-from recovery import BasicBolt
+from recovery import BasicBolt, BatchBolt
 
 
 class Pass(BasicBolt):
     def process(self, tup):
         self.emit(list(tup.values))
+
+
+class PassBatch(BatchBolt):
+    def process_batch(self, batch):
+        self.emit_batch(batch)
 '''
 
 
@@ -67,15 +72,15 @@ def expected(fields: str, rows: list[dict] = ROWS) -> list[str]:
     return sorted(json.dumps({f: r[f] for f in fields.split()}, sort_keys=True) for r in rows)
 
 
-def workflow(folder: Path, source: str, fields: str, pass_bolt: bool = False, parallelism: int = 2) -> Path:
-    """events (the spark source) -> [pass ->] out (a jsonl sink in folder/out/events)."""
+def workflow(folder: Path, source: str, fields: str, pass_bolt: str | None = None, parallelism: int = 2) -> Path:
+    """events (the spark source) -> [pass (class pass_bolt) ->] out (a jsonl sink in folder/out/events)."""
     folder.mkdir(parents=True, exist_ok=True)
     upstream = "events"
     middle = ""
     if pass_bolt:
         (folder / "spark_source_pass.py").write_text(PASS_MODULE)
         middle = f'''
-  <bolt id="pass" parallelism="2" class="spark_source_pass:Pass">
+  <bolt id="pass" parallelism="2" class="spark_source_pass:{pass_bolt}">
     <input from="events" grouping="shuffle"/>
     <stream fields="{fields}"/>
   </bolt>'''
@@ -142,6 +147,14 @@ def test_a_dataset_reaches_the_sink_whole_with_its_types(spark, redis_url, redis
     assert s["status"] == "completed" and s["roots"] == len(ROWS)
     # ints, floats, strings, booleans, nulls and lists, as they were written
     assert sink_records(tmp_path / "out" / "events") == expected(fields)
+
+
+def test_batch_components_take_a_spark_sources_rows(spark, redis_url, redis_client, tmp_path, datasets):
+    source = f'<source type="spark" format="json" path="{rel(datasets / "json", tmp_path)}">{SPLITS}</source>'
+    xml = workflow(tmp_path, source, "id host bytes ok tags maybe", pass_bolt="PassBatch")
+    s = submit(spark, redis_url, redis_client, xml)
+    assert s["status"] == "completed" and s["components"]["pass"]["executed"] == len(ROWS)
+    assert sink_records(tmp_path / "out" / "events") == expected("id host bytes ok tags maybe")
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "csv"])
@@ -245,7 +258,7 @@ FAIL_PASS = {"recovery.inject.f.component": "pass", "recovery.inject.f.rate": "0
 
 @pytest.mark.parametrize("strategy", ["localized", "root-replay"])
 def test_failures_at_a_bolt_then_recover_is_exact(spark, redis_url, redis_client, tmp_path, datasets, strategy):
-    xml = workflow(tmp_path, parquet_source(datasets, tmp_path), FIELDS, pass_bolt=True)
+    xml = workflow(tmp_path, parquet_source(datasets, tmp_path), FIELDS, pass_bolt="Pass")
     s = submit(spark, redis_url, redis_client, xml, FAIL_PASS)
     assert s["status"] == "pending" and {p["component"] for p in s["failed_positions"]} == {"pass"}
     out = tmp_path / "out" / "events"
@@ -269,7 +282,7 @@ def test_a_spark_retry_of_a_spout_task_changes_nothing(spark, redis_url, redis_c
 
 
 def test_kill_9_of_the_driver_mid_submit_then_recover_is_exact(spark, redis_url, redis_client, tmp_path, datasets):
-    xml = workflow(tmp_path, parquet_source(datasets, tmp_path), FIELDS, pass_bolt=True)
+    xml = workflow(tmp_path, parquet_source(datasets, tmp_path), FIELDS, pass_bolt="Pass")
     run_id = "spark-source-crash"
     props = {"recovery.inject.z.component": "pass", "recovery.inject.z.mode": "slow",
              "recovery.inject.z.delay.ms": "25", **FAIL_PASS}
