@@ -181,6 +181,10 @@ def test_id_field_values_are_the_message_ids(spark, tmp_path, datasets):
     got = chunks(spark, xml)
     assert sorted(m for _, _, m, _ in got) == [r["id"] for r in ROWS]    # id need not be a field
     assert {m: v for _, _, m, v in got} == {r["id"]: [r["host"], r["bytes"]] for r in ROWS}
+    # a catalog table (here a temporary view of the same files) names its id-field too
+    spark.read.parquet(str(datasets / "parquet")).createOrReplaceTempView("spark_source_events")
+    xml = workflow(tmp_path / "table", '<source type="spark" table="spark_source_events" id-field="id"/>', "host")
+    assert sorted((m, v) for _, _, m, v in chunks(spark, xml)) == [(r["id"], [r["host"]]) for r in ROWS]
 
 
 def test_duplicate_id_field_values_are_refused_before_anything_runs(spark, redis_url, redis_client, tmp_path):
