@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 import msgpack
 from redis import Redis
 
-from recovery.connectors import files
+from recovery.connectors import files, spark_source
 from recovery.connectors.redis_stream import reader as stream_reader
 from recovery.model.graph import TaskContext, subscribers, topological_order
 from recovery.model.run import RunSpec
@@ -33,7 +33,9 @@ log = logging.getLogger(__name__)
 
 
 # --- task entry points (pickled into Spark tasks: module-level functions) --------------
-def _spout_task(spec: RunSpec, component_id: str, index: int, _it: Any):
+def _spout_task(spec: RunSpec, component_id: str, index: int, it: Any):
+    """A spout's task. `it` is its input: nothing, or for a spark source the chunks of the
+    reader partitions this task owns."""
     wf, _, _ = task.workflow_of(spec)
     if batch.reads_in_batches(wf.component(component_id), wf):
         return batch.BatchTaskRunner(spec, component_id, index).run_spout(batch.file_source_batches)
@@ -43,6 +45,8 @@ def _spout_task(spec: RunSpec, component_id: str, index: int, _it: Any):
         driver = {"file": files.file_source, "queue": files.queue_source}.get(impl.type)
         if driver is None and impl.type == "redis-stream":
             driver = stream_reader.stream_source
+        if driver is None and impl.type == spark_source.SOURCE_TYPE:
+            driver = functools.partial(spark_source.spark_source, it)
         if driver is None:
             raise ValueError(f"unknown source type {impl.type!r}")
         return runner.run_spout(driver)
@@ -70,6 +74,11 @@ def _target_index(key: tuple) -> int:
     return key[1]
 
 
+def _owner_index(task_index: int) -> int:
+    """A spark source's chunk is keyed by the spout task index that owns its partition."""
+    return task_index
+
+
 def _noop(_: Any) -> None:
     pass
 
@@ -83,7 +92,12 @@ def build(spark: SparkSession, wf: Workflow, spec: RunSpec) -> tuple[list[Any], 
     for cid in topological_order(wf):
         comp = wf.component(cid)
         p = comp.parallelism
-        if comp.is_spout:
+        if spark_source.reads_with_spark(comp):
+            # the reader's partitions are read by tasks; partition i's chunks go to spout task
+            # i mod p (spark_source.chunks_of_partition keys them so), through one shuffle
+            rdd = spark_source.read_partitions(spark, wf, comp).partitionBy(p, _owner_index) \
+                .mapPartitionsWithIndex(functools.partial(_spout_task, spec, cid))
+        elif comp.is_spout:
             rdd = sc.parallelize(range(p), p).mapPartitionsWithIndex(
                 functools.partial(_spout_task, spec, cid))
         else:

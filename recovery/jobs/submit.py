@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from recovery.api.loader import check_classes as check
-from recovery.connectors import sinks
+from recovery.connectors import sinks, spark_source
 from recovery.connectors.redis_stream import offsets as stream_reader
 from recovery.engine import rounds as engine_rounds
 from recovery.errors import JobFailed, RecoveryError, RedisUnavailable, RunError, SpillError, WorkflowError
@@ -54,6 +54,7 @@ def submit(spark: SparkSession, client: redis.Redis, redis_url: str, wf: Workflo
     wf.check_config()   # as validate does (a workflow or its properties may come from code)
     run_id = runs.new_run_id(wf.name) if run_id is None else check_run_id(run_id)
     sinks.check_folders(wf, run_id)     # mode="error" sinks refuse another run's output
+    spark_source.check(spark, wf, file, xml)   # spark sources: their columns, unique ids
     location = spill.location(spill_dir, wf.setting("recovery.spill.dir"))
     if tracking_on:
         spill.SpillStore.at(location).ensure_run_dir(run_id)

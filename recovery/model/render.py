@@ -6,6 +6,7 @@
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Literal
 
@@ -62,8 +63,18 @@ def describe_impl(c: Component) -> str:
                          *impl.args])
     if isinstance(impl, (SourceImpl, SinkImpl)):
         params = " ".join(f"{k}={v}" for k, v in impl.params)
-        return f"{impl.kind} {impl.type}" + (f" ({params})" if params else "")
+        if isinstance(impl, SourceImpl) and impl.options:   # a spark source's reader options
+            params += "; options " + " ".join(f"{k}={_shown_option(k, v)}" for k, v in impl.options)
+        return f"{impl.kind} {impl.type}" + (f" ({params.lstrip('; ')})" if params else "")
     return "?"                                       # pragma: no cover
+
+
+_SECRET_OPTION = re.compile(r"password|secret|token|credential", re.IGNORECASE)
+
+
+def _shown_option(name: str, value: str) -> str:
+    """An option's value as drawings show it: a password (jdbc's) is not printed."""
+    return "***" if _SECRET_OPTION.search(name) else value
 
 
 def _grouping(i: Input) -> str:

@@ -5,6 +5,7 @@ Workflow; recovery synthesis maps (Workflow, failed positions) to another Workfl
 """
 from __future__ import annotations
 
+import os
 import re
 from enum import Enum
 from typing import TYPE_CHECKING, Annotated, Any, Literal, overload
@@ -107,10 +108,47 @@ class _ParamLookup:
 
 
 class SourceImpl(_Frozen, _ParamLookup):
-    """A built-in source (spouts only). `params` holds every other XML attribute."""
+    """A built-in source (spouts only). `params` holds every other XML attribute; `options`
+    the <option name= value=> children (a spark source's DataFrameReader options), in order."""
     kind: Literal["source"] = "source"
-    type: str                      # file | redis-stream | queue
+    type: str                      # file | redis-stream | spark | queue
     params: tuple[tuple[str, str], ...] = ()
+    options: tuple[tuple[str, str], ...] = ()
+
+    def option(self, name: str) -> str | None:
+        return dict(self.options).get(name)
+
+
+# A spark source (<source type="spark">): the attributes it takes; Spark's file formats, which
+# read a path (or a table); the formats that read no path (their options name the data); and
+# those whose rows have no stable position, so that their message ids must come from an
+# id-field. Other formats (a package's, a Python data source) may take a path or not.
+SPARK_SOURCE_ATTRIBUTES = ("format", "path", "table", "id-field", "schema")
+SPARK_FILE_FORMATS = ("parquet", "orc", "csv", "json", "text", "avro", "xml", "binaryFile", "libsvm", "image")
+SPARK_PATHLESS_FORMATS = ("jdbc", "kafka")
+SPARK_UNORDERED_FORMATS = ("jdbc", "kafka")
+
+
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")
+
+
+def is_uri(path: str) -> bool:
+    """`s3://bucket/x`, `file:///x`, `hdfs://nn/x`: a location with a scheme, not a local path."""
+    return bool(_URI.match(path)) and not os.path.isabs(path)
+
+
+def resolve_path(path: str, base_dir: str | None) -> str:
+    """A path of the workflow as the engine reads it: relative paths against the XML file's
+    folder, absolute paths and URIs as written."""
+    if is_uri(path) or os.path.isabs(path) or not base_dir:
+        return path
+    return os.path.join(base_dir, path)
+
+
+def spark_id_fields(impl: SourceImpl) -> tuple[str, ...]:
+    """The columns a spark source's id-field= names (one, or several separated by spaces: the
+    message id is then the tuple of their values)."""
+    return tuple((impl.param("id-field") or "").split())
 
 
 FILE_SINK_TYPES = ("jsonl", "parquet")

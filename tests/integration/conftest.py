@@ -18,14 +18,20 @@ from recovery.tracking import keys
 from tests.helpers import wait_for
 
 WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"
+# Debian's JDBC driver for PostgreSQL (libpostgresql-jdbc-java; .ci/run installs it): the
+# session has it when it is there, so that spark sources read format="jdbc" from the test server
+POSTGRES_JDBC_JAR = Path("/usr/share/java/postgresql.jar")
 
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from recovery.engine.session import session
     home = tmp_path_factory.mktemp("spark-home")
+    conf = {"spark.default.parallelism": "2"}
+    if POSTGRES_JDBC_JAR.exists():
+        conf["spark.jars"] = str(POSTGRES_JDBC_JAR)
     # local[2,3]: two cores, and a task may fail up to 3 times (Spark retries are tested)
-    s = session("local[2,3]", {"spark.default.parallelism": "2"}, home=home)
+    s = session("local[2,3]", conf, home=home)
     yield s
     s.stop()
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from recovery.errors import WorkflowError
 from recovery.model.graph import find_cycle
-from recovery.model.workflow import TABLE_SINK_TYPES, Component, Grouping, SinkImpl, SourceImpl
+from recovery.model.workflow import TABLE_SINK_TYPES, Component, Grouping, SinkImpl, SourceImpl, is_uri
 
 
 @dataclass
@@ -107,11 +107,16 @@ def check_table_sinks(comps: list[Component], lines: dict[str, ElementLines], fi
 def check_source_paths(comps: list[Component], lines: dict[str, ElementLines], base_dir: str,
                  file: str | None) -> None:
     for c in comps:
-        if isinstance(c.impl, SourceImpl) and c.impl.type == "file":
-            path = c.impl.param("path") or ""
+        if not isinstance(c.impl, SourceImpl):
+            continue
+        path = c.impl.param("path") or ""
+        # a spark source's path may be a URI (s3://, hdfs://, file://) or use Hadoop's {a,b}
+        # globs: only plain local ones are checked
+        if c.impl.type == "file" or (c.impl.type == "spark" and path and not is_uri(path) and "{" not in path):
             full = path if os.path.isabs(path) else os.path.join(base_dir, path)
             exists = (bool(glob.glob(full)) if glob.has_magic(full) else os.path.exists(full))
             if not exists:
-                raise WorkflowError(f"spout {c.id!r} reads file {path!r}, which does not exist "
+                noun = "file" if c.impl.type == "file" else "path"
+                raise WorkflowError(f"spout {c.id!r} reads {noun} {path!r}, which does not exist "
                                     f"(looked for {os.path.normpath(full)})", file,
                                     lines[c.id].impl)

@@ -35,6 +35,10 @@ from recovery.model.workflow import (
     DEFAULT_STREAM,
     FILE_SINK_TYPES,
     NAMESPACE,
+    SPARK_FILE_FORMATS,
+    SPARK_PATHLESS_FORMATS,
+    SPARK_SOURCE_ATTRIBUTES,
+    SPARK_UNORDERED_FORMATS,
     TABLE_SINK_TYPES,
     ClassImpl,
     Component,
@@ -60,6 +64,7 @@ SOURCE_REQUIRED: dict[str, tuple[str, ...]] = {
     "file": ("path",),
     "redis-stream": ("topic",),
     "queue": ("component", "tasks"),
+    "spark": (),          # format, path / table, id-field: _spark_source checks them
 }
 SINK_REQUIRED: dict[str, tuple[str, ...]] = {
     "jsonl": ("path",),
@@ -71,7 +76,7 @@ SINK_REQUIRED: dict[str, tuple[str, ...]] = {
 FILE_FORMATS = ("text", "jsonl")
 RESERVED_STREAMS = ("__tick", "__heartbeat", "__system", "__ack_init", "__ack_ack", "__ack_fail")
 
-__all__ = ["SCHEMA_RESOURCE", "load", "parse_string", "parse_tree", "schema"]
+__all__ = ["SCHEMA_RESOURCE", "load", "parse_string", "parse_tree", "schema", "source_line"]
 
 
 # ---------------------------------------------------------------------------- parsing
@@ -301,6 +306,59 @@ def table_sink_problem(typ: str, el: etree._Element) -> str | None:
     return None
 
 
+def _options(source: etree._Element, what: str, typ: str, file: str | None) -> tuple[tuple[str, str], ...]:
+    """A source's <option name= value=> children, in order; only spark sources take them."""
+    seen: dict[str, int | None] = {}
+    out = []
+    for opt in children(source, "option"):
+        if typ != "spark":
+            raise WorkflowError(f'{what}: <source type="{typ}"> takes no <option> (only spark '
+                                "sources pass options to a reader)", file, opt.sourceline)
+        name = _required(opt, "name")
+        if name in seen:
+            raise WorkflowError(f"{what}: option {name!r} is set twice (first on line {seen[name]})",
+                                file, opt.sourceline)
+        seen[name] = opt.sourceline
+        out.append((name, _required(opt, "value")))
+    return tuple(out)
+
+
+def _spark_source(source: etree._Element, what: str, file: str | None) -> None:
+    """What a <source type="spark"> needs: a format (unless it names a table); exactly one of
+    path= and table= for Spark's file formats, neither for jdbc and kafka (their options name
+    the data), at most one for other formats; and an id-field= where rows have no stable
+    position to take an id from (jdbc, kafka, a table; other formats are checked at submit)."""
+    line = source.sourceline
+    unknown = [a for a in source.attrib if a != "type" and a not in SPARK_SOURCE_ATTRIBUTES]
+    if unknown:
+        raise WorkflowError(f'{what}: <source type="spark"> has no {unknown[0]}= attribute (it takes '
+                            f"{', '.join(a + '=' for a in SPARK_SOURCE_ATTRIBUTES)}, and <option> "
+                            "children)", file, line)
+    for attr in SPARK_SOURCE_ATTRIBUTES:
+        value = source.get(attr)
+        if value is not None and not value.strip():
+            raise WorkflowError(f'{what}: <source type="spark"> has an empty {attr}=', file, line)
+    fmt, path, table = source.get("format"), source.get("path"), source.get("table")
+    if fmt is None and table is None:
+        raise WorkflowError(f'{what}: <source type="spark"> needs a format= (parquet, orc, csv, json, '
+                            "text, jdbc, kafka, ...) or a table=", file, line)
+    if fmt in SPARK_PATHLESS_FORMATS:
+        if path is not None or table is not None:
+            raise WorkflowError(f'{what}: <source type="spark" format="{fmt}"> takes no '
+                                f"{'path' if path is not None else 'table'}= (its <option>s name "
+                                "the data)", file, line)
+    elif path is not None and table is not None:
+        raise WorkflowError(f'{what}: <source type="spark"> takes path= or table=, not both', file, line)
+    elif path is None and table is None and fmt in SPARK_FILE_FORMATS:
+        raise WorkflowError(f'{what}: <source type="spark" format="{fmt}"> needs a path= (the data) '
+                            "or a table= (a catalog table)", file, line)
+    if source.get("id-field") is None and (fmt in SPARK_UNORDERED_FORMATS or table is not None):
+        reads = f'format="{fmt}"' if fmt in SPARK_UNORDERED_FORMATS else "a table"
+        raise WorkflowError(f'{what}: <source type="spark"> reading {reads} needs an id-field= (the '
+                            "column whose value is each row's message id): its rows have no stable "
+                            "position to derive one from", file, line)
+
+
 def _build_component(el: etree._Element, file: str | None) -> tuple[Component, ElementLines]:
     kind = local_name(el)
     cid = _required(el, "id")
@@ -351,8 +409,11 @@ def _build_component(el: etree._Element, file: str | None) -> tuple[Component, E
                     raise WorkflowError(f'{what}: <source type="queue"> tasks= must be '
                                         f"space-separated task ids (positive integers), got "
                                         f"{child.get('tasks')!r}", file, line)
+            if name == "source" and typ == "spark":
+                _spark_source(child, what, file)
             if name == "source":
-                impls.append(("<source>", line, SourceImpl(type=typ, params=_params(child))))
+                impls.append(("<source>", line, SourceImpl(type=typ, params=_params(child),
+                                                           options=_options(child, what, typ, file))))
             else:
                 mode = child.get("mode")
                 if mode is not None and typ in TABLE_SINK_TYPES and mode != "append":
@@ -401,6 +462,11 @@ def _build_component(el: etree._Element, file: str | None) -> tuple[Component, E
         raise WorkflowError(f"{what} has {len(impls)} implementations ({names}): give "
                             "exactly one", file, impls[1][1])
     lines.impl = impls[0][1]
+    impl = impls[0][2]
+    if isinstance(impl, SourceImpl) and impl.type == "spark" and not (streams and streams[0].fields):
+        raise WorkflowError(f'{what}: a <source type="spark"> needs a <stream fields="..."/>: its '
+                            "fields select the columns it reads", file,
+                            lines.streams[0] if streams else lines.impl)
     if kind == "bolt" and not inputs:
         raise WorkflowError(f"bolt {cid!r} has no <input>: a bolt must read from at least one "
                             "component", file, el.sourceline)
@@ -464,6 +530,17 @@ def parse_string(text: str | bytes, file: str | None = None, base_dir: str | Non
     _prechecks(root, file)
     _validate_schema(root, file)
     return _build(root, file, base_dir, check_paths)
+
+
+def source_line(text: str | bytes, component_id: str) -> int | None:
+    """The line of the <source> of spout `component_id` in a workflow document (the model keeps
+    no lines: errors found after parsing, at submit, read them again)."""
+    root = parse_tree(text, None)
+    for el in children(root, "spout"):
+        if el.get("id") == component_id:
+            found = children(el, "source")
+            return found[0].sourceline if found else el.sourceline
+    return None
 
 
 def load(path: str | os.PathLike, check_paths: bool = True) -> Workflow:

@@ -55,7 +55,9 @@ def to_xml(wf: Workflow) -> str:
                     a.append(("args", " ".join(impl.args)))
                 _el(el, "shell", a)
             elif isinstance(impl, SourceImpl):
-                _el(el, impl.kind, [("type", impl.type), *impl.params])
+                source = _el(el, impl.kind, [("type", impl.type), *impl.params])
+                for name, value in impl.options:
+                    _el(source, "option", (("name", name), ("value", value)))
             elif isinstance(impl, SinkImpl):
                 mode = [("mode", impl.mode)] if impl.mode is not None else []
                 _el(el, impl.kind, [("type", impl.type), *impl.params, *mode])

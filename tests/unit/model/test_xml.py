@@ -432,6 +432,112 @@ def test_validate_file_returns_warnings(tmp_path):
     assert "missing.py" in warnings[2]
 
 
+# ------------------------------------------------------------------ spark sources
+
+SPARK = f"""<?xml version="1.0" encoding="UTF-8"?>
+<workflow {NS} name="tables">
+  <spout id="events" parallelism="2">
+    <source type="spark" format="parquet" path="data/events" id-field="id">
+      <option name="mergeSchema" value="true"/>   <!-- any DataFrameReader option -->
+      <option name="spark.sql.files.maxPartitionBytes" value="64m"/>
+    </source>
+    <stream fields="id host bytes"/>
+  </spout>
+  <spout id="db" parallelism="3">
+    <source type="spark" format="jdbc" id-field="id">
+      <option name="url" value="jdbc:postgresql://127.0.0.1:5432/shop?ssl=false&amp;x=1"/>
+      <option name="query" value="select id, total from orders where total &gt; 0"/>
+    </source>
+    <stream fields="id total"/>
+  </spout>
+  <spout id="lake">
+    <source type="spark" format="parquet" path="s3://bucket/events/"/>
+    <stream fields="id"/>
+  </spout>
+  <spout id="t">
+    <source type="spark" table="warehouse.events" id-field="region seq"/>
+    <stream fields="region seq"/>
+  </spout>
+  <bolt id="out"><sink type="jsonl" path="out/x"/><input from="events"/><input from="db"/></bolt>
+</workflow>
+"""
+
+
+def test_a_spark_source_is_typed_data_and_round_trips():
+    wf = parse_string(SPARK)
+    impl = wf.component("events").impl
+    assert impl == SourceImpl(type="spark", params=(("format", "parquet"), ("path", "data/events"),
+                                                    ("id-field", "id")),
+                              options=(("mergeSchema", "true"), ("spark.sql.files.maxPartitionBytes", "64m")))
+    assert impl.option("mergeSchema") == "true" and impl.option("nope") is None
+    db = wf.component("db").impl
+    assert db.option("url") == "jdbc:postgresql://127.0.0.1:5432/shop?ssl=false&x=1"
+    assert db.option("query") == "select id, total from orders where total > 0"
+    from recovery.model.workflow import spark_id_fields
+    assert spark_id_fields(wf.component("t").impl) == ("region", "seq")
+    text = to_xml(wf)
+    assert schema().validate(etree.fromstring(text.encode("utf-8")))
+    assert parse_string(text) == wf and to_xml(parse_string(text)) == text
+    assert '<option name="mergeSchema" value="true"/>' in text
+
+
+def test_a_synthesized_recovery_workflow_of_a_spark_sourced_run_round_trips():
+    from recovery.model.graph import TaskMap
+    from recovery.model.synthesis import synthesize
+    wf = parse_string(SPARK)
+    tm = TaskMap.of(wf)
+    for failed in ({"out": tm.task_ids("out")}, {"events": tm.task_ids("events")[:1]}):
+        plan = synthesize(wf, failed)
+        assert parse_string(to_xml(plan)) == plan
+
+
+@given(st.lists(st.tuples(st.text(min_size=1, max_size=12).filter(lambda t: t.isprintable()),
+                          st.text(max_size=12).filter(lambda t: t.isprintable())),
+                max_size=4, unique_by=lambda kv: kv[0]))
+@settings(max_examples=60, deadline=None)
+def test_any_option_names_and_values_round_trip(options):
+    wf = parse_string(SPARK)
+    events = wf.component("events")
+    impl = events.impl.model_copy(update={"options": tuple(options)})
+    wf = wf.model_copy(update={"components": (events.model_copy(update={"impl": impl}),) + wf.components[1:]})
+    assert parse_string(to_xml(wf)) == wf
+
+
+def test_spark_paths_resolve_against_the_workflow_folder_and_uris_pass_through(tmp_path):
+    from recovery.model.workflow import is_uri, resolve_path
+    assert resolve_path("data/events", str(tmp_path)) == str(tmp_path / "data/events")
+    assert resolve_path("/abs/events", str(tmp_path)) == "/abs/events"
+    for uri in ("s3://bucket/x", "file:///data/x", "hdfs://nn:8020/x", "s3a://b/k", "gs://b/x"):
+        assert is_uri(uri) and resolve_path(uri, str(tmp_path)) == uri
+    assert not is_uri("data/x") and not is_uri("/data/x")
+    # load checks a local path exists; a URI is not looked for
+    (tmp_path / "data" / "events").mkdir(parents=True)
+    xml = tmp_path / "w.xml"
+    xml.write_text(SPARK)
+    wf = load(xml)
+    assert wf.base_dir == str(tmp_path)
+    (tmp_path / "data" / "events").rmdir()
+    with pytest.raises(WorkflowError, match=r"reads path 'data/events', which does not exist") as info:
+        load(xml)
+    assert info.value.line == 4
+
+
+def test_source_line_finds_a_spouts_source():
+    from recovery.model.xml.parse import source_line
+    assert source_line(SPARK, "events") == 4
+    assert source_line(SPARK, "db") == 11
+    assert source_line(SPARK, "out") is None
+
+
+def test_graph_text_labels_a_spark_source_and_hides_passwords():
+    from recovery.model.render import describe_impl
+    wf = parse_string(SPARK.replace('<option name="query"', '<option name="password" value="s3cret"/>'
+                                    '<option name="query"'))
+    label = describe_impl(wf.component("db"))
+    assert label.startswith("source spark (format=jdbc id-field=id; options url=jdbc:postgresql:")
+    assert "password=***" in label and "s3cret" not in label
+
+
 # ------------------------------------------------------------------ property test
 
 _XML_CHARS = st.characters(min_codepoint=0x9, max_codepoint=0x10FFFF,
