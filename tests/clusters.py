@@ -7,6 +7,7 @@ three masters form in about a second with CLUSTER MEET and ADDSLOTS.
 """
 from __future__ import annotations
 
+import random
 import socket
 import subprocess
 from dataclasses import dataclass, field
@@ -17,11 +18,28 @@ from tests.helpers import wait_for
 SLOTS = 16384
 
 
-def free_port() -> int:
-    """A loopback port nothing listens on now (the server binds it right after)."""
+BUS_OFFSET = 10000          # a node's cluster bus listens on its port + 10000
+MAX_PORT = 65535 - BUS_OFFSET
+
+
+def _free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_node_port() -> int:
+    """A loopback port that nothing listens on now, nor on its bus port (port + 10000, so at
+    most 55535: redis-server refuses a higher one). The node binds it right after; a node
+    that loses the race is started again on another port (RedisCluster.start)."""
+    rng = random.Random()
+    while True:
+        port = rng.randint(20000, MAX_PORT)
+        if _free(port) and _free(port + BUS_OFFSET):
+            return port
 
 
 @dataclass
@@ -45,20 +63,29 @@ class RedisCluster:
         import redis
 
         from recovery.redis.embedded import redis_binary
-        for n in range(self.masters):
-            port = free_port()
-            node = self.folder / f"node-{n}"
-            node.mkdir(parents=True, exist_ok=True)
-            self.procs.append(subprocess.Popen(
-                [redis_binary(), "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
-                 "--cluster-config-file", "nodes.conf", "--dir", str(node), "--save", "",
-                 "--appendonly", "no", "--daemonize", "no", "--logfile", str(node / "redis.log")],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-            self.ports.append(port)
-        clients = [redis.Redis(host="127.0.0.1", port=p, socket_timeout=5) for p in self.ports]
+        clients: list[redis.Redis] = []
         try:
-            for proc, client in zip(self.procs, clients):
-                wait_for(lambda c=client, p=proc: self._pings(c, p), timeout, "a cluster node to answer")
+            for n in range(self.masters):
+                node = self.folder / f"node-{n}"
+                node.mkdir(parents=True, exist_ok=True)
+                for _ in range(5):   # another process may take the port first
+                    port = free_node_port()
+                    proc = subprocess.Popen(
+                        [redis_binary(), "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
+                         "--cluster-config-file", "nodes.conf", "--dir", str(node), "--save", "",
+                         "--appendonly", "no", "--daemonize", "no", "--logfile", str(node / "redis.log")],
+                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    self.procs.append(proc)
+                    client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=5)
+                    answer = wait_for(lambda c=client, p=proc: self._pings(c, p), timeout, "a cluster node to answer")
+                    if answer == "up":
+                        self.ports.append(port)
+                        clients.append(client)
+                        break
+                    client.close()
+                    (node / "nodes.conf").unlink(missing_ok=True)
+                else:
+                    raise RuntimeError(f"a cluster node would not start: see {node / 'redis.log'}")
             for port in self.ports[1:]:
                 clients[0].execute_command("CLUSTER", "MEET", "127.0.0.1", port)
             share = -(-SLOTS // self.masters)
@@ -76,14 +103,15 @@ class RedisCluster:
         return self
 
     @staticmethod
-    def _pings(client, proc: subprocess.Popen) -> bool:
+    def _pings(client, proc: subprocess.Popen) -> str | None:
+        """"up" once the node answers, "exited" if it ended (its port taken), else None."""
         import redis
         if proc.poll() is not None:
-            raise RuntimeError(f"a cluster node exited with {proc.returncode}")
+            return "exited"
         try:
-            return bool(client.ping())
+            return "up" if client.ping() else None
         except redis.ConnectionError:
-            return False
+            return None
 
     def stop(self) -> None:
         for proc in self.procs:
