@@ -16,9 +16,9 @@ from redis import Redis
 
 from recovery.errors import RunError
 from recovery.jobs import recover
+from recovery.model.run import check_run_id
 from recovery.redis.embedded import private_dir, private_file
 from recovery.tracking import runs
-from recovery.ui.security import RUN_ID_RULE, valid_run_id
 
 log = logging.getLogger(__name__)
 
@@ -63,9 +63,9 @@ class RecoverProcesses:
 
     def log_path(self, run_id: str) -> Path:
         """`run_id`'s recover log: a file directly in the log folder, whatever the run id."""
-        path = self.log_dir / f"{run_id}.recover.log"
-        if not valid_run_id(run_id) or path.parent != self.log_dir:
-            raise RunError(f"run id {run_id!r} is not valid: a run id is {RUN_ID_RULE}")
+        path = self.log_dir / f"{check_run_id(run_id)}.recover.log"
+        if path.parent != self.log_dir:   # (a valid run id has no "/": never reached)
+            raise RunError(f"run id {run_id!r} makes no file name in {self.log_dir}")
         return path
 
     def make_private(self) -> None:

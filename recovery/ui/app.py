@@ -32,11 +32,12 @@ from starlette.types import ASGIApp
 from recovery.errors import RecoveryError
 from recovery.jobs import reports
 from recovery.jobs import summary as jobs_summary
+from recovery.model.run import RunIdError, check_run_id
 from recovery.tracking import keys, runs
 from recovery.ui import svg
 from recovery.ui.actions import RecoverProcesses
 from recovery.ui.command import TOKEN_ENV, check_token
-from recovery.ui.security import RUN_ID_RULE, TOKEN_FIELD, Guard, SecurityMiddleware, valid_run_id
+from recovery.ui.security import TOKEN_FIELD, Guard, SecurityMiddleware
 
 HERE = Path(__file__).resolve().parent
 STATUSES = (runs.RUNNING, runs.PENDING, runs.COMPLETED, runs.DEAD, runs.CRASHED, runs.ERROR)
@@ -65,7 +66,7 @@ class BadRunId(RecoveryError):
 def _error_status(err: RecoveryError) -> int:
     """400 for a malformed run id, 404 for what does not exist (a run, a component), 409 for a
     state the action refuses."""
-    if isinstance(err, BadRunId):
+    if isinstance(err, BadRunId | RunIdError):
         return 400
     text = str(err)
     return 404 if text.startswith("no run ") or ": no component " in text else 409
@@ -400,8 +401,11 @@ def _checking_run_id(endpoint: Any) -> Any:
 
     async def checked(request: Request) -> Response:
         run_id = request.path_params.get("run_id")
-        if run_id is not None and not valid_run_id(run_id):
-            raise BadRunId(f"run id {run_id!r} is not valid: a run id is {RUN_ID_RULE}")
+        if run_id is not None:
+            try:
+                check_run_id(run_id)
+            except RunIdError as err:
+                raise BadRunId(str(err)) from None
         if is_async:
             return await endpoint(request)
         return await run_in_threadpool(endpoint, request)

@@ -25,7 +25,6 @@ otherwise), and are sent before the app sees the request: a refused request chan
 from __future__ import annotations
 
 import hmac
-import re
 import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -37,10 +36,6 @@ from starlette.responses import RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from recovery.ui.command import is_loopback
-
-# A run id as the CLI accepts one (issue 17 §2.2): it becomes part of file names and keys.
-RUN_ID_RE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
-RUN_ID_RULE = "1 to 128 letters, digits, '.', '_' or '-', not starting with '.'"
 
 TOKEN_HEADER = "X-Recovery-Token"
 TOKEN_FIELD = "token"          # the forms' hidden field, and the printed URL's ?token=
@@ -63,10 +58,6 @@ SECURITY_HEADERS = (
 )
 
 Refuse = Callable[[str, int, str], Response]   # (path, status, one-line message) -> response
-
-
-def valid_run_id(run_id: str) -> bool:
-    return RUN_ID_RE.fullmatch(run_id) is not None
 
 
 def host_name(host: str) -> str:

@@ -8,9 +8,10 @@ import pytest
 from starlette.testclient import TestClient
 
 from recovery.errors import RecoveryError
+from recovery.model.run import is_run_id
 from recovery.ui.app import create_app
 from recovery.ui.command import check_token, is_wildcard
-from recovery.ui.security import Guard, split_authority, valid_run_id
+from recovery.ui.security import Guard, split_authority
 
 TOKEN = "unit-test-token"
 
@@ -52,7 +53,7 @@ def test_the_host_given_and_allowed_names_are_added_and_port_80_may_be_left_out(
     (".hidden", False), ("..", False), ("a/../b", False), ("a b", False), ("a\\b", False), ("é", False),
     ("a\n", False)])
 def test_run_ids_outside_the_alphabet_are_told_apart(run_id, ok):
-    assert valid_run_id(run_id) is ok
+    assert is_run_id(run_id) is ok
 
 
 def test_a_users_token_must_travel_unquoted():
@@ -89,7 +90,7 @@ def test_refusals_are_one_line_json_for_the_api_and_a_page_otherwise(tmp_path):
         assert r.status_code == 403 and r.headers["content-type"].startswith("text/html")
         assert 'id="error"' in r.text and "token" in r.text
         r = client.get("/api/v1/runs/.x")
-        assert r.status_code == 400 and r.json()["error"].startswith("run id '.x' is not valid")
+        assert r.status_code == 400 and r.json()["error"].startswith("invalid run id '.x'")
 
 
 def test_the_form_field_token_admits_and_the_form_reaches_the_action(tmp_path):
