@@ -29,7 +29,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from recovery.connectors.files import resolve as resolve_path
@@ -106,9 +106,10 @@ def conform(part: Any, schema: Any, what: str, where: str) -> Any:
 
 
 def commit_part(uri: str, part: Any, app: str, version: int, what: str,
-                metadata: dict[str, str] | None = None) -> bool:
+                metadata: dict[str, str] | None = None, fence: Callable[[], None] | None = None) -> bool:
     """Append `part` in one commit carrying the app transaction (app, version), unless the table
-    holds that version of `app` already. True: written; False: committed before."""
+    holds that version of `app` already. True: written; False: committed before. `fence` (the
+    task context's) raises, before each commit, when the task's driver no longer owns the run."""
     from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
     from deltalake.exceptions import CommitFailedError, DeltaError
     for attempt in range(COMMIT_ATTEMPTS):
@@ -125,6 +126,8 @@ def commit_part(uri: str, part: Any, app: str, version: int, what: str,
         if done is not None and done >= version:   # (version 0 is falsy: compared, never tested)
             return False
         data = conform(part, table_schema(dt), what, uri)
+        if fence is not None:
+            fence()
         try:
             # against `dt`, the snapshot read above: a commit of `app` since then is a conflict
             write_deltalake(dt, data, mode="append", commit_properties=CommitProperties(
@@ -174,7 +177,7 @@ class DeltaSink(ParquetSink):
         app = app_id(run_id, ctx.component_id, ctx.task_id)
         metadata = {"recovery_run": run_id, "recovery_sink": ctx.component_id,
                     "recovery_task": str(ctx.task_id), "recovery_round": str(round_no)}
-        written = commit_part(self.uri, table, app, round_no, what, metadata)
+        written = commit_part(self.uri, table, app, round_no, what, metadata, getattr(ctx, "fence", None))
         log.info("%s task %d round %d: %s", what, ctx.task_id, round_no,
                  f"{table.num_rows} rows committed to {self.uri}" if written else
                  "part committed already (a retry or a resumed round): nothing written")

@@ -332,6 +332,11 @@ class PostgresSink(_BufferedSink):
                     target.ident(), sql.SQL(", ").join(sql.Identifier(c) for c in names))) as copy:
                 for row in rows:
                     copy.write_row([f(row.get(c)) for f, c in zip(convert, columns)] + extra)
+            # last, before COMMIT: a task of a driver that lost the run (taken over, cleared)
+            # raises here and its transaction rolls back (the file sinks check before renaming)
+            fence = getattr(ctx, "fence", None)
+            if fence is not None:
+                fence()
         return True
 
 

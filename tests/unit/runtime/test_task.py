@@ -393,3 +393,31 @@ def test_a_task_of_a_driver_taken_over_publishes_no_part_commits_nothing_and_fai
     with pytest.raises(RunTakenOver):
         execute_round(wf, spec, fake_redis)
     assert os.listdir(tmp_path / "out") == [] and fake_redis.hkeys(keys.task_done("r", 0)) == [b"src:0"]
+
+
+def test_a_delta_sink_task_of_a_driver_taken_over_commits_nothing_to_its_table(monkeypatch, fake_redis, tmp_path):
+    """The table sinks check the fence too, right before their commit: a Delta part of a task
+    whose driver was taken over meanwhile is never committed (its successor's task writes it)."""
+    from recovery.connectors import delta
+    from recovery.errors import RunTakenOver
+    from recovery.model.workflow import SinkImpl
+    from recovery.tracking import runs
+    wf = Workflow(name="w", base_dir=str(tmp_path), components=(
+        Component(id="src", kind="spout", impl=ClassImpl(ref=REF + "Numbers"), streams=(StreamDef(fields=("n",)),)),
+        Component(id="lake", kind="bolt", impl=SinkImpl(type="delta", params=(("path", "lake"),)),
+                  inputs=(Input(source="src"),))))
+    lease = runs.create(fake_redis, "r", "<x/>", submit.workflow_json(wf), None, "local", True)
+    spec = RunSpec("r", 0, submit.workflow_json(wf), "fake://", True, generation=lease.generation,
+                   spill_dir=str(tmp_path / "spill"))
+    real_conform = delta.conform
+
+    def taken_over_before_the_commit(*args, **kwargs):
+        runs.take_over(fake_redis, runs.get(fake_redis, "r"), force=True)
+        return real_conform(*args, **kwargs)
+
+    monkeypatch.setattr(delta, "conform", taken_over_before_the_commit)
+    with pytest.raises(RunTakenOver):
+        execute_round(wf, spec, fake_redis)
+    table = delta.open_table(str(tmp_path / "lake"))
+    assert table is None or table.to_pyarrow_table().num_rows == 0
+    assert fake_redis.hkeys(keys.task_done("r", 0)) == [b"src:0"]
