@@ -16,6 +16,7 @@ import fakeredis
 import pyarrow.dataset as pads
 
 from recovery import demo, testing
+from recovery.connectors import spark_source
 from recovery.jobs import recover
 from recovery.model.xml import parse as workflow_xml
 from recovery.tracking import runs
@@ -56,6 +57,9 @@ def test_failures_at_a_bolt_then_recover_leave_exactly_a_failure_free_runs_recor
     want, want_state = failure_free(tmp_path / "clean")
     assert sum(want.values()) == 1000 - POISON
     xml = copy_example(tmp_path / "failing")
+    wf = workflow_xml.load(xml)     # the four part files are four partitions, two per spout task
+    partitions = spark_source.read_partitions(spark, wf, wf.component("logs"))
+    assert partitions.getNumPartitions() == 4 and sorted(partitions.keys().collect()) == [0, 0, 1, 1]
     inject = {"recovery.inject.a.component": "aggregate", "recovery.inject.a.rate": "0.05", **FAST}
     s = submit(spark, redis_url, redis_client, xml, inject)
     assert s["status"] == "pending"

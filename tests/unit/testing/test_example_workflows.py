@@ -312,6 +312,7 @@ def test_cdn_logs_tables_is_cdn_logs_reading_parquet_with_spark_into_delta():
     spout, sink = tables.component("logs"), tables.component("output")
     assert isinstance(spout.impl, SourceImpl) and spout.impl.type == "spark"
     assert dict(spout.impl.params) == {"format": "parquet", "path": "data/cdn_logs.parquet"}   # default ids
+    assert spout.impl.options == (("spark.sql.files.maxPartitionBytes", "1mb"),)   # a partition per part file
     assert spout.streams == logs.component("logs").streams and spout.parallelism == 2
     assert isinstance(sink.impl, SinkImpl) and sink.impl.type == "delta"
     assert sink.impl.param("path") == "out/cdn_logs_tables"
