@@ -174,7 +174,7 @@ def main_demo() -> None:
     tables_xml = copy_example(work / "tables", "cdn_logs_tables")
     tables_id = run_id_of(tables_xml, *INJECT)
 
-    say("9. Recover, then read the Delta table back (deltalake, no Spark): the failure-free run's records again")
+    say("9. Recover, read the Delta table back (deltalake, no Spark), compare it with step 2's failure-free run")
     run("recover", tables_id)
     table = tables_xml.parent / "out" / "cdn_logs_tables"
     show_table(table)
