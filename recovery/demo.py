@@ -1,6 +1,6 @@
 """`make demo`: the whole story on the embedded defaults (embedded Redis, local Spark).
 
-Runs workflows/cdn_logs (the topology of shared/seeds/004) with transient failures injected
+Runs workflows/cdn_logs (the stalled KafkaSpout topology of docs/references.md) with transient failures injected
 at `aggregate` on top of the data's own poison records, shows the failed positions and the
 recovery plan, recovers, and checks the output against a failure-free run: every record of
 the sink (as a multiset: part files and their order differ between runs) and the final
@@ -142,7 +142,7 @@ def main_demo() -> None:
     reference_xml = copy_example(work / "reference")
     demo_xml = copy_example(work / "run")
 
-    say("1. The workflow: CDN logs (shared/seeds/004), validated and drawn")
+    say("1. The workflow: CDN logs (docs/references.md), validated and drawn")
     run("validate", str(demo_xml))
     run("graph", str(demo_xml))
 

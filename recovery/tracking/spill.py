@@ -1,4 +1,4 @@
-"""The spill store: a task's in-flight output, kept out of Redis (DESIGN section 5).
+"""The spill store: a task's in-flight output, kept out of Redis (docs/protocol.md).
 
 A tracked task writes its output chunks, as it produces them, into a temporary file of its own
 (its name carries a token unique to the attempt, so a Spark retry or a speculative attempt never

@@ -224,7 +224,7 @@ class TaskTracker:
         commits). A committed task never writes its blob again (a retry replays its stored
         output), so folding it now is as safe as at settle time, and the ledger holds about
         one entry per root in flight plus those of the components still running, instead of
-        one per component that touched the root (DESIGN 5: a few dozen bytes per root)."""
+        one per component that touched the root (docs/protocol.md: a few dozen bytes per root)."""
         tasks = [f"{self.component}:{i}" for i in range(self.parallelism)]
         if not all(v is not None for v in self.client.hmget(keys.task_done(self.run_id, self.round), tasks)):
             return

@@ -1,7 +1,7 @@
 """What keeps other web pages, and other hosts, from driving the web view.
 
 A browser sends requests to 127.0.0.1 on behalf of any site its user visits, so binding to
-loopback is not enough (issue 17 §1). Every request goes through :class:`SecurityMiddleware`:
+loopback is not enough (docs/guarantees.md, the web view). Every request goes through :class:`SecurityMiddleware`:
 
 - **Host allow-list** (DNS rebinding): the Host header must be ``127.0.0.1``, ``localhost`` or
   ``[::1]`` with the server's port, the ``--host`` given, or an ``--allow-host`` name; anything

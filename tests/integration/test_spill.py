@@ -1,5 +1,5 @@
 """The spill store on a real local Spark and a real Redis (issue 11): in-flight outputs live in
-spill files that the commit records reference; the guarantees of DESIGN section 7 hold with them.
+spill files that the commit records reference; the guarantees of docs/guarantees.md hold with them.
 
 Each test drives a `submit` in a CLI process (local[2,3]: a task may fail and be retried) and
 kills it with SIGKILL once a state is reached in Redis, so that the run's spill files are there

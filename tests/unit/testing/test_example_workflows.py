@@ -212,7 +212,7 @@ def test_cdn_logs_fail_where_the_record_is_bad_and_aggregate_the_rest(fake_redis
 
 @pytest.mark.parametrize("name", NAMES + ["bench_pipeline"])
 def test_example_sinks_hold_the_same_records_whatever_the_arrival_order(fake_redis, name):
-    """DESIGN 7.1: examples emit what is exact. A recovery replays failed tuples after the
+    """docs/guarantees.md: examples emit what is exact. A recovery replays failed tuples after the
     others, so a bolt sees its input in another order; what each sink receives (as a
     multiset: part files and their order differ anyway) must not depend on it."""
     wf = load(WORKFLOWS / f"{name}.xml")
