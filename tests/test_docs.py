@@ -30,7 +30,7 @@ EXTENSIONS = (".py", ".md", ".xml", ".xsd", ".json", ".svg", ".png", ".txt", ".t
               ".html", ".css", ".js", ".cfg", ".sh", ".spill")
 OUTSIDE = "sha" "red"   # the notes folder beside a checkout, spelled so that a grep for it finds no citation here
 # What the tool or a user makes at run time, named in documents as examples: not in the repository.
-RUNTIME = ("out/", "data/", ".recovery/", "RECOVERY_HOME/")
+RUNTIME = ("out/", "data/", ".recovery/", "RECOVERY_HOME/", "workflows/out/")
 
 
 @lru_cache(maxsize=1)
