@@ -9,7 +9,7 @@ from typing import Any
 from recovery.api.components import HEARTBEAT_STREAM, SYSTEM_COMPONENT, TICK_STREAM, Bolt, Tuple
 from recovery.model.workflow import ShellImpl
 from recovery.multilang import process
-from recovery.multilang.base import EMIT_ERRORS, ShellBase, ShellError, collect_emit
+from recovery.multilang.base import EMIT_ERRORS, ShellBase, ShellError
 from recovery.multilang.process import READ_DELAY, ChildProcess
 from recovery.multilang.protocol import (
     END_OF_MESSAGE,
@@ -307,7 +307,7 @@ class ShellBolt(ShellBase, Bolt):
             task_ids = []
         else:
             try:
-                task_ids = collect_emit(self, values, stream, anchors, task, None)
+                task_ids = self._collect_emit(values, stream, anchors, task, None)
             except EMIT_ERRORS as exc:
                 error = f"shell process `{self.label}` emitted {quote(msg)}: {exc}"
                 if anchors:

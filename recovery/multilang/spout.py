@@ -7,7 +7,7 @@ from typing import Any
 from recovery.api.components import Spout
 from recovery.model.workflow import ShellImpl
 from recovery.multilang import process
-from recovery.multilang.base import EMIT_ERRORS, ShellBase, ShellError, collect_emit
+from recovery.multilang.base import EMIT_ERRORS, ShellBase, ShellError
 from recovery.multilang.protocol import (
     END_OF_MESSAGE,
     ProtocolError,
@@ -158,7 +158,7 @@ class ShellSpout(ShellBase, Spout):
         self._emitted += 1
         message_id = msg.get("id")
         try:
-            task_ids = collect_emit(self, values, stream, (), task, message_id)
+            task_ids = self._collect_emit(values, stream, (), task, message_id)
             self._seen += 1
         except EMIT_ERRORS as exc:
             self._emit_failed(msg, message_id, stream, exc)

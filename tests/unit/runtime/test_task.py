@@ -191,11 +191,18 @@ def test_a_state_value_that_cannot_be_stored_fails_only_its_tuple():
     assert all("TypeError" in r["error"] for r in queued_positions(client))
 
 
-def test_tick_tuples_reach_process_tick_and_a_last_one_ends_the_input():
+class TickCounterWithMetrics(rc.TickCounter):
+    """A Python bolt with an attribute a shell bolt has: still a Python bolt, sent ticks."""
+
+    metrics: dict = {}
+
+
+@pytest.mark.parametrize("ticker", [REF + "TickCounter", __name__ + ":TickCounterWithMetrics"])
+def test_tick_tuples_reach_process_tick_and_a_last_one_ends_the_input(ticker):
     rc.Collect.SEEN.clear()
     wf = Workflow(name="k", config=(("topology.tick.tuple.freq.secs", "1"),), components=(
         Component(id="src", kind="spout", impl=ClassImpl(ref=REF + "Numbers"), streams=(StreamDef(fields=("n",)),)),
-        Component(id="ticker", kind="bolt", impl=ClassImpl(ref=REF + "TickCounter"),
+        Component(id="ticker", kind="bolt", impl=ClassImpl(ref=ticker),
                   streams=(StreamDef(fields=("n",)),), inputs=(Input(source="src"),)),
         Component(id="sink", kind="bolt", impl=ClassImpl(ref=REF + "Collect"),
                   inputs=(Input(source="ticker"),))))
