@@ -15,9 +15,9 @@ from typing import Any
 from redis import Redis
 
 from recovery.errors import RunError
+from recovery.home import private_dir, private_file
 from recovery.jobs import recover
 from recovery.model.run import check_run_id
-from recovery.redis.embedded import private_dir, private_file
 from recovery.tracking import runs
 
 log = logging.getLogger(__name__)

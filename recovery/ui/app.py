@@ -35,8 +35,8 @@ from recovery.jobs import summary as jobs_summary
 from recovery.model.run import RunIdError, check_run_id
 from recovery.tracking import keys, runs
 from recovery.ui import svg
+from recovery.ui.access import TOKEN_ENV, check_token
 from recovery.ui.actions import RecoverProcesses
-from recovery.ui.command import TOKEN_ENV, check_token
 from recovery.ui.security import TOKEN_FIELD, Guard, SecurityMiddleware
 
 HERE = Path(__file__).resolve().parent
