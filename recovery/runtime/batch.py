@@ -247,7 +247,7 @@ class BatchTaskRunner(TaskRunner):
 
     def __init__(self, spec: Any, component_id: str, index: int):
         super().__init__(spec, component_id, index)
-        self.batch_size = config_decl.value(self.conf, "recovery.batch.size")
+        self.batch_size = config_decl.settings(self.conf).batch_size
         self._call: _Call | None = None
         self.stats["bisect_runs"] = 0
         self.stats["bisect_isolated"] = 0

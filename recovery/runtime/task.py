@@ -23,6 +23,7 @@ from redis import Redis
 
 from recovery.api.components import SYSTEM_COMPONENT, TICK_STREAM, Tuple
 from recovery.faults import injections
+from recovery.model import config as config_decl
 from recovery.model.failed import FailedTuple
 from recovery.model.graph import TaskContext, TaskMap, subscribers
 from recovery.model.run import RunSpec
@@ -49,10 +50,10 @@ def workflow_of(spec: RunSpec) -> tuple[Workflow, TaskMap, Workflow]:
     cache_key = spec.workflow_json + (spec.original_json or "")
     got = _workflows.get(cache_key)
     if got is None:
-        wf = Workflow.model_validate_json(spec.workflow_json)
+        wf = Workflow.from_task_json(spec.workflow_json)
         tm, original = TaskMap.of(wf), wf
         if spec.original_json:
-            original = Workflow.model_validate_json(spec.original_json)
+            original = Workflow.from_task_json(spec.original_json)
             tm = TaskMap.of(original).extended(wf)
         got = _workflows[cache_key] = (wf, tm, original)
         if wf.base_dir and wf.base_dir not in sys.path:
@@ -160,7 +161,7 @@ class TaskRunner(MessageTimeouts, Collector):
         self.spout_emits = 0                  # emit calls of a spout, selected or not
         self.component_obj: Any = None
         self.state: Any = None
-        self._timeout = float(self.conf.get("topology.message.timeout.secs", "30"))
+        self._timeout = config_decl.settings(self.conf).message_timeout_secs
         self._timed = False                 # this task's executions have a deadline
         # (what runs: a tuple id or FINISH, its deadline): one object, so that the watchdog
         # thread reads both at once; None between executions
@@ -229,7 +230,7 @@ class TaskRunner(MessageTimeouts, Collector):
             return
         self.auto_anchor = getattr(bolt, "auto_anchor", False)
         auto_ack = getattr(bolt, "auto_ack", False)
-        tick_every = float(self.conf.get("topology.tick.tuple.freq.secs") or 0)
+        tick_every = config_decl.settings(self.conf).tick_tuple_freq_secs
         # shell bolts send ticks to their program themselves
         ticks = tick_every > 0 and not hasattr(bolt, "metrics")
         next_tick = time.monotonic() + tick_every
