@@ -20,6 +20,7 @@ from redis import Redis
 from recovery.api.components import Spout, Tuple
 from recovery.connectors import files, spark_source
 from recovery.connectors.file_batches import file_source_batches
+from recovery.connectors.queue import queue_source
 from recovery.connectors.redis_stream import reader as stream_reader
 from recovery.model.graph import TaskContext, subscribers, topological_order
 from recovery.model.run import RunSpec
@@ -44,7 +45,7 @@ def _spout_task(spec: RunSpec, component_id: str, index: int, it: Any):
     runner = task.TaskRunner(spec, component_id, index)
     impl = runner.comp.impl
     if impl.kind == "source":
-        driver = {"file": files.file_source, "queue": files.queue_source}.get(impl.type)
+        driver = {"file": files.file_source, "queue": queue_source}.get(impl.type)
         if driver is None and impl.type == "redis-stream":
             driver = stream_reader.stream_source
         if driver is None and impl.type == spark_source.SOURCE_TYPE:

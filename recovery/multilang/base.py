@@ -15,6 +15,7 @@ import msgpack
 
 from recovery.api.collector import OutputCollector
 from recovery.errors import RecoveryError
+from recovery.model import config as config_decl
 from recovery.model.workflow import ShellImpl
 from recovery.multilang import process
 from recovery.multilang.process import ChildProcess
@@ -26,7 +27,6 @@ from recovery.multilang.protocol import (
     EndOfOutput,
     ProtocolError,
     StderrLine,
-    conf_float,
     dumps,
     handshake_conf,
     quote,
@@ -92,9 +92,10 @@ class ShellBase:
     def _configure(self, conf: dict, context: Any) -> None:
         self.conf = conf
         self.context = context
-        timeout = conf_float(conf, "topology.subprocess.timeout.secs")
+        settings = config_decl.settings(conf)
+        timeout = settings.subprocess_timeout_secs
         timeout = timeout if timeout > 0 else 30.0
-        message_timeout = conf_float(conf, "topology.message.timeout.secs")
+        message_timeout = settings.message_timeout_secs
         if message_timeout > 0:
             timeout = min(timeout, 0.9 * message_timeout)
         self._timeout = timeout

@@ -27,6 +27,7 @@ from redis import Redis
 from recovery.api.components import SYSTEM_COMPONENT, TICK_STREAM, Tuple
 from recovery.api.components import Component as UserComponent
 from recovery.faults import injections
+from recovery.model import config as config_decl
 from recovery.model.graph import TaskContext, TaskMap, subscribers
 from recovery.model.run import RunSpec
 from recovery.model.workflow import Component, Workflow
@@ -56,10 +57,10 @@ def workflow_of(spec: RunSpec) -> tuple[Workflow, TaskMap, Workflow]:
     cache_key = spec.workflow_json + (spec.original_json or "")
     got = _workflows.get(cache_key)
     if got is None:
-        wf = Workflow.model_validate_json(spec.workflow_json)
+        wf = Workflow.from_task_json(spec.workflow_json)
         tm, original = TaskMap.of(wf), wf
         if spec.original_json:
-            original = Workflow.model_validate_json(spec.original_json)
+            original = Workflow.from_task_json(spec.original_json)
             tm = TaskMap.of(original).extended(wf)
         got = _workflows[cache_key] = (wf, tm, original)
         if wf.base_dir and wf.base_dir not in sys.path:
@@ -149,7 +150,7 @@ class TaskRunner:
         self.stats: dict[str, float] = {"executed": 0, "acked": 0, "failed": 0, "emitted": 0, "roots": 0, "dead": 0}
         self.fields_of: dict[tuple[str, str], tuple[str, ...]] = {}
         self.state: KeyedState | None = None
-        timeout = float(self.conf.get("topology.message.timeout.secs", "30"))
+        timeout = config_decl.settings(self.conf).message_timeout_secs
         self.timeouts = MessageTimeouts(spec, component_id, index, self.task_id, timeout, self.tracker,
                                         builtin_sink=self.comp.impl.kind == "sink")
         self.roots = SpoutRoots(spec, component_id, self.stats, lambda: self.client or redis_of(self.spec))
@@ -224,7 +225,7 @@ class TaskRunner:
         collector = self.collector
         collector.auto_anchor = getattr(bolt, "auto_anchor", False)
         auto_ack = getattr(bolt, "auto_ack", False)
-        tick_every = float(self.conf.get("topology.tick.tuple.freq.secs") or 0)
+        tick_every = config_decl.settings(self.conf).tick_tuple_freq_secs
         # shell bolts send ticks to their program themselves
         ticks = tick_every > 0 and not isinstance(bolt, ShellBolt)
         next_tick = time.monotonic() + tick_every

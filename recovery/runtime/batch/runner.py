@@ -27,7 +27,7 @@ class BatchTaskRunner(TaskRunner):
 
     def __init__(self, spec: RunSpec, component_id: str, index: int):
         super().__init__(spec, component_id, index)
-        self.batch_size = config_decl.value(self.conf, "recovery.batch.size")
+        self.batch_size = config_decl.settings(self.conf).batch_size
         self.stats["bisect_runs"] = 0
         self.stats["bisect_isolated"] = 0
         self.stats["bisect_rows"] = 0      # rows run again by bisection

@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 
 from recovery import BasicBolt, BatchBolt, testing
 from recovery.connectors.sinks import part_files
-from recovery.jobs.submit import workflow_json
 from recovery.model.run import RunSpec
 from recovery.model.workflow import ClassImpl, Component, Input, SinkImpl, StreamDef, Workflow
 from recovery.runtime import batch as batch_runtime
@@ -185,7 +184,7 @@ def test_a_reexecuted_batch_sink_task_replaces_its_part(tmp_path, fake_redis):
     values = [f"v{i}" for i in range(20)]
     wf = testing.feed(workflow("BatchValues", "jsonl", values, "text", parallelism=2), "src", list(range(20)))
     wf = wf.model_copy(update={"base_dir": str(tmp_path)})
-    spec = RunSpec("r", 0, workflow_json(wf), "fake://", False)
+    spec = RunSpec("r", 0, wf.to_task_json(), "fake://", False)
     received = testing.execute_round(wf, spec, fake_redis)
     assert all(blob.startswith(wire.MAGIC) for (c, _), blobs in received.items() if c == "out"
                for blob in blobs)                    # from the batch bolt: Arrow chunks
