@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -20,7 +19,7 @@ from recovery.redis import connection
 from recovery.tracking import keys, ledger, runs
 from tests.clusters import RedisCluster
 from tests.helpers import wait_for
-from tests.integration import test_engine, test_recovery
+from tests.integration import test_engine, test_recovery, test_testing_kit
 from tests.integration.conftest import copy_workflow, sink_records, submit
 
 
@@ -57,6 +56,8 @@ test_transient_failures_recover_exactly = \
 test_clear_removes_every_key_of_the_run_and_nothing_else = \
     test_recovery.test_clear_removes_every_key_of_the_run_and_nothing_else
 test_spark_task_retries_change_no_result_and_no_ledger = test_engine.test_spark_task_retries_change_no_result_and_no_ledger
+# the test kit (run_local, in-process) on a cluster client agrees with Spark on the cluster
+test_run_local_agrees_with_a_spark_submit = test_testing_kit.test_run_local_agrees_with_a_spark_submit
 
 
 def test_kill_9_of_the_driver_then_recover_gives_exact_output(spark, redis_url, redis_client, tmp_path):
@@ -170,15 +171,3 @@ def test_a_cluster_with_a_replica_per_master_runs_and_clears(spark, tmp_path):
             client.close()
     finally:
         c.stop()
-
-
-def test_every_command_takes_a_cluster_node_s_url(spark, redis_url, redis_client, tmp_path):
-    """`runs`, `status`, `recover`, `dead`, `clear` and `produce` through the CLI, with one
-    node's URL: none refuses the cluster."""
-    lines = tmp_path / "lines.txt"
-    lines.write_text("a\nb\n")
-    for args in (["runs"], ["clear", "--all"], ["produce", "events", str(lines), "--partitions", "2"]):
-        code, out, err = cli(*args, "--redis", redis_url)
-        assert code == 0, (args, err)
-    code, out, err = cli("status", "no-such-run", "--redis", redis_url)
-    assert code == 2 and "no run 'no-such-run'" in err
