@@ -19,7 +19,7 @@ from recovery.redis import connection
 from recovery.tracking import keys, ledger, runs
 from tests.clusters import RedisCluster
 from tests.helpers import wait_for
-from tests.integration import test_engine, test_recovery, test_testing_kit
+from tests.integration import test_engine, test_recovery
 from tests.integration.conftest import copy_workflow, sink_records, submit
 
 
@@ -50,14 +50,22 @@ def redis_client(redis_url: str) -> Iterator[object]:
         client.close()
 
 
-# The single server's tests, against the cluster (a few representative ones: the suite's time)
-test_transient_failures_recover_exactly = \
-    test_recovery.test_transient_failures_at_two_positions_on_one_path_recover_exactly
+# The single server's tests, against the cluster (a few representative ones: the suite's time;
+# recovery's exactness is the acceptance test's, below)
 test_clear_removes_every_key_of_the_run_and_nothing_else = \
     test_recovery.test_clear_removes_every_key_of_the_run_and_nothing_else
 test_spark_task_retries_change_no_result_and_no_ledger = test_engine.test_spark_task_retries_change_no_result_and_no_ledger
-# the test kit (run_local, in-process) on a cluster client agrees with Spark on the cluster
-test_run_local_agrees_with_a_spark_submit = test_testing_kit.test_run_local_agrees_with_a_spark_submit
+
+
+def test_the_test_kit_runs_on_a_cluster_client(redis_client):
+    """recovery.testing.run_local (in-process, no Spark) with a cluster client: a five-stage
+    chain completes, every root acked, the ledger folded to nothing."""
+    from recovery import testing
+    from tests.unit.tracking.test_tracker import chain
+    words = [f"w{i}" for i in range(300)]
+    run = testing.run_local(chain(), redis_client, run_id="kit", inputs={"words": words})
+    assert run.summary["status"] == "completed" and sorted(r[0] for r in run.sinks["out"]) == sorted(words)
+    assert ledger.pending_roots(redis_client, "kit") == set()
 
 
 def test_kill_9_of_the_driver_then_recover_gives_exact_output(spark, redis_url, redis_client, tmp_path):
