@@ -179,3 +179,38 @@ def test_a_cluster_with_a_replica_per_master_runs_and_clears(spark, tmp_path):
             client.close()
     finally:
         c.stop()
+
+
+def test_root_replay_selection_and_dead_requeue_split_by_slot_on_a_cluster(redis_client):
+    """The steps that were one transaction over several slots, on the cluster, without Spark:
+    root replay's selection per bucket (replay set, then the bucket's superseded blob, once),
+    and `dead --requeue` (the queue, then the dead letters)."""
+    from recovery.model.failed import FailedTuple
+    from recovery.tracking.tracker import TaskTracker
+    lease = runs.create(redis_client, "split-steps", "<workflow/>", "{}", None, "local", True)
+    roots = list(range(1, 41))
+    task = TaskTracker(redis_client, "split-steps", 0, "count", 0, 7, {"recovery.max.attempts": "2"},
+                       generation=lease.generation)
+    for r in roots:   # each root's tuple fails at count task 7; the last ten are out of attempts
+        task.failure(FailedTuple(values=[r], id=1000 + r, roots=[r], stream="default", error="x",
+                                 attempt=2 if r > 30 else 1))
+    assert task.commit({r: r * 7 + 3 for r in roots}, {"executed": len(roots)})
+    assert redis_client.hlen(keys.queue("split-steps", "count", 7)) == 30
+    assert redis_client.hlen(keys.dead("split-steps")) == 10
+    runs.update(redis_client, "split-steps", lease.generation, status=runs.DEAD)   # its driver ended
+    lease.release()
+
+    assert recover.requeue_dead(redis_client, "split-steps") == 10
+    assert redis_client.hlen(keys.queue("split-steps", "count", 7)) == 40
+    assert redis_client.hlen(keys.dead("split-steps")) == 0 and redis_client.scard(keys.dead_roots("split-steps")) == 0
+
+    added = [ledger.supersede_bucket(redis_client, "split-steps", b, 1, lease.generation)
+             for b in range(ledger.LEDGER_BUCKETS)]
+    assert sum(added) == len(roots)
+    again = [ledger.supersede_bucket(redis_client, "split-steps", b, 1, lease.generation)
+             for b in range(ledger.LEDGER_BUCKETS)]
+    assert again == [0] * ledger.LEDGER_BUCKETS     # once per bucket and round
+    replay = {int(r) for r in redis_client.smembers(keys.root_replay_set("split-steps", 1))}
+    assert replay == set(roots)
+    for b in range(ledger.LEDGER_BUCKETS):          # the superseded blobs cancel every pending XOR
+        assert ledger.resolve_bucket(redis_client, "split-steps", b, lease.generation) == 0
