@@ -464,6 +464,9 @@ def run_case(args: argparse.Namespace, n: int, rate: float, tmp: Path) -> Case:
               f"{recover.result.get('status')}; {progress(recover)}", file=sys.stderr)
         if not args.redis:
             case.server_peak = int(client.info("memory")["used_memory_peak"]) - baseline
+            print(f"{n:,} roots, rate {rate:g}: Redis peak {case.redis_peak / n:.0f} B per root "
+                  f"({case.redis_peak / n / REDIS_GOAL_BYTES:.2f}x the goal of {REDIS_GOAL_BYTES} B; "
+                  f"polled: {max(p.redis_peak for p in case.phases) / n:.0f} B)", file=sys.stderr)
         else:
             subprocess.run(cli("clear", run_id, "--json", *redis_opt), env=env, cwd=str(REPO),
                            capture_output=True, check=False)
