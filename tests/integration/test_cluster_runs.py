@@ -80,7 +80,8 @@ def cli(*args: str) -> tuple[int, str, str]:
 
 def test_fanout_with_failures_on_three_masters_spreads_recovers_exactly_and_clear_all_leaves_nothing(
         spark, cluster, redis_url, redis_client, tmp_path):
-    """The acceptance check: the fanout (diamond) workflow with failures in `cube`, submitted
+    """The acceptance check: the fanout workflow (numbers -> fork -> square | cube -> join: a
+    diamond) with failures on both branches, submitted
     with ONE node's URL, writes its keys on every master, no master holding more than 1.5x the
     average of the ledger; `recover` is exact; `clear --all` leaves no key on any node."""
     clean_xml = copy_workflow("fanout", tmp_path / "clean")
@@ -88,10 +89,11 @@ def test_fanout_with_failures_on_three_masters_spreads_recovers_exactly_and_clea
     assert clean["status"] == "completed"
     xml = copy_workflow("fanout", tmp_path / "failing")
     s = submit(spark, redis_url, redis_client, xml, {
-        "recovery.inject.f.component": "cube", "recovery.inject.f.rate": "0.05",
+        "recovery.inject.sq.component": "square", "recovery.inject.sq.rate": "0.05",
+        "recovery.inject.cu.component": "cube", "recovery.inject.cu.rate": "0.05",
         "recovery.retry.delay.period.ms": "10"})
     run_id = s["run_id"]
-    assert s["status"] == "pending" and {p["component"] for p in s["failed_positions"]} == {"cube"}
+    assert s["status"] == "pending" and {p["component"] for p in s["failed_positions"]} == {"square", "cube"}
     # the run's keys, on every master: its ledger buckets and its queues are not in one slot
     per_master = [[k.decode() for k in ks] for ks in cluster.keys_per_master(keys.run_pattern(run_id))]
     assert all(per_master), per_master
