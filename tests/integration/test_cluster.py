@@ -115,4 +115,4 @@ def test_submit_to_a_standalone_cluster(cluster, redis_url, redis_client, tmp_pa
     done = subprocess.run([sys.executable, "-m", "recovery", "clear", run_id], env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert not (shared / run_id).exists() and list(redis_client.scan_iter(match=keys.run_prefix(run_id) + "*")) == []
+    assert not (shared / run_id).exists() and list(redis_client.scan_iter(match=keys.run_pattern(run_id))) == []
