@@ -60,7 +60,7 @@ SLOW_OUT = {"recovery.inject.z.component": "out", "recovery.inject.z.mode": "slo
             "recovery.inject.z.delay.ms": "1"}
 
 
-def _crashed_submit(tmp_path: Path, redis_url: str, client, run_id: str, spill_dir: Path,
+def _crashed_submit(tmp_path: Path, redis_url: str, client, run_id: str, spill_dir: Path | str,
                     until: Callable[[set[str]], bool], props: dict[str, str] | None = None) -> Path:
     """A CLI `submit` killed with SIGKILL once its round 0's done markers satisfy `until`."""
     xml = _workflow(tmp_path)
