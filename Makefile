@@ -34,9 +34,13 @@ lint: $(STAMP)
 test: lint
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
+# Each bench writes its results to bench/results/<name>.json; plot.py draws them into docs/
+# (matplotlib comes with the venv: the test and bench extras of pyproject.toml).
 bench: $(STAMP)
+	@$(PY) -c "import matplotlib" 2>/dev/null || $(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/tracking_overhead.py
 	$(PY) bench/recovery_cost.py
+	$(PY) bench/plot.py
 
 clean:
 	rm -rf .recovery out .pytest_cache

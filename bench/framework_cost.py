@@ -1,4 +1,4 @@
-"""Framework cost (DESIGN section 8, issue 13 item 1): what the engine itself costs per
+"""Framework cost (issue 13 item 1): what the engine itself costs per
 tuple-execution, on a chain of five pass-through bolts (workflows/bench_chain.xml) that do no
 work of their own, in one process with one Spark session (local[2]) and one Redis, three ways,
 alternating who goes first per repeat:
@@ -18,7 +18,9 @@ least 200k tuple-executions per CPU second, all of the CPU counted); untracked/p
 measures too, in the same session (--overhead-roots; 0 skips it).
 
     .venv/bin/python bench/framework_cost.py [--roots 1000000] [--repeats 3] [--quick]
-        [--overhead-roots 200000] [--redis URL] [--profile] [--keep]
+        [--overhead-roots 200000] [--redis URL] [--profile] [--keep] [--json PATH] [--note TEXT]
+
+The figures are written as JSON too (--json PATH; default bench/results/framework_cost.json).
 
 --quick: 100,000 roots, 2 repeats, 100,000 cdn_logs roots. --profile then runs one task of
 pass3 in-process under cProfile, untracked and tracked, and prints its top functions.
@@ -130,11 +132,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", action="store_true",
                     help="then profile one pass3 task in-process (cProfile), untracked and tracked")
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    C.add_result_args(ap, "framework_cost")
     args = ap.parse_args(argv)
     if args.quick:
         args.roots, args.repeats = 100_000, 2
         args.overhead_roots = min(args.overhead_roots, 100_000)
     executions = args.roots * STAGES
+    results = C.Results("framework_cost", args, {
+        "workflow": WORKFLOW, "roots": args.roots, "stages": STAGES, "executions": executions,
+        "repeats": args.repeats, "overhead_roots": args.overhead_roots, "master": "local[2]",
+        "redis": "external" if args.redis else "embedded"})
 
     with C.bench_home(args.keep, prefix="recovery-bench-cost-") as home:
         folder = home / "work"
@@ -208,6 +215,18 @@ def main(argv: list[str] | None = None) -> int:
                           "not measured (--overhead-roots 0)", "-"])
         print()
         print(C.table(["goal", "measured", ""], goals))
+        results.write({
+            "variants": {v: {"cpu_s": [round(c, 3) for c in cpus[v]], "median_cpu_s": round(med[v], 3),
+                             "cpu_us_per_execution": round(med[v] / executions * 1e6, 3),
+                             "executions_per_cpu_s": round(executions / med[v])} for v in VARIANTS},
+            "framework_us_per_execution": {v: round(c, 3) for v, c in cost.items()},
+            "cpu_ratio_to_plain": {v: round(r, 3) for v, r in ratio.items()},
+            "cdn_logs": None if over is None else {
+                "median_cpu_s": {v: round(C.median(over[v]), 3) for v in VARIANTS},
+                "tracked_over_plain": round(C.median(per_repeat_ratios(over, "tracked", "plain")), 3),
+                "untracked_over_plain": round(C.median(per_repeat_ratios(over, "untracked", "plain")), 3)},
+            "goals": [{"goal": g[0], "measured": g[1], "verdict": g[2]} for g in goals],
+        })
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Recovery cost (DESIGN section 8): workflows/bench_pipeline.xml (events → parse → enrich →
+"""Recovery cost: workflows/bench_pipeline.xml (events → parse → enrich →
 aggregate (fields grouping, keyed state) → format → out, and parse → archive), N root tuples,
 1% of the tuples failing once at stage 4 (`aggregate`, by recovery.inject.*). What does it cost
 to get the exact failure-free output?
@@ -20,10 +20,12 @@ For each strategy: tuple executions (the sum of `executed` over components in th
 of the run record, recovery rounds only for the two recoveries), recovery rounds, wall time,
 duplicate sink writes (records in the sinks beyond the failure-free run's, as a multiset
 difference) and missing records; then the ratios localized/root-replay and
-localized/full-rerun. Times are printed, never asserted.
+localized/full-rerun. Times are printed, never asserted; the figures are written as JSON too
+(--json PATH; by default bench/results/recovery_cost.json, or recovery_cost_cdn_logs_batch.json)
+for bench/plot.py.
 
     .venv/bin/python bench/recovery_cost.py [--tuples 200000] [--rate 0.01] [--redis URL]
-        [--workflow bench_pipeline|cdn_logs_batch]
+        [--workflow bench_pipeline|cdn_logs_batch] [--json PATH] [--note TEXT]
 
 --workflow cdn_logs_batch is the batch variant (issue 13): workflows/cdn_logs_batch.xml with
 the rate's tuples failing once at its batch `aggregate`, recovered localized, against a
@@ -84,9 +86,10 @@ def ratio(a: float, b: float) -> str:
     return f"{a / b:.3f}" if b else "n/a"
 
 
-def batch_variant(args: argparse.Namespace) -> int:
+def batch_variant(args: argparse.Namespace, results: C.Results) -> int:
     """cdn_logs_batch and cdn_logs, each: failure-free run, failing run, localized recovery."""
     n = args.tuples
+    figures: dict[str, dict] = {}
     inject = {"recovery.inject.bench.component": "aggregate", "recovery.inject.bench.mode": "transient",
               "recovery.inject.bench.rate": str(args.rate), "recovery.inject.bench.attempts": "1"}
     with C.bench_home(args.keep, "recovery-bench-cost-batch-") as home:
@@ -129,6 +132,13 @@ def batch_variant(args: argparse.Namespace) -> int:
                 rec_secs = time.perf_counter() - t0
                 got = sink(f"{workflow}-failing", workflow)
                 dupes, missing = sum((got - ref).values()), sum((ref - got).values())
+                figures[workflow] = {
+                    "clean_s": round(clean_secs, 3), "failing_s": round(fail_secs, 3), "failed": failed,
+                    "bisect_runs": agg.get("bisect_runs", 0), "bisect_isolated": agg.get("bisect_isolated", 0),
+                    "bisect_rows": agg.get("bisect_rows", 0),
+                    "recovery_executions": executions(runs.get(client, run_id), True),
+                    "recovery_s": round(rec_secs, 3), "duplicates": dupes, "missing": missing,
+                    "status": r["status"]}
                 rows.append([workflow, f"{clean_secs:.2f}", f"{fail_secs:.2f}", f"{failed:,}",
                              f"{agg.get('bisect_runs', 0):,}", f"{agg.get('bisect_isolated', 0):,}",
                              f"{agg.get('bisect_runs', 0) / max(agg.get('bisect_isolated', 0), 1):.1f}"
@@ -147,6 +157,7 @@ def batch_variant(args: argparse.Namespace) -> int:
                        "missing", "final status"], rows))
         exact = all(r[10] == "0" and r[11] == "0" and r[12] == "completed" for r in rows)
         print(f"goal: exact after recovery, 0 duplicates: {'met' if exact else 'NOT met'}")
+        results.write({"workflows": figures, "exact": exact})
     return 0
 
 
@@ -159,9 +170,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder")
     ap.add_argument("--workflow", default=WORKFLOW, choices=(WORKFLOW, "cdn_logs_batch"),
                     help="cdn_logs_batch: the batch variant (see above)")
+    C.add_result_args(ap, "recovery_cost[_cdn_logs_batch]")
     args = ap.parse_args(argv)
+    name = "recovery_cost" if args.workflow == WORKFLOW else f"recovery_cost_{args.workflow}"
+    results = C.Results(name, args, {"workflow": args.workflow, "roots": args.tuples, "rate": args.rate,
+                                     "failing_component": STAGE4, "master": "local[2]",
+                                     "redis": "external" if args.redis else "embedded"})
     if args.workflow == "cdn_logs_batch":
-        return batch_variant(args)
+        return batch_variant(args, results)
     n = args.tuples
     inject = injection(args.rate)
 
@@ -215,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"warning: the failing runs differ: {failing}", file=sys.stderr)
             n_failed = failing["localized"]["failed"]
 
-            results: dict[str, dict] = {}
+            results_by_strategy: dict[str, dict] = {}
             for strategy in ("localized", "root-replay"):
                 run_id = f"bench-{strategy}"
                 t0 = time.perf_counter()
@@ -223,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
                 secs = time.perf_counter() - t0
                 rec = runs.get(client, run_id)
                 dupes, missing = diff(sinks_of(home / strategy), ref)
-                results[strategy] = {"secs": secs, "exec": executions(rec, True),
+                results_by_strategy[strategy] = {"secs": secs, "exec": executions(rec, True),
                                      "rounds": r["rounds"], "status": r["status"],
                                      "dupes": dupes, "missing": missing}
                 print(f"{strategy}: {secs:.2f}s, {r['rounds']} rounds, {r['status']}", file=sys.stderr)
@@ -237,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
             rec = runs.get(client, "bench-full-rerun-2")
             dupes, missing = diff(sinks_of(home / "full-rerun"), ref)
             own_dupes, own_missing = diff(sinks_of(home / "full-rerun", "bench-full-rerun-2"), ref)
-            results["full rerun"] = {"secs": secs, "exec": executions(rec, False), "rounds": 1,
+            results_by_strategy["full rerun"] = {"secs": secs, "exec": executions(rec, False), "rounds": 1,
                                      "status": s["status"], "dupes": dupes, "missing": missing}
             print(f"full rerun: {secs:.2f}s", file=sys.stderr)
             for run_id in ("bench-full-rerun", "bench-full-rerun-2"):
@@ -250,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"failing submit {C.median([f['secs'] for f in failing.values()]):.2f}s (median of 3), "
               f"failure-free submit {clean_secs:.2f}s")
         rows = []
-        for name, r in results.items():
+        for name, r in results_by_strategy.items():
             rows.append([name, f"{r['exec']:,}", str(r["rounds"]), f"{r['secs']:.2f}",
                          f"{r['dupes']['main']:,} / {r['dupes']['archive']:,}",
                          f"{r['missing']['main']:,} / {r['missing']['archive']:,}", r["status"]])
@@ -260,12 +276,22 @@ def main(argv: list[str] | None = None) -> int:
               f"(sink parts are named by run), so its folder holds both; its own parts alone "
               f"differ from the reference by {sum(own_dupes.values()):,} duplicates and "
               f"{sum(own_missing.values()):,} missing (what a rerun into an emptied folder gives).")
-        loc, rr, full = results["localized"], results["root-replay"], results["full rerun"]
+        loc, rr, full = (results_by_strategy["localized"], results_by_strategy["root-replay"],
+                         results_by_strategy["full rerun"])
         print()
         print(C.table(["ratio", "executions", "wall time"], [
             ["localized / root-replay", ratio(loc["exec"], rr["exec"]), ratio(loc["secs"], rr["secs"])],
             ["localized / full rerun", ratio(loc["exec"], full["exec"]), ratio(loc["secs"], full["secs"])],
         ]))
+        results.write({
+            "failed_tuples": n_failed,
+            "failing_submit_s": round(C.median([f["secs"] for f in failing.values()]), 3),
+            "clean_submit_s": round(clean_secs, 3),
+            "strategies": {name: {"executions": r["exec"], "rounds": r["rounds"], "wall_s": round(r["secs"], 3),
+                                  "duplicates": r["dupes"], "missing": r["missing"], "status": r["status"]}
+                           for name, r in results_by_strategy.items()},
+            "full_rerun_own_parts": {"duplicates": sum(own_dupes.values()), "missing": sum(own_missing.values())},
+        })
     return 0
 
 

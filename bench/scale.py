@@ -30,10 +30,11 @@ For each phase (submit, recover) it prints:
 Then the goals of issue 11: Redis at most 32 bytes per root on the success path (the cases
 at the lowest rate), and driver peak RSS at (largest N, highest rate) over (smallest N,
 lowest rate) at most 1.2, each printed as met or not met with the figure. Times are printed,
-never asserted. Linux only (/proc, prctl).
+never asserted; every figure is written as JSON too (--json PATH; default
+bench/results/scale.json) for bench/plot.py. Linux only (/proc, prctl).
 
     .venv/bin/python bench/scale.py [--roots 100000,1000000] [--rates 0.001,0.1]
-        [--workflow bench_pipeline|cdn_logs] [--redis URL] [--keep] [--quick]
+        [--workflow bench_pipeline|cdn_logs] [--redis URL] [--keep] [--quick] [--json PATH] [--note TEXT]
 """
 from __future__ import annotations
 
@@ -107,6 +108,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="a Redis URL (default: a fresh embedded server per case)")
     ap.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    C.add_result_args(ap, "scale")
     args = ap.parse_args(argv)
     if args.roots is None:
         args.roots = QUICK_ROOTS if args.quick else FULL_ROOTS
@@ -548,8 +550,31 @@ def report(cases: list[Case], args: argparse.Namespace, load: tuple[float, float
     return "\n".join(lines)
 
 
+def case_figures(c: Case) -> dict[str, Any]:
+    """One case as the JSON results hold it (bytes and seconds, unrounded counts)."""
+    return {
+        "roots": c.roots, "rate": c.rate, "failed_tuples": c.failed_tuples,
+        "redis_peak_bytes": c.redis_peak, "redis_bytes_per_root": round(c.redis_peak / c.roots, 1),
+        "redis_server_peak_bytes": c.server_peak,
+        "redis_polled_bytes_per_root": round(max((p.redis_peak for p in c.phases), default=0) / c.roots, 1),
+        "driver_peak_rss_bytes": c.driver_peak,
+        "aof_bytes": sum(p.aof_written for p in c.phases), "spill_bytes": sum(p.spill for p in c.phases),
+        "wall_s": round(sum(p.wall for p in c.phases), 2),
+        "cpu_s": round(sum(p.cpu + p.redis_cpu for p in c.phases), 2),
+        "phases": [{"phase": p.name, "status": status_of(p), "wall_s": round(p.wall, 2),
+                    "cpu_s": round(p.cpu + p.redis_cpu, 2), "redis_cpu_s": round(p.redis_cpu, 2),
+                    "driver_peak_rss_bytes": p.driver_peak, "redis_peak_bytes": p.redis_peak,
+                    "aof_bytes": p.aof_written, "aof_rewrites": p.aof_rewrites, "spill_bytes": p.spill}
+                   for p in c.phases],
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    results = C.Results("scale", args, {"workflow": args.workflow, "roots": list(args.roots),
+                                        "rates": list(args.rates), "failing_component": FAILING,
+                                        "master": args.master,
+                                        "redis": "external" if args.redis else "embedded, fresh per case"})
     if not sys.platform.startswith("linux"):
         print("bench/scale.py: Linux only (/proc, prctl)", file=sys.stderr)
         return 2
@@ -571,6 +596,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(tmp, ignore_errors=True)
         if cases:
             print(report(cases, args, (load0, os.getloadavg()[0])))
+    results.write({"cases": [case_figures(c) for c in cases], "goals": goals(cases)})
     return 0
 
 

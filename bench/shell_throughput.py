@@ -1,8 +1,9 @@
 """Tuples per second through one shell bolt (a pystorm pass-through bolt, need_task_ids false)
 against a Python recovery Bolt doing the same (emit anchored to the input, ack), both driven
-by the same minimal harness collector (no Spark, no Redis).
+by the same minimal harness collector (no Spark, no Redis). The figures are written as JSON
+too (--json PATH; default bench/results/shell_throughput.json) for bench/plot.py.
 
-    .venv/bin/python bench/shell_throughput.py [--tuples 100000]
+    .venv/bin/python bench/shell_throughput.py [--tuples 100000] [--json PATH] [--note TEXT]
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench import _common as C  # noqa: E402
 from recovery.api.components import Bolt, Tuple  # noqa: E402
 from recovery.model.graph import TaskContext  # noqa: E402
 from recovery.model.workflow import Component, Input, ShellImpl, StreamDef, Workflow  # noqa: E402
@@ -82,10 +84,12 @@ def run(bolt, wf: Workflow, tuples: list[Tuple]) -> tuple[float, float, float]:
     return elapsed, host, child
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tuples", type=int, default=100_000)
-    args = parser.parse_args()
+    C.add_result_args(parser, "shell_throughput")
+    args = parser.parse_args(argv)
+    results = C.Results("shell_throughput", args, {"tuples": args.tuples, "shell": "pystorm 3.1.4 pass-through"})
     tuples = [Tuple(i, "src", "default", 1, [f"word{i % 1000}", i], fields=("word", "n"),
                     source_task=2) for i in range(args.tuples)]
     impl = ShellImpl(command=sys.executable, script="pystorm_bolt.py", args=("passthrough",))
@@ -100,6 +104,13 @@ def main() -> None:
     print(f"python Bolt:                {n / py_s:12,.0f} tuples/s  ({py_s:.2f} s; CPU per "
           f"tuple: {py_host * us:.1f} us)")
     print(f"python / shell:             {shell_s / py_s:12.1f}x")
+    results.write({
+        "shell": {"tuples_per_s": round(n / shell_s), "seconds": round(shell_s, 3),
+                  "host_cpu_us_per_tuple": round(host * us, 2), "child_cpu_us_per_tuple": round(child * us, 2)},
+        "python": {"tuples_per_s": round(n / py_s), "seconds": round(py_s, 3),
+                   "cpu_us_per_tuple": round(py_host * us, 2)},
+        "python_over_shell": round(shell_s / py_s, 2),
+    })
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Tracking overhead (DESIGN section 8): the same workflow, in one process with one Spark
+"""Tracking overhead: the same workflow, in one process with one Spark
 session (local[2]) and one Redis, run three ways, alternating per repeat:
 
   tracked    jobs.submit(tracking_on=True): derived ids, XOR ledger, in-flight tuples and
@@ -8,7 +8,9 @@ session (local[2]) and one Redis, run three ways, alternating per repeat:
              partitionBy with the same parallelism and groupings; no recovery runtime)
 
 Every run's keys are removed after it (jobs.clear). Prints each variant's median seconds and
-the median ratios tracked/untracked (the design's goal: at most 1.3x) and untracked/plain.
+the median ratios tracked/untracked (the goal: at most 1.3x) and untracked/plain, and writes
+them as JSON (--json PATH; by default bench/results/tracking_overhead.json, or
+tracking_overhead_<workflow>.json for another workflow) for bench/plot.py.
 
 --workflow cdn_logs_batch (batch components, issue 13) runs, on the same input, tracked,
 untracked and `row`: the row workflow cdn_logs, tracked, in place of plain. Goals printed:
@@ -17,6 +19,7 @@ most 1.1x.
 
     .venv/bin/python bench/tracking_overhead.py [--tuples 1000000] [--repeats 3]
         [--workflow cdn_logs|cdn_logs_batch|wordcount] [--invalid 0.0] [--redis URL] [--profile]
+        [--json PATH] [--note TEXT]
 
 --tuples counts root tuples (log lines for cdn_logs, sentences for wordcount); the input is
 generated into a temporary folder with the workflow's own generator. --profile then runs one
@@ -153,7 +156,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", action="store_true",
                     help="also profile one tracked task of the heaviest bolt in-process")
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    C.add_result_args(ap, "tracking_overhead[_<workflow>]")
     args = ap.parse_args(argv)
+    name = "tracking_overhead" if args.workflow == "cdn_logs" else f"tracking_overhead_{args.workflow}"
+    results = C.Results(name, args, {"workflow": args.workflow, "roots": args.tuples,
+                                     "repeats": args.repeats, "invalid": args.invalid,
+                                     "master": "local[2]", "redis": "external" if args.redis else "embedded"})
 
     with C.bench_home(args.keep, "recovery-bench-overhead-") as home:
         folder = home / "wf"
@@ -243,6 +251,17 @@ def main(argv: list[str] | None = None) -> int:
                        "roots/s", "sink records", "result digest"], rows))
         same = len({p[1] for p in prints.values()}) == 1
         print(f"\nsame final result in all three variants: {'yes' if same else 'NO'}")
+        results.write({
+            "variants": {v: {"wall_s": [round(x, 3) for x in times[v]], "cpu_s": [round(x, 3) for x in cpus[v]],
+                             "median_wall_s": round(C.median(times[v]), 3),
+                             "median_cpu_s": round(C.median(cpus[v]), 3),
+                             "roots_per_s": round(n / C.median(times[v])),
+                             "sink_records": prints[v][0], "digest": prints[v][1]} for v in times},
+            "ratios": {k: {"wall": round(C.median(ratios[k]), 3), "cpu": round(C.median(cpu_ratios[k]), 3)}
+                       for k in ratios},
+            "same_result": same,
+            "redis_peak_bytes": redis_peak,
+        })
         if batch:
             print_batch_goals(ratios, cpu_ratios, same)
             return 0

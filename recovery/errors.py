@@ -1,10 +1,27 @@
-"""Errors the CLI turns into one line and a non-zero exit code (2 for bad input)."""
+"""Errors the CLI turns into one line and a non-zero exit code (2 for bad input), and the web
+view into a refusal: by type, never by text. What each kind means to a caller:
+
+- BadRequest: the input itself is malformed (a run id outside its alphabet): 400 in the web view;
+- NotFound: it names something that does not exist (a run, a component of a run): 404;
+- any other RecoveryError: a state the request cannot act on (a run still running, one that
+  exists already, a run without tracking): 409.
+
+Every one of them is exit code 2 on the command line (`exit_code`).
+"""
 from __future__ import annotations
 
 
 class RecoveryError(Exception):
     """Base for errors a user can act on. str(err) is the one line the CLI prints."""
     exit_code = 2
+
+
+class BadRequest(RecoveryError):
+    """The request is malformed in itself (an id outside its alphabet), whatever is stored."""
+
+
+class NotFound(RecoveryError):
+    """The request names something that does not exist."""
 
 
 class WorkflowError(RecoveryError):
@@ -26,6 +43,23 @@ class RedisUnavailable(RecoveryError):
 
 class RunError(RecoveryError):
     """A run id that does not exist, or a run in a state the command cannot act on."""
+
+
+class RunNotFound(RunError, NotFound):
+    """No run of that id in this Redis."""
+
+
+class RunExists(RunError):
+    """A run of that id exists already (submit --run-id)."""
+
+
+class RunBusy(RunError):
+    """The run's driver is alive (it holds the run's lease), or a recover of it was started
+    already: the command would race it (recover, requeue, clear, a configuration change)."""
+
+
+class NoSuchComponent(NotFound):
+    """A run's workflow has no component of that id."""
 
 
 class JobFailed(Exception):

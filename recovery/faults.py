@@ -12,9 +12,9 @@
     recovery.inject.<name>.delay.ms    slow: sleep this long per tuple
 
 Choices are deterministic (a hash of the derived tuple id), so a re-run chooses the same tuples.
-Names and values are checked where properties are (recovery/model/config.py: validate, submit,
-`recover -p`, the test kit): an unknown attribute, mode or component is an error there, so
-every injection parsed here acts.
+Names and values are declared, checked and typed in one place, recovery/model/config.py
+(InjectionSettings), at validate, submit, `recover -p` and in the test kit: an unknown
+attribute, mode or component is an error there, so every injection read here acts.
 """
 from __future__ import annotations
 
@@ -23,7 +23,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-PREFIX = "recovery.inject."
+from recovery.model import config
+
+PREFIX = config.INJECT_PREFIX
 
 
 class InjectedFailure(RuntimeError):
@@ -79,21 +81,8 @@ def _first_spark_attempt() -> bool:
 
 
 def injections(conf: dict[str, str], component: str) -> list[Injection]:
-    """The injections configured for `component`."""
-    by_name: dict[str, dict[str, str]] = {}
-    for key, value in conf.items():
-        if key.startswith(PREFIX):
-            name, _, attr = key[len(PREFIX):].partition(".")
-            if attr:   # values as validate checked them (model/config.py strips them too)
-                by_name.setdefault(name, {})[attr] = str(value).strip()
-    out = []
-    for name, a in sorted(by_name.items()):
-        if a.get("component") != component:
-            continue
-        out.append(Injection(
-            name=name, component=component, mode=a.get("mode", "transient"),
-            rate=float(a.get("rate", "0.01")), match=a.get("match"),
-            attempts=int(a.get("attempts", "1")),
-            task=int(a["task"]) if "task" in a else None, after=int(a.get("after", "0")),
-            delay_ms=float(a.get("delay.ms", "0")), marker=a.get("marker")))
-    return out
+    """The injections configured for `component`, as model/config.py types them."""
+    return [Injection(name=name, component=component, mode=inj.mode, rate=inj.rate, match=inj.match,
+                      attempts=inj.attempts, task=inj.task, after=inj.after, delay_ms=inj.delay_ms,
+                      marker=inj.marker)
+            for name, inj in config.injections(conf).items() if inj.component == component]

@@ -35,7 +35,7 @@ def main() -> int:
     from recovery.demo import INJECT, copy_example
     from recovery.redis import connection
     from recovery.redis import embedded as redis_embedded
-    from recovery.ui.server import BackgroundServer, launch_chromium
+    from tests.ui_server import BackgroundServer, launch_chromium
 
     embedded = None if args.redis else redis_embedded.EmbeddedServer()
     url = connection.resolve_url(args.redis)

@@ -35,8 +35,9 @@ processes each tuple as a batch of one row.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
+from recovery.api.collector import BatchOutputCollector
 from recovery.api.components import Bolt, Tuple
 
 
@@ -53,8 +54,8 @@ class BatchBolt(Bolt):
     def emit_batch(self, batch: Any, anchors: Sequence[Any] | Any = None, stream: str = "default") -> None:
         """Emit the rows of `batch` (a pyarrow.RecordBatch or Table) on `stream`, each anchored
         to the input row(s) `anchors` names (None: output row i to input row i)."""
-        if self._row_inputs is None:
-            self._collector.emit_batch(batch, anchors, stream)
+        if self._row_inputs is None:   # the batch runtime's collector (runtime.batch)
+            cast(BatchOutputCollector, self._collector).emit_batch(batch, anchors, stream)
             return
         # a row runtime: the input batch is one tuple, every output row is anchored to it
         declared = self.context.workflow.component(self.context.component_id).stream(stream)
@@ -67,7 +68,7 @@ class BatchBolt(Bolt):
         """Fail input rows `rows` (indices into the batch), each with its error (one string
         for all, or one per row), instead of raising."""
         if self._row_inputs is None:
-            self._collector.fail_rows(rows, errors)
+            cast(BatchOutputCollector, self._collector).fail_rows(rows, errors)
             return
         if len(list(rows)):
             raise RowFailed(errors if isinstance(errors, str) else list(errors)[0])

@@ -1,20 +1,18 @@
 """Storm-style component API: Tuple, Spout, Bolt, BasicBolt.
 
-Components never talk to Spark or Redis themselves. The runtime that hosts a component
-(recovery.engine's task runner, or a test harness) installs a *collector* before calling
-`open`/`prepare`; every emit, ack, fail and log goes through it. The collector protocol:
+Components never talk to Spark or Redis themselves. The runtime that hosts a component binds a
+collector to it (`bind(collector, conf, context)`, before calling `open`/`prepare`); every
+emit, ack, fail and log goes through it (its protocol: recovery.api.collector).
 
-    collector.emit(component, values, stream, anchors, direct_task, message_id) -> list[int]
-    collector.ack(tup) / collector.fail(tup, error: str | None = None)
-    collector.log(message, level)
-
-`emit` returns the task ids the tuple was sent to, as Storm's does (empty for a direct emit
-result list it is [direct_task]).
+`emit` returns the task ids the tuple was sent to, as Storm's does ([direct_task] for a
+direct emit).
 """
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from typing import Any
+
+from recovery.api.collector import UNBOUND, OutputCollector
 
 TICK_STREAM = "__tick"
 SYSTEM_COMPONENT = "__system"
@@ -81,12 +79,19 @@ class Tuple:
 class Component:
     """What spouts and bolts share: the collector, config, context and keyed state."""
 
-    _collector: Any = None
+    _collector: OutputCollector = UNBOUND
     conf: dict = {}
     context: Any = None
     # Keyed state that outlives the Spark task and the run (a recovery.state.KeyedState);
     # installed by the runtime before prepare/open.
     state: Any = None
+
+    def bind(self, collector: OutputCollector, conf: dict, context: Any) -> None:
+        """Attach the collector this component's emits, acks, fails and logs go to, with
+        its configuration and task context (the runtime calls it before open/prepare)."""
+        self._collector = collector
+        self.conf = conf
+        self.context = context
 
     def log(self, message: str, level: str = "info") -> None:
         self._collector.log(str(message), level)

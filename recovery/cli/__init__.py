@@ -95,7 +95,3 @@ for _mod in pkgutil.iter_modules(__path__):
     _m = importlib.import_module(f"{__name__}.{_mod.name}")
     if hasattr(_m, "register"):
         _m.register(main)
-
-from recovery.ui.command import register as _register_ui  # noqa: E402  (`recovery ui`; the web stack loads lazily)
-
-_register_ui(main)

@@ -2,7 +2,6 @@
 recovering what failed."""
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -10,22 +9,20 @@ from typing import TYPE_CHECKING, Any
 import click
 from redis import Redis
 
-from recovery.api import runnable
 from recovery.cli import echo_json, json_option, redis_option
-from recovery.connectors import sinks
 from recovery.engine.session import session
 from recovery.errors import RecoveryError
-from recovery.jobs import follow, reports
 from recovery.jobs import follow as follow_mod
 from recovery.jobs import recover as jobs_recover
+from recovery.jobs import reports
 from recovery.jobs import submit as jobs_submit
 from recovery.jobs import summary as jobs_summary
+from recovery.jobs.driver import uses_log_source
 from recovery.model import config, render
 from recovery.model.run import check_run_id
-from recovery.model.workflow import Workflow
 from recovery.model.xml import parse as workflow_xml
 from recovery.redis import connection
-from recovery.tracking import keys, runs
+from recovery.tracking import runs
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -148,14 +145,14 @@ def show(summary: dict[str, Any], as_json: bool) -> None:
         echo_json(summary)
         return
     print_summary(summary)
-    for line in follow.report_lines(summary):
+    for line in follow_mod.report_lines(summary):
         click.echo(line)
 
 
-def follow_and_report(wf: Workflow, xml: str, file: str, client: Redis, url: str, make_spark: Callable[[], Any],
-               master: str | None, max_batches: int | None, idle_exit: float | None, as_json: bool,
-               run_id: str | None = None) -> dict[str, Any]:
-    """`submit --follow`: jobs.follow with its events printed to stderr (none with --json)."""
+def follow_and_report(plan: follow_mod.FollowPlan, client: Redis, url: str, make_spark: Callable[[], Any],
+                      max_batches: int | None, idle_exit: float | None, as_json: bool) -> dict[str, Any]:
+    """`submit --follow` (checked: `plan`): jobs.follow with its events printed to stderr (none
+    with --json)."""
 
     def echo(kind: str, info: dict) -> None:
         if as_json:
@@ -182,11 +179,8 @@ def follow_and_report(wf: Workflow, xml: str, file: str, client: Redis, url: str
                        err=True)
         sys.stderr.flush()
 
-    follow_mod.check(client, wf, follow=True)
     spark = make_spark()
-    summary = follow_mod.follow(spark, client, url, wf, xml, file, master=master or "local[*]",
-                              max_batches=max_batches, idle_exit=idle_exit, on_event=echo, run_id=run_id)
-    return summary
+    return follow_mod.run(spark, client, url, plan, max_batches=max_batches, idle_exit=idle_exit, on_event=echo)
 
 
 def register(main: click.Group) -> None:
@@ -221,26 +215,22 @@ def register(main: click.Group) -> None:
                as_json: bool) -> None:
         """Run the workflow FILE on Spark with every tuple tracked; prints a summary."""
         wf = workflow_xml.load(file)
-        # checked before anything is stored (exit 2); classes, and scripts in local mode
         wf = wf.with_config(config.parse_assignments(props, "-p", dict(wf.config), [c.id for c in wf.components]))
-        runnable.check_runnable(file, wf, local=master is None or master.startswith("local"))
         with open(file, encoding="utf-8", errors="replace") as fh:
             xml = fh.read()
-        client, url = _client(redis_url)
-        # early, before Spark starts (jobs.submit refuses it atomically in any case)
-        if run_id and client.exists(keys.run_record(run_id)):
-            raise RecoveryError(f"run {run_id!r} exists already (see `recovery status {run_id}`; "
-                                "choose another --run-id)")
-        # --- log source (recovery/jobs/follow.py): topics exist (exit 2 before Spark starts); --follow ---
-        if follow or jobs_submit.uses_log_source(wf):
-            follow_mod.check(client, wf, follow, not no_tracking)
-        if follow:
+        # every refusal before Spark starts (exit 2): first what the workflow and the options
+        # decide, then, connected, what Redis holds
+        if follow:   # --- log source (recovery/jobs/follow.py): continuous runs over topics ---
+            follow_plan = follow_mod.prepare(wf, xml, file, master or "local[*]", run_id, not no_tracking)
             if spill_dir is not None:
                 raise RecoveryError("--spill-dir does not apply to --follow runs: set the workflow "
                                     "property recovery.spill.dir instead")
-            summary = follow_and_report(wf, xml, os.path.abspath(file), client, url,
-                                            lambda: _spark(master, _kv(spark_conf, "--conf")),
-                                            master, max_batches, idle_exit, as_json, run_id)
+            client, url = _client(redis_url)
+            if run_id:   # a run of its own: the consumer's run goes on only without --run-id
+                runs.check_absent(client, run_id)
+            follow_mod.check_redis(client, follow_plan)
+            summary = follow_and_report(follow_plan, client, url, lambda: _spark(master, _kv(spark_conf, "--conf")),
+                                        max_batches, idle_exit, as_json)
             if as_json:
                 echo_json(summary)
             elif summary.get("run_id"):
@@ -250,21 +240,21 @@ def register(main: click.Group) -> None:
             else:
                 click.echo("no messages to read: no run was started")
             return
-        # --- end log source ---
-        sinks.check_folders(wf, run_id)   # before Spark starts (jobs.submit checks again)
+        plan = jobs_submit.prepare(wf, xml, file, tracking_on=not no_tracking, master=master or "local[*]",
+                                   run_id=run_id, spill_dir=spill_dir)
+        client, url = _client(redis_url)
+        jobs_submit.check_redis(client, plan)
         spark = _spark(master, _kv(spark_conf, "--conf"))
         # --- log source: resume a crashed run of the same consumer first (recovery/jobs/follow.py) ---
-        if jobs_submit.uses_log_source(wf):
+        if uses_log_source(wf):
             for resumed in follow_mod.resume_crashed(spark, client, url, wf):
                 click.echo(f"resumed crashed run {resumed['run_id']} of the same consumer first", err=True)
         # --- end log source ---
         with _Progress(not as_json) as progress:
-            summary = jobs_submit.submit(spark, client, url, wf, xml, os.path.abspath(file),
-                                  tracking_on=not no_tracking, master=master or "local[*]",
-                                  progress=progress, run_id=run_id, spill_dir=spill_dir)
+            summary = jobs_submit.run(spark, client, url, plan, progress)
         _LAST.clear()
         _LAST.update(summary)
-        if jobs_submit.uses_log_source(wf):   # --- log source: partitions, lag, warnings (recovery/jobs/follow.py)
+        if uses_log_source(wf):   # --- log source: partitions, lag, warnings (recovery/jobs/follow.py)
             summary = follow_mod.enrich(client, summary, wf)
         show(summary, as_json)
         if not as_json:
@@ -343,15 +333,12 @@ def register(main: click.Group) -> None:
         round (a crashed round that resumes too). Use it to mend a bad value a run was
         submitted with, or to allow more attempts before `recovery dead --requeue`."""
         client, url = _client(redis_url)
-        rec = runs.get(client, run_id)
-        if runs.status_of(rec) == runs.RUNNING:
-            if not force:   # the same refusal jobs.recover makes, before Spark starts
-                raise RecoveryError(f"run {run_id} is still running ({runs.describe_driver(rec)}); wait "
-                                    f"for it, or take it over with `recovery recover {run_id} --force`")
-            click.echo(f"warning: taking over run {run_id} from its {runs.describe_driver(rec)}; if that "
-                       "driver is still working, it stops at its next write", err=True)
+        plan = jobs_recover.prepare(client, run_id, force, spill_dir)   # every refusal, before Spark starts
+        if plan.driver_alive:   # (force)
+            click.echo(f"warning: taking over run {run_id} from its {runs.describe_driver(plan.record)}; if "
+                       "that driver is still working, it stops at its next write", err=True)
         if props:
-            original = jobs_summary.original_workflow(rec)
+            original = jobs_summary.original_workflow(plan.record)
             jobs_recover.reconfigure(client, run_id, config.parse_assignments(
                 props, "-p", dict(original.config), [c.id for c in original.components]))
         spark = _spark(master, _kv(spark_conf, "--conf"))
@@ -361,8 +348,7 @@ def register(main: click.Group) -> None:
                 s = r["summary"]
                 progress.note(f"round {r['round']}: replayed {r['replayed']} tuples; "
                               f"roots pending {s['pending']}, dead {s['dead']}")
-            summary = jobs_recover.recover(spark, client, url, run_id, max_rounds, strategy, progress, on_round,
-                                   force=force, spill_dir=spill_dir)
+            summary = jobs_recover.run(spark, client, url, plan, max_rounds, strategy, progress, on_round)
         if as_json:
             echo_json(summary)
         else:

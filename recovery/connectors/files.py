@@ -1,7 +1,8 @@
-"""Built-in sources, read by the spout's Spark tasks (never by the driver).
+"""The file source (`<source type="file">`), read by the spout's Spark tasks (never by the
+driver); the failed-tuple queue source is in queue.py.
 
-Each is a generator over a TaskRunner: it calls `runner.spout_record(...)` per record and yields
-now and then so the runner can hand finished chunks to Spark while the source is still read.
+A source is a generator over a TaskRunner: it calls `runner.spout_record(...)` per record and
+yields now and then so the runner can hand finished chunks to Spark while the source is still read.
 """
 from __future__ import annotations
 
@@ -9,15 +10,10 @@ import functools
 import glob
 import json
 import os
-import time
 from collections.abc import Iterator
-from typing import Any, cast
 
 from recovery.connectors.runner import SourceRunner
-from recovery.model.failed import FailedTuple
 from recovery.model.workflow import SourceImpl
-from recovery.tracking import keys
-from recovery.tracking.ledger import fenced_transaction
 
 
 def resolve(path: str, base_dir: str | None) -> str:
@@ -97,55 +93,3 @@ def file_source(runner: SourceRunner) -> Iterator[None]:
             if n % 1024 == 0:
                 yield None
     yield None
-
-
-def queue_source(runner: SourceRunner) -> Iterator[None]:
-    """Replays a failed position's cached queue: each tuple goes, with its id, roots, source and
-    stream unchanged, directly to the task where it failed (a spout position's raw records are
-    decoded again, as the spout would)."""
-    impl = runner.comp.impl
-    assert isinstance(impl, SourceImpl)   # the factory runs a source only for a <source>
-    target = impl.param("component", "")   # required by the parser
-    tasks = [int(t) for t in (impl.param("tasks") or "").split()]
-    replaces_spout = target == runner.component_id
-    if replaces_spout:   # the spout itself is replaced: each task replays its own position
-        tasks = [t for t in tasks if t == runner.task_id]
-    now = time.time()
-    client, run_id = runner.client, runner.spec.run_id
-    assert client is not None   # the runner connects for a queue source (TaskRunner._needs_redis)
-    for task in tasks:
-        entries = client.hgetall(keys.queue(run_id, target, task))
-        waiting = []   # not_before of the tuples left backing off
-        for _, raw_rec in sorted(entries.items()):
-            rec = FailedTuple.unpack(cast(bytes, raw_rec))
-            if (rec.not_before or 0) > now:
-                waiting.append(rec.not_before or 0.0)
-                continue   # still backing off: a later round takes it
-            attempt = rec.attempt + 1
-            if replaces_spout:
-                fmt = rec.format or "text"
-                stream = runner.comp.stream(rec.stream or "default") or runner.comp.streams[0]
-                decode = decoder(fmt, stream.fields)
-                raw = rec.raw
-                mid = tuple(rec.message_id) if isinstance(rec.message_id, list) else rec.message_id
-                runner.spout_record(mid, functools.partial(decode, raw), raw, stream.id, fmt, attempt,
-                                    replayed=True)
-            else:
-                runner.replay_to(target, task, rec, attempt)
-        _reset_queue_due(runner, f"{target}:{task}", min(waiting) if waiting else None)
-        yield None
-
-
-def _reset_queue_due(runner: SourceRunner, position: str, earliest: float | None) -> None:
-    """The position's earliest not_before is now exactly that of the tuples left waiting (the
-    replayed ones, when they fail again, are added back by the commit that queues them, which
-    comes after this one: their task consumes this one's output)."""
-    due = keys.queue_due(runner.spec.run_id)
-    assert runner.client is not None
-
-    def write(pipe: Any) -> None:
-        if earliest is None:
-            pipe.zrem(due, position)
-        else:
-            pipe.zadd(due, {position: earliest})
-    fenced_transaction(runner.client, runner.spec.run_id, runner.spec.generation, write)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
+import numpy as np
 from redis import Redis
 
 from recovery.model.failed import FailedTuple
@@ -29,3 +30,21 @@ class SourceRunner(Protocol):
     def replay_to(self, component: str, task: int, rec: FailedTuple, attempt: int) -> None: ...
 
     def log(self, message: str, level: str = "info") -> None: ...
+
+
+class BatchSourceRunner(SourceRunner, Protocol):
+    """A source that emits a block of records at a time (connectors.file_batches) gets this
+    runner (runtime.batch.runner.BatchTaskRunner): its blocks go to batch components."""
+
+    batch_size: int   # records per block, at most
+
+    def select_roots(self, hashes: np.ndarray) -> np.ndarray | None:
+        """Which of the records whose message ids hash to `hashes` (ids.position_hashes) a
+        root-replay round re-emits (a bool mask); None when every one is emitted."""
+        ...
+
+    def emit_roots(self, hashes: np.ndarray, values: Any, stream: str) -> None:
+        """Root tuples, one per row of `values` (a pyarrow record batch of `stream`'s
+        fields), row i's message id hashing to hashes[i]: the root ids, tuple ids, routes and
+        ledger contributions `spout_record` would give each row, counted as its roots."""
+        ...

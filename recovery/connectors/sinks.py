@@ -180,7 +180,7 @@ def replace_other_runs(wf: Workflow, run_id: str, original_json: str | None = No
     `wf` is the round's workflow; `original_json` the submitted one when they differ (a
     recovery round runs only some of the sinks). Returns the paths removed."""
     if original_json:
-        wf = Workflow.model_validate_json(original_json)
+        wf = Workflow.from_task_json(original_json)
     sinks = file_sinks(wf)
     own = _own(run_id, [s.component for s in sinks])
     removed = []

@@ -11,13 +11,16 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import msgpack
 from redis import Redis
 
+from recovery.api.components import Spout, Tuple
 from recovery.connectors import files, spark_source
+from recovery.connectors.file_batches import file_source_batches
+from recovery.connectors.queue import queue_source
 from recovery.connectors.redis_stream import reader as stream_reader
 from recovery.model.graph import TaskContext, subscribers, topological_order
 from recovery.model.run import RunSpec
@@ -38,11 +41,11 @@ def _spout_task(spec: RunSpec, component_id: str, index: int, it: Any):
     reader partitions this task owns."""
     wf, _, _ = task.workflow_of(spec)
     if batch.reads_in_batches(wf.component(component_id), wf):
-        return batch.BatchTaskRunner(spec, component_id, index).run_spout(batch.file_source_batches)
+        return batch.BatchTaskRunner(spec, component_id, index).run_spout(file_source_batches)
     runner = task.TaskRunner(spec, component_id, index)
     impl = runner.comp.impl
     if impl.kind == "source":
-        driver = {"file": files.file_source, "queue": files.queue_source}.get(impl.type)
+        driver = {"file": files.file_source, "queue": queue_source}.get(impl.type)
         if driver is None and impl.type == "redis-stream":
             driver = stream_reader.stream_source
         if driver is None and impl.type == spark_source.SOURCE_TYPE:
@@ -202,10 +205,22 @@ def clear_round(client: Redis, run_id: str, round_no: int, spill_dir: str | None
 class _FateCollector:
     """The collector of a spout that is only told fates: it emits nothing further."""
 
-    def emit(self, *args: Any, **kwargs: Any) -> list[int]:
+    def emit(self, component: Any, values: Sequence[Any], stream: str, anchors: tuple[Tuple, ...],
+             direct_task: int | None, message_id: Any) -> list[int]:
         return []
 
+    def ack(self, tup: Tuple) -> None:
+        pass
+
+    def fail(self, tup: Tuple, error: str | None = None) -> None:
+        pass
+
     def log(self, message: str, level: str = "info") -> None:
+        pass
+
+    def spout_record(self, message_id: Any, decode: Callable[[], list | None], raw: Any,
+                     stream: str = "default", fmt: str = "", attempt: int = 1,
+                     replayed: bool = False) -> None:
         pass
 
 
@@ -230,10 +245,9 @@ def _tell_spout(spec: RunSpec, component_id: str, field: str) -> int:
     dead = ledger.dead_among(client, spec.run_id, roots)
     waiting, told = [], 0
     index = int(field.split(":")[1])
-    spout = factory.build(wf.component(component_id), wf)
-    spout._collector = _FateCollector()
-    spout.conf = wf.conf(component_id)
-    spout.context = TaskContext(wf, component_id, tm.task_id(component_id, index), tm)
+    spout = cast(Spout, factory.build(wf.component(component_id), wf))   # a <spout>: a Spout
+    context = TaskContext(wf, component_id, tm.task_id(component_id, index), tm)
+    spout.bind(_FateCollector(), wf.conf(component_id), context)
     spout.open(spout.conf, spout.context)
     try:
         for root, message_id in messages:

@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from recovery.redis.embedded import private_dir, private_file, state_home
+from recovery.home import private_dir, private_file, state_home
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from redis import Redis
 
 from recovery.connectors import sinks
 from recovery.connectors.sinks import TableClear
-from recovery.errors import RunError
+from recovery.errors import RunBusy, RunError
 from recovery.model.record import RunRecord
 from recovery.model.run import is_run_id
 from recovery.model.workflow import Workflow
@@ -33,7 +33,7 @@ def spill_location(rec: RunRecord | None) -> str:
     if rec.spill_dir:
         return rec.spill_dir
     try:
-        configured = Workflow.model_validate_json(rec.workflow_json).setting("recovery.spill.dir")
+        configured = Workflow.from_task_json(rec.workflow_json).settings().spill_dir
     except (KeyError, ValueError) as err:   # a damaged record: the default location
         log.info("run %s: no workflow in its record (%s); its spill files are looked for at the "
                  "default location", rec.run_id, err)
@@ -52,7 +52,7 @@ def _table_sinks_of(rec: RunRecord | None) -> Workflow | None:
     if rec is None:
         return None
     try:
-        return Workflow.model_validate_json(rec.workflow_json)
+        return Workflow.from_task_json(rec.workflow_json)
     except ValueError as err:   # a damaged record: no table sink is known
         log.warning("run %s: no workflow in its record (%s); its table sinks (if any) are not cleared",
                     rec.run_id, err)
@@ -70,14 +70,14 @@ def clear_run(client: Redis, run_id: str, force: bool = False) -> Cleared:
     """`clear`, and the run's table sinks: commit rows dropped, user rows kept (module doc)."""
     try:
         rec: RunRecord | None = runs.get(client, run_id)
-    except RunError:
+    except RunError:   # no run, or a record that does not parse: its keys still go
         rec = None
     if rec is not None and runs.status_of(rec) == runs.RUNNING and not force:
-        raise RunError(f"run {run_id} is still running ({runs.describe_driver(rec)}); "
-                       "use --force to clear it anyway")
+        raise RunBusy(f"run {run_id} is still running ({runs.describe_driver(rec)}); "
+                      "use --force to clear it anyway")
     removed = [k.decode() for k in client.scan_iter(match=keys.run_prefix(run_id) + "*", count=1000)]
     if rec is None and not removed and client.zscore(keys.runs_index(), run_id) is None:
-        raise RunError(f"no run {run_id!r} in this Redis (see `recovery runs`)")
+        raise runs.not_found(run_id)
     wf = _table_sinks_of(rec)
     # before any key goes: a database that cannot be reached refuses the clear (unless force)
     tables = sinks.clear_tables(wf, run_id, force) if wf is not None else []

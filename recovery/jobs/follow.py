@@ -3,13 +3,13 @@
 A follow run reads its topics in micro-batches. Each batch is one round of the submitted
 workflow in the same run (its own round number, so a sink's part files are the batch's own),
 planned by logsource.plan_ranges (at most topology.max.spout.pending messages per spout task),
-run and settled by jobs.run_and_settle, which commits the offsets. With recovery.auto=true a
+run and settled by jobs.driver.run_and_settle, which commits the offsets. With recovery.auto=true a
 recovery round (jobs.recover, max_rounds=1) runs between batches when failed tuples are due.
 
 Ctrl-C / SIGTERM is a clean stop: the batch under way finishes and commits, then the loop
 ends (a second signal aborts at once; the next start resumes that batch). After a kill -9 the
 next `submit --follow` of the same workflow first resumes the crashed round of the consumer's
-run (jobs.resume_if_crashed: committed tasks replay their stored output, the rest run again on
+run (jobs.recover.resume_if_crashed: committed tasks replay their stored output, the rest run again on
 exactly the same offset ranges) and then continues that run: every message's effect reaches
 the sinks exactly once.
 """
@@ -23,16 +23,19 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from redis import Redis
 
+from recovery.api.runnable import check_runnable
 from recovery.connectors import sinks
 from recovery.connectors.redis_stream import offsets, topics
 from recovery.connectors.redis_stream import report as stream_report
-from recovery.errors import RecoveryError
-from recovery.jobs import recover, submit
+from recovery.errors import RecoveryError, RunBusy
+from recovery.jobs import driver, recover
 from recovery.jobs import summary as jobs_summary
+from recovery.jobs.submit import check_classes
 from recovery.model.record import RunRecord
 from recovery.model.run import RunSpec, check_run_id
 from recovery.model.workflow import Workflow
@@ -107,7 +110,7 @@ def resume_crashed(spark: SparkSession, client: Redis, redis_url: str, wf: Workf
     out = []
     for rec in owner_runs(client, wf):
         if runs.status_of(rec) == runs.CRASHED:
-            with runs.take_over(client, rec) as lease, submit.redis_lost_is_resumable(rec.run_id, redis_url):
+            with runs.take_over(client, rec) as lease, driver.redis_lost_is_resumable(rec.run_id, redis_url):
                 summary = recover.resume_if_crashed(spark, client, redis_url, rec.run_id, progress,
                                                     lease.generation)
             if summary is not None:
@@ -115,14 +118,43 @@ def resume_crashed(spark: SparkSession, client: Redis, redis_url: str, wf: Workf
     return out
 
 
-def check(client: Redis, wf: Workflow, follow: bool, tracking: bool = True) -> None:
-    """Cheap checks before Spark starts: topics exist, follow needs a topic and tracking."""
+def check_flags(wf: Workflow, follow: bool, tracking: bool = True) -> None:
+    """`--follow` needs a spout reading a topic, and tracking."""
     if follow and not topics.log_spouts(wf):
         raise RecoveryError(f"--follow needs a spout reading a topic (<source type=\"redis-stream\">); "
                             f"workflow {wf.name!r} has none")
     if follow and not tracking:
         raise RecoveryError("--follow needs tracking (a crashed batch is resumed from it)")
-    topics.check_topics(client, wf)
+
+
+@dataclass(frozen=True)
+class FollowPlan:
+    """A follow run that `prepare` checked: everything `run` needs but Spark."""
+    workflow: Workflow
+    xml: str
+    file: str | None              # the workflow file, absolute; None: from code
+    master: str
+    run_id: str | None            # None: the consumer's run, or a new generated id
+
+
+def prepare(wf: Workflow, xml: str, file: str | None, master: str = "local[*]", run_id: str | None = None,
+            tracking: bool = True) -> FollowPlan:
+    """Every refusal `submit --follow` makes from the workflow and its options alone (no Redis,
+    no Spark): a `class=` that does not load (with `file` and a local master, a shell script that
+    does not exist), a workflow without a topic, no tracking, a bad run id. Writes nothing."""
+    if file is not None:
+        check_runnable(file, wf, local=master.startswith("local"))
+    else:
+        check_classes(wf)
+    check_flags(wf, True, tracking)
+    if run_id is not None:
+        check_run_id(run_id)
+    return FollowPlan(wf, xml, os.path.abspath(file) if file is not None else None, master, run_id)
+
+
+def check_redis(client: Redis, plan: FollowPlan) -> None:
+    """The refusal that reads Redis, still before Spark starts: a topic that does not exist."""
+    topics.check_topics(client, plan.workflow)
 
 
 def _due(client: Redis, run_id: str) -> bool:
@@ -141,7 +173,7 @@ def _round_stats(client: Redis, run_id: str, round_no: int) -> dict[str, dict]:
 def _run_batch(spark: SparkSession, client: Redis, wf: Workflow, spec: RunSpec, stop: Stopper,
                emit: Event) -> dict[str, Any]:
     try:
-        return submit.run_and_settle(spark, client, wf, spec)
+        return driver.run_and_settle(spark, client, wf, spec)
     except Exception as err:
         # Ctrl-C in a terminal reaches Spark's Python workers too (same process group), which
         # fails the job. A clean stop finishes the batch: run the round again (committed tasks
@@ -151,7 +183,7 @@ def _run_batch(spark: SparkSession, client: Redis, wf: Workflow, spec: RunSpec, 
         log.debug("run %s batch round %d failed under a stop request; running it again", spec.run_id,
                   spec.round, exc_info=err)
         emit("retry", {"round": spec.round, "error": f"{type(err).__name__}"})
-        return submit.run_and_settle(spark, client, wf, spec)
+        return driver.run_and_settle(spark, client, wf, spec)
 
 
 def enrich(client: Redis, summary: dict[str, Any], wf: Workflow | None = None) -> dict[str, Any]:
@@ -190,14 +222,21 @@ def follow(spark: SparkSession, client: Redis, redis_url: str, wf: Workflow, xml
            master: str = "local[*]", max_batches: int | None = None, idle_exit: float | None = None,
            poll: float = 0.5, on_event: Event | None = None, stop: Stopper | None = None,
            run_id: str | None = None) -> dict[str, Any]:
+    """`prepare`, `check_redis`, then `run`."""
+    plan = prepare(wf, xml, file, master, run_id)
+    check_redis(client, plan)
+    return run(spark, client, redis_url, plan, max_batches, idle_exit, poll, on_event, stop)
+
+
+def run(spark: SparkSession, client: Redis, redis_url: str, plan: FollowPlan, max_batches: int | None = None,
+        idle_exit: float | None = None, poll: float = 0.5, on_event: Event | None = None,
+        stop: Stopper | None = None) -> dict[str, Any]:
     """Read the workflow's topics in micro-batches until stopped (signal, max_batches, or
     idle_exit seconds without a message); returns the run's summary."""
     emit: Event = on_event or (lambda kind, info: None)
-    if run_id is not None:
-        check_run_id(run_id)
-    check(client, wf, follow=True)
-    wf_json = submit.workflow_json(wf)
-    spill_dir = spill.location(None, wf.setting("recovery.spill.dir"))   # (no --spill-dir here)
+    wf, xml, file, master, run_id = plan.workflow, plan.xml, plan.file, plan.master, plan.run_id
+    wf_json = wf.to_task_json()
+    spill_dir = spill.location(None, wf.settings().spill_dir)   # (no --spill-dir here)
     resumed = resume_crashed(spark, client, redis_url, wf)
     for s in resumed:
         emit("resumed", s)
@@ -206,8 +245,8 @@ def follow(spark: SparkSession, client: Redis, redis_url: str, wf: Workflow, xml
     current = None
     for rec in owner_runs(client, wf):
         if runs.status_of(rec) == runs.RUNNING:
-            raise RecoveryError(f"run {rec.run_id} is reading this workflow's topics now (driver "
-                                f"pid {rec.driver_pid} on {rec.driver_host}); stop it first")
+            raise RunBusy(f"run {rec.run_id} is reading this workflow's topics now (driver "
+                          f"pid {rec.driver_pid} on {rec.driver_host}); stop it first")
         if rec.follow and rec.workflow_json == wf_json and run_id in (None, rec.run_id):
             current = rec
     created = current is not None
@@ -215,7 +254,7 @@ def follow(spark: SparkSession, client: Redis, redis_url: str, wf: Workflow, xml
     if current is None:   # a new run: mode="error" sinks refuse another run's output (recovery/connectors/sinks.py)
         sinks.check_folders(wf, run_id)
     held = contextlib.ExitStack()   # the run's lease, held from its creation (or take-over) to the end
-    held.enter_context(submit.redis_lost_is_resumable(run_id, redis_url))
+    held.enter_context(driver.redis_lost_is_resumable(run_id, redis_url))
     lease: runs.Lease | None = None
     gen: str | None = None
     if current is not None:   # created
@@ -224,7 +263,7 @@ def follow(spark: SparkSession, client: Redis, redis_url: str, wf: Workflow, xml
         runs.update(client, run_id, gen, driver_pid=os.getpid(), driver_host=socket.gethostname())
         emit("continue", {"run_id": run_id, "round": current.round})
     next_round = current.round + 1 if current else 0
-    auto = wf.conf_bool("recovery.auto")
+    auto = wf.settings().auto
     batches = messages = recovery_rounds = 0
     reason = "signal"
     last_activity = time.monotonic()
@@ -251,7 +290,7 @@ def follow(spark: SparkSession, client: Redis, redis_url: str, wf: Workflow, xml
                 spec = RunSpec(run_id, next_round, wf_json, redis_url, True, source_json=source_json,
                                generation=gen, spill_dir=spill_dir)
                 runs.update(client, run_id, gen, round=next_round, current_workflow=wf_json,
-                            current_spec=submit.spec_json(spec), status=runs.RUNNING,
+                            current_spec=spec.round_json(), status=runs.RUNNING,
                             driver_pid=os.getpid(), driver_host=socket.gethostname())
                 # counted when the batch starts: a resumed batch is not counted twice
                 runs.increment(client, run_id, gen, follow_batches=1, follow_messages=planned)

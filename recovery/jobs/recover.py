@@ -2,24 +2,17 @@
 until nothing is pending, resuming a crashed round first; dead letters and their requeue."""
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from redis import Redis
 
 from recovery.engine import rounds as engine_rounds
-from recovery.errors import RunError
-from recovery.jobs.submit import (
-    Progress,
-    claim_run,
-    redis_lost_is_resumable,
-    run_and_settle,
-    spec_json,
-    workflow_json,
-)
+from recovery.errors import RunBusy, RunError
+from recovery.jobs.driver import Progress, claim_run, redis_lost_is_resumable, run_and_settle
 from recovery.jobs.summary import (
     earliest_not_before,
     original_workflow,
@@ -42,18 +35,17 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-
 def reconfigure(client: Redis, run_id: str, overrides: dict[str, str]) -> None:
     """Set workflow properties of a stored run (`recover -p`, values already checked): the
     next rounds, and a resumed round, read the stored workflows."""
     rec = runs.get(client, run_id)
     if runs.status_of(rec) == runs.RUNNING:
-        raise RunError(f"run {run_id} is still running (driver pid {rec.driver_pid} on "
+        raise RunBusy(f"run {run_id} is still running (driver pid {rec.driver_pid} on "
                        f"{rec.driver_host}): its configuration cannot change now")
-    fields = {"workflow_json": workflow_json(original_workflow(rec).with_config(overrides))}
+    fields = {"workflow_json": original_workflow(rec).with_config(overrides).to_task_json()}
     if rec.current_workflow:
-        current = Workflow.model_validate_json(rec.current_workflow)
-        fields["current_workflow"] = workflow_json(current.with_config(overrides))
+        current = Workflow.from_task_json(rec.current_workflow)
+        fields["current_workflow"] = current.with_config(overrides).to_task_json()
     runs.update(client, run_id, **fields)
 
 
@@ -120,15 +112,11 @@ def resume_if_crashed(spark: SparkSession, client: Redis, redis_url: str, run_id
         return None
     generation = generation or rec.generation
     claim_run(client, run_id, generation)
-    wf = Workflow.model_validate_json(rec.current_workflow or rec.workflow_json)
-    extra = json.loads(rec.current_spec or "{}")
+    wf = Workflow.from_task_json(rec.current_workflow or rec.workflow_json)
     round_no = rec.round
-    spec = RunSpec(run_id, round_no, workflow_json(wf), redis_url, True,
-                   root_replay=bool(extra.get("root_replay")),
-                   root_epoch=extra.get("root_epoch", 0), filter_epoch=extra.get("filter_epoch", 0),
-                   original_json=rec.workflow_json if round_no else None,
-                   source_json=extra.get("source_json") or "{}", generation=generation,
-                   spill_dir=rec.spill_dir or None)
+    spec = RunSpec.from_round_json(rec.current_spec, run_id, round_no, wf.to_task_json(), redis_url,
+                                   original_json=rec.workflow_json if round_no else None,
+                                   generation=generation, spill_dir=rec.spill_dir or None)
     settled = rec.settled_round == round_no
     if spec.root_replay and not settled:
         prepare_root_replay(spark, client, spec)
@@ -141,8 +129,51 @@ def resume_if_crashed(spark: SparkSession, client: Redis, redis_url: str, run_id
 def check_not_running(rec: RunRecord) -> None:
     """Refuse to act on a run whose driver is alive (recover, requeue; the web view too)."""
     if runs.status_of(rec) == runs.RUNNING:
-        raise RunError(f"run {rec.run_id} is still running ({runs.describe_driver(rec)}); wait for "
+        raise RunBusy(f"run {rec.run_id} is still running ({runs.describe_driver(rec)}); wait for "
                        f"it, or take it over with `recovery recover {rec.run_id} --force`")
+
+
+@dataclass(frozen=True)
+class RecoverPlan:
+    """A recover that `prepare` checked: the run as read then, and what `run` does with it."""
+    record: RunRecord
+    force: bool                          # take the run over from a live driver
+    spill_location: str | None = None    # --spill-dir: where the run's spill files are now
+
+    @property
+    def driver_alive(self) -> bool:
+        """The run's driver held its lease when checked (`force` takes the run over from it)."""
+        return runs.status_of(self.record) == runs.RUNNING
+
+
+def prepare(client: Redis, run_id: str, force: bool = False, spill_dir: str | None = None) -> RecoverPlan:
+    """Every refusal a recover makes before it needs Spark: no such run, a run whose driver is
+    alive (unless `force` takes it over), a run that ran without tracking. Writes nothing."""
+    rec = runs.get(client, run_id)
+    if not force:
+        check_not_running(rec)
+    if not rec.tracking:
+        raise RunError(f"run {run_id} ran with tracking off: there is nothing to recover from")
+    return RecoverPlan(rec, force, spill.location(spill_dir) if spill_dir is not None else None)
+
+
+def run(spark: SparkSession, client: Redis, redis_url: str, plan: RecoverPlan, max_rounds: int | None = None,
+        strategy: str = "localized", progress: Progress | None = None,
+        on_round: Callable[[dict], None] | None = None) -> dict[str, Any]:
+    """Run a prepared recover: take the run over (atomically: a driver that took it meanwhile
+    refuses this one), resume a crashed round, then rounds until nothing is pending."""
+    rec, run_id = plan.record, plan.record.run_id
+    if plan.spill_location is not None:
+        rec.spill_dir = plan.spill_location
+        spill.SpillStore.at(plan.spill_location).ensure_run_dir(run_id)
+    lease = runs.take_over(client, rec, force=plan.force)
+    with lease, redis_lost_is_resumable(run_id, redis_url):
+        if plan.spill_location is not None:
+            runs.update(client, run_id, lease.generation, spill_dir=plan.spill_location)
+        # read again: the record as the previous driver left it at the take-over
+        rec = runs.get(client, run_id)
+        return _recover(spark, client, redis_url, rec, lease.generation, max_rounds, strategy,
+                        progress, on_round, resume=True)
 
 
 def recover(spark: SparkSession, client: Redis, redis_url: str, run_id: str, max_rounds: int | None = None,
@@ -153,28 +184,19 @@ def recover(spark: SparkSession, client: Redis, redis_url: str, run_id: str, max
     workflow from the failed positions and runs it with the same tracking. A run whose driver
     is alive (its lease valid) is refused unless `force` takes it over; `lease`: this process
     drives the run already (a follow run between batches). `spill_dir` (--spill-dir): where the
-    run's spill files are now; kept in the run record for later rounds and `clear`."""
+    run's spill files are now; kept in the run record for later rounds and `clear`. (`prepare`,
+    then `run`, unless `lease` is given.)"""
+    if lease is None:
+        plan = prepare(client, run_id, force, spill_dir)
+        return run(spark, client, redis_url, plan, max_rounds, strategy, progress, on_round)
+    # this process drives the run already: no round of another to resume
     rec = runs.get(client, run_id)
-    location = None
     if spill_dir is not None:
-        location = rec.spill_dir = spill.location(spill_dir)
-        spill.SpillStore.at(location).ensure_run_dir(run_id)
-    if lease is not None:   # this process drives the run already: no round of another to resume
-        with redis_lost_is_resumable(run_id, redis_url):
-            return _recover(spark, client, redis_url, rec, lease.generation, max_rounds, strategy,
-                            progress, on_round, resume=False)
-    if not force:
-        check_not_running(rec)
-    if not rec.tracking:
-        raise RunError(f"run {run_id} ran with tracking off: there is nothing to recover from")
-    lease = runs.take_over(client, rec, force=force)
-    with lease, redis_lost_is_resumable(run_id, redis_url):
-        if location is not None:
-            runs.update(client, run_id, lease.generation, spill_dir=location)
-        # read again: the record as the previous driver left it at the take-over
-        rec = runs.get(client, run_id)
+        rec.spill_dir = spill.location(spill_dir)
+        spill.SpillStore.at(rec.spill_dir).ensure_run_dir(run_id)
+    with redis_lost_is_resumable(run_id, redis_url):
         return _recover(spark, client, redis_url, rec, lease.generation, max_rounds, strategy,
-                        progress, on_round, resume=True)
+                        progress, on_round, resume=False)
 
 
 def _recover(spark: SparkSession, client: Redis, redis_url: str, rec: RunRecord, gen: str | None,
@@ -199,7 +221,7 @@ def _recover(spark: SparkSession, client: Redis, redis_url: str, rec: RunRecord,
         wait = earliest_not_before(client, run_id) - time.time()
         if wait > 0:   # every queued tuple is still backing off
             log.info("run %s: every queued tuple is backing off; waiting up to %.1fs", run_id, wait)
-            time.sleep(min(wait, original.setting("recovery.retry.max.delay.ms") / 1000))
+            time.sleep(min(wait, original.settings().retry_max_delay_ms / 1000))
         current = runs.get(client, run_id)
         round_no = current.round + 1
         if strategy == "root-replay":
@@ -207,7 +229,7 @@ def _recover(spark: SparkSession, client: Redis, redis_url: str, rec: RunRecord,
             # a new root id (as Storm's acker would see a re-emitted message); the old roots are
             # superseded and their queues dropped (prepare_root_replay, once the round is recorded)
             wf = original
-            spec = RunSpec(run_id, round_no, workflow_json(original), redis_url, True, root_replay=True,
+            spec = RunSpec(run_id, round_no, original.to_task_json(), redis_url, True, root_replay=True,
                            root_epoch=round_no, filter_epoch=current.root_epoch,
                            generation=gen, spill_dir=rec.spill_dir or None)
         else:
@@ -219,11 +241,11 @@ def _recover(spark: SparkSession, client: Redis, redis_url: str, rec: RunRecord,
             log.info("run %s round %d: recovery workflow of %d components replaying %d failed tuples (%s)",
                      run_id, round_no, len(wf.components), queued,
                      ", ".join(f"{c} tasks {sorted(t)}" for c, t in sorted(failed.items())))
-            spec = RunSpec(run_id, round_no, workflow_json(wf), redis_url, True,
+            spec = RunSpec(run_id, round_no, wf.to_task_json(), redis_url, True,
                            original_json=rec.workflow_json, generation=gen,
                            spill_dir=rec.spill_dir or None)
-        runs.update(client, run_id, gen, round=round_no, current_workflow=workflow_json(wf),
-                    current_spec=spec_json(spec), status=runs.RUNNING,
+        runs.update(client, run_id, gen, round=round_no, current_workflow=wf.to_task_json(),
+                    current_spec=spec.round_json(), status=runs.RUNNING,
                     **({"root_epoch": round_no} if spec.root_replay else {}))
         if spec.root_replay:
             prepare_root_replay(spark, client, spec)

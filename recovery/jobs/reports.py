@@ -11,7 +11,7 @@ from typing import Any
 from redis import Redis
 
 from recovery.connectors.redis_stream import report as stream_reader
-from recovery.errors import RecoveryError, RunError
+from recovery.errors import NoSuchComponent, RecoveryError
 from recovery.jobs import clear as jobs_clear
 from recovery.jobs import follow, recover, summary
 from recovery.model.failed import FailedTuple
@@ -97,7 +97,7 @@ def component(client: Redis, run_id: str, component_id: str) -> dict[str, Any]:
     rec = runs.get(client, run_id)
     wf = summary.original_workflow(rec)
     if component_id not in {c.id for c in wf.components}:
-        raise RunError(f"run {run_id}: no component {component_id!r} in workflow {wf.name!r}")
+        raise NoSuchComponent(f"run {run_id}: no component {component_id!r} in workflow {wf.name!r}")
     c = wf.component(component_id)
     per_round = [{"round": r["round"], **(r["components"].get(component_id) or {})}
                  for r in rounds(client, run_id)["rounds"]]

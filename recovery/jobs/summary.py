@@ -144,4 +144,4 @@ def summarize(client: Redis, run_id: str, rounds: list | None = None, settled: b
 
 # --- the run's original workflow -------------------------------------------------------------
 def original_workflow(rec: RunRecord) -> Workflow:
-    return Workflow.model_validate_json(rec.workflow_json)
+    return Workflow.from_task_json(rec.workflow_json)

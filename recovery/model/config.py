@@ -18,6 +18,7 @@ values are text there; this module checks them and turns them into typed values.
 from __future__ import annotations
 
 import difflib
+import functools
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any, Literal
 
@@ -141,7 +142,6 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-_ATTRIBUTES: dict[str, str] = {_alias(n, f): n for n, f in Settings.model_fields.items()}
 _DEFAULT_SETTINGS = Settings()          # the defaults, typed (30.0, not 30)
 
 # The defaults as text, merged under a workflow's properties (Workflow.conf).
@@ -274,14 +274,38 @@ def parse_assignments(pairs: Iterable[str], option: str = "-p",
     return out
 
 
-def value(conf: Mapping[str, Any], name: str) -> Any:
-    """The typed value of declared property `name` in `conf` (its default when absent)."""
-    if name not in PROPERTIES:
-        raise KeyError(f"{name} is not a declared property")
-    raw = conf.get(name) if conf else None
-    if raw is None:
-        return getattr(_DEFAULT_SETTINGS, _ATTRIBUTES[name])
-    return check_property(name, raw)
+def settings(conf: Mapping[str, Any] | None) -> Settings:
+    """The typed settings of `conf` (a component's configuration: text, as Workflow.conf gives
+    it; a declared property absent or None takes its default). The one way the project reads
+    its properties; PropertyError names the first bad one. Components still get `conf` itself."""
+    declared = tuple((name, conf[name]) for name in PROPERTIES if conf and conf.get(name) is not None)
+    try:
+        hash(declared)
+    except TypeError:   # a value that cannot be a cache key (a conf built in code): not cached
+        return _typed(declared)
+    return _cached(declared)
+
+
+def _typed(declared: tuple[tuple[str, Any], ...]) -> Settings:
+    if not declared:
+        return _DEFAULT_SETTINGS
+    return Settings.model_validate({name: check_property(name, raw) for name, raw in declared})
+
+
+_cached = functools.lru_cache(maxsize=256)(_typed)   # tasks and tuples read the same few confs
+
+
+def injections(conf: Mapping[str, Any] | None) -> dict[str, InjectionSettings]:
+    """Every injection ``recovery.inject.NAME.*`` set in `conf`, typed, by NAME (sorted); an
+    attribute not set takes its default. PropertyError names the first bad property."""
+    by_name: dict[str, dict[str, Any]] = {}
+    for name, raw in (conf or {}).items():
+        attr = injection_attribute(name)
+        if attr:
+            inj = name[len(INJECT_PREFIX):].partition(".")[0]
+            check_property(name, raw)
+            by_name.setdefault(inj, {})[attr] = raw
+    return {inj: InjectionSettings.model_validate(attrs) for inj, attrs in sorted(by_name.items())}
 
 
 def describe() -> list[tuple[str, str, str, str]]:

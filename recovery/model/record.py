@@ -49,7 +49,7 @@ class RunRecord(BaseModel):
     settled_round: int | None = None     # the last round whose acker verdict was taken
     root_epoch: int = 0                  # root replay: the round whose root ids are current
     current_workflow: str | None = None  # the current round's workflow (JSON)
-    current_spec: str | None = None      # the current round's RunSpec extras (jobs.submit.spec_json)
+    current_spec: str | None = None      # the current round's RunSpec extras (RunSpec.round_json)
     stats: dict[str, Any] = {}           # round 0's counters per component
     rounds: list[dict[str, Any]] = []    # per round: round, components, started, ended
     summary: dict[str, Any] | None = None  # the last summary (jobs.summary.summarize)

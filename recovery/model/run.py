@@ -1,11 +1,12 @@
-"""A run's round as its Spark tasks receive it: plain data (the workflow as JSON, not data);
-and what a run id may be."""
+"""A run's round as its Spark tasks receive it: plain data (the workflow as JSON, not data), and
+what of it a run record keeps to resume the round; and what a run id may be."""
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 
-from recovery.errors import RunError
+from recovery.errors import BadRequest, RunError
 
 # A run id names the run's Redis keys, its spill folder and its sinks' part files, so it is
 # one safe path segment and one key segment: letters, digits, ".", "_", "-" (no "/", no ":"
@@ -15,7 +16,7 @@ RUN_ID_MAX = 128
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,%d}" % (RUN_ID_MAX - 1))
 
 
-class RunIdError(RunError):
+class RunIdError(RunError, BadRequest):
     """A run id outside the allowed alphabet (`check_run_id`)."""
 
 
@@ -53,3 +54,22 @@ class RunSpec:
     source_json: str = "{}"                         # per-round source settings (e.g. offset ranges)
     generation: str | None = None                   # the run's record generation: commits check it
     spill_dir: str | None = None                    # the run's spill location (None: RECOVERY_HOME/spill)
+
+    def round_json(self) -> str:
+        """What resuming this round needs besides its workflows (the run record's
+        `current_spec`): the root-replay settings and the sources' per-round settings."""
+        return json.dumps({"root_replay": self.root_replay,
+                           "root_epoch": self.root_epoch, "filter_epoch": self.filter_epoch,
+                           "source_json": self.source_json})
+
+    @classmethod
+    def from_round_json(cls, round_json: str | None, run_id: str, round: int, workflow_json: str,
+                        redis_url: str | None, original_json: str | None = None,
+                        generation: str | None = None, spill_dir: str | None = None) -> RunSpec:
+        """The tracked round `round_json` (`round_json()`'s text, or None: a plain round) describes."""
+        extra = json.loads(round_json or "{}")
+        return cls(run_id, round, workflow_json, redis_url, True,
+                   root_replay=bool(extra.get("root_replay")),
+                   root_epoch=extra.get("root_epoch", 0), filter_epoch=extra.get("filter_epoch", 0),
+                   original_json=original_json, source_json=extra.get("source_json") or "{}",
+                   generation=generation, spill_dir=spill_dir)

@@ -5,10 +5,11 @@ Workflow; recovery synthesis maps (Workflow, failed positions) to another Workfl
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 from enum import Enum
-from typing import TYPE_CHECKING, Annotated, Any, Literal, overload
+from typing import TYPE_CHECKING, Annotated, Literal, overload
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -223,6 +224,16 @@ class Workflow(_Frozen):
     def _name(cls, v: str) -> str:
         return _check_id(v, COMPONENT_ID, "workflow name")
 
+    def to_task_json(self) -> str:
+        """The workflow as Spark tasks and run records carry it: its JSON with `base_dir` (which
+        model dumps and the XML leave out), so that relative paths resolve the same everywhere."""
+        return json.dumps({**json.loads(self.model_dump_json()), "base_dir": self.base_dir})
+
+    @classmethod
+    def from_task_json(cls, text: str | bytes) -> Workflow:
+        """The workflow `to_task_json` wrote, `base_dir` included."""
+        return cls.model_validate_json(text)
+
     def component(self, component_id: str) -> Component:
         for c in self.components:
             if c.id == component_id:
@@ -238,18 +249,9 @@ class Workflow(_Frozen):
             merged.update(dict(self.component(component_id).config))
         return merged
 
-    def setting(self, key: str, component_id: str | None = None) -> Any:
-        """The typed value of a declared property (recovery/model/config.py)."""
-        return config_decl.value(self.conf(component_id), key)
-
-    def conf_int(self, key: str, component_id: str | None = None) -> int:
-        return int(self.setting(key, component_id))
-
-    def conf_float(self, key: str, component_id: str | None = None) -> float:
-        return float(self.setting(key, component_id))
-
-    def conf_bool(self, key: str, component_id: str | None = None) -> bool:
-        return bool(self.setting(key, component_id))
+    def settings(self, component_id: str | None = None) -> config_decl.Settings:
+        """The typed settings of `conf(component_id)` (recovery/model/config.py)."""
+        return config_decl.settings(self.conf(component_id))
 
     def with_config(self, overrides: dict[str, str]) -> Workflow:
         """This workflow with workflow-level properties set or replaced (submit/recover -p)."""

@@ -1,4 +1,4 @@
-"""Shell components: Storm's multilang protocol (shared/seeds/000; framing and quoting in
+"""Shell components: Storm's multilang protocol (docs/references.md; framing and quoting in
 protocol.py) over a child's stdin/stdout.
 
 `ShellBolt(impl, base_dir)` (bolt.py) and `ShellSpout(impl, base_dir)` (spout.py), on ShellBase

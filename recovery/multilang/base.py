@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 
+from recovery.api.collector import OutputCollector
 from recovery.errors import RecoveryError
+from recovery.model import config as config_decl
 from recovery.model.workflow import ShellImpl
 from recovery.multilang import process
 from recovery.multilang.process import ChildProcess
@@ -25,7 +27,6 @@ from recovery.multilang.protocol import (
     EndOfOutput,
     ProtocolError,
     StderrLine,
-    conf_float,
     dumps,
     handshake_conf,
     quote,
@@ -35,26 +36,6 @@ from recovery.multilang.protocol import (
 # a direct task that does not subscribe, values a grouping or the encoder cannot take);
 # anything else (Redis gone...) is the host's and propagates, failing the Spark task.
 EMIT_ERRORS = (ValueError, TypeError, LookupError, OverflowError)
-
-
-def collect_emit(component: Any, values: list, stream: str, anchors: tuple, task: Any,
-                  message_id: Any) -> list:
-    """The collector's emit, after checking that the values can be carried (JSON gives
-    integers msgpack cannot encode: they would fail a whole chunk at the task's end)."""
-    component._pack(values)
-    return component._collector.emit(component, values, stream, anchors, task, message_id)
-
-
-def dispatch(component: Any, msg: Any) -> None:
-    """Hand one message from the program to the component's handler for its command
-    (ShellBolt and ShellSpout alike); anything else is a ProtocolError quoting it."""
-    if msg.__class__ is not dict:
-        raise ProtocolError(component._child_problem(msg) or
-                             f"sent {quote(msg)}, which is not a command")
-    handler = component._handlers.get(msg.get("command"))
-    if handler is None:
-        raise ProtocolError(f"sent an unknown command: {quote(msg)}")
-    handler(msg)
 
 
 class ShellError(RecoveryError):
@@ -68,7 +49,7 @@ class ShellBase:
     max_explained_restarts = 50   # ...or ones the child reported (an exception in pystorm)
     _read_delay = 0.0
     _gave_up_note = " (its tuples now fail without being run)"   # what giving up means
-    _collector: Any    # the task's collector (api.components installs it; the protocol is there)
+    _collector: OutputCollector   # bound by the runtime: Component.bind
 
     if TYPE_CHECKING:   # ShellBolt and ShellSpout each lose a child their own way
         def _lose(self, problem: str) -> None: ...
@@ -111,9 +92,10 @@ class ShellBase:
     def _configure(self, conf: dict, context: Any) -> None:
         self.conf = conf
         self.context = context
-        timeout = conf_float(conf, "topology.subprocess.timeout.secs")
+        settings = config_decl.settings(conf)
+        timeout = settings.subprocess_timeout_secs
         timeout = timeout if timeout > 0 else 30.0
-        message_timeout = conf_float(conf, "topology.message.timeout.secs")
+        message_timeout = settings.message_timeout_secs
         if message_timeout > 0:
             timeout = min(timeout, 0.9 * message_timeout)
         self._timeout = timeout
@@ -203,10 +185,25 @@ class ShellBase:
 
     # -- messages shared by bolts and spouts ------------------------------------------------
 
+    def _dispatch(self, msg: Any) -> None:
+        """Hand one message from the program to the handler for its command; anything else
+        is a ProtocolError quoting it."""
+        if msg.__class__ is not dict:
+            raise ProtocolError(self._child_problem(msg) or f"sent {quote(msg)}, which is not a command")
+        command = msg.get("command")
+        handler = self._handlers.get(command) if isinstance(command, str) else None
+        if handler is None:
+            raise ProtocolError(f"sent an unknown command: {quote(msg)}")
+        handler(msg)
+
+    def _collect_emit(self, values: list, stream: str, anchors: tuple, task: Any, message_id: Any) -> list:
+        """The collector's emit, after checking that the values can be carried (JSON gives
+        integers msgpack cannot encode: they would fail a whole chunk at the task's end)."""
+        self._pack(values)
+        return self._collector.emit(self, values, stream, anchors, task, message_id)
+
     def _log(self, message: str, level: str) -> None:
-        collector = self._collector
-        if collector is not None:
-            collector.log(message, level)
+        self._collector.log(message, level)
 
     def _on_log(self, msg: dict) -> None:
         level = msg.get("level", 2)
@@ -337,7 +334,7 @@ class ShellBase:
                     self._backlog = item[i:]
                     return True
                 try:
-                    dispatch(self, msg)
+                    self._dispatch(msg)
                 except ProtocolError as exc:
                     self._lose(str(exc))
                     return False

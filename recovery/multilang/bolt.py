@@ -7,14 +7,14 @@ from collections.abc import Callable
 from typing import Any
 
 from recovery.api.components import HEARTBEAT_STREAM, SYSTEM_COMPONENT, TICK_STREAM, Bolt, Tuple
+from recovery.model import config as config_decl
 from recovery.model.workflow import ShellImpl
 from recovery.multilang import process
-from recovery.multilang.base import EMIT_ERRORS, ShellBase, ShellError, collect_emit
+from recovery.multilang.base import EMIT_ERRORS, ShellBase, ShellError
 from recovery.multilang.process import READ_DELAY, ChildProcess
 from recovery.multilang.protocol import (
     END_OF_MESSAGE,
     ProtocolError,
-    conf_float,
     dumps,
     encode_compact,
     quote,
@@ -68,8 +68,9 @@ class ShellBolt(ShellBase, Bolt):
 
     def prepare(self, conf: dict, context: Any) -> None:
         self._configure(conf, context)
-        self._tick_secs = max(0.0, conf_float(conf, "topology.tick.tuple.freq.secs"))
-        hb = conf_float(conf, "topology.multilang.heartbeat.interval.secs")
+        settings = config_decl.settings(conf)
+        self._tick_secs = max(0.0, settings.tick_tuple_freq_secs)
+        hb = settings.multilang_heartbeat_interval_secs
         self._hb_secs = hb if hb > 0 else 1.0
         try:
             self._start()
@@ -307,7 +308,7 @@ class ShellBolt(ShellBase, Bolt):
             task_ids = []
         else:
             try:
-                task_ids = collect_emit(self, values, stream, anchors, task, None)
+                task_ids = self._collect_emit(values, stream, anchors, task, None)
             except EMIT_ERRORS as exc:
                 error = f"shell process `{self.label}` emitted {quote(msg)}: {exc}"
                 if anchors:

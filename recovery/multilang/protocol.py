@@ -6,8 +6,6 @@ import json
 import re
 from typing import Any
 
-from recovery.model import config as config_decl
-
 QUOTE_CHARS = 300           # how much of what a child sent an error quotes
 ERROR_CHARS = 4000          # longest `error` message kept as a failure's error
 MAX_MESSAGE_BYTES = 16 << 20
@@ -78,6 +76,3 @@ def handshake_conf(conf: dict) -> dict:
         out[str(key)] = value
     return out
 
-
-def conf_float(conf: dict, key: str) -> float:
-    return float(config_decl.value(conf or {}, key))   # declared in recovery/model/config.py

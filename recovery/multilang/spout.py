@@ -5,13 +5,13 @@ import queue
 from typing import Any
 
 from recovery.api.components import Spout
+from recovery.model import config as config_decl
 from recovery.model.workflow import ShellImpl
 from recovery.multilang import process
-from recovery.multilang.base import EMIT_ERRORS, ShellBase, ShellError, collect_emit
+from recovery.multilang.base import EMIT_ERRORS, ShellBase, ShellError
 from recovery.multilang.protocol import (
     END_OF_MESSAGE,
     ProtocolError,
-    conf_float,
     dumps,
     encode_compact,
     quote,
@@ -158,7 +158,7 @@ class ShellSpout(ShellBase, Spout):
         self._emitted += 1
         message_id = msg.get("id")
         try:
-            task_ids = collect_emit(self, values, stream, (), task, message_id)
+            task_ids = self._collect_emit(values, stream, (), task, message_id)
             self._seen += 1
         except EMIT_ERRORS as exc:
             self._emit_failed(msg, message_id, stream, exc)
@@ -189,7 +189,7 @@ class ShellSpout(ShellBase, Spout):
         def refused() -> list:
             raise exc
 
-        attempts = max(1, int(conf_float(self.conf, "recovery.max.attempts")))
+        attempts = max(1, config_decl.settings(self.conf).max_attempts)
         self._collector.spout_record(message_id, refused, dumps(msg, default=str).encode(),
                                      stream, "json", attempts)
         self._seen += 1

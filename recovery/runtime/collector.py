@@ -1,24 +1,34 @@
-"""The collector a component's emits, acks, fails and logs go to: anchoring, ids, output chunks,
-held tuples and failure records."""
+"""The collector a component's emits, acks, fails and logs go to (recovery.api.collector's
+OutputCollector): anchoring, ids, output chunks, held tuples and failure records.
+
+Routing happens here, at emit time, as in Storm: the emitter knows the target tasks, so `emit`
+can return them and the ids it creates can be XORed into the ledger. Output is sealed into
+row chunks of CHUNK tuples (runtime.wire); with tracking on, each is also stored as the task's
+in-flight tuples (tracking/spill.py).
+"""
 from __future__ import annotations
 
 import traceback
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
-
-import msgpack
 
 from recovery.api.components import Tuple
 from recovery.model.failed import FailedTuple
-from recovery.runtime import timeouts
+from recovery.runtime import timeouts, wire
 from recovery.tracking import ids
 
 if TYPE_CHECKING:
+    from recovery.model.graph import TaskMap
     from recovery.model.run import RunSpec
+    from recovery.runtime.roots import SpoutRoots
     from recovery.runtime.routing import Router
+    from recovery.runtime.timeouts import MessageTimeouts
     from recovery.tracking.tracker import TaskTracker
 
 CHUNK = 2048          # tuples per blob
 ERROR_CAP = 4000      # characters of an error/traceback kept with a failed tuple
+
+Output = tuple[tuple[str, int], bytes]   # ((consumer, consumer task index), chunk)
 
 
 def format_error(err: BaseException) -> tuple[str, str]:
@@ -27,72 +37,51 @@ def format_error(err: BaseException) -> tuple[str, str]:
     return message[:ERROR_CAP], tb[-ERROR_CAP:]
 
 
-class Collector:
-    """The OutputCollector side of a task (part of TaskRunner): emits with their anchors and
-    routes, acks, fails and logs."""
+class TaskCollector:
+    """The OutputCollector of one task: emits with their anchors and routes, acks, fails and
+    logs, and what they leave for the task's commit (output chunks, ledger contributions).
 
-    # The runner's state this part reads and writes (TaskRunner.__init__ sets it all).
-    spec: RunSpec
-    component_id: str
-    task_id: int
-    is_spout: bool
-    auto_anchor: bool
-    router: Router
-    tracker: TaskTracker | None
-    stats: dict[str, float]      # counts, and the task's seconds
-    contrib: dict[int, int]
-    out: dict[tuple[str, int], list]
-    ready: list[tuple[tuple[str, int], bytes]]
-    replayed: set[int]
-    spout_messages: list[list]
-    _spout_roots: set[int]
-    current: Tuple | None
-    outstanding: dict[int, Tuple]
-    held: dict[int, list]
-    emit_counts: dict[int, int]
-    unanchored_seq: int
-    spout_emits: int
-    _running: tuple[int | str, float] | None
+    Bookkeeping of the tuples a bolt task runs: `outstanding` (id -> Tuple: received, not yet
+    acked or failed), `current` (the tuple in process(): a BasicBolt's emits are anchored to
+    it), `held` (per anchor id, the emits waiting for it: an entry [anchors not yet acked,
+    records, failed] is released when its last anchor is acked, dropped when one fails)."""
 
-    if TYPE_CHECKING:   # the runner's other parts
-        def _raise_timeout(self) -> None: ...
-        def _count_root(self, replayed: bool) -> None: ...
-        def _root_salt(self, epoch: int) -> int: ...
-        def _selected(self, message_id: Any) -> bool: ...
+    def __init__(self, spec: RunSpec, component_id: str, task_id: int, task_map: TaskMap, is_spout: bool,
+                 router: Router, tracker: TaskTracker | None, timeouts: MessageTimeouts, roots: SpoutRoots,
+                 stats: dict[str, float]):
+        self.spec = spec
+        self.component_id = component_id
+        self.task_id = task_id
+        self.task_map = task_map
+        self.is_spout = is_spout
+        self.router = router
+        self.tracker = tracker
+        self.timeouts = timeouts
+        self.roots = roots
+        self.stats = stats            # counts, shared with the task runner
+        self.auto_anchor = False      # a BasicBolt's: unanchored emits go to `current`
+        self.contrib: dict[int, int] = {}                 # root -> XOR of this task's ids
+        self.out: dict[tuple[str, int], list] = {}        # (consumer, index) -> records
+        self.ready: list[Output] = []                     # sealed chunks, not yet handed on
+        self.replays: dict[tuple, list] = {}
+        self.replayed: set[int] = set()                   # ids of tuples replayed from a queue
+        self.current: Tuple | None = None
+        self.outstanding: dict[int, Tuple] = {}
+        self.held: dict[int, list] = {}
+        self.emit_counts: dict[int, int] = {}
+        self.unanchored_seq = 0
+        self.spout_emits = 0          # emit calls of a spout, selected or not
 
-    # -- collector protocol ---------------------------------------------------------------
+    # -- the OutputCollector protocol ----------------------------------------------------------
     def emit(self, component: Any, values: Any, stream: str, anchors: tuple, direct_task: int | None,
              message_id: Any) -> list[int]:
-        running = self._running
+        running = self.timeouts.running
         if running is not None and timeouts.clock() > running[1]:
-            self._raise_timeout()
+            raise self.timeouts.expired()
         if type(values) is not list:
             values = list(values)
         if self.is_spout:
-            # every emit counts, a root replay's unselected ones too: run_spout takes only a
-            # next_tuple() that called emit not once for the end of the spout
-            self.spout_emits += 1
-            if message_id is None:
-                self.unanchored_seq += 1
-                # the round keeps a later round's unanchored tuples apart from this one's
-                return self._emit(values, stream, (), ids.derive3(self.task_id, self.unanchored_seq,
-                                                                  self.spec.round), direct_task, hold=None)
-            if not self._selected(message_id):
-                return []
-            root = ids.root_id(self._root_salt(self.spec.root_epoch), message_id)
-            if root in self._spout_roots:
-                # ids are derived from message ids: a second root under one id would cancel the
-                # first one's XORs and share its queue fields, losing one of them silently
-                raise ValueError(f"spout {self.component_id!r} emitted message id {message_id!r} twice in "
-                                 f"one task; message ids must be unique within a run")
-            base = ids.derive3(root, self.router.salts.get(stream, 0), 0)
-            targets = self._emit(values, stream, (root,), base, direct_task, hold=None, root_xor=root)
-            # only an emit that routed makes a root: one that raised (an undeclared stream...)
-            # would otherwise count as complete and be acked to its spout
-            self._count_root(False)
-            self._spout_roots.add(root)
-            self.spout_messages.append([root, message_id])
-            return targets
+            return self._emit_root(values, stream, direct_task, message_id)
         if not anchors:
             if self.auto_anchor and self.current is not None:
                 anchors = (self.current,)
@@ -142,6 +131,156 @@ class Collector:
                           self.spec.round)
         return self._emit(values, stream, (), base, direct_task, hold=None)
 
+    def ack(self, tup: Tuple) -> None:
+        running = self.timeouts.running
+        if running is not None and timeouts.clock() > running[1]:
+            raise self.timeouts.expired()
+        tid = tup.id
+        if self.outstanding.pop(tid, None) is None:
+            return  # already acked or failed: Storm ignores it too
+        self.stats["acked"] += 1
+        if self.tracker is not None:   # untracked, no ledger reads the contributions
+            contrib = self.contrib
+            for r in tup.roots:
+                contrib[r] = contrib.get(r, 0) ^ tid
+            if tid in self.replayed:
+                self.tracker.replay_done(self.component_id, self.task_id, tid)
+        entries = self.held.pop(tid, None)
+        if entries is not None:
+            for entry in entries:
+                entry[0] -= 1
+                if entry[0] == 0 and not entry[2]:
+                    self._release(entry[1])
+
+    def fail(self, tup: Tuple, error: str | None = None, tb: str = "") -> None:
+        running = self.timeouts.running
+        if running is not None and timeouts.clock() > running[1]:
+            raise self.timeouts.expired()
+        if self.outstanding.pop(tup.id, None) is None:
+            return
+        self.stats["failed"] += 1
+        for entry in self.held.pop(tup.id, ()):
+            entry[2] = True   # nothing emitted on a failed tuple's behalf flows on
+        if self.tracker is not None:
+            rec = FailedTuple(id=tup.id, roots=list(tup.roots), src_component=tup.component,
+                              src_task=tup.source_task, stream=tup.stream, values=tup.values,
+                              attempt=tup.attempt, error=error or f"failed by {self.component_id}",
+                              traceback=tb)
+            self.tracker.failure(rec)
+            if rec.dead:
+                self.stats["dead"] += 1
+        else:
+            self.log(f"tuple {tup.id:#x} failed: {error}", "error")
+
+    def log(self, message: str, level: str = "info") -> None:
+        running = self.timeouts.running
+        if running is not None and timeouts.clock() > running[1]:
+            raise self.timeouts.expired()
+        if self.tracker is not None:
+            self.tracker.log(level, message)
+
+    def spout_record(self, message_id: Any, decode: Callable[[], list | None], raw: Any,
+                     stream: str = "default", fmt: str = "", attempt: int = 1,
+                     replayed: bool = False) -> None:
+        """One record of a built-in source: a root tuple, or a failure at the spout position
+        with the raw record kept when it cannot be decoded."""
+        roots = self.roots
+        if not roots.selected(message_id):
+            return
+        root = roots.root_id(message_id)
+        roots.count(replayed)
+        try:
+            values = decode()
+        # a record's decoder (JSON, text, a shell spout's refused emit) raises many types
+        except Exception as err:   # broad-except: whatever it raises, this record fails
+            self.stats["failed"] += 1
+            # The root stays pending: its "tuple" (the raw record) was created, never acked
+            # (a replay that fails again was created already).
+            if not replayed:
+                self.contrib[root] = self.contrib.get(root, 0) ^ root
+            msg, tb = format_error(err)
+            if self.tracker is not None:
+                rec = FailedTuple(id=root, roots=[root], src_component=self.component_id,
+                                  src_task=self.task_id, stream=stream, values=None,
+                                  raw=raw, message_id=message_id, format=fmt,
+                                  attempt=attempt, error=msg, traceback=tb)
+                self.tracker.failure(rec)
+                if rec.dead:
+                    self.stats["dead"] += 1
+            return
+        if replayed and self.tracker is not None:
+            # a replayed spout record: its pending "raw tuple" is acked now
+            self.contrib[root] = self.contrib.get(root, 0) ^ root
+            self.tracker.replay_done(self.component_id, self.task_id, root)
+        base = ids.derive3(root, self.router.salts.get(stream, 0), 0)
+        self._emit(values, stream, (root,), base, None, hold=None, root_xor=root)
+
+    # -- what the task runner and the sources call -----------------------------------------
+    def replay_to(self, component: str, task: int, rec: FailedTuple, attempt: int) -> None:
+        """Send a cached failed tuple, unchanged but for its attempt, to the task it failed at."""
+        key = (component, self.task_map.index(component, task))
+        group = (key, rec.src_component, rec.src_task)
+        self.replays.setdefault(group, []).append([rec.id, rec.roots, rec.stream, rec.values, attempt])
+        self.stats["emitted"] += 1
+
+    def take_ready(self) -> Iterator[Output]:
+        """The chunks sealed so far, handed on once."""
+        ready, self.ready = self.ready, []
+        return iter(ready)
+
+    def seal_all(self) -> list[Output]:
+        """At the task's end: every buffer and the replays sealed; what is ready, handed on."""
+        for key in list(self.out):
+            self.seal(key)
+        for (key, src, src_task), recs in self.replays.items():
+            self.add_ready(key, wire.pack_rows(src, src_task, recs))
+        self.replays.clear()
+        ready, self.ready = self.ready, []
+        return ready
+
+    def contributions(self) -> dict[int, int] | tuple[Any, Any]:
+        """The task's XOR contributions per root, as its commit stores them."""
+        return self.contrib
+
+    def seal(self, key: tuple[str, int]) -> None:
+        """The records buffered for consumer task `key`, as one row chunk."""
+        self.add_ready(key, wire.pack_rows(self.component_id, self.task_id, self.out.pop(key)))
+
+    def add_ready(self, key: tuple[str, int], blob: bytes) -> None:
+        """A chunk for consumer task `key`, handed on and, tracked, stored as in flight."""
+        self.ready.append((key, blob))
+        if self.tracker is not None:
+            self.tracker.add_output(key, blob)
+
+    # -- emits --------------------------------------------------------------------------------
+    def _emit_root(self, values: list, stream: str, direct_task: int | None, message_id: Any) -> list[int]:
+        """A spout's emit: a root tuple (or, without a message id, an unanchored one)."""
+        # every emit counts, a root replay's unselected ones too: the task runner takes only
+        # a next_tuple() that called emit not once for the end of the spout
+        self.spout_emits += 1
+        if message_id is None:
+            self.unanchored_seq += 1
+            # the round keeps a later round's unanchored tuples apart from this one's
+            return self._emit(values, stream, (), ids.derive3(self.task_id, self.unanchored_seq,
+                                                              self.spec.round), direct_task, hold=None)
+        roots = self.roots
+        if not roots.selected(message_id):
+            return []
+        root = roots.root_id(message_id)
+        if root in roots.made:
+            # ids are derived from message ids: a second root under one id would cancel the
+            # first one's XORs and share its queue fields, losing one of them silently
+            raise ValueError(f"spout {self.component_id!r} emitted message id {message_id!r} twice in "
+                             f"one task; message ids must be unique within a run")
+        base = ids.derive3(root, self.router.salts.get(stream, 0), 0)
+        targets = self._emit(values, stream, (root,), base, direct_task, hold=None, root_xor=root)
+        # only an emit that routed makes a root: one that raised (an undeclared stream...)
+        # would otherwise count as complete and be acked to its spout
+        roots.count(False)
+        roots.made.add(root)
+        roots.messages.append([root, message_id])
+        return targets
+
     def _emit(self, values, stream, roots, base, direct_task, hold, root_xor: int = 0) -> list[int]:
         copies = self.router.route(stream, values, base, direct_task)
         # (output key, record): the record is what the chunk holds
@@ -186,57 +325,5 @@ class Collector:
                 buf = out[key] = []
             buf.append(rec)
             if len(buf) >= CHUNK:
-                self._seal(key)
+                self.seal(key)
         self.stats["emitted"] += len(recs)
-
-    def _seal(self, key: tuple[str, int]) -> None:
-        blob = msgpack.packb([self.component_id, self.task_id, self.out.pop(key)])
-        self.ready.append((key, blob))
-        if self.tracker is not None:
-            self.tracker.add_output(key, blob)
-
-    def ack(self, tup: Tuple) -> None:
-        running = self._running
-        if running is not None and timeouts.clock() > running[1]:
-            self._raise_timeout()
-        tid = tup.id
-        if self.outstanding.pop(tid, None) is None:
-            return  # already acked or failed: Storm ignores it too
-        self.stats["acked"] += 1
-        if self.tracker is not None:   # untracked, no ledger reads the contributions
-            contrib = self.contrib
-            for r in tup.roots:
-                contrib[r] = contrib.get(r, 0) ^ tid
-            if tid in self.replayed:
-                self.tracker.replay_done(self.component_id, self.task_id, tid)
-        entries = self.held.pop(tid, None)
-        if entries is not None:
-            for entry in entries:
-                entry[0] -= 1
-                if entry[0] == 0 and not entry[2]:
-                    self._release(entry[1])
-
-    def fail(self, tup: Tuple, error: str | None = None, tb: str = "") -> None:
-        if self._running is not None and timeouts.clock() > self._running[1]:
-            self._raise_timeout()
-        if self.outstanding.pop(tup.id, None) is None:
-            return
-        self.stats["failed"] += 1
-        for entry in self.held.pop(tup.id, ()):
-            entry[2] = True   # nothing emitted on a failed tuple's behalf flows on
-        if self.tracker is not None:
-            rec = FailedTuple(id=tup.id, roots=list(tup.roots), src_component=tup.component,
-                              src_task=tup.source_task, stream=tup.stream, values=tup.values,
-                              attempt=tup.attempt, error=error or f"failed by {self.component_id}",
-                              traceback=tb)
-            self.tracker.failure(rec)
-            if rec.dead:
-                self.stats["dead"] += 1
-        else:
-            self.log(f"tuple {tup.id:#x} failed: {error}", "error")
-
-    def log(self, message: str, level: str = "info") -> None:
-        if self._running is not None and timeouts.clock() > self._running[1]:
-            self._raise_timeout()
-        if self.tracker is not None:
-            self.tracker.log(level, message)

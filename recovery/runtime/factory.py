@@ -4,6 +4,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from recovery.api.components import Component as UserComponent
 from recovery.api.loader import load_class
 from recovery.connectors import sinks
 from recovery.model.workflow import Component, Workflow
@@ -19,10 +20,12 @@ def python_is_ours(impl: Any) -> Any:
     return impl
 
 
-def build(comp: Component, wf: Workflow) -> Any:
+def build(comp: Component, wf: Workflow) -> UserComponent:
+    """The object that implements `comp` (a Spout or Bolt: bind it before open/prepare)."""
     impl = comp.impl
     if impl.kind == "class":
-        return load_class(impl.ref, wf.base_dir)()
+        obj: UserComponent = load_class(impl.ref, wf.base_dir)()
+        return obj
     if impl.kind == "shell":
         cls = ShellSpout if comp.is_spout else ShellBolt
         return cls(python_is_ours(impl), wf.base_dir or ".")

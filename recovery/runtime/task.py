@@ -1,11 +1,14 @@
 """What runs inside a Spark task: one component's task over its partition of tuples.
 
-A task's output is a stream of ((consumer, consumer_task_index), blob) records, a blob being a
-msgpack chunk [source component, source task id, [[id, roots, stream, values(, attempt)], ...]].
-The same bytes travel through Spark's shuffle and, with tracking on, into the task's spill file
-(tracking/spill.py) as its in-flight tuples. Routing happens here, at emit time, as in Storm:
-the emitter knows the target tasks, so `emit` can return them and the ids it creates can be
-XORed into the ledger.
+A task's output is a stream of ((consumer, consumer_task_index), chunk) records (runtime.wire
+says what a chunk holds). The same bytes travel through Spark's shuffle and, with tracking on,
+into the task's spill file (tracking/spill.py) as its in-flight tuples.
+
+A TaskRunner owns the parts of a task, each with one job: the component it builds and binds,
+its collector (runtime.collector: emits, acks, fails, the output chunks and ledger
+contributions), its message timeout (runtime.timeouts), its spout roots (runtime.roots) and
+its tracker (tracking.tracker: what the task commits). The runner drives the component over
+its input and commits at the end.
 """
 from __future__ import annotations
 
@@ -16,27 +19,32 @@ import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Self
 
 import msgpack
 from redis import Redis
 
 from recovery.api.components import SYSTEM_COMPONENT, TICK_STREAM, Tuple
+from recovery.api.components import Component as UserComponent
 from recovery.faults import injections
-from recovery.model.failed import FailedTuple
+from recovery.model import config as config_decl
 from recovery.model.graph import TaskContext, TaskMap, subscribers
 from recovery.model.run import RunSpec
 from recovery.model.workflow import Component, Workflow
+from recovery.multilang.bolt import ShellBolt
 from recovery.redis import connection
-from recovery.runtime import factory, timeouts
-from recovery.runtime.collector import Collector, format_error
+from recovery.runtime import factory, timeouts, wire
+from recovery.runtime.collector import Output, TaskCollector, format_error
+from recovery.runtime.roots import SpoutRoots
 from recovery.runtime.routing import Router
 from recovery.runtime.timeouts import FINISH, MessageTimeouts
-from recovery.tracking import ids, keys
+from recovery.tracking import keys
 from recovery.tracking.state import KeyedState, LocalState
 from recovery.tracking.tracker import TaskTracker
 
 log = logging.getLogger(__name__)
+
+Records = Iterable[tuple[Any, bytes]]   # a task's input: (key, chunk) pairs
 
 
 # --- per-process caches (a Python worker runs many tasks) --------------------------------
@@ -49,10 +57,10 @@ def workflow_of(spec: RunSpec) -> tuple[Workflow, TaskMap, Workflow]:
     cache_key = spec.workflow_json + (spec.original_json or "")
     got = _workflows.get(cache_key)
     if got is None:
-        wf = Workflow.model_validate_json(spec.workflow_json)
+        wf = Workflow.from_task_json(spec.workflow_json)
         tm, original = TaskMap.of(wf), wf
         if spec.original_json:
-            original = Workflow.model_validate_json(spec.original_json)
+            original = Workflow.from_task_json(spec.original_json)
             tm = TaskMap.of(original).extended(wf)
         got = _workflows[cache_key] = (wf, tm, original)
         if wf.base_dir and wf.base_dir not in sys.path:
@@ -116,17 +124,15 @@ def relaxed_gc() -> Iterator[None]:
 
 
 # --- the task runner -----------------------------------------------------------------------
-class TaskRunner(MessageTimeouts, Collector):
-    """Hosts one component's task: collector for its emits/acks/fails, ledger contributions,
-    failure records, output chunks, commit."""
+class TaskRunner:
+    """Runs one component's task: builds the component, drives it over the task's input
+    (run_bolt, run_spout) and commits what it did. Built-in sources get it as their
+    connectors.runner.SourceRunner."""
 
     def __init__(self, spec: RunSpec, component_id: str, index: int):
         self.spec = spec
         self.wf, self.tm, self.original = workflow_of(spec)
         self.comp: Component = self.wf.component(component_id)
-        self.is_spout = self.comp.is_spout
-        self._salts: dict[int, int] = {}
-        self.auto_anchor = False
         self.component_id = component_id
         self.index = index
         self.task_id = self.tm.task_id(component_id, index)
@@ -140,34 +146,23 @@ class TaskRunner(MessageTimeouts, Collector):
             self.tracker = TaskTracker(client, spec.run_id, spec.round, component_id, index,
                                        self.task_id, self.conf, generation=spec.generation,
                                        spill_dir=spec.spill_dir, parallelism=self.comp.parallelism)
-        self.contrib: dict[int, int] = {}
-        self.out: dict[tuple[str, int], list] = {}
-        self.ready: list[tuple[tuple[str, int], bytes]] = []
-        self.replays: dict[tuple, list] = {}
-        self.replayed: set[int] = set()
-        self.spout_messages: list[list] = []   # (root, message id): acked/failed later
-        self._spout_roots: set[int] = set()     # roots this spout task made (message ids are unique)
-        self._replay_roots: frozenset[int] | None = None   # root replay: the round's replay set
         self.injections = injections(self.conf, component_id)
         self.stats: dict[str, float] = {"executed": 0, "acked": 0, "failed": 0, "emitted": 0, "roots": 0, "dead": 0}
         self.fields_of: dict[tuple[str, str], tuple[str, ...]] = {}
-        # Bolt bookkeeping
-        self.current: Tuple | None = None
-        self.outstanding: dict[int, Tuple] = {}
-        self.held: dict[int, list] = {}
-        self.emit_counts: dict[int, int] = {}
-        self.unanchored_seq = 0
-        self.spout_emits = 0                  # emit calls of a spout, selected or not
-        self.component_obj: Any = None
-        self.state: Any = None
-        self._timeout = float(self.conf.get("topology.message.timeout.secs", "30"))
-        self._timed = False                 # this task's executions have a deadline
-        # (what runs: a tuple id or FINISH, its deadline): one object, so that the watchdog
-        # thread reads both at once; None between executions
-        self._running: tuple[int | str, float] | None = None
-        self._timed_out: set[int | str] = set()   # marks left by a killed earlier attempt
-        self._watchdog: threading.Thread | None = None
-        self._stop_watchdog = threading.Event()
+        self.state: KeyedState | None = None
+        timeout = config_decl.settings(self.conf).message_timeout_secs
+        self.timeouts = MessageTimeouts(spec, component_id, index, self.task_id, timeout, self.tracker,
+                                        builtin_sink=self.comp.impl.kind == "sink")
+        self.roots = SpoutRoots(spec, component_id, self.stats, lambda: self.client or redis_of(self.spec))
+        self.collector = self._make_collector()
+        # a built-in source calls these per record (SourceRunner): the collector's, bound once
+        self.spout_record = self.collector.spout_record
+        self.replay_to = self.collector.replay_to
+        self.log = self.collector.log
+
+    def _make_collector(self) -> TaskCollector:
+        return TaskCollector(self.spec, self.component_id, self.task_id, self.tm, self.comp.is_spout,
+                             self.router, self.tracker, self.timeouts, self.roots, self.stats)
 
     def _needs_redis(self) -> bool:
         impl = self.comp.impl
@@ -185,20 +180,20 @@ class TaskRunner(MessageTimeouts, Collector):
         ctx.fence = self.tracker.check_fence if self.tracker is not None else None  # type: ignore[attr-defined]
         return ctx
 
-    def _make_state(self) -> Any:
+    def _make_state(self) -> KeyedState:
         if self.tracker is not None:   # tracking
             return KeyedState(self.tracker.client, keys.state(self.spec.run_id, self.component_id))
         return LocalState()
 
-    def _instantiate(self) -> Any:
-        obj = factory.build(self.comp, self.wf)
-        obj._collector = self
-        obj.conf = self.conf
-        obj.context = self._context()
+    def instantiate(self) -> Any:
+        """The component, built and bound to this task's collector, with its keyed state."""
+        obj: UserComponent = factory.build(self.comp, self.wf)
+        obj.bind(self.collector, self.conf, self._context())
         obj.state = self.state = self._make_state()
         return obj
 
-    def _fields(self, src: str, stream: str) -> tuple[str, ...]:
+    def fields(self, src: str, stream: str) -> tuple[str, ...]:
+        """The declared fields of `src`'s `stream` (cached in fields_of)."""
         key = (src, stream)
         f = self.fields_of.get(key)
         if f is None:
@@ -215,224 +210,225 @@ class TaskRunner(MessageTimeouts, Collector):
         return f
 
     # -- bolts ----------------------------------------------------------------------------
-    def run_bolt(self, records: Iterable[tuple[Any, bytes]]) -> Iterator[tuple[Any, bytes]]:
+    def run_bolt(self, records: Records) -> Iterator[Output]:
         with relaxed_gc():
             yield from self._run_bolt(records)
 
-    def _run_bolt(self, records: Iterable[tuple[Any, bytes]]) -> Iterator[tuple[Any, bytes]]:
+    def _run_bolt(self, records: Records) -> Iterator[Output]:
         if self.tracker is not None and self.tracker.committed() is not None:
             yield from self.tracker.stored_output()
             return
         started = time.time()
-        bolt = yield from self._start_bolt(records, started)
+        bolt = yield from self.start_bolt(records, started)
         if bolt is None:
             return
-        self.auto_anchor = getattr(bolt, "auto_anchor", False)
+        collector = self.collector
+        collector.auto_anchor = getattr(bolt, "auto_anchor", False)
         auto_ack = getattr(bolt, "auto_ack", False)
-        tick_every = float(self.conf.get("topology.tick.tuple.freq.secs") or 0)
+        tick_every = config_decl.settings(self.conf).tick_tuple_freq_secs
         # shell bolts send ticks to their program themselves
-        ticks = tick_every > 0 and not hasattr(bolt, "metrics")
+        ticks = tick_every > 0 and not isinstance(bolt, ShellBolt)
         next_tick = time.monotonic() + tick_every
-        self._start_timing(bolt)
+        self.timeouts.start(bolt)
+        execute = self._executor(bolt, auto_ack)
         try:
             for _, blob in records:
-                src, src_task, recs = msgpack.unpackb(blob)
+                src, src_task, recs = wire.unpack_rows(blob)
                 for rec in recs:
                     if ticks and time.monotonic() >= next_tick:
                         self._tick(bolt, tick_every)
                         next_tick = time.monotonic() + tick_every
-                    self._execute(bolt, src, src_task, rec, auto_ack)
-                    if self.ready:
-                        yield from self._drain()
+                    execute(src, src_task, rec)
+                    if collector.ready:
+                        yield from collector.take_ready()
             if ticks:   # a last tick at the end of the input, so windowing bolts can flush
                 self._tick(bolt, tick_every)
             self._run_finish(bolt)
         finally:
-            self._stop()
-        for tup in list(self.outstanding.values()):
-            self.fail(tup, f"not acked by {self.component_id}")
+            self.timeouts.stop()
+        for tup in list(collector.outstanding.values()):
+            collector.fail(tup, f"not acked by {self.component_id}")
         try:
             bolt.cleanup()
         except Exception as err:   # broad-except: user code (cleanup) can raise anything
-            self.log(f"cleanup raised {format_error(err)[0]}", "error")
-        yield from self._finish(started)
+            collector.log(f"cleanup raised {format_error(err)[0]}", "error")
+        yield from self.finish(started)
 
-    def _start_bolt(self, records: Iterable[tuple[Any, bytes]], started: float
-                    ) -> Generator[tuple[Any, bytes], None, Any]:
+    def start_bolt(self, records: Records, started: float) -> Generator[Output, None, Any]:
         """The prepared bolt; None when its __init__ or prepare raised: then its tuples have
         failed here and the task has finished (what that yields is yielded), the run goes on."""
         try:
-            bolt = self._instantiate()
-            self.component_obj = bolt
+            bolt = self.instantiate()
             bolt.prepare(bolt.conf, bolt.context)
         except Exception as err:   # broad-except: user code (a bolt's __init__/prepare) can raise anything
             msg, tb = format_error(err)
-            yield from self._fail_all(records, f"{self.component_id} could not start: {msg}", tb)
-            yield from self._finish(started)
+            yield from self.fail_input(records, f"{self.component_id} could not start: {msg}", tb)
+            yield from self.finish(started)
             return None
         return bolt
 
+    def fail_input(self, records: Records, error: str, tb: str) -> Iterator[Output]:
+        """Every input tuple fails with `error` (the component could not start)."""
+        collector = self.collector
+        for _, blob in records:
+            src, src_task, recs = wire.unpack_rows(blob)
+            for rec in recs:
+                tid, roots, stream, values = rec[0], rec[1], rec[2], rec[3]
+                if len(rec) > 4:
+                    collector.replayed.add(tid)
+                tup = Tuple(tid, src, stream, self.task_id, values, self.fields(src, stream), roots,
+                            src_task, rec[4] if len(rec) > 4 else 1)
+                collector.outstanding[tid] = tup
+                self.stats["executed"] += 1
+                collector.fail(tup, error, tb)
+        return iter(())
+
+    def _executor(self, bolt: Any, auto_ack: bool) -> Callable[[str, int, list], None]:
+        """The execution of one input tuple by `bolt` (its process(), under the message
+        timeout; its ack when `auto_ack`). Made once per task, after the timeouts started: it
+        runs once per tuple, so what it uses of the task is read here, once."""
+        collector, limits = self.collector, self.timeouts
+        outstanding, replayed, stats = collector.outstanding, collector.replayed, self.stats
+        fields_of, fields, task_id, component_id = self.fields_of, self.fields, self.task_id, self.component_id
+        inject = self.injections
+        timed, timeout, timed_out = limits.timed, limits.timeout, limits.timed_out
+
+        def execute(src: str, src_task: int, rec: list) -> None:
+            tid, roots, stream, values = rec[0], rec[1], rec[2], rec[3]
+            attempt = 1
+            if len(rec) > 4:   # replayed from a failed position's queue
+                attempt = rec[4]
+                replayed.add(tid)
+            f = fields_of.get((src, stream))
+            if f is None:
+                f = fields(src, stream)
+            tup = Tuple(tid, src, stream, task_id, values, f, roots, src_task, attempt)
+            outstanding[tid] = tup
+            stats["executed"] += 1
+            if timed_out and tid in timed_out:
+                # an earlier attempt of this task was killed running it (MessageTimeouts'
+                # watchdog): it fails with the timeout it had, and is not run again
+                collector.fail(tup, f"TupleTimeout: {limits.text()} (stuck: its worker was ended)")
+                return
+            collector.current = tup
+            running = limits.running = (tid, timeouts.clock() + timeout) if timed else None
+            try:
+                if inject:
+                    for inj in inject:
+                        inj.before_process(tup)
+                bolt.process(tup)
+            # user code (process) can raise anything: a bolt's bug fails its tuple, never the task
+            except (Exception, SystemExit) as err:  # broad-except: user code
+                limits.running = None
+                msg, tb = format_error(err)
+                if tid in outstanding:
+                    collector.fail(tup, msg, tb)
+                else:   # acked (or failed) before: as in Storm, that stands
+                    collector.log(f"{component_id}.process raised {msg} after tuple {tid:#x} was "
+                                  "acked or failed", "warn")
+            else:
+                limits.running = None
+                if running is not None and timeouts.clock() > running[1]:
+                    # it returned late without a collector call to raise at (between tuples)
+                    if tid in outstanding:
+                        collector.fail(tup, f"TupleTimeout: {limits.text()}")
+                    else:   # acked (or failed) in time: as in Storm, that stands
+                        collector.log(f"tuple {tid:#x} was acked, then {component_id}.process "
+                                      f"ran past the {timeout:g}s timeout", "warn")
+                elif auto_ack and tid in outstanding:
+                    collector.ack(tup)
+            finally:
+                limits.running = None
+                collector.current = None
+        return execute
+
     def _run_finish(self, bolt: Any) -> None:
         """finish() under the message timeout too: past it, what is outstanding fails."""
-        timeout_error = f"{self.component_id}.finish raised TupleTimeout: {self._timeout_text()}"
-        if FINISH in self._timed_out:   # an earlier attempt was killed in it: never again
-            for tup in list(self.outstanding.values()):
-                self.fail(tup, timeout_error)
+        limits, collector = self.timeouts, self.collector
+        timeout_error = f"{self.component_id}.finish raised TupleTimeout: {limits.text()}"
+        if FINISH in limits.timed_out:   # an earlier attempt was killed in it: never again
+            for tup in list(collector.outstanding.values()):
+                collector.fail(tup, timeout_error)
             return
-        running = self._running = (FINISH, timeouts.clock() + self._timeout) if self._timed else None
+        running = limits.running = (FINISH, timeouts.clock() + limits.timeout) if limits.timed else None
         try:
             bolt.finish()
         except Exception as err:   # broad-except: user code (finish) can raise anything
-            self._running = None
+            limits.running = None
             msg, tb = format_error(err)
-            for tup in list(self.outstanding.values()):
-                self.fail(tup, f"{self.component_id}.finish raised {msg}", tb)
+            for tup in list(collector.outstanding.values()):
+                collector.fail(tup, f"{self.component_id}.finish raised {msg}", tb)
         else:
-            self._running = None
+            limits.running = None
             if running is not None and timeouts.clock() > running[1]:
-                for tup in list(self.outstanding.values()):
-                    self.fail(tup, timeout_error)
+                for tup in list(collector.outstanding.values()):
+                    collector.fail(tup, timeout_error)
         finally:
-            self._running = None
+            limits.running = None
 
     def _tick(self, bolt: Any, secs: float) -> None:
         tick = Tuple(0, SYSTEM_COMPONENT, TICK_STREAM, -1, [int(secs)])
         try:
             bolt.process_tick(tick)
         except Exception as err:   # broad-except: user code (process_tick) can raise anything
-            self.log(f"process_tick raised {format_error(err)[0]}", "error")
-
-    def _fail_all(self, records: Iterable[tuple[Any, bytes]], error: str, tb: str
-                  ) -> Iterator[tuple[Any, bytes]]:
-        for _, blob in records:
-            src, src_task, recs = msgpack.unpackb(blob)
-            for rec in recs:
-                tid, roots, stream, values = rec[0], rec[1], rec[2], rec[3]
-                if len(rec) > 4:
-                    self.replayed.add(tid)
-                tup = Tuple(tid, src, stream, self.task_id, values, self._fields(src, stream), roots,
-                            src_task, rec[4] if len(rec) > 4 else 1)
-                self.outstanding[tid] = tup
-                self.stats["executed"] += 1
-                self.fail(tup, error, tb)
-        return iter(())
-
-    def _execute(self, bolt: Any, src: str, src_task: int, rec: list, auto_ack: bool) -> None:
-        tid, roots, stream, values = rec[0], rec[1], rec[2], rec[3]
-        attempt = 1
-        if len(rec) > 4:   # replayed from a failed position's queue
-            attempt = rec[4]
-            self.replayed.add(tid)
-        fields = self.fields_of.get((src, stream))
-        if fields is None:
-            fields = self._fields(src, stream)
-        tup = Tuple(tid, src, stream, self.task_id, values, fields, roots, src_task, attempt)
-        outstanding = self.outstanding
-        outstanding[tid] = tup
-        self.stats["executed"] += 1
-        if self._timed_out and tid in self._timed_out:
-            # an earlier attempt of this task was killed running it (see _watch): it fails
-            # with the timeout it had, and is not run again
-            self.fail(tup, f"TupleTimeout: {self._timeout_text()} (stuck: its worker was ended)")
-            return
-        self.current = tup
-        running = self._running = (tid, timeouts.clock() + self._timeout) if self._timed else None
-        try:
-            if self.injections:
-                for inj in self.injections:
-                    inj.before_process(tup)
-            bolt.process(tup)
-        # user code (process) can raise anything: a bolt's bug fails its tuple, never the task
-        except (Exception, SystemExit) as err:  # broad-except: user code
-            self._running = None
-            msg, tb = format_error(err)
-            if tid in outstanding:
-                self.fail(tup, msg, tb)
-            else:   # acked (or failed) before: as in Storm, that stands
-                self.log(f"{self.component_id}.process raised {msg} after tuple {tid:#x} was "
-                         "acked or failed", "warn")
-        else:
-            self._running = None
-            if running is not None and timeouts.clock() > running[1]:
-                # it returned late without a collector call to raise at (between tuples)
-                if tid in outstanding:
-                    self.fail(tup, f"TupleTimeout: {self._timeout_text()}")
-                else:   # acked (or failed) in time: as in Storm, that stands
-                    self.log(f"tuple {tid:#x} was acked, then {self.component_id}.process "
-                             f"ran past the {self._timeout:g}s timeout", "warn")
-            elif auto_ack and tid in outstanding:
-                self.ack(tup)
-        finally:
-            self._running = None
-            self.current = None
+            self.collector.log(f"process_tick raised {format_error(err)[0]}", "error")
 
     # -- spouts ---------------------------------------------------------------------------
-    def run_spout(self, emit_source: Callable[[TaskRunner], Iterable[object]] | None) -> Iterator[tuple[Any, bytes]]:
-        """`emit_source` drives a built-in source; None means the component is a Spout class."""
+    def run_spout(self, emit_source: Callable[[Self], Iterable[object]] | None) -> Iterator[Output]:
+        """`emit_source` drives a built-in source over this runner (its SourceRunner); None
+        means the component is a Spout class."""
         with relaxed_gc():
             yield from self._run_spout(emit_source)
 
-    def _run_spout(self, emit_source: Callable[[TaskRunner], Iterable[object]] | None) -> Iterator[tuple[Any, bytes]]:
+    def _run_spout(self, emit_source: Callable[[Self], Iterable[object]] | None) -> Iterator[Output]:
         if self.tracker is not None and self.tracker.committed() is not None:
             yield from self.tracker.stored_output()
             return
         started = time.time()
+        collector = self.collector
         if emit_source is not None:
             for _ in emit_source(self):
-                if self.ready:
-                    yield from self._drain()
+                if collector.ready:
+                    yield from collector.take_ready()
         else:
-            spout = self._instantiate()
-            self.component_obj = spout
+            spout = self.instantiate()
             spout.open(spout.conf, spout.context)
             spout.activate()
             try:
                 while True:
-                    before = self.spout_emits
+                    before = collector.spout_emits
                     more = spout.next_tuple()
-                    if self.ready:
-                        yield from self._drain()
-                    if more is False or self.spout_emits == before:
+                    if collector.ready:
+                        yield from collector.take_ready()
+                    if more is False or collector.spout_emits == before:
                         break
             finally:
                 spout.deactivate()
                 spout.close()
-        yield from self._finish(started)
+        yield from self.finish(started)
 
-    def spout_record(self, message_id: Any, decode: Callable[[], list | None], raw: Any,
-                     stream: str = "default", fmt: str = "", attempt: int = 1,
-                     replayed: bool = False) -> None:
-        """One record of a built-in source: a root tuple, or a failure at the spout position
-        with the raw record kept when it cannot be decoded."""
-        if not self._selected(message_id):
-            return
-        root = ids.root_id(self._root_salt(self.spec.root_epoch), message_id)
-        self._count_root(replayed)
-        try:
-            values = decode()
-        # a record's decoder (JSON, text, a shell spout's refused emit) raises many types
-        except Exception as err:   # broad-except: whatever it raises, this record fails
-            self.stats["failed"] += 1
-            # The root stays pending: its "tuple" (the raw record) was created, never acked
-            # (a replay that fails again was created already).
-            if not replayed:
-                self.contrib[root] = self.contrib.get(root, 0) ^ root
-            msg, tb = format_error(err)
-            if self.tracker is not None:
-                rec = FailedTuple(id=root, roots=[root], src_component=self.component_id,
-                                  src_task=self.task_id, stream=stream, values=None,
-                                  raw=raw, message_id=message_id, format=fmt,
-                                  attempt=attempt, error=msg, traceback=tb)
-                self.tracker.failure(rec)
-                if rec.dead:
-                    self.stats["dead"] += 1
-            return
-        if replayed and self.tracker is not None:
-            # a replayed spout record: its pending "raw tuple" is acked now
-            self.contrib[root] = self.contrib.get(root, 0) ^ root
-            self.tracker.replay_done(self.component_id, self.task_id, root)
-        base = ids.derive3(root, self.router.salts.get(stream, 0), 0)
-        self._emit(values, stream, (root,), base, None, hold=None, root_xor=root)
+    # -- end of task ------------------------------------------------------------------------
+    def finish(self, started: float) -> Iterator[Output]:
+        """The task's end: its last chunks sealed, and, tracked, everything it did committed
+        at once (outputs, ledger contributions, failures, stats, keyed state)."""
+        ready = self.collector.seal_all()
+        self.stats["seconds"] = round(time.time() - started, 3)
+        if self.tracker is not None:
+            extra = None
+            if self.roots.messages:
+                messages_key = keys.spout_messages(self.spec.run_id, self.component_id)
+                field = f"{self.spec.round}:{self.index}"
+                messages = msgpack.packb(self.roots.messages, default=repr)
+                extra = lambda pipe: pipe.hset(messages_key, field, messages)   # noqa: E731
+            elif self.timeouts.timed_out:   # a committed task never runs again: its marks are done
+                marks = self.timeouts.marks_key()
+                extra = lambda pipe: pipe.delete(marks)   # noqa: E731
+            if not self.tracker.commit(self.collector.contributions(), self.stats, self.state, extra):
+                # its run was taken over (or cleared) while it ran: it committed nothing, so
+                # nothing of its output may flow on (the job fails; its driver says why)
+                raise self.tracker.fenced_error()
+            self._drop_consumed_outputs(self.tracker)
+        return iter(ready)
 
     def _drop_consumed_outputs(self, tracker: TaskTracker) -> None:
         """Once every task reading an upstream component has committed, nothing can need that
@@ -447,77 +443,3 @@ class TaskRunner(MessageTimeouts, Collector):
             readers = [f"{c.id}:{i}" for c, _ in subscribers(self.wf, src) for i in range(c.parallelism)]
             if all(tracker.client.hmget(done_key, readers)):
                 tracker.drop_outputs(src, upstream.parallelism)
-
-    def replay_to(self, component: str, task: int, rec: FailedTuple, attempt: int) -> None:
-        """Send a cached failed tuple, unchanged but for its attempt, to the task it failed at."""
-        key = (component, self.tm.index(component, task))
-        group = (key, rec.src_component, rec.src_task)
-        self.replays.setdefault(group, []).append([rec.id, rec.roots, rec.stream, rec.values, attempt])
-        self.stats["emitted"] += 1
-
-    def _count_root(self, replayed: bool) -> None:
-        """`roots` counts each root once over a run's rounds: a replay (from a queue, or a
-        root replay) is counted apart."""
-        if replayed or self.spec.root_replay:
-            self.stats["replayed_roots"] = self.stats.get("replayed_roots", 0) + 1
-        else:
-            self.stats["roots"] += 1
-
-    def _root_salt(self, epoch: int) -> int:
-        salt = self._salts.get(epoch)
-        if salt is None:   # a blake2b per record would cost more than the record's routing
-            salt = self._salts[epoch] = (ids.name_salt(self.component_id, str(epoch)) if epoch
-                                         else ids.name_salt(self.component_id))
-        return salt
-
-    def _selected(self, message_id: Any) -> bool:
-        """Root replay re-reads the source and emits only the failed roots (by their old ids),
-        read from the round's replay set once per task (it holds failed roots only)."""
-        if not self.spec.root_replay:
-            return True
-        return ids.root_id(self._root_salt(self.spec.filter_epoch), message_id) in self.replay_root_set()
-
-    def replay_root_set(self) -> frozenset[int]:
-        """The failed roots a root-replay round re-emits (its replay set, read once per task)."""
-        if self._replay_roots is None:
-            client = self.client or redis_of(self.spec)
-            members = client.smembers(keys.root_replay_set(self.spec.run_id, self.spec.round))
-            self._replay_roots = frozenset(int(r) for r in members)
-        return self._replay_roots
-
-    # -- end of task ------------------------------------------------------------------------
-    def _contributions(self) -> dict[int, int] | tuple[Any, Any]:
-        """The task's XOR contributions per root, as its commit stores them."""
-        return self.contrib
-
-    def _drain(self) -> Iterator[tuple[Any, bytes]]:
-        ready, self.ready = self.ready, []
-        return iter(ready)
-
-    def _finish(self, started: float) -> Iterator[tuple[Any, bytes]]:
-        for key in list(self.out):
-            self._seal(key)
-        for (key, src, src_task), recs in self.replays.items():
-            blob = msgpack.packb([src, src_task, recs])
-            self.ready.append((key, blob))
-            if self.tracker is not None:
-                self.tracker.add_output(key, blob)
-        self.replays.clear()
-        ready, self.ready = self.ready, []
-        self.stats["seconds"] = round(time.time() - started, 3)
-        if self.tracker is not None:
-            extra = None
-            if self.spout_messages:
-                messages_key = keys.spout_messages(self.spec.run_id, self.component_id)
-                field = f"{self.spec.round}:{self.index}"
-                messages = msgpack.packb(self.spout_messages, default=repr)
-                extra = lambda pipe: pipe.hset(messages_key, field, messages)   # noqa: E731
-            elif self._timed_out:   # a committed task never runs again: its marks are done
-                marks = self._marks_key()
-                extra = lambda pipe: pipe.delete(marks)   # noqa: E731
-            if not self.tracker.commit(self._contributions(), self.stats, self.state, extra):
-                # its run was taken over (or cleared) while it ran: it committed nothing, so
-                # nothing of its output may flow on (the job fails; its driver says why)
-                raise self.tracker.fenced_error()
-            self._drop_consumed_outputs(self.tracker)
-        return iter(ready)

@@ -10,15 +10,12 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from redis import Redis
-
 from recovery.multilang.bolt import ShellBolt
 from recovery.tracking import keys
 from recovery.tracking.ledger import fenced_transaction
 
 if TYPE_CHECKING:
     from recovery.model.run import RunSpec
-    from recovery.model.workflow import Component
     from recovery.tracking.tracker import TaskTracker
 
 log = logging.getLogger(__name__)
@@ -53,42 +50,51 @@ def _end_worker(message: str) -> None:
 
 
 class MessageTimeouts:
-    """A task's message timeout: the deadline of the tuple (or finish()) running now, and the
-    watchdog that ends a worker stuck past it (part of TaskRunner)."""
+    """A task's message timeout: the deadline of the execution running now (a tuple's
+    process(), or finish()), the marks a killed earlier attempt left, and the watchdog that
+    ends a worker stuck past its deadline.
 
-    # The runner's state this part reads and writes (TaskRunner.__init__ sets it all).
-    spec: RunSpec
-    comp: Component
-    component_id: str
-    index: int
-    task_id: int
-    client: Redis | None
-    tracker: TaskTracker | None
-    _timeout: float
-    _timed: bool
-    _running: tuple[int | str, float] | None
-    _timed_out: set[int | str]
-    _watchdog: threading.Thread | None
-    _stop_watchdog: threading.Event
+    The message timeout is cooperative: an execution has a deadline, checked at every
+    collector call (emit, ack, fail, log) and when it returns; past it, the collector call
+    raises TupleTimeout before it changes anything, and the tuple fails alone. Nothing is ever
+    raised asynchronously, so no timeout can land between two statements of the runner (e.g.
+    in the collector's `_seal`, between taking a chunk out and storing it). For code that never
+    hands control back (stuck in C, or a loop without collector calls) the last resort is
+    `_watch`.
 
-    # -- timeouts -------------------------------------------------------------------------
-    # The message timeout is cooperative: an execution (a tuple's process(), or finish()) has
-    # a deadline, checked at every collector call (emit, ack, fail, log) and when it returns;
-    # past it, the collector call raises TupleTimeout before it changes anything, and the tuple
-    # fails alone. Nothing is ever raised asynchronously, so no timeout can land between two
-    # statements of the runner (e.g. in `_seal`, between taking a chunk out and storing it).
-    # For code that never hands control back (stuck in C, or a loop without collector calls)
-    # the last resort is `_watch`.
-    def _timeout_text(self) -> str:
-        return f"tuple timed out after {self._timeout:g}s in {self.component_id}"
+    The task runner sets `running` around each execution and the collector reads it at each
+    call: one attribute each, on the hot path."""
 
-    def _raise_timeout(self) -> None:
-        raise TupleTimeout(self._timeout_text())
+    def __init__(self, spec: RunSpec, component_id: str, index: int, task_id: int, timeout: float,
+                 tracker: TaskTracker | None, builtin_sink: bool):
+        self.spec = spec
+        self.component_id = component_id
+        self.index = index
+        self.task_id = task_id
+        self.timeout = timeout
+        self.tracker = tracker
+        self.builtin_sink = builtin_sink
+        self.timed = False                 # this task's executions have a deadline
+        # (what runs: a tuple id or FINISH, its deadline): one object, so that the watchdog
+        # thread reads both at once; None between executions
+        self.running: tuple[int | str, float] | None = None
+        self.timed_out: set[int | str] = set()   # marks left by a killed earlier attempt
+        self._watchdog: threading.Thread | None = None
+        self._stop_watchdog = threading.Event()
 
-    def _start_timing(self, bolt: Any) -> None:
-        if self._timeout <= 0 or isinstance(bolt, ShellBolt):
+    def text(self) -> str:
+        return f"tuple timed out after {self.timeout:g}s in {self.component_id}"
+
+    def expired(self) -> TupleTimeout:
+        """The error a collector call past the deadline raises."""
+        return TupleTimeout(self.text())
+
+    def start(self, bolt: Any) -> None:
+        """Time `bolt`'s executions from now on (when they are timed at all), reading the marks
+        of an earlier attempt, and start the watchdog in a Spark worker."""
+        if self.timeout <= 0 or isinstance(bolt, ShellBolt):
             return   # shell bolts bound every wait on their program themselves
-        if self.comp.impl.kind == "sink":
+        if self.builtin_sink:
             # The timeout bounds user code, and a built-in sink runs none: it buffers, writes
             # once in finish(), then acks. Refusing those acks because the write was slow
             # would fail records already durable, and recovery would write them again into
@@ -96,16 +102,16 @@ class MessageTimeouts:
             # output's write alike. Its writes are bounded as Spark's own writers' are: by
             # the filesystem, or the Redis client's socket timeout.
             return
-        self._timed = True
+        self.timed = True
         if self.tracker is not None:
-            marks = self.tracker.client.smembers(self._marks_key())
-            self._timed_out = {m.decode() if m == FINISH.encode() else int(m) for m in marks}
+            marks = self.tracker.client.smembers(self.marks_key())
+            self.timed_out = {m.decode() if m == FINISH.encode() else int(m) for m in marks}
         if _kill_armed():
             self._watchdog = threading.Thread(target=self._watch, daemon=True,
                                               name=f"timeout-{self.component_id}-{self.index}")
             self._watchdog.start()
 
-    def _marks_key(self) -> str:
+    def marks_key(self) -> str:
         return keys.timed_out(self.spec.run_id, self.spec.round, self.component_id, self.index)
 
     def _watch(self) -> None:
@@ -115,41 +121,42 @@ class MessageTimeouts:
         Nothing is lost: the task has committed nothing (its outputs, ledger contributions and
         failures are committed together at its end, and a retry overwrites whatever in-flight
         chunks it stored). Nothing loops: the retry reads the mark and fails that tuple with the
-        timeout error without running it (`_execute`), then goes on. Where Spark retries the
-        task (`local[N,F]` with F > 1, a cluster), that happens within the round. Where it will
-        not (plain `local[N]` allows one attempt), the round fails in Spark and the driver says
-        so in one line (jobs.run_and_settle); `recovery recover RUN` resumes that round, its
-        committed tasks replaying their stored output and this task reading the mark. With
-        tracking off there is no mark: Spark's attempts run out and the round fails.
+        timeout error without running it (the task runner's execution of a tuple), then goes
+        on. Where Spark retries the task (`local[N,F]` with F > 1, a cluster), that happens
+        within the round. Where it will not (plain `local[N]` allows one attempt), the round
+        fails in Spark and the driver says so in one line (jobs.run_and_settle); `recovery
+        recover RUN` resumes that round, its committed tasks replaying their stored output and
+        this task reading the mark. With tracking off there is no mark: Spark's attempts run
+        out and the round fails.
 
         Not covered: C code that holds the GIL while it is stuck (this thread cannot run then;
         waits, sleeps and I/O release the GIL)."""
-        tick = min(1.0, self._timeout / 4)
+        tick = min(1.0, self.timeout / 4)
         while not self._stop_watchdog.wait(tick):
-            running = self._running
-            if running is None or clock() <= running[1] + self._timeout:
+            running = self.running
+            if running is None or clock() <= running[1] + self.timeout:
                 continue
             what = running[0]
             marked = False
             tracker = self.tracker
             if tracker is not None:
-                mark = functools.partial(_add_mark, self._marks_key(), what)
+                mark = functools.partial(_add_mark, self.marks_key(), what)
                 try:   # (fenced: a task of a driver taken over marks nothing for its successor)
                     marked = fenced_transaction(tracker.client, self.spec.run_id, tracker.generation, mark)
                 except Exception:   # Redis down: end the worker anyway; Spark bounds the retries
                     log.exception("could not record the timeout of %s at %s task %d",
                                   what, self.component_id, self.task_id)
-            if self._running is not running:
+            if self.running is not running:
                 # it returned while the mark was written: the runner fails it itself
                 if marked and tracker is not None:
-                    tracker.client.srem(self._marks_key(), what)
+                    tracker.client.srem(self.marks_key(), what)
                 continue
-            _end_worker(f"recovery: {self._timeout_text()} and did not return: {what} at "
+            _end_worker(f"recovery: {self.text()} and did not return: {what} at "
                         f"{self.component_id} task {self.task_id} marked timed out, worker ended")
             return
 
-    def _stop(self) -> None:
-        self._running = None
+    def stop(self) -> None:
+        self.running = None
         if self._watchdog is not None:
             self._stop_watchdog.set()
             self._watchdog.join()

@@ -13,10 +13,8 @@ import random
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-import msgpack
-
 from recovery.errors import JobFailed
-from recovery.runtime import batch
+from recovery.runtime import wire
 
 Partition = Callable[[], list]
 
@@ -138,15 +136,9 @@ class LocalContext:
 
     def permute(self, records: list) -> list:
         """Another arrival order of one consumer task's input, tuple by tuple: each chunk
-        [source, source task, [tuple, ...]] (runtime's format) is split into one-tuple chunks."""
+        (runtime.wire: a row chunk or an Arrow chunk) is split into one-tuple chunks."""
         assert self.arrival is not None
-        single = []
-        for key, blob in records:
-            if blob[:len(batch.MAGIC)] == batch.MAGIC:   # between batch components: Arrow
-                single += [(key, one) for one in batch.split_chunk(blob)]
-                continue
-            src, src_task, recs = msgpack.unpackb(blob)
-            single += [(key, msgpack.packb([src, src_task, [rec]])) for rec in recs]
+        single = [(key, one) for key, blob in records for one in wire.split(blob)]
         self.arrival.shuffle(single)
         return single
 

@@ -209,7 +209,7 @@ Output = dict[str, collections.Counter]
 
 
 def sink_multisets(run: LocalRun | dict[str, list[list]]) -> Output:
-    """Each sink's records as a multiset (canonical JSON), the exactness of DESIGN 7.1: part
+    """Each sink's records as a multiset (canonical JSON), the exactness of docs/guarantees.md: part
     files, tasks and rounds order records differently; which records, and how many times, not."""
     sinks = run.sinks if isinstance(run, LocalRun) else run
     return {cid: collections.Counter(json.dumps(v, sort_keys=True) for v in rows) for cid, rows in sinks.items()}

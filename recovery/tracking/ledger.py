@@ -1,6 +1,6 @@
 """The XOR acker ledger (Storm's acker): per root, the XOR of the ids of every tuple created and
-acked in its tree; zero means the tree is complete. To keep the success path cheap (DESIGN
-section 8), contributions are combined per root inside a task and written once, at the task's
+acked in its tree; zero means the tree is complete. To keep the success path cheap (docs/protocol.md,
+the ledger), contributions are combined per root inside a task and written once, at the task's
 commit, as one packed blob per ledger bucket (keyed by the producing task, so a retried task
 overwrites its own blob instead of XORing twice). `resolve_bucket` folds a bucket's blobs into
 the roots still pending; complete roots leave no key behind."""

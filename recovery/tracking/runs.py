@@ -26,7 +26,7 @@ from typing import Any
 
 import redis
 
-from recovery.errors import RunCleared, RunError, RunFenced, RunTakenOver
+from recovery.errors import RunBusy, RunCleared, RunExists, RunFenced, RunNotFound, RunTakenOver
 from recovery.model.record import RunRecord, encode
 from recovery.model.run import RUN_ID_MAX
 from recovery.tracking import keys
@@ -154,21 +154,36 @@ def create(client: redis.Redis, run_id: str, xml: str, wf_json: str, file: str |
     created = client.register_script(_CREATE)(
         keys=[keys.run_record(run_id), keys.lease(run_id), keys.runs_index()], args=args)
     if not created:
-        raise RunError(f"run {run_id!r} exists already (see `recovery status {run_id}`; "
-                       "choose another --run-id)")
+        raise _exists(run_id)
     return lease
+
+
+def not_found(run_id: str) -> RunNotFound:
+    """The refusal of a run id this Redis has no run of."""
+    return RunNotFound(f"no run {run_id!r} in this Redis (see `recovery runs`)")
+
+
+def _exists(run_id: str) -> RunExists:
+    return RunExists(f"run {run_id!r} exists already (see `recovery status {run_id}`; choose another --run-id)")
+
+
+def check_absent(client: redis.Redis, run_id: str) -> None:
+    """Refuse (RunExists) a run id this Redis has a run of: before anything starts for a new run
+    (`create` refuses it again, atomically, when two submits race)."""
+    if client.exists(keys.run_record(run_id)):
+        raise _exists(run_id)
 
 
 def get(client: redis.Redis, run_id: str) -> RunRecord:
     """The record, with its lease as read now (`lease_holder`, `lease_ms`: -2 when none).
-    Raises RunError for a run this Redis does not know, or a record that does not parse."""
+    Raises RunNotFound for a run this Redis does not know, or a record that does not parse."""
     with client.pipeline(transaction=False) as pipe:
         pipe.hgetall(keys.run_record(run_id))
         pipe.get(keys.lease(run_id))
         pipe.pttl(keys.lease(run_id))
         raw, holder, ttl = pipe.execute()
     if not raw:
-        raise RunError(f"no run {run_id!r} in this Redis (see `recovery runs`)")
+        raise not_found(run_id)
     return RunRecord.from_hash(raw, keys.run_record(run_id), lease_holder=_dec(holder),
                                lease_ms=int(ttl) if holder is not None else -2)
 
@@ -285,7 +300,7 @@ class Lease:
             raise _cleared(self.run_id)
         if got != 1:
             host, pid = _parse_holder(_dec(got))
-            raise RunError(f"run {self.run_id} is held by another driver (pid {pid} on {host}); "
+            raise RunBusy(f"run {self.run_id} is held by another driver (pid {pid} on {host}); "
                            f"see `recovery status {self.run_id}`")
 
     def refresh(self) -> bool:

@@ -1,4 +1,4 @@
-"""The spill store: a task's in-flight output, kept out of Redis (DESIGN section 5).
+"""The spill store: a task's in-flight output, kept out of Redis (docs/protocol.md).
 
 A tracked task writes its output chunks, as it produces them, into a file of its own, under its
 final name from the start: the name carries a token unique to the attempt, so a Spark retry or a
@@ -51,8 +51,8 @@ from urllib.parse import quote, urlparse
 import msgpack
 import zstandard
 
+from recovery import home
 from recovery.errors import SpillError
-from recovery.redis import embedded
 
 log = logging.getLogger(__name__)
 
@@ -64,14 +64,14 @@ FRAME_BYTES = 256 * 1024        # raw bytes buffered before a frame is compresse
 ZSTD_LEVEL = 1                  # the success path pays for it: the fastest level
 SUFFIX = ".spill"
 READ_BUFFER = 1 << 20          # bytes read ahead on a URI location (an S3 read is a GET)
-DIR_MODE = embedded.PRIVATE_DIR_MODE
-FILE_MODE = embedded.PRIVATE_FILE_MODE
+DIR_MODE = home.PRIVATE_DIR_MODE
+FILE_MODE = home.PRIVATE_FILE_MODE
 
 
 # --- where ------------------------------------------------------------------------------------
 def default_location() -> str:
     """RECOVERY_HOME/spill (absolute: tasks must not resolve it against their own cwd)."""
-    return str(embedded.state_home() / "spill")
+    return str(home.state_home() / "spill")
 
 
 def location(explicit: str | None = None, configured: str | None = None) -> str:
@@ -154,7 +154,7 @@ class _LocalFiles:
         if str(self.root) == default_location():
             # RECOVERY_HOME and its spill folder private, as the embedded server makes them
             if not self.root.is_dir():
-                embedded.ensure_home()
+                home.ensure_home()
                 os.makedirs(self.root, mode=DIR_MODE, exist_ok=True)
             if stat.S_IMODE(self.root.stat().st_mode) != DIR_MODE:   # a umask's, or an earlier version's
                 os.chmod(self.root, DIR_MODE)

@@ -57,6 +57,16 @@ class KeyedState:
             if k not in seen:
                 yield k, msgpack.unpackb(raw_v, strict_map_key=False)
 
+    def snapshot(self) -> Any:
+        """What this task has read and written so far, to go back to with `restore` (a batch
+        call that raised is discarded, its state writes with it)."""
+        return dict(self._cache), set(self._dirty)
+
+    def restore(self, snapshot: Any) -> None:
+        """Back to what `snapshot()` returned: writes since then are forgotten."""
+        cache, dirty = snapshot
+        self._cache, self._dirty = dict(cache), set(dirty)
+
     def write_to(self, pipe: Any) -> None:
         """Add this task's writes to the commit transaction."""
         sets = {}
@@ -88,6 +98,12 @@ class LocalState(KeyedState):
 
     def items(self):
         return iter(list(self._store.items()))
+
+    def snapshot(self) -> Any:
+        return dict(self._store)
+
+    def restore(self, snapshot: Any) -> None:
+        self._store = dict(snapshot)
 
     def write_to(self, pipe: Any) -> None:
         pass

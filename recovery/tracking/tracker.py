@@ -25,10 +25,8 @@ LOG_CAP = 2000
 
 def backoff_ms(attempt: int, conf: dict[str, str]) -> float:
     """Delay before attempt `attempt + 1` (KafkaSpoutRetryExponentialBackoff's shape)."""
-    initial = config_decl.value(conf, "recovery.retry.initial.delay.ms")
-    period = config_decl.value(conf, "recovery.retry.delay.period.ms")
-    cap = config_decl.value(conf, "recovery.retry.max.delay.ms")
-    return min(cap, initial + period * (2 ** max(0, attempt - 1)))
+    s = config_decl.settings(conf)
+    return min(s.retry_max_delay_ms, s.retry_initial_delay_ms + s.retry_delay_period_ms * (2 ** max(0, attempt - 1)))
 
 
 class TaskTracker:
@@ -48,10 +46,11 @@ class TaskTracker:
         self.index = index
         self.task_id = task_id
         self.conf = conf
-        self.max_attempts = config_decl.value(conf, "recovery.max.attempts")
+        settings = config_decl.settings(conf)
+        self.max_attempts = settings.max_attempts
         self.field = f"{component}:{index}"
         # the run's spill location; None (a run record from before it was kept): the property's
-        self.spill_dir = spill_dir or location(None, config_decl.value(conf, "recovery.spill.dir"))
+        self.spill_dir = spill_dir or location(None, settings.spill_dir)
         self._writer: SpillWriter | None = None
         self.failures: list[FailedTuple] = []
         self.replays_done: list[tuple[str, int, int]] = []
@@ -162,7 +161,8 @@ class TaskTracker:
                extra: Any = None) -> bool:
         """Everything the task learned and its done marker, in one transaction, only into the
         run it started in (a cleared run: nothing written, False; the task ends quietly). Its
-        spill file is finished and renamed first; the transaction stores its reference."""
+        spill file is finished first (nothing renamed); the transaction stores its reference,
+        which is what makes the file count."""
         if self.fenced:
             return False
         rid = self.run_id
@@ -224,7 +224,7 @@ class TaskTracker:
         commits). A committed task never writes its blob again (a retry replays its stored
         output), so folding it now is as safe as at settle time, and the ledger holds about
         one entry per root in flight plus those of the components still running, instead of
-        one per component that touched the root (DESIGN 5: a few dozen bytes per root)."""
+        one per component that touched the root (docs/protocol.md: a few dozen bytes per root)."""
         tasks = [f"{self.component}:{i}" for i in range(self.parallelism)]
         if not all(v is not None for v in self.client.hmget(keys.task_done(self.run_id, self.round), tasks)):
             return

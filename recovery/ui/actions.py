@@ -14,10 +14,10 @@ from typing import Any
 
 from redis import Redis
 
-from recovery.errors import RunError
+from recovery.errors import RunBusy, RunError
+from recovery.home import private_dir, private_file
 from recovery.jobs import recover
 from recovery.model.run import check_run_id
-from recovery.redis.embedded import private_dir, private_file
 from recovery.tracking import runs
 
 log = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ class RecoverProcesses:
         self._lock = threading.Lock()
 
     def start(self, client: Redis, run_id: str) -> int:
-        """Start recovering `run_id`; refuses (RunError, the CLI's message) an unknown run, a
+        """Start recovering `run_id`; refuses (RunNotFound, RunBusy: the CLI's messages) an unknown run, a
         run whose driver is alive, and a run this server is recovering already."""
         log_path = self.log_path(run_id)
         with self._lock:
@@ -43,8 +43,8 @@ class RecoverProcesses:
             recover.check_not_running(rec)
             known = self._procs.get(run_id)
             if known is not None and known[0].poll() is None:
-                raise RunError(f"run {run_id} is being recovered already (recover pid {known[0].pid}, "
-                               "started from this page)")
+                raise RunBusy(f"run {run_id} is being recovered already (recover pid {known[0].pid}, "
+                              "started from this page)")
             private_dir(self.log_dir, "web view folder")
             private_file(log_path, "recover log")
             env = dict(os.environ)

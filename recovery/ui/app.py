@@ -29,14 +29,14 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp
 
-from recovery.errors import RecoveryError
+from recovery.errors import BadRequest, NotFound, RecoveryError
 from recovery.jobs import reports
 from recovery.jobs import summary as jobs_summary
-from recovery.model.run import RunIdError, check_run_id
+from recovery.model.run import check_run_id
 from recovery.tracking import keys, runs
 from recovery.ui import svg
+from recovery.ui.access import TOKEN_ENV, check_token
 from recovery.ui.actions import RecoverProcesses
-from recovery.ui.command import TOKEN_ENV, check_token
 from recovery.ui.security import TOKEN_FIELD, Guard, SecurityMiddleware
 
 HERE = Path(__file__).resolve().parent
@@ -59,17 +59,14 @@ COLUMNS = (
 )
 
 
-class BadRunId(RecoveryError):
-    """A run id path parameter outside the run-id alphabet: refused before anything reads it."""
+# An error's HTTP status, by its type (recovery/errors.py): a malformed request (a run id outside
+# its alphabet), something that does not exist (a run, a component of it); any other refusal is
+# a state the request cannot act on (a run still running, one without tracking): 409.
+ERROR_STATUSES: tuple[tuple[type[RecoveryError], int], ...] = ((BadRequest, 400), (NotFound, 404))
 
 
-def _error_status(err: RecoveryError) -> int:
-    """400 for a malformed run id, 404 for what does not exist (a run, a component), 409 for a
-    state the action refuses."""
-    if isinstance(err, BadRunId | RunIdError):
-        return 400
-    text = str(err)
-    return 404 if text.startswith("no run ") or ": no component " in text else 409
+def error_status(err: RecoveryError) -> int:
+    return next((status for cls, status in ERROR_STATUSES if isinstance(err, cls)), 409)
 
 
 class UI:
@@ -368,7 +365,7 @@ def api_clear(request: Request) -> Response:
 async def recovery_error(request: Request, err: Exception) -> Response:
     """What the CLI prints as `error: ...` and exit 2: JSON for the API, a page otherwise."""
     assert isinstance(err, RecoveryError)
-    status = _error_status(err)
+    status = error_status(err)
     return _refusal(_ui(request), request.url.path, status, str(err))
 
 
@@ -402,10 +399,7 @@ def _checking_run_id(endpoint: Any) -> Any:
     async def checked(request: Request) -> Response:
         run_id = request.path_params.get("run_id")
         if run_id is not None:
-            try:
-                check_run_id(run_id)
-            except RunIdError as err:
-                raise BadRunId(str(err)) from None
+            check_run_id(run_id)   # RunIdError: a BadRequest (400)
         if is_async:
             return await endpoint(request)
         return await run_in_threadpool(endpoint, request)

@@ -1,7 +1,7 @@
 """What keeps other web pages, and other hosts, from driving the web view.
 
 A browser sends requests to 127.0.0.1 on behalf of any site its user visits, so binding to
-loopback is not enough (issue 17 §1). Every request goes through :class:`SecurityMiddleware`:
+loopback is not enough (docs/guarantees.md, the web view). Every request goes through :class:`SecurityMiddleware`:
 
 - **Host allow-list** (DNS rebinding): the Host header must be ``127.0.0.1``, ``localhost`` or
   ``[::1]`` with the server's port, the ``--host`` given, or an ``--allow-host`` name; anything
@@ -35,14 +35,14 @@ from starlette.requests import cookie_parser
 from starlette.responses import RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from recovery.ui.command import is_loopback
+from recovery.ui.access import is_loopback
 
 TOKEN_HEADER = "X-Recovery-Token"
 TOKEN_FIELD = "token"          # the forms' hidden field, and the printed URL's ?token=
 SAFE_METHODS = frozenset({"GET", "HEAD"})
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 # Starlette's in-process test client's Host: allowed only when the app has no port, which a
-# listening server (the command, server.BackgroundServer) always gives it.
+# listening server (the `recovery ui` command, the tests' BackgroundServer) always gives it.
 TEST_CLIENT_HOST = "testserver"
 MAX_FORM_BYTES = 1 << 20       # the pages' forms post a few keys; more is not one of them
 

@@ -59,7 +59,7 @@ def test_recover_p_mends_a_run_stored_with_a_bad_value(spark, redis_url, redis_c
     assert summary["status"] == "completed" and summary["resumed"] is True
     assert summary["roots"] == 500 and summary["complete"] == 500
     rec = runs.get(redis_client, run_id)
-    assert jobs_summary.original_workflow(rec).conf_int("recovery.max.attempts") == 2
+    assert jobs_summary.original_workflow(rec).settings().max_attempts == 2
     clear.clear(redis_client, run_id)
 
 

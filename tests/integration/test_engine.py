@@ -50,7 +50,7 @@ COMPONENTS = textwrap.dedent('''
     from recovery import Bolt, BasicBolt
 
     class ForgetsToAck(Bolt):
-        """seeds/004's bolt: skips invalid records without acking them."""
+        """The stalled CDN-log topology's bolt (docs/references.md): skips invalid records without acking them."""
         def process(self, tup):
             if tup.values[0].startswith("bad"):
                 return

@@ -1,6 +1,6 @@
 """Redis-stream topics on a real Redis and a real local Spark: bounded runs, lag in `status`,
 kill -9 of a `submit --follow` driver and its restart, a poison message at the head of a
-partition (shared/seeds/004), a topic that does not exist.
+partition (the stalled topology of docs/references.md), a topic that does not exist.
 
 Workflows are copied into tmp_path (sinks write next to the XML), so nothing lands in the
 checkout. The `spark` fixture (one session for the whole test session) is tests/integration's.
@@ -161,7 +161,7 @@ def test_a_second_bounded_submit_of_a_stream_continues_into_the_same_folders(spa
     assert set(redis_client.keys("*")) == before
 
 
-# --- a poison message at the head of a partition (seeds/004) --------------------------------------
+# --- a poison message at the head of a partition (docs/references.md, KafkaSpout) -----------------
 def test_a_poison_message_at_the_head_of_a_partition_does_not_hold_the_stream(spark, redis_url, redis_client, tmp_path):
     xml = _copy_cdn_stream(tmp_path)
     wf = workflow_xml.load(xml)

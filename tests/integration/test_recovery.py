@@ -1,4 +1,4 @@
-"""Recovery end to end on a real local Spark and a real Redis (DESIGN section 7)."""
+"""Recovery end to end on a real local Spark and a real Redis (docs/guarantees.md)."""
 from __future__ import annotations
 
 import collections

@@ -1,4 +1,4 @@
-"""A spout that cannot go on fails visibly; nothing of its input is lost silently (DESIGN §5-§7).
+"""A spout that cannot go on fails visibly; nothing of its input is lost silently (docs/protocol.md, docs/guarantees.md).
 
 A shell spout whose program keeps dying gives up after `max_failures` restarts. It used to
 report itself exhausted: the run ended `completed` with the rest of its input missing and

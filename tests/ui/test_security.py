@@ -9,8 +9,8 @@ from starlette.testclient import TestClient
 
 from recovery.errors import RecoveryError
 from recovery.model.run import is_run_id
+from recovery.ui.access import check_token, is_wildcard
 from recovery.ui.app import create_app
-from recovery.ui.command import check_token, is_wildcard
 from recovery.ui.security import Guard, split_authority
 
 TOKEN = "unit-test-token"

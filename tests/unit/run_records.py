@@ -4,7 +4,6 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from recovery.jobs import submit
 from recovery.model.workflow import Component, Input, SinkImpl, SourceImpl, StreamDef, Workflow
 from recovery.tracking import keys, ledger, runs
 
@@ -19,7 +18,7 @@ WF = Workflow(name="wf", components=(
 
 
 def create_run(client, run_id="r1"):
-    return runs.create(client, run_id, "<xml/>", submit.workflow_json(WF), None, "local", True)
+    return runs.create(client, run_id, "<xml/>", WF.to_task_json(), None, "local", True)
 
 
 def dead_pid() -> int:

@@ -1,1 +1,2 @@
-"""The CDN-log example workflow of shared/seeds/004 (workflows/cdn_logs.xml)."""
+"""The CDN-log example workflow (workflows/cdn_logs.xml): the stalled KafkaSpout topology of
+docs/references.md."""

@@ -4,8 +4,9 @@ A log line (the generator's format, close to a CDN's combined log):
 
     61.135.2.17 - - [22/Nov/2026:10:15:32 +0800] "GET http://img.example.com/a/b.jpg HTTP/1.1" 200 5123 0.034
 
-Unlike seeds/004's bolts, which skipped a bad record without acking it (so it timed out and
-was replayed for ever), these raise: the tuple fails where it is, the rest goes on.
+Unlike the bolts of the stalled topology in docs/references.md, which skipped a bad record
+without acking it (so it timed out and was replayed for ever), these raise: the tuple fails
+where it is, the rest goes on.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ TIME_FORMAT = "%d/%b/%Y:%H:%M:%S %z"
 
 
 def parse_line(line: str) -> list[str]:
-    """The ten fields of seeds/004's split bolt; ValueError when the line does not parse."""
+    """The ten fields of that topology's split bolt; ValueError when the line does not parse."""
     m = LINE.match(line.strip())
     url = URL.match(m["url"]) if m else None
     if m is None or url is None:
@@ -35,7 +36,7 @@ def parse_line(line: str) -> list[str]:
 
 def normalize(host: str, time: str, code: str, size: str, dltime: str) -> list:
     """[key, host, minute, code, bytes, dltime]; ValueError for an invalid record (status
-    code 0, as in seeds/004, or any code outside 100..599)."""
+    code 0, as in that topology, or any code outside 100..599)."""
     status = int(code)
     if status == 0:
         raise ValueError("invalid log: status code 0")

@@ -1,7 +1,10 @@
 """Deterministic CDN access-log lines for workflows/cdn_logs.xml, with a chosen fraction of
 invalid ones: half of them do not parse (truncated or garbage), half have status code 0.
+With --parquet, the same lines also as a Parquet dataset for workflows/cdn_logs_tables.xml:
+a folder of part files (one column, `line`), the lines in order, split evenly over --parts.
 
     cd workflows && python -m cdn_logs.generate [--n 1000] [--seed 4] [--invalid 0.02] [--out data/cdn.log]
+                                                [--parquet [data/cdn_logs.parquet]] [--parts 4]
 """
 from __future__ import annotations
 
@@ -19,8 +22,10 @@ METHODS = ["GET"] * 12 + ["HEAD", "POST"]
 CODES = [200] * 40 + [206] * 5 + [304] * 8 + [404] * 3 + [403, 500, 502]
 START = datetime(2026, 11, 22, 10, 0, 0, tzinfo=timezone(timedelta(hours=8)))
 
-DEFAULT_OUT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                           "data", "cdn.log")
+DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
+DEFAULT_OUT = os.path.join(DATA, "cdn.log")
+DEFAULT_PARQUET = os.path.join(DATA, "cdn_logs.parquet")
+PART = "part-{:05d}.parquet"
 
 
 def _line(rng: random.Random, when: datetime, code: int | None = None) -> str:
@@ -76,6 +81,32 @@ def generate(path: str = DEFAULT_OUT, n: int = 1000, seed: int = 4,
     return round(n * invalid)
 
 
+def generate_parquet(path: str = DEFAULT_PARQUET, n: int = 1000, seed: int = 4,
+                     invalid: float = 0.02, parts: int = 4) -> int:
+    """Write the same n lines as `generate`, in order, as a Parquet dataset: the folder `path`
+    holding `parts` files part-00000.parquet, ... (a column `line`; the first files get one
+    line more when n is not a multiple of parts), so that a spark source reads several
+    partitions. Part files already there are replaced. Returns how many lines are invalid."""
+    import pyarrow as pa  # only the Parquet dataset needs pyarrow
+    import pyarrow.parquet as pq
+
+    if parts < 1:
+        raise ValueError("parts must be at least 1")
+    data = lines(n, seed, invalid)
+    os.makedirs(path, exist_ok=True)
+    for name in os.listdir(path):               # a previous dataset's parts, whatever their count
+        if name.startswith("part-") and name.endswith(".parquet"):
+            os.remove(os.path.join(path, name))
+    size, extra = divmod(n, parts)
+    start = 0
+    for i in range(parts):
+        end = start + size + (1 if i < extra else 0)
+        table = pa.table({"line": pa.array(data[start:end], pa.string())})
+        pq.write_table(table, os.path.join(path, PART.format(i)))
+        start = end
+    return round(n * invalid)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=1000, help="number of lines (default 1000)")
@@ -83,9 +114,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--invalid", type=float, default=0.02,
                     help="fraction of invalid lines (default 0.02)")
     ap.add_argument("--out", default=DEFAULT_OUT, help="output file (default: %(default)s)")
+    ap.add_argument("--parquet", nargs="?", const=DEFAULT_PARQUET, default=None, metavar="DIR",
+                    help="also write the lines as a Parquet dataset, the folder DIR "
+                         f"(default: {DEFAULT_PARQUET})")
+    ap.add_argument("--parts", type=int, default=4,
+                    help="part files of the Parquet dataset (default 4)")
     args = ap.parse_args(argv)
+    if args.parts < 1:
+        ap.error("--parts must be at least 1")
     bad = generate(args.out, args.n, args.seed, args.invalid)
     print(f"wrote {args.n} log lines ({bad} invalid) to {args.out}")
+    if args.parquet is not None:
+        generate_parquet(args.parquet, args.n, args.seed, args.invalid, args.parts)
+        print(f"wrote them as {args.parts} Parquet part files to {args.parquet}")
 
 
 if __name__ == "__main__":

@@ -1,1 +1,1 @@
-"""The fan-out / join example of shared/seeds/001 (workflows/fanout.xml)."""
+"""The fan-out / join example of Storm's acker (workflows/fanout.xml; docs/references.md)."""

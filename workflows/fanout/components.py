@@ -1,4 +1,4 @@
-"""Components of workflows/fanout.xml (seeds/001's worked example, with arithmetic)."""
+"""Components of workflows/fanout.xml (Storm's acker's worked example, with arithmetic)."""
 from __future__ import annotations
 
 from recovery import BasicBolt, Bolt, Tuple

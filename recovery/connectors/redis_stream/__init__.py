@@ -1,4 +1,4 @@
-"""Redis Streams as a partitioned log: KafkaSpout's model (shared/seeds/002) on Redis.
+"""Redis Streams as a partitioned log: KafkaSpout's model (docs/references.md) on Redis.
 
 A *topic* is N partitions, each one Redis stream (keys.topic_partition); N is the topic's own,
 fixed when it is created (the keys.topic_meta hash). A message's *offset* is an integer: the
@@ -13,7 +13,7 @@ Reading, as KafkaSpout does:
 * a *consumer* (workflow name + spout id) has a committed offset per partition
   (keys.offsets): every offset below it is complete, queued for recovery or dead. A failed
   root never holds its partition back: it is in the recovery queue, and the offset moves on
-  (the stall of seeds/004 cannot happen).
+  (the stall of the CDN-log topology in docs/references.md cannot happen).
 
 A round's work is fixed before it starts: :func:`offsets.plan_ranges` decides each partition's
 ``[start, end)`` and returns it as JSON that goes into ``RunSpec.source_json`` and the run

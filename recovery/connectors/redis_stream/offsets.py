@@ -119,7 +119,7 @@ def plan_spout(client: Redis, wf: Workflow, spout: Component, run_id: str | None
             trimmed, start = lowest - start, lowest
         ranges[p] = [start, max(start, end), trimmed]
     if follow:
-        budget = wf.conf_int("topology.max.spout.pending", spout.id)
+        budget = wf.settings(spout.id).max_spout_pending
         if budget > 0:
             for index in range(spout.parallelism):
                 mine = assign_partitions(n, spout.parallelism, index)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from recovery.ui.server import BackgroundServer, chromium_path, launch_chromium
+from tests.ui_server import BackgroundServer, chromium_path, launch_chromium
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ from starlette.testclient import TestClient
 
 from recovery.cli import main
 from recovery.tracking import keys
+from recovery.ui.access import is_loopback
 from recovery.ui.app import create_app
-from recovery.ui.command import is_loopback
 from tests.helpers import pretend_running
 from tests.integration.conftest import copy_workflow, submit
 

@@ -15,9 +15,9 @@ from click.testing import CliRunner
 
 from recovery.cli import main
 from recovery.tracking import keys
-from recovery.ui.server import CHROMIUM_ARGS, chromium_path
 from tests.helpers import pretend_running, wait_for
 from tests.integration.conftest import copy_workflow, submit
+from tests.ui_server import CHROMIUM_ARGS, chromium_path
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed")
 expect = sync_api.expect

@@ -20,9 +20,9 @@ from starlette.testclient import TestClient
 
 from recovery.tracking import keys
 from recovery.ui.app import create_app
-from recovery.ui.server import BackgroundServer
 from tests.helpers import file_mode, wait_for
 from tests.integration.conftest import copy_workflow, submit
+from tests.ui_server import BackgroundServer
 
 PORT = 8080
 OWN = f"http://127.0.0.1:{PORT}"
@@ -226,7 +226,7 @@ def test_a_run_id_outside_the_alphabet_is_refused_before_anything(dead_run_app, 
     assert r.status_code in (400, 404)
     assert redis_state(redis_client) == before
     assert not (tmp_path / "ui-logs").exists() and not list(tmp_path.glob("*.recover.log"))
-    with pytest.raises(Exception, match="not valid"):
+    with pytest.raises(Exception, match="invalid run id"):
         app.state.ui.processes.log_path("a/../../b")
 
 

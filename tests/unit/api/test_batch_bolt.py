@@ -47,9 +47,8 @@ def test_a_row_runtime_runs_a_batch_bolt_a_tuple_at_a_time():
             return []
 
     bolt = Echo()
-    bolt._collector = Collector()
     wf = _workflow("Echo")
-    bolt.context = type("Ctx", (), {"workflow": wf, "component_id": "b"})()
+    bolt.bind(Collector(), {}, type("Ctx", (), {"workflow": wf, "component_id": "b"})())
     bolt.process(Tuple(7, "src", "default", 1, [3], ("n",)))
     assert emitted == [([3], "default", [7])]
 

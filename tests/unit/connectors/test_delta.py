@@ -249,7 +249,7 @@ XML = '''<workflow xmlns="urn:recovery:workflow:1" name="s">
 def test_the_sink_parses_and_its_path_is_a_folder_relative_to_the_xml_or_a_uri(tmp_path, path):
     wf = parse_string(XML.format(path=path, extra=' run-column="run"'), base_dir=str(tmp_path))
     impl = wf.component("out").impl
-    assert isinstance(impl, SinkImpl) and impl.write_mode == "append" and impl.param("run-column") == "run"
+    assert isinstance(impl, SinkImpl) and impl.write_mode(reads_topics=False) == "append" and impl.param("run-column") == "run"
     want = str(tmp_path / "out" / "t") if path == "out/t" else path
     assert delta.location(impl, str(tmp_path)) == want
 

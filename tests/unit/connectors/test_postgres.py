@@ -109,10 +109,10 @@ def test_the_sink_parses_with_its_attributes_appends_by_default_and_round_trips(
     wf = workflow(table="audit.events", extra=' run-column="run_id"')
     impl = wf.component("out").impl
     assert isinstance(impl, SinkImpl) and impl.type == "postgres" and impl.mode is None
-    assert impl.write_mode == "append"
+    assert impl.write_mode(reads_topics=False) == "append"
     assert dict(impl.params) == {"url": URL, "table": "audit.events", "run-column": "run_id"}
     assert parse_string(to_xml(wf)) == wf
-    assert workflow(extra=' mode="append"').component("out").impl.write_mode == "append"
+    assert workflow(extra=' mode="append"').component("out").impl.write_mode(reads_topics=False) == "append"
 
 
 @pytest.mark.parametrize("url", ["postgresql://me:s3cr3t@127.0.0.1/db", "postgres://:s3cr3t@h/db",

@@ -128,13 +128,12 @@ def test_overwrite_removes_exactly_the_other_runs_parts(tmp_path):
 
 def test_overwrite_uses_the_submitted_workflow_in_a_recovery_round(tmp_path):
     """A recovery round's workflow may hold none of the run's sinks: the submitted one decides."""
-    from recovery.jobs.submit import workflow_json
     folder = tmp_path / "out" / "x"
     other = touch_parts(folder, "run-a")
     round_wf = parse_string(XML.format(mode="").replace('path="out/x"', 'path="out/elsewhere"'),
                             base_dir=str(tmp_path))
     submitted = workflow(tmp_path, "overwrite")
-    assert replace_other_runs(round_wf, "run-b", workflow_json(submitted)) == [str(folder / n) for n in other]
+    assert replace_other_runs(round_wf, "run-b", submitted.to_task_json()) == [str(folder / n) for n in other]
 
 
 @pytest.mark.parametrize("mode", ["error", "append"])

@@ -10,7 +10,7 @@ import msgpack
 import pytest
 
 from recovery.errors import RunError
-from recovery.jobs import recover, reports, submit
+from recovery.jobs import recover, reports
 from recovery.model.xml import parse as workflow_xml
 from recovery.tracking import keys, runs
 
@@ -28,7 +28,7 @@ def run(fake_redis):
     """A wordcount run record that ended `dead`, with three dead tuples and one queued."""
     wf = workflow_xml.load(WORKFLOWS / "wordcount.xml", check_paths=False)
     run_id = "wordcount-1"
-    runs.create(fake_redis, run_id, "<workflow/>", submit.workflow_json(wf), None, "local[2]", True)
+    runs.create(fake_redis, run_id, "<workflow/>", wf.to_task_json(), None, "local[2]", True)
     runs.update(fake_redis, run_id, status=runs.DEAD, ended=float(fake_redis.hget(keys.run_record(run_id), "started")) + 2)
     for comp, task, tid, err in (("split", 6, 11, "ValueError: bad"), ("split", 7, 12, "not acked by split"),
                                  ("count", 1, 13, "failed by count")):
@@ -54,7 +54,7 @@ def test_error_kinds():
 
 def test_runs_list_newest_first_with_workflow_and_duration(fake_redis, run):
     wf = workflow_xml.load(WORKFLOWS / "wordcount.xml", check_paths=False)
-    runs.create(fake_redis, "wordcount-2", "<workflow/>", submit.workflow_json(wf), None, "local[2]", True)
+    runs.create(fake_redis, "wordcount-2", "<workflow/>", wf.to_task_json(), None, "local[2]", True)
     fake_redis.zadd(keys.runs_index(), {"wordcount-2": 10**10})     # started later
     rows = reports.runs_list(fake_redis)["runs"]
     assert [r["run_id"] for r in rows] == ["wordcount-2", run]

@@ -11,7 +11,6 @@ from recovery.faults import Injection
 from recovery.model import config
 from recovery.model.config import PropertyError
 from recovery.model.workflow import Workflow
-from recovery.multilang.protocol import conf_float
 from recovery.tracking.tracker import backoff_ms
 
 PACKAGE = Path(__file__).resolve().parents[3] / "recovery"
@@ -116,23 +115,43 @@ def test_command_line_assignments():
 def test_workflow_readers_go_through_the_declarations():
     wf = Workflow(name="w", config=(("recovery.max.attempts", "7"),
                                     ("recovery.retry.delay.period.ms", "10")))
-    assert wf.conf_int("recovery.max.attempts") == 7
-    assert wf.setting("recovery.auto") is False
-    assert wf.conf_float("topology.message.timeout.secs") == 30.0
-    assert wf.with_config({"recovery.max.attempts": "2"}).conf_int("recovery.max.attempts") == 2
+    assert wf.settings().max_attempts == 7
+    assert wf.settings().auto is False
+    assert wf.settings().message_timeout_secs == 30.0
+    assert wf.with_config({"recovery.max.attempts": "2"}).settings().max_attempts == 2
     # a bad value stored before values were checked is an error naming it, not a silent default
     bad = Workflow(name="w", config=(("recovery.auto", "perhaps"),))
     with pytest.raises(PropertyError, match="recovery.auto must be true or false"):
-        bad.conf_bool("recovery.auto")
+        bad.settings()
 
 
 def test_backoff_and_multilang_read_the_declared_defaults():
     assert backoff_ms(1, {}) == 200.0                     # initial 0 + period 200
     assert backoff_ms(10, {}) == 10000.0                  # capped
     assert backoff_ms(2, {"recovery.retry.delay.period.ms": "10"}) == 20.0
-    assert conf_float({}, "topology.subprocess.timeout.secs") == 30.0
-    assert type(config.value({}, "recovery.retry.max.delay.ms")) is float   # typed defaults
-    assert conf_float({"topology.tick.tuple.freq.secs": "2"}, "topology.tick.tuple.freq.secs") == 2.0
+    assert config.settings({}).subprocess_timeout_secs == 30.0
+    assert type(config.settings({}).retry_max_delay_ms) is float   # typed defaults
+    assert config.settings({"topology.tick.tuple.freq.secs": "2"}).tick_tuple_freq_secs == 2.0
+    assert config.settings(None) == config.settings({}) == config.Settings()
+
+
+def test_settings_read_a_component_s_conf_typed_and_name_a_bad_value():
+    conf = {"topology.max.spout.pending": " 7 ", "recovery.tracking": "false", "my.own": "x",
+            "recovery.spill.dir": "s3://b/p"}
+    s = config.settings(conf)
+    assert (s.max_spout_pending, s.tracking, s.spill_dir) == (7, False, "s3://b/p")
+    assert config.settings(conf) is s                       # the same conf: read once
+    with pytest.raises(PropertyError, match="topology.max.spout.pending must be an integer >= 1, got '0'"):
+        config.settings({"topology.max.spout.pending": "0"})
+
+
+def test_injections_are_typed_with_their_defaults():
+    found = config.injections({"recovery.inject.b.component": "x", "recovery.inject.a.component": "y",
+                               "recovery.inject.a.delay.ms": "5", "other": "1"})
+    assert list(found) == ["a", "b"]
+    assert (found["a"].component, found["a"].delay_ms, found["a"].rate, found["a"].mode) == ("y", 5.0, 0.01, "transient")
+    with pytest.raises(PropertyError, match="recovery.inject.a.rate"):
+        config.injections({"recovery.inject.a.component": "y", "recovery.inject.a.rate": "2"})
 
 
 def test_describe_lists_every_declaration_with_help():

@@ -128,7 +128,7 @@ def test_parse_good_document():
         type="redis", params=(("key", "bad"), ("key-field", "line")))
     assert wf.component("bad-lines").inputs[0].stream == "errors"
     assert wf.base_dir is None
-    assert wf.conf_int("topology.message.timeout.secs", "split") == 10
+    assert wf.settings("split").message_timeout_secs == 10
 
 
 def test_relative_paths_stay_as_written_and_base_dir_is_the_folder(tmp_path):
@@ -378,8 +378,8 @@ def test_other_properties_pass_through_as_text():
                                    '<property name="recovery.max.attempts" value=" 5 "/>'))
     conf = wf.conf("s")
     assert conf["topology.workers"] == "many" and conf["my.own"] == " x "
-    assert wf.conf_int("recovery.max.attempts") == 5
-    assert wf.conf_float("topology.message.timeout.secs") == 30.0   # the declared default
+    assert wf.settings().max_attempts == 5
+    assert wf.settings().message_timeout_secs == 30.0   # the declared default
 
 
 # ------------------------------------------- submit's checks with file and line (item 16)

@@ -162,22 +162,7 @@ def test_redis_binary_missing_executable(monkeypatch, tmp_path):
         embedded.redis_binary()
 
 
-# ---------------------------------------------------------------- state_home and paths
-
-def test_state_home_precedence(monkeypatch, tmp_path):
-    monkeypatch.setenv("RECOVERY_HOME", str(tmp_path / "env"))
-    assert embedded.state_home(tmp_path / "arg") == tmp_path / "arg"
-    assert embedded.state_home() == tmp_path / "env"
-    monkeypatch.delenv("RECOVERY_HOME")
-    monkeypatch.chdir(tmp_path)
-    assert embedded.state_home() == tmp_path / ".recovery"
-    assert embedded.state_home().is_absolute()
-
-
-def test_state_home_relative_is_made_absolute(monkeypatch, tmp_path):
-    monkeypatch.chdir(tmp_path)
-    assert embedded.state_home("state") == tmp_path / "state"
-
+# ---------------------------------------------------------------- paths
 
 def test_embedded_paths_and_url(tmp_path):
     srv = embedded.EmbeddedServer(tmp_path)
@@ -235,26 +220,6 @@ def _one_line_error_naming(err: pytest.ExceptionInfo, path: Path) -> None:
     msg = str(err.value)
     assert "\n" not in msg and str(path) in msg, msg
     assert err.value.exit_code == 2
-
-
-def test_private_dir_and_file_ignore_the_umask(tmp_path, umask_022):
-    folder = embedded.private_dir(tmp_path / "parent" / "home")
-    assert file_mode(folder) == 0o700
-    assert file_mode(embedded.private_file(folder / "x.log")) == 0o600
-    os.umask(0o277)  # would make an owner-unwritable folder
-    assert file_mode(embedded.private_dir(tmp_path / "other")) == 0o700
-
-
-def test_private_dir_and_file_tighten_ours(tmp_path):
-    folder = tmp_path / "loose"
-    folder.mkdir()
-    os.chmod(folder, 0o755)
-    (folder / "a.log").write_text("kept")
-    os.chmod(folder / "a.log", 0o644)
-    embedded.private_dir(folder)
-    embedded.private_file(folder / "a.log")
-    assert (file_mode(folder), file_mode(folder / "a.log")) == (0o700, 0o600)
-    assert (folder / "a.log").read_text() == "kept"
 
 
 def test_loose_state_of_an_earlier_version_is_tightened(tmp_path, umask_022):

@@ -1,4 +1,4 @@
-"""The batch task driver (runtime.batch) against the row runtime: the same ids, ledger,
+"""The batch runtime (runtime.batch) against the row runtime: the same ids, ledger,
 routes, failed positions, queues and sinks, with failures isolated to the row by bisection."""
 from __future__ import annotations
 
@@ -228,16 +228,16 @@ class Pass(BasicBolt):
 
 def test_tuples_between_batch_components_travel_as_arrow_and_to_row_components_as_msgpack(fake_redis):
     from recovery.model.run import RunSpec
-    from recovery.runtime import batch as batch_runtime
+    from recovery.runtime import wire
     wf = testing.with_list_sinks(testing.feed(
         chain(("dbl", "BatchDouble", ("n", "d"), Grouping.SHUFFLE), ("sum", "BatchSum", ("s",), Grouping.FIELDS),
               batch_size=8), "src", list(range(30))))
     received = testing.execute_round(wf, RunSpec("r", 0, wf.model_dump_json(), "fake://", True), fake_redis)
-    into = {cid: [blob[:len(batch_runtime.MAGIC)] == batch_runtime.MAGIC for (c, _), blobs in received.items()
+    into = {cid: [blob[:len(wire.MAGIC)] == wire.MAGIC for (c, _), blobs in received.items()
                   if c == cid for blob in blobs] for cid in ("dbl", "sum", "out")}
     assert into["dbl"] and not any(into["dbl"])     # from a row spout: msgpack
     assert into["sum"] and all(into["sum"])         # batch to batch: Arrow
     assert into["out"] and not any(into["out"])     # to a row sink: msgpack
-    src, src_task, stream, rb = batch_runtime.decode_chunk(
+    src, src_task, stream, rb = wire.decode_chunk(
         next(b for (c, _), bs in received.items() if c == "sum" for b in bs))
     assert (src, stream) == ("dbl", "default") and rb.schema.names == ["__id", "__roots", "n", "d"]

@@ -1,5 +1,5 @@
 """Built-in sinks fed by batch components take the Arrow chunks as they are
-(runtime.batch.BatchTaskRunner.run_sink, connectors.sinks encode_batch): for the same records
+(runtime.batch.sink, connectors.sinks encode_batch): for the same records
 they write the bytes the row sinks write, fail the same rows alone with the same errors, and
 keep the sinks' guarantees (one part per (round, task), written after the whole input, a
 re-executed task's part replaced)."""
@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 
 from recovery import BasicBolt, BatchBolt, testing
 from recovery.connectors.sinks import part_files
-from recovery.jobs.submit import workflow_json
 from recovery.model.run import RunSpec
 from recovery.model.workflow import ClassImpl, Component, Input, SinkImpl, StreamDef, Workflow
 from recovery.runtime import batch as batch_runtime
+from recovery.runtime import wire
 from recovery.tracking import ledger
 
 HERE = __name__ + ":"
@@ -184,9 +184,9 @@ def test_a_reexecuted_batch_sink_task_replaces_its_part(tmp_path, fake_redis):
     values = [f"v{i}" for i in range(20)]
     wf = testing.feed(workflow("BatchValues", "jsonl", values, "text", parallelism=2), "src", list(range(20)))
     wf = wf.model_copy(update={"base_dir": str(tmp_path)})
-    spec = RunSpec("r", 0, workflow_json(wf), "fake://", False)
+    spec = RunSpec("r", 0, wf.to_task_json(), "fake://", False)
     received = testing.execute_round(wf, spec, fake_redis)
-    assert all(blob.startswith(batch_runtime.MAGIC) for (c, _), blobs in received.items() if c == "out"
+    assert all(blob.startswith(wire.MAGIC) for (c, _), blobs in received.items() if c == "out"
                for blob in blobs)                    # from the batch bolt: Arrow chunks
     once = parts(tmp_path, "")
     assert len(once) == 2 and sum(p.count(b"\n") for p in once.values()) == 20

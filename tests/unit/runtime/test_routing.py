@@ -93,7 +93,7 @@ def test_ids_are_derived_the_same_in_every_process():
 
 def _reference_copies(wf: Workflow, tm: TaskMap, stream_fields: tuple[str, ...], values: list,
                       base: int) -> list[tuple[str, int, int, int]]:
-    """The groupings as DESIGN section 5 defines them, spelled out: what Router's shortcuts
+    """The groupings as docs/xml.md defines them, spelled out: what Router's shortcuts
     (precomputed keys, the one-shuffle-subscriber case) must give, copy for copy."""
     out = []
     for consumer in wf.components:

@@ -9,7 +9,7 @@ import fakeredis
 import msgpack
 import pytest
 
-from recovery.jobs import submit
+from recovery.jobs import driver
 from recovery.model.run import RunSpec
 from recovery.model.workflow import ClassImpl, Component, Grouping, Input, ShellImpl, StreamDef, Workflow
 from recovery.runtime import collector, timeouts
@@ -191,11 +191,18 @@ def test_a_state_value_that_cannot_be_stored_fails_only_its_tuple():
     assert all("TypeError" in r["error"] for r in queued_positions(client))
 
 
-def test_tick_tuples_reach_process_tick_and_a_last_one_ends_the_input():
+class TickCounterWithMetrics(rc.TickCounter):
+    """A Python bolt with an attribute a shell bolt has: still a Python bolt, sent ticks."""
+
+    metrics: dict = {}
+
+
+@pytest.mark.parametrize("ticker", [REF + "TickCounter", __name__ + ":TickCounterWithMetrics"])
+def test_tick_tuples_reach_process_tick_and_a_last_one_ends_the_input(ticker):
     rc.Collect.SEEN.clear()
     wf = Workflow(name="k", config=(("topology.tick.tuple.freq.secs", "1"),), components=(
         Component(id="src", kind="spout", impl=ClassImpl(ref=REF + "Numbers"), streams=(StreamDef(fields=("n",)),)),
-        Component(id="ticker", kind="bolt", impl=ClassImpl(ref=REF + "TickCounter"),
+        Component(id="ticker", kind="bolt", impl=ClassImpl(ref=ticker),
                   streams=(StreamDef(fields=("n",)),), inputs=(Input(source="src"),)),
         Component(id="sink", kind="bolt", impl=ClassImpl(ref=REF + "Collect"),
                   inputs=(Input(source="ticker"),))))
@@ -213,7 +220,7 @@ def _replay_spec(wf: Workflow, spout: str, message_ids: list[int], client) -> Ru
     emits only the roots of the round's replay set (these messages' round-0 ids), under
     epoch-1 ids."""
     client.sadd(keys.root_replay_set("r", 1), *[ids.root_id(ids.name_salt(spout), m) for m in message_ids])
-    return RunSpec("r", 1, submit.workflow_json(wf), "fake://", True, root_replay=True,
+    return RunSpec("r", 1, wf.to_task_json(), "fake://", True, root_replay=True,
                    root_epoch=1, filter_epoch=0)
 
 
@@ -256,7 +263,7 @@ def test_a_sink_write_longer_than_the_message_timeout_is_acked_not_written_twice
         Component(id="src", kind="spout", impl=ClassImpl(ref=REF + "Numbers"), streams=(StreamDef(fields=("n",)),)),
         Component(id="out", kind="bolt", impl=SinkImpl(type="jsonl", params=(("path", "out"),)),
                   inputs=(Input(source="src"),))))
-    execute_round(wf, RunSpec("r", 0, submit.workflow_json(wf), "fake://", True), fake_redis)
+    execute_round(wf, RunSpec("r", 0, wf.to_task_json(), "fake://", True), fake_redis)
     for b in range(ledger.LEDGER_BUCKETS):
         ledger.resolve_bucket(fake_redis, "r", b)
     assert clock[0] == 2.0                                   # the write was slow, once
@@ -290,19 +297,19 @@ def test_a_crashed_python_worker_is_named_as_such_not_as_an_eof_exception(fake_r
     """`recover` used to say "failed in Spark: Caused by: java.io.EOFException"."""
     spec = RunSpec("r", 2, "{}", "fake://", True)
     err = Exception(WORKER_CRASHED)
-    assert submit.spark_failure_reason(err) == (
+    assert driver.spark_failure_reason(err) == (
         "a Python worker crashed (exited unexpectedly) in Spark task 1.0 of stage 3.0 "
         "(its stderr says why)")
     # the last resort marked what it ended: the reason names that component's task
     fake_redis.sadd(keys.timed_out("r", 2, "slow", 1), 12345)
     fake_redis.sadd(keys.timed_out("r", 1, "other", 0), 1)     # another round's: not this one
-    assert submit.spark_failure_reason(err, fake_redis, spec) == (
+    assert driver.spark_failure_reason(err, fake_redis, spec) == (
         "a Python worker crashed (exited unexpectedly) in Spark task 1.0 of stage 3.0: the "
         "message timeout's last resort ended it, stuck in slow task index 1")
     # a worker's Python traceback is still read as before
     traceback_text = ("Traceback (most recent call last):\n  File \"x.py\", line 1\n"
                       "recovery.multilang.ShellError: shell component 'numbers' gave up\n")
-    assert submit.spark_failure_reason(Exception(traceback_text), fake_redis, spec) == \
+    assert driver.spark_failure_reason(Exception(traceback_text), fake_redis, spec) == \
         "recovery.multilang.ShellError: shell component 'numbers' gave up"
 
 
@@ -375,8 +382,8 @@ def test_a_task_of_a_driver_taken_over_publishes_no_part_commits_nothing_and_fai
         Component(id="src", kind="spout", impl=ClassImpl(ref=REF + "Numbers"), streams=(StreamDef(fields=("n",)),)),
         Component(id="out", kind="bolt", impl=SinkImpl(type="jsonl", params=(("path", "out"),)),
                   inputs=(Input(source="src"),))))
-    lease = runs.create(fake_redis, "r", "<x/>", submit.workflow_json(wf), None, "local", True)
-    spec = RunSpec("r", 0, submit.workflow_json(wf), "fake://", True, generation=lease.generation,
+    lease = runs.create(fake_redis, "r", "<x/>", wf.to_task_json(), None, "local", True)
+    spec = RunSpec("r", 0, wf.to_task_json(), "fake://", True, generation=lease.generation,
                    spill_dir=str(tmp_path / "spill"))
     real_write = sinks._atomic_write
 
@@ -406,8 +413,8 @@ def test_a_delta_sink_task_of_a_driver_taken_over_commits_nothing_to_its_table(m
         Component(id="src", kind="spout", impl=ClassImpl(ref=REF + "Numbers"), streams=(StreamDef(fields=("n",)),)),
         Component(id="lake", kind="bolt", impl=SinkImpl(type="delta", params=(("path", "lake"),)),
                   inputs=(Input(source="src"),))))
-    lease = runs.create(fake_redis, "r", "<x/>", submit.workflow_json(wf), None, "local", True)
-    spec = RunSpec("r", 0, submit.workflow_json(wf), "fake://", True, generation=lease.generation,
+    lease = runs.create(fake_redis, "r", "<x/>", wf.to_task_json(), None, "local", True)
+    spec = RunSpec("r", 0, wf.to_task_json(), "fake://", True, generation=lease.generation,
                    spill_dir=str(tmp_path / "spill"))
     real_conform = delta.conform
 

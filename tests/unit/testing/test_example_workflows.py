@@ -212,7 +212,7 @@ def test_cdn_logs_fail_where_the_record_is_bad_and_aggregate_the_rest(fake_redis
 
 @pytest.mark.parametrize("name", NAMES + ["bench_pipeline"])
 def test_example_sinks_hold_the_same_records_whatever_the_arrival_order(fake_redis, name):
-    """DESIGN 7.1: examples emit what is exact. A recovery replays failed tuples after the
+    """docs/guarantees.md: examples emit what is exact. A recovery replays failed tuples after the
     others, so a bolt sees its input in another order; what each sink receives (as a
     multiset: part files and their order differ anyway) must not depend on it."""
     wf = load(WORKFLOWS / f"{name}.xml")
@@ -280,3 +280,94 @@ def test_recovery_workflows_of_the_examples_are_valid_workflow_files(name):
         text = to_xml(plan)
         assert schema().validate(etree.fromstring(text.encode())), schema().error_log
         assert parse_string(text, base_dir=wf.base_dir) == plan
+
+
+# ------------------------------------------------------------------ cdn_logs_tables
+# cdn_logs reading a Parquet dataset through Spark and writing a Delta table: the same topology
+# and components, its own data (cdn.log's lines as Parquet part files) and sink.
+
+PARQUET = WORKFLOWS / "data" / "cdn_logs.parquet"
+
+
+def parquet_lines(folder: Path) -> list[list[str]]:
+    """Each part file's lines, the files in name order."""
+    import pyarrow.parquet as pq
+    parts = sorted(p for p in folder.iterdir() if p.suffix == ".parquet")
+    return [pq.read_table(p).column("line").to_pylist() for p in parts]
+
+
+def test_cdn_logs_tables_validates_without_warnings():
+    wf, warnings = validate_file(WORKFLOWS / "cdn_logs_tables.xml")
+    assert wf.name == "cdn_logs_tables"
+    assert warnings == [] and check_classes(wf) == []
+    assert parse_string(to_xml(wf), base_dir=wf.base_dir) == wf
+
+
+def test_cdn_logs_tables_is_cdn_logs_reading_parquet_with_spark_into_delta():
+    tables, logs = load(WORKFLOWS / "cdn_logs_tables.xml"), load(WORKFLOWS / "cdn_logs.xml")
+    assert topological_order(tables) == topological_order(logs)
+    assert tables.config == logs.config
+    for cid in ("split", "normalize", "aggregate"):      # the same components, wired the same way
+        assert tables.component(cid) == logs.component(cid)
+    spout, sink = tables.component("logs"), tables.component("output")
+    assert isinstance(spout.impl, SourceImpl) and spout.impl.type == "spark"
+    assert dict(spout.impl.params) == {"format": "parquet", "path": "data/cdn_logs.parquet"}   # default ids
+    assert spout.impl.options == (("spark.sql.files.maxPartitionBytes", "1mb"),)   # a partition per part file
+    assert spout.streams == logs.component("logs").streams and spout.parallelism == 2
+    assert isinstance(sink.impl, SinkImpl) and sink.impl.type == "delta"
+    assert sink.impl.param("path") == "out/cdn_logs_tables"
+    assert sink.inputs == logs.component("output").inputs
+
+
+def test_committed_parquet_dataset_is_cdn_logs_lines_in_several_parts(tmp_path):
+    """The dataset the example reads is the generator's: cdn.log's lines, in order, in four
+    part files (so that Spark reads it in several partitions). Compared by content: the
+    files' bytes name the pyarrow version that wrote them."""
+    from cdn_logs.generate import generate_parquet
+    committed = parquet_lines(PARQUET)
+    assert len(committed) == 4 and all(committed)
+    assert [line for part in committed for line in part] == (WORKFLOWS / "data" / "cdn.log").read_text().splitlines()
+    assert generate_parquet(str(tmp_path / "pq")) == 20
+    assert sorted(p.name for p in (tmp_path / "pq").iterdir()) == sorted(p.name for p in PARQUET.iterdir())
+    assert parquet_lines(tmp_path / "pq") == committed
+
+
+def test_parquet_generator_splits_the_same_lines_and_replaces_a_previous_dataset(tmp_path):
+    from cdn_logs.generate import generate_parquet, lines
+    folder = tmp_path / "pq"
+    generate_parquet(str(folder), n=10, seed=5, parts=7)
+    (folder / "keep.txt").write_text("not a part file")
+    generate_parquet(str(folder), n=11, seed=6, invalid=0.2, parts=3)
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "keep.txt", "part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
+    got = parquet_lines(folder)
+    assert [len(p) for p in got] == [4, 4, 3]
+    assert [line for part in got for line in part] == lines(11, seed=6, invalid=0.2)
+    with pytest.raises(ValueError):
+        generate_parquet(str(folder), parts=0)
+
+
+def test_generator_module_writes_the_parquet_dataset_on_request(tmp_path):
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    args = [sys.executable, "-m", "cdn_logs.generate", "--n", "30", "--seed", "3", "--out", str(tmp_path / "cdn.log")]
+    proc = subprocess.run([*args, "--parquet", str(tmp_path / "pq"), "--parts", "2"], cwd=WORKFLOWS, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert [line for part in parquet_lines(tmp_path / "pq") for line in part] == (
+        tmp_path / "cdn.log").read_text().splitlines()
+    assert len(parquet_lines(tmp_path / "pq")) == 2
+    proc = subprocess.run([*args, "--parquet", str(tmp_path / "bad"), "--parts", "0"], cwd=WORKFLOWS, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--parts must be at least 1" in proc.stderr
+    assert not (tmp_path / "bad").exists()
+
+
+def test_cdn_logs_tables_components_on_the_parquet_rows_write_what_cdn_logs_writes(fake_redis):
+    """Fed the dataset's rows (the test kit has no Spark), the example fails the same poison
+    records where cdn_logs does and its sink receives the same records."""
+    rows = [line for part in parquet_lines(PARQUET) for line in part]
+    tables = testing.run_local(load(WORKFLOWS / "cdn_logs_tables.xml"), fake_redis, inputs={"logs": rows})
+    logs = testing.run_local(load(WORKFLOWS / "cdn_logs.xml"), fake_redis)
+    assert {c: len(f) for c, f in failures_by_component(tables).items()} == {"split": 10, "normalize": 10}
+    assert len(tables.sinks["output"]) == 980
+    testing.assert_same_output(tables, logs)

@@ -158,8 +158,8 @@ def test_both_colliding_messages_are_queued_and_pending_when_both_fail():
 def _first_unanchored_id(wf: Workflow, component: str, round_no: int) -> int:
     from recovery.runtime.task import TaskRunner
     runner = TaskRunner(RunSpec("r1", round_no, wf.model_dump_json(), None, False), component, 0)
-    runner.emit(None, ["v"], "default", (), None, None)
-    [[rec]] = runner.out.values()
+    runner.collector.emit(None, ["v"], "default", (), None, None)
+    [[rec]] = runner.collector.out.values()
     return rec[0]
 
 

@@ -168,7 +168,7 @@ def test_removal_by_reference_by_round_and_by_run(tmp_path):
     ref1 = _write(store, _chunks(2), index=1)
     orphan = store.writer("run-1", 0, "split", 2)
     orphan.add(("count", 0), b"x")
-    orphan._flush()                       # an attempt that died: a .tmp nothing references
+    orphan._flush()                       # an attempt that died: a file nothing references
     other = _write(store, _chunks(1), run_id="run-2")
     store.remove("run-1", [ref0])
     assert not (tmp_path / "run-1" / ref0.path).exists() and (tmp_path / "run-1" / ref1.path).exists()

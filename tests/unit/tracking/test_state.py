@@ -46,3 +46,43 @@ def test_local_state_has_the_same_api_in_memory():
     state.delete("b")
     assert state.get("a") == 1 and dict(state.items()) == {"a": 1}
     state.write_to(None)   # nothing to commit
+
+
+def _committed(client, state):
+    pipe = client.pipeline()
+    state.write_to(pipe)
+    pipe.execute()
+
+
+def test_restore_forgets_what_was_written_after_the_snapshot_and_commits_what_was_before(fake_redis):
+    stored = KeyedState(fake_redis, "st")
+    stored.put("old", 0)
+    _committed(fake_redis, stored)
+    state = KeyedState(fake_redis, "st")
+    state.put("a", 1)
+    saved = state.snapshot()
+    state.put("a", 2)
+    state.put("b", 3)
+    state.delete("old")
+    assert dict(state.items()) == {"a": 2, "b": 3}
+    state.restore(saved)
+    assert dict(state.items()) == {"old": 0, "a": 1} and state.get("b") is None
+    state.put("c", 4)          # a write after the restore...
+    state.restore(saved)       # ...is forgotten too: a snapshot restores as often as asked
+    assert state.get("c") is None
+    _committed(fake_redis, state)
+    assert dict(KeyedState(fake_redis, "st").items()) == {"old": 0, "a": 1}
+
+
+def test_local_state_restores_its_snapshot_too():
+    state = LocalState()
+    state.put("a", 1)
+    saved = state.snapshot()
+    state.put("a", 2)
+    state.delete("a")
+    state.put("b", 3)
+    state.restore(saved)
+    assert dict(state.items()) == {"a": 1}
+    state.put("b", 3)
+    state.restore(saved)
+    assert dict(state.items()) == {"a": 1}

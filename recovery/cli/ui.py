@@ -2,47 +2,18 @@
 runs, so the rest of the CLI starts as fast without it."""
 from __future__ import annotations
 
-import ipaddress
 import logging
-import re
 import socket
 
 import click
 
+from recovery.cli import redis_option
 from recovery.errors import RecoveryError
-
-TOKEN_ENV = "RECOVERY_UI_TOKEN"
-# what a token may hold: it travels in a header, a cookie and a URL unquoted
-TOKEN_RE = re.compile(r"[A-Za-z0-9._~+/=-]+")
-
-
-def is_loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def is_wildcard(host: str) -> bool:
-    """0.0.0.0 or ::: every address of the machine."""
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_unspecified
-    except ValueError:
-        return False
-
-
-def check_token(token: str) -> str:
-    if not TOKEN_RE.fullmatch(token):
-        raise RecoveryError(f"--token / {TOKEN_ENV}: a token is one or more letters, digits, "
-                            "'.', '_', '~', '+', '/', '=' or '-' (it travels in headers and URLs)")
-    return token
+from recovery.home import ensure_home
+from recovery.ui.access import TOKEN_ENV, check_token, is_loopback, is_wildcard
 
 
 def register(main: click.Group) -> None:
-    from recovery.cli import redis_option
-
     @main.command("ui")
     @click.option("--host", default="127.0.0.1", show_default=True,
                   help="Address to listen on. Anything but loopback needs the token on every "
@@ -68,7 +39,7 @@ def register(main: click.Group) -> None:
         - on a non-loopback --host, every request needs the token: open the printed URL
           (a cookie keeps it), or send the header.
         """
-        from recovery.redis import connection, embedded
+        from recovery.redis import connection
         try:
             import uvicorn
 
@@ -88,7 +59,7 @@ def register(main: click.Group) -> None:
                         fg="yellow", err=True)
         sock = _listen(host, port)     # bound here: a port in use is one line and exit 2
         port = sock.getsockname()[1]
-        log_dir = embedded.ensure_home() / "ui"
+        log_dir = ensure_home() / "ui"
         app = create_app(client, url, log_dir, host=host, port=port, token=user_token,
                          allowed_hosts=allowed_hosts)
         app.state.ui.processes.make_private()

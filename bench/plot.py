@@ -1,0 +1,314 @@
+"""Draw the benches' JSON results (bench/results/*.json) as SVG pictures for the docs, and print
+the README's table of current figures.
+
+    .venv/bin/python bench/plot.py [--results bench/results] [--out docs] [--table]
+
+Pictures (each drawn only when its JSON is there):
+
+  perf-tracking.svg   tracked vs untracked vs plain PySpark (tracking_overhead.json): wall and
+                      CPU seconds of the same workflow run three ways
+  perf-batch.svg      row vs batch components (tracking_overhead_cdn_logs_batch.json): roots
+                      per second, tracked and untracked
+  perf-recovery.svg   localized recovery vs root replay vs full rerun (recovery_cost.json), as
+                      tuple executions and as wall time
+  perf-scale.svg      Redis bytes per root and driver peak memory against roots, one line per
+                      failure rate (scale.json)
+
+The SVGs are deterministic: the same JSON gives the same bytes (a fixed `svg.hashsalt`, no
+date in the metadata, text kept as text), so the committed pictures can be checked against the
+committed JSON (tests/bench/test_plot.py). `--table` prints the Markdown table of the README's
+Performance section from the same files instead of drawing.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results"
+OUT = REPO / "docs"
+
+# One colour per meaning, the same in every picture.
+COLOURS = {"tracked": "#1f77b4", "untracked": "#7fb2dc", "plain": "#b0b0b0", "row": "#d98c3a",
+           "localized": "#2a9d5c", "root-replay": "#d98c3a", "full rerun": "#b0b0b0"}
+RATE_COLOURS = ["#1f77b4", "#d62728", "#2a9d5c", "#9467bd", "#8c564b"]
+
+
+def load(results: Path, name: str) -> dict[str, Any] | None:
+    """bench/results/NAME.json, or None when that bench has not written one."""
+    path = results / f"{name}.json"
+    if not path.exists():
+        return None
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+# --------------------------------------------------------------------------- drawing
+
+def _pyplot() -> Any:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    plt.rcdefaults()
+    plt.rcParams.update({
+        "svg.hashsalt": "recovery-bench",   # ids of clip paths and the like: fixed
+        "svg.fonttype": "none",             # text stays text: small files, no glyph paths
+        "font.family": "DejaVu Sans",
+        "font.size": 9,
+        "axes.spines.top": False,
+        "axes.spines.right": False,
+        "axes.grid": True,
+        "grid.alpha": 0.3,
+        "axes.axisbelow": True,
+    })
+    return plt
+
+
+def _caption(doc: dict[str, Any]) -> str:
+    """Two lines under a picture: when, where and how it was measured; the run's note."""
+    m = doc.get("machine", {})
+    load = m.get("load_average_start") or [0]
+    first = (f"{doc.get('date', '?')}, {m.get('cpus', '?')} vCPUs (load average {load[0]:.1f} at start), "
+             f"Python {m.get('python', '?')}, PySpark {m.get('pyspark', '?')}: {doc.get('command', '')}")
+    return first + (f"\n{m['note']}" if m.get("note") else "")
+
+
+def _save(plt: Any, fig: Any, doc: dict[str, Any], path: Path) -> Path:
+    fig.text(0.01, 0.01, _caption(doc), fontsize=6.5, color="#555555", ha="left", va="bottom")
+    fig.savefig(path, format="svg", metadata={"Date": None, "Creator": None})
+    plt.close(fig)
+    return path
+
+
+def _label_bars(ax: Any, bars: Any, fmt: str) -> None:
+    ax.grid(axis="x", visible=False)
+    for bar in bars:
+        h = bar.get_height()
+        ax.annotate(fmt.format(h), (bar.get_x() + bar.get_width() / 2, h), ha="center", va="bottom",
+                    fontsize=7.5, xytext=(0, 2), textcoords="offset points")
+
+
+def plot_tracking(doc: dict[str, Any], path: Path) -> Path:
+    """Wall and CPU seconds per variant (tracked, untracked, plain PySpark)."""
+    plt = _pyplot()
+    figs = doc["figures"]
+    variants = [v for v in ("tracked", "untracked", "plain") if v in figs["variants"]]
+    fig, axes = plt.subplots(1, 2, figsize=(7.5, 3.2))
+    for ax, key, title in ((axes[0], "median_wall_s", "wall seconds"), (axes[1], "median_cpu_s", "CPU seconds")):
+        values = [figs["variants"][v][key] for v in variants]
+        bars = ax.bar(variants, values, color=[COLOURS[v] for v in variants])
+        _label_bars(ax, bars, "{:.1f}")
+        ax.set_title(title)
+        ax.set_ylim(0, max(values) * 1.18)
+    p = doc["parameters"]
+    fig.suptitle(f"Tracking overhead: {p['workflow']}, {p['roots']:,} roots "
+                 "(tracked / untracked / plain PySpark RDD of the same components)", fontsize=9)
+    fig.subplots_adjust(left=0.08, right=0.98, top=0.82, bottom=0.2, wspace=0.3)
+    return _save(plt, fig, doc, path)
+
+
+def plot_batch(doc: dict[str, Any], path: Path) -> Path:
+    """Roots per second: the row workflow tracked, the batch workflow tracked and untracked."""
+    plt = _pyplot()
+    v = doc["figures"]["variants"]
+    labels = ["row, tracked", "batch, tracked", "batch, untracked"]
+    values = [v["row"]["roots_per_s"], v["tracked"]["roots_per_s"], v["untracked"]["roots_per_s"]]
+    fig, ax = plt.subplots(figsize=(7.5, 3.2))
+    bars = ax.bar(labels, values, color=[COLOURS["row"], COLOURS["tracked"], COLOURS["untracked"]])
+    _label_bars(ax, bars, "{:,.0f}")
+    ax.set_ylabel("roots per second")
+    ax.set_ylim(0, max(values) * 1.18)
+    p = doc["parameters"]
+    fig.suptitle(f"Row vs batch components: cdn_logs vs cdn_logs_batch, {p['roots']:,} roots", fontsize=9)
+    fig.subplots_adjust(left=0.11, right=0.98, top=0.86, bottom=0.2)
+    return _save(plt, fig, doc, path)
+
+
+def plot_recovery(doc: dict[str, Any], path: Path) -> Path:
+    """Tuple executions and wall seconds per strategy."""
+    plt = _pyplot()
+    s = doc["figures"]["strategies"]
+    names = [n for n in ("localized", "root-replay", "full rerun") if n in s]
+    fig, axes = plt.subplots(1, 2, figsize=(7.5, 3.2))
+    ex = [s[n]["executions"] for n in names]
+    bars = axes[0].bar(names, ex, color=[COLOURS[n] for n in names])
+    axes[0].set_yscale("log")
+    axes[0].set_ylim(min(ex) / 2, max(ex) * 4)
+    _label_bars(axes[0], bars, "{:,.0f}")
+    axes[0].set_title("tuple executions (log scale)")
+    wall = [s[n]["wall_s"] for n in names]
+    bars = axes[1].bar(names, wall, color=[COLOURS[n] for n in names])
+    axes[1].set_ylim(0, max(wall) * 1.18)
+    _label_bars(axes[1], bars, "{:.1f} s")
+    axes[1].set_title("wall seconds")
+    p = doc["parameters"]
+    fig.suptitle(f"Recovering {doc['figures']['failed_tuples']:,} failed tuples ({p['rate']:.0%} failing once at "
+                 f"{p['failing_component']}) of {p['roots']:,} roots", fontsize=9)
+    fig.subplots_adjust(left=0.08, right=0.98, top=0.82, bottom=0.2, wspace=0.3)
+    return _save(plt, fig, doc, path)
+
+
+def _rate(rate: float) -> str:
+    return f"{_pct(rate)} failing"
+
+
+def plot_scale(doc: dict[str, Any], path: Path) -> Path:
+    """Redis bytes per root and driver peak RSS against roots, one line per failure rate."""
+    plt = _pyplot()
+    cases = doc["figures"]["cases"]
+    rates = sorted({c["rate"] for c in cases})
+    fig, axes = plt.subplots(1, 2, figsize=(7.5, 3.2))
+    for i, rate in enumerate(rates):
+        mine = sorted((c for c in cases if c["rate"] == rate), key=lambda c: c["roots"])
+        roots = [c["roots"] for c in mine]
+        colour = RATE_COLOURS[i % len(RATE_COLOURS)]
+        axes[0].plot(roots, [c["redis_bytes_per_root"] for c in mine], "o-", color=colour,
+                     label=_rate(rate))
+        axes[1].plot(roots, [c["driver_peak_rss_bytes"] / 1e6 for c in mine], "o-", color=colour,
+                     label=_rate(rate))
+    all_roots = sorted({c["roots"] for c in cases})
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.minorticks_off()
+        ax.set_xticks(all_roots, [f"{r:,}" for r in all_roots])
+        ax.set_xlabel("roots")
+        ax.set_ylim(0, ax.get_ylim()[1] * 1.35)   # room for the legend above the lines
+        ax.legend(fontsize=7.5, loc="upper left", ncols=2)
+    axes[0].set_title("Redis peak bytes per root")
+    axes[1].set_title("driver peak RSS, MB")
+    p = doc["parameters"]
+    fig.suptitle(f"Scale: {p['workflow']}, submit then recover, a fresh embedded Redis per case", fontsize=9)
+    fig.subplots_adjust(left=0.08, right=0.98, top=0.82, bottom=0.25, wspace=0.3)
+    return _save(plt, fig, doc, path)
+
+
+PLOTS: dict[str, tuple[str, Callable[[dict[str, Any], Path], Path]]] = {
+    "perf-tracking.svg": ("tracking_overhead", plot_tracking),
+    "perf-batch.svg": ("tracking_overhead_cdn_logs_batch", plot_batch),
+    "perf-recovery.svg": ("recovery_cost", plot_recovery),
+    "perf-scale.svg": ("scale", plot_scale),
+}
+
+
+def draw(results: Path = RESULTS, out: Path = OUT) -> list[Path]:
+    """Every picture whose JSON is in `results`, into `out`; returns the files written."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for filename, (name, plot) in PLOTS.items():
+        doc = load(results, name)
+        if doc is None:
+            print(f"plot: no {name}.json in {results}: {filename} not drawn", file=sys.stderr)
+            continue
+        written.append(plot(doc, out / filename))
+    return written
+
+
+# --------------------------------------------------------------------------- the README's table
+
+def _pct(rate: float) -> str:
+    return f"{rate * 100:g}%"
+
+
+def _x(v: float) -> str:
+    return f"{v:.2f}x"
+
+
+def table(results: Path = RESULTS) -> str:
+    """The README's Performance table: one row per figure, each with the command that
+    reproduces it (from the JSON the bench wrote)."""
+    rows: list[tuple[str, str, str]] = []
+    seen: list[dict[str, Any]] = []
+
+    def cmd(doc: dict[str, Any]) -> str:
+        if doc not in seen:
+            seen.append(doc)
+        return f"`{doc['command']}`"
+
+    doc = load(results, "tracking_overhead")
+    if doc:
+        f, p = doc["figures"], doc["parameters"]
+        r = f["ratios"]
+        rows.append((f"tracked / untracked, {p['workflow']} ({p['roots']:,} roots)",
+                     f"{_x(r['tracked/untracked']['cpu'])} CPU, {_x(r['tracked/untracked']['wall'])} wall", cmd(doc)))
+        rows.append(("untracked / plain PySpark RDD of the same components",
+                     f"{_x(r['untracked/plain']['cpu'])} CPU, {_x(r['untracked/plain']['wall'])} wall", cmd(doc)))
+        rows.append(("tracked throughput, row components",
+                     f"{f['variants']['tracked']['roots_per_s']:,} roots/s", cmd(doc)))
+    doc = load(results, "tracking_overhead_cdn_logs_batch")
+    if doc:
+        f, p = doc["figures"], doc["parameters"]
+        v = f["variants"]
+        rows.append((f"batch components, tracked ({p['workflow']}, {p['roots']:,} roots)",
+                     f"{v['tracked']['roots_per_s']:,} roots/s, {_x(f['ratios']['row/tracked']['wall'])} "
+                     "the row workflow's", cmd(doc)))
+    doc = load(results, "framework_cost")
+    if doc:
+        f = doc["figures"]
+        rows.append(("framework cost per tuple-execution, tracked (chain of pass-through bolts)",
+                     f"{f['framework_us_per_execution']['tracked']:.2f} µs CPU above plain PySpark", cmd(doc)))
+    doc = load(results, "recovery_cost")
+    if doc:
+        f, p = doc["figures"], doc["parameters"]
+        s = f["strategies"]
+        loc, rr, full = s["localized"], s["root-replay"], s["full rerun"]
+        rows.append((f"localized recovery of {f['failed_tuples']:,} failed tuples ({p['rate']:.0%} of "
+                      f"{p['roots']:,} roots)",
+                     f"{loc['executions']:,} executions, {loc['wall_s']:.1f} s, "
+                     f"{sum(loc['duplicates'].values())} duplicates", cmd(doc)))
+        rows.append(("the same by root replay (Storm's way)",
+                     f"{rr['executions']:,} executions, {rr['wall_s']:.1f} s, "
+                     f"{sum(rr['duplicates'].values()):,} duplicates", cmd(doc)))
+        rows.append(("the same by a full rerun",
+                     f"{full['executions']:,} executions, {full['wall_s']:.1f} s", cmd(doc)))
+    doc = load(results, "scale")
+    if doc:
+        cases = doc["figures"]["cases"]
+        low = min(c["rate"] for c in cases)
+        success = [c for c in cases if c["rate"] == low]
+        worst = max(success, key=lambda c: c["redis_bytes_per_root"])
+        small = min(cases, key=lambda c: (c["roots"], c["rate"]))
+        big = max(cases, key=lambda c: (c["roots"], c["rate"]))
+        rows.append((f"Redis peak per root, success path ({_pct(low)} failing; worst case, {worst['roots']:,} roots)",
+                     f"{worst['redis_bytes_per_root']:.0f} B (polled: {worst['redis_polled_bytes_per_root']:.0f} B)",
+                     cmd(doc)))
+        rows.append((f"driver peak RSS, {big['roots']:,} roots with {_pct(big['rate'])} failing / "
+                     f"{small['roots']:,} with {_pct(small['rate'])}",
+                     f"{big['driver_peak_rss_bytes'] / 1e6:.0f} / {small['driver_peak_rss_bytes'] / 1e6:.0f} MB "
+                     f"= {big['driver_peak_rss_bytes'] / small['driver_peak_rss_bytes']:.2f}", cmd(doc)))
+    doc = load(results, "shell_throughput")
+    if doc:
+        f = doc["figures"]
+        rows.append(("one shell bolt (pystorm) vs the same bolt in Python",
+                     f"{f['shell']['tuples_per_s']:,} vs {f['python']['tuples_per_s']:,} tuples/s", cmd(doc)))
+    lines = ["| figure | value | reproduce with |", "|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
+    if seen:
+        dates = sorted({d.get("date", "?") for d in seen})
+        loads = [d.get("machine", {}).get("load_average_start", [0])[0] for d in seen]
+        cpus = sorted({str(d.get("machine", {}).get("cpus", "?")) for d in seen})
+        lines.append("")
+        lines.append(f"Measured {' to '.join([dates[0], dates[-1]] if len(dates) > 1 else dates)} on "
+                     f"{'/'.join(cpus)} vCPUs, load average {min(loads):.1f} to {max(loads):.1f} at the start "
+                     "of the runs (each JSON file has its own, and what else the machine ran).")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--results", type=Path, default=RESULTS, help="folder of the benches' JSON (default bench/results)")
+    ap.add_argument("--out", type=Path, default=OUT, help="folder the SVGs go to (default docs)")
+    ap.add_argument("--table", action="store_true", help="print the README's table instead of drawing")
+    args = ap.parse_args(argv)
+    if args.table:
+        print(table(args.results))
+        return 0
+    for path in draw(args.results, args.out):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,14 @@
+"""The batch runtime: BatchBolts (recovery.api.batch) and the built-in sinks they feed, run a
+batch of tuples at a time with the row runtime's ids, ledger, routes and failure localization.
+
+- checks.py: which components run here (is_batch_component, is_batch_sink, reads_in_batches);
+- rows.py: a task's input tuples by column (Rows), read from row and Arrow chunks;
+- collector.py: BatchCollector, the row collector's semantics by array;
+- bolt.py: the batch bolt driver (batching, bisection of a failing call);
+- sink.py: the batch sink driver;
+- runner.py: BatchTaskRunner, the TaskRunner that uses them.
+"""
+from recovery.runtime.batch.checks import is_batch_component, is_batch_sink, reads_in_batches
+from recovery.runtime.batch.runner import BatchTaskRunner
+
+__all__ = ["BatchTaskRunner", "is_batch_component", "is_batch_sink", "reads_in_batches"]

@@ -1,0 +1,180 @@
+"""The batch bolt driver: a BatchBolt's task, the row runtime's semantics a batch at a time.
+
+Input tuples are gathered per (source component, stream) into batches of at most
+`recovery.batch.size` rows and handed to `process_batch` as pyarrow.RecordBatches; what a
+successful call emitted is settled by the task's BatchCollector (runtime.batch.collector).
+
+Failure localization: a call that raises (or emits something invalid) is discarded, outputs
+and keyed-state writes alike, and its two halves are run again, recursively, until each
+failing row fails alone with its own error: the FailedTuple a row bolt's exception gives. The
+task's stats count the re-executions (`bisect_runs`, and `bisect_rows`, the rows they ran
+again) and the rows isolated that way (`bisect_isolated`): at most 2*log2(batch size) runs per
+isolated failure. Rows named in `fail_rows` fail without bisection.
+
+Tuples replayed from a failed position's queue come in as any others (with their attempt) and
+are batched the same way, so recovery replays failed rows through the same batch component.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from recovery.runtime.batch.collector import BatchCall
+from recovery.runtime.batch.rows import Rows, pieces
+from recovery.runtime.collector import Output, format_error
+
+if TYPE_CHECKING:
+    from recovery.runtime.batch.runner import BatchTaskRunner
+    from recovery.runtime.task import Records
+
+
+def run(runner: BatchTaskRunner, records: Records) -> Iterator[Output]:
+    """A BatchBolt's task over `records`, to its commit."""
+    started = time.time()
+    bolt = yield from runner.start_bolt(records, started)
+    if bolt is None:
+        return
+    collector, size = runner.collector, runner.batch_size
+    driver = _BatchBoltDriver(runner, bolt)
+    pending: dict[tuple[str, str, bool], tuple[list[Rows], int]] = {}
+    for piece in pieces(records):
+        key = (piece.src, piece.stream, piece.values is None)
+        parts, n = pending.pop(key, ([], 0))
+        parts.append(piece)
+        n += len(piece)
+        if n < size:
+            pending[key] = (parts, n)
+            continue
+        rows = Rows.concat(parts)
+        full = n - n % size
+        for lo in range(0, full, size):
+            driver.run_batch(rows.part(lo, lo + size))
+        if full < n:
+            pending[key] = ([rows.part(full, n)], n - full)
+        if collector.ready:
+            yield from collector.take_ready()
+    for parts, _ in pending.values():
+        driver.run_batch(Rows.concat(parts))
+    try:
+        bolt.finish()
+    except Exception as err:   # broad-except: user code (finish) can raise anything
+        collector.log(f"{runner.component_id}.finish raised {format_error(err)[0]}", "error")
+    try:
+        bolt.cleanup()
+    except Exception as err:   # broad-except: user code (cleanup) can raise anything
+        collector.log(f"cleanup raised {format_error(err)[0]}", "error")
+    yield from runner.finish(started)
+
+
+class _BatchBoltDriver:
+    """Runs the batches of one task through its prepared BatchBolt."""
+
+    def __init__(self, runner: BatchTaskRunner, bolt: Any):
+        self.runner = runner
+        self.bolt = bolt
+        self.collector = runner.collector
+        self.stats = runner.stats
+        self.component_id = runner.component_id
+
+    def run_batch(self, rows: Rows) -> None:
+        self.stats["executed"] += len(rows)
+        self._attempt(rows, isolating=False)
+
+    def _attempt(self, rows: Rows, isolating: bool) -> None:
+        """One process_batch call over `rows`; on an exception, its halves (bisection)."""
+        runner, collector, state = self.runner, self.collector, self.runner.state
+        saved = state.snapshot() if state is not None else None
+        call = collector.call = BatchCall()
+        try:
+            if runner.injections:   # recovery.faults acts per tuple, as at a row bolt
+                fields = runner.fields(rows.src, rows.stream)
+                for i in range(len(rows)):
+                    tup = rows.as_tuple(i, runner.task_id, fields)
+                    for inj in runner.injections:
+                        inj.before_process(tup)
+            self.bolt.process_batch(self._record_batch(rows))
+            outputs = [self._resolve(stream, out, anchors, len(rows)) for stream, out, anchors in call.emits]
+            for r in call.failed:
+                if not 0 <= r < len(rows):
+                    raise IndexError(f"fail_rows: row {r} is not in a batch of {len(rows)}")
+        # user code (process_batch) can raise anything: it fails the rows that cause it
+        except (Exception, SystemExit) as err:  # broad-except: user code
+            if state is not None:
+                state.restore(saved)
+            if len(rows) == 1:
+                msg, tb = format_error(err)
+                if isolating:
+                    self.stats["bisect_isolated"] += 1
+                collector.fail_row(rows, 0, msg, tb)
+                return
+            mid = len(rows) // 2
+            self.stats["bisect_runs"] += 2
+            self.stats["bisect_rows"] += len(rows)
+            self._attempt(rows.part(0, mid), True)
+            self._attempt(rows.part(mid, len(rows)), True)
+            return
+        finally:
+            collector.call = None
+        collector.settle(rows, call.failed, outputs)
+
+    def _record_batch(self, rows: Rows) -> Any:
+        import pyarrow as pa
+        fields = self.runner.fields(rows.src, rows.stream)
+        if rows.values is not None:
+            if list(rows.values.schema.names) == list(fields) or not fields:
+                return rows.values
+            return pa.RecordBatch.from_arrays(rows.values.columns, names=list(fields))
+        values = rows.python_values()
+        width = len(values[0]) if values else len(fields)
+        names = list(fields) if len(fields) == width else [f"_{j}" for j in range(width)]
+        for v in values:
+            if len(v) != width:
+                raise ValueError(f"tuple from {rows.src!r} stream {rows.stream!r} has {len(v)} values "
+                                 f"for {width} fields ({', '.join(names)})")
+        columns = [pa.array([v[j] for v in values]) for j in range(width)]
+        return pa.RecordBatch.from_arrays(columns, names=names)
+
+    def _resolve(self, stream: str, out: Any, anchors: Any, n_in: int) -> tuple[str, Any, Any]:
+        """(stream, the output rows as a record batch of the stream's fields, anchors as an
+        int array or a list of lists), checked: a declared stream, its fields as columns,
+        anchors within the batch."""
+        import pyarrow as pa
+        cid = self.component_id
+        declared = self.runner.comp.stream(stream)
+        if declared is None or stream not in self.runner.router.routes:
+            raise ValueError(f"{cid!r} emitted on undeclared stream {stream!r}")
+        names = set(out.schema.names)
+        missing = [f for f in declared.fields if f not in names]
+        if missing:
+            raise ValueError(f"{cid!r}: the batch emitted on stream {stream!r} has no "
+                             f"column {missing[0]!r} (fields: {' '.join(declared.fields)})")
+        m = out.num_rows
+        if isinstance(out, pa.Table):
+            out = out.combine_chunks()
+            chunks = out.to_batches()
+            out = chunks[0] if chunks else pa.RecordBatch.from_pylist([], schema=out.schema)
+        out = out.select(list(declared.fields))
+        if anchors is None:
+            if m != n_in:
+                raise ValueError(f"{cid!r}: emit_batch without anchors needs one output "
+                                 f"row per input row ({n_in} in, {m} out)")
+            return stream, out, np.arange(m, dtype=np.int64)
+        if hasattr(anchors, "to_pylist"):
+            anchors = anchors.to_pylist()
+        arr = np.asarray(anchors, dtype=object) if not isinstance(anchors, np.ndarray) else anchors
+        if len(arr) != m:
+            raise ValueError(f"{cid!r}: {len(arr)} anchors for {m} output rows")
+        if arr.dtype.kind in "iu" or (m and all(isinstance(a, (int, np.integer)) for a in arr)):
+            single = arr.astype(np.int64)
+            if m and (single.min() < 0 or single.max() >= n_in):
+                raise IndexError(f"{cid!r}: an anchor is not a row of the input batch "
+                                 f"of {n_in} rows")
+            return stream, out, single
+        multi = [[int(r) for r in (a if isinstance(a, (list, tuple, np.ndarray)) else [a])] for a in arr]
+        if any(not 0 <= r < n_in for a in multi for r in a):
+            raise IndexError(f"{cid!r}: an anchor is not a row of the input batch "
+                             f"of {n_in} rows")
+        return stream, out, multi

@@ -1,0 +1,83 @@
+"""The batch sink driver: a built-in sink whose inputs are all batch components
+(runtime.batch.checks.is_batch_sink) gets their Arrow chunks and writes the columns as they
+are, with the row sink's bytes and guarantees."""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from recovery.runtime.batch.rows import Rows, pieces
+from recovery.runtime.collector import Output, format_error
+
+if TYPE_CHECKING:
+    from recovery.runtime.batch.runner import BatchTaskRunner
+    from recovery.runtime.task import Records
+
+
+def run(runner: BatchTaskRunner, records: Records) -> Iterator[Output]:
+    """A built-in sink over Arrow chunks: the row sink's semantics, a chunk at a time. Each
+    chunk's rows are encoded column-wise (sink.encode_batch); a row that cannot be encoded
+    (or that an injected fault hits) fails alone, as the row sink's `process` fails it. At
+    the end of the input the task's chunks are written as one part (atomically, under the
+    (round, task) name a re-executed task overwrites), and only then are the written rows
+    acked, vectorized; a write that raises fails them all, as the row sink's `finish`."""
+    started = time.time()
+    sink = yield from runner.start_bolt(records, started)
+    if sink is None:
+        return
+    collector, cid = runner.collector, runner.component_id
+    written: list[tuple[Rows, np.ndarray]] = []   # each piece and its rows that encoded
+    chunks: list[Any] = []
+    for rows in pieces(records):
+        n = len(rows)
+        runner.stats["executed"] += n
+        ok = np.ones(n, dtype=bool)
+        fields = runner.fields(rows.src, rows.stream)
+        failed: dict[int, BaseException] = {}
+        for inj in runner.injections:   # recovery.faults acts per tuple, as at a row sink
+            for i in range(n):
+                if i not in failed:
+                    try:
+                        inj.before_process(rows.as_tuple(i, runner.task_id, fields))
+                    except Exception as err:   # broad-except: an injected fault fails its row
+                        failed[i] = err
+        keep = np.flatnonzero(~np.isin(np.arange(n), list(failed))) if failed else None
+        if rows.values is not None:
+            values = rows.values if keep is None else rows.values.take(keep)
+            chunk, bad = sink.encode_batch(values, fields)
+            for j, error in bad.items():
+                failed[int(keep[j]) if keep is not None else j] = error
+        else:   # msgpack tuples (replays): the row sink's encode, one by one
+            encoded = []
+            for i in (range(n) if keep is None else keep.tolist()):
+                try:
+                    encoded.append(sink.encode(rows.as_tuple(i, runner.task_id, fields)))
+                except Exception as err:   # broad-except: what encode raises fails that row alone
+                    failed[i] = err
+            chunk = sink.chunk_of(encoded)
+        for i in sorted(failed):
+            ok[i] = False
+            msg, tb = format_error(failed[i])
+            collector.fail_row(rows, i, msg, tb)
+        if ok.any():
+            chunks.append(chunk)
+            written.append((rows, ok))
+    try:
+        if chunks:
+            sink.write_chunks(chunks)
+    except Exception as err:   # broad-except: a write that raises (disk full, Redis down) fails what it held
+        msg, tb = format_error(err)
+        for rows, ok in written:
+            for i in np.flatnonzero(ok).tolist():
+                collector.fail_row(rows, i, f"{cid}.finish raised {msg}", tb)
+    else:
+        for rows, ok in written:
+            collector.ack_rows(rows, ok)
+    try:
+        sink.cleanup()
+    except Exception as err:   # broad-except: cleanup can raise anything
+        collector.log(f"cleanup raised {format_error(err)[0]}", "error")
+    yield from runner.finish(started)

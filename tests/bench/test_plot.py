@@ -1,0 +1,145 @@
+"""bench/plot.py draws the same SVG bytes from the same JSON, the committed pictures are what it
+draws from the committed results, and the README's table is the one it prints; the benches'
+JSON writer (bench/_common.Results) records what the figures depend on."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from bench import _common as C
+from bench import plot
+
+ROOT = Path(__file__).resolve().parents[2]
+MACHINE = {"cpus": 2, "python": "3.11.7", "pyspark": "4.3.0", "load_average_start": [1.5, 1.2, 1.0],
+           "load_average_end": [2.0, 1.4, 1.1], "note": "a fixture"}
+
+
+def _doc(bench: str, parameters: dict, figures: dict) -> dict:
+    return {"bench": bench, "schema": 1, "date": "2026-01-02", "command": f".venv/bin/python bench/{bench}.py",
+            "machine": MACHINE, "parameters": parameters, "figures": figures}
+
+
+def _variant(wall: float, cpu: float, roots: int) -> dict:
+    return {"wall_s": [wall], "cpu_s": [cpu], "median_wall_s": wall, "median_cpu_s": cpu,
+            "roots_per_s": round(roots / wall), "sink_records": roots, "digest": "abc"}
+
+
+def fixture_results(folder: Path) -> Path:
+    """A small JSON of every bench plot.py reads."""
+    folder.mkdir(parents=True, exist_ok=True)
+    docs = {
+        "tracking_overhead": _doc("tracking_overhead", {"workflow": "cdn_logs", "roots": 1000}, {
+            "variants": {"tracked": _variant(3.0, 5.0, 1000), "untracked": _variant(2.5, 4.0, 1000),
+                         "plain": _variant(2.0, 3.5, 1000)},
+            "ratios": {"tracked/untracked": {"wall": 1.2, "cpu": 1.25}, "untracked/plain": {"wall": 1.25, "cpu": 1.14},
+                       "tracked/plain": {"wall": 1.5, "cpu": 1.43}}, "same_result": True}),
+        "tracking_overhead_cdn_logs_batch": _doc("tracking_overhead", {"workflow": "cdn_logs_batch", "roots": 1000}, {
+            "variants": {"tracked": _variant(0.5, 1.0, 1000), "untracked": _variant(0.4, 0.8, 1000),
+                         "row": _variant(3.0, 5.0, 1000)},
+            "ratios": {"tracked/untracked": {"wall": 1.25, "cpu": 1.25}, "row/tracked": {"wall": 6.0, "cpu": 5.0}},
+            "same_result": True}),
+        "recovery_cost": _doc("recovery_cost", {"workflow": "bench_pipeline", "roots": 1000, "rate": 0.01,
+                                                "failing_component": "aggregate"}, {
+            "failed_tuples": 10,
+            "strategies": {
+                "localized": {"executions": 30, "rounds": 1, "wall_s": 1.5, "duplicates": {"main": 0, "archive": 0},
+                              "missing": {"main": 0, "archive": 0}, "status": "completed"},
+                "root-replay": {"executions": 61, "rounds": 2, "wall_s": 4.0, "duplicates": {"main": 0, "archive": 10},
+                                "missing": {"main": 0, "archive": 0}, "status": "completed"},
+                "full rerun": {"executions": 6000, "rounds": 1, "wall_s": 9.0,
+                               "duplicates": {"main": 990, "archive": 1000},
+                               "missing": {"main": 0, "archive": 0}, "status": "completed"}}}),
+        "scale": _doc("scale", {"workflow": "bench_pipeline"}, {"cases": [
+            {"roots": r, "rate": rate, "redis_bytes_per_root": b, "redis_polled_bytes_per_root": b / 2,
+             "driver_peak_rss_bytes": rss}
+            for r, rate, b, rss in [(1000, 0.001, 80.0, 150e6), (1000, 0.1, 180.0, 151e6),
+                                    (10000, 0.001, 74.0, 150e6), (10000, 0.1, 170.0, 152e6)]]}),
+        "shell_throughput": _doc("shell_throughput", {"tuples": 100}, {
+            "shell": {"tuples_per_s": 30000}, "python": {"tuples_per_s": 1000000}}),
+        "framework_cost": _doc("framework_cost", {"roots": 100}, {"framework_us_per_execution": {"tracked": 0.4}}),
+    }
+    for name, doc in docs.items():
+        (folder / f"{name}.json").write_text(json.dumps(doc))
+    return folder
+
+
+def test_two_runs_draw_byte_identical_svgs(tmp_path):
+    results = fixture_results(tmp_path / "results")
+    first = plot.draw(results, tmp_path / "a")
+    second = plot.draw(results, tmp_path / "b")
+    assert [p.name for p in first] == sorted(plot.PLOTS, key=list(plot.PLOTS).index)
+    for a, b in zip(first, second):
+        data = a.read_bytes()
+        assert data.startswith(b"<?xml") and b"<svg" in data
+        assert data == b.read_bytes(), a.name
+        assert b"<dc:date>" not in data            # no date in the metadata
+
+
+def test_the_pictures_show_the_figures_of_their_json(tmp_path):
+    results = fixture_results(tmp_path / "results")
+    out = tmp_path / "out"
+    plot.draw(results, out)
+    recovery = (out / "perf-recovery.svg").read_text()
+    for text in ("localized", "root-replay", "full rerun", "6,000", "1.5 s"):
+        assert text in recovery, text
+    assert "61" in recovery and "9.0 s" in recovery
+    tracking = (out / "perf-tracking.svg").read_text()
+    assert all(v in tracking for v in ("tracked", "untracked", "plain", "3.0", "5.0"))
+    assert "0.1% failing" in (out / "perf-scale.svg").read_text()
+
+
+def test_a_missing_json_skips_its_picture_and_says_so(tmp_path, capsys):
+    results = fixture_results(tmp_path / "results")
+    (results / "scale.json").unlink()
+    written = plot.draw(results, tmp_path / "out")
+    assert "perf-scale.svg" not in {p.name for p in written} and len(written) == len(plot.PLOTS) - 1
+    assert "no scale.json" in capsys.readouterr().err
+
+
+def test_the_committed_pictures_are_what_plot_draws_from_the_committed_results(tmp_path):
+    committed = sorted((ROOT / "docs").glob("perf-*.svg"))
+    assert {p.name for p in committed} == set(plot.PLOTS), "run `.venv/bin/python bench/plot.py`"
+    for path in plot.draw(plot.RESULTS, tmp_path):
+        assert path.read_bytes() == (ROOT / "docs" / path.name).read_bytes(), \
+            f"docs/{path.name} is not what bench/plot.py draws from bench/results: run it again"
+
+
+def test_the_readme_table_is_the_one_plot_prints_from_the_committed_results():
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Performance", 1)[1].split("\n## ", 1)[0]
+    assert plot.table() in section, "paste `.venv/bin/python bench/plot.py --table` into the README"
+    for name in plot.PLOTS:
+        assert f"docs/{name}" in section, name
+
+
+def test_the_table_has_a_reproducing_command_on_every_row(tmp_path):
+    rows = [line for line in plot.table(fixture_results(tmp_path / "results")).splitlines()[2:] if line.startswith("|")]
+    assert len(rows) == 11
+    assert all(re.search(r"\| `\.venv/bin/python bench/\w+\.py[^`]*` \|$", row) for row in rows), rows
+
+
+def test_results_record_the_machine_the_parameters_and_the_figures(tmp_path, monkeypatch):
+    monkeypatch.setattr("sys.argv", ["bench/x.py", "--tuples", "5", "--json", str(tmp_path / "x.json"),
+                                     "--note", "busy machine"])
+    import argparse
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tuples", type=int)
+    C.add_result_args(ap, "x")
+    args = ap.parse_args()
+    results = C.Results("x", args, {"tuples": args.tuples})
+    path = results.write({"rate": 12.5})
+    doc = json.loads(path.read_text())
+    assert doc["bench"] == "x" and doc["parameters"] == {"tuples": 5} and doc["figures"] == {"rate": 12.5}
+    assert doc["command"] == ".venv/bin/python bench/x.py --tuples 5"
+    assert doc["machine"]["note"] == "busy machine"
+    assert doc["machine"]["cpus"] >= 1 and doc["machine"]["python"] and doc["machine"]["pyspark"]
+    assert len(doc["machine"]["load_average_start"]) == 3 and re.match(r"\d{4}-\d\d-\d\d$", doc["date"])
+
+
+@pytest.mark.parametrize("given, expected", [(None, C.RESULTS / "x.json"), ("-", None), ("o/y.json", Path("o/y.json"))])
+def test_where_results_go(given, expected):
+    import argparse
+    assert C.result_path(argparse.Namespace(json_path=given), "x") == expected
