@@ -46,7 +46,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, cast
-from urllib.parse import quote, urlparse
+from urllib.parse import quote, unquote, urlparse
 
 import msgpack
 import zstandard
@@ -93,28 +93,45 @@ def task_label(component: str, index: int, round_no: int) -> str:
     return f"{component}:{index}, round {round_no}"
 
 
-# the query parameters and user info that hold credentials (pyarrow's access_key, secret_key,
-# session_token; any other store's password or token)
-_SECRET_PARAM = re.compile(r"(^|[?&])([^=&]*(?:key|secret|token|password|credential)[^=&]*)=[^&#]*", re.I)
-_USER_INFO = re.compile(r"^([a-z][a-z0-9+.-]*://)[^/@?#]*@", re.I)
-_USER_PASSWORD = re.compile(r"^([a-z][a-z0-9+.-]*://[^/@:?#]*):[^/@?#]*@", re.I)
+# the query parameters that hold credentials (pyarrow's access_key, secret_key, session_token;
+# any other store's password or token); on an object store the user info is an access key and
+# its secret (`s3://KEY:SECRET@bucket/`): all of it is masked
+_SECRET_PARAM = re.compile(r"(^|[?&])([^=&]*(?:key|secret|token|password|credential)[^=&]*)=([^&#\s]*)", re.I)
+_USER_INFO = re.compile(r"^([a-z][a-z0-9+.-]*://)([^/@?#\s]*)@", re.I)
+_URI_USER_INFO = re.compile(r"\b([a-z][a-z0-9+.-]*://)([^/@?#\s]*)@", re.I)
 MASK = "***"
+ENV_SECRETS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 
 
 def redact(where: str) -> str:
-    """A location as messages show it: the values of its query's credentials and the password in
-    its user info masked, anything else as given."""
+    """A location as messages show it: its user info and the values of its query's credentials
+    masked, anything else as given."""
     if "://" not in where:
         return where
-    where = _USER_PASSWORD.sub(rf"\1:{MASK}@", where)
+    where = _USER_INFO.sub(rf"\1{MASK}@", where)
     head, sep, query = where.partition("?")
     return head + sep + _SECRET_PARAM.sub(rf"\1\2={MASK}", query) if sep else head
 
 
-def redact_text(text: str) -> str:
-    """Free text (an error's message) with every URI's credentials masked as `redact` masks them."""
-    text = re.sub(r"[a-z][a-z0-9+.-]*://[^/@:?#\s]*:[^/@?#\s]*@",
-                  lambda m: _USER_PASSWORD.sub(rf"\1:{MASK}@", m.group(0)), text, flags=re.I)
+def secrets_of(where: str) -> list[str]:
+    """The literal credentials in a location (as written and percent-decoded), to scrub from
+    messages that quote them outside a URI (an error of the store's client)."""
+    found: list[str] = []
+    user = _USER_INFO.match(where)
+    if user:
+        found += [part for part in user.group(2).split(":") if part]
+    if "?" in where:
+        found += [m.group(3) for m in _SECRET_PARAM.finditer(where.split("?", 1)[1]) if m.group(3)]
+    found += [unquote(f) for f in found]
+    return sorted({f for f in found if len(f) >= 3}, key=len, reverse=True)
+
+
+def redact_text(text: str, hidden: Iterable[str] = ()) -> str:
+    """Free text (an error's message) with every URI's user info and credential parameters
+    masked as `redact` masks them, and any of `hidden` wherever it appears."""
+    for secret in hidden:
+        text = text.replace(secret, MASK)
+    text = _URI_USER_INFO.sub(rf"\1{MASK}@", text)
     return _SECRET_PARAM.sub(rf"\1\2={MASK}", text)
 
 
@@ -302,6 +319,8 @@ class SpillStore:
     def __init__(self, where: str):
         self.location = where              # whole: the run record keeps it, tasks open it
         self.shown = redact(where)         # in messages
+        # and the environment's, should the store's client ever quote them
+        self._secrets = secrets_of(where) + [v for v in map(os.environ.get, ENV_SECRETS) if v and len(v) >= 3]
         parsed = urlparse(where) if "://" in where else None
         try:
             if parsed is None:
@@ -311,7 +330,7 @@ class SpillStore:
             else:
                 self.files = _ArrowFiles(where)
         except (OSError, ValueError, ImportError) as err:   # pyarrow raises ArrowInvalid (a ValueError)
-            raise SpillError(f"spill location {self.shown}: cannot open it: {_why(err)}") from None
+            raise SpillError(f"spill location {self.shown}: cannot open it: {self.why(err)}") from None
 
     @staticmethod
     def at(where: str | None) -> SpillStore:
@@ -321,6 +340,10 @@ class SpillStore:
         if store is None:
             store = _stores[key] = SpillStore(key)
         return store
+
+    def why(self, err: BaseException) -> str:
+        """An error of this location, fit for a message: its first line, credentials masked."""
+        return _why(err, self._secrets)
 
     def run_dir(self, run_id: str) -> str:
         return safe_name(run_id)
@@ -335,7 +358,7 @@ class SpillStore:
             self.files.makedirs(self.run_dir(run_id))
         except (OSError, ValueError) as err:
             raise SpillError(f"spill location {self.shown}: cannot create {self.describe(run_id)}: "
-                             f"{_why(err)} (set --spill-dir or recovery.spill.dir)") from None
+                             f"{self.why(err)} (set --spill-dir or recovery.spill.dir)") from None
 
     def writer(self, run_id: str, round_no: int, component: str, index: int) -> SpillWriter:
         return SpillWriter(self, run_id, round_no, component, index)
@@ -357,7 +380,7 @@ class SpillStore:
         try:
             self.files.remove_tree(self.run_dir(run_id))
         except (OSError, ValueError) as err:
-            raise SpillError(f"cannot remove spill folder {self.describe(run_id)}: {_why(err)} "
+            raise SpillError(f"cannot remove spill folder {self.describe(run_id)}: {self.why(err)} "
                              "(remove it by hand)") from None
 
     def run_files(self, run_id: str) -> list[str]:
@@ -365,9 +388,9 @@ class SpillStore:
         return self.files.list_files(self.run_dir(run_id))
 
 
-def _why(err: BaseException) -> str:
+def _why(err: BaseException, hidden: Iterable[str] = ()) -> str:
     """An error's first line, any credential it quotes (pyarrow may quote the URI) masked."""
-    return redact_text((getattr(err, "strerror", None) or str(err) or type(err).__name__).splitlines()[0])
+    return redact_text((getattr(err, "strerror", None) or str(err) or type(err).__name__).splitlines()[0], hidden)
 
 
 # --- writing ------------------------------------------------------------------------------------
@@ -398,7 +421,7 @@ class SpillWriter:
 
     def _failed(self, what: str, path: str, err: BaseException) -> SpillError:
         return SpillError(f"cannot {what} spill file {self.store.files.describe(path)} of task "
-                          f"{self.task} (run {self.run_id}): {_why(err)}")
+                          f"{self.task} (run {self.run_id}): {self.store.why(err)}")
 
     def add(self, key: tuple, blob: bytes) -> None:
         if self.error is not None:
@@ -462,7 +485,7 @@ class SpillWriter:
             self.store.files.remove(self._file)
             self.store.files.remove_empty_dirs(self.rel_dir)
         except (OSError, ValueError) as err:   # best effort: `clear` removes the folder anyway
-            log.info("spill file of task %s (run %s) not removed: %s", self.task, self.run_id, _why(err))
+            log.info("spill file of task %s (run %s) not removed: %s", self.task, self.run_id, self.store.why(err))
 
 
 # --- reading ------------------------------------------------------------------------------------
@@ -483,7 +506,7 @@ def read(store: SpillStore, run_id: str, ref: SpillRef, task: str) -> Iterator[t
     except FileNotFoundError:
         raise bad("missing") from None
     except (OSError, ValueError) as err:
-        raise bad(f"unreadable ({_why(err)})") from None
+        raise bad(f"unreadable ({store.why(err)})") from None
     if size < ref.size:
         raise bad(f"truncated ({size} of {ref.size} bytes)")
     if size > ref.size:

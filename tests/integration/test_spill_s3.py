@@ -90,7 +90,7 @@ def test_an_object_is_written_under_its_final_key_and_appears_whole_at_the_commi
     ("longer", "is corrupt"),
 ])
 def test_a_missing_or_damaged_object_is_one_line_naming_it_and_the_task(s3_bucket, damage, words):
-    store = spill.SpillStore(s3_bucket.uri(credentials=("recovery-test", "hush-hush")))
+    store = spill.SpillStore(s3_bucket.uri(credentials=("AKIDINURI", "hush-hush")))
     ref = _write(store, _chunks(20))
     key = f"spill/run-1/{ref.path}"
     data = s3_bucket.get(key)
@@ -111,7 +111,7 @@ def test_a_missing_or_damaged_object_is_one_line_naming_it_and_the_task(s3_bucke
     with pytest.raises(SpillError) as err:
         list(store.read("run-1", ref, TASK))
     line = str(err.value)
-    assert "\n" not in line and "hush-hush" not in line
+    assert "\n" not in line and "hush-hush" not in line and "AKIDINURI" not in line
     # the object named by its URI without the query (the endpoint's options are not its name)
     assert line.startswith(f"spill file s3://{s3_bucket.name}/spill/{key[len('spill/'):]} of task {TASK} "
                            f"(run run-1) is {words.split()[1]}"), line
@@ -153,12 +153,13 @@ def test_discard_leaves_no_object_and_no_marker(s3_bucket):
 def test_a_location_that_cannot_be_written_is_one_line_with_its_secret_masked(s3_endpoint):
     from tests.s3 import Bucket
 
-    missing = Bucket(s3_endpoint, "no-such-bucket").uri(credentials=("recovery-test", "hush-hush"))
+    missing = Bucket(s3_endpoint, "no-such-bucket").uri(credentials=("AKIDINURI", "hush-hush"))
     with pytest.raises(SpillError) as err:
         spill.SpillStore(missing).ensure_run_dir("run-1")
     line = str(err.value)
     assert line.startswith(f"spill location {spill.redact(missing)}: cannot create s3://no-such-bucket/spill/run-1: ")
-    assert "recovery-test:***@" in line and "hush-hush" not in line and "\n" not in line
+    assert f"s3://{spill.MASK}@no-such-bucket/" in line and "\n" not in line
+    assert "AKIDINURI" not in line and "hush-hush" not in line
 
 
 # --- the tracker's commit -----------------------------------------------------------------------
@@ -196,7 +197,7 @@ def test_kill_9_then_recover_with_spill_files_on_s3_is_exact(spark, redis_url, r
     """The URI (its query too) reaches the tasks and the run record whole; a missing object stops
     `recover` with one line naming it (the secret in the URI masked); put back, `recover` is
     exact and leaves no object."""
-    uri, run_id = s3_bucket.uri(credentials=("recovery-test", "hush-hush")), "s3-crash"
+    uri, run_id = s3_bucket.uri(credentials=("AKIDINURI", "hush-hush")), "s3-crash"
     _crashed_submit(tmp_path, redis_url, redis_client, run_id, uri, _pad_done)
     assert runs.get(redis_client, run_id).spill_dir == uri
     refs = _refs(redis_client, run_id)
@@ -214,7 +215,7 @@ def test_kill_9_then_recover_with_spill_files_on_s3_is_exact(spark, redis_url, r
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert errors == [f"error: spill file s3://{s3_bucket.name}/{key} of task pad:1, round 0 (run {run_id}) is "
                       f"missing; put it back, then `recovery recover {run_id}` resumes the run"], done.stderr[-3000:]
-    assert "hush-hush" not in done.stderr
+    assert "hush-hush" not in done.stderr and "AKIDINURI" not in done.stderr
     assert runs.get(redis_client, run_id).status == runs.ERROR
     s3_bucket.put(key, kept)
     r = recover.recover(spark, redis_client, redis_url, run_id)

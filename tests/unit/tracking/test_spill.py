@@ -97,14 +97,24 @@ def _no_rename(*args: object) -> None:
      "s3://bkt/spill?endpoint_override=http://127.0.0.1:9000&region=us-east-1&scheme=http"),
     ("s3://bkt/spill?access_key=AKID&secret_key=s3cr%2Fet&session_token=TOK&region=eu-west-1",
      "s3://bkt/spill?access_key=***&secret_key=***&session_token=***&region=eu-west-1"),
-    ("s3://AKID:s3cret@bkt/spill?region=us-east-1", "s3://AKID:***@bkt/spill?region=us-east-1"),
-    ("hdfs://me:pw@namenode:8020/spill", "hdfs://me:***@namenode:8020/spill"),
+    ("s3://AKID:s3cret@bkt/spill?region=us-east-1", "s3://***@bkt/spill?region=us-east-1"),
+    ("hdfs://me:pw@namenode:8020/spill", "hdfs://***@namenode:8020/spill"),
     ("/var/spill", "/var/spill"),
 ])
 def test_a_location_is_shown_with_its_credentials_masked(given, shown):
     assert spill.redact(given) == shown
-    for secret in ("s3cret", "s3cr%2Fet", "TOK", "pw"):
+    for secret in ("AKID", "s3cret", "s3cr%2Fet", "TOK", "pw"):
         assert secret not in spill.redact_text(f"error: cannot open {given}: refused")
+        assert secret not in spill.redact(given)
+
+
+def test_an_error_quoting_a_credential_outside_a_uri_is_masked(monkeypatch):
+    """A client's error may quote a key decoded, or the environment's secret: the store's
+    messages mask them too."""
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "env-secret-value")
+    store = spill.SpillStore("file:///nonexistent?secret_key=s3cr%2Fet")
+    line = store.why(OSError("denied for s3cr/et (and s3cr%2Fet) with env-secret-value\nsecond line"))
+    assert line == "denied for *** (and ***) with ***"
 
 
 def test_an_unusable_uri_location_is_one_line_with_its_secrets_masked():
