@@ -3,7 +3,9 @@ tests/s3.py) reached through pyarrow's S3FileSystem, as a cluster reaches S3 or 
 speaks its protocol. S3 has no atomic rename: a task's object is written under its final key and
 counts once its commit references it. First the store alone, then the tracker's commit, then
 the guarantees of tests/integration/test_spill.py with `--spill-dir s3://…`: kill -9 and
-`recover` exact, `clear` deleting the run's objects, a Spark retry of a half-written file."""
+`recover` exact, a Spark retry of a half-written file. (`recovery clear` deleting a run's objects:
+test_clear_and_clear_all_delete_the_runs_objects; on a cluster of two workers:
+tests/integration/test_cluster.py.)"""
 from __future__ import annotations
 
 import os
@@ -178,7 +180,9 @@ def test_a_commit_references_the_object_and_a_rerun_reads_it(redis_client, s3_bu
     assert s3_bucket.files() == [] and not redis_client.exists(keys.task_spill("r1", 1))
 
 
-def test_clear_and_clear_all_delete_the_runs_objects(redis_client, s3_bucket):
+def test_clear_and_clear_all_delete_the_runs_objects(redis_url, redis_client, s3_bucket):
+    """`recovery clear RUN` deletes that run's objects (found from its run record's URI) and
+    its keys, nothing of another run's; clear_all every run's."""
     for run_id in ("r1", "r2"):
         lease = create_run(redis_client, run_id)
         uri = s3_bucket.uri(f"spill-{run_id}")
@@ -186,8 +190,12 @@ def test_clear_and_clear_all_delete_the_runs_objects(redis_client, s3_bucket):
         assert runs.get(redis_client, run_id).spill_dir == uri          # kept whole, query and all
         _write(spill.SpillStore(uri), _chunks(2), run_id=run_id)
     assert len(s3_bucket.files()) == 2
-    clear.clear(redis_client, "r1")
-    assert s3_bucket.keys("spill-r1/r1") == [] and len(s3_bucket.files("spill-r2/r2/")) == 1
+    done = subprocess.run([sys.executable, "-m", "recovery", "clear", "r1"],
+                          env=dict(os.environ, RECOVERY_REDIS_URL=redis_url), capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert s3_bucket.keys("spill-r1/r1") == [] and run_keys(redis_client, "r1") == set()
+    assert len(s3_bucket.files("spill-r2/r2/")) == 1 and runs.get(redis_client, "r2").spill_dir
     clear.clear_all(redis_client)
     assert s3_bucket.files() == [] and redis_client.keys("*") == []
 
@@ -223,18 +231,6 @@ def test_kill_9_then_recover_with_spill_files_on_s3_is_exact(spark, redis_url, r
     assert sink_records(tmp_path / "out") == _expected()
     assert run_keys(redis_client, run_id) == set()
     assert s3_bucket.files(f"spill/{run_id}/") == []
-
-
-def test_clear_after_a_crash_deletes_the_runs_objects_on_s3(spark, redis_url, redis_client, tmp_path, s3_bucket):
-    run_id = "s3-clear"
-    _crashed_submit(tmp_path, redis_url, redis_client, run_id, s3_bucket.uri(), _pad_done)
-    before = s3_bucket.files()
-    assert before and all(k.startswith(f"spill/{run_id}/r0/") for k in before)
-    done = subprocess.run([sys.executable, "-m", "recovery", "clear", run_id],
-                          env=dict(os.environ, RECOVERY_REDIS_URL=redis_url), capture_output=True,
-                          text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert s3_bucket.keys(f"spill/{run_id}") == [] and run_keys(redis_client, run_id) == set()
 
 
 def test_a_spark_retry_of_a_task_whose_object_was_half_written_is_exact(
