@@ -170,6 +170,7 @@ def test_a_diamond_with_failures_on_two_workers_spilling_to_s3_recovers_exactly(
     done = _cli(["submit", str(xml), *_spread(cluster.url), "--json", "--spill-dir", uri,
                  *[a for k, v in inject.items() for a in ("-p", f"{k}={v}")]], cluster_redis_url)
     assert done.returncode == 0, done.stderr[-3000:]
+    submitted = done.stderr
     summary = json.loads(done.stdout)
     run_id = summary["run_id"]
     assert summary["status"] == "pending" and summary["spill_bytes"] > 0
@@ -189,7 +190,7 @@ def test_a_diamond_with_failures_on_two_workers_spilling_to_s3_recovers_exactly(
     done = _cli(["recover", run_id, *_spread(cluster.url), "--json"], cluster_redis_url)
     assert done.returncode == 0, done.stderr[-3000:]
     recovered = json.loads(done.stdout)
-    assert recovered["status"] == "completed" and recovered["spill_bytes"] > 0, (summary, recovered)
+    assert recovered["status"] == "completed" and recovered["spill_bytes"] > 0, (summary, recovered, submitted[-3000:], done.stderr[-3000:])
     assert sink_records(joined) == sorted(json.dumps({"n": n, "square": n * n, "cube": n ** 3}, sort_keys=True)
                                           for n in numbers)
     archived = sink_records(tmp_path / "out" / "fanout" / "archive")
