@@ -161,7 +161,8 @@ class TaskTracker:
                extra: Any = None) -> bool:
         """Everything the task learned and its done marker, in one transaction, only into the
         run it started in (a cleared run: nothing written, False; the task ends quietly). Its
-        spill file is finished and renamed first; the transaction stores its reference."""
+        spill file is finished first (nothing renamed); the transaction stores its reference,
+        which is what makes the file count."""
         if self.fenced:
             return False
         rid = self.run_id
