@@ -32,7 +32,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 test: lint
-	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider --durations=15 $(PYTEST_ARGS)
 
 # Each bench writes its results to bench/results/<name>.json; plot.py draws them into docs/
 # (matplotlib comes with the venv: the test and bench extras of pyproject.toml).
