@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from recovery.api.components import Tuple
+from recovery.api.tuples import Tuple
 from recovery.connectors.sinks import SinkTableError, _BufferedSink
 from recovery.model.workflow import SinkImpl
 

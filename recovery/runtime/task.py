@@ -24,8 +24,8 @@ from typing import Any, Self
 import msgpack
 from redis import Redis
 
-from recovery.api.components import SYSTEM_COMPONENT, TICK_STREAM, Tuple
 from recovery.api.components import Component as UserComponent
+from recovery.api.tuples import SYSTEM_COMPONENT, TICK_STREAM, Tuple
 from recovery.faults import injections
 from recovery.model import config as config_decl
 from recovery.model.graph import TaskContext, TaskMap, subscribers
