@@ -16,7 +16,7 @@ A missing table is created by the first part written, its column types from that
 (`column_types`); a missing commit table too. Both under an advisory lock, so that concurrent
 tasks create each once. Identifiers are quoted (psycopg.sql), never formatted into SQL. The
 password comes from libpq's usual places (PGPASSWORD, ~/.pgpass, a service file): the XML
-never holds one (refused at validate, recovery/model/xml/parse.py).
+never holds one (refused at validate, recovery/model/xml/build.py).
 
 A write that fails (the database gone, a value the column type refuses) raises: the task's
 tuples of that part fail together, are queued at the sink task and `recover` writes them once

@@ -25,7 +25,8 @@ from recovery.model.workflow import (
     StreamDef,
     Workflow,
 )
-from recovery.model.xml.parse import RESERVED_STREAMS, SCHEMA_RESOURCE, load, parse_string, schema
+from recovery.model.xml.build import RESERVED_STREAMS
+from recovery.model.xml.parse import SCHEMA_RESOURCE, load, parse_string, schema
 from recovery.model.xml.write import to_xml
 
 HERE = Path(__file__).resolve().parents[1]   # tests/unit: bad_workflows/
