@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from recovery.api.tuples import Tuple
-from recovery.connectors.sinks import SinkTableError, _BufferedSink
+from recovery.connectors.sink_base import BufferedSink, SinkTableError
 from recovery.model.workflow import SinkImpl
 
 if TYPE_CHECKING:
@@ -270,7 +270,7 @@ def converter(type_name: str) -> Any:
 
 
 # --- the sink --------------------------------------------------------------------------------
-class PostgresSink(_BufferedSink):
+class PostgresSink(BufferedSink):
     """One COPY per part, in the transaction that inserts the part's commit row (module doc)."""
 
     def __init__(self, impl: SinkImpl, base_dir: str):

@@ -176,7 +176,7 @@ class TaskRunner:
         ctx.round = self.spec.round          # type: ignore[attr-defined]
         ctx.redis = self.client              # type: ignore[attr-defined]
         # raises unless this task's driver still owns the run (a sink calls it right before it
-        # publishes a part: connectors.sinks); None without tracking
+        # publishes a part: connectors.sink_folders.atomic_write, postgres, delta); None without tracking
         ctx.fence = self.tracker.check_fence if self.tracker is not None else None  # type: ignore[attr-defined]
         return ctx
 
