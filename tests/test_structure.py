@@ -68,26 +68,48 @@ def _owner(node: ast.expr) -> str | None:
     return None
 
 
-def private_uses() -> list[tuple[str, int, str]]:
-    """(module, line, what) for each private name a module takes from another: `from m import
-    _x`, or `obj._x` where obj is not self, cls or super() and the module does not define `_x`."""
+def private_uses_in(name: str, source: str) -> list[tuple[str, int, str]]:
+    """(module, line, what) for each private name module `name` takes from another: `from m
+    import _x`, or `obj._x` where obj is not self, cls or super() and the module does not
+    define `_x`."""
+    tree = ast.parse(source, name)
+    own = _defined_here(tree)
     found = []
-    for name, path in modules():
-        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-        own = _defined_here(tree)
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom):
-                for alias in node.names:
-                    if _is_private(alias.name):
-                        found.append((name, node.lineno, f"from {node.module} import {alias.name}"))
-            elif isinstance(node, ast.Attribute) and _is_private(node.attr):
-                owner = _owner(node.value)
-                if owner in ("self", "cls", "super()") or (owner, node.attr) in ALLOWED_PRIVATE:
-                    continue
-                if node.attr in own:   # a private name of this module's own (another instance of its class)
-                    continue
-                found.append((name, node.lineno, f"{owner or '<expr>'}.{node.attr}"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if _is_private(alias.name):
+                    found.append((name, node.lineno, f"from {node.module} import {alias.name}"))
+        elif isinstance(node, ast.Attribute) and _is_private(node.attr):
+            owner = _owner(node.value)
+            if owner in ("self", "cls", "super()") or (owner, node.attr) in ALLOWED_PRIVATE:
+                continue
+            if node.attr in own:   # a private name of this module's own (another instance of its class)
+                continue
+            found.append((name, node.lineno, f"{owner or '<expr>'}.{node.attr}"))
     return found
+
+
+def private_uses() -> list[tuple[str, int, str]]:
+    return [u for name, path in modules() for u in private_uses_in(name, path.read_text(encoding="utf-8"))]
+
+
+def test_the_private_name_finder_finds_names_taken_from_another_module_only():
+    source = """from m import _helper, public
+import os
+from lxml import etree
+os._exit(1)
+etree._Element
+other._state
+class Box:
+    _size = 1
+    def same(self, box):
+        return self._size + box._size + super()._grow() + self._new
+    def __init__(self):
+        self._new = 2
+"""
+    assert [(line, what) for _, line, what in private_uses_in("m.py", source)] == \
+        [(1, "from m import _helper"), (6, "other._state")]
 
 
 def test_no_private_name_is_used_across_modules():
