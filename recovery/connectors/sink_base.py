@@ -25,10 +25,10 @@ class SinkTableError(RecoveryError):
 class BufferedSink(Bolt):
     """Buffers the task's tuples, writes them once at the end of the input, then acks them.
 
-    The batch path (runtime.batch.sink, when every input of the sink is a
-    batch component) drives the same sink a chunk at a time: `encode_batch` encodes a record
-    batch's rows as `encode` encodes each tuple, `chunk_of` makes a chunk of row encodings,
-    and `write_chunks` writes the task's chunks as one part, the bytes `write` would."""
+    The batch path (runtime.batch.sink, when every input of the sink is a batch component)
+    drives the same sink a chunk at a time: `encode_batch` encodes a record batch's rows as
+    `encode` encodes each tuple, `chunk_of` makes a chunk of row encodings, and `write_chunks`
+    writes the task's chunks as one part, the bytes `write` would."""
 
     def __init__(self, impl: SinkImpl, base_dir: str):
         self.impl = impl
