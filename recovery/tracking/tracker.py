@@ -77,7 +77,7 @@ class TaskTracker:
 
     def check_fence(self) -> None:
         """Raise fenced_error() unless the run still holds this task's generation (a sink checks
-        it right before it publishes a part, see connectors.sinks)."""
+        it right before it publishes a part, see connectors.sink_folders.atomic_write)."""
         if self._run_gone():
             self._fence()
             raise self.fenced_error()
