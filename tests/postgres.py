@@ -50,7 +50,7 @@ def _ensure_user(name: str) -> None:
                                capture_output=True, text=True)
         # (another test process may have created it meanwhile: useradd's exit 9, "already exists")
         if added.returncode not in (0, 9):
-            raise RuntimeError(f"useradd {name} failed: {added.stderr.strip()}")
+            raise RuntimeError(f"useradd {name} failed: {added.stderr.strip()}") from None
 
 
 class PostgresServer:
