@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 from redis import Redis
 
-from recovery.connectors import sinks
-from recovery.connectors.sinks import TableClear
+from recovery.connectors import table_sinks
+from recovery.connectors.table_sinks import TableClear
 from recovery.errors import RunBusy, RunError
 from recovery.model.record import RunRecord
 from recovery.model.run import is_run_id
@@ -82,7 +82,7 @@ def clear_run(client: Redis, run_id: str, force: bool = False) -> Cleared:
         raise runs.not_found(run_id)
     wf = _table_sinks_of(rec)
     # before any key goes: a database that cannot be reached refuses the clear (unless force)
-    tables = sinks.clear_tables(wf, run_id, force) if wf is not None else []
+    tables = table_sinks.clear_tables(wf, run_id, force) if wf is not None else []
     # the record first: a driver still working on the run sees it gone and writes nothing more
     client.delete(keys.run_record(run_id))
     for i in range(0, len(removed), 500):
@@ -115,7 +115,7 @@ def clear_all_runs(client: Redis, force: bool = False) -> dict[str, Cleared]:
         except RunError:   # gone meanwhile
             continue
         if wf is not None:
-            sinks.clear_tables(wf, rid, force, reach_only=True)
+            table_sinks.clear_tables(wf, rid, force, reach_only=True)
     cleared = {rid: clear_run(client, rid, force) for rid in runs.list_ids(client) if rid not in unsafe}
     removed = {rid: c.keys for rid, c in cleared.items()}
     if unsafe:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from recovery.connectors import sinks
+from recovery.connectors import sink_folders
 from recovery.connectors.redis_stream import offsets as stream_reader
 from recovery.engine import rounds as engine_rounds
 from recovery.errors import JobFailed, RecoveryError, RedisUnavailable, RunError, SpillError
@@ -131,7 +131,7 @@ def run_and_settle(spark: SparkSession, client: redis.Redis, wf: Workflow, spec:
     summary = summarize(client, spec.run_id, rounds=rounds, settled=True)
     if summary["status"] in (runs.COMPLETED, runs.DEAD):   # complete: overwrite sinks drop other runs' parts
         runs.check_generation(client, spec.run_id, gen)     # (only while this driver owns the run)
-        sinks.replace_other_runs(wf, spec.run_id, spec.original_json)
+        sink_folders.replace_other_runs(wf, spec.run_id, spec.original_json)
     runs.update(client, spec.run_id, gen, summary=summary, status=summary["status"], ended=time.time())
     log.info("run %s %s ended: %s, %d failed positions, %s pending, %s dead (%.1fs)", spec.run_id, label,
              summary["status"], len(summary.get("failed_positions") or []), summary.get("pending", 0),

@@ -140,7 +140,7 @@ class TaskTracker:
 
     def check_fence(self) -> None:
         """Raise fenced_error() unless the run still holds this task's generation (a sink checks
-        it right before it publishes a part, see connectors.sinks)."""
+        it right before it publishes a part, see connectors.sink_folders.atomic_write)."""
         if self._run_gone():
             self._fence()
             raise self.fenced_error()
@@ -224,7 +224,7 @@ class TaskTracker:
                extra: Any = None) -> bool:
         """Everything the task learned and its done marker, only into the run it started in (a
         cleared run: nothing written, False; the task ends quietly), in the three steps of the
-        module doc. Its spill file is finished and renamed first; the commit point stores its
+        module doc. Its spill file is finished first (nothing renamed); the commit point stores its
         reference."""
         if self.fenced:
             return False

@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from recovery.cli import main
-from recovery.connectors.sinks import read_jsonl_dir
+from recovery.connectors.sink_folders import read_jsonl_dir
 from recovery.errors import RunCleared, RunError
 from recovery.jobs import clear
 from recovery.jobs import recover as jobs_recover
