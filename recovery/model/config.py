@@ -89,6 +89,16 @@ class Settings(BaseModel):
     auto: bool = Field(
         False, alias="recovery.auto",
         description="submit --follow: recover each batch's failures before the next batch.")
+    chain: bool = Field(
+        True, alias="recovery.chain",
+        description="Chain components as Flink does: a bolt whose one input is local_or_shuffle "
+                    "or none from a component of equal parallelism runs in its upstream's "
+                    "Spark stage and Python worker, with no shuffle between them. false: one "
+                    "stage per component.")
+    chain_shuffle: bool = Field(
+        False, alias="recovery.chain.shuffle",
+        description="Chain across shuffle edges too (same conditions as local_or_shuffle); a "
+                    "chained edge sends task i's tuples to task i of the next component.")
     spill_dir: str | None = Field(
         None, alias="recovery.spill.dir",
         description="Where tasks spill their in-flight outputs: a folder the driver and every "

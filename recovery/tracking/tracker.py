@@ -162,8 +162,27 @@ class TaskTracker:
         """Everything the task learned and its done marker, in one transaction, only into the
         run it started in (a cleared run: nothing written, False; the task ends quietly). Its
         spill file is finished and renamed first; the transaction stores its reference."""
-        if self.fenced:
+        build = self.staged_commit(contrib, stats, state, extra)
+        if build is None:
             return False
+        if not fenced_transaction(self.client, self.run_id, self.generation, build):
+            self._fence()
+            return False
+        self.committed_now()
+        return True
+
+    def committed_now(self) -> None:
+        """After the commit's transaction: the last task of the component folds the ledger."""
+        if self.parallelism:
+            self._fold_when_component_done()
+
+    def staged_commit(self, contrib: dict[int, int] | tuple[Any, Any], stats: dict, state: Any = None,
+                      extra: Any = None) -> Any:
+        """commit()'s first half: the spill file finished, and the transaction's body
+        (a function of the pipeline) returned unrun; None when the run is gone (fenced).
+        commit_together runs several tasks' bodies in one transaction (a chain task's members)."""
+        if self.fenced:
+            return None
         rid = self.run_id
         ref = None
         if self._writer is not None:
@@ -173,7 +192,7 @@ class TaskTracker:
                 if not self._run_gone():
                     raise
                 self._fence()
-                return False
+                return None
         if ref is not None:
             stats = {**stats, "spill_bytes": ref.size}
 
@@ -210,12 +229,7 @@ class TaskTracker:
                 pipe.hset(keys.task_spill(rid, self.round), self.field, ref.pack())
             pipe.hset(keys.task_done(rid, self.round), self.field, msgpack.packb(stats))
 
-        if not fenced_transaction(self.client, rid, self.generation, build):
-            self._fence()
-            return False
-        if self.parallelism:
-            self._fold_when_component_done()
-        return True
+        return build
 
     def _fold_when_component_done(self) -> None:
         """The last task of a component to commit folds the ledger: every committed task's
@@ -234,3 +248,26 @@ class TaskTracker:
         for b, n in enumerate(fields):
             if n > 1:   # (one field: compacted already)
                 resolve_bucket(self.client, self.run_id, b, self.generation)
+
+
+def commit_together(trackers: list[TaskTracker], bodies: list[Any]) -> bool:
+    """Several tasks' commits (TaskTracker.staged_commit's bodies) in ONE fenced transaction:
+    a chain task commits all its members at once, so they are done together or not at all
+    (a retried or resumed chain task then replays its spill, never re-executes a member).
+    False (nothing written, every tracker fenced) when the run is no longer theirs."""
+    first = trackers[0]
+    if any(b is None for b in bodies):
+        for t in trackers:
+            t._fence()
+        return False
+
+    def build(pipe: Any) -> None:
+        for body in bodies:
+            body(pipe)
+    if not fenced_transaction(first.client, first.run_id, first.generation, build):
+        for t in trackers:
+            t._fence()
+        return False
+    for t in trackers:
+        t.committed_now()
+    return True

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from recovery.model.workflow import Grouping
-from recovery.runtime import wire
+from recovery.runtime import routing, wire
 from recovery.runtime.batch.rows import Rows, occurrences
 from recovery.runtime.collector import CHUNK, TaskCollector
 from recovery.tracking import ids
@@ -195,6 +195,8 @@ class BatchCollector(TaskCollector):
         """The target task indices of route `r` per output row (runtime.Router's choices)."""
         m = len(base)
         g = r.grouping
+        if r.kind == routing.LOCAL:   # a chained edge: task i of the consumer (runtime.routing)
+            return [np.full(m, r.local, dtype=np.int64)]
         if g is Grouping.ALL:
             return [np.full(m, i, dtype=np.int64) for i in range(r.p)]
         if g is Grouping.FIELDS:

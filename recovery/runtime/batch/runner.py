@@ -48,7 +48,7 @@ class BatchTaskRunner(TaskRunner):
         self.collector.emit_roots(hashes, values, stream)
 
     def run_bolt(self, records: Records) -> Iterator[Output]:
-        if self.tracker is not None and self.tracker.committed() is not None:
+        if not self.in_chain and self.tracker is not None and self.tracker.committed() is not None:
             yield from self.tracker.stored_output()
             return
         if self.comp.impl.kind == "sink":
