@@ -52,7 +52,7 @@ class ChainTask:
             if item is None:
                 return False
             consumer = item[0][0]
-            (inbox[consumer] if consumer in inbox else outbox).append(item)
+            inbox.get(consumer, outbox).append(item)
             return True
 
         def fed(member: str, upstream: str) -> Iterator[Output]:
