@@ -146,8 +146,8 @@ def render_text(wf: Workflow, marks: Mapping[str, str] | None = None,
     st = stages(wf)
     if st:
         lines.append("stages: " + ch["arrow"].join(", ".join(s) for s in st))
-    for c in chain_list:   # as Flink's plan shows chained operators: one Spark stage each
-        lines.append("chain: " + " -> ".join(c) + "   (one Spark stage, no shuffle inside)")
+    for members in chain_list:   # as Flink's plan shows chained operators: one Spark stage each
+        lines.append("chain: " + " -> ".join(members) + "   (one Spark stage, no shuffle inside)")
     if dim:
         rerun = [cid for cid in order if cid not in dim]
         lines.append(f"re-runs: {', '.join(rerun) or 'nothing'}"
