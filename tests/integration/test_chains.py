@@ -21,12 +21,11 @@ from tests.integration.test_recovery import _spawn_submit
 FAST_RETRY = {"recovery.retry.delay.period.ms": "10"}
 UNCHAINED = {"recovery.chain": "false"}
 CHAIN_SHUFFLE = {"recovery.chain.shuffle": "true"}
-# transient failures in the middle of cdn_logs's chain (normalize), chosen by value: chained
-# edges route task i to task i, so tuple ids (derived from the target task) differ from an
-# unchained run's, and a choice by id would pick other tuples (split fails the data's malformed
-# lines for good: they end dead either way)
-TRANSIENT_NORMALIZE = {"recovery.inject.n.component": "normalize", "recovery.inject.n.match": ":10:03:",
-                       **FAST_RETRY}
+# transient failures at split, chosen by value: chained edges route task i to task i, so tuple
+# ids (derived from the target task) differ from an unchained run's, and a choice by id would
+# pick other tuples. split also fails the data's malformed lines for good (dead either way).
+TRANSIENT_SPLIT = {"recovery.inject.s.component": "split", "recovery.inject.s.match": ":10:03:",
+                   "recovery.max.attempts": "2", **FAST_RETRY}
 
 
 def _cdn(tmp_path, name: str):
@@ -48,9 +47,9 @@ def test_a_chain_is_one_stage_with_nothing_persisted_between_its_members(spark, 
     assert [r.name() for r in persisted] == ["logs", "split", "normalize", "aggregate"]
 
 
-def test_a_chained_run_writes_counts_and_fails_what_the_unchained_run_does(spark, redis_url, redis_client, tmp_path):
-    chained = submit(spark, redis_url, redis_client, _cdn(tmp_path, "chained"), TRANSIENT_NORMALIZE)
-    plain = submit(spark, redis_url, redis_client, _cdn(tmp_path, "plain"), {**TRANSIENT_NORMALIZE, **UNCHAINED})
+def test_a_chained_run_writes_counts_fails_and_recovers_what_the_unchained_run_does(spark, redis_url, redis_client, tmp_path):
+    chained = submit(spark, redis_url, redis_client, _cdn(tmp_path, "chained"), TRANSIENT_SPLIT)
+    plain = submit(spark, redis_url, redis_client, _cdn(tmp_path, "plain"), {**TRANSIENT_SPLIT, **UNCHAINED})
     assert _out(tmp_path, "chained") == _out(tmp_path, "plain") and _out(tmp_path, "chained")
     for k in ("roots", "complete", "pending", "failed", "dead"):
         assert chained[k] == plain[k], k
@@ -59,17 +58,23 @@ def test_a_chained_run_writes_counts_and_fails_what_the_unchained_run_does(spark
         for k in ("executed", "acked", "failed", "emitted"):
             assert chained["components"][comp].get(k) == plain["components"][comp].get(k), (comp, k)
     positions = lambda s: {p["component"] for p in s["failed_positions"]}   # noqa: E731
-    assert positions(chained) == positions(plain) == {"split", "normalize"}
-    queued = lambda s, comp: sorted(   # noqa: E731
-        json.dumps(rec["values"]) for p in s["failed_positions"] if p["component"] == comp
-        for rec in map(_unpack, redis_client.hvals(keys.queue(s["run_id"], comp, p["task"]))))
-    assert queued(chained, "normalize") == queued(plain, "normalize") != []
+    assert positions(chained) == positions(plain) == {"split"}
+    queued = lambda s: sorted(   # noqa: E731
+        json.dumps(rec["values"]) for p in s["failed_positions"]
+        for rec in map(_unpack, redis_client.hvals(keys.queue(s["run_id"], "split", p["task"]))))
+    assert queued(chained) == queued(plain) != []
+    # the recovery round: split fed from its queue, chained again with normalize
+    wf = workflow_xml.load(tmp_path / "chained" / "cdn_logs.xml").with_config(TRANSIENT_SPLIT)
+    failed = {"split": sorted({p["task"] for p in chained["failed_positions"]})}
+    assert [c.members for c in ChainPlan.of_workflow(synthesize(wf, failed)).chained] == [("split", "normalize")]
     for s in (chained, plain):
         r = recover.recover(spark, redis_client, redis_url, s["run_id"])
         assert r["status"] == "dead" and r["pending"] == 0    # only the data's bad lines are dead
     assert _out(tmp_path, "chained") == _out(tmp_path, "plain")
     state = lambda rid: redis_client.hgetall(keys.state(rid, "aggregate"))   # noqa: E731
     assert state(chained["run_id"]) == state(plain["run_id"])
+    dead = lambda rid: sorted(json.dumps(d.values) for d in recover.dead_letters(redis_client, rid))   # noqa: E731
+    assert dead(chained["run_id"]) == dead(plain["run_id"]) != []
 
 
 def _unpack(raw: bytes) -> dict:
@@ -77,7 +82,7 @@ def _unpack(raw: bytes) -> dict:
     return msgpack.unpackb(raw)
 
 
-def test_recovery_of_a_chain_member_reruns_it_from_its_queue_chained_again(spark, redis_url, redis_client, tmp_path):
+def test_a_failure_at_the_second_member_of_a_chain_is_recovered_from_its_queue_exactly(spark, redis_url, redis_client, tmp_path):
     """wordcount with recovery.chain.shuffle=true: sentences -> split is a chain; transient
     failures at split (the chain's second member) are queued at split's tasks; the recovery
     workflow runs split from its queue, then count and out; the sink is exact."""
@@ -95,24 +100,6 @@ def test_recovery_of_a_chain_member_reruns_it_from_its_queue_chained_again(spark
     assert r["status"] == "completed" and r["rounds"] == 2 and r["pending"] == 0
     assert sink_records(tmp_path / "out" / "wordcount") == wordcount_reference(tmp_path / "data" / "sentences.txt")
     assert run_keys(redis_client, s["run_id"]) == {keys.state(s["run_id"], "count")}
-
-
-def test_recovery_of_a_chain_head_runs_it_and_its_chained_members_as_one_stage(spark, redis_url, redis_client, tmp_path):
-    """cdn_logs: transient failures at split (head of split -> normalize once the spout is not
-    re-run). The recovery workflow chains split -> normalize again; the result is exact."""
-    inject = {"recovery.inject.s.component": "split", "recovery.inject.s.rate": "0.05", **FAST_RETRY}
-    clean = submit(spark, redis_url, redis_client, _cdn(tmp_path, "clean"))
-    recover.recover(spark, redis_client, redis_url, clean["run_id"])
-    s = submit(spark, redis_url, redis_client, _cdn(tmp_path, "failing"), inject)
-    wf = workflow_xml.load(tmp_path / "failing" / "cdn_logs.xml").with_config(inject)
-    tm = TaskMap.of(wf)
-    failed = {"split": sorted({p["task"] for p in s["failed_positions"] if p["component"] == "split"})}
-    assert failed["split"] and set(failed["split"]) <= set(tm.task_ids("split"))
-    plan = ChainPlan.of_workflow(synthesize(wf, failed))
-    assert [c.members for c in plan.chained] == [("split", "normalize")]
-    r = recover.recover(spark, redis_client, redis_url, s["run_id"])
-    assert r["status"] == "dead" and r["pending"] == 0
-    assert _out(tmp_path, "failing") == _out(tmp_path, "clean")
 
 
 def test_kill_9_of_a_chained_run_then_recover_is_exact_and_members_commit_together(spark, redis_url, redis_client, tmp_path):
