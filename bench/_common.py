@@ -361,9 +361,8 @@ def run_plain(spark: Any, wf: Any) -> float:
     Returns wall seconds."""
     from pyspark import StorageLevel
 
-    from recovery.jobs import submit as jobs_submit
     from recovery.model.graph import ChainPlan, subscribers, topological_order
-    wf_json = jobs_submit.workflow_json(wf)
+    wf_json = wf.to_task_json()
     # the engine's chains (recovery.chain*): a chained member reads its upstream's partition
     # as it is, in the same stage (Spark pipelines the two mapPartitions), with no partitionBy
     plan = ChainPlan.of_workflow(wf)
