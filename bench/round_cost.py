@@ -17,7 +17,8 @@ round (recovery/jobs/driver.py run_and_settle) is timed by wrapping the function
 and the Spark jobs each submit started (SparkContext.statusTracker). Times are printed, never
 asserted; the figures are written as JSON too (--json PATH; default bench/results/round_cost.json).
 
-    .venv/bin/python bench/round_cost.py [--sentences 200] [--repeats 5] [--workflow wordcount]
+    .venv/bin/python bench/round_cost.py [--sentences 200] [--repeats 5] [--workflow wordcount|cdn_logs]
+        [--unchained] [--json PATH]
 """
 from __future__ import annotations
 
@@ -71,9 +72,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sentences", type=int, default=200, help="input lines (default 200)")
     ap.add_argument("--repeats", type=int, default=5, help="measured submits (default 5)")
     ap.add_argument("--workflow", default="wordcount", choices=("wordcount", "cdn_logs"))
+    ap.add_argument("--unchained", action="store_true",
+                    help="recovery.chain=false: one stage per component (cdn_logs chains three)")
     C.add_result_args(ap, "round_cost")
     args = ap.parse_args(argv)
     results = C.Results("round_cost", args, {"workflow": args.workflow, "lines": args.sentences,
+                                             "chained": not args.unchained,
                                              "repeats": args.repeats, "master": "local[2]"})
     with C.bench_home(False, "recovery-bench-round-") as home:
         xml = C.copy_workflow(args.workflow, home / "wf")
@@ -88,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
                 session_s = time.perf_counter() - t0
                 sc = spark.sparkContext
                 out = xml.parent / "out"
-                s, _ = C.submit(spark, client, url, xml)   # warm-up: Python workers started
+                config = C.CHAINING["unchained"] if args.unchained else {}
+                s, _ = C.submit(spark, client, url, xml, config)   # warm-up: Python workers started
                 shutil.rmtree(out, ignore_errors=True)
                 clear.clear(client, s["run_id"])
                 spent: dict[str, float] = collections.defaultdict(float)
@@ -98,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                 for rep in range(args.repeats):
                     before = dict(spent)
                     n_jobs = len(sc.statusTracker().getJobIdsForGroup())
-                    s, wall = C.submit(spark, client, url, xml)
+                    s, wall = C.submit(spark, client, url, xml, config)
                     jobs.append(len(sc.statusTracker().getJobIdsForGroup()) - n_jobs)
                     walls.append(wall)
                     for phase in PHASES:
@@ -117,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     rows.append(["other (plan, lease, run record creation)", f"{max(med_wall - accounted, 0):.3f}",
                  f"{max(med_wall - accounted, 0) / med_wall:.0%}"])
     rows.append(["a submit, wall", f"{med_wall:.3f}", "100%"])
-    print(f"\n{args.workflow}, {args.sentences} lines, {args.repeats} submits after a warm-up, Spark "
+    print(f"\n{args.workflow}{' unchained' if args.unchained else ''}, {args.sentences} lines, {args.repeats} submits after a warm-up, Spark "
           f"local[2], embedded Redis, {time.strftime('%Y-%m-%d %H:%M')}, load average "
           f"{os.getloadavg()[0]:.1f}; Spark jobs per submit: {sorted(set(jobs))}")
     print(C.table(["phase", "median s", "of a submit"], rows))
