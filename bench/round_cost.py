@@ -122,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     rows.append(["other (plan, lease, run record creation)", f"{max(med_wall - accounted, 0):.3f}",
                  f"{max(med_wall - accounted, 0) / med_wall:.0%}"])
     rows.append(["a submit, wall", f"{med_wall:.3f}", "100%"])
-    print(f"\n{args.workflow}{' unchained' if args.unchained else ''}, {args.sentences} lines, {args.repeats} submits after a warm-up, Spark "
+    name = args.workflow + (" unchained" if args.unchained else "")
+    print(f"\n{name}, {args.sentences} lines, {args.repeats} submits after a warm-up, Spark "
           f"local[2], embedded Redis, {time.strftime('%Y-%m-%d %H:%M')}, load average "
           f"{os.getloadavg()[0]:.1f}; Spark jobs per submit: {sorted(set(jobs))}")
     print(C.table(["phase", "median s", "of a submit"], rows))
