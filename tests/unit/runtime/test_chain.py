@@ -126,3 +126,28 @@ def test_a_committed_chain_task_replays_its_spill_and_executes_no_member(fake_re
     again = testing.execute_round(wf, spec, fake_redis)
     assert sorted(again[("out", 0)]) == sorted(first[("out", 0)]) != []
     assert executed == []
+
+
+def test_a_chain_task_of_a_run_taken_over_while_it_ran_commits_no_member(fake_redis, monkeypatch):
+    """Fencing, chain variant: the run's generation changes (a take-over) after the chain's
+    members ran, before their commit: the chain task writes nothing for any member (no done
+    marker, no ledger blob, no queued tuple) and fails with the fence's error."""
+    import pytest
+
+    from recovery.errors import RunFenced
+    from recovery.model.run import RunSpec
+    wf = testing.feed(workflow(), "words", WORDS["words"])
+    spec = RunSpec("fenced", 0, wf.to_task_json(), testing.run._url(fake_redis), True, generation="g1")
+    fake_redis.hset(keys.run_record("fenced"), mapping={"status": "running", "generation": "g1"})
+    staged = tracker.TaskTracker.staged_commit
+
+    def taken_over(self, *args, **kwargs):
+        if self.component == "words":   # the chain's head: its commit is about to be staged
+            fake_redis.hset(keys.run_record("fenced"), "generation", "g2")
+        return staged(self, *args, **kwargs)
+    monkeypatch.setattr(tracker.TaskTracker, "staged_commit", taken_over)
+    with pytest.raises(RunFenced):
+        testing.execute_round(wf, spec, fake_redis)
+    assert fake_redis.hkeys(keys.task_done("fenced", 0)) == []
+    assert not any(fake_redis.scan_iter(match=keys.run_prefix("fenced") + "*ledger*"))
+    assert not fake_redis.exists(keys.failed_set("fenced"))
