@@ -28,7 +28,7 @@ from redis import Redis
 
 from recovery.cli import main
 from recovery.cli.run import last_summary
-from recovery.connectors.sinks import read_jsonl_dir
+from recovery.connectors.sink_folders import read_jsonl_dir
 from recovery.redis import connection
 from recovery.tracking import keys
 

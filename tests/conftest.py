@@ -5,11 +5,14 @@
 - ``redis_url`` / ``redis_client`` (function): that server with every db flushed before the test.
 - ``fake_redis`` (function): a fresh fakeredis for unit tests.
 - ``redis_cluster`` (function): a Redis Cluster of 1 master, or N when parametrized (tests/clusters.py).
+- ``s3_endpoint`` (session) / ``s3_bucket`` (function): an S3-protocol server on loopback (moto's),
+  and a fresh bucket of it per test (tests/s3.py).
 
 At import time the environment is made safe and quiet for Spark and the CLI: Spark binds to
 127.0.0.1 and runs this interpreter, hashing is seeded, ``RECOVERY_HOME`` points at a
 temporary folder (no test writes into the checkout) and ``RECOVERY_REDIS_URL`` is dropped (no
-test talks to a Redis of the developer's by accident).
+test talks to a Redis of the developer's by accident); AWS credentials are dummy ones, set before
+Spark starts so that its Python workers have them (S3 tests reach the loopback endpoint only).
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ if TYPE_CHECKING:   # annotations only: fakeredis is imported by the fixture tha
     import redis
 
     from tests.clusters import RedisCluster
+    from tests.s3 import Bucket, S3Endpoint
 
 from tests.helpers import wait_for
 
@@ -40,6 +44,10 @@ os.environ.setdefault("PYTHONHASHSEED", "0")
 _SESSION_HOME = tempfile.mkdtemp(prefix="recovery-home-", dir="/tmp")
 os.environ["RECOVERY_HOME"] = _SESSION_HOME
 os.environ.pop("RECOVERY_REDIS_URL", None)
+for _aws in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
+    os.environ.pop(_aws, None)
+os.environ.update(AWS_ACCESS_KEY_ID="recovery-test", AWS_SECRET_ACCESS_KEY="recovery-test-secret",
+                  AWS_EC2_METADATA_DISABLED="true")
 
 _TESTS_DIR = Path(__file__).resolve().parent
 _INTEGRATION_DIR = _TESTS_DIR / "integration"
@@ -230,3 +238,21 @@ def redis_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Endpoint]:
+    """An S3-protocol endpoint on loopback for this test session (tests/s3.py: moto's server)."""
+    from tests.s3 import S3Endpoint
+
+    endpoint = S3Endpoint(tmp_path_factory.mktemp("s3-endpoint")).start()
+    try:
+        yield endpoint
+    finally:
+        endpoint.stop()
+
+
+@pytest.fixture
+def s3_bucket(s3_endpoint: S3Endpoint) -> Bucket:
+    """A fresh, empty bucket of the session's S3 endpoint; `.uri(prefix)` is a spill location in it."""
+    return s3_endpoint.new_bucket()

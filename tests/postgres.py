@@ -46,8 +46,11 @@ def _ensure_user(name: str) -> None:
     try:
         pwd.getpwnam(name)
     except KeyError:
-        subprocess.run(["useradd", "--system", "-M", "-s", "/usr/sbin/nologin", name], check=True,
-                       capture_output=True)
+        added = subprocess.run(["useradd", "--system", "-M", "-s", "/usr/sbin/nologin", name],
+                               capture_output=True, text=True)
+        # (another test process may have created it meanwhile: useradd's exit 9, "already exists")
+        if added.returncode not in (0, 9):
+            raise RuntimeError(f"useradd {name} failed: {added.stderr.strip()}") from None
 
 
 class PostgresServer:

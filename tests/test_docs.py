@@ -218,9 +218,10 @@ def xml_reference() -> str:
     return (ROOT / "docs" / "xml.md").read_text(encoding="utf-8")
 
 
-def parser_module():
-    from recovery.model.xml import parse
-    return parse
+def builder_module():
+    """Where the model is built from the XML: the attributes each source and sink type needs."""
+    from recovery.model.xml import build
+    return build
 
 
 def schema_names() -> tuple[set[str], set[str], dict[str, list[str]]]:
@@ -261,10 +262,10 @@ def test_every_element_of_the_schema_is_documented():
 
 def test_every_attribute_of_the_schema_and_of_the_parser_is_documented():
     _, attributes, _ = schema_names()
-    parse = parser_module()
+    build = builder_module()
     from recovery.model.workflow import SPARK_SOURCE_ATTRIBUTES
     accepted = set(attributes) | set(SPARK_SOURCE_ATTRIBUTES) | attributes_read_by_the_code()
-    for required in (*parse.SOURCE_REQUIRED.values(), *parse.SINK_REQUIRED.values()):
+    for required in (*build.SOURCE_REQUIRED.values(), *build.SINK_REQUIRED.values()):
         accepted |= set(required)
     assert {"key-field", "run-column", "format", "id-field"} <= accepted
     doc = xml_reference()
@@ -281,17 +282,17 @@ def test_every_enumerated_value_is_documented():
 
 def test_each_source_and_sink_type_has_a_section_naming_the_attributes_it_takes():
     _, _, enums = schema_names()
-    parse = parser_module()
+    build = builder_module()
     from recovery.model.workflow import SPARK_SOURCE_ATTRIBUTES
     doc = xml_reference()
-    for element, enum, required in (("source", "sourceTypeName", parse.SOURCE_REQUIRED),
-                                    ("sink", "sinkTypeName", parse.SINK_REQUIRED)):
+    for element, enum, required in (("source", "sourceTypeName", build.SOURCE_REQUIRED),
+                                    ("sink", "sinkTypeName", build.SINK_REQUIRED)):
         for typ in enums[enum]:
             section = type_section(doc, element, typ)
             takes = set(required.get(typ, ())) | (set(SPARK_SOURCE_ATTRIBUTES) if typ == "spark" else set())
             assert [a for a in sorted(takes) if f"`{a}=`" not in section] == [], f'<{element} type="{typ}">'
     file_section = type_section(doc, "source", "file")
-    assert all(f"`{fmt}`" in file_section for fmt in parse.FILE_FORMATS)
+    assert all(f"`{fmt}`" in file_section for fmt in build.FILE_FORMATS)
     assert "<option>" in type_section(doc, "source", "spark")
 
 

@@ -8,10 +8,9 @@ calling `open`/`prepare`, and every emit, ack, fail and log goes through that co
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from recovery.api.components import Tuple
+from recovery.api.tuples import Tuple
 
 
 class OutputCollector(Protocol):

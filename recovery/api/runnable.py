@@ -9,7 +9,8 @@ import shutil
 from recovery.api.loader import ClassLoadError, check_classes, component_class
 from recovery.errors import WorkflowError
 from recovery.model.workflow import ClassImpl, ShellImpl, Workflow
-from recovery.model.xml.parse import children, load, local_name, parse_tree
+from recovery.model.xml.document import children, local_name, parse_tree
+from recovery.model.xml.parse import load
 
 
 def validate_file(path: str | os.PathLike) -> tuple[Workflow, list[str]]:

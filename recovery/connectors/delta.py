@@ -32,8 +32,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from recovery.connectors.file_sinks import ParquetSink
 from recovery.connectors.files import resolve as resolve_path
-from recovery.connectors.sinks import ParquetSink, SinkTableError
+from recovery.connectors.sink_base import SinkTableError
 from recovery.model.graph import TaskMap
 from recovery.model.workflow import SinkImpl, Workflow
 
@@ -165,9 +166,9 @@ class DeltaSink(ParquetSink):
         """Rows of several inputs may name different fields: every row gets every column."""
         import pyarrow as pa
         columns = list(dict.fromkeys(c for row in encoded for c in row))
-        self._write_table(pa.Table.from_pylist([{c: row.get(c) for c in columns} for row in encoded]))
+        self.write_table(pa.Table.from_pylist([{c: row.get(c) for c in columns} for row in encoded]))
 
-    def _write_table(self, table: Any) -> None:
+    def write_table(self, table: Any) -> None:
         import pyarrow as pa
         ctx = self.context
         run_id, round_no = getattr(ctx, "run_id", "run"), getattr(ctx, "round", 0)

@@ -16,7 +16,7 @@ A missing table is created by the first part written, its column types from that
 (`column_types`); a missing commit table too. Both under an advisory lock, so that concurrent
 tasks create each once. Identifiers are quoted (psycopg.sql), never formatted into SQL. The
 password comes from libpq's usual places (PGPASSWORD, ~/.pgpass, a service file): the XML
-never holds one (refused at validate, recovery/model/xml/parse.py).
+never holds one (refused at validate, recovery/model/xml/build.py).
 
 A write that fails (the database gone, a value the column type refuses) raises: the task's
 tuples of that part fail together, are queued at the sink task and `recover` writes them once
@@ -32,8 +32,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from recovery.api.components import Tuple
-from recovery.connectors.sinks import SinkTableError, _BufferedSink
+from recovery.api.tuples import Tuple
+from recovery.connectors.sink_base import BufferedSink, SinkTableError
 from recovery.model.workflow import SinkImpl
 
 if TYPE_CHECKING:
@@ -270,7 +270,7 @@ def converter(type_name: str) -> Any:
 
 
 # --- the sink --------------------------------------------------------------------------------
-class PostgresSink(_BufferedSink):
+class PostgresSink(BufferedSink):
     """One COPY per part, in the transaction that inserts the part's commit row (module doc)."""
 
     def __init__(self, impl: SinkImpl, base_dir: str):

@@ -208,7 +208,8 @@ def clear_round(client: Redis, run_id: str, round_no: int, spill_dir: str | None
     spill folder go (orphans of dead attempts included). A driver taken over (or a run cleared)
     meanwhile removes nothing: RunTakenOver (RunCleared). Idempotent: a resumed driver repeats it."""
     def drop(pipe: Any) -> None:
-        pipe.delete(keys.task_spill(run_id, round_no), keys.task_done(run_id, round_no))
+        pipe.delete(keys.task_spill(run_id, round_no), keys.task_done(run_id, round_no),
+                    keys.task_commits(run_id, round_no))
         if root_replay:   # its spouts read it; nothing does once the round is settled
             pipe.delete(keys.root_replay_set(run_id, round_no))
     if not ledger.fenced_transaction(client, run_id, generation, drop):

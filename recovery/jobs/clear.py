@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 
 from redis import Redis
 
-from recovery.connectors import sinks
-from recovery.connectors.sinks import TableClear
+from recovery.connectors import table_sinks
+from recovery.connectors.table_sinks import TableClear
 from recovery.errors import RunBusy, RunError
 from recovery.model.record import RunRecord
 from recovery.model.run import is_run_id
 from recovery.model.workflow import Workflow
+from recovery.redis.connection import scan_keys
 from recovery.tracking import keys, runs, spill
 
 log = logging.getLogger(__name__)
@@ -75,12 +76,13 @@ def clear_run(client: Redis, run_id: str, force: bool = False) -> Cleared:
     if rec is not None and runs.status_of(rec) == runs.RUNNING and not force:
         raise RunBusy(f"run {run_id} is still running ({runs.describe_driver(rec)}); "
                       "use --force to clear it anyway")
-    removed = [k.decode() for k in client.scan_iter(match=keys.run_prefix(run_id) + "*", count=1000)]
+    removed = [k.decode() for k in scan_keys(client, keys.run_pattern(run_id))
+               if k.decode() != keys.run_record(run_id)]
     if rec is None and not removed and client.zscore(keys.runs_index(), run_id) is None:
         raise runs.not_found(run_id)
     wf = _table_sinks_of(rec)
     # before any key goes: a database that cannot be reached refuses the clear (unless force)
-    tables = sinks.clear_tables(wf, run_id, force) if wf is not None else []
+    tables = table_sinks.clear_tables(wf, run_id, force) if wf is not None else []
     # the record first: a driver still working on the run sees it gone and writes nothing more
     client.delete(keys.run_record(run_id))
     for i in range(0, len(removed), 500):
@@ -113,20 +115,20 @@ def clear_all_runs(client: Redis, force: bool = False) -> dict[str, Cleared]:
         except RunError:   # gone meanwhile
             continue
         if wf is not None:
-            sinks.clear_tables(wf, rid, force, reach_only=True)
+            table_sinks.clear_tables(wf, rid, force, reach_only=True)
     cleared = {rid: clear_run(client, rid, force) for rid in runs.list_ids(client) if rid not in unsafe}
     removed = {rid: c.keys for rid, c in cleared.items()}
     if unsafe:
         client.zrem(keys.runs_index(), *unsafe)
         removed.update({rid: [] for rid in unsafe})
     known = [rid for rid in runs.list_ids(client) if is_run_id(rid)]   # runs created meanwhile stay
-    base = keys.runs_base()
     orphans: dict[str, list[str]] = {}
-    for raw in client.scan_iter(match=keys.runs_pattern(), count=1000):
+    for raw in scan_keys(client, keys.runs_pattern()):
         name = raw.decode()
-        if any(name == keys.run_record(r) or name.startswith(keys.run_prefix(r)) for r in known):
+        rid = keys.run_of_key(name) or ""
+        if rid in known:
             continue
-        orphans.setdefault(name[len(base):].split(":", 1)[0], []).append(name)
+        orphans.setdefault(rid, []).append(name)
     for rid, names in orphans.items():
         client.delete(*names)
         spill.SpillStore.at(spill.location()).remove_run(rid)   # no record: the default location

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from recovery.connectors import sinks
+from recovery.connectors import sink_folders
 from recovery.connectors.redis_stream import offsets as stream_reader
 from recovery.engine import rounds as engine_rounds
 from recovery.errors import JobFailed, RecoveryError, RedisUnavailable, RunError, SpillError
@@ -26,7 +26,7 @@ from recovery.jobs.summary import in_topological_order, summarize
 from recovery.model.run import RunSpec
 from recovery.model.workflow import Workflow
 from recovery.redis import connection
-from recovery.tracking import keys, ledger, runs, spill
+from recovery.tracking import keys, ledger, runs, spill, tracker
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession  # lazy at run time: pyspark costs seconds to import
@@ -102,6 +102,8 @@ def run_and_settle(spark: SparkSession, client: redis.Redis, wf: Workflow, spec:
     # tasks wrote nothing since; stop here. Every later write is fenced by `gen` as well, so a
     # take-over at any step of this settle stops it at its next write (RunTakenOver)
     runs.check_generation(client, spec.run_id, gen)
+    if spec.tracking:   # what a task killed after its commit point left staged (tracker module doc)
+        tracker.apply_round(client, spec.run_id, spec.round, gen)
     stats = engine_rounds.collect_stats(client, spec.run_id, spec.round) if spec.tracking else {}
     stats = in_topological_order(stats, wf)
     rec = runs.get(client, spec.run_id)
@@ -129,7 +131,7 @@ def run_and_settle(spark: SparkSession, client: redis.Redis, wf: Workflow, spec:
     summary = summarize(client, spec.run_id, rounds=rounds, settled=True)
     if summary["status"] in (runs.COMPLETED, runs.DEAD):   # complete: overwrite sinks drop other runs' parts
         runs.check_generation(client, spec.run_id, gen)     # (only while this driver owns the run)
-        sinks.replace_other_runs(wf, spec.run_id, spec.original_json)
+        sink_folders.replace_other_runs(wf, spec.run_id, spec.original_json)
     runs.update(client, spec.run_id, gen, summary=summary, status=summary["status"], ended=time.time())
     log.info("run %s %s ended: %s, %d failed positions, %s pending, %s dead (%.1fs)", spec.run_id, label,
              summary["status"], len(summary.get("failed_positions") or []), summary.get("pending", 0),
@@ -156,7 +158,7 @@ def spark_failure_reason(err: BaseException, client: redis.Redis | None = None, 
         ended = []   # Spark's text never holds the worker's last line; the watchdog's mark does
         if client is not None and spec is not None:
             pattern = keys.timed_out(spec.run_id, spec.round, "*", "*")
-            ended = sorted(k.decode().rsplit(":", 2)[-2:] for k in client.scan_iter(match=pattern))
+            ended = sorted(k.decode().rsplit(":", 2)[-2:] for k in connection.scan_keys(client, pattern))
         if ended:
             return reason + ": the message timeout's last resort ended it, stuck in " + \
                 ", ".join(f"{c} task index {i}" for c, i in ended)

@@ -251,7 +251,7 @@ def run(spark: SparkSession, client: Redis, redis_url: str, plan: FollowPlan, ma
             current = rec
     created = current is not None
     run_id = current.run_id if current else (run_id or runs.new_run_id(wf.name))
-    if current is None:   # a new run: mode="error" sinks refuse another run's output (recovery/connectors/sinks.py)
+    if current is None:   # a new run: mode="error" sinks refuse another run's output (connectors.sink_folders)
         sinks.check_folders(wf, run_id)
     held = contextlib.ExitStack()   # the run's lease, held from its creation (or take-over) to the end
     held.enter_context(driver.redis_lost_is_resumable(run_id, redis_url))

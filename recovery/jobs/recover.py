@@ -27,6 +27,7 @@ from recovery.model.record import RunRecord
 from recovery.model.run import RunSpec
 from recovery.model.synthesis import synthesize
 from recovery.model.workflow import Workflow
+from recovery.redis.connection import is_cluster
 from recovery.tracking import keys, ledger, runs, spill
 
 if TYPE_CHECKING:
@@ -60,15 +61,26 @@ def prune_failed_set(client: Redis, run_id: str, generation: str | None = None) 
     queues = tuple(keys.queue(run_id, comp, task) for comp, task in empty)
     still_empty: list[str] = []
 
+    # On a Redis Cluster the queues are in other slots than the failed set: they are read
+    # (not WATCHed) from their masters. No round runs now, and a commit under an older
+    # generation is refused at its commit point, before it stages anything into the failed set.
+    cluster = is_cluster(client)
+
     def read(pipe: Any) -> None:
-        still_empty[:] = [f"{comp}:{task}" for (comp, task), q in zip(empty, queues) if not pipe.hlen(q)]
+        reader = client if cluster else pipe
+        still_empty[:] = [f"{comp}:{task}" for (comp, task), q in zip(empty, queues) if not reader.hlen(q)]
 
     def drop(pipe: Any) -> None:
         if still_empty:
             pipe.srem(keys.failed_set(run_id), *still_empty)
             pipe.zrem(keys.queue_due(run_id), *still_empty)
-    if not ledger.fenced_transaction(client, run_id, generation, drop, watch=queues, read=read):
+    if not ledger.fenced_transaction(client, run_id, generation, drop, watch=() if cluster else queues, read=read):
         raise runs.fenced_out(client, run_id, generation)
+
+
+def _position(pos: str) -> tuple[str, int]:
+    comp, task = pos.rsplit(":", 1)
+    return comp, int(task)
 
 
 def prepare_root_replay(spark: SparkSession, client: Redis, spec: RunSpec) -> None:
@@ -83,10 +95,15 @@ def prepare_root_replay(spark: SparkSession, client: Redis, spec: RunSpec) -> No
     added = engine_rounds.supersede_failed_roots(spark, spec)
     positions = [f"{comp}:{task}" for comp, task, _ in position_counts(client, spec.run_id)]
 
+    # the queues first (each in its own slot), then, in the run's slot, the failed set and the
+    # mark that this is done: a driver killed in between does both again (the queues' roots
+    # are superseded already, so the per-bucket tasks skip them)
+    runs.check_generation(client, spec.run_id, spec.generation)
+    queues = [keys.queue(spec.run_id, *_position(pos)) for pos in positions]
+    for i in range(0, len(queues), 500):
+        client.delete(*queues[i:i + 500])
+
     def drop(pipe: Any) -> None:
-        for pos in positions:
-            comp, task = pos.rsplit(":", 1)
-            pipe.delete(keys.queue(spec.run_id, comp, int(task)))
         pipe.delete(keys.failed_set(spec.run_id), keys.queue_due(spec.run_id))
         pipe.hset(record, "root_replay_prepared", spec.round)
     if not ledger.fenced_transaction(client, spec.run_id, spec.generation, drop):
@@ -309,8 +326,19 @@ def requeue_dead(client: Redis, run_id: str, component: str | None = None,
     else:
         fields = cast(list[bytes], client.hkeys(dead_key))
     n = 0
+    # On a Redis Cluster the queue is in another slot than the dead letters: the tuple goes into
+    # its queue first (the same entry whoever writes it), then leaves the dead letters in a
+    # transaction of the run's slot; an interrupted requeue does both again.
+    cluster = is_cluster(client)
     for field in fields:
         seen: dict[str, Any] = {}
+        if cluster:
+            raw = client.hget(dead_key, field)
+            early = FailedTuple.unpack(cast(bytes, raw)) if raw is not None else None
+            if early is not None and component in (None, early.component):
+                runs.check_generation(client, run_id, gen)
+                back = early.requeued()
+                client.hset(keys.queue(run_id, back.component, back.task), str(back.id), back.pack())
 
         def read(pipe: Any, field: bytes = field, seen: dict[str, Any] = seen) -> None:
             raw = pipe.hget(dead_key, field)
@@ -326,7 +354,8 @@ def requeue_dead(client: Redis, run_id: str, component: str | None = None,
             if dead is None:
                 return
             tup = dead.requeued()
-            pipe.hset(keys.queue(run_id, tup.component, tup.task), str(tup.id), tup.pack())
+            if not cluster:
+                pipe.hset(keys.queue(run_id, tup.component, tup.task), str(tup.id), tup.pack())
             position = f"{tup.component}:{tup.task}"
             pipe.sadd(keys.failed_set(run_id), position)
             pipe.zadd(keys.queue_due(run_id), {position: 0}, lt=True)   # ready now

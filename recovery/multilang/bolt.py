@@ -6,7 +6,8 @@ import queue
 from collections.abc import Callable
 from typing import Any
 
-from recovery.api.components import HEARTBEAT_STREAM, SYSTEM_COMPONENT, TICK_STREAM, Bolt, Tuple
+from recovery.api.components import Bolt
+from recovery.api.tuples import HEARTBEAT_STREAM, SYSTEM_COMPONENT, TICK_STREAM, Tuple
 from recovery.model import config as config_decl
 from recovery.model.workflow import ShellImpl
 from recovery.multilang import process

@@ -3,22 +3,31 @@
 With no URL (neither ``--redis`` nor ``RECOVERY_REDIS_URL``) the project uses the *embedded*
 server (recovery/redis/embedded.py), started on demand. URLs are shown with their passwords
 masked (:func:`describe`).
+
+A URL may name a single server or any node of a Redis Cluster (``redis://host:port``,
+``rediss://...``): ``INFO cluster`` tells them apart, and a cluster node gets redis-py's
+``RedisCluster``, which finds the other masters from it. Both answer the same commands for
+keys of one hash slot (tracking/keys.py says which keys share one); :func:`is_cluster` says
+which one a client is, where the code must split a step by slot.
 """
 from __future__ import annotations
 
 import logging
 import os
 import re
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, cast
 
 import redis
+from redis.cluster import RedisCluster
 
 from recovery.errors import RecoveryError, RedisUnavailable
 from recovery.redis.embedded import EmbeddedServer
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RedisUnsupported", "connect", "describe", "make_client", "resolve_url"]
+__all__ = ["RedisUnsupported", "connect", "describe", "is_cluster", "make_client", "resolve_url",
+           "scan_keys"]
 
 URL_ENV = "RECOVERY_REDIS_URL"
 SCHEMES = ("redis://", "rediss://", "unix://")
@@ -110,24 +119,67 @@ def _verify(client: redis.Redis, url: str, what: str) -> None:
 
 
 class RedisUnsupported(RecoveryError):
-    """A Redis this tool cannot work with yet (a Redis Cluster node)."""
+    """A Redis this tool cannot work with (a cluster node reached through a unix socket)."""
 
 
-def _refuse_cluster(client: redis.Redis, url: str, what: str) -> None:
-    """A Redis Cluster node is refused in one line: a run's keys span hash slots, which a
-    cluster refuses (CROSSSLOT) in the middle of a submit. INFO cluster says what it is."""
+def is_cluster(client: Any) -> bool:
+    """Whether `client` talks to a Redis Cluster (a RedisCluster), where a transaction or a
+    script may only touch the keys of one hash slot."""
+    return isinstance(client, RedisCluster)
+
+
+def scan_keys(client: Any, pattern: str, count: int = 1000) -> Iterator[bytes]:
+    """Every key matching `pattern`: SCAN of the server, or of each master of a Redis Cluster
+    (replicas hold copies of their masters' keys)."""
+    if not is_cluster(client):
+        yield from client.scan_iter(match=pattern, count=count)
+        return
+    for node in client.get_primaries():
+        yield from client.scan_iter(match=pattern, count=count, target_nodes=node)
+
+
+def _cluster_enabled(client: redis.Redis, url: str, what: str) -> bool:
+    """Is the server a Redis Cluster node? INFO cluster says so."""
     try:
         info = client.info("cluster")
     except redis.ResponseError as err:   # INFO renamed or denied (ACL): nothing tells it is one
         log.debug("%s: INFO cluster refused (%s); taken for a single server", what, err)
-        return
+        return False
     except (redis.RedisError, OSError) as err:
         client.close()
         raise RedisUnavailable(f"cannot reach {what}: {one_line_error(err, url)}") from None
-    if str(info.get("cluster_enabled", 0)) == "1":
-        client.close()
-        raise RedisUnsupported(f"{what} is a Redis Cluster node; Redis Cluster is not supported yet "
-                               "(use a single server)")
+    return str(info.get("cluster_enabled", 0)) == "1"
+
+
+def _cluster_client(url: str, what: str, **options: Any) -> redis.Redis:
+    """A RedisCluster from one node's URL (it discovers the others), verified: every slot
+    served (CLUSTER INFO cluster_state ok), or one line saying why not."""
+    if url.lower().startswith("unix://"):
+        raise RedisUnsupported(f"{what} is a Redis Cluster node reached through a unix socket; "
+                               "give its redis://host:port URL")
+    kwargs: dict[str, Any] = {
+        "decode_responses": False,
+        "socket_connect_timeout": CONNECT_TIMEOUT,
+        "socket_timeout": SOCKET_TIMEOUT,
+        "health_check_interval": 30,
+    }
+    kwargs.update(options)
+    try:
+        cluster = RedisCluster.from_url(url, **kwargs)
+    except (redis.RedisError, OSError, ValueError, TypeError) as err:
+        raise RedisUnavailable(f"cannot reach {what}: {one_line_error(err, url)}") from None
+    try:
+        state = cluster.cluster_info().get("cluster_state")
+    except (redis.RedisError, OSError) as err:
+        cluster.close()
+        raise RedisUnavailable(f"cannot reach {what}: {one_line_error(err, url)}") from None
+    if state not in ("ok", b"ok"):
+        cluster.close()
+        raise RedisUnavailable(f"{what} is a Redis Cluster node whose cluster is not ok "
+                               f"(cluster_state:{state}); fix the cluster first")
+    # RedisCluster answers the same commands as Redis for keys of one slot (every key set
+    # the project makes one transaction or script of shares one: tracking/keys.py)
+    return cast(redis.Redis, cluster)
 
 
 def resolve_url(url: str | None = None, home: str | os.PathLike[str] | None = None,
@@ -150,14 +202,20 @@ def connect(url: str | None = None, home: str | os.PathLike[str] | None = None,
     ``url`` (or ``$RECOVERY_REDIS_URL``) names a real server; without one, the embedded server
     under ``home`` (see :func:`state_home`) is used, started on demand when ``start`` is true.
     ``options`` override the client's keyword arguments (e.g. ``socket_timeout``).
-    Raises RedisUnavailable with a one-line reason naming the URL without its password, and
-    RedisUnsupported for a Redis Cluster node (not supported yet).
+    A Redis Cluster node's URL gives a RedisCluster client (module doc).
+    Raises RedisUnavailable with a one-line reason naming the URL without its password.
     """
     url = url or os.environ.get(URL_ENV) or None
     if url:
+        what = f"Redis at {describe(url)}"
         client = make_client(url, **options)
-        _verify(client, url, f"Redis at {describe(url)}")
-        _refuse_cluster(client, url, f"Redis at {describe(url)}")
+        _verify(client, url, what)
+        if _cluster_enabled(client, url, what):
+            client.close()
+            client = _cluster_client(url.strip(), what, **options)
+            log.info("connected to the Redis Cluster of %s (%d masters)", describe(url),
+                     len(cast(RedisCluster, client).get_primaries()))
+            return client
         log.info("connected to Redis at %s", describe(url))
         return client
     server = EmbeddedServer(home)

@@ -9,8 +9,9 @@ a component outside the chain leaves the stage (to Spark) and goes into the chai
 file (the head's tracker's). Members run lazily, pulled from the last ones: along a line of
 members one chunk is in memory at a time.
 
-The chain task commits once, in one transaction, for all its members (tracking.tracker's
-commit_together): a retried or resumed chain task whose commit exists replays its spill file
+The chain task commits once for all its members (tracking.tracker's commit_together): each
+member's pieces, then one commit point (one transaction) for all of them, then each member's
+staged queue writes; a retried or resumed chain task whose commit exists replays its spill file
 and re-executes no member.
 """
 from __future__ import annotations
@@ -90,9 +91,9 @@ class ChainTask:
 
     def _commit(self, runners: list[TaskRunner]) -> None:
         trackers = [r.tracker for r in runners if r.tracker is not None]
-        bodies = [t.staged_commit(r.collector.contributions(), r.stats, r.state, r.commit_extra())
+        staged = [t.staged_commit(r.collector.contributions(), r.stats, r.state, r.commit_extra())
                   for r, t in zip(runners, trackers)]
-        if not commit_together(trackers, bodies):
+        if not commit_together(trackers, staged):
             # its run was taken over (or cleared) while it ran: nothing committed, nothing of
             # its output may flow on (the job fails; its driver says why)
             raise trackers[0].fenced_error()

@@ -12,7 +12,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from recovery.api.components import Tuple
+from recovery.api.tuples import Tuple
 from recovery.model.failed import FailedTuple
 from recovery.runtime import timeouts, wire
 from recovery.tracking import ids

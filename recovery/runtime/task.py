@@ -24,8 +24,8 @@ from typing import Any, Self
 import msgpack
 from redis import Redis
 
-from recovery.api.components import SYSTEM_COMPONENT, TICK_STREAM, Tuple
 from recovery.api.components import Component as UserComponent
+from recovery.api.tuples import SYSTEM_COMPONENT, TICK_STREAM, Tuple
 from recovery.faults import injections
 from recovery.model import config as config_decl
 from recovery.model.graph import ChainPlan, TaskContext, TaskMap
@@ -192,7 +192,7 @@ class TaskRunner:
         ctx.round = self.spec.round          # type: ignore[attr-defined]
         ctx.redis = self.client              # type: ignore[attr-defined]
         # raises unless this task's driver still owns the run (a sink calls it right before it
-        # publishes a part: connectors.sinks); None without tracking
+        # publishes a part: connectors.sink_folders.atomic_write, postgres, delta); None without tracking
         ctx.fence = self.tracker.check_fence if self.tracker is not None else None  # type: ignore[attr-defined]
         return ctx
 

@@ -1,24 +1,68 @@
-"""Every Redis key the project writes, in one place, under one prefix.
+"""Every Redis key the project writes, in one place, under one prefix, with its hash slot.
 
-Everything a run owns lives under `<prefix>run:<run_id>:` (plus its record
-`<prefix>run:<run_id>` and its entry in `<prefix>runs`), so clearing a run is a SCAN of one
-pattern and touches no other run. Topics and committed offsets outlive runs.
+Everything a run owns lives under `<prefix>run:{<run_id>` (its record `<prefix>run:{<run_id>}`,
+the keys `<prefix>run:{<run_id>}:...` and `<prefix>run:{<run_id>:...}...`) plus its entry in
+`<prefix>runs`, so clearing a run is a SCAN of one pattern (`run_pattern`: on every master of a
+Redis Cluster) and touches no other run. Topics and committed offsets outlive runs.
+
+Hash slots (Redis Cluster; a single server ignores the braces). Every transaction and every
+Lua script touches the keys of one slot only, chosen by a hash tag (the part between the first
+`{` and `}`):
+
+- **The run's home slot**, tag `{<run_id>}`: the record, the lease, the done markers and the
+  commit records of each round (`done:<round>`, `commits:<round>`), the spill references, the
+  failed set and `due`, the dead letters and dead roots, keyed state, the spouts' waiting
+  message ids, the log, the timeout marks, the root-replay sets. Control data: a few writes per
+  task, so the generation check (the record) and the commit point (the done marker) are one
+  transaction here.
+- **The ledger's buckets**, tag `{<run_id>:ledger:<bucket>:<salt>}`: bucket b of a run is put in
+  the middle of the b-th eighth of the slot range (counted from a point that depends on the
+  run id), the salt being the first number that lands it there. With masters owning equal contiguous slot
+  ranges (what `redis-cli --cluster create` does) the eight buckets of a run are spread evenly
+  over the masters (3 masters: 3, 3 and 2 buckets), and runs start on different masters. The
+  ledger is the bulk of a run's bytes and writes.
+- **Each failed position's queue**, tag `{<run_id>:queue:<component>:<task>}`: the queue, and
+  the commits' staged writes into it (`queue_staged`: written ahead of the commit point, moved
+  into the queue after it), which only ever touch that queue.
+- Topics: tag `{<topic>}` (the metadata and every partition of one topic: the producer's script
+  updates both). Committed offsets: tag `{<consumer>:<topic>}` (offsets, owner and claimer: the
+  claim is one WATCHed transaction).
+- `<prefix>runs`, the index, is a slot of its own.
 
 What goes into a key is checked here, once: a run id (model/run.py check_run_id), a topic
 (model/workflow.py check_topic); component ids and stream ids are checked where a workflow is
 read (the schema's id pattern, and the model's). None of them can hold ":" (two keys could
 collide: topic "a:1" and partition 1 of topic "a"), "{" or "}" (a Redis Cluster hash tag:
-the keys of one run are to share one slot through a tag of ours, not of the user's) or a
-SCAN pattern's glob characters (`clear` of a run named "*" would match every run's keys).
+the tags are ours, never the user's) or a SCAN pattern's glob characters (`clear` of a run
+named "*" would match every run's keys).
 """
 from __future__ import annotations
 
+import binascii
+import functools
 import os
 
 from recovery.model.run import check_run_id
 from recovery.model.workflow import check_topic
 
 PREFIX = os.environ.get("RECOVERY_KEY_PREFIX", "recovery:")
+
+#: Redis Cluster's hash slots (CRC16 of the hash tag, modulo this).
+SLOTS = 16384
+#: The ledger's buckets per run (ledger.LEDGER_BUCKETS is this).
+LEDGER_BUCKETS = 8
+
+
+def hash_slot(key: str | bytes) -> int:
+    """The Redis Cluster hash slot of `key` (its hash tag's when it has one), as a server
+    computes it: the same slot means the keys may share a transaction or a script."""
+    raw = key.encode() if isinstance(key, str) else key
+    start = raw.find(b"{")
+    if start >= 0:
+        end = raw.find(b"}", start + 1)
+        if end > start + 1:
+            raw = raw[start + 1:end]
+    return binascii.crc_hqx(raw, 0) % SLOTS
 
 
 def runs_index() -> str:
@@ -29,8 +73,8 @@ def runs_index() -> str:
 def run_record(run_id: str) -> str:
     """Hash: xml, status, counters, start/end times, driver pid, and the run's generation (a
     token set when the record is created: writers check it, so nothing writes into a run that
-    was cleared or created anew under the same id)."""
-    return runs_base() + check_run_id(run_id)
+    was cleared or created anew under the same id). In the run's home slot."""
+    return runs_base() + "{" + check_run_id(run_id) + "}"
 
 
 def runs_base() -> str:
@@ -44,24 +88,72 @@ def runs_pattern() -> str:
 
 
 def run_prefix(run_id: str) -> str:
-    return f"{runs_base()}{check_run_id(run_id)}:"
+    """What the run's keys in its home slot start with."""
+    return run_record(run_id) + ":"
+
+
+def run_pattern(run_id: str) -> str:
+    """SCAN pattern of every key of the run: its record, its home slot's keys and its spread
+    keys (`{<run id>:...}`), and no other run's."""
+    return runs_base() + "{" + check_run_id(run_id) + "[}:]*"
+
+
+def run_of_key(key: str) -> str | None:
+    """The run id a key under runs_base() names (None for another key): `run:{R}...`,
+    `run:{R:...}...`, or the layout before hash tags, `run:R:...`."""
+    if not key.startswith(runs_base()):
+        return None
+    rest = key[len(runs_base()):]
+    if rest.startswith("{"):
+        rest = rest[1:]
+        for stop in "}:":
+            rest = rest.split(stop, 1)[0]
+        return rest or None
+    return rest.split(":", 1)[0] or None
 
 
 def run_key(run_id: str, *parts: object) -> str:
+    """A key of the run in its home slot."""
     return run_prefix(run_id) + ":".join(str(p) for p in parts)
 
 
+def spread_key(run_id: str, tag: str, *parts: object) -> str:
+    """A key of the run in the slot of tag `{<run id>:<tag>}` (parts after the tag)."""
+    return runs_base() + "{" + check_run_id(run_id) + ":" + tag + "}" + "".join(f":{p}" for p in parts)
+
+
+@functools.lru_cache(maxsize=256)
+def ledger_tags(run_id: str) -> tuple[str, ...]:
+    """The hash tag of each ledger bucket of a run (module doc: bucket b on the b-th eighth of
+    the slot range, from a point that depends on the run id)."""
+    check_run_id(run_id)
+    width = SLOTS // LEDGER_BUCKETS
+    origin = binascii.crc_hqx(run_id.encode(), 0) % SLOTS
+    tags = []
+    for b in range(LEDGER_BUCKETS):
+        # the middle quarter of the bucket's eighth: eight points one eighth apart, so that any
+        # third of the slot range holds 2 or 3 of them, never 4
+        low = (origin + b * width + 3 * width // 8) % SLOTS
+        salt = 0
+        while (hash_slot(f"{run_id}:ledger:{b}:{salt}") - low) % SLOTS >= width // 4:
+            salt += 1
+        tags.append(f"ledger:{b}:{salt}")
+    return tuple(tags)
+
+
 def topic_meta(topic: str) -> str:
-    return f"{PREFIX}topic:{check_topic(topic)}"
+    """Hash: the topic's partition count, format and each partition's next offset."""
+    return f"{PREFIX}topic:{{{check_topic(topic)}}}"
 
 
 def topic_partition(topic: str, partition: int) -> str:
-    return f"{PREFIX}topic:{check_topic(topic)}:{partition}"
+    """Stream: one partition of a topic (in its metadata's slot: the producer's script writes both)."""
+    return f"{PREFIX}topic:{{{check_topic(topic)}}}:{partition}"
 
 
 def offsets(consumer: str, topic: str) -> str:
     """Hash: partition -> committed offset, for one consumer (workflow + spout)."""
-    return f"{PREFIX}offsets:{consumer}:{check_topic(topic)}"
+    return f"{PREFIX}offsets:{{{consumer}:{check_topic(topic)}}}"
 
 
 def consumer_owner(consumer: str, topic: str) -> str:
@@ -81,7 +173,7 @@ def default_sink(component_id: str) -> str:
     return f"recovery:sink:{component_id}"
 
 
-# Per run (all under run_prefix, so `clear` finds them with one SCAN pattern).
+# Per run (all matched by run_pattern, so `clear` finds them with one SCAN pattern).
 def lease(run_id: str) -> str:
     """String with an expiry: "host:pid:token" of the driver working on the run, refreshed while
     it runs; a `running` run whose lease expired is crashed."""
@@ -89,8 +181,10 @@ def lease(run_id: str) -> str:
 
 
 def ledger(run_id: str, bucket: int) -> str:
-    """Hash: producing task ("round:component:index" or "compacted") -> XOR contributions."""
-    return run_key(run_id, "ledger", bucket)
+    """Hash: "compacted" (the folded XORs), "superseded:<round>", and the task attempts' pieces
+    "<round>:<component>:<index>:<attempt token>:<part>" (ledger.py: folded only once the
+    task's commit record names that token). In the bucket's own slot (ledger_tags)."""
+    return spread_key(run_id, ledger_tags(run_id)[bucket])
 
 
 def failed_set(run_id: str) -> str:
@@ -99,8 +193,22 @@ def failed_set(run_id: str) -> str:
 
 
 def queue(run_id: str, component: str, task: int) -> str:
-    """Hash: tuple id -> the failed tuple (values, roots, error, attempt, ...)."""
-    return run_key(run_id, "queue", component, task)
+    """Hash: tuple id -> the failed tuple (values, roots, error, attempt, ...). In the
+    position's own slot."""
+    return spread_key(run_id, f"queue:{component}:{task}")
+
+
+def queue_staged(run_id: str, component: str, task: int, round_no: int, token: str) -> str:
+    """Hash: what one task attempt's commit writes into a queue, staged ahead of its commit
+    point ("s:<tuple id>" -> the tuple to set, "d:<tuple id>" -> a tuple to remove), moved into
+    the queue once the attempt committed (tracker.apply_staged). In the queue's slot."""
+    return spread_key(run_id, f"queue:{component}:{task}", "staged", round_no, token)
+
+
+def task_commits(run_id: str, round_no: int) -> str:
+    """Hash: "component:index" -> the committed attempt's token and the queue positions its
+    commit staged writes into (written with the done marker, the commit point)."""
+    return run_key(run_id, "commits", round_no)
 
 
 def queue_due(run_id: str) -> str:

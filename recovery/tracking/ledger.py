@@ -1,9 +1,13 @@
 """The XOR acker ledger (Storm's acker): per root, the XOR of the ids of every tuple created and
 acked in its tree; zero means the tree is complete. To keep the success path cheap (docs/protocol.md,
 the ledger), contributions are combined per root inside a task and written once, at the task's
-commit, as one packed blob per ledger bucket (keyed by the producing task, so a retried task
-overwrites its own blob instead of XORing twice). `resolve_bucket` folds a bucket's blobs into
-the roots still pending; complete roots leave no key behind."""
+commit, as packed pieces per ledger bucket, ahead of the commit point and in bounded parts
+(PIECE_ROOTS roots each): the field names the task and its attempt's token
+(`<round>:<component>:<index>:<token>:<part>`), and a piece counts only once the task's commit
+record (keys.task_commits, written with its done marker) names that token. So a retried task
+never XORs twice, an attempt that died before its commit point counts for nothing, and no
+transaction carries a task's whole ledger. `resolve_bucket` folds a bucket's committed pieces
+into the roots still pending; complete roots leave no key behind."""
 from __future__ import annotations
 
 import logging
@@ -16,12 +20,15 @@ import numpy as np
 from redis import Redis
 from redis.exceptions import WatchError
 
+from recovery.redis.connection import is_cluster
 from recovery.tracking import keys
 
 log = logging.getLogger(__name__)
 
 
-LEDGER_BUCKETS = 8
+LEDGER_BUCKETS = keys.LEDGER_BUCKETS
+#: Roots per ledger piece (16 bytes each): the most one command of a commit carries.
+PIECE_ROOTS = 4096
 
 
 def pack_xors(contrib: dict[int, int] | tuple[np.ndarray, np.ndarray]) -> list[bytes]:
@@ -71,17 +78,29 @@ def fenced_transaction(client: Redis, run_id: str, generation: str | None,
     """Queue `build(pipe)`'s writes in one MULTI/EXEC that runs only while the run's record still
     holds `generation` (the record is WATCHed with `watch`, so a `clear` or a re-created run
     between the check and EXEC aborts it; `read(pipe)` reads the watched keys first). False when
-    the run is gone: nothing was written. `generation` None: no check (a run without a record)."""
+    the run is gone: nothing was written. `generation` None: no check (a run without a record).
+
+    On a Redis Cluster a transaction holds the keys of one slot: `build` writes the keys of the
+    run's home slot (the record's), or those of the slot of `watch` (then every key it writes
+    is in that slot). In the second case the record cannot be WATCHed with them: the `watch`
+    keys are WATCHed, then the generation is read from the record's master, then EXEC. A
+    `clear` deletes the record first and the run's other keys after it, so it either fails
+    that check or changes a watched key before EXEC; a take-over does neither, so only writes
+    that are the same whichever driver makes them (folds, idempotent steps) go this way."""
     record = keys.run_record(run_id)
-    watched = ((record,) if generation is not None else ()) + watch
+    home = keys.hash_slot(record)
+    elsewhere = bool(watch) and is_cluster(client) and any(keys.hash_slot(k) != home for k in watch)
+    watched = ((record,) if generation is not None and not elsewhere else ()) + watch
     with client.pipeline(transaction=True) as pipe:
         while True:
             try:
                 if watched:
                     pipe.watch(*watched)
-                if generation is not None and pipe.hget(record, "generation") != generation.encode():
-                    pipe.reset()
-                    return False
+                if generation is not None:
+                    held = client.hget(record, "generation") if elsewhere else pipe.hget(record, "generation")
+                    if held != generation.encode():
+                        pipe.reset()
+                        return False
                 if read is not None:
                     read(pipe)
                 pipe.multi()
@@ -90,6 +109,69 @@ def fenced_transaction(client: Redis, run_id: str, generation: str | None,
                 return True
             except WatchError:   # the record or a watched key changed: read and check again
                 continue
+
+
+def piece_fields(round_no: int, task_field: str, token: str, blob: bytes) -> dict[str, bytes]:
+    """A task attempt's contribution to one bucket (`blob`: roots then xors, uint64) as pieces
+    of at most PIECE_ROOTS roots, by field name."""
+    roots, xors = unpack_xors(blob)
+    out = {}
+    for part, i in enumerate(range(0, len(roots), PIECE_ROOTS)):
+        cut = slice(i, i + PIECE_ROOTS)
+        out[f"{round_no}:{task_field}:{token}:{part}"] = roots[cut].tobytes() + xors[cut].tobytes()
+    return out
+
+
+def _is_piece(field: str) -> bool:
+    return field != "compacted" and not field.startswith("superseded:")
+
+
+def counted_blobs(attempts: CommittedAttempts, fields: dict[Any, Any]) -> list[bytes]:
+    """Of a bucket's fields (HGETALL), the blobs that count: every one but the pieces of
+    attempts that have not committed (or never will)."""
+    out = []
+    for raw_field, blob in fields.items():
+        field = raw_field.decode() if isinstance(raw_field, bytes) else str(raw_field)
+        if not _is_piece(field) or attempts.verdict(field) == "fold":
+            out.append(blob)
+    return out
+
+
+class CommittedAttempts:
+    """Which task attempts committed, from their commit records (keys.task_commits), read from
+    the run's home slot once per round asked: what a fold counts of a bucket's pieces."""
+
+    def __init__(self, client: Redis, run_id: str):
+        self.client = client
+        self.run_id = run_id
+        raw = client.hget(keys.run_record(run_id), "round")
+        self.current_round = int(cast(bytes, raw)) if raw is not None else None
+        self._rounds: dict[int, dict[str, str]] = {}
+
+    def tokens(self, round_no: int) -> dict[str, str]:
+        """"component:index" -> the token of the attempt that committed, for `round_no`."""
+        if round_no not in self._rounds:
+            raw = self.client.hgetall(keys.task_commits(self.run_id, round_no))
+            self._rounds[round_no] = {cast(bytes, k).decode(): msgpack.unpackb(cast(bytes, v))[0]
+                                      for k, v in raw.items()}
+        return self._rounds[round_no]
+
+    def verdict(self, field: str) -> str:
+        """"fold" (a committed attempt's piece), "drop" (an attempt that will never commit: another
+        committed, or its round was settled without it) or "keep" (it may still commit)."""
+        parts = field.split(":")
+        if len(parts) != 5 or not parts[0].isdigit():
+            # "<round>:<component>:<index>", written by a version that wrote a task's whole
+            # ledger in its commit transaction: there only once committed
+            return "fold"
+        round_text, component, index, token, _ = parts
+        round_no = int(round_text)
+        committed = self.tokens(round_no).get(f"{component}:{index}")
+        if committed is not None:
+            return "fold" if committed == token else "drop"
+        if self.current_round is not None and round_no < self.current_round:
+            return "drop"   # its round's commit records went at settle, after its pieces were folded
+        return "keep"
 
 
 def resolve_bucket(client: Redis, run_id: str, bucket: int, generation: str | None = None) -> int:
@@ -101,12 +183,23 @@ def fold_bucket(client: Redis, run_id: str, bucket: int, generation: str | None 
     """resolve_bucket, returning the bucket's pending roots (none when the run was cleared)."""
     key = keys.ledger(run_id, bucket)
     folded: dict[str, Any] = {}
+    attempts = CommittedAttempts(client, run_id)
 
     def read(pipe: Any) -> None:   # WATCHed: a late writer makes it fold again
-        folded["roots"], folded["xors"] = fold(list(pipe.hvals(key)))
+        blobs, gone = [], []
+        for raw_field, blob in pipe.hgetall(key).items():
+            field = raw_field.decode()
+            verdict = attempts.verdict(field) if _is_piece(field) else "fold"
+            if verdict == "fold":
+                blobs.append(blob)
+            if verdict != "keep":
+                gone.append(raw_field)
+        folded["roots"], folded["xors"] = fold(blobs)
+        folded["gone"] = gone
 
     def build(pipe: Any) -> None:
-        pipe.delete(key)
+        for i in range(0, len(folded["gone"]), 1000):
+            pipe.hdel(key, *folded["gone"][i:i + 1000])
         if len(folded["roots"]):
             pipe.hset(key, "compacted", folded["roots"].tobytes() + folded["xors"].tobytes())
 
@@ -121,8 +214,9 @@ def pending_roots(client: Redis, run_id: str) -> set[int]:
     tests and diagnostics: O(pending roots), so the driver never calls it (count_bucket and
     pending_among run in tasks)."""
     out: set[int] = set()
+    attempts = CommittedAttempts(client, run_id)
     for b in range(LEDGER_BUCKETS):
-        roots, _ = fold(cast(list[bytes], client.hvals(keys.ledger(run_id, b))))
+        roots, _ = fold(counted_blobs(attempts, client.hgetall(keys.ledger(run_id, b))))
         out.update(int(r) for r in roots)
     return out
 
@@ -195,8 +289,9 @@ def pending_among(client: Redis, run_id: str, roots: Iterable[int]) -> set[int]:
     for r in roots:
         by_bucket.setdefault(r % LEDGER_BUCKETS, []).append(r)
     out: set[int] = set()
+    attempts = CommittedAttempts(client, run_id)
     for b, wanted in by_bucket.items():
-        pending, _ = fold(cast(list[bytes], client.hvals(keys.ledger(run_id, b))))
+        pending, _ = fold(counted_blobs(attempts, client.hgetall(keys.ledger(run_id, b))))
         keep = np.isin(np.asarray(wanted, dtype=np.uint64), pending)
         out.update(r for r, k in zip(wanted, keep.tolist()) if k)
     return out
@@ -217,32 +312,43 @@ def supersede_bucket(client: Redis, run_id: str, bucket: int, round_no: int,
                      generation: str | None = None) -> int:
     """Root replay, in the task of one bucket: the queued tuples' roots of this bucket go into
     round `round_no`'s replay set, and their pending XORs are cancelled by a
-    `superseded:<round>` blob (the replay re-emits them under new ids), in one transaction.
-    Done once per bucket and round: a bucket holding that blob is skipped, so a retried task or
-    a resumed driver never cancels twice (the replay set only grows). Returns the roots added."""
+    `superseded:<round>` blob (the replay re-emits them under new ids). Two steps, each in one
+    slot: the replay set (and the dead roots' removal) in the run's home slot, then the blob in
+    the bucket's, the mark that the bucket is done. Done once per bucket and round: a bucket
+    holding that blob is skipped, so a retried task or a resumed driver never cancels twice
+    (the first step, repeated, adds the same roots). Returns the roots added."""
     key = keys.ledger(run_id, bucket)
     field = f"superseded:{round_no}"
+    if client.hexists(key, field):
+        return 0
     old = sorted(queued_roots(client, run_id, bucket))
-    found: dict[str, Any] = {}
+    if not old:
+        return 0
 
-    def read(pipe: Any) -> None:   # WATCHed: nothing else writes the ledger between rounds
-        found["done"] = bool(pipe.hexists(key, field))
-        if not found["done"] and old:
-            roots, xors = fold(cast(list[bytes], pipe.hvals(key)))
-            keep = np.isin(roots, np.asarray(old, dtype=np.uint64))
-            found["blob"] = roots[keep].tobytes() + xors[keep].tobytes()
-
-    def build(pipe: Any) -> None:
-        if found["done"] or not old:
-            return
-        if found["blob"]:
-            pipe.hset(key, field, found["blob"])
+    def select(pipe: Any) -> None:
         for batch in _batches(old):
             pipe.sadd(keys.root_replay_set(run_id, round_no), *batch)
             # a superseded root is pending no more (its replay is a new root), so it is not
             # dead either: the dead-roots set stays within the pending roots, which is what
             # lets requeue_dead adjust the stored counts by what its SREM removes
             pipe.srem(keys.dead_roots(run_id), *batch)
+
+    if not fenced_transaction(client, run_id, generation, select):
+        log.info("run %s was cleared: ledger bucket %d not superseded", run_id, bucket)
+        return 0
+    found: dict[str, Any] = {}
+    attempts = CommittedAttempts(client, run_id)
+
+    def read(pipe: Any) -> None:   # WATCHed: nothing else writes the ledger between rounds
+        found["done"] = bool(pipe.hexists(key, field))
+        if not found["done"]:
+            roots, xors = fold(counted_blobs(attempts, pipe.hgetall(key)))
+            keep = np.isin(roots, np.asarray(old, dtype=np.uint64))
+            found["blob"] = roots[keep].tobytes() + xors[keep].tobytes()
+
+    def build(pipe: Any) -> None:
+        if not found["done"] and found["blob"]:
+            pipe.hset(key, field, found["blob"])
 
     if not fenced_transaction(client, run_id, generation, build, watch=(key,), read=read):
         log.info("run %s was cleared: ledger bucket %d not superseded", run_id, bucket)

@@ -29,6 +29,7 @@ import redis
 from recovery.errors import RunBusy, RunCleared, RunExists, RunFenced, RunNotFound, RunTakenOver
 from recovery.model.record import RunRecord, encode
 from recovery.model.run import RUN_ID_MAX
+from recovery.redis.connection import is_cluster
 from recovery.tracking import keys
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,14 @@ if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'generation', ARGV[1], unpack(ARGV, 6))
 redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
 redis.call('ZADD', KEYS[3], ARGV[4], ARGV[5])
+return 1
+"""
+
+# The same without the index (a Redis Cluster: the index is in another slot). KEYS: record, lease.
+_CREATE_IN_SLOT = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'generation', ARGV[1], unpack(ARGV, 6))
+redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
 return 1
 """
 
@@ -151,8 +160,17 @@ def create(client: redis.Redis, run_id: str, xml: str, wf_json: str, file: str |
     args: list[Any] = [lease.generation, lease.holder, lease.ttl_ms, now, run_id]
     for k, v in fields.items():
         args += [k, encode(v)]
-    created = client.register_script(_CREATE)(
-        keys=[keys.run_record(run_id), keys.lease(run_id), keys.runs_index()], args=args)
+    if is_cluster(client):
+        # the index is a slot of its own (keys.py): its entry first (NX: an existing run's
+        # stays as it was), then the record and the lease in one script of the run's slot. A
+        # process killed in between leaves an entry without a record, which `runs` skips and
+        # `clear` removes; never a run missing from the index.
+        client.zadd(keys.runs_index(), {run_id: now}, nx=True)
+        created = client.register_script(_CREATE_IN_SLOT)(
+            keys=[keys.run_record(run_id), keys.lease(run_id)], args=args)
+    else:
+        created = client.register_script(_CREATE)(
+            keys=[keys.run_record(run_id), keys.lease(run_id), keys.runs_index()], args=args)
     if not created:
         raise _exists(run_id)
     return lease

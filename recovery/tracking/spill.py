@@ -1,15 +1,17 @@
 """The spill store: a task's in-flight output, kept out of Redis (docs/protocol.md).
 
-A tracked task writes its output chunks, as it produces them, into a temporary file of its own
-(its name carries a token unique to the attempt, so a Spark retry or a speculative attempt never
-writes into another attempt's file). At its commit the file is closed and renamed to its final
-name, and the commit transaction stores the file's reference (`SpillRef`: its path inside the
-run's folder, size, chunk count, CRC-32) next to the task's done marker in Redis. A committed
-task that runs again reads its file back instead of executing. A file that nothing references
-(an attempt that died before its commit) is never read: it goes with its round's folder, or the
-run's.
+A tracked task writes its output chunks, as it produces them, into a file of its own, under its
+final name from the start: the name carries a token unique to the attempt, so a Spark retry or a
+speculative attempt never writes into another attempt's file. At its commit the file is finished
+(its end marker written, closed), and the commit transaction stores the file's reference
+(`SpillRef`: its path inside the run's folder, size, chunk count, CRC-32) next to the task's done
+marker in Redis. That reference, not a rename, is what makes a file count: the commit renames
+nothing, so it holds the same on a filesystem without an atomic rename (S3, where a move is a copy
+then a delete) as on a local folder. A committed task that runs again reads its file back instead
+of executing. A file that nothing references (an attempt that died before its commit, whole or
+half written) is never read: it goes with its round's folder, or the run's.
 
-    <location>/<run id>/r<round>/<component>/<index>-<token>.spill     (.tmp while written)
+    <location>/<run id>/r<round>/<component>/<index>-<token>.spill
 
 A file is the magic bytes, frames (a u32 length, then a zstandard-compressed msgpack list of
 [routing key, blob] pairs), then an end marker (u32 0xFFFFFFFF, u64 chunk count, u32 CRC-32 of
@@ -20,30 +22,35 @@ raises SpillError naming the file and the task.
 The location is a local folder (folders 0700, files 0600: they hold tuple values) or a
 filesystem URI that `pyarrow.fs.FileSystem.from_uri` opens (file://, hdfs://, s3://); by
 default RECOVERY_HOME/spill. On a cluster it must be a place the driver and every executor
-reach (`recovery.spill.dir`, or `--spill-dir`).
+reach (`recovery.spill.dir`, or `--spill-dir`). An S3 URI takes pyarrow's options in its query
+(`s3://bucket/prefix?endpoint_override=http://host:9000&region=us-east-1&scheme=http`), kept
+whole in the run record and given to every task; credentials come from the environment of the
+driver and the executors (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY). Messages show a location
+with the secrets of its query and user info masked (`redact`). On an object store an object is
+visible only once its upload completes (at the commit's close): an attempt that died while
+writing leaves an incomplete multipart upload, which no listing shows and the bucket's
+AbortIncompleteMultipartUpload lifecycle rule removes.
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
 import secrets
-import shutil
-import stat
 import struct
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, cast
-from urllib.parse import quote, urlparse
+from typing import BinaryIO, cast
+from urllib.parse import quote, unquote, urlparse
 
 import msgpack
 import zstandard
 
 from recovery import home
 from recovery.errors import SpillError
+from recovery.tracking.spill_files import ArrowFiles, Files, LocalFiles
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +61,6 @@ _TAIL = struct.Struct(">QI")
 FRAME_BYTES = 256 * 1024        # raw bytes buffered before a frame is compressed and written
 ZSTD_LEVEL = 1                  # the success path pays for it: the fastest level
 SUFFIX = ".spill"
-TMP_SUFFIX = ".tmp"
-DIR_MODE = home.PRIVATE_DIR_MODE
-FILE_MODE = home.PRIVATE_FILE_MODE
 
 
 # --- where ------------------------------------------------------------------------------------
@@ -84,6 +88,48 @@ def task_label(component: str, index: int, round_no: int) -> str:
     return f"{component}:{index}, round {round_no}"
 
 
+# the query parameters that hold credentials (pyarrow's access_key, secret_key, session_token;
+# any other store's password or token); on an object store the user info is an access key and
+# its secret (`s3://KEY:SECRET@bucket/`): all of it is masked
+_SECRET_PARAM = re.compile(r"(^|[?&])([^=&]*(?:key|secret|token|password|credential)[^=&]*)=([^&#\s]*)", re.I)
+_USER_INFO = re.compile(r"^([a-z][a-z0-9+.-]*://)([^/@?#\s]*)@", re.I)
+_URI_USER_INFO = re.compile(r"\b([a-z][a-z0-9+.-]*://)([^/@?#\s]*)@", re.I)
+MASK = "***"
+ENV_SECRETS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+
+
+def redact(where: str) -> str:
+    """A location as messages show it: its user info and the values of its query's credentials
+    masked, anything else as given."""
+    if "://" not in where:
+        return where
+    where = _USER_INFO.sub(rf"\1{MASK}@", where)
+    head, sep, query = where.partition("?")
+    return head + sep + _SECRET_PARAM.sub(rf"\1\2={MASK}", query) if sep else head
+
+
+def secrets_of(where: str) -> list[str]:
+    """The literal credentials in a location (as written and percent-decoded), to scrub from
+    messages that quote them outside a URI (an error of the store's client)."""
+    found: list[str] = []
+    user = _USER_INFO.match(where)
+    if user:
+        found += [part for part in user.group(2).split(":") if part]
+    if "?" in where:
+        found += [m.group(3) for m in _SECRET_PARAM.finditer(where.split("?", 1)[1]) if m.group(3)]
+    found += [unquote(f) for f in found]
+    return sorted({f for f in found if len(f) >= 3}, key=len, reverse=True)
+
+
+def redact_text(text: str, hidden: Iterable[str] = ()) -> str:
+    """Free text (an error's message) with every URI's user info and credential parameters
+    masked as `redact` masks them, and any of `hidden` wherever it appears."""
+    for secret in hidden:
+        text = text.replace(secret, MASK)
+    text = _URI_USER_INFO.sub(rf"\1{MASK}@", text)
+    return _SECRET_PARAM.sub(rf"\1\2={MASK}", text)
+
+
 # --- the reference a commit stores ------------------------------------------------------------
 @dataclass(frozen=True)
 class SpillRef:
@@ -102,151 +148,6 @@ class SpillRef:
         return cls(path, size, chunks, crc)
 
 
-# --- file systems -------------------------------------------------------------------------------
-class _LocalFiles:
-    """A local (or mounted, shared) folder: private modes, atomic os.replace."""
-
-    def __init__(self, root: Path):
-        self.root = root
-
-    def describe(self, rel: str) -> str:
-        return str(self.root / rel)
-
-    def makedirs(self, rel: str) -> None:
-        if str(self.root) == default_location():
-            # RECOVERY_HOME and its spill folder private, as the embedded server makes them
-            if not self.root.is_dir():
-                home.ensure_home()
-                os.makedirs(self.root, mode=DIR_MODE, exist_ok=True)
-            if stat.S_IMODE(self.root.stat().st_mode) != DIR_MODE:   # a umask's, or an earlier version's
-                os.chmod(self.root, DIR_MODE)
-        elif not self.root.is_dir():
-            # a location given may be a shared folder of someone's: made if missing, never chmodded
-            os.makedirs(self.root, mode=DIR_MODE, exist_ok=True)
-        path = self.root
-        for part in Path(rel).parts:
-            path = path / part
-            try:
-                os.mkdir(path, DIR_MODE)
-            except FileExistsError:
-                continue
-            st = os.stat(path)   # made under a umask that cut more than group/other bits
-            if stat.S_IMODE(st.st_mode) != DIR_MODE:
-                os.chmod(path, DIR_MODE)
-
-    def create(self, rel: str) -> BinaryIO:
-        fd = os.open(self.root / rel, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE)
-        try:
-            if stat.S_IMODE(os.fstat(fd).st_mode) != FILE_MODE:
-                os.fchmod(fd, FILE_MODE)
-            return os.fdopen(fd, "wb")
-        except BaseException:
-            os.close(fd)
-            raise
-
-    def open(self, rel: str) -> BinaryIO:
-        return open(self.root / rel, "rb")   # noqa: SIM115 (the reader closes it)
-
-    def size(self, rel: str) -> int:
-        return os.stat(self.root / rel).st_size
-
-    def rename(self, src: str, dst: str) -> None:
-        os.replace(self.root / src, self.root / dst)
-
-    def remove(self, rel: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.root / rel)
-
-    def remove_tree(self, rel: str) -> None:
-        shutil.rmtree(self.root / rel, ignore_errors=False, onerror=_missing_is_fine)
-
-    def remove_empty_dirs(self, rel: str) -> None:
-        path = self.root / rel
-        while path != self.root:
-            try:
-                os.rmdir(path)
-            except OSError:
-                return
-            path = path.parent
-
-    def list_files(self, rel: str) -> list[str]:
-        base = self.root / rel
-        return sorted(str(p.relative_to(self.root)) for p in base.rglob("*") if p.is_file()) \
-            if base.is_dir() else []
-
-
-def _missing_is_fine(func: Any, path: str, exc_info: Any) -> None:
-    if not isinstance(exc_info[1], FileNotFoundError):
-        raise exc_info[1]
-
-
-class _ArrowFiles:
-    """Any filesystem pyarrow.fs opens (hdfs://, s3://, ...). Its `move` is a rename where the
-    filesystem has one; an object store copies, but the final name still appears only whole."""
-
-    def __init__(self, uri: str):
-        from pyarrow import fs as pafs  # lazy: only a URI location needs pyarrow here
-        self._pafs = pafs
-        self.uri = uri.rstrip("/")
-        self.fs, base = pafs.FileSystem.from_uri(uri)
-        self.base = base.rstrip("/")
-
-    def _p(self, rel: str) -> str:
-        return f"{self.base}/{rel}" if self.base else rel
-
-    def describe(self, rel: str) -> str:
-        return f"{self.uri}/{rel}"
-
-    def makedirs(self, rel: str) -> None:
-        self.fs.create_dir(self._p(rel), recursive=True)
-
-    def create(self, rel: str) -> BinaryIO:
-        return cast(BinaryIO, self.fs.open_output_stream(self._p(rel)))
-
-    def open(self, rel: str) -> BinaryIO:
-        info = self.fs.get_file_info(self._p(rel))
-        if info.type != self._pafs.FileType.File:
-            raise FileNotFoundError(self.describe(rel))
-        return cast(BinaryIO, self.fs.open_input_stream(self._p(rel)))
-
-    def size(self, rel: str) -> int:
-        info = self.fs.get_file_info(self._p(rel))
-        if info.type != self._pafs.FileType.File:
-            raise FileNotFoundError(self.describe(rel))
-        return int(info.size or 0)
-
-    def rename(self, src: str, dst: str) -> None:
-        self.fs.move(self._p(src), self._p(dst))
-
-    def remove(self, rel: str) -> None:
-        if self.fs.get_file_info(self._p(rel)).type == self._pafs.FileType.File:
-            self.fs.delete_file(self._p(rel))
-
-    def remove_tree(self, rel: str) -> None:
-        if self.fs.get_file_info(self._p(rel)).type == self._pafs.FileType.Directory:
-            self.fs.delete_dir(self._p(rel))
-
-    def remove_empty_dirs(self, rel: str) -> None:
-        parts = rel.split("/")
-        while parts:
-            path = self._p("/".join(parts))
-            if self.fs.get_file_info(path).type != self._pafs.FileType.Directory \
-                    or self.fs.get_file_info(self._pafs.FileSelector(path)):
-                return
-            self.fs.delete_dir(path)
-            parts.pop()
-
-    def list_files(self, rel: str) -> list[str]:
-        base = self._p(rel)
-        if self.fs.get_file_info(base).type != self._pafs.FileType.Directory:
-            return []
-        sel = self._pafs.FileSelector(base, recursive=True)
-        prefix = f"{self.base}/" if self.base else ""
-        return sorted(i.path[len(prefix):] for i in self.fs.get_file_info(sel)
-                      if i.type == self._pafs.FileType.File)
-
-
-Files = _LocalFiles | _ArrowFiles
 _stores: dict[str, SpillStore] = {}
 
 
@@ -254,17 +155,22 @@ class SpillStore:
     """The spill store at one location: where each run's files live."""
 
     def __init__(self, where: str):
-        self.location = where
+        self.location = where              # whole: the run record keeps it, tasks open it
+        self.shown = redact(where)         # in messages
+        # and the environment's, should the store's client ever quote them
+        self._secrets = secrets_of(where) + [v for v in map(os.environ.get, ENV_SECRETS) if v and len(v) >= 3]
         parsed = urlparse(where) if "://" in where else None
         try:
-            if parsed is None:
-                self.files: Files = _LocalFiles(Path(where))
-            elif parsed.scheme == "file" and parsed.netloc in ("", "localhost"):
-                self.files = _LocalFiles(Path(parsed.path))
+            if parsed is None or (parsed.scheme == "file" and parsed.netloc in ("", "localhost")):
+                root = Path(where if parsed is None else parsed.path)
+                self.files: Files = LocalFiles(root, is_default=str(root) == default_location())
             else:
-                self.files = _ArrowFiles(where)
+                # a file is named by its URI without what only reaches the store: the query
+                # (options), the user info (credentials)
+                bare = where.split("?", 1)[0].split("#", 1)[0].rstrip("/")
+                self.files = ArrowFiles(where, _USER_INFO.sub(r"\1", bare))
         except (OSError, ValueError, ImportError) as err:   # pyarrow raises ArrowInvalid (a ValueError)
-            raise SpillError(f"spill location {where}: cannot open it: {_why(err)}") from None
+            raise SpillError(f"spill location {self.shown}: cannot open it: {self.why(err)}") from None
 
     @staticmethod
     def at(where: str | None) -> SpillStore:
@@ -274,6 +180,10 @@ class SpillStore:
         if store is None:
             store = _stores[key] = SpillStore(key)
         return store
+
+    def why(self, err: BaseException) -> str:
+        """An error of this location, fit for a message: its first line, credentials masked."""
+        return _why(err, self._secrets)
 
     def run_dir(self, run_id: str) -> str:
         return safe_name(run_id)
@@ -287,8 +197,8 @@ class SpillStore:
         try:
             self.files.makedirs(self.run_dir(run_id))
         except (OSError, ValueError) as err:
-            raise SpillError(f"spill location {self.location}: cannot create {self.describe(run_id)}: "
-                             f"{_why(err)} (set --spill-dir or recovery.spill.dir)") from None
+            raise SpillError(f"spill location {self.shown}: cannot create {self.describe(run_id)}: "
+                             f"{self.why(err)} (set --spill-dir or recovery.spill.dir)") from None
 
     def writer(self, run_id: str, round_no: int, component: str, index: int) -> SpillWriter:
         return SpillWriter(self, run_id, round_no, component, index)
@@ -310,7 +220,7 @@ class SpillStore:
         try:
             self.files.remove_tree(self.run_dir(run_id))
         except (OSError, ValueError) as err:
-            raise SpillError(f"cannot remove spill folder {self.describe(run_id)}: {_why(err)} "
+            raise SpillError(f"cannot remove spill folder {self.describe(run_id)}: {self.why(err)} "
                              "(remove it by hand)") from None
 
     def run_files(self, run_id: str) -> list[str]:
@@ -318,14 +228,16 @@ class SpillStore:
         return self.files.list_files(self.run_dir(run_id))
 
 
-def _why(err: BaseException) -> str:
-    return (getattr(err, "strerror", None) or str(err) or type(err).__name__).splitlines()[0]
+def _why(err: BaseException, hidden: Iterable[str] = ()) -> str:
+    """An error's first line, any credential it quotes (pyarrow may quote the URI) masked."""
+    return redact_text((getattr(err, "strerror", None) or str(err) or type(err).__name__).splitlines()[0], hidden)
 
 
 # --- writing ------------------------------------------------------------------------------------
 class SpillWriter:
-    """One attempt's output file: chunks buffered into frames and written as they come, then
-    `close()` at the commit (final name, reference) or `discard()`."""
+    """One attempt's output file, under its final name from the start: chunks buffered into
+    frames and written as they come, then `close()` at the commit (end marker, reference) or
+    `discard()`."""
 
     def __init__(self, store: SpillStore, run_id: str, round_no: int, component: str, index: int):
         self.store = store
@@ -335,8 +247,7 @@ class SpillWriter:
         name = f"{index}-{secrets.token_hex(8)}"
         self.rel_dir = f"{store.run_dir(run_id)}/{folder}"
         self.rel_path = f"{folder}/{name}{SUFFIX}"     # inside the run's folder: what the ref names
-        self._tmp = f"{self.rel_dir}/{name}{TMP_SUFFIX}"
-        self._final = f"{self.rel_dir}/{name}{SUFFIX}"
+        self._file = f"{self.rel_dir}/{name}{SUFFIX}"  # inside the location
         self._fh: BinaryIO | None = None
         self._pending: list[list] = []
         self._pending_bytes = 0
@@ -350,7 +261,7 @@ class SpillWriter:
 
     def _failed(self, what: str, path: str, err: BaseException) -> SpillError:
         return SpillError(f"cannot {what} spill file {self.store.files.describe(path)} of task "
-                          f"{self.task} (run {self.run_id}): {_why(err)}")
+                          f"{self.task} (run {self.run_id}): {self.store.why(err)}")
 
     def add(self, key: tuple, blob: bytes) -> None:
         if self.error is not None:
@@ -372,13 +283,13 @@ class SpillWriter:
             return
         try:
             if self._fh is None:
-                self.store.files.makedirs(self.rel_dir)
-                self._fh = self.store.files.create(self._tmp)
+                self.store.files.prepare(self.rel_dir)
+                self._fh = self.store.files.create(self._file)
                 self._write(MAGIC)
             frame = self._compressor.compress(cast(bytes, msgpack.packb(self._pending)))
             self._write(_LEN.pack(len(frame)) + frame)
         except (OSError, ValueError) as err:
-            self.error = self._failed("write", self._tmp, err)
+            self.error = self._failed("write", self._file, err)
             # info, not warning: close() raises it, and the driver prints it (a warning in a
             # Spark worker, which has no logging set up, reached the terminal a second time)
             log.info("%s", self.error)
@@ -386,8 +297,9 @@ class SpillWriter:
         self._pending_bytes = 0
 
     def close(self) -> SpillRef | None:
-        """Finish the file and give it its final name; its reference, or None when the task
-        emitted nothing (no file)."""
+        """Finish the file (its end marker; on an object store the upload completes, and the
+        object appears whole): its reference, or None when the task emitted nothing (no file).
+        No rename: the commit that stores the reference is what makes the file count."""
         if not self.chunks:
             return None
         self._flush()
@@ -399,9 +311,8 @@ class SpillWriter:
             assert self._fh is not None
             self._fh.close()
             self._fh = None
-            self.store.files.rename(self._tmp, self._final)
         except (OSError, ValueError) as err:
-            raise self._failed("finish", self._tmp, err) from None
+            raise self._failed("finish", self._file, err) from None
         return SpillRef(self.rel_path, self.size, self.chunks, checksum)
 
     def discard(self) -> None:
@@ -411,11 +322,10 @@ class SpillWriter:
             if self._fh is not None:
                 self._fh.close()
                 self._fh = None
-            self.store.files.remove(self._tmp)
-            self.store.files.remove(self._final)
+            self.store.files.remove(self._file)
             self.store.files.remove_empty_dirs(self.rel_dir)
         except (OSError, ValueError) as err:   # best effort: `clear` removes the folder anyway
-            log.info("spill file of task %s (run %s) not removed: %s", self.task, self.run_id, _why(err))
+            log.info("spill file of task %s (run %s) not removed: %s", self.task, self.run_id, self.store.why(err))
 
 
 # --- reading ------------------------------------------------------------------------------------
@@ -436,7 +346,7 @@ def read(store: SpillStore, run_id: str, ref: SpillRef, task: str) -> Iterator[t
     except FileNotFoundError:
         raise bad("missing") from None
     except (OSError, ValueError) as err:
-        raise bad(f"unreadable ({_why(err)})") from None
+        raise bad(f"unreadable ({store.why(err)})") from None
     if size < ref.size:
         raise bad(f"truncated ({size} of {ref.size} bytes)")
     if size > ref.size:

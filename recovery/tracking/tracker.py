@@ -1,11 +1,29 @@
 """A task's tracking (TaskTracker): its ledger contributions (ledger.py), failure localization,
 retries with backoff, and its commit into Redis; its in-flight output goes to the spill store
-(spill.py), which the commit references."""
+(spill.py), which the commit references.
+
+The commit is three steps, each touching the keys of one hash slot (tracking/keys.py), each
+idempotent, so that it works the same on a single server and on a Redis Cluster:
+
+1. *pieces*, ahead of the commit point, under the attempt's own token: its ledger
+   contributions (ledger.piece_fields, bounded parts, in the buckets' slots) and its writes
+   into failed positions' queues (keys.queue_staged, in each queue's slot). Nothing reads them
+   as long as no commit record names the token.
+2. *the commit point*, one transaction in the run's home slot, fenced by the run's generation:
+   the done marker, the commit record (token and staged positions), the spill reference, the
+   failed set and due times, dead letters, keyed state, the spouts' message ids, the logs. At
+   most one attempt of a task gets there (the done marker is checked in the same transaction).
+3. *apply*: each staged queue write moves into its queue (apply_staged, a script in the queue's
+   slot; a staging key gone means done). The task does it right after its commit point; the
+   driver does it again for the whole round before it settles (apply_round), so a task killed
+   between 2 and 3 loses nothing.
+"""
 from __future__ import annotations
 
 import logging
+import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import msgpack
@@ -15,12 +33,56 @@ from recovery.errors import RunFenced, SpillError
 from recovery.model import config as config_decl
 from recovery.model.failed import FailedTuple
 from recovery.tracking import keys, runs
-from recovery.tracking.ledger import LEDGER_BUCKETS, fenced_transaction, pack_xors, resolve_bucket
+from recovery.tracking.ledger import LEDGER_BUCKETS, fenced_transaction, pack_xors, piece_fields, resolve_bucket
 from recovery.tracking.spill import SpillRef, SpillStore, SpillWriter, location, task_label
 
 log = logging.getLogger(__name__)
 
 LOG_CAP = 2000
+#: Fields per command when a commit stages queue writes (bounded commands, as ledger pieces are).
+STAGE_BATCH = 1000
+
+# KEYS: a staging hash (keys.queue_staged), its queue. Moves what one committed attempt staged
+# into the queue ("s:<id>" set, "d:<id>" removed) and drops the staging hash; nothing to do when
+# it is gone (applied already). Returns the entries applied.
+_APPLY = """
+local kv = redis.call('HGETALL', KEYS[1])
+for i = 1, #kv, 2 do
+  local id = string.sub(kv[i], 3)
+  if string.sub(kv[i], 1, 2) == 's:' then
+    redis.call('HSET', KEYS[2], id, kv[i + 1])
+  else
+    redis.call('HDEL', KEYS[2], id)
+  end
+end
+redis.call('DEL', KEYS[1])
+return #kv / 2
+"""
+
+
+def apply_staged(client: Redis, run_id: str, round_no: int, token: str,
+                 positions: list[tuple[str, int]]) -> int:
+    """Step 3 of a commit (module doc): a committed attempt's staged queue writes into their
+    queues, one script per position (in its slot). Idempotent."""
+    script = client.register_script(_APPLY)
+    n = 0
+    for comp, task in positions:
+        n += int(cast(int, script(keys=[keys.queue_staged(run_id, comp, task, round_no, token),
+                                        keys.queue(run_id, comp, task)])))
+    return n
+
+
+def apply_round(client: Redis, run_id: str, round_no: int, generation: str | None = None) -> int:
+    """Every committed attempt's staged queue writes of a round, applied (apply_staged), by the
+    driver before it settles the round: a task killed after its commit point left them staged.
+    Nothing when the run was taken over or cleared (RunFenced: its new driver applies them)."""
+    runs.check_generation(client, run_id, generation)
+    n = 0
+    for raw in client.hvals(keys.task_commits(run_id, round_no)):
+        token, positions = msgpack.unpackb(cast(bytes, raw))
+        if positions:
+            n += apply_staged(client, run_id, round_no, token, [(c, int(t)) for c, t in positions])
+    return n
 
 
 def backoff_ms(attempt: int, conf: dict[str, str]) -> float:
@@ -49,6 +111,7 @@ class TaskTracker:
         settings = config_decl.settings(conf)
         self.max_attempts = settings.max_attempts
         self.field = f"{component}:{index}"
+        self.token = secrets.token_hex(6)   # this attempt's: names its pieces (module doc)
         # the run's spill location; None (a run record from before it was kept): the property's
         self.spill_dir = spill_dir or location(None, settings.spill_dir)
         self._writer: SpillWriter | None = None
@@ -77,7 +140,7 @@ class TaskTracker:
 
     def check_fence(self) -> None:
         """Raise fenced_error() unless the run still holds this task's generation (a sink checks
-        it right before it publishes a part, see connectors.sinks)."""
+        it right before it publishes a part, see connectors.sink_folders.atomic_write)."""
         if self._run_gone():
             self._fence()
             raise self.fenced_error()
@@ -159,28 +222,18 @@ class TaskTracker:
     # -- commit -------------------------------------------------------------------------
     def commit(self, contrib: dict[int, int] | tuple[Any, Any], stats: dict, state: Any = None,
                extra: Any = None) -> bool:
-        """Everything the task learned and its done marker, in one transaction, only into the
-        run it started in (a cleared run: nothing written, False; the task ends quietly). Its
-        spill file is finished and renamed first; the transaction stores its reference."""
-        build = self.staged_commit(contrib, stats, state, extra)
-        if build is None:
-            return False
-        if not fenced_transaction(self.client, self.run_id, self.generation, build):
-            self._fence()
-            return False
-        self.committed_now()
-        return True
-
-    def committed_now(self) -> None:
-        """After the commit's transaction: the last task of the component folds the ledger."""
-        if self.parallelism:
-            self._fold_when_component_done()
+        """Everything the task learned and its done marker, only into the run it started in (a
+        cleared run: nothing written, False; the task ends quietly), in the three steps of the
+        module doc. Its spill file is finished first (nothing renamed); the commit point stores its
+        reference."""
+        return commit_together([self], [self.staged_commit(contrib, stats, state, extra)])
 
     def staged_commit(self, contrib: dict[int, int] | tuple[Any, Any], stats: dict, state: Any = None,
-                      extra: Any = None) -> Any:
-        """commit()'s first half: the spill file finished, and the transaction's body
-        (a function of the pipeline) returned unrun; None when the run is gone (fenced).
-        commit_together runs several tasks' bodies in one transaction (a chain task's members)."""
+                      extra: Any = None) -> StagedCommit | None:
+        """commit()'s first part: the spill file finished and step 1 done (the pieces written);
+        returns what the commit point (step 2) and step 3 still do, unrun. None when the run is
+        gone (fenced). commit_together runs several tasks' commit points in one transaction (a
+        chain task's members)."""
         if self.fenced:
             return None
         rid = self.run_id
@@ -195,24 +248,28 @@ class TaskTracker:
                 return None
         if ref is not None:
             stats = {**stats, "spill_bytes": ref.size}
+        if self._run_gone():   # (before writing pieces a run cleared meanwhile would keep)
+            self._fence()
+            return None
+        positions = self._write_pieces(contrib)
+
+        done_key = keys.task_done(rid, self.round)
+        found: dict[str, bool] = {}
+
+        def read(pipe: Any) -> None:   # (WATCHed) another attempt of this task committed first
+            found["done"] = bool(pipe.hexists(done_key, self.field))
 
         def build(pipe: Any) -> None:
-            for b, blob in enumerate(pack_xors(contrib)):
-                if blob:
-                    pipe.hset(keys.ledger(rid, b), f"{self.round}:{self.field}", blob)
-            for comp, task, tid in self.replays_done:
-                pipe.hdel(keys.queue(rid, comp, task), str(tid))
+            if found["done"]:
+                return
             due: dict[str, float] = {}   # position -> its earliest not_before among these
             for rec in self.failures:
                 comp, task, tid = rec.component, rec.task, rec.id
-                packed = rec.pack()
                 if rec.dead:
-                    pipe.hdel(keys.queue(rid, comp, task), str(tid))
-                    pipe.hset(keys.dead(rid), f"{comp}:{task}:{tid}", packed)
+                    pipe.hset(keys.dead(rid), f"{comp}:{task}:{tid}", rec.pack())
                     if rec.roots:
                         pipe.sadd(keys.dead_roots(rid), *[str(r) for r in rec.roots])
                 else:
-                    pipe.hset(keys.queue(rid, comp, task), str(tid), packed)
                     pos = f"{comp}:{task}"
                     pipe.sadd(keys.failed_set(rid), pos)
                     due[pos] = min(due.get(pos, float("inf")), rec.not_before or 0.0)
@@ -227,9 +284,41 @@ class TaskTracker:
                 pipe.ltrim(keys.log(rid), -LOG_CAP, -1)
             if ref is not None:
                 pipe.hset(keys.task_spill(rid, self.round), self.field, ref.pack())
-            pipe.hset(keys.task_done(rid, self.round), self.field, msgpack.packb(stats))
+            pipe.hset(keys.task_commits(rid, self.round), self.field,
+                      msgpack.packb([self.token, [[c, t] for c, t in positions]]))
+            pipe.hset(done_key, self.field, msgpack.packb(stats))
 
-        return build
+        return StagedCommit(self, done_key, ref, positions, found, read, build)
+
+    def _write_pieces(self, contrib: dict[int, int] | tuple[Any, Any]) -> list[tuple[str, int]]:
+        """Step 1 of the commit (module doc): the ledger pieces and the staged queue writes of
+        this attempt; returns the queue positions it staged writes for."""
+        rid = self.run_id
+        staged: dict[tuple[str, int], dict[str, bytes]] = {}
+        for comp, task, tid in self.replays_done:   # acked here: its queue entry goes
+            staged.setdefault((comp, task), {})[f"d:{tid}"] = b""
+        for rec in self.failures:
+            pos = (rec.component, rec.task)
+            staged.setdefault(pos, {})[f"d:{rec.id}" if rec.dead else f"s:{rec.id}"] = b"" if rec.dead else rec.pack()
+            if not rec.dead:
+                staged[pos].pop(f"d:{rec.id}", None)
+        with self.client.pipeline(transaction=False) as pipe:
+            queued = 0
+            for b, blob in enumerate(pack_xors(contrib)):
+                if blob:
+                    for field, piece in piece_fields(self.round, self.field, self.token, blob).items():
+                        pipe.hset(keys.ledger(rid, b), field, piece)
+                        queued += 1
+                        if queued >= 64:   # (a bounded client buffer too)
+                            pipe.execute()
+                            queued = 0
+            for (comp, task), writes in staged.items():
+                key = keys.queue_staged(rid, comp, task, self.round, self.token)
+                items = list(writes.items())
+                for i in range(0, len(items), STAGE_BATCH):
+                    pipe.hset(key, mapping=dict(items[i:i + STAGE_BATCH]))
+            pipe.execute()
+        return list(staged)
 
     def _fold_when_component_done(self) -> None:
         """The last task of a component to commit folds the ledger: every committed task's
@@ -246,28 +335,64 @@ class TaskTracker:
                 pipe.hlen(keys.ledger(self.run_id, b))
             fields = pipe.execute()
         for b, n in enumerate(fields):
-            if n > 1:   # (one field: compacted already)
+            if n > 1:   # (one field: compacted already, or one piece: folded when another comes)
                 resolve_bucket(self.client, self.run_id, b, self.generation)
 
 
-def commit_together(trackers: list[TaskTracker], bodies: list[Any]) -> bool:
-    """Several tasks' commits (TaskTracker.staged_commit's bodies) in ONE fenced transaction:
-    a chain task commits all its members at once, so they are done together or not at all
-    (a retried or resumed chain task then replays its spill, never re-executes a member).
-    False (nothing written, every tracker fenced) when the run is no longer theirs."""
+class StagedCommit:
+    """A task attempt's commit after step 1 (TaskTracker.staged_commit): its commit point's
+    reads (`read`: did another attempt commit first, from the WATCHed done marker) and writes
+    (`build`), then `finish`, step 3."""
+
+    def __init__(self, tracker: TaskTracker, done_key: str, ref: SpillRef | None,
+                 positions: list[tuple[str, int]], found: dict[str, bool],
+                 read: Callable[[Any], None], build: Callable[[Any], None]):
+        self.tracker, self.done_key, self.ref, self.positions = tracker, done_key, ref, positions
+        self.found, self.read, self.build = found, read, build
+
+    def finish(self) -> None:
+        """After the commit point: its staged queue writes applied and, for the last task of a
+        component, the ledger folded; an attempt that found another's commit drops its file."""
+        t = self.tracker
+        if self.found["done"]:
+            log.info("task %s of round %d committed already (another attempt): this attempt's "
+                     "commit is dropped", t.field, t.round)
+            if self.ref is not None:
+                t.store.remove(t.run_id, [self.ref])
+            return
+        if self.positions:
+            apply_staged(t.client, t.run_id, t.round, t.token, self.positions)
+        if t.parallelism:
+            t._fold_when_component_done()
+
+
+def commit_together(trackers: list[TaskTracker], staged: list[StagedCommit | None]) -> bool:
+    """Several tasks' commits (TaskTracker.staged_commit's, step 1 done) with ONE commit point:
+    every member's done marker, commit record and the rest in one fenced transaction (their
+    keys all live in the run's home slot, so it is one slot on a Redis Cluster too), then each
+    one's step 3. A chain task commits all its members at once, so they are done together or
+    not at all (a retried or resumed chain task then replays its spill, never re-executes a
+    member). False (no commit point written, every tracker fenced) when the run is no longer
+    theirs."""
     first = trackers[0]
-    if any(b is None for b in bodies):
+    ready = [s for s in staged if s is not None]
+    if len(ready) < len(staged):
         for t in trackers:
             t._fence()
         return False
 
+    def read(pipe: Any) -> None:
+        for s in ready:
+            s.read(pipe)
+
     def build(pipe: Any) -> None:
-        for body in bodies:
-            body(pipe)
-    if not fenced_transaction(first.client, first.run_id, first.generation, build):
+        for s in ready:
+            s.build(pipe)
+    watch = tuple(dict.fromkeys(s.done_key for s in ready))
+    if not fenced_transaction(first.client, first.run_id, first.generation, build, watch=watch, read=read):
         for t in trackers:
             t._fence()
         return False
-    for t in trackers:
-        t.committed_now()
+    for s in ready:
+        s.finish()
     return True

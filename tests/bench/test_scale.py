@@ -62,12 +62,29 @@ def test_report_prints_every_case_and_the_goals_honestly():
     text = scale.report(cases, args, (1.0, 2.0))
     assert "| 1,000,000 |   0.1 |" in text and text.count("completed") == 8
     assert ("goal: Redis per root on the success path (rate 0.001; worst at 1,000,000 roots): "
-            "40 B, goal <= 32 B: not met") in text
+            "40 B, 1.25x the goal of <= 32 B: not met") in text
     assert ("goal: driver peak RSS at (1,000,000, 0.1) / at (100,000, 0.001): 300.0 / 200.0 MB "
             "= 1.50, goal <= 1.2: not met") in text
     met = scale.goals([_case(100, 0.001, 100, 3000), _case(1000, 0.1, 110, 1000)])
-    assert met[0].endswith("30 B, goal <= 32 B: met") and met[1].endswith("= 1.10, goal <= 1.2: met")
+    assert met[0].endswith("30 B, 0.94x the goal of <= 32 B: met") and met[1].endswith("= 1.10, goal <= 1.2: met")
 
 
 def test_one_case_has_no_rss_ratio():
     assert scale.goals([_case(100, 0.1, 100, 100)])[1] == "driver RSS ratio: needs two cases"
+
+
+def test_redis_cluster_mode_is_parsed_and_its_goals_are_ratios(capsys):
+    from bench import cluster_commit
+    args = scale.parse_args(["--redis-cluster", "3", "--roots", "1000"])
+    assert (args.redis_cluster, args.roots, args.cluster_tasks, args.cluster_workers) == (3, (1000,), 16, 4)
+    with pytest.raises(SystemExit):
+        scale.parse_args(["--redis-cluster", "1"])
+    assert "N >= 2" in capsys.readouterr().err
+    one = {"masters": 1, "commits_per_s": 10.0, "commits_per_busiest_master_cpu_s": 100.0,
+           "bytes_per_root_per_master": [16.0]}
+    many = {"masters": 3, "commits_per_s": 12.0, "commits_per_busiest_master_cpu_s": 260.0,
+            "bytes_per_root_per_master": [6.0, 6.0, 4.0]}
+    lines = cluster_commit.goals(one, many)
+    assert lines[0].startswith("commit throughput, 3 masters / 1 master, by the busiest master's CPU: 2.60x, "
+                               "goal >= 2.5x: met (wall clock: 1.20x")
+    assert lines[1] == "busiest master / average of the bytes per root (3 masters): 1.12, goal <= 1.5: met"

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from recovery.connectors.sinks import read_jsonl_dir
+from recovery.connectors.sink_folders import read_jsonl_dir
 from recovery.jobs import submit as jobs_submit
 from recovery.model.xml import parse as workflow_xml
 from recovery.tracking import keys

@@ -10,9 +10,8 @@ import pytest
 from recovery.errors import RunError
 from recovery.jobs import clear, submit
 from recovery.jobs import summary as jobs_summary
-from recovery.model.workflow import Workflow
 from recovery.model.xml import parse as workflow_xml
-from recovery.tracking import runs
+from recovery.tracking import runs, spill
 from tests.integration.conftest import copy_workflow
 from tests.integration.test_cli_runs import cli
 
@@ -34,16 +33,17 @@ def test_submit_refuses_a_bad_property_and_stores_nothing(spark, redis_url, redi
     assert set(redis_client.keys("*")) == before
 
 
-def test_recover_p_mends_a_run_stored_with_a_bad_value(spark, redis_url, redis_client, tmp_path, monkeypatch):
+def test_recover_p_mends_a_run_stored_with_a_bad_value(spark, redis_url, redis_client, tmp_path):
     # a run stored with a value no check refused (as before the checks existed; submit checks
     # a workflow's properties now): every task fails to start in Spark, the run is left in `error`
     xml = copy_workflow("wordcount", tmp_path)
     wf = workflow_xml.load(xml).with_config({"recovery.max.attempts": "abc"})
     run_id = f"mend-{tmp_path.name}"
-    with monkeypatch.context() as before_the_checks:
-        before_the_checks.setattr(Workflow, "check_config", lambda self: None)
-        with pytest.raises(RunError, match="failed in Spark"):
-            submit.submit(spark, redis_client, redis_url, wf, xml.read_text(), str(xml), run_id=run_id)
+    # (stored as before the checks: a plan made by hand, not by `prepare`, which refuses it)
+    plan = submit.SubmitPlan(wf, xml.read_text(), str(xml), run_id, True, "local[*]",
+                             spill.location(None, None))
+    with pytest.raises(RunError, match="failed in Spark"):
+        submit.run(spark, redis_client, redis_url, plan)
     assert runs.status_of(runs.get(redis_client, run_id)) == runs.ERROR
 
     # a bad new value is refused and changes nothing

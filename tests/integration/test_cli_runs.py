@@ -52,7 +52,7 @@ def test_submit_status_plan_recover_dead_clear_as_json(spark, redis_url, redis_c
 
     code, out, _ = cli(redis_url, "clear", run, "--json")
     assert code == 0 and keys.run_record(run) in json.loads(out)["removed"][run]
-    assert not list(redis_client.scan_iter(match=keys.run_prefix(run) + "*"))
+    assert not list(redis_client.scan_iter(match=keys.run_pattern(run)))
 
 
 def test_bad_input_gets_one_line_and_exit_2(spark, redis_url, redis_client, tmp_path):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import msgpack
 
+from recovery.redis.connection import scan_keys
 from recovery.tracking import keys, ledger
 from tests.integration.conftest import copy_workflow, sink_records, submit
 
@@ -23,7 +24,8 @@ def wordcount_reference(sentences: Path) -> list[str]:
 
 
 def run_keys(client, run_id: str) -> set[str]:
-    return {k.decode() for k in client.scan_iter(match=keys.run_prefix(run_id) + "*")}
+    """Every key of the run but its record, on every master of a Redis Cluster."""
+    return {k.decode() for k in scan_keys(client, keys.run_pattern(run_id))} - {keys.run_record(run_id)}
 
 
 def test_failure_free_wordcount_equals_plain_python_and_leaves_no_tracking_keys(spark, redis_url, redis_client, tmp_path):

@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from recovery.cli import main
 from recovery.connectors.redis_stream import offsets, topics
 from recovery.connectors.redis_stream import report as stream_report
-from recovery.connectors.sinks import read_jsonl_dir
+from recovery.connectors.sink_folders import read_jsonl_dir
 from recovery.jobs import follow, submit
 from recovery.model.xml import parse as workflow_xml
 from recovery.tracking import keys, runs

@@ -18,7 +18,8 @@ from recovery import testing
 from recovery.api.components import Tuple
 from recovery.cli import main
 from recovery.connectors.postgres import PostgresSink
-from recovery.connectors.sinks import SinkTableError, check_folders
+from recovery.connectors.sink_base import SinkTableError
+from recovery.connectors.sinks import check_folders
 from recovery.model.graph import TaskMap
 from recovery.model.workflow import SinkImpl
 from recovery.model.xml import parse as workflow_xml

@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from recovery.cli import main
-from recovery.connectors.sinks import read_jsonl_dir
+from recovery.connectors.sink_folders import read_jsonl_dir
 from recovery.errors import RunCleared, RunError
 from recovery.jobs import clear
 from recovery.jobs import recover as jobs_recover
@@ -227,7 +227,7 @@ def test_clear_force_under_a_running_recover_leaves_no_key(spark, redis_url, red
         t.join()
     assert len(outcome) == 1 and isinstance(outcome[0], RunCleared), outcome
     assert "was cleared" in str(outcome[0])
-    assert not list(redis_client.scan_iter(match=keys.run_prefix(run_id) + "*"))
+    assert not list(redis_client.scan_iter(match=keys.run_pattern(run_id)))
     assert not redis_client.exists(keys.run_record(run_id))
 
 

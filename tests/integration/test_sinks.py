@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from recovery.cli import main
-from recovery.connectors.sinks import part_files
+from recovery.connectors.sink_folders import part_files
 from recovery.errors import RunError
 from recovery.jobs import clear, recover
 from tests.integration.conftest import copy_workflow, sink_records, submit

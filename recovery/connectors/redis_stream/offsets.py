@@ -71,7 +71,8 @@ def _claim(client: Redis, consumer: str, topic: str, run_id: str) -> None:
     key, driver = keys.consumer_owner(consumer, topic), keys.consumer_claimer(consumer, topic)
 
     def check_and_take(pipe: Any) -> None:
-        owner, claimer = (text_of(v) if v is not None else None for v in pipe.mget(key, driver))
+        # (two GETs: a cluster's transaction refuses MGET, though both keys share one slot)
+        owner, claimer = (text_of(v) if v is not None else None for v in (pipe.get(key), pipe.get(driver)))
         if owner and owner != run_id:
             _refuse_if_owned(client, consumer, topic, owner, claimer)
         pipe.multi()

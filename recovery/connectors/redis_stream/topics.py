@@ -11,6 +11,7 @@ from redis import Redis
 
 from recovery.errors import RecoveryError
 from recovery.model.workflow import Component, SourceImpl, Workflow
+from recovery.redis.connection import is_cluster
 from recovery.tracking import keys
 from recovery.tracking.ids import stable_hash
 
@@ -188,12 +189,15 @@ def produce(client: Redis, topic: str, records: Iterable[tuple[Any, bytes]], par
     counts = {p: 0 for p in range(n)}
     buffers: dict[int, list[bytes]] = {p: [] for p in range(n)}
     pipe = client.pipeline(transaction=False)
+    # a Redis Cluster's pipeline refuses scripts: there each batch is one call (a whole batch
+    # of records still goes in one round trip)
+    target = client if is_cluster(client) else pipe
     queued = 0
 
     def flush(p: int) -> None:
         nonlocal queued
         if buffers[p]:
-            script(keys=[meta, keys.topic_partition(topic, p)], args=[p, *buffers[p]], client=pipe)
+            script(keys=[meta, keys.topic_partition(topic, p)], args=[p, *buffers[p]], client=target)
             counts[p] += len(buffers[p])
             queued += 1
             buffers[p] = []

@@ -1,2 +1,3 @@
-"""Workflow XML: parse (safe parse, schema, model building), check (graph checks with file and
-line), write (model to XML). The schema, workflow.xsd, is package data here."""
+"""Workflow XML: parse (reading a workflow file: the safe parse and schema in document, the
+model in build, its graph checks with file and line in check), write (model to XML). The
+schema, workflow.xsd, is package data here."""

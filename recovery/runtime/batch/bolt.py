@@ -18,20 +18,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from recovery.runtime.batch.collector import BatchCall
+from recovery.runtime.batch.host import BatchHost
 from recovery.runtime.batch.rows import Rows, pieces
 from recovery.runtime.collector import Output, format_error
-
-if TYPE_CHECKING:
-    from recovery.runtime.batch.runner import BatchTaskRunner
-    from recovery.runtime.task import Records
+from recovery.runtime.task import Records
 
 
-def run(runner: BatchTaskRunner, records: Records) -> Iterator[Output]:
+def run(runner: BatchHost, records: Records) -> Iterator[Output]:
     """A BatchBolt's task over `records`, to its commit."""
     started = time.time()
     bolt = yield from runner.start_bolt(records, started)
@@ -72,7 +70,7 @@ def run(runner: BatchTaskRunner, records: Records) -> Iterator[Output]:
 class _BatchBoltDriver:
     """Runs the batches of one task through its prepared BatchBolt."""
 
-    def __init__(self, runner: BatchTaskRunner, bolt: Any):
+    def __init__(self, runner: BatchHost, bolt: Any):
         self.runner = runner
         self.bolt = bolt
         self.collector = runner.collector

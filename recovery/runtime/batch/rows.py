@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from recovery.api.components import Tuple
+from recovery.api.tuples import Tuple
 from recovery.runtime import wire
 
 

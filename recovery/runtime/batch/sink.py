@@ -5,19 +5,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from recovery.runtime.batch.host import BatchHost
 from recovery.runtime.batch.rows import Rows, pieces
 from recovery.runtime.collector import Output, format_error
-
-if TYPE_CHECKING:
-    from recovery.runtime.batch.runner import BatchTaskRunner
-    from recovery.runtime.task import Records
+from recovery.runtime.task import Records
 
 
-def run(runner: BatchTaskRunner, records: Records) -> Iterator[Output]:
+def run(runner: BatchHost, records: Records) -> Iterator[Output]:
     """A built-in sink over Arrow chunks: the row sink's semantics, a chunk at a time. Each
     chunk's rows are encoded column-wise (sink.encode_batch); a row that cannot be encoded
     (or that an injected fault hits) fails alone, as the row sink's `process` fails it. At

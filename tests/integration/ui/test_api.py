@@ -84,7 +84,7 @@ def test_api_requeue_and_clear(spark, redis_url, redis_client, tmp_path, api):
 
     r = api.delete(f"/api/v1/runs/{run}")
     assert keys.run_record(run) in r.json()["removed"][run]
-    assert not list(redis_client.scan_iter(match=keys.run_prefix(run) + "*"))
+    assert not list(redis_client.scan_iter(match=keys.run_pattern(run)))
 
 
 def test_actions_refuse_what_the_cli_refuses(spark, redis_url, redis_client, tmp_path, api):

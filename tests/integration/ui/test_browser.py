@@ -159,7 +159,7 @@ def test_clear_removes_the_run(spark, redis_url, redis_client, tmp_path, ui_serv
     expect(page.locator(".flash")).to_contain_text(f"cleared {run}")
     expect(page.locator(f'#runs tr[data-run="{run}"]')).to_have_count(0)
     assert not redis_client.exists(keys.run_record(run))
-    assert not list(redis_client.scan_iter(match=keys.run_prefix(run) + "*"))
+    assert not list(redis_client.scan_iter(match=keys.run_pattern(run)))
     # the page of a run that is gone says so, as the CLI does
     page.goto(f"{ui_server.url}/runs/{run}")
     expect(page.locator("#error")).to_have_text(f"no run {run!r} in this Redis (see `recovery runs`)")

@@ -19,7 +19,8 @@ from deltalake import DeltaTable
 from recovery import BasicBolt, BatchBolt, testing
 from recovery.connectors import delta
 from recovery.connectors.delta import app_id, commit_part
-from recovery.connectors.sinks import SinkTableError, check_folders
+from recovery.connectors.sink_base import SinkTableError
+from recovery.connectors.sinks import check_folders
 from recovery.errors import WorkflowError
 from recovery.model.graph import TaskMap
 from recovery.model.workflow import ClassImpl, Component, Input, SinkImpl, StreamDef, Workflow

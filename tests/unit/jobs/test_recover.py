@@ -160,7 +160,7 @@ def test_a_forced_take_over_fences_the_first_driver_and_the_second_finishes_exac
     assert not fake_redis.exists(keys.failed_set("tk"))
     # nothing of either driver's rounds is left behind (A cleared nothing after the take-over,
     # and wrote nothing back)
-    left = {k.decode() for k in fake_redis.scan_iter(match=keys.run_prefix("tk") + "*")}
+    left = {k.decode() for k in fake_redis.scan_iter(match=keys.run_pattern("tk"))} - {keys.run_record("tk")}
     assert left <= {keys.state("tk", "out"), keys.log("tk")}, left
 
 

@@ -25,7 +25,8 @@ from recovery.model.workflow import (
     StreamDef,
     Workflow,
 )
-from recovery.model.xml.parse import RESERVED_STREAMS, SCHEMA_RESOURCE, load, parse_string, schema
+from recovery.model.xml.build import RESERVED_STREAMS
+from recovery.model.xml.parse import SCHEMA_RESOURCE, load, parse_string, schema
 from recovery.model.xml.write import to_xml
 
 HERE = Path(__file__).resolve().parents[1]   # tests/unit: bad_workflows/
@@ -491,8 +492,12 @@ def test_a_synthesized_recovery_workflow_of_a_spark_sourced_run_round_trips():
         assert parse_string(to_xml(plan)) == plan
 
 
-@given(st.lists(st.tuples(st.text(min_size=1, max_size=12).filter(lambda t: t.isprintable()),
-                          st.text(max_size=12).filter(lambda t: t.isprintable())),
+# Printable text drawn as such (a filter on st.text() rejected so many draws that Hypothesis's
+# health check failed now and then): no control, format, surrogate or separator but the space.
+PRINTABLE = st.characters(exclude_categories=("C", "Z"), include_characters=" ")
+
+
+@given(st.lists(st.tuples(st.text(PRINTABLE, min_size=1, max_size=12), st.text(PRINTABLE, max_size=12)),
                 max_size=4, unique_by=lambda kv: kv[0]))
 @settings(max_examples=60, deadline=None)
 def test_any_option_names_and_values_round_trip(options):

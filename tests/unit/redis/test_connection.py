@@ -333,3 +333,20 @@ def test_conftest_environment():
     assert os.environ["PYTHONHASHSEED"]
     home = Path(os.environ["RECOVERY_HOME"])
     assert not str(home).startswith(str(Path(__file__).resolve().parents[3]))
+
+
+# ---------------------------------------------------------------- Redis Cluster helpers
+
+def test_a_single_server_client_is_no_cluster_and_scan_keys_is_its_scan(fake_redis):
+    assert not connection.is_cluster(fake_redis)
+    fake_redis.set("recovery:run:{a}", 1)
+    fake_redis.set("recovery:run:{a:ledger:0:3}", 1)
+    fake_redis.set("recovery:run:{ab}", 1)
+    found = sorted(connection.scan_keys(fake_redis, "recovery:run:{a[}:]*"))
+    assert found == [b"recovery:run:{a:ledger:0:3}", b"recovery:run:{a}"]
+
+
+def test_a_cluster_node_behind_a_unix_socket_is_refused_in_one_line():
+    with pytest.raises(connection.RedisUnsupported) as err:
+        connection._cluster_client("unix:///tmp/x.sock", "Redis at unix:///tmp/x.sock")
+    assert "redis://host:port" in str(err.value) and err.value.exit_code == 2

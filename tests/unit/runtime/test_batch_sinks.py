@@ -1,5 +1,5 @@
 """Built-in sinks fed by batch components take the Arrow chunks as they are
-(runtime.batch.sink, connectors.sinks encode_batch): for the same records
+(runtime.batch.sink, connectors' sinks' encode_batch): for the same records
 they write the bytes the row sinks write, fail the same rows alone with the same errors, and
 keep the sinks' guarantees (one part per (round, task), written after the whole input, a
 re-executed task's part replaced)."""
@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from recovery import BasicBolt, BatchBolt, testing
-from recovery.connectors.sinks import part_files
+from recovery.connectors.sink_folders import part_files
 from recovery.model.run import RunSpec
 from recovery.model.workflow import ClassImpl, Component, Input, SinkImpl, StreamDef, Workflow
 from recovery.runtime import batch as batch_runtime

@@ -151,3 +151,25 @@ def test_a_chain_task_of_a_run_taken_over_while_it_ran_commits_no_member(fake_re
     assert fake_redis.hkeys(keys.task_done("fenced", 0)) == []
     assert not any(fake_redis.scan_iter(match=keys.run_prefix("fenced") + "*ledger*"))
     assert not fake_redis.exists(keys.failed_set("fenced"))
+
+
+def test_a_chain_task_keeps_each_members_commit_record_and_applies_its_staged_queue_writes(fake_redis):
+    """The commit's three steps, chain variant: every member writes its own pieces under its
+    own attempt token and gets its own commit record and done marker (the one commit point
+    holds them all); the failing member's staged queue writes are in its queues afterwards."""
+    import msgpack
+
+    from recovery.model.run import RunSpec
+    wf = testing.feed(workflow(), "words", WORDS["words"])
+    spec = RunSpec("records", 0, wf.to_task_json(), testing.run._url(fake_redis), True)
+    fake_redis.hset(keys.run_record("records"), "status", "running")
+    testing.execute_round(wf, spec, fake_redis)
+    commits = {f.decode(): msgpack.unpackb(v) for f, v in fake_redis.hgetall(keys.task_commits("records", 0)).items()}
+    done = {f.decode() for f in fake_redis.hkeys(keys.task_done("records", 0))}
+    members = {f"{m}:{i}" for m in ("words", "upper", "flaky") for i in range(2)}
+    assert members <= set(commits) == done
+    assert len({commits[f][0] for f in members}) == len(members)   # one attempt token each
+    positions = {(c, t) for f in members for c, t in commits[f][1]}
+    assert positions and {c for c, _ in positions} == {"flaky"}
+    assert sum(fake_redis.hlen(keys.queue("records", c, t)) for c, t in positions) == N // 10
+    assert not list(fake_redis.scan_iter(match="*staged*"))

@@ -247,17 +247,17 @@ def test_a_sink_write_longer_than_the_message_timeout_is_acked_not_written_twice
     the message timeout made those acks raise TupleTimeout: records already durable failed,
     and recovery wrote them again into another part. The message timeout bounds user code;
     a built-in sink runs none, so its acks after the write stand."""
-    from recovery.connectors import sinks
+    from recovery.connectors import file_sinks, sink_folders
     from recovery.model.workflow import SinkImpl
     clock = [0.0]     # seconds the (fake) write adds to the runtime's clock
     monkeypatch.setattr(timeouts, "clock", lambda: time.monotonic() + clock[0])
-    real_write = sinks._atomic_write
+    real_write = file_sinks.atomic_write
 
     def slow_write(path, data, fence=None):
         clock[0] += 2.0                 # four message timeouts
         real_write(path, data, fence)
 
-    monkeypatch.setattr(sinks, "_atomic_write", slow_write)
+    monkeypatch.setattr(file_sinks, "atomic_write", slow_write)
     wf = Workflow(name="w", base_dir=str(tmp_path), config=(("topology.message.timeout.secs", "0.5"),),
                   components=(
         Component(id="src", kind="spout", impl=ClassImpl(ref=REF + "Numbers"), streams=(StreamDef(fields=("n",)),)),
@@ -267,7 +267,7 @@ def test_a_sink_write_longer_than_the_message_timeout_is_acked_not_written_twice
     for b in range(ledger.LEDGER_BUCKETS):
         ledger.resolve_bucket(fake_redis, "r", b)
     assert clock[0] == 2.0                                   # the write was slow, once
-    assert sorted(r["n"] for r in sinks.read_jsonl_dir(str(tmp_path / "out"))) == list(range(6))
+    assert sorted(r["n"] for r in sink_folders.read_jsonl_dir(str(tmp_path / "out"))) == list(range(6))
     assert queued_positions(fake_redis) == [] and ledger.pending_roots(fake_redis, "r") == set()
     stats = msgpack.unpackb(fake_redis.hget(keys.task_done("r", 0), "out:0"))
     assert (stats["acked"], stats["failed"]) == (6, 0)
@@ -374,7 +374,7 @@ def test_a_task_of_a_driver_taken_over_publishes_no_part_commits_nothing_and_fai
     driver that starts afterwards does not start at all."""
     import os
 
-    from recovery.connectors import sinks
+    from recovery.connectors import file_sinks
     from recovery.errors import RunTakenOver
     from recovery.model.workflow import SinkImpl
     from recovery.tracking import runs
@@ -385,13 +385,13 @@ def test_a_task_of_a_driver_taken_over_publishes_no_part_commits_nothing_and_fai
     lease = runs.create(fake_redis, "r", "<x/>", wf.to_task_json(), None, "local", True)
     spec = RunSpec("r", 0, wf.to_task_json(), "fake://", True, generation=lease.generation,
                    spill_dir=str(tmp_path / "spill"))
-    real_write = sinks._atomic_write
+    real_write = file_sinks.atomic_write
 
     def taken_over_while_writing(path, write, fence=None):
         runs.take_over(fake_redis, runs.get(fake_redis, "r"), force=True)
         real_write(path, write, fence)
 
-    monkeypatch.setattr(sinks, "_atomic_write", taken_over_while_writing)
+    monkeypatch.setattr(file_sinks, "atomic_write", taken_over_while_writing)
     with pytest.raises(RunTakenOver, match="run r was taken over by another driver"):
         execute_round(wf, spec, fake_redis)
     assert os.listdir(tmp_path / "out") == []          # no part, no temporary file left

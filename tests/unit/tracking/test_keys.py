@@ -3,7 +3,10 @@
 or make a SCAN pattern match other runs' keys are refused."""
 from __future__ import annotations
 
+import fnmatch
+
 import pytest
+from redis.crc import key_slot
 
 from recovery.errors import RecoveryError
 from recovery.model.run import RunIdError
@@ -20,8 +23,58 @@ def test_run_keys_refuse_an_unsafe_run_id(build, run_id):
 
 def test_a_run_s_keys_start_with_its_record_key():
     assert keys.run_prefix("r-1").startswith(keys.run_record("r-1") + ":")
-    assert keys.run_record("r-1") == keys.runs_base() + "r-1"
+    assert keys.run_record("r-1") == keys.runs_base() + "{r-1}"
     assert keys.runs_pattern() == keys.runs_base() + "*"
+
+
+def every_key_of(run_id: str) -> list[str]:
+    return ([keys.run_record(run_id), keys.lease(run_id), keys.failed_set(run_id), keys.dead(run_id),
+             keys.dead_roots(run_id), keys.queue_due(run_id), keys.task_done(run_id, 3),
+             keys.task_commits(run_id, 3), keys.task_spill(run_id, 3), keys.state(run_id, "count"),
+             keys.log(run_id), keys.queue(run_id, "split", 2), keys.queue_staged(run_id, "split", 2, 3, "ab12"),
+             keys.root_replay_set(run_id, 1), keys.timed_out(run_id, 0, "c", 1)]
+            + [keys.ledger(run_id, b) for b in range(keys.LEDGER_BUCKETS)])
+
+
+def test_one_pattern_finds_every_key_of_a_run_and_none_of_another():
+    # Redis's glob and fnmatchcase agree on the pattern's characters (*, [...])
+    for key in every_key_of("r-1"):
+        assert fnmatch.fnmatchcase(key, keys.run_pattern("r-1")), key
+        assert keys.run_of_key(key) == "r-1", key
+        assert fnmatch.fnmatchcase(key, keys.runs_pattern())
+    for other in ("r-10", "r", "r-1.x"):
+        assert not any(fnmatch.fnmatchcase(k, keys.run_pattern("r-1")) for k in every_key_of(other))
+    assert keys.run_of_key(keys.runs_base() + "legacy:done:0") == "legacy"
+    assert keys.run_of_key(keys.runs_index()) is None
+
+
+def test_transactions_keys_share_a_slot_and_a_run_spreads_over_the_slot_range():
+    home = keys.hash_slot(keys.run_record("r-1"))
+    for key in (keys.lease("r-1"), keys.task_done("r-1", 0), keys.task_commits("r-1", 0), keys.failed_set("r-1"),
+                keys.queue_due("r-1"), keys.dead("r-1"), keys.dead_roots("r-1"), keys.task_spill("r-1", 0),
+                keys.state("r-1", "c"), keys.spout_messages("r-1", "s"), keys.log("r-1")):
+        assert keys.hash_slot(key) == home, key
+    assert keys.hash_slot(keys.queue_staged("r-1", "c", 1, 0, "t")) == keys.hash_slot(keys.queue("r-1", "c", 1))
+    assert keys.hash_slot(keys.topic_meta("ev")) == keys.hash_slot(keys.topic_partition("ev", 3))
+    assert keys.hash_slot(keys.consumer_owner("wf:s", "ev")) == keys.hash_slot(keys.offsets("wf:s", "ev"))
+    for run_id in ("r-1", "wordcount-20261125-101010-ab12", "x"):
+        # bucket b on the b-th eighth of the slot range from the run's origin: three masters with
+        # equal contiguous ranges get 3, 3 and 2 buckets
+        slots = [keys.hash_slot(keys.ledger(run_id, b)) for b in range(keys.LEDGER_BUCKETS)]
+        width = keys.SLOTS // keys.LEDGER_BUCKETS
+        gaps = [(slots[(b + 1) % 8] - slots[b]) % keys.SLOTS for b in range(keys.LEDGER_BUCKETS)]
+        assert all(width * 3 // 4 <= g <= width * 5 // 4 for g in gaps), (run_id, slots)
+        masters = [0, 0, 0]
+        for s in slots:
+            masters[s * 3 // keys.SLOTS] += 1
+        assert sorted(masters) == [2, 3, 3], (run_id, slots)
+
+
+def test_hash_slot_is_redis_cluster_s():
+    # CLUSTER KEYSLOT answers from the Redis Cluster specification's examples
+    assert keys.hash_slot("foo") == 12182 and keys.hash_slot("{user1000}.following") == keys.hash_slot("user1000")
+    for key in ("foo{}{bar}", "foo{{bar}}zap", "{a}{b}", keys.ledger("r-1", 3), keys.queue("r-1", "c", 2)):
+        assert keys.hash_slot(key) == key_slot(key.encode()), key
 
 
 @pytest.mark.parametrize("topic", ["a:1", "a/b", "{t}", "*", "", ".", "..", "a b", "t" * 250])
@@ -34,5 +87,5 @@ def test_topic_keys_refuse_an_unsafe_topic(topic):
 
 @pytest.mark.parametrize("topic", ["events", "cdn_logs", "a.b-c_1", ".x", "t" * 249])
 def test_kafka_topic_names_are_accepted(topic):
-    assert keys.topic_meta(topic).endswith(f"topic:{topic}")
+    assert keys.topic_meta(topic).endswith(f"topic:{{{topic}}}")
     assert keys.topic_meta(topic) != keys.topic_partition(topic, 0)

@@ -1,5 +1,6 @@
-"""The spill store (recovery/tracking/spill.py): files written per attempt, renamed at commit,
-read back exactly, and a missing, truncated or corrupt file named in one line."""
+"""The spill store (recovery/tracking/spill.py): files written per attempt under their final
+names (a commit renames nothing), read back exactly, and a missing, truncated or corrupt file
+named in one line. (On S3: tests/integration/test_spill_s3.py.)"""
 from __future__ import annotations
 
 import os
@@ -51,15 +52,76 @@ def test_files_are_private_and_attempts_never_share_a_file(tmp_path, umask_022):
     for w in (a, b):
         w.add(("count", 0), b"x" * 10)
     ref_a = a.close()
-    b._flush()   # b is still being written (a .tmp) when a commits
+    b._flush()   # b is still being written when a commits
     assert ref_a is not None
     files = store.run_files("run-1")
-    assert len(files) == 2 and {f.rsplit(".", 1)[1] for f in files} == {"spill", "tmp"}
+    assert len(files) == 2 and f"run-1/{ref_a.path}" in files
+    assert all(f.startswith("run-1/r0/split/1-") and f.endswith(".spill") for f in files)
     for f in files:
         assert file_mode(tmp_path / f) == 0o600
     for folder in ("run-1", "run-1/r0", "run-1/r0/split"):
         assert file_mode(tmp_path / folder) == 0o700
     assert list(store.read("run-1", ref_a, "t")) == [(("count", 0), b"x" * 10)]
+
+
+def test_a_file_is_written_under_its_final_name_and_the_commit_renames_nothing(tmp_path, monkeypatch):
+    """The name the reference holds is the file's name from its first frame on: a filesystem
+    without an atomic rename (S3) commits the same way. A rename at commit fails this test."""
+    monkeypatch.setattr(spill, "FRAME_BYTES", 1000)
+    store = spill.SpillStore(str(tmp_path))
+    w = store.writer("run-1", 0, "split", 0)
+    chunks = _chunks(30, 40_000)   # frames bigger than the file object's buffer: written through
+    for key, blob in chunks[:20]:
+        w.add(key, blob)
+    final = tmp_path / "run-1" / w.rel_path
+    half = final.read_bytes()
+    assert half.startswith(spill.MAGIC) and len(half) > len(spill.MAGIC)   # frames, no end marker yet
+    assert store.run_files("run-1") == [f"run-1/{w.rel_path}"]
+    inode = final.stat().st_ino
+    monkeypatch.setattr(os, "replace", _no_rename)
+    monkeypatch.setattr(os, "rename", _no_rename)
+    for key, blob in chunks[20:]:
+        w.add(key, blob)
+    ref = w.close()
+    assert ref is not None and ref.path == w.rel_path and final.stat().st_ino == inode
+    assert store.run_files("run-1") == [f"run-1/{ref.path}"]
+    assert list(store.read("run-1", ref, "t")) == chunks
+
+
+def _no_rename(*args: object) -> None:
+    raise AssertionError(f"a rename at commit: {args}")
+
+
+@pytest.mark.parametrize("given, shown", [
+    ("s3://bkt/spill?endpoint_override=http://127.0.0.1:9000&region=us-east-1&scheme=http",
+     "s3://bkt/spill?endpoint_override=http://127.0.0.1:9000&region=us-east-1&scheme=http"),
+    ("s3://bkt/spill?access_key=AKID&secret_key=s3cr%2Fet&session_token=TOK&region=eu-west-1",
+     "s3://bkt/spill?access_key=***&secret_key=***&session_token=***&region=eu-west-1"),
+    ("s3://AKID:s3cret@bkt/spill?region=us-east-1", "s3://***@bkt/spill?region=us-east-1"),
+    ("hdfs://me:pw@namenode:8020/spill", "hdfs://***@namenode:8020/spill"),
+    ("/var/spill", "/var/spill"),
+])
+def test_a_location_is_shown_with_its_credentials_masked(given, shown):
+    assert spill.redact(given) == shown
+    for secret in ("AKID", "s3cret", "s3cr%2Fet", "TOK", "pw"):
+        assert secret not in spill.redact_text(f"error: cannot open {given}: refused")
+        assert secret not in spill.redact(given)
+
+
+def test_an_error_quoting_a_credential_outside_a_uri_is_masked(monkeypatch):
+    """A client's error may quote a key decoded, or the environment's secret: the store's
+    messages mask them too."""
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "env-secret-value")
+    store = spill.SpillStore("file:///nonexistent?secret_key=s3cr%2Fet")
+    line = store.why(OSError("denied for s3cr/et (and s3cr%2Fet) with env-secret-value\nsecond line"))
+    assert line == "denied for *** (and ***) with ***"
+
+
+def test_an_unusable_uri_location_is_one_line_with_its_secrets_masked():
+    with pytest.raises(SpillError) as err:
+        spill.SpillStore("nosuchscheme://bkt/x?secret_key=hush&region=r")
+    assert str(err.value).startswith("spill location nosuchscheme://bkt/x?secret_key=***&region=r: cannot open it")
+    assert "hush" not in str(err.value) and "\n" not in str(err.value)
 
 
 def test_run_ids_and_component_ids_stay_one_path_segment(tmp_path):
@@ -116,7 +178,7 @@ def test_removal_by_reference_by_round_and_by_run(tmp_path):
     ref1 = _write(store, _chunks(2), index=1)
     orphan = store.writer("run-1", 0, "split", 2)
     orphan.add(("count", 0), b"x")
-    orphan._flush()                       # an attempt that died: a .tmp nothing references
+    orphan._flush()                       # an attempt that died: a file nothing references
     other = _write(store, _chunks(1), run_id="run-2")
     store.remove("run-1", [ref0])
     assert not (tmp_path / "run-1" / ref0.path).exists() and (tmp_path / "run-1" / ref1.path).exists()

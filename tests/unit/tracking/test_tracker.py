@@ -43,3 +43,88 @@ def test_a_chain_holds_at_most_32_ledger_bytes_per_root_in_flight(fake_redis, mo
     # 16 bytes (root, xor) for each root folded, plus the running stage's own blobs: was 16 per
     # stage that touched the root (6 x 16 = 96) until the fold at the end of the round
     assert peak[0] / n <= 32, peak[0] / n
+
+
+# --- the commit in single-slot steps (tracker module doc) ---------------------------------------
+
+def started_run(client, run_id: str = "t"):
+    from recovery.tracking import runs
+    return runs.create(client, run_id, "<workflow/>", "{}", None, "local", True)
+
+
+def attempt(client, lease, index: int = 0, round_no: int = 0, component: str = "split") -> tracker.TaskTracker:
+    return tracker.TaskTracker(client, lease.run_id, round_no, component, index, 10 + index, {},
+                               generation=lease.generation)
+
+
+def failed(tid: int, roots=(5,), task: int = 10):
+    from recovery.model.failed import FailedTuple
+    return FailedTuple(values=["v"], id=tid, roots=list(roots), component="split", task=task, stream="default",
+                       error="boom")
+
+
+def test_pieces_of_an_attempt_that_never_reached_its_commit_point_count_for_nothing(fake_redis):
+    lease = started_run(fake_redis)
+    dead_attempt = attempt(fake_redis, lease)
+    dead_attempt._write_pieces({1: 11, 2: 22})   # step 1 only: then the worker died
+    assert ledger.pending_roots(fake_redis, "t") == set()
+    retry = attempt(fake_redis, lease)
+    assert retry.commit({1: 11, 2: 22}, {"executed": 1})
+    assert ledger.pending_roots(fake_redis, "t") == {1, 2}     # once, not XORed twice (which is zero)
+    assert [ledger.resolve_bucket(fake_redis, "t", b, lease.generation) for b in (1, 2)] == [1, 1]
+    # the fold drops the dead attempt's pieces (another attempt committed) and folds the other's
+    fields = {f for b in range(ledger.LEDGER_BUCKETS) for f in fake_redis.hkeys(keys.ledger("t", b))}
+    assert fields == {b"compacted"}
+    assert ledger.pending_roots(fake_redis, "t") == {1, 2}
+
+
+def test_a_second_attempt_reaching_the_commit_point_commits_nothing_more(fake_redis):
+    lease = started_run(fake_redis)
+    first, second = attempt(fake_redis, lease), attempt(fake_redis, lease)
+    first.failure(failed(7))
+    second.failure(failed(7))
+    assert first.commit({3: 33}, {"executed": 1})
+    assert second.commit({3: 33}, {"executed": 1})   # a zombie: finds the done marker
+    assert ledger.pending_roots(fake_redis, "t") == {3}
+    commits = fake_redis.hgetall(keys.task_commits("t", 0))
+    assert list(commits) == [b"split:0"] and first.token.encode() in commits[b"split:0"]
+    assert fake_redis.hkeys(keys.queue("t", "split", 10)) == [b"7"]
+
+
+def test_staged_queue_writes_of_a_task_killed_after_its_commit_point_are_applied_by_the_driver(fake_redis, monkeypatch):
+    lease = started_run(fake_redis)
+    task = attempt(fake_redis, lease)
+    task.failure(failed(7))
+    task.failure(failed(8, task=11))
+    task.replay_done("split", 11, 9)
+    fake_redis.hset(keys.queue("t", "split", 11), "9", b"an earlier failure, replayed and acked here")
+    monkeypatch.setattr(tracker, "apply_staged", lambda *a, **k: 0)   # killed right after step 2
+    assert task.commit({4: 44}, {"executed": 1})
+    assert fake_redis.smembers(keys.failed_set("t")) == {b"split:10", b"split:11"}
+    assert not fake_redis.exists(keys.queue("t", "split", 10))      # staged, not applied
+    monkeypatch.undo()
+    assert tracker.apply_round(fake_redis, "t", 0, lease.generation) == 3
+    assert fake_redis.hkeys(keys.queue("t", "split", 10)) == [b"7"]
+    assert fake_redis.hkeys(keys.queue("t", "split", 11)) == [b"8"]
+    assert tracker.apply_round(fake_redis, "t", 0, lease.generation) == 0   # idempotent: done once
+    assert not list(fake_redis.scan_iter(match="*staged*"))
+
+
+def test_no_command_of_a_commit_carries_more_than_a_bounded_piece_of_ledger(fake_redis):
+    lease = started_run(fake_redis)
+    n = ledger.PIECE_ROOTS * ledger.LEDGER_BUCKETS * 3
+    task = attempt(fake_redis, lease)
+    assert task.commit({r: r * 3 + 1 for r in range(1, n + 1)}, {"executed": n})
+    sizes = [len(v) for b in range(ledger.LEDGER_BUCKETS) for v in fake_redis.hvals(keys.ledger("t", b))]
+    assert len(sizes) > ledger.LEDGER_BUCKETS and max(sizes) <= ledger.PIECE_ROOTS * 16
+    assert len(ledger.pending_roots(fake_redis, "t")) == n
+
+
+def test_a_commit_into_a_run_taken_over_writes_no_commit_point(fake_redis):
+    from recovery.tracking import runs
+    lease = started_run(fake_redis)
+    task = attempt(fake_redis, lease)
+    rec = runs.get(fake_redis, "t")
+    runs.take_over(fake_redis, rec, force=True)
+    assert not task.commit({1: 11}, {"executed": 1})
+    assert not fake_redis.exists(keys.task_done("t", 0)) and ledger.pending_roots(fake_redis, "t") == set()

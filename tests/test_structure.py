@@ -1,0 +1,171 @@
+"""The package's shape, checked over recovery/**: no module over 500 lines, no private name used
+across modules, no import cycle (issue 19's "Done when")."""
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import grimp
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "recovery"
+MAX_LINES = 500
+
+# Private names that stay legal: the library's own underscore API (lxml's element classes, the
+# process exit without clean-up a dying worker needs, a caller's frame).
+ALLOWED_PRIVATE = {("etree", "_Element"), ("etree", "_ElementTree"), ("os", "_exit"), ("sys", "_getframe")}
+
+
+def modules() -> Iterator[tuple[str, Path]]:
+    for path in sorted(PACKAGE.rglob("*.py")):
+        yield path.relative_to(ROOT).as_posix(), path
+
+
+def long_modules() -> dict[str, int]:
+    out = {}
+    for name, path in modules():
+        n = len(path.read_text(encoding="utf-8").splitlines())
+        if n > MAX_LINES:
+            out[name] = n
+    return out
+
+
+def test_no_module_is_over_500_lines():
+    assert long_modules() == {}
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _defined_here(tree: ast.Module) -> set[str]:
+    """The private names a module defines itself (functions, classes, assignments, attributes
+    it sets on self/cls/other objects of its classes, keyword names of its dataclasses)."""
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            out.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            out.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) \
+                and isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+            out.add(node.attr)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            out.add(node.target.id)
+    return {n for n in out if _is_private(n)}
+
+
+def _owner(node: ast.expr) -> str | None:
+    """`self`, `cls`, `super()` (a class's own attribute) or the dotted name an attribute is on."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "super":
+        return "super()"
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return None
+
+
+def private_uses_in(name: str, source: str) -> list[tuple[str, int, str]]:
+    """(module, line, what) for each private name module `name` takes from another: `from m
+    import _x`, or `obj._x` where obj is not self, cls or super() and the module does not
+    define `_x`."""
+    tree = ast.parse(source, name)
+    own = _defined_here(tree)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if _is_private(alias.name):
+                    found.append((name, node.lineno, f"from {node.module} import {alias.name}"))
+        elif isinstance(node, ast.Attribute) and _is_private(node.attr):
+            owner = _owner(node.value)
+            if owner in ("self", "cls", "super()") or (owner, node.attr) in ALLOWED_PRIVATE:
+                continue
+            if node.attr in own:   # a private name of this module's own (another instance of its class)
+                continue
+            found.append((name, node.lineno, f"{owner or '<expr>'}.{node.attr}"))
+    return found
+
+
+def private_uses() -> list[tuple[str, int, str]]:
+    return [u for name, path in modules() for u in private_uses_in(name, path.read_text(encoding="utf-8"))]
+
+
+def test_the_private_name_finder_finds_names_taken_from_another_module_only():
+    source = """from m import _helper, public
+import os
+from lxml import etree
+os._exit(1)
+etree._Element
+other._state
+class Box:
+    _size = 1
+    def same(self, box):
+        return self._size + box._size + super()._grow() + self._new
+    def __init__(self):
+        self._new = 2
+"""
+    assert [(line, what) for _, line, what in private_uses_in("m.py", source)] == \
+        [(1, "from m import _helper"), (6, "other._state")]
+
+
+def test_no_private_name_is_used_across_modules():
+    assert private_uses() == []
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (or a node importing itself)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1 or v in edges.get(v, ()):
+                out.append(sorted(comp))
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 10 * len(edges) + 100))
+    try:
+        for v in sorted(edges):
+            if v not in index:
+                visit(v)
+    finally:
+        sys.setrecursionlimit(limit)
+    return out
+
+
+def test_the_cycle_finder_finds_cycles():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"a"}, "b": set()}) == [["a"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_import_graph_has_no_cycle():
+    """Between recovery's modules, every import counted (a lazy one in a function too): grimp's
+    graph, which import-linter builds its contracts on."""
+    graph = grimp.build_graph("recovery", cache_dir=None)   # TYPE_CHECKING imports counted too
+    ours = set(graph.modules)
+    edges = {m: set(graph.find_modules_directly_imported_by(m)) & ours for m in ours}
+    assert _cycles(edges) == []
