@@ -43,6 +43,12 @@ _USERINFO = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)?(?P<user>.*)@(
 _QUERY_SECRET = re.compile(r"(?P<key>[?&](?:password|pass|pwd)=)[^&#]*", re.I)
 
 
+def client_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The options every client of ours takes (a single server's or a cluster's), then the caller's."""
+    return {"decode_responses": False, "socket_connect_timeout": CONNECT_TIMEOUT,
+            "socket_timeout": SOCKET_TIMEOUT, "health_check_interval": 30, **options}
+
+
 def describe(url: str | None) -> str:
     """``url`` fit to print: any password (``user:PASSWORD@``, ``?password=``) replaced by ``***``.
 
@@ -97,13 +103,7 @@ def make_client(url: str, **options: Any) -> redis.Redis:
         raise RedisUnavailable(
             f"invalid Redis URL '{describe(url)}': it must start with redis://, rediss:// or unix://")
     url = url.strip()
-    kwargs: dict[str, Any] = {
-        "decode_responses": False,
-        "socket_connect_timeout": CONNECT_TIMEOUT,
-        "socket_timeout": SOCKET_TIMEOUT,
-        "health_check_interval": 30,
-    }
-    kwargs.update(options)
+    kwargs = client_options(options)
     try:
         return redis.Redis.from_url(url, **kwargs)
     except (ValueError, TypeError) as err:
@@ -157,13 +157,7 @@ def _cluster_client(url: str, what: str, **options: Any) -> redis.Redis:
     if url.lower().startswith("unix://"):
         raise RedisUnsupported(f"{what} is a Redis Cluster node reached through a unix socket; "
                                "give its redis://host:port URL")
-    kwargs: dict[str, Any] = {
-        "decode_responses": False,
-        "socket_connect_timeout": CONNECT_TIMEOUT,
-        "socket_timeout": SOCKET_TIMEOUT,
-        "health_check_interval": 30,
-    }
-    kwargs.update(options)
+    kwargs = client_options(options)
     try:
         cluster = RedisCluster.from_url(url, **kwargs)
     except (redis.RedisError, OSError, ValueError, TypeError) as err:
