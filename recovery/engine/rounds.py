@@ -52,6 +52,9 @@ def _start(spec: RunSpec, component_id: str, index: int, it: Any) -> tuple[task.
     if batch.reads_in_batches(comp, wf):
         runner = batch.BatchTaskRunner(spec, component_id, index)
         return runner, runner.run_spout(file_source_batches)
+    if batch.is_batch_component(comp, wf):   # a BatchSpout
+        runner = batch.BatchTaskRunner(spec, component_id, index)
+        return runner, runner.run_spout(None)
     runner = task.TaskRunner(spec, component_id, index)
     impl = runner.comp.impl
     if impl.kind == "source":

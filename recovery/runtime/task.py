@@ -410,10 +410,11 @@ class TaskRunner:
             spout = self.instantiate()
             spout.open(spout.conf, spout.context)
             spout.activate()
+            step = self.spout_step(spout)
             try:
                 while True:
                     before = collector.spout_emits
-                    more = spout.next_tuple()
+                    more = step()
                     if collector.ready:
                         yield from collector.take_ready()
                     if more is False or collector.spout_emits == before:
@@ -422,6 +423,11 @@ class TaskRunner:
                 spout.deactivate()
                 spout.close()
         yield from self.finish(started)
+
+    def spout_step(self, spout: Any) -> Callable[[], Any]:
+        """One step of a spout class: its next_tuple (runtime.batch's runner: a BatchSpout's
+        next_batch)."""
+        return spout.next_tuple
 
     # -- end of task ------------------------------------------------------------------------
     def finish(self, started: float) -> Iterator[Output]:
