@@ -51,7 +51,9 @@ class Settings(BaseModel):
 
     message_timeout_secs: float = Field(
         30, alias="topology.message.timeout.secs", gt=0, allow_inf_nan=False,
-        description="A tuple not acked within this many seconds fails at its task.")
+        description="A tuple not acked within this many seconds fails at its task (a BatchBolt's "
+                    "process_batch call, and a batch sink's write up to its publish point, fail "
+                    "their batch's rows).")
     max_spout_pending: int = Field(
         1000, alias="topology.max.spout.pending", ge=1,
         description="A redis-stream spout task reads at most this many messages per batch.")
