@@ -196,6 +196,13 @@ def load_workflow(xml: Path, config: dict[str, str] | None = None) -> Any:
     return wf
 
 
+# Each bench variant with and without chaining (docs/architecture.md), side by side: chained
+# edges are local_or_shuffle and none, and shuffle too here (bench_chain's edges are shuffle)
+CHAIN_MODES = ("chained", "unchained")
+CHAINING = {"unchained": {"recovery.chain": "false"},
+            "chained": {"recovery.chain": "true", "recovery.chain.shuffle": "true"}}
+
+
 def submit(spark: Any, client: Any, url: str, xml: Path, config: dict[str, str] | None = None,
            tracking: bool = True, run_id: str | None = None) -> tuple[dict, float]:
     """jobs.submit of xml (with config overrides); returns (summary, wall seconds)."""
@@ -349,13 +356,16 @@ def _noop(_: Any) -> None:
 
 def run_plain(spark: Any, wf: Any) -> float:
     """The workflow as a plain PySpark RDD pipeline of the same component classes: one
-    mapPartitions per component, partitionBy into the consumer's parallelism, no ids, no
-    anchoring, no ledger, no Redis. Returns wall seconds."""
+    mapPartitions per component, partitionBy into the consumer's parallelism (none into a
+    chained member: model.graph.ChainPlan), no ids, no anchoring, no ledger, no Redis.
+    Returns wall seconds."""
     from pyspark import StorageLevel
 
-    from recovery.jobs import submit as jobs_submit
-    from recovery.model.graph import subscribers, topological_order
-    wf_json = jobs_submit.workflow_json(wf)
+    from recovery.model.graph import ChainPlan, subscribers, topological_order
+    wf_json = wf.to_task_json()
+    # the engine's chains (recovery.chain*): a chained member reads its upstream's partition
+    # as it is, in the same stage (Spark pipelines the two mapPartitions), with no partitionBy
+    plan = ChainPlan.of_workflow(wf)
     sc = spark.sparkContext
     t0 = time.perf_counter()
     outputs: dict[str, Any] = {}
@@ -374,8 +384,11 @@ def run_plain(spark: Any, wf: Any) -> float:
                     up = up.filter(lambda kv, cid=cid: kv[0][0] == cid)
                 parts.append(up)
             joined = parts[0] if len(parts) == 1 else sc.union(parts)
-            rdd = joined.partitionBy(p, lambda key: key[1]).mapPartitionsWithIndex(
-                lambda i, it, cid=cid: _plain_bolt(wf_json, cid, i, it))
+            if plan.chain_of(cid).head != cid:
+                rdd = joined.mapPartitionsWithIndex(lambda i, it, cid=cid: _plain_bolt(wf_json, cid, i, it))
+            else:
+                rdd = joined.partitionBy(p, lambda key: key[1]).mapPartitionsWithIndex(
+                    lambda i, it, cid=cid: _plain_bolt(wf_json, cid, i, it))
         if subscribers(wf, cid):
             if len({c.id for c, _ in subscribers(wf, cid)}) > 1:
                 rdd.persist(StorageLevel.MEMORY_AND_DISK)

@@ -48,6 +48,11 @@ GOAL_RATE = 200_000                 # tracked tuple-executions per CPU second
 GOAL_UNTRACKED = 1.0                # untracked / plain, CPU
 GOAL_TRACKED = 1.10                 # tracked / plain, CPU, on cdn_logs (tracking_overhead.py)
 VARIANTS = ("tracked", "untracked", "plain")
+# each variant with and without chaining (docs/architecture.md): bench_chain's edges are
+# shuffle, chained with recovery.chain.shuffle=true; cdn_logs's logs -> split -> normalize are
+# local_or_shuffle, chained unless recovery.chain=false
+MODES = ("unchained", "chained")
+CHAINING = C.CHAINING
 
 
 def copy_chain(dest: Path, roots: int) -> Path:
@@ -68,14 +73,16 @@ def copy_chain(dest: Path, roots: int) -> Path:
 
 
 def run_variants(spark, client, url, xml: Path, repeats: int, label: str,
-                 executions: int) -> dict[str, list[float]]:
+                 executions: int, mode: str = "unchained") -> dict[str, list[float]]:
     """CPU seconds per variant per repeat (who goes first alternates); checks each tracked
-    run completed with every execution counted."""
+    run completed with every execution counted. `mode`: with or without chaining (MODES)."""
     from recovery.jobs import clear
-    wf = C.load_workflow(xml)
+    config = CHAINING[mode]
+    wf = C.load_workflow(xml, config)
     has_sink = any(c.impl.kind == "sink" for c in wf.components)
     out_dir = sink_folder(wf) if has_sink else None
     cpus: dict[str, list[float]] = collections.defaultdict(list)
+    label = f"{label} {mode}"
     for rep in range(repeats):
         order = list(VARIANTS[rep % 3:] + VARIANTS[:rep % 3])
         for variant in order:
@@ -85,7 +92,7 @@ def run_variants(spark, client, url, xml: Path, repeats: int, label: str,
                 if variant == "plain":
                     secs = C.run_plain(spark, wf)
                 else:
-                    summary, secs = C.submit(spark, client, url, xml, tracking=(variant == "tracked"))
+                    summary, secs = C.submit(spark, client, url, xml, config, tracking=(variant == "tracked"))
             if variant != "plain":
                 if summary["status"] != "completed":
                     print(f"warning: {label} {variant} run ended {summary['status']}", file=sys.stderr)
@@ -160,10 +167,14 @@ def main(argv: list[str] | None = None) -> int:
             s, _ = C.submit(spark, client, url, warm, tracking=True)
             clear.clear(client, s["run_id"])
             C.run_plain(spark, C.load_workflow(warm))
-            cpus = run_variants(spark, client, url, xml, args.repeats, WORKFLOW, executions)
-            over = None
+            by_mode = {m: run_variants(spark, client, url, xml, args.repeats, WORKFLOW, executions, m)
+                       for m in MODES}
+            cpus = by_mode["unchained"]
+            over = over_chained = None
             if overhead_xml is not None:
-                over = run_variants(spark, client, url, overhead_xml, args.repeats, "cdn_logs", 0)
+                over = run_variants(spark, client, url, overhead_xml, args.repeats, "cdn_logs", 0, "unchained")
+                over_chained = run_variants(spark, client, url, overhead_xml, args.repeats, "cdn_logs", 0,
+                                            "chained")
             if args.profile:
                 profile_task(C.load_workflow(xml), url, client, "pass3", 0)
 
@@ -187,6 +198,17 @@ def main(argv: list[str] | None = None) -> int:
                          f"{ratio[v]:.2f}x" if v in ratio else "-"])
         print(C.table(["variant", "median CPU s", "CPU s per repeat", "CPU us / execution",
                        "executions / CPU s", "framework us / execution", "CPU / plain"], rows))
+        print("(without chaining: one stage per component; chained below)")
+        chained = by_mode["chained"]
+        med_c = {v: C.median(chained[v]) for v in VARIANTS}
+        cost_c = {v: C.median([(x - p) / executions * 1e6 for x, p in zip(chained[v], chained["plain"])])
+                  for v in ("tracked", "untracked")}
+        print()
+        print(C.table(["variant", "CPU s unchained", "CPU s chained", "chained / unchained",
+                       "us / execution unchained", "us / execution chained", "framework us chained"],
+                      [[v, f"{med[v]:.2f}", f"{med_c[v]:.2f}", f"{med_c[v] / med[v]:.2f}x",
+                        f"{med[v] / executions * 1e6:.2f}", f"{med_c[v] / executions * 1e6:.2f}",
+                        f"{cost_c[v]:.2f}" if v in cost_c else "-"] for v in VARIANTS]))
         print("CPU = CPU seconds of this process, Spark's JVM, its Python workers and the Redis "
               "server. Framework cost = (variant's CPU - plain's CPU) / executions, the median "
               "over repeats.")
@@ -201,13 +223,15 @@ def main(argv: list[str] | None = None) -> int:
             [f"untracked / plain <= {GOAL_UNTRACKED:.1f}x (CPU, {WORKFLOW})", f"{ratio['untracked']:.2f}x",
              verdict(ratio["untracked"] <= GOAL_UNTRACKED)],
         ]
-        if over is not None:
-            r = C.median(per_repeat_ratios(over, "tracked", "plain"))
-            ru = C.median(per_repeat_ratios(over, "untracked", "plain"))
-            print(f"\ncdn_logs (bench/tracking_overhead.py's workflow), {args.overhead_roots:,} roots: "
-                  f"median CPU s tracked {C.median(over['tracked']):.2f}, untracked "
-                  f"{C.median(over['untracked']):.2f}, plain {C.median(over['plain']):.2f}; "
-                  f"untracked/plain {ru:.2f}x")
+        if over is not None and over_chained is not None:
+            # the goal on cdn_logs as written (its local_or_shuffle edges chained)
+            r = C.median(per_repeat_ratios(over_chained, "tracked", "plain"))
+            for mode, o in (("unchained", over), ("chained", over_chained)):
+                print(f"\ncdn_logs {mode} (bench/tracking_overhead.py's workflow), {args.overhead_roots:,} "
+                      f"roots: median CPU s tracked {C.median(o['tracked']):.2f}, untracked "
+                      f"{C.median(o['untracked']):.2f}, plain {C.median(o['plain']):.2f}; tracked/plain "
+                      f"{C.median(per_repeat_ratios(o, 'tracked', 'plain')):.2f}x, untracked/plain "
+                      f"{C.median(per_repeat_ratios(o, 'untracked', 'plain')):.2f}x")
             goals.append([f"tracked / plain <= {GOAL_TRACKED:.2f}x (CPU, cdn_logs)", f"{r:.2f}x",
                           verdict(r <= GOAL_TRACKED)])
         else:
@@ -225,6 +249,17 @@ def main(argv: list[str] | None = None) -> int:
                 "median_cpu_s": {v: round(C.median(over[v]), 3) for v in VARIANTS},
                 "tracked_over_plain": round(C.median(per_repeat_ratios(over, "tracked", "plain")), 3),
                 "untracked_over_plain": round(C.median(per_repeat_ratios(over, "untracked", "plain")), 3)},
+            # the same, with chaining (MODES): the figures above are without
+            "chained": {
+                "variants": {v: {"cpu_s": [round(c, 3) for c in chained[v]], "median_cpu_s": round(med_c[v], 3),
+                                 "cpu_us_per_execution": round(med_c[v] / executions * 1e6, 3),
+                                 "chained_over_unchained": round(med_c[v] / med[v], 3)} for v in VARIANTS},
+                "framework_us_per_execution": {v: round(c, 3) for v, c in cost_c.items()},
+                "cdn_logs": None if over_chained is None else {
+                    "median_cpu_s": {v: round(C.median(over_chained[v]), 3) for v in VARIANTS},
+                    "tracked_over_plain": round(C.median(per_repeat_ratios(over_chained, "tracked", "plain")), 3),
+                    "untracked_over_plain": round(C.median(per_repeat_ratios(over_chained, "untracked", "plain")),
+                                                  3)}},
             "goals": [{"goal": g[0], "measured": g[1], "verdict": g[2]} for g in goals],
         })
     return 0

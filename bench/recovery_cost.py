@@ -24,7 +24,7 @@ localized/full-rerun. Times are printed, never asserted; the figures are written
 (--json PATH; by default bench/results/recovery_cost.json, or recovery_cost_cdn_logs_batch.json)
 for bench/plot.py.
 
-    .venv/bin/python bench/recovery_cost.py [--tuples 200000] [--rate 0.01] [--redis URL]
+    .venv/bin/python bench/recovery_cost.py [--roots 200000] [--rate 0.01] [--redis URL]
         [--workflow bench_pipeline|cdn_logs_batch] [--json PATH] [--note TEXT]
 
 --workflow cdn_logs_batch is the batch variant (issue 13): workflows/cdn_logs_batch.xml with
@@ -163,7 +163,8 @@ def batch_variant(args: argparse.Namespace, results: C.Results) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tuples", type=int, default=200_000, help="root tuples (default 200,000)")
+    ap.add_argument("--roots", "--tuples", dest="tuples", type=int, default=200_000,
+                    help="root tuples (default 200,000; --roots 1000000 runs at 1M roots)")
     ap.add_argument("--rate", type=float, default=0.01,
                     help="fraction of tuples failing once at stage 4 (default 0.01)")
     ap.add_argument("--redis", default=None, help="a Redis URL (default: an embedded server)")

@@ -195,21 +195,24 @@ def main(argv: list[str] | None = None) -> int:
                 C.run_plain(spark, C.load_workflow(warm / f"{args.workflow}.xml"))
             prints: dict[str, tuple[int, str]] = {}
             for rep in range(args.repeats):
-                order = ["tracked", "untracked", "row" if batch else "plain"]
-                order = order[rep % 3:] + order[:rep % 3]      # alternate who goes first
+                base = ["tracked", "untracked", "row" if batch else "plain"]
+                base = base[rep % 3:] + base[:rep % 3]      # alternate who goes first
+                # each variant with and without chaining, side by side (C.CHAINING)
+                order = [(b, m) for b in base for m in (C.CHAIN_MODES if rep % 2 == 0 else C.CHAIN_MODES[::-1])]
                 this: dict[str, float] = {}
-                for variant in order:
-                    variant_out = sink_folder(row_wf) if variant == "row" else out_dir
+                for kind, mode in order:
+                    variant = kind if mode == "chained" else f"{kind} unchained"
+                    variant_out = sink_folder(row_wf) if kind == "row" else out_dir
                     shutil.rmtree(variant_out, ignore_errors=True)
                     with C.CpuMeter(client) as cpu:
-                        if variant == "plain":
-                            secs = C.run_plain(spark, wf)
+                        if kind == "plain":
+                            secs = C.run_plain(spark, C.load_workflow(xml, C.CHAINING[mode]))
                         else:
                             with C.MemorySampler(url) as mem:
-                                summary, secs = C.submit(spark, client, url, row_xml if variant == "row" else xml,
-                                                         tracking=(variant != "untracked"))
-                    if variant != "plain":
-                        if variant in ("tracked", "row"):
+                                summary, secs = C.submit(spark, client, url, row_xml if kind == "row" else xml,
+                                                         C.CHAINING[mode], tracking=(kind != "untracked"))
+                    if kind != "plain":
+                        if kind in ("tracked", "row"):
                             redis_peak = max(redis_peak, mem.peak)
                             if summary["status"] != "completed" and not args.invalid:
                                 print(f"warning: tracked run ended {summary['status']}", file=sys.stderr)
@@ -228,6 +231,10 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     pairs["untracked/plain"] = ("untracked", "plain")
                     pairs["tracked/plain"] = ("tracked", "plain")
+                for k, (a, b) in list(pairs.items()):
+                    pairs[f"{k} unchained"] = (f"{a} unchained", f"{b} unchained")
+                for kind in base:   # what chaining saves, per variant
+                    pairs[f"{kind} chained/unchained"] = (kind, f"{kind} unchained")
                 for k, (a, b) in pairs.items():
                     ratios[k].append(this[a][0] / this[b][0])
                     cpu_ratios[k].append(this[a][1] / this[b][1])
@@ -237,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
 
         n = args.tuples
         rows = []
-        for v in ("tracked", "untracked", "row" if batch else "plain"):
+        for v in [f"{k}{s}" for k in ("tracked", "untracked", "row" if batch else "plain") for s in ("", " unchained")]:
             m = C.median(times[v])
             rows.append([v, f"{m:.2f}", " ".join(f"{t:.2f}" for t in times[v]),
                          f"{C.median(cpus[v]):.2f}", f"{n / m:,.0f}", f"{prints[v][0]:,}",
@@ -250,7 +257,11 @@ def main(argv: list[str] | None = None) -> int:
         print(C.table(["variant", "median wall s", "wall s per repeat", "median CPU s",
                        "roots/s", "sink records", "result digest"], rows))
         same = len({p[1] for p in prints.values()}) == 1
-        print(f"\nsame final result in all three variants: {'yes' if same else 'NO'}")
+        print(f"\nsame final result in all variants, chained and not: {'yes' if same else 'NO'}")
+        print("\nwith chaining (the workflow's chains; shuffle edges too) / without (one stage per component):")
+        print(C.table(["variant", "wall chained / unchained", "CPU chained / unchained"], [
+            [k.split(" ")[0], f"{C.median(ratios[k]):.2f}x", f"{C.median(cpu_ratios[k]):.2f}x"]
+            for k in ratios if k.endswith("chained/unchained")]))
         results.write({
             "variants": {v: {"wall_s": [round(x, 3) for x in times[v]], "cpu_s": [round(x, 3) for x in cpus[v]],
                              "median_wall_s": round(C.median(times[v]), 3),

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 if TYPE_CHECKING:   # annotations only: fakeredis is imported by the fixture that uses it
     import fakeredis
@@ -55,6 +56,12 @@ for _aws in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_CONFIG_FILE", "AWS_SHARED_
     os.environ.pop(_aws, None)
 os.environ.update(AWS_ACCESS_KEY_ID="recovery-test", AWS_SECRET_ACCESS_KEY="recovery-test-secret",
                   AWS_EC2_METADATA_DISABLED="true")
+
+# No property test may depend on timing: on a loaded machine a first example (imports, JIT of
+# pyarrow kernels) can take far over Hypothesis's default 200 ms deadline, and the test then
+# fails as "flaky". The suite-wide profile drops the deadline and the too-slow health check.
+settings.register_profile("recovery", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("recovery")
 
 _TESTS_DIR = Path(__file__).resolve().parent
 _INTEGRATION_DIR = _TESTS_DIR / "integration"

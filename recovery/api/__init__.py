@@ -1,3 +1,3 @@
-"""What users write against: Spout, Bolt, BasicBolt, BatchBolt, Tuple; the collector protocol
+"""What users write against: Spout, Bolt, BasicBolt, BatchBolt, BatchSpout, Tuple; the collector protocol
 components are bound to; the loader of their classes; the checks that a workflow's code can
 run here."""

@@ -45,11 +45,13 @@ class OutputCollector(Protocol):
 
 
 class BatchOutputCollector(OutputCollector, Protocol):
-    """What a BatchBolt calls besides (recovery.api.batch says what they mean)."""
+    """What a BatchBolt and a BatchSpout call besides (recovery.api.batch says what they mean)."""
 
     def emit_batch(self, batch: Any, anchors: Any, stream: str) -> None: ...
 
     def fail_rows(self, rows: Any, errors: Sequence[str] | str) -> None: ...
+
+    def emit_root_batch(self, batch: Any, message_ids: Any, stream: str) -> None: ...
 
 
 class UnboundCollector:

@@ -93,6 +93,19 @@ def last_summary() -> dict[str, Any]:
     return _LAST
 
 
+def _with_chains_comment(xml: str, chains: list[list[str]]) -> str:
+    """The recovery workflow's XML with its chains said in a comment after the declaration (as
+    `recovery graph` shows them): a user reading it sees which components run as one stage."""
+    if not chains:
+        return xml
+    note = "".join(f"\n  chain: {' -> '.join(c)} (one Spark stage)" for c in chains)
+    comment = "<!--" + note.replace("--", "- -") + "\n-->"   # "--" may not appear in a comment
+    head, sep, rest = xml.partition("?>")
+    if sep and head.lstrip().startswith("<?xml"):
+        return f"{head}?>\n{comment}{rest}"
+    return f"{comment}\n{xml}"
+
+
 def _spark(master: str | None, conf: dict[str, str]) -> Any:
     return session(master, conf)
 
@@ -300,11 +313,11 @@ def register(main: click.Group) -> None:
         if fmt != "xml":
             original = jobs_summary.original_workflow(runs.get(client, run_id))
             dim = {c.id for c in original.components} - set(p["rerun"])
-            click.echo(render.render(original, fmt, p["marks"], dim))
+            click.echo(render.render(original, fmt, p["marks"], dim, chains=p["chains"]))
             return
         if p["xml"] is None:
             raise RecoveryError(f"run {run_id} has no failed positions: nothing to recover")
-        click.echo(p["xml"])
+        click.echo(_with_chains_comment(p["xml"], p["chains"]))
 
     @main.command()
     @click.argument("run_id", callback=_run_id)

@@ -9,7 +9,7 @@ from recovery.api.runnable import validate_file
 from recovery.cli import echo_json
 from recovery.errors import WorkflowError
 from recovery.model.config import describe
-from recovery.model.graph import TaskMap, topological_order
+from recovery.model.graph import ChainPlan, TaskMap, topological_order
 from recovery.model.render import render
 from recovery.model.xml.parse import load
 
@@ -110,4 +110,7 @@ def register(main: click.Group) -> None:
             "edges": [{"from": i.source, "to": c.id, "stream": i.stream,
                        "grouping": i.grouping.value, "fields": list(i.fields)}
                       for c in wf.components for i in c.inputs],
+            # the Spark stages a run makes: every component in one chain, most alone
+            "chains": [{"name": ch.name, "members": list(ch.members), "parallelism": ch.parallelism}
+                       for ch in ChainPlan.of_workflow(wf).chains if len(ch.members) > 1],
         })

@@ -26,6 +26,11 @@ class RedisHashSink(BufferedSink):
             raise RuntimeError("the redis sink needs a Redis connection")
         key = self.impl.param("key") or keys.default_sink(self.context.component_id)
         mapping = dict(encoded)
+        # right before the fields are set, as the other sinks before they publish: raises when
+        # the task's driver lost the run, or a batch sink's write passed its message timeout
+        fence = getattr(self.context, "fence", None)
+        if fence is not None:
+            fence()
         client.hset(key, mapping=mapping)
 
     def encode_batch(self, batch: Any, fields: tuple[str, ...]) -> tuple[Any, dict[int, BaseException]]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import msgpack
@@ -22,11 +22,12 @@ from recovery.connectors import files, spark_source
 from recovery.connectors.file_batches import file_source_batches
 from recovery.connectors.queue import queue_source
 from recovery.connectors.redis_stream import reader as stream_reader
-from recovery.model.graph import TaskContext, subscribers, topological_order
+from recovery.model.graph import ChainPlan, TaskContext
 from recovery.model.run import RunSpec
 from recovery.model.workflow import Workflow
 from recovery.redis import connection
 from recovery.runtime import batch, factory, task
+from recovery.runtime.chain import ChainTask
 from recovery.tracking import keys, ledger, runs, spill
 
 if TYPE_CHECKING:
@@ -36,12 +37,24 @@ log = logging.getLogger(__name__)
 
 
 # --- task entry points (pickled into Spark tasks: module-level functions) --------------
-def _spout_task(spec: RunSpec, component_id: str, index: int, it: Any):
-    """A spout's task. `it` is its input: nothing, or for a spark source the chunks of the
-    reader partitions this task owns."""
+def _start(spec: RunSpec, component_id: str, index: int, it: Any) -> tuple[task.TaskRunner, Iterator[Any]]:
+    """One component's task: (its runner, the iterator of its output). `it` is its input: a
+    bolt's chunks; for a spout nothing, or for a spark source the chunks of the reader
+    partitions this task owns."""
     wf, _, _ = task.workflow_of(spec)
-    if batch.reads_in_batches(wf.component(component_id), wf):
-        return batch.BatchTaskRunner(spec, component_id, index).run_spout(file_source_batches)
+    comp = wf.component(component_id)
+    if not comp.is_spout:
+        if batch.is_batch_component(comp, wf):
+            runner: task.TaskRunner = batch.BatchTaskRunner(spec, component_id, index)
+        else:
+            runner = task.TaskRunner(spec, component_id, index)
+        return runner, runner.run_bolt(it)
+    if batch.reads_in_batches(comp, wf):
+        runner = batch.BatchTaskRunner(spec, component_id, index)
+        return runner, runner.run_spout(file_source_batches)
+    if batch.is_batch_component(comp, wf):   # a BatchSpout
+        runner = batch.BatchTaskRunner(spec, component_id, index)
+        return runner, runner.run_spout(None)
     runner = task.TaskRunner(spec, component_id, index)
     impl = runner.comp.impl
     if impl.kind == "source":
@@ -52,15 +65,16 @@ def _spout_task(spec: RunSpec, component_id: str, index: int, it: Any):
             driver = functools.partial(spark_source.spark_source, it)
         if driver is None:
             raise ValueError(f"unknown source type {impl.type!r}")
-        return runner.run_spout(driver)
-    return runner.run_spout(None)
+        return runner, runner.run_spout(driver)
+    return runner, runner.run_spout(None)
 
 
-def _bolt_task(spec: RunSpec, component_id: str, index: int, it: Any):
-    wf, _, _ = task.workflow_of(spec)
-    if batch.is_batch_component(wf.component(component_id), wf):
-        return batch.BatchTaskRunner(spec, component_id, index).run_bolt(it)
-    return task.TaskRunner(spec, component_id, index).run_bolt(it)
+def _stage_task(spec: RunSpec, members: tuple[str, ...], index: int, it: Any) -> Iterator[Any]:
+    """Task `index` of a stage: one component's task, or a chain's (runtime.chain)."""
+    if len(members) == 1:
+        return _start(spec, members[0], index, it)[1]
+    chain = task.chain_plan_of(spec).chain_of(members[0])
+    return ChainTask(chain, index, lambda cid, feed: _start(spec, cid, index, feed)).run(it)
 
 
 def _resolve_bucket(spec: RunSpec, bucket: int) -> ledger.RootCounts:
@@ -87,31 +101,34 @@ def _noop(_: Any) -> None:
 
 
 def build(spark: SparkSession, wf: Workflow, spec: RunSpec) -> tuple[list[Any], list[Any]]:
-    """The RDD graph of one round: (leaf RDDs, persisted shared outputs)."""
+    """The RDD graph of one round: (leaf RDDs, persisted shared outputs). One stage per chain
+    (model.graph.ChainPlan; most chains are one component): its head reads the stage's input,
+    and only what its members send out of the chain leaves it."""
     from pyspark import StorageLevel  # lazy: the CLI imports the engine; pyspark costs seconds
     sc = spark.sparkContext
-    outputs: dict[str, Any] = {}
+    plan = ChainPlan.of_workflow(wf)
+    outputs: dict[str, Any] = {}     # chain head -> the stage's output RDD
     leaves, persisted = [], []
-    for cid in topological_order(wf):
+    for chain in plan.chains:
+        cid = chain.head
         comp = wf.component(cid)
         p = comp.parallelism
+        run_task = functools.partial(_stage_task, spec, chain.members)
         if spark_source.reads_with_spark(comp):
             # the reader's partitions are read by tasks; partition i's chunks go to spout task
             # i mod p (spark_source.chunks_of_partition keys them so), through one shuffle
             rdd = spark_source.read_partitions(spark, wf, comp).partitionBy(p, _owner_index) \
-                .mapPartitionsWithIndex(functools.partial(_spout_task, spec, cid))
+                .mapPartitionsWithIndex(run_task)
         elif comp.is_spout:
-            rdd = sc.parallelize(range(p), p).mapPartitionsWithIndex(
-                functools.partial(_spout_task, spec, cid))
+            rdd = sc.parallelize(range(p), p).mapPartitionsWithIndex(run_task)
         else:
             parts = []
-            for src in dict.fromkeys(i.source for i in comp.inputs):
+            for src in dict.fromkeys(plan.chain_of(i.source).head for i in comp.inputs):
                 parts.append(outputs[src].filter(lambda kv, cid=cid: kv[0][0] == cid))
             joined = parts[0] if len(parts) == 1 else sc.union(parts)
-            rdd = joined.partitionBy(p, _target_index).mapPartitionsWithIndex(
-                functools.partial(_bolt_task, spec, cid))
-        rdd.setName(f"{cid}")
-        if subscribers(wf, cid):
+            rdd = joined.partitionBy(p, _target_index).mapPartitionsWithIndex(run_task)
+        rdd.setName(chain.name)
+        if plan.consumers[cid]:
             rdd.persist(StorageLevel.MEMORY_AND_DISK)
             persisted.append(rdd)
             outputs[cid] = rdd

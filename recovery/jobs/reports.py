@@ -15,6 +15,7 @@ from recovery.errors import NoSuchComponent, RecoveryError
 from recovery.jobs import clear as jobs_clear
 from recovery.jobs import follow, recover, summary
 from recovery.model.failed import FailedTuple
+from recovery.model.render import chains_of
 from recovery.model.synthesis import plan_marks, synthesize
 from recovery.model.xml.write import to_xml
 from recovery.tracking import keys, runs
@@ -162,10 +163,13 @@ def plan(client: Redis, run_id: str) -> dict[str, Any]:
     failed_tasks: dict[str, list[int]] = {}
     for comp, task in sorted(counts):
         failed_tasks.setdefault(comp, []).append(task)
-    xml = to_xml(synthesize(original, failed_tasks)) if failed_tasks else None
+    recovery_wf = synthesize(original, failed_tasks) if failed_tasks else None
+    xml = to_xml(recovery_wf) if recovery_wf is not None else None
+    # the recovery round's chains (one Spark stage each), as `recovery graph` shows a run's
+    chains = [list(c) for c in chains_of(recovery_wf)] if recovery_wf is not None else []
     return {"run_id": run_id, "workflow": original.name, "failed": failed_tasks,
             "marks": marks, "rerun": [c.id for c in original.components if c.id not in dim],
-            "xml": xml}
+            "chains": chains, "xml": xml}
 
 
 def partitions(client: Redis, run_id: str) -> dict[str, Any]:

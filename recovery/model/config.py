@@ -51,7 +51,9 @@ class Settings(BaseModel):
 
     message_timeout_secs: float = Field(
         30, alias="topology.message.timeout.secs", gt=0, allow_inf_nan=False,
-        description="A tuple not acked within this many seconds fails at its task.")
+        description="A tuple not acked within this many seconds fails at its task (a BatchBolt's "
+                    "process_batch call, and a batch sink's write up to its publish point, fail "
+                    "their batch's rows).")
     max_spout_pending: int = Field(
         1000, alias="topology.max.spout.pending", ge=1,
         description="A redis-stream spout task reads at most this many messages per batch.")
@@ -89,6 +91,16 @@ class Settings(BaseModel):
     auto: bool = Field(
         False, alias="recovery.auto",
         description="submit --follow: recover each batch's failures before the next batch.")
+    chain: bool = Field(
+        True, alias="recovery.chain",
+        description="Chain components as Flink does: a bolt whose one input is local_or_shuffle "
+                    "or none from a component of equal parallelism runs in its upstream's "
+                    "Spark stage and Python worker, with no shuffle between them. false: one "
+                    "stage per component.")
+    chain_shuffle: bool = Field(
+        False, alias="recovery.chain.shuffle",
+        description="Chain across shuffle edges too (same conditions as local_or_shuffle); a "
+                    "chained edge sends task i's tuples to task i of the next component.")
     spill_dir: str | None = Field(
         None, alias="recovery.spill.dir",
         description="Where tasks spill their in-flight outputs: a folder the driver and every "

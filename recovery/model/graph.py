@@ -6,7 +6,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from recovery.model.workflow import Component, Input, Workflow
+from recovery.model.workflow import Component, Grouping, Input, Workflow
 
 
 def subscribers(wf: Workflow, component_id: str) -> list[tuple[Component, Input]]:
@@ -106,6 +106,100 @@ def upstream(wf: Workflow, component_id: str) -> set[str]:
                 seen.add(i.source)
                 todo.append(i.source)
     return seen
+
+
+# --- chains -------------------------------------------------------------------------------
+# Flink's operator chaining, on Storm's groupings: a bolt whose one input comes from a
+# component of equal parallelism over a local_or_shuffle or none edge (shuffle too with
+# recovery.chain.shuffle=true) runs in that component's stage: task i of the chain runs task i
+# of each member in turn, in one Python worker, and a chained edge sends task i's tuples to
+# task i of the next member (Storm's local preference) with no shuffle between them.
+CHAINED_GROUPINGS = frozenset({Grouping.LOCAL_OR_SHUFFLE, Grouping.NONE})
+
+
+@dataclass(frozen=True)
+class Chain:
+    """Components that run as one stage: `members` in topological order, the head (the one
+    fed from outside the chain, or a spout) first. Every member has the head's parallelism."""
+    members: tuple[str, ...]
+    parallelism: int
+
+    @property
+    def head(self) -> str:
+        return self.members[0]
+
+    @property
+    def name(self) -> str:
+        """How drawings and Spark's stage names show it: Flink's "a -> b -> c"."""
+        return " -> ".join(self.members)
+
+
+def chained_input(wf: Workflow, c: Component) -> Input | None:
+    """The input over which `c` chains to its upstream, or None: `c` is a bolt with that one
+    input, from a component of the same parallelism, over a chainable grouping."""
+    if c.is_spout or len(c.inputs) != 1:
+        return None
+    settings = wf.settings()
+    if not settings.chain:
+        return None
+    inp = c.inputs[0]
+    allowed = CHAINED_GROUPINGS | ({Grouping.SHUFFLE} if settings.chain_shuffle else set())
+    if inp.grouping not in allowed or inp.source == c.id:
+        return None
+    try:
+        upstream = wf.component(inp.source)
+    except KeyError:
+        return None
+    return inp if upstream.parallelism == c.parallelism else None
+
+
+@dataclass(frozen=True)
+class ChainPlan:
+    """A workflow's stages: every component in exactly one chain (most in a chain of one)."""
+    chains: tuple[Chain, ...]        # in topological order of their heads
+    of: dict[str, Chain]             # component id -> its chain
+    consumers: dict[str, tuple[str, ...]]   # chain head -> components outside it that read it
+
+    @classmethod
+    def of_workflow(cls, wf: Workflow) -> ChainPlan:
+        order = topological_order(wf)
+        parent: dict[str, str] = {}
+        for cid in order:
+            inp = chained_input(wf, wf.component(cid))
+            if inp is not None:
+                parent[cid] = inp.source
+
+        def head_of(cid: str) -> str:
+            while cid in parent:
+                cid = parent[cid]
+            return cid
+        members: dict[str, list[str]] = {}
+        for cid in order:   # topological: a member comes after the members it reads from
+            members.setdefault(head_of(cid), []).append(cid)
+        chains = tuple(Chain(tuple(m), wf.component(h).parallelism) for h, m in members.items())
+        by_id = {cid: ch for ch in chains for cid in ch.members}
+        consumers = {ch.head: tuple(dict.fromkeys(
+            c.id for m in ch.members for c, _ in subscribers(wf, m) if by_id[c.id] is not ch))
+            for ch in chains}
+        return cls(chains, by_id, consumers)
+
+    def chain_of(self, component_id: str) -> Chain:
+        return self.of[component_id]
+
+    def readers(self, wf: Workflow, component_id: str) -> list[str]:
+        """The done-marker fields (`component:index`) of every task that reads what the chain of
+        `component_id` sends out of its stage: once all committed, nothing needs its spill."""
+        head = self.of[component_id].head
+        return [f"{c}:{i}" for c in self.consumers[head] for i in range(wf.component(c).parallelism)]
+
+    @property
+    def chained(self) -> list[Chain]:
+        """The chains of more than one member (what drawings show)."""
+        return [ch for ch in self.chains if len(ch.members) > 1]
+
+
+def chain_plan(wf: Workflow) -> ChainPlan:
+    return ChainPlan.of_workflow(wf)
 
 
 @dataclass(frozen=True)

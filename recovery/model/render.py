@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Literal
 
-from recovery.model.graph import subscribers, topological_order
+from recovery.model.graph import ChainPlan, subscribers, topological_order
 from recovery.model.workflow import (
     DEFAULT_STREAM,
     ClassImpl,
@@ -27,14 +27,27 @@ Format = Literal["text", "dot", "mermaid"]
 FORMATS: tuple[str, ...] = ("text", "dot", "mermaid")
 
 __all__ = ["FORMATS", "render", "render_text", "render_dot", "render_mermaid", "describe_impl",
-           "stages"]
+           "stages", "chains_of"]
+
+Chains = Iterable[Iterable[str]]   # each chain's members, head first (model.graph.ChainPlan)
+
+
+def chains_of(wf: Workflow) -> list[tuple[str, ...]]:
+    """The chains of more than one member that a run of `wf` makes (one Spark stage each)."""
+    return [c.members for c in ChainPlan.of_workflow(wf).chained]
 
 
 def render(wf: Workflow, fmt: str = "text", marks: Mapping[str, str] | None = None,
            dim: Iterable[str] | None = None, *, color: bool = False,
-           ascii_only: bool = False) -> str:
+           ascii_only: bool = False, chains: Chains | None = None) -> str:
     """The workflow drawn in `fmt` ("text", "dot" or "mermaid"). `color` adds ANSI colours to
-    the text format; `ascii_only` draws it without box-drawing characters."""
+    the text format; `ascii_only` draws it without box-drawing characters. `chains`: the
+    chains to draw (Flink's chained operators), by default those `wf` makes; `recovery plan`
+    passes the recovery workflow's."""
+    chain_list = [tuple(c) for c in (chains_of(wf) if chains is None else chains)]
+    known = {c.id for c in wf.components}
+    chain_list = [tuple(m for m in c if m in known) for c in chain_list]
+    chain_list = [c for c in chain_list if len(c) > 1]
     marks = dict(marks or {})
     dim_set = set(dim or ())
     known = {c.id for c in wf.components}
@@ -42,11 +55,11 @@ def render(wf: Workflow, fmt: str = "text", marks: Mapping[str, str] | None = No
     if unknown:
         raise ValueError(f"not components of workflow {wf.name!r}: {', '.join(unknown)}")
     if fmt == "text":
-        return render_text(wf, marks, dim_set, color=color, ascii_only=ascii_only)
+        return render_text(wf, marks, dim_set, color=color, ascii_only=ascii_only, chains=chain_list)
     if fmt == "dot":
-        return render_dot(wf, marks, dim_set)
+        return render_dot(wf, marks, dim_set, chains=chain_list)
     if fmt == "mermaid":
-        return render_mermaid(wf, marks, dim_set)
+        return render_mermaid(wf, marks, dim_set, chains=chain_list)
     raise ValueError(f"unknown format {fmt!r} (one of: {', '.join(FORMATS)})")
 
 
@@ -114,9 +127,11 @@ _RED, _BOLD, _GREY, _RESET = "\x1b[31;1m", "\x1b[1m", "\x1b[90m", "\x1b[0m"
 
 def render_text(wf: Workflow, marks: Mapping[str, str] | None = None,
                 dim: Iterable[str] | None = None, *, color: bool = False,
-                ascii_only: bool = False) -> str:
+                ascii_only: bool = False, chains: Chains | None = None) -> str:
     marks = dict(marks or {})
     dim = set(dim or ())
+    chain_list = [tuple(c) for c in (chains_of(wf) if chains is None else chains)]
+    chain_of = {m: c for c in chain_list for m in c}
     ch = _ASCII if ascii_only else _UNICODE
     order = topological_order(wf)
 
@@ -131,6 +146,8 @@ def render_text(wf: Workflow, marks: Mapping[str, str] | None = None,
     st = stages(wf)
     if st:
         lines.append("stages: " + ch["arrow"].join(", ".join(s) for s in st))
+    for members in chain_list:   # as Flink's plan shows chained operators: one Spark stage each
+        lines.append("chain: " + " -> ".join(members) + "   (one Spark stage, no shuffle inside)")
     if dim:
         rerun = [cid for cid in order if cid not in dim]
         lines.append(f"re-runs: {', '.join(rerun) or 'nothing'}"
@@ -147,6 +164,8 @@ def render_text(wf: Workflow, marks: Mapping[str, str] | None = None,
         sources = list(dict.fromkeys(i.source for i in c.inputs))
         if len(sources) > 1:
             head += f"   {ch['join']} joins {' + '.join(sources)}"
+        if cid in chain_of:
+            head += f"   [chain: {' -> '.join(chain_of[cid])}]"
         if is_dim:
             head += "   (not re-run)"
         lines.append("")
@@ -186,9 +205,10 @@ def _dot_str(s: str) -> str:
 
 
 def render_dot(wf: Workflow, marks: Mapping[str, str] | None = None,
-               dim: Iterable[str] | None = None) -> str:
+               dim: Iterable[str] | None = None, chains: Chains | None = None) -> str:
     marks = dict(marks or {})
     dim = set(dim or ())
+    chain_list = [tuple(c) for c in (chains_of(wf) if chains is None else chains)]
     out = [f"digraph {_dot_str(wf.name)} {{",
            "  rankdir=LR;",
            '  node [shape=box, style="rounded,filled", fillcolor="#ffffff", '
@@ -214,6 +234,12 @@ def render_dot(wf: Workflow, marks: Mapping[str, str] | None = None,
         attrs["label"] = label
         out.append(f"  {_dot_str(cid)} [" +
                    ", ".join(f"{k}={_dot_str(v)}" for k, v in attrs.items()) + "];")
+    for k, members in enumerate(chain_list):   # a chain: one Spark stage (Flink's chaining)
+        out.append(f"  subgraph {_dot_str(f'cluster_chain_{k}')} {{")
+        out.append(f'    label={_dot_str("chain: " + " -> ".join(members))}; style="rounded,dashed"; '
+                   'color="#5b7bb5"; fontname="Helvetica"; fontsize=10;')
+        out.append("    " + " ".join(f"{_dot_str(m)};" for m in members))
+        out.append("  }")
     for c in wf.components:
         for i in c.inputs:
             attrs = {"label": edge_label(i)}
@@ -235,9 +261,10 @@ def _mm(s: str) -> str:
 
 
 def render_mermaid(wf: Workflow, marks: Mapping[str, str] | None = None,
-                   dim: Iterable[str] | None = None) -> str:
+                   dim: Iterable[str] | None = None, chains: Chains | None = None) -> str:
     marks = dict(marks or {})
     dim = set(dim or ())
+    chain_list = [tuple(c) for c in (chains_of(wf) if chains is None else chains)]
     order = topological_order(wf)
     node = {cid: f"n{k}" for k, cid in enumerate(order)}
     out = ["flowchart LR"]
@@ -254,6 +281,10 @@ def render_mermaid(wf: Workflow, marks: Mapping[str, str] | None = None,
         else:
             shape = ('["', '"]')
         out.append(f"  {node[cid]}{shape[0]}{label}{shape[1]}")
+    for k, members in enumerate(chain_list):   # a chain: one Spark stage (Flink's chaining)
+        out.append(f'  subgraph chain{k}["{_mm("chain: " + " -> ".join(members))}"]')
+        out.extend(f"    {node[m]}" for m in members)
+        out.append("  end")
     for c in wf.components:
         for i in c.inputs:
             arrow = "-.->" if (c.id in dim or i.source in dim) else "-->"

@@ -71,6 +71,10 @@ class TaskCollector:
         self.emit_counts: dict[int, int] = {}
         self.unanchored_seq = 0
         self.spout_emits = 0          # emit calls of a spout, selected or not
+        # in a chain (runtime.chain): chunks for `local` consumers stay in the stage, in memory,
+        # and are never spilled; the others go to the chain's one spill file, `spill`'s
+        self.local: frozenset[str] = frozenset()
+        self.spill: TaskTracker | None = tracker
 
     # -- the OutputCollector protocol ----------------------------------------------------------
     def emit(self, component: Any, values: Any, stream: str, anchors: tuple, direct_task: int | None,
@@ -249,8 +253,8 @@ class TaskCollector:
     def add_ready(self, key: tuple[str, int], blob: bytes) -> None:
         """A chunk for consumer task `key`, handed on and, tracked, stored as in flight."""
         self.ready.append((key, blob))
-        if self.tracker is not None:
-            self.tracker.add_output(key, blob)
+        if self.spill is not None and key[0] not in self.local:
+            self.spill.add_output(key, blob)
 
     # -- emits --------------------------------------------------------------------------------
     def _emit_root(self, values: list, stream: str, direct_task: int | None, message_id: Any) -> list[int]:

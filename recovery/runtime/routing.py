@@ -9,16 +9,22 @@ from recovery.tracking import ids
 # --- routing -------------------------------------------------------------------------------
 # A route's grouping as a small int: compared once per emit, a module global is cheaper than
 # the enum's attribute.
-_SPREAD, _FIELDS, _GLOBAL, _ALL = range(4)
+_SPREAD, _FIELDS, _GLOBAL, _ALL, LOCAL = range(5)
 _KIND = {Grouping.FIELDS: _FIELDS, Grouping.GLOBAL: _GLOBAL, Grouping.ALL: _ALL}
 
 
 class _Route:
-    __slots__ = ("consumer", "p", "first", "grouping", "idx", "kind", "keys")
+    __slots__ = ("consumer", "p", "first", "grouping", "idx", "kind", "keys", "local")
 
-    def __init__(self, consumer: str, p: int, first: int, grouping: Grouping, idx: tuple[int, ...]):
+    def __init__(self, consumer: str, p: int, first: int, grouping: Grouping, idx: tuple[int, ...],
+                 local: int | None = None):
         self.consumer, self.p, self.first, self.grouping, self.idx = consumer, p, first, grouping, idx
         self.kind = _KIND.get(grouping, _SPREAD)   # shuffle, none, local_or_shuffle: spread
+        # a chained edge (model.graph.ChainPlan): task i's tuples go to the consumer's task i,
+        # the one in the same stage and worker (Storm's local_or_shuffle preference)
+        self.local = -1 if local is None else local
+        if local is not None:
+            self.kind = LOCAL
         # the (consumer, index) output keys, made once: an emit reuses them
         self.keys = tuple((consumer, i) for i in range(p))
 
@@ -27,7 +33,9 @@ class Router:
     """Storm's groupings, computed by the emitter. Deterministic: shuffle spreads by the
     tuple's derived id, so a re-run routes every tuple to the same task."""
 
-    def __init__(self, wf: Workflow, tm: TaskMap, component_id: str):
+    def __init__(self, wf: Workflow, tm: TaskMap, component_id: str, index: int | None = None,
+                 chained: frozenset[str] = frozenset()):
+        """`chained`: the consumers this component's task `index` feeds within its chain."""
         me = wf.component(component_id)
         self.component = component_id
         self.routes: dict[str, list[_Route]] = {s.id: [] for s in me.streams}
@@ -42,8 +50,9 @@ class Router:
                     self.direct[inp.stream][t] = (consumer.id, i)
                 continue
             idx = tuple(stream.fields.index(f) for f in inp.fields) if inp.grouping == Grouping.FIELDS else ()
+            local = index if consumer.id in chained else None
             self.routes[inp.stream].append(
-                _Route(consumer.id, consumer.parallelism, tm.first[consumer.id], inp.grouping, idx))
+                _Route(consumer.id, consumer.parallelism, tm.first[consumer.id], inp.grouping, idx, local))
 
     def route(self, stream: str, values: list, base: int, direct_task: int | None
               ) -> list[tuple[tuple[str, int], int, int]]:
@@ -59,9 +68,10 @@ class Router:
                                  f"stream {stream!r} with a direct grouping")
             return [(target, direct_task, ids.derive2(base, direct_task))]
         derive2 = ids.derive2
-        if len(routes) == 1 and routes[0].kind == _SPREAD:   # one shuffle subscriber: the common case
+        if len(routes) == 1 and (routes[0].kind == _SPREAD or routes[0].kind == LOCAL):
+            # one shuffle (or chained) subscriber: the common case
             r = routes[0]
-            i = base % r.p
+            i = base % r.p if r.kind == _SPREAD else r.local
             t = r.first + i
             return [(r.keys[i], t, derive2(base, t))]
         out: list[tuple[tuple[str, int], int, int]] = []
@@ -69,6 +79,8 @@ class Router:
             kind = r.kind
             if kind == _SPREAD:   # shuffle, none, local_or_shuffle: evenly and deterministically
                 i = base % r.p
+            elif kind == LOCAL:
+                i = r.local
             elif kind == _FIELDS:
                 i = ids.fields_hash([values[j] for j in r.idx]) % r.p
             elif kind == _GLOBAL:

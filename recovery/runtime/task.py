@@ -28,7 +28,7 @@ from recovery.api.components import Component as UserComponent
 from recovery.api.tuples import SYSTEM_COMPONENT, TICK_STREAM, Tuple
 from recovery.faults import injections
 from recovery.model import config as config_decl
-from recovery.model.graph import TaskContext, TaskMap, subscribers
+from recovery.model.graph import ChainPlan, TaskContext, TaskMap
 from recovery.model.run import RunSpec
 from recovery.model.workflow import Component, Workflow
 from recovery.multilang.bolt import ShellBolt
@@ -49,6 +49,7 @@ Records = Iterable[tuple[Any, bytes]]   # a task's input: (key, chunk) pairs
 
 # --- per-process caches (a Python worker runs many tasks) --------------------------------
 _workflows: dict[str, tuple[Workflow, TaskMap, Workflow]] = {}
+_plans: dict[str, ChainPlan] = {}
 _clients: dict[str, Redis] = {}
 
 
@@ -66,6 +67,14 @@ def workflow_of(spec: RunSpec) -> tuple[Workflow, TaskMap, Workflow]:
         if wf.base_dir and wf.base_dir not in sys.path:
             sys.path.insert(0, wf.base_dir)
     return got
+
+
+def chain_plan_of(spec: RunSpec) -> ChainPlan:
+    """The chains (stages) of the workflow this round runs (model.graph.ChainPlan), cached."""
+    plan = _plans.get(spec.workflow_json)
+    if plan is None:
+        plan = _plans[spec.workflow_json] = ChainPlan.of_workflow(workflow_of(spec)[0])
+    return plan
 
 
 @contextmanager
@@ -137,7 +146,14 @@ class TaskRunner:
         self.index = index
         self.task_id = self.tm.task_id(component_id, index)
         self.conf = self.wf.conf(component_id)
-        self.router = Router(self.wf, self.tm, component_id)
+        self.plan = chain_plan_of(spec)
+        chain = self.plan.chain_of(component_id)
+        # the members this one feeds in its chain: their task `index` gets its tuples (routing)
+        chained = frozenset(m for m in chain.members[1:] if self.wf.component(m).inputs[0].source == component_id)
+        self.router = Router(self.wf, self.tm, component_id, index, chained)
+        # set by runtime.chain.ChainTask: it checks the done marker once for all its members,
+        # and commits them together; a member's finish() only leaves its commit to it
+        self.in_chain = False
         self.tracking = spec.tracking
         client = redis_of(spec) if (spec.tracking or self._needs_redis()) else None
         self.client = client
@@ -215,7 +231,7 @@ class TaskRunner:
             yield from self._run_bolt(records)
 
     def _run_bolt(self, records: Records) -> Iterator[Output]:
-        if self.tracker is not None and self.tracker.committed() is not None:
+        if not self.in_chain and self.tracker is not None and self.tracker.committed() is not None:
             yield from self.tracker.stored_output()
             return
         started = time.time()
@@ -381,7 +397,7 @@ class TaskRunner:
             yield from self._run_spout(emit_source)
 
     def _run_spout(self, emit_source: Callable[[Self], Iterable[object]] | None) -> Iterator[Output]:
-        if self.tracker is not None and self.tracker.committed() is not None:
+        if not self.in_chain and self.tracker is not None and self.tracker.committed() is not None:
             yield from self.tracker.stored_output()
             return
         started = time.time()
@@ -394,10 +410,11 @@ class TaskRunner:
             spout = self.instantiate()
             spout.open(spout.conf, spout.context)
             spout.activate()
+            step = self.spout_step(spout)
             try:
                 while True:
                     before = collector.spout_emits
-                    more = spout.next_tuple()
+                    more = step()
                     if collector.ready:
                         yield from collector.take_ready()
                     if more is False or collector.spout_emits == before:
@@ -407,39 +424,49 @@ class TaskRunner:
                 spout.close()
         yield from self.finish(started)
 
+    def spout_step(self, spout: Any) -> Callable[[], Any]:
+        """One step of a spout class: its next_tuple (runtime.batch's runner: a BatchSpout's
+        next_batch)."""
+        return spout.next_tuple
+
     # -- end of task ------------------------------------------------------------------------
     def finish(self, started: float) -> Iterator[Output]:
         """The task's end: its last chunks sealed, and, tracked, everything it did committed
         at once (outputs, ledger contributions, failures, stats, keyed state)."""
         ready = self.collector.seal_all()
         self.stats["seconds"] = round(time.time() - started, 3)
-        if self.tracker is not None:
-            extra = None
-            if self.roots.messages:
-                messages_key = keys.spout_messages(self.spec.run_id, self.component_id)
-                field = f"{self.spec.round}:{self.index}"
-                messages = msgpack.packb(self.roots.messages, default=repr)
-                extra = lambda pipe: pipe.hset(messages_key, field, messages)   # noqa: E731
-            elif self.timeouts.timed_out:   # a committed task never runs again: its marks are done
-                marks = self.timeouts.marks_key()
-                extra = lambda pipe: pipe.delete(marks)   # noqa: E731
-            if not self.tracker.commit(self.collector.contributions(), self.stats, self.state, extra):
+        if self.tracker is not None and not self.in_chain:   # a chain commits its members at once
+            if not self.tracker.commit(self.collector.contributions(), self.stats, self.state,
+                                       self.commit_extra()):
                 # its run was taken over (or cleared) while it ran: it committed nothing, so
                 # nothing of its output may flow on (the job fails; its driver says why)
                 raise self.tracker.fenced_error()
-            self._drop_consumed_outputs(self.tracker)
+            self.drop_consumed_outputs(self.tracker, [self.component_id])
         return iter(ready)
 
-    def _drop_consumed_outputs(self, tracker: TaskTracker) -> None:
-        """Once every task reading an upstream component has committed, nothing can need that
-        component's stored output again (a committed task never re-executes): drop its spill
-        files now, so the store holds about two stages of in-flight tuples, not the whole round."""
+    def commit_extra(self) -> Callable[[Any], Any] | None:
+        """What the commit writes besides the tracker's own: a spout's message ids waiting for
+        their fates, or the removal of the task's timeout marks."""
+        if self.roots.messages:
+            messages_key = keys.spout_messages(self.spec.run_id, self.component_id)
+            field = f"{self.spec.round}:{self.index}"
+            messages = msgpack.packb(self.roots.messages, default=repr)
+            return lambda pipe: pipe.hset(messages_key, field, messages)
+        if self.timeouts.timed_out:   # a committed task never runs again: its marks are done
+            marks = self.timeouts.marks_key()
+            return lambda pipe: pipe.delete(marks)
+        return None
+
+    def drop_consumed_outputs(self, tracker: TaskTracker, members: list[str]) -> None:
+        """Once every task reading an upstream stage's output has committed, nothing can need
+        that stage's stored output again (a committed task never re-executes): drop its spill
+        files now, so the store holds about two stages of in-flight tuples, not the whole round.
+        `members`: the components of this task's stage; a stage's spill is its chain head's."""
         done_key = keys.task_done(self.spec.run_id, self.spec.round)
-        for src in dict.fromkeys(i.source for i in self.comp.inputs):
-            try:
-                upstream = self.wf.component(src)
-            except KeyError:
-                continue
-            readers = [f"{c.id}:{i}" for c, _ in subscribers(self.wf, src) for i in range(c.parallelism)]
+        plan, inside = self.plan, set(members)
+        sources = dict.fromkeys(i.source for m in members for i in self.wf.component(m).inputs
+                                if i.source not in inside)
+        for src in dict.fromkeys(plan.chain_of(s) for s in sources if s in plan.of):
+            readers = plan.readers(self.wf, src.head)
             if all(tracker.client.hmget(done_key, readers)):
-                tracker.drop_outputs(src, upstream.parallelism)
+                tracker.drop_outputs(src.head, src.parallelism)

@@ -25,6 +25,10 @@ clock = time.monotonic   # the runtime's one clock: deadlines and their checks (
 FINISH = "finish"     # what a timed-out `finish()` is called in a task's timeout marks
 KILLED_EXIT = 70      # the exit code of a worker the message-timeout watchdog ended
 
+# What an execution under the deadline runs: one tuple's id, FINISH, or the ids of the tuples
+# of a BatchBolt's process_batch call (a batch is timed as one execution: runtime.batch.bolt)
+Running = int | str | tuple[int, ...]
+
 
 class TupleTimeout(Exception):
     """A tuple's execution passed `topology.message.timeout.secs`. Raised cooperatively, by
@@ -75,9 +79,9 @@ class MessageTimeouts:
         self.tracker = tracker
         self.builtin_sink = builtin_sink
         self.timed = False                 # this task's executions have a deadline
-        # (what runs: a tuple id or FINISH, its deadline): one object, so that the watchdog
-        # thread reads both at once; None between executions
-        self.running: tuple[int | str, float] | None = None
+        # (what runs: a tuple id, FINISH, or the ids of a batch's tuples, its deadline): one
+        # object, so that the watchdog thread reads both at once; None between executions
+        self.running: tuple[Running, float] | None = None
         self.timed_out: set[int | str] = set()   # marks left by a killed earlier attempt
         self._watchdog: threading.Thread | None = None
         self._stop_watchdog = threading.Event()
@@ -100,7 +104,9 @@ class MessageTimeouts:
             # would fail records already durable, and recovery would write them again into
             # another part; and the last-resort kill would end every attempt of a large
             # output's write alike. Its writes are bounded as Spark's own writers' are: by
-            # the filesystem, or the Redis client's socket timeout.
+            # the filesystem, or the Redis client's socket timeout. (A batch sink checks the
+            # deadline at its write's publish point instead, before anything is durable:
+            # runtime.batch.sink.)
             return
         self.timed = True
         if self.tracker is not None:
@@ -140,7 +146,7 @@ class MessageTimeouts:
             marked = False
             tracker = self.tracker
             if tracker is not None:
-                mark = functools.partial(_add_mark, self.marks_key(), what)
+                mark = functools.partial(_add_marks, self.marks_key(), _marks_of(what))
                 try:   # (fenced: a task of a driver taken over marks nothing for its successor)
                     marked = fenced_transaction(tracker.client, self.spec.run_id, tracker.generation, mark)
                 except Exception:   # Redis down: end the worker anyway; Spark bounds the retries
@@ -149,9 +155,10 @@ class MessageTimeouts:
             if self.running is not running:
                 # it returned while the mark was written: the runner fails it itself
                 if marked and tracker is not None:
-                    tracker.client.srem(self.marks_key(), what)
+                    tracker.client.srem(self.marks_key(), *_marks_of(what))
                 continue
-            _end_worker(f"recovery: {self.text()} and did not return: {what} at "
+            stuck = f"a batch of {len(what)} tuples" if isinstance(what, tuple) else what
+            _end_worker(f"recovery: {self.text()} and did not return: {stuck} at "
                         f"{self.component_id} task {self.task_id} marked timed out, worker ended")
             return
 
@@ -163,5 +170,11 @@ class MessageTimeouts:
             self._watchdog = None
 
 
-def _add_mark(key: str, what: int | str, pipe: Any) -> None:
-    pipe.sadd(key, what)
+def _marks_of(what: Running) -> tuple[int | str, ...]:
+    """The marks of an execution: its tuple's id, FINISH, or each id of its batch (a retry
+    fails each of them without running it)."""
+    return what if isinstance(what, tuple) else (what,)
+
+
+def _add_marks(key: str, marks: tuple[int | str, ...], pipe: Any) -> None:
+    pipe.sadd(key, *marks)

@@ -278,3 +278,21 @@ def position_hashes(name: str, offsets: Any) -> Any:
     h = _str_hash(name)
     offs = np.asarray(offsets, dtype=np.uint64)
     return _np_tuple_hash([_STABLE, _T_SEQ, 2, _T_HASHED, h, h >> _HI, _T_UINT, offs, offs >> np.uint64(_HI)])
+
+
+def pair_hashes(first: int, seconds: Any) -> Any:
+    """`stable_hash((first, s))` for each s of `seconds` (uint64 array), `first` an int in
+    [0, 2**64): a BatchSpout's default message ids (task index, position)."""
+    import numpy as np
+    s = np.asarray(seconds, dtype=np.uint64)
+    return _np_tuple_hash([_STABLE, _T_SEQ, 2, _T_UINT, first, first >> _HI, _T_UINT, s, s >> np.uint64(_HI)])
+
+
+def stable_hashes(values: list) -> Any:
+    """`stable_hash` of each value (message ids of a batch), as a uint64 array; ints in
+    [0, 2**64), the common message ids, vectorized."""
+    import numpy as np
+    if values and all(type(v) is int and 0 <= v <= MASK64 for v in values):
+        arr = np.fromiter(values, dtype=np.uint64, count=len(values))
+        return _np_tuple_hash([_STABLE, _T_UINT, arr, arr >> np.uint64(_HI)])
+    return np.fromiter((stable_hash(v) for v in values), dtype=np.uint64, count=len(values))

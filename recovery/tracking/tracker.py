@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import msgpack
@@ -226,8 +226,16 @@ class TaskTracker:
         cleared run: nothing written, False; the task ends quietly), in the three steps of the
         module doc. Its spill file is finished first (nothing renamed); the commit point stores its
         reference."""
+        return commit_together([self], [self.staged_commit(contrib, stats, state, extra)])
+
+    def staged_commit(self, contrib: dict[int, int] | tuple[Any, Any], stats: dict, state: Any = None,
+                      extra: Any = None) -> StagedCommit | None:
+        """commit()'s first part: the spill file finished and step 1 done (the pieces written);
+        returns what the commit point (step 2) and step 3 still do, unrun. None when the run is
+        gone (fenced). commit_together runs several tasks' commit points in one transaction (a
+        chain task's members)."""
         if self.fenced:
-            return False
+            return None
         rid = self.run_id
         ref = None
         if self._writer is not None:
@@ -237,12 +245,12 @@ class TaskTracker:
                 if not self._run_gone():
                     raise
                 self._fence()
-                return False
+                return None
         if ref is not None:
             stats = {**stats, "spill_bytes": ref.size}
         if self._run_gone():   # (before writing pieces a run cleared meanwhile would keep)
             self._fence()
-            return False
+            return None
         positions = self._write_pieces(contrib)
 
         done_key = keys.task_done(rid, self.round)
@@ -280,20 +288,7 @@ class TaskTracker:
                       msgpack.packb([self.token, [[c, t] for c, t in positions]]))
             pipe.hset(done_key, self.field, msgpack.packb(stats))
 
-        if not fenced_transaction(self.client, rid, self.generation, build, watch=(done_key,), read=read):
-            self._fence()
-            return False
-        if found["done"]:
-            log.info("task %s of round %d committed already (another attempt): this attempt's "
-                     "commit is dropped", self.field, self.round)
-            if ref is not None:
-                self.store.remove(rid, [ref])
-            return True
-        if positions:
-            apply_staged(self.client, rid, self.round, self.token, positions)
-        if self.parallelism:
-            self._fold_when_component_done()
-        return True
+        return StagedCommit(self, done_key, ref, positions, found, read, build)
 
     def _write_pieces(self, contrib: dict[int, int] | tuple[Any, Any]) -> list[tuple[str, int]]:
         """Step 1 of the commit (module doc): the ledger pieces and the staged queue writes of
@@ -342,3 +337,62 @@ class TaskTracker:
         for b, n in enumerate(fields):
             if n > 1:   # (one field: compacted already, or one piece: folded when another comes)
                 resolve_bucket(self.client, self.run_id, b, self.generation)
+
+
+class StagedCommit:
+    """A task attempt's commit after step 1 (TaskTracker.staged_commit): its commit point's
+    reads (`read`: did another attempt commit first, from the WATCHed done marker) and writes
+    (`build`), then `finish`, step 3."""
+
+    def __init__(self, tracker: TaskTracker, done_key: str, ref: SpillRef | None,
+                 positions: list[tuple[str, int]], found: dict[str, bool],
+                 read: Callable[[Any], None], build: Callable[[Any], None]):
+        self.tracker, self.done_key, self.ref, self.positions = tracker, done_key, ref, positions
+        self.found, self.read, self.build = found, read, build
+
+    def finish(self) -> None:
+        """After the commit point: its staged queue writes applied and, for the last task of a
+        component, the ledger folded; an attempt that found another's commit drops its file."""
+        t = self.tracker
+        if self.found["done"]:
+            log.info("task %s of round %d committed already (another attempt): this attempt's "
+                     "commit is dropped", t.field, t.round)
+            if self.ref is not None:
+                t.store.remove(t.run_id, [self.ref])
+            return
+        if self.positions:
+            apply_staged(t.client, t.run_id, t.round, t.token, self.positions)
+        if t.parallelism:
+            t._fold_when_component_done()
+
+
+def commit_together(trackers: list[TaskTracker], staged: list[StagedCommit | None]) -> bool:
+    """Several tasks' commits (TaskTracker.staged_commit's, step 1 done) with ONE commit point:
+    every member's done marker, commit record and the rest in one fenced transaction (their
+    keys all live in the run's home slot, so it is one slot on a Redis Cluster too), then each
+    one's step 3. A chain task commits all its members at once, so they are done together or
+    not at all (a retried or resumed chain task then replays its spill, never re-executes a
+    member). False (no commit point written, every tracker fenced) when the run is no longer
+    theirs."""
+    first = trackers[0]
+    ready = [s for s in staged if s is not None]
+    if len(ready) < len(staged):
+        for t in trackers:
+            t._fence()
+        return False
+
+    def read(pipe: Any) -> None:
+        for s in ready:
+            s.read(pipe)
+
+    def build(pipe: Any) -> None:
+        for s in ready:
+            s.build(pipe)
+    watch = tuple(dict.fromkeys(s.done_key for s in ready))
+    if not fenced_transaction(first.client, first.run_id, first.generation, build, watch=watch, read=read):
+        for t in trackers:
+            t._fence()
+        return False
+    for s in ready:
+        s.finish()
+    return True

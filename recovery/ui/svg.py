@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from html import escape
 
-from recovery.model.render import describe_impl, edge_label, stages
+from recovery.model.render import chains_of, describe_impl, edge_label, stages
 from recovery.model.synthesis import is_queue_spout
 from recovery.model.workflow import SinkImpl, Workflow
 
@@ -34,7 +34,9 @@ def _plural(n: int, word: str) -> str:
 
 
 def topology(wf: Workflow, marks: Marks | None = None, title: str | None = None) -> str:
-    """`wf` as an inline SVG element."""
+    """`wf` as an inline SVG element. Its chains (components run as one Spark stage, as Flink
+    chains operators) are drawn as a dashed frame around their members, `<g class="chain">`
+    with `data-members`, and each member node carries `data-chain`."""
     marks = marks or Marks()
     rerun = set(marks.rerun) if marks.rerun is not None else None
     columns = stages(wf)
@@ -51,6 +53,19 @@ def topology(wf: Workflow, marks: Marks | None = None, title: str | None = None)
            '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" '
            'markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" '
            'fill="#7a8494"/></marker></defs>']
+    chain_of: dict[str, str] = {}
+    for members in chains_of(wf):
+        name = " -> ".join(members)
+        chain_of.update((m, name) for m in members)
+        xs = [pos[m][0] for m in members]
+        ys = [pos[m][1] for m in members]
+        x0, y0 = min(xs) - 7, min(ys) - 7
+        w, h = max(xs) - min(xs) + NODE_W + 14, max(ys) - min(ys) + NODE_H + 14
+        out.append(f'<g class="chain" data-members="{escape(" ".join(members))}">'
+                   f'<title>chain: {escape(name)} (one Spark stage, no shuffle inside)</title>'
+                   f'<rect x="{x0}" y="{y0}" width="{w}" height="{h}" rx="12" fill="none" '
+                   f'stroke="#5b7bb5" stroke-dasharray="6 4"/>'
+                   f'<text x="{x0 + 8}" y="{y0 + h + 12}" font-size="10">chain: {escape(name)}</text></g>')
     for s in range(len(columns)):
         out.append(f'<text class="stage" x="{PAD + s * (NODE_W + COL_GAP) + NODE_W / 2}" '
                    f'y="{PAD + 4}" text-anchor="middle">stage {s + 1}</text>')
@@ -71,12 +86,13 @@ def topology(wf: Workflow, marks: Marks | None = None, title: str | None = None)
                        f'<text x="{mid}" y="{(y1 + y2) / 2 - 5}" text-anchor="middle">'
                        f'{escape(text)}</text></g>')
     for cid, (x, y) in pos.items():
-        out.append(_node(wf, cid, x, y, marks, rerun))
+        out.append(_node(wf, cid, x, y, marks, rerun, chain_of.get(cid)))
     out.append("</svg>")
     return "".join(out)
 
 
-def _node(wf: Workflow, cid: str, x: float, y: float, marks: Marks, rerun: set[str] | None) -> str:
+def _node(wf: Workflow, cid: str, x: float, y: float, marks: Marks, rerun: set[str] | None,
+          chain: str | None = None) -> str:
     c = wf.component(cid)
     failed_tasks = dict(marks.failed.get(cid) or {})
     n_failed = sum(failed_tasks.values())
@@ -100,11 +116,16 @@ def _node(wf: Workflow, cid: str, x: float, y: float, marks: Marks, rerun: set[s
         tip.append(f"dead letters: {_plural(n_dead, 'tuple')}")
     if rerun is not None:
         tip.append("runs again in the recovery round" if cid in rerun else "does not run again")
+    if chain is not None:
+        classes.append("chained")
+        tip.append(f"chain: {chain}")
     attrs = f'data-component="{escape(cid)}"'
     if n_failed:
         attrs += f' data-failed="{n_failed}"'
     if n_dead:
         attrs += f' data-dead="{n_dead}"'
+    if chain is not None:
+        attrs += f' data-chain="{escape(chain)}"'
     parts = [f'<g class="{" ".join(classes)}" {attrs} transform="translate({x},{y})">',
              f'<title>{escape(chr(10).join(tip))}</title>',
              f'<rect width="{NODE_W}" height="{NODE_H}" rx="8"/>',

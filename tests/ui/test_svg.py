@@ -51,3 +51,20 @@ def test_rounds_chart():
     titles = [t.text for t in ElementTree.fromstring(chart).iterfind(".//s:rect/s:title", NS)]
     assert titles == ["round 1: 41 replayed", "round 1: 21 recovered", "round 1: 0 dead",
                       "round 2: 20 replayed", "round 2: 0 recovered", "round 2: 20 dead"]
+
+
+def test_chains_are_framed_and_their_members_marked():
+    wf = workflow_xml.load(WORKFLOWS / "cdn_logs.xml", check_paths=False)
+    text = svg.topology(wf)
+    root = ElementTree.fromstring(text)
+    [chain] = root.findall(".//s:g[@class='chain']", NS)
+    assert chain.get("data-members") == "logs split normalize"
+    assert "chain: logs -> split -> normalize" in "".join(chain.itertext())
+    nodes = _nodes(text)
+    for m in ("logs", "split", "normalize"):
+        assert nodes[m].get("data-chain") == "logs -> split -> normalize"
+        assert "chained" in nodes[m].get("class").split()
+    assert nodes["aggregate"].get("data-chain") is None
+    # the recovery workflow of a failure at normalize: normalize is fed by its queue spout
+    # (direct), so nothing is chained there
+    assert root is not None and "class=\"chain\"" not in svg.topology(synthesize(wf, {"normalize": [7]}))

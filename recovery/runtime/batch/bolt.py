@@ -13,6 +13,12 @@ isolated failure. Rows named in `fail_rows` fail without bisection.
 
 Tuples replayed from a failed position's queue come in as any others (with their attempt) and
 are batched the same way, so recovery replays failed rows through the same batch component.
+
+The message timeout (runtime.timeouts) bounds each process_batch call as one execution: its
+collector calls past the deadline raise TupleTimeout, and a call that raises it or returns late
+fails its batch's rows with the timeout, without bisection (a timeout is no row's fault, and
+halves would each wait again). The watchdog marks every row of a call that never returns; the
+task's retry fails the marked rows without running them.
 """
 from __future__ import annotations
 
@@ -22,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from recovery.runtime import timeouts
 from recovery.runtime.batch.collector import BatchCall
 from recovery.runtime.batch.host import BatchHost
 from recovery.runtime.batch.rows import Rows, pieces
@@ -38,24 +45,28 @@ def run(runner: BatchHost, records: Records) -> Iterator[Output]:
     collector, size = runner.collector, runner.batch_size
     driver = _BatchBoltDriver(runner, bolt)
     pending: dict[tuple[str, str, bool], tuple[list[Rows], int]] = {}
-    for piece in pieces(records):
-        key = (piece.src, piece.stream, piece.values is None)
-        parts, n = pending.pop(key, ([], 0))
-        parts.append(piece)
-        n += len(piece)
-        if n < size:
-            pending[key] = (parts, n)
-            continue
-        rows = Rows.concat(parts)
-        full = n - n % size
-        for lo in range(0, full, size):
-            driver.run_batch(rows.part(lo, lo + size))
-        if full < n:
-            pending[key] = ([rows.part(full, n)], n - full)
-        if collector.ready:
-            yield from collector.take_ready()
-    for parts, _ in pending.values():
-        driver.run_batch(Rows.concat(parts))
+    runner.timeouts.start(bolt)
+    try:
+        for piece in pieces(records):
+            key = (piece.src, piece.stream, piece.values is None)
+            parts, n = pending.pop(key, ([], 0))
+            parts.append(piece)
+            n += len(piece)
+            if n < size:
+                pending[key] = (parts, n)
+                continue
+            rows = Rows.concat(parts)
+            full = n - n % size
+            for lo in range(0, full, size):
+                driver.run_batch(rows.part(lo, lo + size))
+            if full < n:
+                pending[key] = ([rows.part(full, n)], n - full)
+            if collector.ready:
+                yield from collector.take_ready()
+        for parts, _ in pending.values():
+            driver.run_batch(Rows.concat(parts))
+    finally:
+        runner.timeouts.stop()
     try:
         bolt.finish()
     except Exception as err:   # broad-except: user code (finish) can raise anything
@@ -79,13 +90,29 @@ class _BatchBoltDriver:
 
     def run_batch(self, rows: Rows) -> None:
         self.stats["executed"] += len(rows)
+        limits = self.runner.timeouts
+        if limits.timed_out:
+            # rows of a call an earlier attempt of this task was killed in (the watchdog's
+            # marks): they fail with the timeout they had, and are not run again
+            marked = np.fromiter((m for m in limits.timed_out if isinstance(m, int)), dtype=np.uint64)
+            stuck = np.isin(rows.tids, marked)
+            if stuck.any():
+                for i in np.flatnonzero(stuck).tolist():
+                    self.collector.fail_row(rows, i, f"TupleTimeout: {limits.text()} (stuck: its worker was ended)", "")
+                rows = rows.take(np.flatnonzero(~stuck))
+                if not len(rows):
+                    return
         self._attempt(rows, isolating=False)
 
     def _attempt(self, rows: Rows, isolating: bool) -> None:
-        """One process_batch call over `rows`; on an exception, its halves (bisection)."""
+        """One process_batch call over `rows`, under the message timeout; on an exception,
+        its halves (bisection)."""
         runner, collector, state = self.runner, self.collector, self.runner.state
         saved = state.snapshot() if state is not None else None
         call = collector.call = BatchCall()
+        limits = runner.timeouts
+        running = limits.running = (tuple(rows.tids.tolist()), timeouts.clock() + limits.timeout) \
+            if limits.timed else None
         try:
             if runner.injections:   # recovery.faults acts per tuple, as at a row bolt
                 fields = runner.fields(rows.src, rows.stream)
@@ -100,8 +127,12 @@ class _BatchBoltDriver:
                     raise IndexError(f"fail_rows: row {r} is not in a batch of {len(rows)}")
         # user code (process_batch) can raise anything: it fails the rows that cause it
         except (Exception, SystemExit) as err:  # broad-except: user code
+            limits.running = None
             if state is not None:
                 state.restore(saved)
+            if isinstance(err, timeouts.TupleTimeout) or _late(running):
+                self._time_out(rows, call)
+                return
             if len(rows) == 1:
                 msg, tb = format_error(err)
                 if isolating:
@@ -115,8 +146,21 @@ class _BatchBoltDriver:
             self._attempt(rows.part(mid, len(rows)), True)
             return
         finally:
+            limits.running = None
             collector.call = None
+        if _late(running):   # it returned past its deadline, with no collector call to raise at
+            if state is not None:
+                state.restore(saved)
+            self._time_out(rows, call)
+            return
         collector.settle(rows, call.failed, outputs)
+
+    def _time_out(self, rows: Rows, call: BatchCall) -> None:
+        """A call over `rows` passed the message timeout: its outputs are discarded and its rows
+        fail with the timeout, but those it failed in time, which keep their own error."""
+        error = f"TupleTimeout: {self.runner.timeouts.text()}"
+        for i in range(len(rows)):
+            self.collector.fail_row(rows, i, call.failed.get(i, error), "")
 
     def _record_batch(self, rows: Rows) -> Any:
         import pyarrow as pa
@@ -176,3 +220,8 @@ class _BatchBoltDriver:
             raise IndexError(f"{cid!r}: an anchor is not a row of the input batch "
                              f"of {n_in} rows")
         return stream, out, multi
+
+
+def _late(running: tuple[Any, float] | None) -> bool:
+    """Whether the call timed as `running` (None: untimed) is past its deadline."""
+    return running is not None and timeouts.clock() > running[1]

@@ -1,8 +1,8 @@
-"""Which components the batch runtime runs: BatchBolts, the built-in sinks they alone feed, and
-the text file sources that feed batch components only."""
+"""Which components the batch runtime runs: BatchBolts, BatchSpouts, the built-in sinks they
+alone feed, and the text file sources that feed batch components only."""
 from __future__ import annotations
 
-from recovery.api.batch import BatchBolt
+from recovery.api.batch import BatchBolt, BatchSpout
 from recovery.api.loader import load_class
 from recovery.connectors import sinks
 from recovery.model.graph import subscribers
@@ -12,17 +12,17 @@ _is_batch: dict[tuple[str | None, str], bool] = {}
 
 
 def is_batch_component(comp: Component, wf: Workflow) -> bool:
-    """Whether `comp` is a bolt implemented by a BatchBolt subclass (its class decides), or a
-    built-in sink fed by batch components only (is_batch_sink)."""
+    """Whether `comp` is implemented by a BatchBolt or BatchSpout subclass (its class
+    decides), or is a built-in sink fed by batch components only (is_batch_sink)."""
     impl = comp.impl
     if impl.kind == "sink":
         return is_batch_sink(comp, wf)
-    if comp.is_spout or impl.kind != "class":
+    if impl.kind != "class":
         return False
     key = (wf.base_dir, impl.ref)
     got = _is_batch.get(key)
     if got is None:
-        got = _is_batch[key] = issubclass(load_class(impl.ref, wf.base_dir), BatchBolt)
+        got = _is_batch[key] = issubclass(load_class(impl.ref, wf.base_dir), (BatchBolt, BatchSpout))
     return got
 
 

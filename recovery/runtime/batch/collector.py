@@ -21,8 +21,9 @@ from typing import Any
 
 import numpy as np
 
+from recovery.api.batch import message_ids_as_list
 from recovery.model.workflow import Grouping
-from recovery.runtime import wire
+from recovery.runtime import routing, timeouts, wire
 from recovery.runtime.batch.rows import Rows, occurrences
 from recovery.runtime.collector import CHUNK, TaskCollector
 from recovery.tracking import ids
@@ -51,6 +52,7 @@ class BatchCollector(TaskCollector):
         self.arrow_to = arrow_to      # consumers that are batch components: they get Arrow chunks
         self.fields = fields          # (source, stream) -> declared fields
         self.call: BatchCall | None = None
+        self.spout_rows = 0           # rows a BatchSpout task emitted: default message ids' positions
         # XOR contributions not yet in the folded arrays (see combine)
         self._xor_parts: list[tuple[np.ndarray, np.ndarray]] = []
         self._xor_pending = 0
@@ -58,12 +60,14 @@ class BatchCollector(TaskCollector):
 
     # -- what a BatchBolt calls ------------------------------------------------------------------
     def emit_batch(self, batch: Any, anchors: Any, stream: str) -> None:
+        self._check_deadline()
         if self.call is None:
             raise RuntimeError(f"{self.component_id}: emit_batch outside process_batch (outputs "
                                "must be anchored to the batch's input rows)")
         self.call.emits.append((stream, batch, anchors))
 
     def fail_rows(self, rows: Any, errors: Sequence[str] | str) -> None:
+        self._check_deadline()
         if self.call is None:
             raise RuntimeError(f"{self.component_id}: fail_rows outside process_batch")
         rows = [int(r) for r in rows]
@@ -72,6 +76,65 @@ class BatchCollector(TaskCollector):
             raise ValueError(f"fail_rows: {len(rows)} rows but {len(errs)} errors")
         for r, e in zip(rows, errs):
             self.call.failed.setdefault(r, e)
+
+    def _check_deadline(self) -> None:
+        """The message timeout, checked at each collector call as the row path does: past the
+        deadline of the process_batch call running, the call raises TupleTimeout."""
+        running = self.timeouts.running
+        if running is not None and timeouts.clock() > running[1]:
+            raise self.timeouts.expired()
+
+    # -- what a BatchSpout calls -----------------------------------------------------------------
+    def emit_root_batch(self, batch: Any, message_ids: Any, stream: str) -> None:
+        """A BatchSpout's emit_batch: one root tuple per row of `batch` (the columns of
+        `stream`'s fields, by name), row i with message id message_ids[i], or, when None, the
+        task's (index, position) pair; each root gets the id, routes and ledger contributions
+        a row spout's `emit(values, tup_id=...)` of that message id would give it."""
+        import pyarrow as pa
+        n = batch.num_rows
+        if n == 0:
+            return
+        self.spout_emits += 1   # an emit: the spout is not exhausted (root replay's unselected too)
+        fields = self.fields(self.component_id, stream)
+        if stream not in self.router.routes:
+            raise ValueError(f"{self.component_id!r} emitted on undeclared stream {stream!r}")
+        missing = [f for f in fields if f not in batch.schema.names]
+        if missing:
+            raise ValueError(f"{self.component_id!r}: the batch emitted on stream {stream!r} has no "
+                             f"column {missing[0]!r} (fields: {' '.join(fields)})")
+        if isinstance(batch, pa.Table):
+            batch = batch.combine_chunks().to_batches()[0]
+        values = batch.select(list(fields))
+        start, self.spout_rows = self.spout_rows, self.spout_rows + n
+        if message_ids is None:
+            index = self.task_map.index(self.component_id, self.task_id)
+            mids: list[Any] = [(index, p) for p in range(start, start + n)]
+            hashes = ids.pair_hashes(index, np.arange(start, start + n, dtype=np.uint64))
+        else:
+            mids = message_ids_as_list(message_ids)
+            if len(mids) != n:
+                raise ValueError(f"{self.component_id!r}: {len(mids)} message ids for {n} rows")
+            hashes = ids.stable_hashes(mids)
+        selected = self.roots.selected_many(hashes)   # a root replay re-emits the failed ones only
+        if selected is not None:
+            keep = np.flatnonzero(selected)
+            if len(keep) == 0:
+                return
+            hashes, values, mids = hashes[keep], values.take(keep), [mids[i] for i in keep.tolist()]
+        roots = self.roots.root_ids(hashes).tolist()
+        made = self.roots.made
+        if len(set(roots)) < len(roots) or not made.isdisjoint(roots):
+            # ids are derived from message ids: a second root under one id would cancel the
+            # first one's XORs and share its queue fields (the row spout's check)
+            seen = set(made)
+            for root, mid in zip(roots, mids):
+                if root in seen:
+                    raise ValueError(f"spout {self.component_id!r} emitted message id {mid!r} twice in "
+                                     f"one task; message ids must be unique within a run")
+                seen.add(root)
+        self.emit_roots(hashes, values, stream)
+        made.update(roots)
+        self.roots.messages.extend([r, m] for r, m in zip(roots, mids))
 
     # -- a successful call's outputs, acks and failures ----------------------------------------
     def settle(self, rows: Rows, failed: dict[int, str], outputs: list[tuple[str, Any, Any]]) -> None:
@@ -195,6 +258,8 @@ class BatchCollector(TaskCollector):
         """The target task indices of route `r` per output row (runtime.Router's choices)."""
         m = len(base)
         g = r.grouping
+        if r.kind == routing.LOCAL:   # a chained edge: task i of the consumer (runtime.routing)
+            return [np.full(m, r.local, dtype=np.int64)]
         if g is Grouping.ALL:
             return [np.full(m, i, dtype=np.int64) for i in range(r.p)]
         if g is Grouping.FIELDS:

@@ -12,6 +12,7 @@ from recovery.runtime.batch.collector import BatchCollector
 from recovery.runtime.collector import Output
 from recovery.runtime.routing import Router
 from recovery.runtime.task import Records
+from recovery.runtime.timeouts import MessageTimeouts
 from recovery.tracking.state import KeyedState
 
 
@@ -35,6 +36,9 @@ class BatchHost(Protocol):
 
     @property
     def injections(self) -> list[Injection]: ...
+
+    @property
+    def timeouts(self) -> MessageTimeouts: ...
 
     @property
     def stats(self) -> dict[str, float]: ...

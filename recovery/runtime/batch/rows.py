@@ -75,6 +75,16 @@ class Rows:
                     self.pyvalues[lo:hi] if self.pyvalues is not None else None,
                     self.attempts[lo:hi], self.src_tasks[lo:hi])
 
+    def take(self, idx: np.ndarray) -> Rows:
+        """The rows at positions `idx` (ascending), in that order."""
+        k = self.root_off[1:][idx] - self.root_off[:-1][idx]
+        pos = np.repeat(self.root_off[:-1][idx] - (np.cumsum(k) - k), k) + np.arange(int(k.sum()))
+        pyvalues = self.pyvalues
+        return Rows(self.src, self.stream, self.tids[idx], np.r_[0, np.cumsum(k)].astype(np.int64),
+                    self.root_flat[pos], self.values.take(idx) if self.values is not None else None,
+                    [pyvalues[i] for i in idx.tolist()] if pyvalues is not None else None,
+                    self.attempts[idx], self.src_tasks[idx])
+
     def python_values(self) -> list[list]:
         if self.pyvalues is None:
             columns = [c.to_pylist() for c in self.values.columns]

@@ -1,14 +1,15 @@
 """The task runner of a batch component: a TaskRunner whose collector is a BatchCollector, and
 whose bolt task is driven a batch at a time (runtime.batch.bolt, or runtime.batch.sink for a
-built-in sink). It also runs the batched text file source (connectors.file_batches), as its
-connectors.runner.BatchSourceRunner."""
+built-in sink), whose BatchSpout emits a batch at a time (next_batch). It also runs the batched
+text file source (connectors.file_batches), as its connectors.runner.BatchSourceRunner."""
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
+from recovery.api.batch import BatchSpout
 from recovery.model import config as config_decl
 from recovery.model.run import RunSpec
 from recovery.runtime.batch import bolt as batch_bolt
@@ -21,7 +22,7 @@ from recovery.runtime.task import Records, TaskRunner
 
 
 class BatchTaskRunner(TaskRunner):
-    """TaskRunner for a BatchBolt, a batch sink or a batched file source."""
+    """TaskRunner for a BatchBolt, a BatchSpout, a batch sink or a batched file source."""
 
     collector: BatchCollector
 
@@ -47,8 +48,11 @@ class BatchTaskRunner(TaskRunner):
     def emit_roots(self, hashes: np.ndarray, values: Any, stream: str) -> None:
         self.collector.emit_roots(hashes, values, stream)
 
+    def spout_step(self, spout: Any) -> Callable[[], Any]:
+        return spout.next_batch if isinstance(spout, BatchSpout) else spout.next_tuple
+
     def run_bolt(self, records: Records) -> Iterator[Output]:
-        if self.tracker is not None and self.tracker.committed() is not None:
+        if not self.in_chain and self.tracker is not None and self.tracker.committed() is not None:
             yield from self.tracker.stored_output()
             return
         if self.comp.impl.kind == "sink":

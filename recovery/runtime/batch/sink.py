@@ -1,6 +1,14 @@
 """The batch sink driver: a built-in sink whose inputs are all batch components
 (runtime.batch.checks.is_batch_sink) gets their Arrow chunks and writes the columns as they
-are, with the row sink's bytes and guarantees."""
+are, with the row sink's bytes and guarantees.
+
+The message timeout (topology.message.timeout.secs) bounds the write of the task's part, and
+is checked where the write publishes it (the task context's `fence`, which every built-in sink
+calls right before its part becomes visible: the rename of a file part, a Delta commit, a
+PostgreSQL COMMIT, the Redis HSET). A write past its deadline there publishes nothing and its
+rows fail with the timeout, queued for `recover`, as timed-out row tuples. A write whose
+publish passed in time stays acked even when it returns late (logged): its rows are durable,
+and failing them would write them a second time."""
 from __future__ import annotations
 
 import time
@@ -9,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from recovery.runtime import timeouts
 from recovery.runtime.batch.host import BatchHost
 from recovery.runtime.batch.rows import Rows, pieces
 from recovery.runtime.collector import Output, format_error
@@ -63,15 +72,23 @@ def run(runner: BatchHost, records: Records) -> Iterator[Output]:
         if ok.any():
             chunks.append(chunk)
             written.append((rows, ok))
+    write = _TimedWrite(runner, sink)
     try:
         if chunks:
-            sink.write_chunks(chunks)
+            write.run(chunks)
     except Exception as err:   # broad-except: a write that raises (disk full, Redis down) fails what it held
-        msg, tb = format_error(err)
+        if write.expired:
+            msg, tb = f"TupleTimeout: {runner.timeouts.text()}", ""
+        else:
+            msg, tb = format_error(err)
+            msg = f"{cid}.finish raised {msg}"
         for rows, ok in written:
             for i in np.flatnonzero(ok).tolist():
-                collector.fail_row(rows, i, f"{cid}.finish raised {msg}", tb)
+                collector.fail_row(rows, i, msg, tb)
     else:
+        if write.late():
+            collector.log(f"{cid} published its part in time, then its write ran past the "
+                          f"{runner.timeouts.timeout:g}s timeout; its rows stay acked", "warn")
         for rows, ok in written:
             collector.ack_rows(rows, ok)
     try:
@@ -79,3 +96,36 @@ def run(runner: BatchHost, records: Records) -> Iterator[Output]:
     except Exception as err:   # broad-except: cleanup can raise anything
         collector.log(f"cleanup raised {format_error(err)[0]}", "error")
     yield from runner.finish(started)
+
+
+class _TimedWrite:
+    """The sink's write_chunks under the message timeout: its task context's `fence` (called
+    by every built-in sink right before it publishes) raises TupleTimeout past the deadline,
+    before the fence's own check (the driver still owns the run)."""
+
+    def __init__(self, runner: BatchHost, sink: Any):
+        self.limits = runner.timeouts
+        self.context = sink.context
+        self.sink = sink
+        self.deadline: float | None = None
+        self.expired = False     # the deadline passed at the publish point: nothing was published
+
+    def run(self, chunks: list[Any]) -> None:
+        fence = getattr(self.context, "fence", None)
+        self.deadline = timeouts.clock() + self.limits.timeout
+
+        def fence_in_time() -> None:
+            if self.deadline is not None and timeouts.clock() > self.deadline:
+                self.expired = True
+                raise self.limits.expired()
+            if fence is not None:
+                fence()
+
+        self.context.fence = fence_in_time
+        try:
+            self.sink.write_chunks(chunks)
+        finally:
+            self.context.fence = fence
+
+    def late(self) -> bool:
+        return self.deadline is not None and timeouts.clock() > self.deadline

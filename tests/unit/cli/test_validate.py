@@ -203,3 +203,12 @@ def test_properties_lists_every_declaration():
     doc = json.loads(run("properties", "--json").stdout)
     names = {p["name"] for p in doc["properties"]}
     assert set(config.PROPERTIES) <= names and "recovery.inject.NAME.mode" in names
+
+
+def test_graph_shows_the_chains_in_text_and_json():
+    text = run("graph", str(WORKFLOWS / "cdn_logs.xml"), "--ascii")
+    assert text.exit_code == 0 and "chain: logs -> split -> normalize" in text.stdout
+    doc = json.loads(run("graph", str(WORKFLOWS / "cdn_logs.xml"), "--json").stdout)
+    assert doc["chains"] == [{"name": "logs -> split -> normalize", "members": ["logs", "split", "normalize"],
+                              "parallelism": 2}]
+    assert json.loads(run("graph", str(WORKFLOWS / "wordcount.xml"), "--json").stdout)["chains"] == []

@@ -147,3 +147,29 @@ def test_rounds_replayed_recovered_dead_and_duration(fake_redis, run):
     assert (r0["replayed"], r0["duration"]) == (0, 4.0)
     # the idle time between the submit and the recover is not the round's
     assert (r1["replayed"], r1["recovered"], r1["dead"], r1["duration"]) == (2, 1, 1, 1.5)
+
+
+def test_plan_shows_the_recovery_rounds_chains_in_its_report_drawings_and_xml(fake_redis, monkeypatch):
+    """cdn_logs with tuples queued at split: the recovery round runs split from its queue,
+    chained again with normalize (local_or_shuffle); `recovery plan` says so in every form."""
+    from click.testing import CliRunner
+
+    from recovery.cli import main
+    from recovery.model.graph import TaskMap
+    from recovery.model.xml.parse import parse_string
+    wf = workflow_xml.load(WORKFLOWS / "cdn_logs.xml", check_paths=False)
+    run_id = "cdn-1"
+    runs.create(fake_redis, run_id, "<workflow/>", wf.to_task_json(), None, "local[2]", True)
+    task = TaskMap.of(wf).task_id("split", 1)
+    queued = {"id": 31, "roots": [31], "component": "split", "task": task, "values": ["x"], "attempt": 1,
+              "error": "ValueError: bad line", "traceback": ""}
+    fake_redis.hset(keys.queue(run_id, "split", task), "31", msgpack.packb(queued))
+    fake_redis.sadd(keys.failed_set(run_id), f"split:{task}")
+    p = reports.plan(fake_redis, run_id)
+    assert p["chains"] == [["split", "normalize"]]
+    monkeypatch.setattr("recovery.cli.run._client", lambda redis_url: (fake_redis, "redis://fake"))
+    xml = CliRunner().invoke(main, ["plan", run_id], catch_exceptions=False).stdout
+    assert "chain: split -> normalize (one Spark stage)" in xml
+    assert parse_string(xml).name == "cdn_logs.recovery"    # still a workflow file, comment and all
+    text = CliRunner().invoke(main, ["plan", run_id, "-f", "text"], catch_exceptions=False).stdout
+    assert "chain: split -> normalize" in text and "chain: logs -> split" not in text

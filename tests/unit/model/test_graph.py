@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from recovery.model.graph import TaskContext, TaskMap, downstream, subscribers, topological_order, upstream
+from recovery.model.graph import ChainPlan, TaskContext, TaskMap, downstream, subscribers, topological_order, upstream
 from recovery.model.workflow import ClassImpl, Component, Grouping, Input, StreamDef, Workflow
 from recovery.model.xml.parse import load
 
@@ -135,3 +135,65 @@ def test_task_context_for_a_task_of_another_component(fanout):
 def test_grouping_values_are_storms_names():
     assert {g.value for g in Grouping} == {"shuffle", "fields", "all", "global", "none",
                                            "direct", "local_or_shuffle"}
+
+
+# --- chains ------------------------------------------------------------------------------
+def _wf(*components: Component, **config: str) -> Workflow:
+    return Workflow(name="w", components=tuple(components), config=tuple(config.items()))
+
+
+def _joined(cid: str, source: str, grouping: Grouping, p: int = 2) -> Component:
+    return Component(id=cid, kind="bolt", parallelism=p, impl=ClassImpl(ref="m:B"),
+                     streams=(StreamDef(fields=("x",)),),
+                     inputs=(Input(source=source, grouping=grouping, fields=("x",) if grouping is Grouping.FIELDS else ()),))
+
+
+def _chains(wf: Workflow) -> list[tuple[str, ...]]:
+    return [c.members for c in ChainPlan.of_workflow(wf).chains]
+
+
+def test_local_or_shuffle_and_none_chain_components_of_equal_parallelism():
+    wf = _wf(spout("s", 2), _joined("a", "s", Grouping.LOCAL_OR_SHUFFLE), _joined("b", "a", Grouping.NONE),
+             _joined("c", "b", Grouping.SHUFFLE), _joined("d", "c", Grouping.LOCAL_OR_SHUFFLE))
+    assert _chains(wf) == [("s", "a", "b"), ("c", "d")]
+    plan = ChainPlan.of_workflow(wf)
+    assert plan.chain_of("b").head == "s" and plan.chain_of("b").name == "s -> a -> b"
+    assert plan.consumers["s"] == ("c",) and plan.consumers["c"] == ()
+    assert plan.readers(wf, "a") == ["c:0", "c:1"]
+
+
+def test_shuffle_edges_chain_only_with_the_property_and_chaining_can_be_turned_off():
+    parts = (spout("s", 2), _joined("a", "s", Grouping.SHUFFLE), _joined("b", "a", Grouping.LOCAL_OR_SHUFFLE))
+    assert _chains(_wf(*parts)) == [("s",), ("a", "b")]
+    assert _chains(_wf(*parts, **{"recovery.chain.shuffle": "true"})) == [("s", "a", "b")]
+    assert _chains(_wf(*parts, **{"recovery.chain": "false"})) == [("s",), ("a",), ("b",)]
+
+
+@pytest.mark.parametrize("grouping", [Grouping.FIELDS, Grouping.ALL, Grouping.GLOBAL, Grouping.DIRECT])
+def test_other_groupings_never_chain(grouping):
+    wf = _wf(spout("s", 2, streams=(StreamDef(fields=("x",), direct=grouping is Grouping.DIRECT),)),
+             _joined("a", "s", grouping), **{"recovery.chain.shuffle": "true"})
+    assert _chains(wf) == [("s",), ("a",)]
+
+
+def test_a_chain_needs_equal_parallelism_and_one_input():
+    unequal = _wf(spout("s", 2), _joined("a", "s", Grouping.LOCAL_OR_SHUFFLE, p=3))
+    assert _chains(unequal) == [("s",), ("a",)]
+    join = Component(id="j", kind="bolt", parallelism=2, impl=ClassImpl(ref="m:B"),
+                     streams=(StreamDef(fields=("x",)),),
+                     inputs=(Input(source="s", grouping=Grouping.LOCAL_OR_SHUFFLE),
+                             Input(source="t", grouping=Grouping.LOCAL_OR_SHUFFLE)))
+    assert _chains(_wf(spout("s", 2), spout("t", 2), join)) == [("s",), ("t",), ("j",)]
+
+
+def test_a_chain_may_branch_every_member_keeps_its_one_upstream():
+    wf = _wf(spout("s", 2), _joined("a", "s", Grouping.LOCAL_OR_SHUFFLE), _joined("b", "s", Grouping.NONE),
+             _joined("c", "a", Grouping.FIELDS))
+    assert _chains(wf) == [("s", "a", "b"), ("c",)]
+    assert ChainPlan.of_workflow(wf).consumers["s"] == ("c",)
+
+
+def test_the_examples_chain_where_storm_users_write_local_or_shuffle():
+    for name in ("cdn_logs", "cdn_logs_batch"):
+        wf = load(WORKFLOWS / f"{name}.xml", check_paths=False)
+        assert [c.members for c in ChainPlan.of_workflow(wf).chained] == [("logs", "split", "normalize")]

@@ -181,3 +181,21 @@ def test_render_empty_workflow():
     assert out.startswith("workflow empty  (0 components)")
     assert render(Workflow(name="empty"), "dot").startswith('digraph "empty"')
     assert render(Workflow(name="empty"), "mermaid") == "flowchart LR\n"
+
+
+def test_chains_are_drawn_in_every_format():
+    from recovery.model.render import chains_of
+    wf = load(WORKFLOWS / "cdn_logs.xml", check_paths=False)
+    assert chains_of(wf) == [("logs", "split", "normalize")]
+    text = render(wf, "text")
+    assert "chain: logs -> split -> normalize" in text
+    assert text.count("[chain: logs -> split -> normalize]") == 3
+    dot = render(wf, "dot")
+    assert 'subgraph "cluster_chain_0"' in dot and '"logs"; "split"; "normalize";' in dot
+    mermaid = render(wf, "mermaid")
+    assert 'subgraph chain0["chain: logs -#gt; split -#gt; normalize"]' in mermaid
+    # a plan draws the recovery round's chains on the original topology; none: nothing
+    assert "chain:" not in render(wf, "text", chains=[])
+    assert "cluster_chain_0" in render(wf, "dot", chains=[["split", "normalize"]])
+    unchained = wf.with_config({"recovery.chain": "false"})
+    assert "chain:" not in render(unchained, "text") and "subgraph" not in render(unchained, "mermaid")

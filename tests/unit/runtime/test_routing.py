@@ -130,3 +130,21 @@ def test_routes_and_ids_equal_the_groupings_spelled_out(groupings, p, base, key,
     tm = TaskMap.of(wf)
     got = Router(wf, tm, "a").deliver("default", [key, other], base, None)
     assert got == _reference_copies(wf, tm, ("k", "v"), [key, other], base)
+
+
+@pytest.mark.parametrize("g", [Grouping.LOCAL_OR_SHUFFLE, Grouping.NONE, Grouping.SHUFFLE])
+def test_a_chained_edge_sends_task_i_tuples_to_task_i_with_ids_derived_from_that_task(g):
+    """Within a chain (model.graph.ChainPlan) the target of task i is task i of the next
+    member; the copy's id is derived from that target task as for any edge."""
+    wf = _wf(g, p=4)
+    tm = TaskMap.of(wf)
+    for index in range(4):
+        r = Router(wf, tm, "a", index, frozenset({"b"}))
+        for i in range(50):
+            base = ids.derive(i)
+            [(consumer, idx, task, tid)] = r.deliver("default", [str(i), i], base, None)
+            assert (consumer, idx, task) == ("b", index, tm.task_id("b", index))
+            assert tid == ids.derive2(base, task)
+    # not chained: spread over the tasks as before
+    spread = Router(wf, tm, "a", 0, frozenset())
+    assert len({spread.deliver("default", [str(i), i], ids.derive(i), None)[0][1] for i in range(200)}) == 4

@@ -45,3 +45,14 @@ def test_fields_hash_many_tells_values_a_dict_would_confuse():
 def test_position_hashes_are_stable_hash_of_name_and_offset(name, offsets):
     got = ids.position_hashes(name, np.array(offsets, dtype=np.uint64))
     assert [int(x) for x in got] == [ids.stable_hash((name, o)) for o in offsets]
+
+
+@given(PART, st.lists(PART, min_size=1, max_size=30))
+def test_pair_hashes_are_stable_hash_of_the_pair(first, seconds):
+    got = ids.pair_hashes(first, np.array(seconds, dtype=np.uint64))
+    assert [int(x) for x in got] == [ids.stable_hash((first, s)) for s in seconds]
+
+
+@given(st.one_of(st.lists(PART, min_size=1, max_size=30), st.lists(VALUE, min_size=1, max_size=30)))
+def test_stable_hashes_are_stable_hash_of_each_value(values):
+    assert [int(x) for x in ids.stable_hashes(values)] == [ids.stable_hash(v) for v in values]
