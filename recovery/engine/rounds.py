@@ -180,10 +180,16 @@ def collect_stats(client: Redis, run_id: str, round_no: int) -> dict[str, dict]:
     return per
 
 
-def resolve_ledger(spark: SparkSession, spec: RunSpec) -> ledger.RootCounts:
-    """The acker's verdict, computed by Spark tasks (one per ledger bucket): each folds its
-    bucket to the roots still pending and counts them, and of them the dead and the failed
-    (queued) ones; the driver only adds the buckets' counts up."""
+def resolve_ledger(spark: SparkSession, client: Redis, spec: RunSpec) -> ledger.RootCounts:
+    """The acker's verdict of the round: the roots still pending, and of them the dead and the
+    failed (queued) ones. The round's last task to commit counted them already, under this
+    driver's generation (tracker.count_round_when_done): they are read, and the round costs no
+    second Spark job. Otherwise (that task died before counting, or this driver resumes a round
+    another one ran) Spark tasks count them, one per ledger bucket, each folding its bucket;
+    the driver only adds the buckets' counts up."""
+    counted = ledger.counted_round(client, spec.run_id, spec.round, spec.generation)
+    if counted is not None:
+        return counted
     return sum(_per_bucket(spark, functools.partial(_resolve_bucket, spec)), ledger.RootCounts())
 
 
@@ -203,13 +209,13 @@ def _per_bucket(spark: SparkSession, each: Callable[[int], Any]) -> list[Any]:
 def clear_round(client: Redis, run_id: str, round_no: int, spill_dir: str | None = None,
                 generation: str | None = None, root_replay: bool = False) -> None:
     """A settled round's in-flight tuples and done markers are no longer needed: its spill
-    references, done markers (and a root replay's replay set) go in one transaction fenced by
+    references, done markers, the counts its last task stored (and a root replay's replay set) go in one transaction fenced by
     the run's `generation`, and only once that proved this driver still owns the run does its
     spill folder go (orphans of dead attempts included). A driver taken over (or a run cleared)
     meanwhile removes nothing: RunTakenOver (RunCleared). Idempotent: a resumed driver repeats it."""
     def drop(pipe: Any) -> None:
         pipe.delete(keys.task_spill(run_id, round_no), keys.task_done(run_id, round_no),
-                    keys.task_commits(run_id, round_no))
+                    keys.task_commits(run_id, round_no), keys.round_counts(run_id, round_no))
         if root_replay:   # its spouts read it; nothing does once the round is settled
             pipe.delete(keys.root_replay_set(run_id, round_no))
     if not ledger.fenced_transaction(client, run_id, generation, drop):

@@ -256,6 +256,14 @@ def task_done(run_id: str, round_no: int) -> str:
     return run_key(run_id, "done", round_no)
 
 
+def round_counts(run_id: str, round_no: int) -> str:
+    """String: the acker's counts of a round whose tasks all committed, counted by its last task
+    to commit (tracker.commit_together) under the driver's generation, which the driver's settle
+    takes instead of running the per-bucket job (engine.rounds.resolve_ledger); dropped once the
+    round is settled."""
+    return run_key(run_id, "counts", round_no)
+
+
 def state(run_id: str, component: str) -> str:
     return run_key(run_id, "state", component)
 
