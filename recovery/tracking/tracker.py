@@ -33,8 +33,14 @@ from recovery.errors import RunFenced, SpillError
 from recovery.model import config as config_decl
 from recovery.model.failed import FailedTuple
 from recovery.tracking import keys, runs
-from recovery.tracking.ledger import (LEDGER_BUCKETS, count_round, fenced_transaction, pack_xors, piece_fields,
-                                      resolve_bucket)
+from recovery.tracking.ledger import (
+    LEDGER_BUCKETS,
+    count_round,
+    fenced_transaction,
+    pack_xors,
+    piece_fields,
+    resolve_bucket,
+)
 from recovery.tracking.spill import SpillRef, SpillStore, SpillWriter, location, task_label
 
 log = logging.getLogger(__name__)
