@@ -10,7 +10,8 @@ Lua script touches the keys of one slot only, chosen by a hash tag (the part bet
 `{` and `}`):
 
 - **The run's home slot**, tag `{<run_id>}`: the record, the lease, the done markers and the
-  commit records of each round (`done:<round>`, `commits:<round>`), the spill references, the
+  commit records of each round (`done:<round>`, `commits:<round>`) and its acker counts
+  (`counts:<round>`), the spill references, the
   failed set and `due`, the dead letters and dead roots, keyed state, the spouts' waiting
   message ids, the log, the timeout marks, the root-replay sets. Control data: a few writes per
   task, so the generation check (the record) and the commit point (the done marker) are one
