@@ -1,9 +1,12 @@
 """The Spark engine: turns a Workflow into a PySpark job and runs one round of it.
 
-One component is one stage; its parallelism is its number of Spark partitions (= Storm tasks).
-A component's output RDD is persisted, so it is computed once however many components
-subscribe to it. Routing happens in the emitting task (runtime.Router), so a consumer's input
-is the upstream outputs filtered by consumer and partitioned by target task index.
+One chain of components (most chains are one component) is one stage; its parallelism is its
+number of Spark partitions (= Storm tasks). A stage's output read by several stages is
+persisted, so it is computed once however many subscribe to it; one read by a single stage is
+not (Spark computes it once in the job anyway, and PySpark then pipelines the reader's filter
+and shuffle keys into the stage's Python worker: the output crosses into the JVM once).
+Routing happens in the emitting task (runtime.Router), so a consumer's input is the upstream
+outputs filtered by consumer and partitioned by target task index.
 The driver only sees counters: sources are read by tasks, tuples move through Spark's shuffle.
 """
 from __future__ import annotations
@@ -12,7 +15,7 @@ import functools
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import msgpack
 from redis import Redis
@@ -100,10 +103,17 @@ def _noop(_: Any) -> None:
     pass
 
 
-def build(spark: SparkSession, wf: Workflow, spec: RunSpec) -> tuple[list[Any], list[Any]]:
-    """The RDD graph of one round: (leaf RDDs, persisted shared outputs). One stage per chain
-    (model.graph.ChainPlan; most chains are one component): its head reads the stage's input,
-    and only what its members send out of the chain leaves it."""
+class RoundGraph(NamedTuple):
+    """The RDDs of one round's stages (one per chain)."""
+    leaves: list[Any]       # the stages nothing reads: the round's job runs them
+    outputs: list[Any]      # every other stage's output, in topological order
+    persisted: list[Any]    # of `outputs`, those read by more than one stage
+
+
+def build(spark: SparkSession, wf: Workflow, spec: RunSpec) -> RoundGraph:
+    """The RDD graph of one round. One stage per chain (model.graph.ChainPlan; most chains are
+    one component): its head reads the stage's input, and only what its members send out of
+    the chain leaves it."""
     from pyspark import StorageLevel  # lazy: the CLI imports the engine; pyspark costs seconds
     sc = spark.sparkContext
     plan = ChainPlan.of_workflow(wf)
@@ -128,20 +138,21 @@ def build(spark: SparkSession, wf: Workflow, spec: RunSpec) -> tuple[list[Any], 
             joined = parts[0] if len(parts) == 1 else sc.union(parts)
             rdd = joined.partitionBy(p, _target_index).mapPartitionsWithIndex(run_task)
         rdd.setName(chain.name)
-        if plan.consumers[cid]:
+        if not plan.consumers[cid]:
+            leaves.append(rdd)
+            continue
+        outputs[cid] = rdd
+        if len(plan.consumers[cid]) > 1:   # (each reader is a chain's head: one stage each)
             rdd.persist(StorageLevel.MEMORY_AND_DISK)
             persisted.append(rdd)
-            outputs[cid] = rdd
-        else:
-            leaves.append(rdd)
-    return leaves, persisted
+    return RoundGraph(leaves, list(outputs.values()), persisted)
 
 
 def run_round(spark: SparkSession, wf: Workflow, spec: RunSpec,
               on_progress: Callable[[int, int], None] | None = None) -> None:
     """Run one round to the end (its counters are in the tasks' commits)."""
     sc = spark.sparkContext
-    leaves, persisted = build(spark, wf, spec)
+    leaves, _, persisted = build(spark, wf, spec)
     total_tasks = sum(c.parallelism for c in wf.components)
     stop = threading.Event()
     watcher = None
@@ -183,10 +194,16 @@ def collect_stats(client: Redis, run_id: str, round_no: int) -> dict[str, dict]:
     return per
 
 
-def resolve_ledger(spark: SparkSession, spec: RunSpec) -> ledger.RootCounts:
-    """The acker's verdict, computed by Spark tasks (one per ledger bucket): each folds its
-    bucket to the roots still pending and counts them, and of them the dead and the failed
-    (queued) ones; the driver only adds the buckets' counts up."""
+def resolve_ledger(spark: SparkSession, client: Redis, spec: RunSpec) -> ledger.RootCounts:
+    """The acker's verdict of the round: the roots still pending, and of them the dead and the
+    failed (queued) ones. The round's last task to commit counted them already, under this
+    driver's generation (tracker.count_round_when_done): they are read, and the round costs no
+    second Spark job. Otherwise (that task died before counting, or this driver resumes a round
+    another one ran) Spark tasks count them, one per ledger bucket, each folding its bucket;
+    the driver only adds the buckets' counts up."""
+    counted = ledger.counted_round(client, spec.run_id, spec.round, spec.generation)
+    if counted is not None:
+        return counted
     return sum(_per_bucket(spark, functools.partial(_resolve_bucket, spec)), ledger.RootCounts())
 
 
@@ -206,13 +223,14 @@ def _per_bucket(spark: SparkSession, each: Callable[[int], Any]) -> list[Any]:
 def clear_round(client: Redis, run_id: str, round_no: int, spill_dir: str | None = None,
                 generation: str | None = None, root_replay: bool = False) -> None:
     """A settled round's in-flight tuples and done markers are no longer needed: its spill
-    references, done markers (and a root replay's replay set) go in one transaction fenced by
-    the run's `generation`, and only once that proved this driver still owns the run does its
-    spill folder go (orphans of dead attempts included). A driver taken over (or a run cleared)
-    meanwhile removes nothing: RunTakenOver (RunCleared). Idempotent: a resumed driver repeats it."""
+    references, done markers, the counts its last task stored (and a root replay's replay set)
+    go in one transaction fenced by the run's `generation`, and only once that proved this
+    driver still owns the run does its spill folder go (orphans of dead attempts included). A
+    driver taken over (or a run cleared) meanwhile removes nothing: RunTakenOver (RunCleared).
+    Idempotent: a resumed driver repeats it."""
     def drop(pipe: Any) -> None:
         pipe.delete(keys.task_spill(run_id, round_no), keys.task_done(run_id, round_no),
-                    keys.task_commits(run_id, round_no))
+                    keys.task_commits(run_id, round_no), keys.round_counts(run_id, round_no))
         if root_replay:   # its spouts read it; nothing does once the round is settled
             pipe.delete(keys.root_replay_set(run_id, round_no))
     if not ledger.fenced_transaction(client, run_id, generation, drop):

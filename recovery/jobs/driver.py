@@ -112,8 +112,9 @@ def run_and_settle(spark: SparkSession, client: redis.Redis, wf: Workflow, spec:
         rounds = [r for r in rounds if r.get("round") != spec.round]
         rounds.append({"round": spec.round, "components": stats, "started": started, "ended": time.time()})
         runs.update(client, spec.run_id, gen, rounds=rounds, **({"stats": stats} if spec.round == 0 else {}))
-    # the acker's counts, by Spark tasks (one per ledger bucket): stored with the settle
-    counts = engine_rounds.resolve_ledger(spark, spec) if spec.tracking else ledger.RootCounts()
+    # the acker's counts (those the round's last task counted, else by Spark tasks, one per
+    # ledger bucket): stored with the settle
+    counts = engine_rounds.resolve_ledger(spark, client, spec) if spec.tracking else ledger.RootCounts()
     # (a bucket task fenced out folds nothing: its counts are no verdict, and this says why)
     runs.check_generation(client, spec.run_id, gen)
     if spec.source_json != "{}" and uses_log_source(wf):

@@ -197,8 +197,10 @@ def execute_round(wf: Workflow, spec: RunSpec, client: Redis, arrival: random.Ra
     received: dict[tuple[str, int], list[bytes]] = collections.defaultdict(list)
     with task.injected_client(spec.redis_url, client):
         # LocalSession stands in for the SparkSession: it has the part of its API build uses
-        leaves, persisted = rounds.build(cast("SparkSession", session), wf, spec)
-        for rdd in persisted + leaves:
+        leaves, outputs, _ = rounds.build(cast("SparkSession", session), wf, spec)
+        for rdd in outputs:   # (each stage's tasks run once: its output is read here and downstream)
+            rdd.persist()
+        for rdd in outputs + leaves:
             for key, blob in rdd.collect():
                 received[tuple(key)].append(blob)
     return received

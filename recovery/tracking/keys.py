@@ -10,7 +10,8 @@ Lua script touches the keys of one slot only, chosen by a hash tag (the part bet
 `{` and `}`):
 
 - **The run's home slot**, tag `{<run_id>}`: the record, the lease, the done markers and the
-  commit records of each round (`done:<round>`, `commits:<round>`), the spill references, the
+  commit records of each round (`done:<round>`, `commits:<round>`) and its acker counts
+  (`counts:<round>`), the spill references, the
   failed set and `due`, the dead letters and dead roots, keyed state, the spouts' waiting
   message ids, the log, the timeout marks, the root-replay sets. Control data: a few writes per
   task, so the generation check (the record) and the commit point (the done marker) are one
@@ -254,6 +255,14 @@ def fired_sentinels(run_id: str) -> str:
 def task_done(run_id: str, round_no: int) -> str:
     """Hash: "component:index" -> the committed task's counters."""
     return run_key(run_id, "done", round_no)
+
+
+def round_counts(run_id: str, round_no: int) -> str:
+    """String: the acker's counts of a round whose tasks all committed, counted by its last task
+    to commit (tracker.commit_together) under the driver's generation, which the driver's settle
+    takes instead of running the per-bucket job (engine.rounds.resolve_ledger); dropped once the
+    round is settled."""
+    return run_key(run_id, "counts", round_no)
 
 
 def state(run_id: str, component: str) -> str:

@@ -297,15 +297,49 @@ def pending_among(client: Redis, run_id: str, roots: Iterable[int]) -> set[int]:
     return out
 
 
-def count_bucket(client: Redis, run_id: str, bucket: int, roots: np.ndarray) -> RootCounts:
+def count_bucket(client: Redis, run_id: str, bucket: int, roots: np.ndarray,
+                 queued: set[int] | None = None) -> RootCounts:
     """One bucket's share of the acker's counts, in the task that folded it (`roots`: its
-    pending roots, as fold_bucket returned them): of them the dead and the failed."""
+    pending roots, as fold_bucket returned them): of them the dead and the failed. `queued`:
+    every queued tuple's roots, when the caller read them already (else this bucket's are read)."""
     pending = [int(r) for r in roots.tolist()]
     if not pending:
         return RootCounts()
     dead = dead_among(client, run_id, pending)
-    failed = len((set(pending) - dead) & queued_roots(client, run_id, bucket))
+    if queued is None:
+        queued = queued_roots(client, run_id, bucket)
+    failed = len((set(pending) - dead) & queued)
     return RootCounts(len(pending), failed, len(dead))
+
+
+def count_round(client: Redis, run_id: str, round_no: int, generation: str | None) -> RootCounts | None:
+    """The acker's counts of round `round_no`, whose tasks have all committed, in one process:
+    every bucket folded and counted (what the per-bucket tasks of engine.rounds.resolve_ledger
+    do, the queued roots read once), then stored (keys.round_counts) under `generation` for the
+    driver's settle. The caller applied every committed attempt's staged queue writes first.
+    None, storing nothing, when the run is no longer `generation`'s (a fold fenced out counts
+    nothing: no verdict)."""
+    queued = queued_roots(client, run_id)
+    total = RootCounts()
+    for b in range(LEDGER_BUCKETS):
+        total += count_bucket(client, run_id, b, fold_bucket(client, run_id, b, generation), queued)
+    blob = msgpack.packb([generation or "", total.pending, total.failed, total.dead])
+    stored = fenced_transaction(client, run_id, generation,
+                                lambda pipe: pipe.set(keys.round_counts(run_id, round_no), blob))
+    return total if stored else None
+
+
+def counted_round(client: Redis, run_id: str, round_no: int, generation: str | None) -> RootCounts | None:
+    """The counts count_round stored for `round_no` under `generation`; None when there are none
+    (its last task died before counting, or the round is being resumed by another driver than
+    the one whose tasks counted it: that driver counts again)."""
+    raw = client.get(keys.round_counts(run_id, round_no))
+    if raw is None:
+        return None
+    held, pending, failed, dead = msgpack.unpackb(cast(bytes, raw))
+    if held != (generation or ""):
+        return None
+    return RootCounts(pending, failed, dead)
 
 
 def supersede_bucket(client: Redis, run_id: str, bucket: int, round_no: int,

@@ -33,7 +33,14 @@ from recovery.errors import RunFenced, SpillError
 from recovery.model import config as config_decl
 from recovery.model.failed import FailedTuple
 from recovery.tracking import keys, runs
-from recovery.tracking.ledger import LEDGER_BUCKETS, fenced_transaction, pack_xors, piece_fields, resolve_bucket
+from recovery.tracking.ledger import (
+    LEDGER_BUCKETS,
+    count_round,
+    fenced_transaction,
+    pack_xors,
+    piece_fields,
+    resolve_bucket,
+)
 from recovery.tracking.spill import SpillRef, SpillStore, SpillWriter, location, task_label
 
 log = logging.getLogger(__name__)
@@ -97,9 +104,10 @@ class TaskTracker:
 
     def __init__(self, client: Redis, run_id: str, round_no: int, component: str, index: int,
                  task_id: int, conf: dict[str, str], generation: str | None = None,
-                 spill_dir: str | None = None, parallelism: int = 0):
+                 spill_dir: str | None = None, parallelism: int = 0, round_tasks: int = 0):
         self.client = client
         self.parallelism = parallelism   # the component's tasks (0: unknown, no early fold)
+        self.round_tasks = round_tasks   # every component's tasks in the round (0: unknown, not counted)
         self.generation = generation
         self.fenced = False          # the run was cleared or re-created: write nothing more
         self.run_id = run_id
@@ -350,20 +358,22 @@ class StagedCommit:
         self.tracker, self.done_key, self.ref, self.positions = tracker, done_key, ref, positions
         self.found, self.read, self.build = found, read, build
 
-    def finish(self) -> None:
+    def finish(self, fold: bool = True) -> bool:
         """After the commit point: its staged queue writes applied and, for the last task of a
-        component, the ledger folded; an attempt that found another's commit drops its file."""
+        component, the ledger folded (unless `fold` is False: the round's count folds it all);
+        an attempt that found another's commit drops its file. True when this attempt committed."""
         t = self.tracker
         if self.found["done"]:
             log.info("task %s of round %d committed already (another attempt): this attempt's "
                      "commit is dropped", t.field, t.round)
             if self.ref is not None:
                 t.store.remove(t.run_id, [self.ref])
-            return
+            return False
         if self.positions:
             apply_staged(t.client, t.run_id, t.round, t.token, self.positions)
-        if t.parallelism:
+        if fold and t.parallelism:
             t._fold_when_component_done()
+        return True
 
 
 def commit_together(trackers: list[TaskTracker], staged: list[StagedCommit | None]) -> bool:
@@ -393,6 +403,25 @@ def commit_together(trackers: list[TaskTracker], staged: list[StagedCommit | Non
         for t in trackers:
             t._fence()
         return False
-    for s in ready:
-        s.finish()
+    round_done = bool(first.round_tasks) and \
+        first.client.hlen(keys.task_done(first.run_id, first.round)) >= first.round_tasks
+    committed = [s.finish(fold=not round_done) for s in ready]
+    if round_done and any(committed):
+        count_round_when_done(first)
     return True
+
+
+def count_round_when_done(tracker: TaskTracker) -> None:
+    """The last task of a round to commit (every task's done marker is in) counts the acker's
+    verdict for the driver, so that settling the round starts no Spark job of its own: every
+    committed attempt's staged queue writes applied (a task killed after its commit point left
+    them staged), then every ledger bucket folded and counted (ledger.count_round), fenced by
+    the task's generation. Two tasks committing last at once both count, the same counts; a
+    task that dies before counting leaves none, and the driver counts in its per-bucket job."""
+    try:
+        apply_round(tracker.client, tracker.run_id, tracker.round, tracker.generation)
+    except RunFenced:   # the task committed; the run's new driver (or nobody) counts the round
+        tracker._fence()
+        return
+    if count_round(tracker.client, tracker.run_id, tracker.round, tracker.generation) is None:
+        tracker._fence()

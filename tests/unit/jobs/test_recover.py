@@ -210,18 +210,18 @@ def _cli_on(monkeypatch: pytest.MonkeyPatch, client: Any, url: str) -> None:
 
 # --- issue 17 §2.1: roots in flight that no task will run ---------------------------------------
 def test_roots_in_flight_with_nothing_queued_are_said_never_completed(fake_redis, monkeypatch):
-    """Three roots' tuples are lost before the round settles (their ledger entries stay, no tuple
-    of theirs is queued or dead): `status` and `recover` do not call the run completed, and
-    say what they found, in the summary, its --json and the CLI's text."""
-    real_resolve = engine_rounds.resolve_ledger
+    """Three roots' tuples are lost in the round (their ledger entries stay, no tuple of theirs
+    is queued or dead): `status` and `recover` do not call the run completed, and say what they
+    found, in the summary, its --json and the CLI's text."""
+    real_run_round = engine_rounds.run_round
     lost = [11 * 2**40 + i for i in range(3)]
 
     def losing(*args: Any, **kwargs: Any) -> Any:
-        ledger_pending(fake_redis, "lost", lost)
-        return real_resolve(*args, **kwargs)
-    monkeypatch.setattr(engine_rounds, "resolve_ledger", losing)
+        ledger_pending(fake_redis, "lost", lost)   # (a task's committed entries, no tuple sent on)
+        return real_run_round(*args, **kwargs)
+    monkeypatch.setattr(engine_rounds, "run_round", losing)
     run = testing.run_local(shouting(), fake_redis, run_id="lost", inputs={"words": WORDS})
-    monkeypatch.setattr(engine_rounds, "resolve_ledger", real_resolve)
+    monkeypatch.setattr(engine_rounds, "run_round", real_run_round)
     s = summary.summarize(fake_redis, "lost")
     assert s["status"] != runs.COMPLETED and (s["in_flight"], s["failed"], s["dead"]) == (3, 0, 0)
     assert "3 roots are in flight after round 0 settled" in s["warnings"][0]
