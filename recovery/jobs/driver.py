@@ -23,6 +23,7 @@ from recovery.connectors.redis_stream import offsets as stream_reader
 from recovery.engine import rounds as engine_rounds
 from recovery.errors import JobFailed, RecoveryError, RedisUnavailable, RunError, SpillError
 from recovery.jobs.summary import in_topological_order, summarize
+from recovery.model.config import PropertyError
 from recovery.model.run import RunSpec
 from recovery.model.workflow import Workflow
 from recovery.redis import connection
@@ -72,6 +73,16 @@ def run_and_settle(spark: SparkSession, client: redis.Redis, wf: Workflow, spec:
     try:
         if execute:
             engine_rounds.run_round(spark, wf, spec, (lambda d, t: progress(label, d, t)) if progress else None)
+    except PropertyError as err:
+        # a run stored with a value no check refused then (the plan reads the settings before
+        # any task runs): the run ends in `error` here, and `recover -p NAME=VALUE` mends it
+        reason = f"property {err}"
+        try:
+            runs.update(client, spec.run_id, gen, status=runs.ERROR, error=reason)
+        except RecoveryError as cleared:
+            raise cleared from None
+        raise RunError(f"run {spec.run_id} round {spec.round} cannot start: {reason} (`recovery recover "
+                       f"{spec.run_id} -p {err.property}=VALUE` mends it)") from None
     except RecoveryError:
         raise   # already one line naming its cause (Redis lost, run cleared)
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):

@@ -35,15 +35,19 @@ def test_submit_refuses_a_bad_property_and_stores_nothing(spark, redis_url, redi
 
 def test_recover_p_mends_a_run_stored_with_a_bad_value(spark, redis_url, redis_client, tmp_path):
     # a run stored with a value no check refused (as before the checks existed; submit checks
-    # a workflow's properties now): every task fails to start in Spark, the run is left in `error`
+    # a workflow's properties now): the round's plan refuses it before any task runs, in one
+    # line naming the property, and the run is left in `error`
     xml = copy_workflow("wordcount", tmp_path)
     wf = workflow_xml.load(xml).with_config({"recovery.max.attempts": "abc"})
     run_id = f"mend-{tmp_path.name}"
     # (stored as before the checks: a plan made by hand, not by `prepare`, which refuses it)
     plan = submit.SubmitPlan(wf, xml.read_text(), str(xml), run_id, True, "local[*]",
                              spill.location(None, None))
-    with pytest.raises(RunError, match="failed in Spark"):
+    with pytest.raises(RunError) as refused:
         submit.run(spark, redis_client, redis_url, plan)
+    assert "\n" not in str(refused.value)
+    assert "recovery.max.attempts must be an integer >= 1, got 'abc'" in str(refused.value)
+    assert f"recovery recover {run_id} -p recovery.max.attempts=VALUE" in str(refused.value)
     assert runs.status_of(runs.get(redis_client, run_id)) == runs.ERROR
 
     # a bad new value is refused and changes nothing
