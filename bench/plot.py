@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -73,7 +74,8 @@ def _caption(doc: dict[str, Any]) -> str:
     load = m.get("load_average_start") or [0]
     first = (f"{doc.get('date', '?')}, {m.get('cpus', '?')} vCPUs (load average {load[0]:.1f} at start), "
              f"Python {m.get('python', '?')}, PySpark {m.get('pyspark', '?')}: {doc.get('command', '')}")
-    return first + (f"\n{m['note']}" if m.get("note") else "")
+    # a long note wraps rather than runs off the picture
+    return first + ("\n" + textwrap.fill(m["note"], 150) if m.get("note") else "")
 
 
 def _save(plt: Any, fig: Any, doc: dict[str, Any], path: Path) -> Path:
@@ -120,9 +122,9 @@ def plot_tracking(doc: dict[str, Any], path: Path) -> Path:
         ax.set_ylim(0, max(values) * (1.35 if both else 1.18))
     p = doc["parameters"]
     fig.suptitle(f"Tracking overhead: {p['workflow']}, {p['roots']:,} roots "
-                 "(tracked / untracked / plain PySpark RDD of the same components"
-                 f"{', chained and unchained' if both else ''})", fontsize=9)
-    fig.subplots_adjust(left=0.08, right=0.98, top=0.82, bottom=0.2, wspace=0.3)
+                 "(tracked / untracked / plain PySpark RDD of the same components)"
+                 f"{chr(10) + 'each chained (solid) and unchained (hatched)' if both else ''}", fontsize=9)
+    fig.subplots_adjust(left=0.08, right=0.98, top=0.76 if both else 0.82, bottom=0.22, wspace=0.3)
     return _save(plt, fig, doc, path)
 
 
@@ -153,7 +155,7 @@ def plot_batch(doc: dict[str, Any], path: Path) -> Path:
     ax.set_ylim(0, max(values) * 1.25)
     p = doc["parameters"]
     fig.suptitle(f"Row vs batch components: cdn_logs vs cdn_logs_batch, {p['roots']:,} roots", fontsize=9)
-    fig.subplots_adjust(left=0.11, right=0.98, top=0.86, bottom=0.2)
+    fig.subplots_adjust(left=0.11, right=0.98, top=0.86, bottom=0.22)
     return _save(plt, fig, doc, path)
 
 
@@ -285,7 +287,7 @@ def table(results: Path = RESULTS) -> str:
     doc = load(results, "framework_cost")
     if doc:
         f = doc["figures"]
-        rows.append(("framework cost per tuple-execution, tracked (chain of pass-through bolts)",
+        rows.append(("framework cost per tuple-execution, tracked (chain of pass-through bolts, one stage each)",
                      f"{f['framework_us_per_execution']['tracked']:.2f} µs CPU above plain PySpark", cmd(doc)))
         chained = f.get("chained")
         if chained:
