@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -73,7 +74,8 @@ def _caption(doc: dict[str, Any]) -> str:
     load = m.get("load_average_start") or [0]
     first = (f"{doc.get('date', '?')}, {m.get('cpus', '?')} vCPUs (load average {load[0]:.1f} at start), "
              f"Python {m.get('python', '?')}, PySpark {m.get('pyspark', '?')}: {doc.get('command', '')}")
-    return first + (f"\n{m['note']}" if m.get("note") else "")
+    # a long note wraps rather than runs off the picture
+    return first + ("\n" + textwrap.fill(m["note"], 150) if m.get("note") else "")
 
 
 def _save(plt: Any, fig: Any, doc: dict[str, Any], path: Path) -> Path:
@@ -96,17 +98,33 @@ def plot_tracking(doc: dict[str, Any], path: Path) -> Path:
     plt = _pyplot()
     figs = doc["figures"]
     variants = [v for v in ("tracked", "untracked", "plain") if v in figs["variants"]]
+    # since issue 20 each variant also ran without chaining ("<variant> unchained"): side by side
+    both = all(f"{v} unchained" in figs["variants"] for v in variants)
     fig, axes = plt.subplots(1, 2, figsize=(7.5, 3.2))
     for ax, key, title in ((axes[0], "median_wall_s", "wall seconds"), (axes[1], "median_cpu_s", "CPU seconds")):
         values = [figs["variants"][v][key] for v in variants]
-        bars = ax.bar(variants, values, color=[COLOURS[v] for v in variants])
-        _label_bars(ax, bars, "{:.1f}")
+        if not both:
+            bars = ax.bar(variants, values, color=[COLOURS[v] for v in variants])
+            _label_bars(ax, bars, "{:.1f}")
+        else:
+            unchained = [figs["variants"][f"{v} unchained"][key] for v in variants]
+            xs = range(len(variants))
+            bars = ax.bar([x - 0.2 for x in xs], values, 0.4, color=[COLOURS[v] for v in variants],
+                          label="chained")
+            _label_bars(ax, bars, "{:.1f}")
+            bars = ax.bar([x + 0.2 for x in xs], unchained, 0.4, color=[COLOURS[v] for v in variants],
+                          hatch="///", edgecolor="white", label="unchained")
+            _label_bars(ax, bars, "{:.1f}")
+            ax.set_xticks(list(xs), variants)
+            values = values + unchained
+            ax.legend(fontsize=7, loc="upper right")
         ax.set_title(title)
-        ax.set_ylim(0, max(values) * 1.18)
+        ax.set_ylim(0, max(values) * (1.35 if both else 1.18))
     p = doc["parameters"]
     fig.suptitle(f"Tracking overhead: {p['workflow']}, {p['roots']:,} roots "
-                 "(tracked / untracked / plain PySpark RDD of the same components)", fontsize=9)
-    fig.subplots_adjust(left=0.08, right=0.98, top=0.82, bottom=0.2, wspace=0.3)
+                 "(tracked / untracked / plain PySpark RDD of the same components)"
+                 f"{chr(10) + 'each chained (solid) and unchained (hatched)' if both else ''}", fontsize=9)
+    fig.subplots_adjust(left=0.08, right=0.98, top=0.76 if both else 0.82, bottom=0.22, wspace=0.3)
     return _save(plt, fig, doc, path)
 
 
@@ -115,15 +133,29 @@ def plot_batch(doc: dict[str, Any], path: Path) -> Path:
     plt = _pyplot()
     v = doc["figures"]["variants"]
     labels = ["row, tracked", "batch, tracked", "batch, untracked"]
-    values = [v["row"]["roots_per_s"], v["tracked"]["roots_per_s"], v["untracked"]["roots_per_s"]]
+    kinds = ["row", "tracked", "untracked"]
+    values = [v[k]["roots_per_s"] for k in kinds]
+    colours = [COLOURS[k] for k in kinds]
     fig, ax = plt.subplots(figsize=(7.5, 3.2))
-    bars = ax.bar(labels, values, color=[COLOURS["row"], COLOURS["tracked"], COLOURS["untracked"]])
-    _label_bars(ax, bars, "{:,.0f}")
+    if not all(f"{k} unchained" in v for k in kinds):
+        bars = ax.bar(labels, values, color=colours)
+        _label_bars(ax, bars, "{:,.0f}")
+    else:   # since issue 20: each variant chained and unchained, side by side
+        xs = range(len(kinds))
+        bars = ax.bar([x - 0.2 for x in xs], values, 0.4, color=colours, label="chained")
+        _label_bars(ax, bars, "{:,.0f}")
+        unchained = [v[f"{k} unchained"]["roots_per_s"] for k in kinds]
+        bars = ax.bar([x + 0.2 for x in xs], unchained, 0.4, color=colours, hatch="///", edgecolor="white",
+                      label="unchained")
+        _label_bars(ax, bars, "{:,.0f}")
+        ax.set_xticks(list(xs), labels)
+        ax.legend(fontsize=7, loc="upper left")
+        values = values + unchained
     ax.set_ylabel("roots per second")
-    ax.set_ylim(0, max(values) * 1.18)
+    ax.set_ylim(0, max(values) * 1.25)
     p = doc["parameters"]
     fig.suptitle(f"Row vs batch components: cdn_logs vs cdn_logs_batch, {p['roots']:,} roots", fontsize=9)
-    fig.subplots_adjust(left=0.11, right=0.98, top=0.86, bottom=0.2)
+    fig.subplots_adjust(left=0.11, right=0.98, top=0.86, bottom=0.22)
     return _save(plt, fig, doc, path)
 
 
@@ -237,6 +269,10 @@ def table(results: Path = RESULTS) -> str:
                      f"{_x(r['untracked/plain']['cpu'])} CPU, {_x(r['untracked/plain']['wall'])} wall", cmd(doc)))
         rows.append(("tracked throughput, row components",
                      f"{f['variants']['tracked']['roots_per_s']:,} roots/s", cmd(doc)))
+        if "tracked chained/unchained" in r:     # benches since issue 20 run each variant both ways
+            c = r["tracked chained/unchained"]
+            rows.append((f"chained / unchained, tracked, {p['workflow']}",
+                         f"{_x(c['cpu'])} CPU, {_x(c['wall'])} wall", cmd(doc)))
     doc = load(results, "tracking_overhead_cdn_logs_batch")
     if doc:
         f, p = doc["figures"], doc["parameters"]
@@ -244,11 +280,22 @@ def table(results: Path = RESULTS) -> str:
         rows.append((f"batch components, tracked ({p['workflow']}, {p['roots']:,} roots)",
                      f"{v['tracked']['roots_per_s']:,} roots/s, {_x(f['ratios']['row/tracked']['wall'])} "
                      "the row workflow's", cmd(doc)))
+        if "tracked/untracked" in f["ratios"] and "tracked chained/unchained" in f["ratios"]:
+            rows.append((f"tracked / untracked, {p['workflow']}",
+                         f"{_x(f['ratios']['tracked/untracked']['cpu'])} CPU, "
+                         f"{_x(f['ratios']['tracked/untracked']['wall'])} wall", cmd(doc)))
     doc = load(results, "framework_cost")
     if doc:
         f = doc["figures"]
-        rows.append(("framework cost per tuple-execution, tracked (chain of pass-through bolts)",
+        rows.append(("framework cost per tuple-execution, tracked (chain of pass-through bolts, one stage each)",
                      f"{f['framework_us_per_execution']['tracked']:.2f} µs CPU above plain PySpark", cmd(doc)))
+        chained = f.get("chained")
+        if chained:
+            tracked = chained["variants"]["tracked"]
+            rows.append(("the same chain run as one stage (`recovery.chain.shuffle=true`), tracked",
+                         f"{chained['framework_us_per_execution']['tracked']:.2f} µs CPU above plain PySpark "
+                         f"chained the same way; {1e6 / tracked['cpu_us_per_execution']:,.0f} executions per CPU s, "
+                         f"{_x(tracked['chained_over_unchained'])} the unchained CPU", cmd(doc)))
     doc = load(results, "recovery_cost")
     if doc:
         f, p = doc["figures"], doc["parameters"]

@@ -143,3 +143,36 @@ def test_results_record_the_machine_the_parameters_and_the_figures(tmp_path, mon
 def test_where_results_go(given, expected):
     import argparse
     assert C.result_path(argparse.Namespace(json_path=given), "x") == expected
+
+
+def _with_chains(folder: Path) -> Path:
+    """The fixture's results as the benches write them since issue 20: every variant of
+    tracking_overhead also unchained, framework_cost's chained figures."""
+    results = fixture_results(folder)
+    for name, kinds in (("tracking_overhead", ("tracked", "untracked", "plain")),
+                        ("tracking_overhead_cdn_logs_batch", ("tracked", "untracked", "row"))):
+        doc = json.loads((results / f"{name}.json").read_text())
+        f = doc["figures"]
+        for kind in kinds:
+            f["variants"][f"{kind} unchained"] = _variant(7.0, 9.0, 1000)
+            f["ratios"][f"{kind} chained/unchained"] = {"wall": 0.61, "cpu": 0.52}
+        (results / f"{name}.json").write_text(json.dumps(doc))
+    doc = json.loads((results / "framework_cost.json").read_text())
+    doc["figures"]["chained"] = {"variants": {"tracked": {"cpu_us_per_execution": 8.0, "chained_over_unchained": 0.45}},
+                                 "framework_us_per_execution": {"tracked": 1.25}}
+    (results / "framework_cost.json").write_text(json.dumps(doc))
+    return results
+
+
+def test_chained_and_unchained_figures_are_in_the_table_and_the_pictures(tmp_path):
+    results = _with_chains(tmp_path / "results")
+    text = plot.table(results)
+    assert "| chained / unchained, tracked, cdn_logs | 0.52x CPU, 0.61x wall |" in text
+    assert "| tracked / untracked, cdn_logs_batch | 1.25x CPU, 1.25x wall |" in text
+    assert "1.25 µs CPU above plain PySpark chained the same way; 125,000 executions per CPU s, 0.45x" in text
+    rows = [line for line in text.splitlines()[2:] if line.startswith("|")]
+    assert len(rows) == 14
+    plot.draw(results, tmp_path / "out")
+    for name, figure in (("perf-tracking.svg", "9.0"), ("perf-batch.svg", "143")):
+        svg = (tmp_path / "out" / name).read_text()
+        assert "unchained" in svg and figure in svg, name
