@@ -9,13 +9,13 @@ from typing import Any
 import msgpack
 import pytest
 
-from recovery import BasicBolt, testing
+from recovery import testing
 from recovery.engine import rounds
 from recovery.errors import RunCleared, RunTakenOver
 from recovery.jobs import clear
 from recovery.model.run import RunSpec
-from recovery.model.workflow import ClassImpl, Component, Input, StreamDef, Workflow
 from recovery.tracking import keys, ledger, runs, spill, tracker
+from tests.unit.jobs.test_recover import WORDS, shouting
 from tests.unit.run_records import WF, create_run, ledger_pending
 
 
@@ -62,22 +62,6 @@ def test_clear_round_of_a_cleared_run_says_cleared(fake_redis, tmp_path):
 
 
 # --- issue 20 §6: the round's counts ride in its job ---------------------------------------------
-class Shout(BasicBolt):
-    def process(self, tup):
-        self.emit([tup["word"].upper()])
-
-
-def shouting() -> Workflow:
-    """words (TestingSpout) -> shout (2 tasks) -> out (ListSink)."""
-    return Workflow(name="shouting", components=(
-        Component(id="words", kind="spout", impl=ClassImpl(ref=testing.TESTING_SPOUT),
-                  streams=(StreamDef(fields=("word",)),)),
-        Component(id="shout", kind="bolt", parallelism=2, impl=ClassImpl(ref=f"{__name__}:Shout"),
-                  streams=(StreamDef(fields=("word",)),), inputs=(Input(source="words"),)),
-        Component(id="out", kind="bolt", impl=ClassImpl(ref=testing.LIST_SINK), inputs=(Input(source="shout"),))))
-
-
-WORDS = [f"w{i}" for i in range(60)]
 # a third of the words fail at `shout`: queued with 3 attempts, dead with 1
 FAILING = {"recovery.inject.f.component": "shout", "recovery.inject.f.rate": "0.35",
            "recovery.retry.delay.period.ms": "0"}
