@@ -60,6 +60,15 @@ def uses_log_source(wf: Workflow) -> bool:
     return any(c.impl.kind == "source" and c.impl.type == "redis-stream" for c in wf.spouts)
 
 
+def _store_error(client: redis.Redis, spec: RunSpec, reason: str) -> None:
+    """The run left in `error` with its reason (fenced by the round's generation); a run cleared
+    or taken over meanwhile says that instead, without the failure it replaces as its context."""
+    try:
+        runs.update(client, spec.run_id, spec.generation, status=runs.ERROR, error=reason)
+    except RecoveryError as cleared:
+        raise cleared from None
+
+
 def run_and_settle(spark: SparkSession, client: redis.Redis, wf: Workflow, spec: RunSpec,
                    progress: Progress | None = None, execute: bool = True) -> dict[str, Any]:
     """Run (or resume) one round, let the acker decide, record the outcome, drop in-flight keys.
@@ -77,10 +86,7 @@ def run_and_settle(spark: SparkSession, client: redis.Redis, wf: Workflow, spec:
         # a run stored with a value no check refused then (the plan reads the settings before
         # any task runs): the run ends in `error` here, and `recover -p NAME=VALUE` mends it
         reason = f"property {err}"
-        try:
-            runs.update(client, spec.run_id, gen, status=runs.ERROR, error=reason)
-        except RecoveryError as cleared:
-            raise cleared from None
+        _store_error(client, spec, reason)
         raise RunError(f"run {spec.run_id} round {spec.round} cannot start: {reason} (`recovery recover "
                        f"{spec.run_id} -p {err.property}=VALUE` mends it)") from None
     except RecoveryError:
@@ -97,10 +103,7 @@ def run_and_settle(spark: SparkSession, client: redis.Redis, wf: Workflow, spec:
                                 else f"{type(err).__name__}: {err}")
         log.debug("run %s round %d failed %s", spec.run_id, spec.round,
                   "in Spark" if in_spark else "in the driver", exc_info=err)
-        try:
-            runs.update(client, spec.run_id, gen, status=runs.ERROR, error=reason)
-        except RecoveryError as cleared:
-            raise cleared from None
+        _store_error(client, spec, reason)
         if spill_line is not None:
             raise SpillError(spill_line) from None   # exactly the task's line (file, task, how to resume)
         if not in_spark:
