@@ -27,10 +27,9 @@ from deltalake import DeltaTable
 from redis import Redis
 
 from recovery.cli import main
-from recovery.cli.run import last_summary
 from recovery.connectors.sink_folders import read_jsonl_dir
 from recovery.redis import connection
-from recovery.tracking import keys
+from recovery.tracking import keys, runs
 
 REPO = Path(__file__).resolve().parent.parent
 INJECT = ["-p", "recovery.inject.flaky.component=aggregate", "-p", "recovery.inject.flaky.rate=0.02",
@@ -133,8 +132,10 @@ def show_table(path: Path, rows: int = 5) -> None:
 
 
 def run_id_of(xml: Path, *extra: str) -> str:
-    run("submit", str(xml), *extra)
-    return last_summary()["run_id"]
+    """Submits the workflow under a new run id, and returns it."""
+    run_id = runs.new_run_id(xml.stem)
+    run("submit", str(xml), "--run-id", run_id, *extra)
+    return run_id
 
 
 def main_demo() -> None:

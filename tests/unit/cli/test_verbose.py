@@ -7,8 +7,8 @@ import logging
 import pytest
 from click.testing import CliRunner
 
+from recovery.cli import common as cli_run
 from recovery.cli import main
-from recovery.cli import run as cli_run
 from recovery.testing.local_spark import LocalSession
 
 WORKFLOW = """<workflow xmlns="urn:recovery:workflow:1" name="echo">
@@ -30,7 +30,7 @@ def echo_workflow(tmp_path, monkeypatch):
     (tmp_path / "lines.txt").write_text("a\nb\nc\n")
     xml = tmp_path / "echo.xml"
     xml.write_text(WORKFLOW)
-    monkeypatch.setattr(cli_run, "_spark", lambda master, conf: LocalSession())
+    monkeypatch.setattr(cli_run, "spark_for", lambda master, conf: LocalSession())
     return str(xml)
 
 

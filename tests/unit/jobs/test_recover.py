@@ -203,8 +203,8 @@ def test_a_resumed_crashed_round_is_counted_in_the_summary(fake_redis, monkeypat
 
 def _cli_on(monkeypatch: pytest.MonkeyPatch, client: Any, url: str) -> None:
     """The CLI's commands against `client` (fakeredis) and the test kit's in-process engine."""
-    monkeypatch.setattr("recovery.cli.run._client", lambda redis_url: (client, url))
-    monkeypatch.setattr("recovery.cli.run._spark", lambda master, conf: LocalSession())
+    monkeypatch.setattr("recovery.cli.common.client_for", lambda redis_url: (client, url))
+    monkeypatch.setattr("recovery.cli.common.spark_for", lambda master, conf: LocalSession())
     monkeypatch.setattr("recovery.engine.rounds.connection.connect", lambda redis_url, start=False: client)
 
 

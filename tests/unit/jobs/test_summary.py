@@ -22,18 +22,18 @@ def test_a_crashed_unsettled_round_has_unknown_counts_never_negative(fake_redis)
     assert s["status"] == runs.CRASHED
     assert s["counts_known"] is False and s["unsettled_round"] == 0
     assert all(s[k] is None for k in ("roots", "complete", "pending", "failed", "in_flight", "dead"))
-    from recovery.cli.run import counts_line
+    from recovery.cli.common import counts_line
     assert counts_line(s) == "roots: unknown (round 0 not settled; run `recovery recover r1`)"
     monkey_client = (fake_redis, "redis://fake")
-    import recovery.cli.run as cli_run
-    orig = cli_run._client
-    cli_run._client = lambda url: monkey_client
+    import recovery.cli.common as cli_run
+    orig = cli_run.client_for
+    cli_run.client_for = lambda url: monkey_client
     try:
         out = CliRunner().invoke(main, ["status", "r1"]).stdout
         listed = CliRunner().invoke(main, ["runs", "--json"]).stdout
         text = CliRunner().invoke(main, ["runs"]).stdout
     finally:
-        cli_run._client = orig
+        cli_run.client_for = orig
     assert "-5000" not in out and "roots: unknown (round 0 not settled" in out
     row = json.loads(listed)["runs"][0]
     assert row["status"] == "crashed" and row["counts_known"] is False and row["roots"] is None
@@ -60,6 +60,6 @@ def test_component_tables_are_in_topological_order(fake_redis):
 
 
 def test_recover_summary_table_is_labelled_by_its_rounds():
-    from recovery.cli.run import components_title
+    from recovery.cli.common import components_title
     assert components_title([0]) == "components (round 0)"
     assert components_title([1, 2]) == "components (rounds 1-2, added up)"

@@ -1,0 +1,31 @@
+"""`recovery clear RUN | --all`: remove a run's cached state."""
+from __future__ import annotations
+
+import click
+
+from recovery.cli import common, echo_json, json_option, redis_option
+from recovery.errors import RecoveryError
+from recovery.jobs import reports
+
+
+def register(main: click.Group) -> None:
+    @main.command()
+    @click.argument("run_id", required=False, callback=common.run_id_arg)
+    @click.option("--all", "all_runs", is_flag=True, help="Every run this Redis knows.")
+    @click.option("--force", is_flag=True, help="Clear a run even if it is still running.")
+    @redis_option
+    @json_option
+    def clear(run_id: str | None, all_runs: bool, force: bool, redis_url: str | None, as_json: bool) -> None:
+        """Remove a run's cached state (every key of the run and nothing else)."""
+        if bool(run_id) == all_runs:
+            raise RecoveryError("give a RUN id or --all (not both)")
+        client, _ = common.client_for(redis_url)
+        result = reports.clear(client, [run_id] if run_id else None, force)   # None: --all
+        removed = result["removed"]
+        if as_json:
+            echo_json(result)
+            return
+        for rid, ks in removed.items():
+            click.echo(f"cleared {rid}: {len(ks)} keys")
+            for table in result["tables"].get(rid, []):   # a table sink's rows are never cleared
+                click.echo(f"  sink {table['sink']} ({table['type']}): {table['note']}")

@@ -1,0 +1,131 @@
+"""What the run commands share: the Redis client and Spark session they open, option
+callbacks, the progress bars and the run summary's tables."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from recovery.cli import echo_json
+from recovery.engine.session import session
+from recovery.errors import RecoveryError
+from recovery.jobs import follow as follow_mod
+from recovery.model.run import check_run_id
+from recovery.redis import connection
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
+
+
+def client_for(redis_url: str | None) -> tuple[Any, str]:
+    """A client of the given Redis (or the embedded server's) and its resolved URL."""
+    url = connection.resolve_url(redis_url)
+    return connection.connect(url), url
+
+
+def spark_for(master: str | None, conf: dict[str, str]) -> Any:
+    return session(master, conf)
+
+
+def run_id_arg(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A RUN argument or --run-id, checked as it is parsed: before Redis or Spark is touched."""
+    return value if value is None else check_run_id(value)
+
+
+def key_values(pairs: tuple[str, ...], what: str) -> dict[str, str]:
+    out = {}
+    for p in pairs:
+        if "=" not in p:
+            raise RecoveryError(f"{what} {p!r}: expected KEY=VALUE")
+        k, v = p.split("=", 1)
+        out[k.strip()] = v
+    return out
+
+
+class RoundProgress:
+    """Tasks committed / total, on stderr, while a round runs (quiet with --json)."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self._progress: Progress | None = None
+        self._tasks: dict[str, Any] = {}
+
+    def __enter__(self) -> RoundProgress:
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                      TextColumn("tasks"), TimeElapsedColumn(),
+                                      console=Console(stderr=True), transient=False)
+            self._progress.__enter__()
+        return self
+
+    def __call__(self, label: str, done: int, total: int) -> None:
+        if self._progress is None:
+            return
+        if label not in self._tasks:
+            self._tasks[label] = self._progress.add_task(label, total=total)
+        self._progress.update(self._tasks[label], completed=min(done, total), total=total)
+
+    def note(self, text: str) -> None:
+        """A line printed above the bars (so it lands in order with them)."""
+        if self._progress is not None:
+            self._progress.console.print(text, highlight=False)
+        else:
+            click.echo(text, err=True)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._progress is not None:
+            self._progress.__exit__(*exc)
+
+
+def counts_line(s: dict[str, Any]) -> str:
+    """A summary's root counts, or why they are unknown (a round not settled)."""
+    if s.get("counts_known", True) is False:
+        n = s.get("unsettled_round")
+        why = (f"round {n} running" if s["status"] == "running"
+               else f"round {n} not settled; run `recovery recover {s['run_id']}`")
+        return f"roots: unknown ({why})"
+    return (f"roots {s['roots']}: complete {s['complete']}, pending {s['pending']} "
+            f"(failed {s['failed']}, in flight {s.get('in_flight', 0)}), dead {s['dead']}")
+
+
+def components_title(rounds: list[int]) -> str:
+    if rounds == [0]:
+        return "components (round 0)"
+    if len(rounds) == 1:
+        return f"components (round {rounds[0]})"
+    return f"components (rounds {rounds[0]}-{rounds[-1]}, added up)"
+
+
+def print_summary(s: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    console = Console()
+    console.print(f"run [bold]{s['run_id']}[/bold]  status [bold]{s['status']}[/bold]  {counts_line(s)}",
+                  highlight=False)
+    comps = s.get("components") or {}
+    if comps:
+        t = Table(title=components_title(s.get("components_rounds") or [0]), show_edge=False)
+        for col in ("component", "executed", "acked", "failed", "emitted", "roots", "seconds"):
+            t.add_column(col, justify="left" if col == "component" else "right")
+        for name, c in comps.items():
+            t.add_row(name, *(str(c.get(k, 0)) for k in ("executed", "acked", "failed", "emitted", "roots", "seconds")))
+        console.print(t)
+    if s.get("failed_positions"):
+        t = Table(title="failed positions", show_edge=False)
+        for col in ("component", "task", "tuples", "sample error"):
+            t.add_column(col)
+        for p in s["failed_positions"]:
+            t.add_row(p["component"], str(p["task"]), str(p["count"]), (p.get("sample_error") or "")[:100])
+        console.print(t)
+
+
+def show(summary: dict[str, Any], as_json: bool) -> None:
+    """A run's summary: one JSON object, or the tables plus the log source's partition lines."""
+    if as_json:
+        echo_json(summary)
+        return
+    print_summary(summary)
+    for line in follow_mod.report_lines(summary):
+        click.echo(line)

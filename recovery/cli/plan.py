@@ -1,0 +1,45 @@
+"""`recovery plan RUN`: the recovery workflow `recover` would run next."""
+from __future__ import annotations
+
+import click
+
+from recovery.cli import common, redis_option
+from recovery.errors import RecoveryError
+from recovery.jobs import reports
+from recovery.jobs import summary as jobs_summary
+from recovery.model import render
+from recovery.tracking import runs
+
+
+def _with_chains_comment(xml: str, chains: list[list[str]]) -> str:
+    """The recovery workflow's XML with its chains said in a comment after the declaration (as
+    `recovery graph` shows them): a user reading it sees which components run as one stage."""
+    if not chains:
+        return xml
+    note = "".join(f"\n  chain: {' -> '.join(c)} (one Spark stage)" for c in chains)
+    comment = "<!--" + note.replace("--", "- -") + "\n-->"   # "--" may not appear in a comment
+    head, sep, rest = xml.partition("?>")
+    if sep and head.lstrip().startswith("<?xml"):
+        return f"{head}?>\n{comment}{rest}"
+    return f"{comment}\n{xml}"
+
+
+def register(main: click.Group) -> None:
+    @main.command()
+    @click.argument("run_id", callback=common.run_id_arg)
+    @click.option("--format", "-f", "fmt", type=click.Choice(["xml", "text", "dot", "mermaid"]),
+                  default="xml", show_default=True)
+    @redis_option
+    def plan(run_id: str, fmt: str, redis_url: str | None) -> None:
+        """The recovery workflow `recover` would run next: as XML, or the original topology
+        drawn with the failed positions marked and the part that re-runs set apart."""
+        client, _ = common.client_for(redis_url)
+        p = reports.plan(client, run_id)
+        if fmt != "xml":
+            original = jobs_summary.original_workflow(runs.get(client, run_id))
+            dim = {c.id for c in original.components} - set(p["rerun"])
+            click.echo(render.render(original, fmt, p["marks"], dim, chains=p["chains"]))
+            return
+        if p["xml"] is None:
+            raise RecoveryError(f"run {run_id} has no failed positions: nothing to recover")
+        click.echo(_with_chains_comment(p["xml"], p["chains"]))

@@ -1,0 +1,131 @@
+"""`recovery submit`: run a workflow on Spark, every tuple tracked (or, with --follow, keep
+reading its topics in micro-batches)."""
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+from redis import Redis
+
+from recovery.cli import common, echo_json, json_option, redis_option
+from recovery.errors import RecoveryError
+from recovery.jobs import follow as follow_mod
+from recovery.jobs import submit as jobs_submit
+from recovery.jobs.driver import uses_log_source
+from recovery.model import config
+from recovery.model.xml import parse as workflow_xml
+from recovery.tracking import runs
+
+
+def follow_and_report(plan: follow_mod.FollowPlan, client: Redis, url: str, make_spark: Callable[[], Any],
+                      max_batches: int | None, idle_exit: float | None, as_json: bool) -> dict[str, Any]:
+    """`submit --follow` (checked: `plan`): jobs.follow with its events printed to stderr (none
+    with --json)."""
+
+    def echo(kind: str, info: dict) -> None:
+        if as_json:
+            return
+        if kind == "resumed":
+            click.echo(f"resumed crashed run {info['run_id']} (round {info.get('resumed_round')}): "
+                       f"pending {info['pending']}, dead {info['dead']}", err=True)
+        elif kind == "continue":
+            click.echo(f"continuing run {info['run_id']} after round {info['round']}", err=True)
+        elif kind == "run":
+            click.echo(f"run {info['run_id']}", err=True)
+        elif kind == "batch":
+            extra = f", trimmed {info['trimmed']}" if info["trimmed"] else ""
+            click.echo(f"batch round {info['round']}: {info['messages']} messages, failed "
+                       f"{info['failed']}{extra}; run pending {info['pending']}, dead {info['dead']} "
+                       f"({info['seconds']:.1f}s)", err=True)
+        elif kind == "recovery":
+            click.echo(f"recovery: {info['rounds']} round(s); pending {info['pending']}, dead "
+                       f"{info['dead']}", err=True)
+        elif kind == "stopping":
+            click.echo(f"{info['signal']}: stopping after this batch (again to abort)", err=True)
+        elif kind == "retry":
+            click.echo(f"round {info['round']} was interrupted ({info['error']}): finishing it",
+                       err=True)
+        sys.stderr.flush()
+
+    spark = make_spark()
+    return follow_mod.run(spark, client, url, plan, max_batches=max_batches, idle_exit=idle_exit, on_event=echo)
+
+
+def register(main: click.Group) -> None:
+    @main.command()
+    @click.argument("file")
+    @click.option("--master", default=None, help="Spark master URL (default local[*]).")
+    @click.option("--conf", "spark_conf", multiple=True, metavar="K=V", help="A Spark setting (repeatable).")
+    @click.option("--property", "-p", "props", multiple=True, metavar="K=V",
+                  help="Set a workflow config property (repeatable; `recovery properties` "
+                  "lists them), checked before anything runs.")
+    @click.option("--no-tracking", is_flag=True, help="Run without tracking (no recovery possible).")
+    @click.option("--run-id", default=None, callback=common.run_id_arg,
+                  help="Use this run id instead of a generated one (1 to 128 letters, digits, '.', "
+                  "'_' or '-', not starting with '.').")
+    @click.option("--spill-dir", default=None, metavar="DIR|URI",
+                  help="Where tasks spill in-flight outputs: a folder the driver and every executor "
+                  "reach, or a file://, hdfs:// or s3:// URI (default: recovery.spill.dir, else "
+                  "RECOVERY_HOME/spill). Kept in the run: recover and clear find it.")
+    # --- log source (recovery/jobs/follow.py): continuous runs over redis-stream topics ---
+    @click.option("--follow", is_flag=True, help="Keep reading the workflow's topics in micro-batches "
+                  "until Ctrl-C/SIGTERM (finishes and commits the batch under way).")
+    @click.option("--max-batches", type=click.IntRange(min=1), default=None, metavar="N",
+                  help="With --follow: stop after N batches.")
+    @click.option("--idle-exit", type=click.FloatRange(min=0), default=None, metavar="SECS",
+                  help="With --follow: stop after SECS seconds without a new message.")
+    # --- end log source ---
+    @redis_option
+    @json_option
+    def submit(file: str, master: str | None, spark_conf: tuple[str, ...], props: tuple[str, ...],
+               no_tracking: bool, run_id: str | None, spill_dir: str | None, follow: bool,
+               max_batches: int | None, idle_exit: float | None, redis_url: str | None,
+               as_json: bool) -> None:
+        """Run the workflow FILE on Spark with every tuple tracked; prints a summary."""
+        wf = workflow_xml.load(file)
+        wf = wf.with_config(config.parse_assignments(props, "-p", dict(wf.config), [c.id for c in wf.components]))
+        with open(file, encoding="utf-8", errors="replace") as fh:
+            xml = fh.read()
+        # every refusal before Spark starts (exit 2): first what the workflow and the options
+        # decide, then, connected, what Redis holds
+        if follow:   # --- log source (recovery/jobs/follow.py): continuous runs over topics ---
+            follow_plan = follow_mod.prepare(wf, xml, file, master or "local[*]", run_id, not no_tracking)
+            if spill_dir is not None:
+                raise RecoveryError("--spill-dir does not apply to --follow runs: set the workflow "
+                                    "property recovery.spill.dir instead")
+            client, url = common.client_for(redis_url)
+            if run_id:   # a run of its own: the consumer's run goes on only without --run-id
+                runs.check_absent(client, run_id)
+            follow_mod.check_redis(client, follow_plan)
+            spark_conf_kv = common.key_values(spark_conf, "--conf")
+            summary = follow_and_report(follow_plan, client, url, lambda: common.spark_for(master, spark_conf_kv),
+                                        max_batches, idle_exit, as_json)
+            if as_json:
+                echo_json(summary)
+            elif summary.get("run_id"):
+                common.print_summary(summary)
+                for line in follow_mod.report_lines(summary):
+                    click.echo(line)
+            else:
+                click.echo("no messages to read: no run was started")
+            return
+        plan = jobs_submit.prepare(wf, xml, file, tracking_on=not no_tracking, master=master or "local[*]",
+                                   run_id=run_id, spill_dir=spill_dir)
+        client, url = common.client_for(redis_url)
+        jobs_submit.check_redis(client, plan)
+        spark = common.spark_for(master, common.key_values(spark_conf, "--conf"))
+        # --- log source: resume a crashed run of the same consumer first (recovery/jobs/follow.py) ---
+        if uses_log_source(wf):
+            for resumed in follow_mod.resume_crashed(spark, client, url, wf):
+                click.echo(f"resumed crashed run {resumed['run_id']} of the same consumer first", err=True)
+        # --- end log source ---
+        with common.RoundProgress(not as_json) as progress:
+            summary = jobs_submit.run(spark, client, url, plan, progress)
+        if uses_log_source(wf):   # --- log source: partitions, lag, warnings (recovery/jobs/follow.py)
+            summary = follow_mod.enrich(client, summary, wf)
+        common.show(summary, as_json)
+        if not as_json:
+            if summary["failed_positions"]:
+                click.echo(f"next: recovery plan {summary['run_id']}   then: recovery recover {summary['run_id']}")
