@@ -57,7 +57,7 @@ def bench_home(keep: bool = False, prefix: str = "recovery-bench-") -> Iterator[
 @contextlib.contextmanager
 def redis_for(home: Path, url: str | None = None) -> Iterator[tuple[Any, str]]:
     """(client, url): the given Redis, or an embedded server under `home`, stopped at the end."""
-    from recovery.redis import connection, embedded
+    from recovery.controlplane import connection, embedded
     if url:
         yield connection.connect(url), url
         return
@@ -152,7 +152,7 @@ class MemorySampler:
     def __init__(self, url: str, every: float = 0.2):
         import threading
 
-        from recovery.redis import connection
+        from recovery.controlplane import connection
         self.client = connection.connect(url, start=False)
         self.every = every
         self.base = redis_used_memory(self.client)

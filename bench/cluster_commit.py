@@ -61,7 +61,7 @@ _worker: dict[str, Any] = {}
 def _connect_worker(url: str) -> None:
     """A worker process's client, made once (as an executor keeps its own): its discovery of
     the cluster happens before the measured commits."""
-    from recovery.redis import connection
+    from recovery.controlplane import connection
     _worker["client"] = connection.connect(url)
 
 
@@ -109,7 +109,7 @@ def _master_info(urls: list[str]) -> list[dict[str, Any]]:
 
 def measure(masters: int, roots: int, tasks: int, workers: int, folder: Path) -> dict[str, Any]:
     """Start a cluster of `masters`, run both stages, return the figures."""
-    from recovery.redis import connection
+    from recovery.controlplane import connection
     from recovery.tracking import keys, ledger, runs
     from tests.clusters import RedisCluster
     cluster = RedisCluster(folder / f"m{masters}", masters).start()

@@ -28,7 +28,7 @@ from redis import Redis
 
 from recovery.cli import main
 from recovery.connectors.sink_folders import read_jsonl_dir
-from recovery.redis import connection
+from recovery.controlplane import connection
 from recovery.tracking import keys, runs
 
 REPO = Path(__file__).resolve().parent.parent

@@ -32,9 +32,9 @@ def main() -> int:
     os.environ["RECOVERY_HOME"] = str(work / "home")
     os.environ.setdefault("PYTHONHASHSEED", "0")
     sys.path.insert(0, str(REPO))
+    from recovery.controlplane import connection
+    from recovery.controlplane import embedded as redis_embedded
     from recovery.demo import INJECT, copy_example
-    from recovery.redis import connection
-    from recovery.redis import embedded as redis_embedded
     from tests.ui_server import BackgroundServer, launch_chromium
 
     embedded = None if args.redis else redis_embedded.EmbeddedServer()

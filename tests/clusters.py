@@ -65,7 +65,7 @@ class RedisCluster:
         return self.urls[0]
 
     def _command(self, n: int, port: int) -> list[str]:
-        from recovery.redis.embedded import redis_binary
+        from recovery.controlplane.embedded import redis_binary
         node = self.folder / f"node-{n}"
         return [redis_binary(), "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
                 "--cluster-config-file", "nodes.conf", "--dir", str(node), "--save", "",

@@ -80,7 +80,7 @@ def _cleanup_session_home() -> None:
     if not os.path.isdir(_SESSION_HOME):
         return
     try:
-        from recovery.redis.embedded import EmbeddedServer
+        from recovery.controlplane.embedded import EmbeddedServer
 
         server = EmbeddedServer(_SESSION_HOME)
         if server.ping() or server.pid() is not None:
@@ -135,7 +135,7 @@ def _kill(proc: subprocess.Popen) -> None:
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """URL (unix://) of a real redis-server started for this test session."""
-    from recovery.redis.embedded import redis_binary
+    from recovery.controlplane.embedded import redis_binary
 
     folder = tmp_path_factory.mktemp("redis-server")
     sock = folder / "redis.sock"
@@ -174,7 +174,7 @@ def redis_url(redis_server: str) -> str:
 @pytest.fixture
 def redis_client(redis_url: str) -> Iterator[redis.Redis]:
     """A client (bytes replies) on the flushed session Redis."""
-    from recovery.redis.connection import connect
+    from recovery.controlplane.connection import connect
 
     client = connect(redis_url)
     try:

@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from recovery.cli import echo_json
+from recovery.controlplane import connection
 from recovery.engine.session import session
 from recovery.errors import RecoveryError
 from recovery.jobs import follow as follow_mod
 from recovery.model.run import check_run_id
-from recovery.redis import connection
 
 if TYPE_CHECKING:
     from rich.progress import Progress

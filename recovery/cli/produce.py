@@ -9,8 +9,8 @@ import click
 
 from recovery.cli import echo_json, json_option, redis_option
 from recovery.connectors.redis_stream import topics as stream_reader
+from recovery.controlplane import connection
 from recovery.errors import RecoveryError
-from recovery.redis import connection
 
 
 def _records(fh: Any, fmt: str, key_field: str | None, source: str) -> Iterator[tuple[Any, bytes]]:

@@ -7,7 +7,7 @@ import click
 import redis
 
 from recovery.cli import echo_json, json_option, redis_option
-from recovery.redis import connection, embedded
+from recovery.controlplane import connection, embedded
 
 
 def _home_option(f):

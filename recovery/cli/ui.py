@@ -39,7 +39,7 @@ def register(main: click.Group) -> None:
         - on a non-loopback --host, every request needs the token: open the printed URL
           (a cookie keeps it), or send the header.
         """
-        from recovery.redis import connection
+        from recovery.controlplane import connection
         try:
             import uvicorn
 

@@ -25,10 +25,10 @@ from recovery.connectors import files, spark_source
 from recovery.connectors.file_batches import file_source_batches
 from recovery.connectors.queue import queue_source
 from recovery.connectors.redis_stream import reader as stream_reader
+from recovery.controlplane import connection
 from recovery.model.graph import ChainPlan, TaskContext
 from recovery.model.run import RunSpec
 from recovery.model.workflow import Workflow
-from recovery.redis import connection
 from recovery.runtime import batch, factory, task
 from recovery.runtime.chain import ChainTask
 from recovery.tracking import keys, ledger, runs, spill

@@ -16,11 +16,11 @@ from redis import Redis
 
 from recovery.connectors import table_sinks
 from recovery.connectors.table_sinks import TableClear
+from recovery.controlplane.connection import scan_keys
 from recovery.errors import RunBusy, RunError
 from recovery.model.record import RunRecord
 from recovery.model.run import is_run_id
 from recovery.model.workflow import Workflow
-from recovery.redis.connection import scan_keys
 from recovery.tracking import keys, runs, spill
 
 log = logging.getLogger(__name__)

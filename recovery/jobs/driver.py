@@ -20,13 +20,13 @@ import redis
 
 from recovery.connectors import sink_folders
 from recovery.connectors.redis_stream import offsets as stream_reader
+from recovery.controlplane import connection
 from recovery.engine import rounds as engine_rounds
 from recovery.errors import JobFailed, RecoveryError, RedisUnavailable, RunError, SpillError
 from recovery.jobs.summary import in_topological_order, summarize
 from recovery.model.config import PropertyError
 from recovery.model.run import RunSpec
 from recovery.model.workflow import Workflow
-from recovery.redis import connection
 from recovery.tracking import keys, ledger, runs, spill, tracker
 
 if TYPE_CHECKING:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from redis import Redis
 
+from recovery.controlplane.connection import is_cluster
 from recovery.engine import rounds as engine_rounds
 from recovery.errors import RunBusy, RunError
 from recovery.jobs.driver import Progress, claim_run, redis_lost_is_resumable, run_and_settle
@@ -27,7 +28,6 @@ from recovery.model.record import RunRecord
 from recovery.model.run import RunSpec
 from recovery.model.synthesis import synthesize
 from recovery.model.workflow import Workflow
-from recovery.redis.connection import is_cluster
 from recovery.tracking import keys, ledger, runs, spill
 
 if TYPE_CHECKING:

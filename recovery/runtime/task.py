@@ -26,13 +26,13 @@ from redis import Redis
 
 from recovery.api.components import Component as UserComponent
 from recovery.api.tuples import SYSTEM_COMPONENT, TICK_STREAM, Tuple
+from recovery.controlplane import connection
 from recovery.faults import injections
 from recovery.model import config as config_decl
 from recovery.model.graph import ChainPlan, TaskContext, TaskMap
 from recovery.model.run import RunSpec
 from recovery.model.workflow import Component, Workflow
 from recovery.multilang.bolt import ShellBolt
-from recovery.redis import connection
 from recovery.runtime import factory, timeouts, wire
 from recovery.runtime.collector import Output, TaskCollector, format_error
 from recovery.runtime.roots import SpoutRoots

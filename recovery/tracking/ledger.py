@@ -20,7 +20,7 @@ import numpy as np
 from redis import Redis
 from redis.exceptions import WatchError
 
-from recovery.redis.connection import is_cluster
+from recovery.controlplane.connection import is_cluster
 from recovery.tracking import keys
 
 log = logging.getLogger(__name__)

@@ -26,10 +26,10 @@ from typing import Any
 
 import redis
 
+from recovery.controlplane.connection import is_cluster
 from recovery.errors import RunBusy, RunCleared, RunExists, RunFenced, RunNotFound, RunTakenOver
 from recovery.model.record import RunRecord, encode
 from recovery.model.run import RUN_ID_MAX
-from recovery.redis.connection import is_cluster
 from recovery.tracking import keys
 
 log = logging.getLogger(__name__)

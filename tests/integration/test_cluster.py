@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from recovery.redis.connection import connect, scan_keys
+from recovery.controlplane.connection import connect, scan_keys
 from recovery.tracking import keys, runs, spill
 from tests.helpers import wait_for
 from tests.integration.conftest import copy_workflow, sink_records

@@ -14,8 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from recovery.cli import main
+from recovery.controlplane import connection
 from recovery.jobs import recover
-from recovery.redis import connection
 from recovery.tracking import keys, ledger, runs
 from tests.clusters import RedisCluster
 from tests.helpers import wait_for

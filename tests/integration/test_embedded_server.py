@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from recovery.redis import connection, embedded
+from recovery.controlplane import connection, embedded
 from tests.helpers import NOBODY, file_mode
 
 PYTHON = sys.executable
@@ -95,7 +95,7 @@ def test_server_survives_between_cli_invocations(home):
     # a second process sees the same server, and the data a third process wrote
     again = cli_json(home, "server", "start")
     assert again["started"] is False and again["pid"] == started["pid"]
-    code = ("from recovery.redis.connection import connect; connect().set(b'shared', b'yes')")
+    code = ("from recovery.controlplane.connection import connect; connect().set(b'shared', b'yes')")
     subprocess.run([PYTHON, "-c", code], check=True, env=dict(os.environ, RECOVERY_HOME=str(home)))
     st = cli_json(home, "server", "status")
     assert st["running"] and st["pid"] == started["pid"] and st["keys"] == 1
@@ -144,7 +144,7 @@ def test_concurrent_starts_make_one_server(home, n):
 
 
 def test_concurrent_connects_make_one_server(home):
-    code = "from recovery.redis.connection import connect; c = connect(); c.incr(b'n'); print(c.info()['process_id'])"
+    code = "from recovery.controlplane.connection import connect; c = connect(); c.incr(b'n'); print(c.info()['process_id'])"
     env = dict(os.environ, RECOVERY_HOME=str(home))
     procs = [subprocess.Popen([PYTHON, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
              for _ in range(3)]

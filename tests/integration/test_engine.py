@@ -8,7 +8,7 @@ from pathlib import Path
 
 import msgpack
 
-from recovery.redis.connection import scan_keys
+from recovery.controlplane.connection import scan_keys
 from recovery.tracking import keys, ledger
 from tests.integration.conftest import copy_workflow, sink_records, submit
 

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from recovery.cli import main
-from recovery.redis import connection
+from recovery.controlplane import connection
 from recovery.tracking import keys
 
 WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"

@@ -122,7 +122,7 @@ def test_racing_creates_of_one_run_id_on_a_real_redis(redis_client):
 def _own_redis(folder: Path) -> tuple[subprocess.Popen, str]:
     import redis as redis_py
 
-    from recovery.redis.embedded import redis_binary
+    from recovery.controlplane.embedded import redis_binary
     sock = folder / "r.sock"
     proc = subprocess.Popen([redis_binary(), "--port", "0", "--unixsocket", str(sock), "--unixsocketperm", "700",
                              "--dir", str(folder), "--save", "", "--appendonly", "yes", "--appendfsync", "always",
@@ -139,7 +139,7 @@ def _own_redis(folder: Path) -> tuple[subprocess.Popen, str]:
 
 
 def test_redis_dying_mid_submit_is_one_line_exit_2_and_the_run_resumes(spark, tmp_path):
-    from recovery.redis.connection import connect
+    from recovery.controlplane.connection import connect
     folder = Path(os.environ.get("TMPDIR", "/tmp")) / f"rl-{secrets.token_hex(3)}"   # short socket path
     folder.mkdir()
     gate = Gate(tmp_path / "wf")

@@ -59,7 +59,7 @@ def outputs(folder: Path) -> dict[str, list[str]]:
 @pytest.fixture(scope="module")
 def failure_free(spark, redis_server, tmp_path_factory) -> dict[str, list[str]]:
     """The sinks of a failure-free run of the same input."""
-    from recovery.redis.connection import connect
+    from recovery.controlplane.connection import connect
     folder = tmp_path_factory.mktemp("failure-free")
     client = connect(redis_server)
     s = submit(spark, redis_server, client, bench_pipeline(folder), run_id="takeover-reference")

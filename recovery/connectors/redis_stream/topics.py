@@ -9,9 +9,9 @@ from typing import Any
 
 from redis import Redis
 
+from recovery.controlplane.connection import is_cluster
 from recovery.errors import RecoveryError
 from recovery.model.workflow import Component, SourceImpl, Workflow
-from recovery.redis.connection import is_cluster
 from recovery.tracking import keys
 from recovery.tracking.ids import stable_hash
 

@@ -46,7 +46,7 @@ def test_verbose_logs_the_round_on_stderr_and_json_stays_on_stdout(echo_workflow
     assert summary["run_id"] == "echo-v" and summary["status"] == "completed"
     assert "INFO recovery.jobs.driver: run echo-v submit: starting" in result.stderr
     assert "INFO recovery.jobs.driver: run echo-v submit ended: completed" in result.stderr
-    assert "INFO recovery.redis.connection: connected to Redis at" in result.stderr
+    assert "INFO recovery.controlplane.connection: connected to Redis at" in result.stderr
     assert ("DEBUG recovery." in result.stderr) == (verbose == ["-vv"])
 
 

@@ -109,7 +109,7 @@ def test_partition_count_is_fixed_at_creation(fake_redis):
 
 def test_produce_command(fake_redis, monkeypatch, tmp_path):
     from recovery.cli import main
-    from recovery.redis import connection
+    from recovery.controlplane import connection
     monkeypatch.setattr(connection, "connect", lambda *a, **k: fake_redis)
     monkeypatch.setattr(connection, "resolve_url", lambda url=None: "redis://fake")
     data = tmp_path / "recs.jsonl"
@@ -385,7 +385,7 @@ def test_a_topic_name_outside_kafka_s_alphabet_is_refused_and_nothing_is_written
 
 def test_produce_refuses_a_bad_topic_name_in_one_line(fake_redis, monkeypatch, tmp_path):
     from recovery.cli import main
-    from recovery.redis import connection
+    from recovery.controlplane import connection
     monkeypatch.setattr(connection, "connect", lambda *a, **k: fake_redis)
     monkeypatch.setattr(connection, "resolve_url", lambda url=None: "redis://fake")
     data = tmp_path / "lines.txt"

