@@ -39,7 +39,7 @@ Progress = Callable[[str, int, int], None]
 
 @contextmanager
 def redis_lost_is_resumable(run_id: str, redis_url: str | None) -> Iterator[None]:
-    """Redis going away under a driver is one line (exit 2) saying how to resume (DESIGN 7.6):
+    """Redis going away under a driver is one line (exit 2) saying how to resume:
     what the run committed is in Redis, the rest runs again on `recover`."""
     try:
         yield

@@ -1,4 +1,4 @@
-"""Runs against a real Redis Cluster of three masters, given as ONE node's URL (issue 21): the
+"""Runs against a real Redis Cluster of three masters, given as ONE node's URL: the
 representative recovery, crash-resume, Spark-retry and `clear` tests of the single server run
 here again (the same test functions, with this module's `redis_url` and `redis_client`), plus
 what only a cluster has: a run's keys spread over every master, a master killed mid-run, a

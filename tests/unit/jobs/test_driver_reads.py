@@ -1,4 +1,4 @@
-"""The driver holds nothing per tuple or per root (issue 11): every command the driver sends
+"""The driver holds nothing per tuple or per root: every command the driver sends
 during a recovery and a `status` is recorded on fakeredis (the Spark tasks, run in process by
 the test kit, use a client of their own), and it reads positions and counters only: no queued
 tuple, no ledger, no set of dead roots, and the same commands with 8 or 300 tuples queued.

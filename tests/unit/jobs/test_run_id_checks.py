@@ -1,5 +1,5 @@
-"""Every job that takes a run id refuses an unsafe one before it reads or writes anything
-(issue 17, 2.2): submit (the test kit's too), recover, status, plan, dead, requeue, clear.
+"""Every job that takes a run id refuses an unsafe one before it reads or writes anything:
+submit (the test kit's too), recover, status, plan, dead, requeue, clear.
 The check lives below the jobs (model/run.py check_run_id, applied where tracking/keys.py
 builds a run's keys), so the CLI, the web view and the test kit all get it."""
 from __future__ import annotations

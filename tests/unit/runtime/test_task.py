@@ -367,7 +367,7 @@ def test_the_collector_threshold_is_raised_while_tasks_run_and_restored_by_the_l
 
 def test_a_task_of_a_driver_taken_over_publishes_no_part_commits_nothing_and_fails_its_round(
         monkeypatch, fake_redis, tmp_path):
-    """Issue 17 §2.1: the run is taken over (`recover --force`) while its sink task is writing
+    """The run is taken over (`recover --force`) while its sink task is writing
     its part. The task checks, under the folder's lock, that its driver still owns the run
     right before it renames the part into place: it publishes nothing (its successor's task
     writes that part), commits nothing, and fails, so nothing of it flows on. A task of that
