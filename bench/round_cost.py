@@ -2,7 +2,7 @@
 
 One Spark session (local[2]) and one embedded Redis; a small workflow (wordcount over 200
 sentences by default) submitted --repeats times after a warm-up. Each phase of the driver's
-round (recovery/jobs/driver.py run_and_settle) is timed by wrapping the function that does it:
+round (recovery/jobs/settle.py run_and_settle) is timed by wrapping the function that does it:
 
   session        starting the SparkSession (once, before the rounds)
   round job      engine.rounds.run_round: the round's Spark job (its last task also
@@ -46,7 +46,7 @@ PHASES = {   # phase -> (module, function) wrapped
     "clear": ("recovery.engine.rounds", "clear_round"),
     "spouts job": ("recovery.engine.rounds", "tell_spouts"),
     "record": ("recovery.tracking.runs", "update"),
-    "summary": ("recovery.jobs.driver", "summarize"),
+    "summary": ("recovery.jobs.settle", "summarize"),
 }
 
 
@@ -66,7 +66,7 @@ def instrument(spent: dict[str, float], ledger_job: list[bool]) -> None:
     import importlib
 
     from recovery.engine import rounds
-    from recovery.jobs import driver
+    from recovery.jobs import settle
     from recovery.tracking import keys
     resolve = rounds.resolve_ledger
 
@@ -78,7 +78,7 @@ def instrument(spent: dict[str, float], ledger_job: list[bool]) -> None:
     for phase, (module, name) in PHASES.items():
         mod = importlib.import_module(module)
         setattr(mod, name, _timed(spent, phase, getattr(mod, name)))
-    assert driver.summarize is not None   # (wrapped above: the driver imported it by name)
+    assert settle.summarize is not None   # (wrapped above: the settle module imported it by name)
 
 
 def main(argv: list[str] | None = None) -> int:
