@@ -33,7 +33,7 @@ class JsonlSink(BufferedSink):
         folder = resolve(self.impl.param("path") or "out", self.base_dir)
         data = b"".join(chunks)
         atomic_write(os.path.join(folder, part_name_of(self.context, "jsonl")), lambda fh: fh.write(data),
-                      getattr(self.context, "fence", None))
+                      self.context.fence)
 
 
 class ParquetSink(BufferedSink):
@@ -46,7 +46,7 @@ class ParquetSink(BufferedSink):
         import pyarrow.parquet as pq
         folder = resolve(self.impl.param("path") or "out", self.base_dir)
         atomic_write(os.path.join(folder, part_name_of(self.context, "parquet")),
-                      lambda fh: pq.write_table(table, fh), getattr(self.context, "fence", None))
+                      lambda fh: pq.write_table(table, fh), self.context.fence)
 
     def encode_batch(self, batch: Any, fields: tuple[str, ...]) -> tuple[Any, dict[int, BaseException]]:
         """The columns as they are, with the types `Table.from_pylist` gives the row path's
