@@ -22,6 +22,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from recovery.controlplane.embedded import EmbeddedServer
+from recovery.environment import environment
 from recovery.errors import RecoveryError, RedisUnavailable
 
 log = logging.getLogger(__name__)
@@ -29,7 +30,6 @@ log = logging.getLogger(__name__)
 __all__ = ["RedisUnsupported", "connect", "describe", "is_cluster", "make_client", "resolve_url",
            "scan_keys"]
 
-URL_ENV = "RECOVERY_REDIS_URL"
 SCHEMES = ("redis://", "rediss://", "unix://")
 
 #: Socket timeouts of every client made here (seconds); callers may override per call.
@@ -180,7 +180,7 @@ def resolve_url(url: str | None = None, home: str | os.PathLike[str] | None = No
                 start: bool = True) -> str:
     """The URL :func:`connect` would use: ``url``, else ``$RECOVERY_REDIS_URL``, else the
     embedded server's (started here when ``start``). Useful to hand to Spark tasks."""
-    url = url or os.environ.get(URL_ENV) or None
+    url = url or environment().redis_url
     if url:
         return url
     server = EmbeddedServer(home)
@@ -199,7 +199,7 @@ def connect(url: str | None = None, home: str | os.PathLike[str] | None = None,
     A Redis Cluster node's URL gives a RedisCluster client (module doc).
     Raises RedisUnavailable with a one-line reason naming the URL without its password.
     """
-    url = url or os.environ.get(URL_ENV) or None
+    url = url or environment().redis_url
     if url:
         what = f"Redis at {describe(url)}"
         client = make_client(url, **options)

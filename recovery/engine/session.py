@@ -6,6 +6,7 @@ import os
 import sys
 from pathlib import Path
 
+from recovery.environment import environment
 from recovery.home import private_dir, private_file, state_home
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ def session(master: str | None = None, conf: dict[str, str] | None = None, home:
     prepare_environment(home)
     from pyspark.sql import SparkSession  # lazy: commands that need no Spark never load it
     builder = (SparkSession.builder.appName(app_name)
-               .master(master or os.environ.get("RECOVERY_SPARK_MASTER", "local[*]"))
+               .master(master or environment().spark_master)
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.local.dir", str((home / "spark-tmp").resolve()))
