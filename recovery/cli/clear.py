@@ -4,6 +4,7 @@ from __future__ import annotations
 import click
 
 from recovery.cli import common, echo_json, json_option, redis_option
+from recovery.cli.safe_text import plain
 from recovery.errors import RecoveryError
 from recovery.jobs import clear as jobs_clear
 
@@ -30,6 +31,6 @@ def register(main: click.Group) -> None:
             echo_json(result)
             return
         for rid, ks in removed.items():
-            click.echo(f"cleared {rid}: {len(ks)} keys")
+            click.echo(f"cleared {plain(rid)}: {len(ks)} keys")
             for table in result["tables"].get(rid, []):   # a table sink's rows are never cleared
-                click.echo(f"  sink {table['sink']} ({table['type']}): {table['note']}")
+                click.echo(f"  sink {plain(table['sink'])} ({plain(table['type'])}): {plain(table['note'])}")

@@ -10,6 +10,7 @@ import click
 from redis import Redis
 
 from recovery.cli import common, echo_json, json_option, redis_option
+from recovery.cli.safe_text import plain
 from recovery.errors import RecoveryError
 from recovery.jobs import follow as follow_mod
 from recovery.jobs import submit as jobs_submit
@@ -26,24 +27,24 @@ def follow_and_report(plan: follow_mod.FollowPlan, client: Redis, url: str, make
         if as_json:
             return
         if kind == "resumed":
-            click.echo(f"resumed crashed run {info['run_id']} (round {info.get('resumed_round')}): "
-                       f"pending {info['pending']}, dead {info['dead']}", err=True)
+            click.echo(plain(f"resumed crashed run {info['run_id']} (round {info.get('resumed_round')}): "
+                       f"pending {info['pending']}, dead {info['dead']}"), err=True)
         elif kind == "continue":
-            click.echo(f"continuing run {info['run_id']} after round {info['round']}", err=True)
+            click.echo(plain(f"continuing run {info['run_id']} after round {info['round']}"), err=True)
         elif kind == "run":
-            click.echo(f"run {info['run_id']}", err=True)
+            click.echo(plain(f"run {info['run_id']}"), err=True)
         elif kind == "batch":
             extra = f", trimmed {info['trimmed']}" if info["trimmed"] else ""
-            click.echo(f"batch round {info['round']}: {info['messages']} messages, failed "
+            click.echo(plain(f"batch round {info['round']}: {info['messages']} messages, failed "
                        f"{info['failed']}{extra}; run pending {info['pending']}, dead {info['dead']} "
-                       f"({info['seconds']:.1f}s)", err=True)
+                       f"({info['seconds']:.1f}s)"), err=True)
         elif kind == "recovery":
-            click.echo(f"recovery: {info['rounds']} round(s); pending {info['pending']}, dead "
-                       f"{info['dead']}", err=True)
+            click.echo(plain(f"recovery: {info['rounds']} round(s); pending {info['pending']}, dead "
+                       f"{info['dead']}"), err=True)
         elif kind == "stopping":
-            click.echo(f"{info['signal']}: stopping after this batch (again to abort)", err=True)
+            click.echo(plain(f"{info['signal']}: stopping after this batch (again to abort)"), err=True)
         elif kind == "retry":
-            click.echo(f"round {info['round']} was interrupted ({info['error']}): finishing it",
+            click.echo(plain(f"round {info['round']} was interrupted ({info['error']}): finishing it"),
                        err=True)
         sys.stderr.flush()
 
@@ -103,7 +104,7 @@ def register(main: click.Group) -> None:
             elif summary.get("run_id"):
                 common.print_summary(summary)
                 for line in follow_mod.report_lines(summary):
-                    click.echo(line)
+                    click.echo(plain(line))
             else:
                 click.echo("no messages to read: no run was started")
             return
@@ -114,10 +115,11 @@ def register(main: click.Group) -> None:
         spark = common.spark_for(master, common.key_values(spark_conf, "--conf"))
 
         def resumed(summary: dict[str, Any]) -> None:
-            click.echo(f"resumed crashed run {summary['run_id']} of the same consumer first", err=True)
+            click.echo(f"resumed crashed run {plain(summary['run_id'])} of the same consumer first", err=True)
         with common.RoundProgress(not as_json) as progress:
             summary = follow_mod.submit_bounded(spark, client, url, plan, progress, resumed)
         common.show(summary, as_json)
         if not as_json:
             if summary["failed_positions"]:
-                click.echo(f"next: recovery plan {summary['run_id']}   then: recovery recover {summary['run_id']}")
+                run = plain(summary["run_id"])
+                click.echo(f"next: recovery plan {run}   then: recovery recover {run}")

@@ -2,7 +2,8 @@
 for htmx's SSE extension, open only while a run is running), the actions (recover, requeue,
 clear: POST or DELETE only) and the JSON API under /api/v1/. Every shape comes from
 recovery.reports, as the CLI's `--json` does. Every request first goes through
-recovery.ui.security (Host allow-list, token, Origin check, security headers)."""
+recovery.ui.security (Host allow-list, token or session, CSRF and Origin checks, security
+headers); the login page is the one page served without them."""
 from __future__ import annotations
 
 import asyncio
@@ -38,7 +39,16 @@ from recovery.tracking import keys, runs
 from recovery.ui import svg
 from recovery.ui.access import check_token
 from recovery.ui.actions import RecoverProcesses
-from recovery.ui.security import TOKEN_FIELD, Guard, SecurityMiddleware
+from recovery.ui.login import login_action, login_page
+from recovery.ui.security import (
+    CSRF_FIELD,
+    LOGIN_PATH,
+    TOKEN_FIELD,
+    Guard,
+    SecurityMiddleware,
+    wants_json,
+)
+from recovery.visible import visible
 
 HERE = Path(__file__).resolve().parent
 STATUSES = (runs.RUNNING, runs.PENDING, runs.COMPLETED, runs.DEAD, runs.CRASHED, runs.ERROR)
@@ -78,12 +88,17 @@ class UI:
         self.redis_url = redis_url
         self.guard = guard
         self.processes = RecoverProcesses(redis_url, log_dir)
-        self.templates = Jinja2Templates(directory=str(HERE / "templates"))
+        # every form of the pages carries its session's CSRF value (security.py), never the token
+        self.templates = Jinja2Templates(directory=str(HERE / "templates"), context_processors=[
+            lambda request: {"csrf": getattr(request.state, CSRF_FIELD, "")}])
+        # data (tuple values, errors) may hold control characters: shown as escapes, as the CLI
+        # shows them; markup the app built (Markup: the SVGs, escaped already) passes as it is
+        self.templates.env.finalize = lambda value: value if not isinstance(value, str) or hasattr(
+            value, "__html__") else visible(value, multiline=True)
         self.templates.env.filters["tojson_pretty"] = lambda v: json.dumps(v, indent=2, sort_keys=True, default=str)
         self.templates.env.filters["timestamp"] = lambda t: time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(t)))
-        # every form of the pages carries the server's token in a hidden field (security.py)
-        self.templates.env.globals.update(COLUMNS=COLUMNS, STATUSES=STATUSES, TOKEN_FIELD=TOKEN_FIELD,
-                                          token=guard.token)
+        self.templates.env.globals.update(COLUMNS=COLUMNS, STATUSES=STATUSES, CSRF_FIELD=CSRF_FIELD,
+                                          TOKEN_FIELD=TOKEN_FIELD, LOGIN_PATH=LOGIN_PATH)
 
     # --- what a run page shows ------------------------------------------------------------
     def run_context(self, run_id: str) -> dict[str, Any]:
@@ -162,6 +177,7 @@ def _wants_fragment(request: Request) -> bool:
     return request.headers.get("HX-Request") == "true"
 
 
+
 # --- pages ----------------------------------------------------------------------------------
 def runs_page(request: Request) -> Response:
     ui = _ui(request)
@@ -203,7 +219,7 @@ async def run_events(request: Request) -> Response:
                     last, quiet = mark, 0.0
                     yield "event: live\n" + "".join(f"data: {line}\n" for line in html.splitlines()) + "\n"
             except RecoveryError as err:     # cleared meanwhile
-                yield f"event: live\ndata: <p class=\"flash error\">{escape(str(err))}</p>\n\n"
+                yield f"event: live\ndata: {_flash_html(str(err), error=True)}\n\n"
                 yield DONE_EVENT
                 return
             if not live:
@@ -246,7 +262,7 @@ def _flash(message: str, error: bool = False) -> HTMLResponse:
 
 
 def _flash_html(message: str, error: bool = False) -> str:
-    return f'<p class="flash{" error" if error else ""}" role="status">{escape(message)}</p>'
+    return f'<p class="flash{" error" if error else ""}" role="status">{escape(visible(message))}</p>'
 
 
 def recover_action(request: Request) -> Response:
@@ -387,7 +403,7 @@ async def http_error(request: Request, err: Exception) -> Response:
 
 
 def _refusal(ui: UI, path: str, status: int, message: str) -> Response:
-    if path.startswith("/api/"):
+    if wants_json(path):
         return _json({"error": message}, status)
     html = ui.templates.get_template("error.html").render(message=message)
     return HTMLResponse(html, status_code=status)
@@ -423,15 +439,17 @@ class _GuardedStarlette(Starlette):
 
 def create_app(client: Redis, redis_url: str, log_dir: Path, *, host: str = "127.0.0.1",
                port: int | None = None, token: str | None = None,
-               allowed_hosts: tuple[str, ...] = ()) -> Starlette:
+               allowed_hosts: tuple[str, ...] = (), no_token: bool = False) -> Starlette:
     """The web view over `client` (whose URL, `redis_url`, the recover processes get), served
     on `host`:`port` (the Host headers it answers to; None: any port, for an in-process test
     client). `token` is the per-server secret (else $RECOVERY_UI_TOKEN, else a new random one),
-    in `app.state.token`; a non-loopback `host` needs it on every request (security.py)."""
+    in `app.state.token`, needed on every request (security.py) unless `no_token` (loopback only)."""
     run = "/runs/{run_id:str}"
     api = "/api/v1/runs/{run_id:str}"
     routes: list[BaseRoute] = [
         _route("/", runs_page),
+        _route(LOGIN_PATH, login_page),
+        _route(LOGIN_PATH, login_action, methods=["POST"]),
         _route(run, run_page),
         _route(run + "/events", run_events),
         _route(run + "/dead", dead_page),
@@ -457,7 +475,7 @@ def create_app(client: Redis, redis_url: str, log_dir: Path, *, host: str = "127
     env_token = environment().ui_token
     if token is None and env_token:
         token = check_token(env_token)
-    guard = Guard.for_server(host, port, token, allowed_hosts)
+    guard = Guard.for_server(host, port, token, allowed_hosts, no_token)
     app.state.ui = UI(client, redis_url, log_dir, guard)
     app.state.token = guard.token
     return app
