@@ -189,7 +189,7 @@ def test_a_poison_message_at_the_head_of_a_partition_does_not_hold_the_stream(sp
                 assert _committed_to_end(redis_client, wf)
                 topics.produce(redis_client, "cdn_logs", [(x, x.encode()) for x in second])
 
-    summary = follow.follow(spark, redis_client, redis_url, wf, xml.read_text(), str(xml),
+    outcome = follow.follow(spark, redis_client, redis_url, wf, xml.read_text(), str(xml),
                             max_batches=2, on_event=on_event)
     # batch 1 processed every message after the poison (in both partitions alike): it read all
     # of them, and only the poison is not complete
@@ -198,8 +198,8 @@ def test_a_poison_message_at_the_head_of_a_partition_does_not_hold_the_stream(sp
     assert batches[0]["pending"] == 1
     # the poison was retried between batches and is dead; batch 2 read only new messages
     assert batches[1]["roots"] == len(second) and batches[1]["failed"] == 0
-    assert summary["dead"] == 1 and summary["pending"] == 0
-    assert summary["follow"]["recovery_rounds"] >= 1
+    assert outcome.summary is not None and outcome.summary.dead == 1 and outcome.summary.pending == 0
+    assert outcome.follow["recovery_rounds"] >= 1
     assert _committed_to_end(redis_client, wf)
     sink = read_jsonl_dir(str(tmp_path / "out" / "cdn_logs_stream"))
     _assert_aggregates_exactly_once(sink, _valid(first + second))
