@@ -165,10 +165,8 @@ def test_a_second_bounded_submit_of_a_stream_continues_into_the_same_folders(spa
 def test_a_poison_message_at_the_head_of_a_partition_does_not_hold_the_stream(spark, redis_url, redis_client, tmp_path):
     xml = _copy_cdn_stream(tmp_path)
     wf = workflow_xml.load(xml)
-    merged = dict(wf.config)
-    merged.update({"topology.max.spout.pending": "1000", "recovery.auto": "true",
-                   "recovery.max.attempts": "2", "recovery.retry.delay.period.ms": "0"})
-    wf = wf.model_copy(update={"config": tuple(merged.items())})
+    wf = wf.with_config({"topology.max.spout.pending": "1000", "recovery.auto": "true",
+                         "recovery.max.attempts": "2", "recovery.retry.delay.period.ms": "0"})
     lines = [x for x in (WORKFLOWS / "data" / "cdn.log").read_text().splitlines() if x.strip()]
     valid_lines = [x for x in lines if _valid([x])]
     first, second = valid_lines[:300], valid_lines[300:400]
