@@ -6,13 +6,14 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from redis import Redis
 
 from recovery.controlplane.connection import is_cluster
 from recovery.engine import rounds as engine_rounds
 from recovery.errors import RunBusy, RunError
+from recovery.jobs.clear import spill_location
 from recovery.jobs.settle import Progress, claim_run, redis_lost_is_resumable, run_and_settle
 from recovery.jobs.summary import (
     RunSummary,
@@ -165,13 +166,26 @@ class RecoverPlan:
 
 def prepare(client: Redis, run_id: str, force: bool = False, spill_dir: str | None = None) -> RecoverPlan:
     """Every refusal a recover makes before it needs Spark: no such run, a run whose driver is
-    alive (unless `force` takes it over), a run that ran without tracking. Writes nothing."""
+    alive (unless `force` takes it over), a run that ran without tracking, a spill file missing
+    that the round to resume replays. Writes nothing."""
     rec = runs.get(client, run_id)
     if not force:
         check_not_running(rec)
     if not rec.tracking:
         raise RunError(f"run {run_id} ran with tracking off: there is nothing to recover from")
-    return RecoverPlan(rec, force, spill.location(spill_dir) if spill_dir is not None else None)
+    location = spill.location(spill_dir) if spill_dir is not None else None
+    if rec.status in (runs.RUNNING, runs.ERROR) and rec.settled_round != rec.round:   # a round to resume
+        _check_spill_files(client, spill.SpillStore.at(location or spill_location(rec)), run_id, rec.round)
+    return RecoverPlan(rec, force, location)
+
+
+def _check_spill_files(client: Redis, store: spill.SpillStore, run_id: str, round_no: int) -> None:
+    """Every spill file the committed tasks of a round reference (`keys.task_spill`): resumed,
+    the round replays them instead of running those tasks again, so one gone is refused here
+    rather than by a Spark task."""
+    for field, raw in cast(dict[bytes, bytes], client.hgetall(keys.task_spill(run_id, round_no))).items():
+        component, _, index = field.decode().rpartition(":")
+        spill.check_file(store, run_id, spill.SpillRef.unpack(raw), spill.task_label(component, int(index), round_no))
 
 
 def run(spark: SparkSession, client: Redis, redis_url: str, plan: RecoverPlan, max_rounds: int | None = None,
