@@ -474,3 +474,21 @@ def test_the_readme_says_how_an_api_client_sends_the_token():
     section = readme.split("## The web view", 1)[1].split("\n## ", 1)[0]
     assert "X-Recovery-Token" in section and "RECOVERY_UI_TOKEN" in section
     assert "no authentication" not in section
+
+
+def test_pages_show_the_datas_control_characters_as_escapes(spark, redis_url, redis_client, tmp_path):
+    """Errors holding terminal escapes: the pages show them as the CLI does (\\x1b), and the
+    JSON API keeps them exact."""
+    from tests.integration.test_cli_escaping import HOSTILE, hostile_workflow
+    pending = submit(spark, redis_url, redis_client, hostile_workflow(tmp_path / "a"))["run_id"]   # failed
+    dead = submit(spark, redis_url, redis_client, hostile_workflow(tmp_path / "b"),
+                  {"recovery.max.attempts": "1"})["run_id"]
+    app = create_app(redis_client, redis_url, tmp_path / "ui-logs", port=PORT)
+    with TestClient(app, base_url=OWN, headers={"X-Recovery-Token": app.state.token}) as client:
+        for path in (f"/runs/{pending}", f"/runs/{dead}/dead"):
+            html = client.get(path).text
+            assert "\x1b" not in html and "\x07" not in html, path
+            assert "\\x1b]0;TITLE\\x07" in html and "\\x1b[31mred" in html, path
+            assert "[link=http://evil.example]click[/link]" in html, path
+        errors = [d["error"] for d in client.get(f"/api/v1/runs/{dead}/dead").json()["dead"]]
+        assert len(errors) == 3 and all(HOSTILE in e for e in errors)
