@@ -6,7 +6,7 @@ import click
 from recovery.cli import common, echo_json, json_option, redis_option
 from recovery.cli.safe_text import plain
 from recovery.errors import RecoveryError
-from recovery.jobs import reports
+from recovery.jobs import clear as jobs_clear
 
 
 def register(main: click.Group) -> None:
@@ -21,7 +21,11 @@ def register(main: click.Group) -> None:
         if bool(run_id) == all_runs:
             raise RecoveryError("give a RUN id or --all (not both)")
         client, _ = common.client_for(redis_url)
-        result = reports.clear(client, [run_id] if run_id else None, force)   # None: --all
+        if run_id is None:
+            cleared = jobs_clear.clear_all(client, force)
+        else:
+            cleared = {run_id: jobs_clear.clear(client, run_id, force)}
+        result = jobs_clear.report(cleared)
         removed = result["removed"]
         if as_json:
             echo_json(result)

@@ -6,7 +6,7 @@ import click
 from recovery.cli import common, echo_json, json_option, redis_option
 from recovery.cli.safe_text import plain
 from recovery.errors import RecoveryError
-from recovery.jobs import reports
+from recovery.jobs import dead_letters
 
 
 def register(main: click.Group) -> None:
@@ -25,14 +25,14 @@ def register(main: click.Group) -> None:
             raise RecoveryError("--tuple selects tuples to requeue: give --requeue too")
         client, _ = common.client_for(redis_url)
         if requeue:
-            result = reports.requeue(client, run_id, component, list(tuple_keys) or None)
+            result = dead_letters.requeue(client, run_id, component, list(tuple_keys) or None)
             n = result["requeued"]
             if as_json:
                 echo_json(result)
             else:
                 click.echo(f"requeued {n} dead tuple{'s' if n != 1 else ''}; run `recovery recover {plain(run_id)}`")
             return
-        result = reports.dead(client, run_id, component)
+        result = dead_letters.dead(client, run_id, component)
         rows = result["dead"]
         if as_json:
             echo_json(result)

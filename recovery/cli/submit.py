@@ -14,10 +14,8 @@ from recovery.cli.safe_text import plain
 from recovery.errors import RecoveryError
 from recovery.jobs import follow as follow_mod
 from recovery.jobs import submit as jobs_submit
-from recovery.jobs.driver import uses_log_source
 from recovery.model import config
 from recovery.model.xml import parse as workflow_xml
-from recovery.tracking import runs
 
 
 def follow_and_report(plan: follow_mod.FollowPlan, client: Redis, url: str, make_spark: Callable[[], Any],
@@ -97,8 +95,6 @@ def register(main: click.Group) -> None:
                 raise RecoveryError("--spill-dir does not apply to --follow runs: set the workflow "
                                     "property recovery.spill.dir instead")
             client, url = common.client_for(redis_url)
-            if run_id:   # a run of its own: the consumer's run goes on only without --run-id
-                runs.check_absent(client, run_id)
             follow_mod.check_redis(client, follow_plan)
             spark_conf_kv = common.key_values(spark_conf, "--conf")
             summary = follow_and_report(follow_plan, client, url, lambda: common.spark_for(master, spark_conf_kv),
@@ -117,15 +113,11 @@ def register(main: click.Group) -> None:
         client, url = common.client_for(redis_url)
         jobs_submit.check_redis(client, plan)
         spark = common.spark_for(master, common.key_values(spark_conf, "--conf"))
-        # --- log source: resume a crashed run of the same consumer first (recovery/jobs/follow.py) ---
-        if uses_log_source(wf):
-            for resumed in follow_mod.resume_crashed(spark, client, url, wf):
-                click.echo(f"resumed crashed run {plain(resumed['run_id'])} of the same consumer first", err=True)
-        # --- end log source ---
+
+        def resumed(summary: dict[str, Any]) -> None:
+            click.echo(f"resumed crashed run {plain(summary['run_id'])} of the same consumer first", err=True)
         with common.RoundProgress(not as_json) as progress:
-            summary = jobs_submit.run(spark, client, url, plan, progress)
-        if uses_log_source(wf):   # --- log source: partitions, lag, warnings (recovery/jobs/follow.py)
-            summary = follow_mod.enrich(client, summary, wf)
+            summary = follow_mod.submit_bounded(spark, client, url, plan, progress, resumed)
         common.show(summary, as_json)
         if not as_json:
             if summary["failed_positions"]:

@@ -31,7 +31,8 @@ from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp
 
 from recovery.errors import BadRequest, NotFound, RecoveryError
-from recovery.jobs import reports
+from recovery.jobs import clear as jobs_clear
+from recovery.jobs import dead_letters, reports
 from recovery.jobs import summary as jobs_summary
 from recovery.model.run import check_run_id
 from recovery.tracking import keys, runs
@@ -107,7 +108,7 @@ class UI:
         summary = reports.run_status(client, run_id)
         original = jobs_summary.original_workflow(runs.get(client, run_id))
         failed = reports.failed(client, run_id)["failed_positions"]
-        dead = reports.dead(client, run_id)["dead"]
+        dead = dead_letters.dead(client, run_id)["dead"]
         plan = reports.plan(client, run_id)
         rounds = reports.rounds(client, run_id)["rounds"]
         order = {cid: i for i, cid in enumerate(topological_order(original))}
@@ -238,7 +239,7 @@ def dead_page(request: Request) -> Response:
     ui = _ui(request)
     run_id = request.path_params["run_id"]
     component = request.query_params.get("component") or None
-    rows = reports.dead(ui.client, run_id, component)["dead"]
+    rows = dead_letters.dead(ui.client, run_id, component)["dead"]
     by_position: dict[tuple[str, int], list[dict]] = {}
     for r in rows:
         by_position.setdefault((r["component"], r["task"]), []).append(r)
@@ -292,7 +293,7 @@ async def requeue_action(request: Request) -> Response:
         if not selected:
             return RedirectResponse(f"/runs/{quote(run_id)}/dead?" + urlencode(
                 {"message": "nothing selected: tick the tuples to requeue"}), status_code=303)
-    result = await anyio.to_thread.run_sync(lambda: reports.requeue(ui.client, run_id, None, selected))
+    result = await anyio.to_thread.run_sync(lambda: dead_letters.requeue(ui.client, run_id, None, selected))
     n = result["requeued"]
     message = (f"requeued {n} dead tuple{'s' if n != 1 else ''}: recover the run to replay "
                f"{'them' if n != 1 else 'it'}")
@@ -305,7 +306,8 @@ async def clear_action(request: Request) -> Response:
     form = await _form(request)
     if form.get("confirm") != [run_id]:
         return RedirectResponse(f"/runs/{quote(run_id)}/clear", status_code=303)
-    result = await anyio.to_thread.run_sync(lambda: reports.clear(ui.client, [run_id], False))
+    cleared = await anyio.to_thread.run_sync(lambda: jobs_clear.clear(ui.client, run_id, False))
+    result = jobs_clear.report({run_id: cleared})
     ui.processes.forget(run_id)
     n = len(result["removed"][run_id])
     return RedirectResponse("/?" + urlencode({"message": f"cleared {run_id}: {n} keys"}), status_code=303)
@@ -336,7 +338,7 @@ def api_component(request: Request) -> Response:
 
 
 def api_dead(request: Request) -> Response:
-    return _json(reports.dead(_ui(request).client, request.path_params["run_id"],
+    return _json(dead_letters.dead(_ui(request).client, request.path_params["run_id"],
                               request.query_params.get("component") or None))
 
 
@@ -357,7 +359,7 @@ async def api_requeue(request: Request) -> Response:
         return _json({"error": '"component" must be a component id'}, 400)
     run_id = request.path_params["run_id"]
     return _json(await anyio.to_thread.run_sync(
-        lambda: reports.requeue(ui.client, run_id, component, selected)))
+        lambda: dead_letters.requeue(ui.client, run_id, component, selected)))
 
 
 def api_recover(request: Request) -> Response:
@@ -372,7 +374,7 @@ def api_clear(request: Request) -> Response:
     ui = _ui(request)
     run_id = request.path_params["run_id"]
     force = request.query_params.get("force") in ("1", "true")
-    result = reports.clear(ui.client, [run_id], force)
+    result = jobs_clear.report({run_id: jobs_clear.clear(ui.client, run_id, force)})
     ui.processes.forget(run_id)
     return _json(result)
 

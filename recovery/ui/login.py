@@ -20,7 +20,8 @@ async def login_action(request: Request) -> Response:
     guard = request.app.state.ui.guard
     form = parse_qs((await request.body()).decode("utf-8", "replace"), keep_blank_values=True)
     target = local_target((form.get("next") or ["/"])[0])
-    if not guard.matches(next(iter(form.get(TOKEN_FIELD, [])), None)):
+    presented = form.get(TOKEN_FIELD)
+    if not guard.matches(presented[0] if presented else None):
         return _login(request, target, "that is not this web view's token", 401)
     response = RedirectResponse(target, status_code=303)
     guard.session_cookie(response, guard.new_session())
