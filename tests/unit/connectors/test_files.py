@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from recovery.connectors.files import _split_lines, decoder, resolve, source_files
+from recovery.connectors.files import _split_lines, _uri_files, decoder, resolve, source_file, source_files
 from recovery.model.workflow import SourceImpl
 
 
@@ -12,15 +12,35 @@ def test_relative_paths_resolve_against_the_workflow_folder(tmp_path):
     assert resolve("data/x.txt", str(tmp_path)) == str(tmp_path / "data" / "x.txt")
     assert resolve("/abs/x.txt", str(tmp_path)) == "/abs/x.txt"
     assert resolve("x.txt", None) == "x.txt"
+    for uri in ("s3://bucket/in/x.txt?region=us-east-1", "file:///data/x.txt", "hdfs://nn:8020/in"):
+        assert resolve(uri, str(tmp_path)) == uri
+
+
+def test_a_file_uri_is_the_local_file_and_other_uris_open_through_pyarrow(tmp_path):
+    (tmp_path / "in.txt").write_bytes(b"a\nbb\n")
+    local = source_file(f"file://{tmp_path}/in.txt")
+    assert (local.path, local.fs, local.name, local.size()) == (str(tmp_path / "in.txt"), None, "in.txt", 5)
+    # a filesystem pyarrow opens (here the local one, as pyarrow.fs sees it): the same lines
+    impl = SourceImpl(type="file", params=(("path", f"file://{tmp_path}/in.txt"),))
+    [by_uri] = _uri_files(impl.param("path"))
+    assert by_uri.fs is not None and by_uri.name == "in.txt" and by_uri.size() == 5
+    assert list(_split_lines(by_uri, 0, 1)) == [(0, b"a\n"), (2, b"bb\n")]
 
 
 def test_a_folder_source_reads_its_visible_files_sorted_and_a_glob_its_matches(tmp_path):
     for name in ("b.txt", "a.txt", ".hidden", "_SUCCESS"):
         (tmp_path / name).write_text("x\n")
     folder = SourceImpl(type="file", params=(("path", "."),))
-    assert [p.rsplit("/", 1)[1] for p in source_files(folder, str(tmp_path))] == ["a.txt", "b.txt"]
+    assert [f.name for f in source_files(folder, str(tmp_path))] == ["a.txt", "b.txt"]
     pattern = SourceImpl(type="file", params=(("path", "b*"),))
-    assert source_files(pattern, str(tmp_path)) == [str(tmp_path / "b.txt")]
+    assert [f.path for f in source_files(pattern, str(tmp_path))] == [str(tmp_path / "b.txt")]
+    # the same at a URI that pyarrow.fs opens: a folder's visible files, a glob's matches
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "c.txt").write_text("x\n")
+    assert [f.name for f in _uri_files(f"file://{tmp_path}")] == ["a.txt", "b.txt"]
+    assert [f.path for f in _uri_files(f"file://{tmp_path}/b*")] == [str(tmp_path / "b.txt")]
+    assert [f.path for f in _uri_files(f"file://{tmp_path}/*/*.txt")] == [str(tmp_path / "sub" / "c.txt")]
+    assert _uri_files(f"file://{tmp_path}/nowhere/*.txt") == []
 
 
 @pytest.mark.parametrize("tasks", [1, 2, 3, 7])
