@@ -62,3 +62,52 @@ def test_decoders_text_and_jsonl():
         decode(b"[1, 2]")
     with pytest.raises(ValueError, match="unknown source format"):
         decoder("csv", ())
+
+
+CLUSTER_XML = '''<workflow xmlns="urn:recovery:workflow:1" name="c">
+  <spout id="src"><source type="file" path="{src}"/><stream fields="line"/></spout>
+  <bolt id="out"><sink type="jsonl"{sink}/><input from="src"/></bolt>
+</workflow>'''
+
+
+def cluster_workflow(tmp_path, src: str, sink: str):
+    from recovery.model.xml.parse import parse_string
+    (tmp_path / "in.txt").write_text("x\n")
+    return parse_string(CLUSTER_XML.format(src=src, sink=sink), base_dir=str(tmp_path))
+
+
+@pytest.mark.parametrize("src, sink, refused", [
+    ("in.txt", ' path="/mnt/shared/out"', "spout 'src' (file source): path 'in.txt'"),
+    ("{tmp}/in.txt", ' path="out"', "sink 'out' (jsonl): path 'out'"),
+])
+def test_a_relative_path_is_refused_at_submit_with_a_cluster_master_in_one_line(tmp_path, src, sink, refused):
+    from recovery.errors import WorkflowError
+    from recovery.jobs import submit
+    wf = cluster_workflow(tmp_path, src.format(tmp=tmp_path), sink)
+    with pytest.raises(WorkflowError) as err:
+        submit.prepare(wf, "<xml/>", str(tmp_path / "c.xml"), master="spark://head:7077")
+    line = str(err.value)
+    assert line.startswith(f"{tmp_path / 'c.xml'}: {refused} is relative to the workflow's folder on "
+                           "this host, which executors of master spark://head:7077 do not reach: give an "
+                           "absolute path on storage every executor mounts, or a URI"), line
+    assert "\n" not in line
+    submit.prepare(wf, "<xml/>", None, master="local[2]")          # local: relative paths are fine
+
+
+def test_submit_follow_refuses_a_relative_sink_path_with_a_cluster_master(tmp_path):
+    from recovery.errors import WorkflowError
+    from recovery.jobs import follow
+    from recovery.model.xml.parse import parse_string
+    wf = parse_string(CLUSTER_XML.format(src="", sink=' path="out"').replace(
+        '<source type="file" path=""/>', '<source type="redis-stream" topic="t"/>'), base_dir=str(tmp_path))
+    with pytest.raises(WorkflowError, match="sink 'out' \\(jsonl\\): path 'out' is relative"):
+        follow.prepare(wf, "<xml/>", None, master="yarn")
+
+
+def test_absolute_paths_and_uris_are_taken_as_storage_every_executor_reaches(tmp_path):
+    from recovery.connectors.files import check_paths_reach_executors
+    for src, sink in ((f"{tmp_path}/in.txt", f' path="{tmp_path}/out"'),
+                      (f"file://{tmp_path}/in.txt", ' path="file:///mnt/shared/out"'),
+                      ("s3://bucket/in/?region=eu-west-1", ' path="s3://bucket/out" mode="append"'),
+                      ("hdfs://nn:8020/in/*.txt", ' path="gs://bucket/out"')):
+        check_paths_reach_executors(cluster_workflow(tmp_path, src, sink), "spark://head:7077")
