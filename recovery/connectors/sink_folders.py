@@ -216,11 +216,11 @@ def _replace_at_uri(folder: str, own: re.Pattern[str], own_attempts: re.Pattern[
     try:
         parts = at.markers(lambda n: PART.match(n) and not own.match(n))
         attempts = [n for n in at.attempts() if not own_attempts.match(n)]
-        at.remove_parts(parts, attempts)
+        removed = at.remove_parts(parts, attempts)
     except (OSError, ValueError) as err:   # the round is settled: `recover` finishes it once this can go
         raise SinkFolderError(f"overwrite sink folder {at.shown}: cannot remove the parts of other "
                               f"runs: {at.why(err)}") from None
-    return [f"{at.shown}/{n}" for n in parts + attempts]
+    return [f"{at.shown}/{n}" for n in removed]
 
 
 def remove_uncommitted(wf: Workflow, run_id: str) -> list[str]:
@@ -242,6 +242,8 @@ def remove_uncommitted(wf: Workflow, run_id: str) -> list[str]:
             raise SinkFolderError(f"sink folder {at.shown}: cannot remove run {run_id}'s uncommitted "
                                   f"parts: {at.why(err)} (remove them by hand)") from None
         removed += [f"{at.shown}/{n}" for n in stale]
+    if removed:
+        log.info("run %s: removed %d objects of uncommitted sink parts", run_id, len(removed))
     return removed
 
 

@@ -127,11 +127,14 @@ class ObjectFolder:
         except (OSError, ValueError) as err:
             log.info("sink folder %s: %s not removed: %s", self.shown, name, self.why(err))
 
-    def remove_parts(self, parts: list[str], attempts: list[str]) -> None:
+    def remove_parts(self, parts: list[str], attempts: list[str]) -> list[str]:
         """Parts (their markers first, so no marker ever names a removed object, then the
-        objects they named) and attempts' objects. Missing ones are fine."""
+        objects they named) and attempts' objects; missing ones are fine. Returns the names
+        removed, relative to the folder."""
         named = [self.named_by(p) for p in parts]
         for part in parts:
             self.files.remove(f"{COMMITTED}/{part}")
-        for name in sorted({n for n in named if n} | set(attempts)):
+        objects = sorted({n for n in named if n} | set(attempts))
+        for name in objects:
             self.files.remove(name)
+        return [f"{COMMITTED}/{p}" for p in parts] + objects
