@@ -30,7 +30,7 @@ from recovery.tracking import runs
 from tests.integration.conftest import kill_when_round_0
 from tests.integration.test_engine import run_keys
 
-LINES = 3000
+LINES = 1200
 
 
 def _xml(src: str, jsonl: str, parquet: str, mode: str = "") -> str:
