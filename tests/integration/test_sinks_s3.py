@@ -141,7 +141,7 @@ def test_kill_9_then_recover_with_source_sinks_and_spill_on_s3_is_exact_and_clea
              "recovery.retry.delay.period.ms": "10"}
     for name, sink in (("y", "j"), ("z", "p")):
         props.update({f"recovery.inject.{name}.component": sink, f"recovery.inject.{name}.mode": "slow",
-                      f"recovery.inject.{name}.delay.ms": "2"})
+                      f"recovery.inject.{name}.rate": "1", f"recovery.inject.{name}.delay.ms": "2"})
     run_id = "s3-sinks-crash"
     cmd = [sys.executable, "-m", "recovery", "submit", str(xml), "--run-id", run_id, "--json",
            "--master", "local[2,3]", "--spill-dir", s3_bucket.uri("spill")]
