@@ -5,9 +5,6 @@ the driver's side alone (a folder's runs, `overwrite`, `clear`), then a run on S
 s3:// and writing s3://, with failures and the driver killed -9, then `recover` and `clear`."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from html import escape
 
 import pytest
@@ -27,7 +24,7 @@ from recovery.connectors.sink_objects import COMMITTED, ObjectFolder, attempt_na
 from recovery.jobs import clear, recover
 from recovery.model.xml.parse import parse_string
 from recovery.tracking import runs
-from tests.integration.conftest import kill_when_round_0
+from tests.integration.conftest import kill_when_round_0, start_submit
 from tests.integration.test_engine import run_keys
 
 LINES = 1200
@@ -143,12 +140,7 @@ def test_kill_9_then_recover_with_source_sinks_and_spill_on_s3_is_exact_and_clea
         props.update({f"recovery.inject.{name}.component": sink, f"recovery.inject.{name}.mode": "slow",
                       f"recovery.inject.{name}.rate": "1", f"recovery.inject.{name}.delay.ms": "2"})
     run_id = "s3-sinks-crash"
-    cmd = [sys.executable, "-m", "recovery", "submit", str(xml), "--run-id", run_id, "--json",
-           "--master", "local[2,3]", "--spill-dir", s3_bucket.uri("spill")]
-    for k, v in props.items():
-        cmd += ["-p", f"{k}={v}"]
-    proc = subprocess.Popen(cmd, env=dict(os.environ, RECOVERY_REDIS_URL=redis_url),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = start_submit(redis_url, xml, run_id, props, "--master", "local[2,3]", "--spill-dir", s3_bucket.uri("spill"))
     sinks = {"j:0", "j:1", "p:0", "p:1"}
     done = kill_when_round_0(proc, redis_client, run_id, lambda d: bool(d & sinks), "a sink task's commit")
     assert not sinks <= done, done                 # the round was cut short
