@@ -3,6 +3,7 @@ of the example workflows in a temporary folder (sinks write next to the XML)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -47,6 +48,14 @@ def copy_workflow(name: str, dest: Path) -> Path:
                         ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(WORKFLOWS / "data", dest / "data", dirs_exist_ok=True)
     return dest / f"{name}.xml"
+
+
+def with_absolute_paths(xml: Path) -> Path:
+    """The workflow file with its relative `path=` attributes made absolute (against its folder),
+    as a submit to a cluster's master needs them: a mount every host shares."""
+    text = re.sub(r'\bpath="(?![/"]|[A-Za-z][A-Za-z0-9+.-]*:)', f'path="{xml.parent}/', xml.read_text())
+    xml.write_text(text)
+    return xml
 
 
 def with_config(wf: Any, **props: str) -> Any:
