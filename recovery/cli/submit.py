@@ -42,6 +42,8 @@ def follow_and_report(plan: follow_mod.FollowPlan, client: Redis, url: str, make
         elif kind == "recovery":
             click.echo(f"recovery: {info['rounds']} round(s); pending {info['pending']}, dead "
                        f"{info['dead']}", err=True)
+        elif kind == "trimmed":
+            click.echo(f"warning: {info['line']}", err=True)
         elif kind == "stopping":
             click.echo(f"{info['signal']}: stopping after this batch (again to abort)", err=True)
         elif kind == "retry":
