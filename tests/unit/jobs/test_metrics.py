@@ -22,24 +22,29 @@ FAILING = {"recovery.inject.f.component": "shout", "recovery.inject.f.rate": "0.
 TOKEN = "metrics-unit-token"
 
 
-def scrape(client, run_ids=None) -> dict[str, dict[tuple, float]]:
-    """name -> {labels as sorted pairs: value} of one scrape, through the text format."""
-    body, _ = metrics.exposition(metrics.registry_for(client, run_ids))
+def parse(text: str) -> dict[str, dict[tuple, float]]:
+    """name -> {labels as sorted pairs: value} of a scrape's text (prometheus_client's parser)."""
     out: dict[str, dict[tuple, float]] = {}
-    for family in text_string_to_metric_families(body.decode()):
+    for family in text_string_to_metric_families(text):
         for s in family.samples:
             out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
     return out
+
+
+def scrape(client, run_ids=None) -> dict[str, dict[tuple, float]]:
+    body, _ = metrics.exposition(metrics.registry_for(client, run_ids))
+    return parse(body.decode())
 
 
 def one(got: dict, name: str, **labels: str) -> float:
     return got[name][tuple(sorted(labels.items()))]
 
 
-def _check_against_status(client, run_id: str) -> dict:
-    got = scrape(client)
+def check_against_status(got: dict, client, run_id: str) -> dict:
+    """Every figure of `got` (a parsed scrape) for `run_id` is what `status --json` (and the
+    rounds report) says now."""
     status = reports.run_status(client, run_id)
-    run = {"run": run_id, "workflow": "shouting"}
+    run = {"run": run_id, "workflow": status["workflow"]}
     assert one(got, "recovery_run_status", **run, status=status["status"]) == 1
     for state in ("complete", "pending", "failed", "dead", "in_flight"):
         assert one(got, "recovery_run_roots", **run, state=state) == status[state]
@@ -48,14 +53,20 @@ def _check_against_status(client, run_id: str) -> dict:
     queued: dict[str, int] = {}
     for p in status["failed_positions"]:
         queued[p["component"]] = queued.get(p["component"], 0) + p["count"]
-    assert {dict(k)["component"]: v for k, v in got.get("recovery_queued_tuples", {}).items()} == queued
+    assert {dict(k)["component"]: v for k, v in got.get("recovery_queued_tuples", {}).items()
+            if dict(k)["run"] == run_id} == queued
+    for p in status.get("partitions") or []:
+        part = {**run, "topic": p["topic"], "partition": str(p["partition"])}
+        assert one(got, "recovery_partition_lag", **part) == p["lag"]
+        assert one(got, "recovery_partition_committed_offset", **part) == p["committed"]
+        assert one(got, "recovery_partition_end_offset", **part) == p["end"]
     per_round = reports.rounds(client, run_id)["rounds"]
     total = summary.sum_components([{"components": r["components"]} for r in per_round],
                                    summary.original_workflow(runs.get(client, run_id)))
     for comp, st in total.items():
         for k in metrics.TUPLE_COUNTERS:
             assert one(got, f"recovery_tuples_{k}_total", **run, component=comp) == st.get(k, 0)
-    recovery_rounds = [r for r in per_round if r["round"] > 0]
+    recovery_rounds = [r for r in per_round if r["replayed"] or any(c.startswith("replay-") for c in r["components"])]
     assert one(got, "recovery_recovery_rounds_total", **run) == len(recovery_rounds)
     # (fakeredis has no MEMORY USAGE: the series is left out; a real Redis is in the integration test)
     assert "recovery_run_redis_bytes" not in got or one(got, "recovery_run_redis_bytes", **run) > 0
@@ -65,7 +76,7 @@ def _check_against_status(client, run_id: str) -> dict:
 
 def test_figures_are_status_json_s_before_and_after_recover(fake_redis):
     run = testing.run_local(shouting(), fake_redis, run_id="m1", inputs={"words": WORDS}, config=FAILING)
-    before = _check_against_status(fake_redis, "m1")
+    before = check_against_status(scrape(fake_redis), fake_redis, "m1")
     labels = {"run": "m1", "workflow": "shouting"}
     assert one(before, "recovery_run_roots", **labels, state="pending") > 0
     assert one(before, "recovery_tuples_failed_total", **labels, component="shout") > 0
@@ -75,7 +86,7 @@ def test_figures_are_status_json_s_before_and_after_recover(fake_redis):
     started = one(before, "recovery_run_started_timestamp_seconds", **labels)
     assert one(before, "recovery_last_recovery_timestamp_seconds", **labels) == started
     testing.recover_local(run)
-    after = _check_against_status(fake_redis, "m1")
+    after = check_against_status(scrape(fake_redis), fake_redis, "m1")
     assert one(after, "recovery_run_roots", **labels, state="complete") == len(WORDS)
     assert one(after, "recovery_run_roots", **labels, state="pending") == 0
     assert one(after, "recovery_recovery_rounds_total", **labels) == 1
