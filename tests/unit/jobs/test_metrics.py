@@ -188,3 +188,21 @@ def test_the_web_views_metrics_need_its_token_even_on_loopback(fake_redis, tmp_p
     names = {f.name for f in text_string_to_metric_families(ok.text)}
     assert {"recovery_run_roots", "recovery_tuples_executed", "recovery_dead_letters"} <= names
     assert web.get("/metrics", headers={"X-Recovery-Token": TOKEN}).status_code == 200
+
+
+def test_the_dashboard_and_the_alert_rules_use_only_exported_metrics(fake_redis):
+    """docs/grafana-dashboard.json and docs/prometheus-alerts.yml name only metrics a scrape has."""
+    import json
+    import re
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[3] / "docs"
+    testing.run_local(shouting(), fake_redis, run_id="d1", inputs={"words": WORDS}, config=FAILING)
+    body, _ = metrics.exposition(metrics.registry_for(fake_redis))
+    families = {f.name for f in text_string_to_metric_families(body.decode())}   # (with or without samples)
+    exported = families | {f + "_total" for f in families}
+    dashboard = json.loads((docs / "grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    exprs.append((docs / "prometheus-alerts.yml").read_text())
+    used = {m for e in exprs for m in re.findall(r"\brecovery_[a-z_]+", e)}
+    assert len(used) >= 10 and used <= exported, used - exported
