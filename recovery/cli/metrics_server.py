@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -10,7 +11,7 @@ from redis import Redis
 
 from recovery.errors import RecoveryError
 from recovery.jobs import metrics
-from recovery.ui.access import is_loopback
+from recovery.ui.access import is_loopback, read_token_file
 
 
 def options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -35,7 +36,7 @@ def check(follow: bool, port: int | None, host: str, token_file: str | None) -> 
     if token_file is None and not is_loopback(host):
         raise RecoveryError(f"--metrics-host {host} is not loopback: give --metrics-token-file FILE (mode 0600) "
                             "so that scrapers need its token")
-    return metrics.read_token_file(token_file) if token_file is not None else None
+    return read_token_file(Path(token_file), "--metrics-token-file") if token_file is not None else None
 
 
 def start(client: Redis, port: int | None, host: str, token: str | None

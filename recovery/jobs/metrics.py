@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import hmac
 import logging
-import os
-import stat
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -43,7 +41,6 @@ log = logging.getLogger(__name__)
 RUN = ["run", "workflow"]
 TUPLE_COUNTERS = ("executed", "acked", "failed", "emitted")
 ROOT_STATES = ("complete", "pending", "failed", "dead", "in_flight")
-TOKEN_HEADER = "X-Recovery-Token"
 
 
 class RunsCollector(Collector):
@@ -213,23 +210,6 @@ def presented_token(authorization: str | None, header_token: str | None) -> str 
 
 def token_matches(presented: str | None, token: str) -> bool:
     return presented is not None and hmac.compare_digest(presented.encode(), token.encode())
-
-
-def read_token_file(path: str) -> str:
-    """The token in `path`: a file only its owner may read (mode 0600 or stricter)."""
-    try:
-        st = os.stat(path)
-        with open(path, encoding="utf-8") as fh:
-            token = fh.read().strip()
-    except OSError as err:
-        raise RecoveryError(f"--metrics-token-file {path}: {err.strerror}") from None
-    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise RecoveryError(f"--metrics-token-file {path}: mode {stat.S_IMODE(st.st_mode):04o} lets others read "
-                            "it; make it 0600 (chmod 600)")
-    if not token or any(ch.isspace() for ch in token):
-        raise RecoveryError(f"--metrics-token-file {path}: expected one token (no spaces), got "
-                            f"{'nothing' if not token else 'several words'}")
-    return token
 
 
 # --- the follow run's own endpoint -------------------------------------------------------------

@@ -135,4 +135,4 @@ def test_submit_refuses_a_metrics_address_off_loopback_without_a_token_file(redi
     os.chmod(token, 0o640)
     r = runner.invoke(main, [*base, "--follow", "--metrics-port", "0", "--metrics-host", "0.0.0.0",
                              "--metrics-token-file", str(token)])
-    assert r.exit_code == 2 and "make it 0600" in r.stderr
+    assert r.exit_code == 2 and "--metrics-token-file" in r.stderr and "mode 0640 lets other accounts" in r.stderr
