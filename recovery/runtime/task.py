@@ -78,7 +78,7 @@ def shipped_code_dir(name: str | None) -> str | None:
     if not name:
         return None
     from pyspark import SparkFiles  # (only tasks of a cluster's rounds get here)
-    return os.path.join(SparkFiles.getRootDirectory(), name)
+    return os.path.abspath(os.path.join(SparkFiles.getRootDirectory(), name))
 
 
 def chain_plan_of(spec: RunSpec) -> ChainPlan:
