@@ -208,9 +208,9 @@ def with_password(url: str) -> str:
     if secret is None:
         return url
     scheme, netloc, path, query, fragment = parts
-    if scheme.lower() == "unix":
-        query = "&".join(q for q in (query, "password=" + quote(secret, safe="")) if q)
-        return urlunsplit((scheme, netloc, path, query, fragment))
+    if scheme.lower() == "unix":   # (urlunsplit would drop the empty host's "//")
+        base, _, _ = url.strip().partition("#")
+        return f"{base}{'&' if query else '?'}password={quote(secret, safe='')}"
     user = quote(unquote(parts.username), safe="") if parts.username else ""
     netloc = f"{user}:{quote(secret, safe='')}@{netloc.rpartition('@')[2]}"
     return urlunsplit((scheme, netloc, path, query, fragment))

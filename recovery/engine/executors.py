@@ -91,9 +91,9 @@ def check(spark: Any, python: str) -> None:
 def executor_failure(text: str, python: str, version: str) -> str:
     """One line for a failed probe job, from Spark's error text (never its stack trace)."""
     install = f"install recovery=={version} on the cluster's Python, {SHIP_A_VENV}"
-    cannot_run = re.search(r'Cannot run program "([^"]*)"[^\n]*?(?:error=\d+, )?([^\n)]*)', text)
+    cannot_run = re.search(r'Cannot run program "([^"]*)"(?:[^\n]*?error=\d+, )?([^\n)]*)', text)
     if cannot_run:
-        why = cannot_run[2].strip() or "cannot be run"
+        why = cannot_run[2].strip(" :,") or "cannot be run"
         return (f"the executors cannot run Python {cannot_run[1]!r} ({why}): set --conf "
                 f"spark.pyspark.python=PATH to a Python the workers have, {SHIP_A_VENV}")
     if re.search(r"No module named '?recovery'?", text):
