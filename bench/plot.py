@@ -98,7 +98,7 @@ def plot_tracking(doc: dict[str, Any], path: Path) -> Path:
     plt = _pyplot()
     figs = doc["figures"]
     variants = [v for v in ("tracked", "untracked", "plain") if v in figs["variants"]]
-    # since issue 20 each variant also ran without chaining ("<variant> unchained"): side by side
+    # results with chaining also ran each variant without it ("<variant> unchained"): side by side
     both = all(f"{v} unchained" in figs["variants"] for v in variants)
     fig, axes = plt.subplots(1, 2, figsize=(7.5, 3.2))
     for ax, key, title in ((axes[0], "median_wall_s", "wall seconds"), (axes[1], "median_cpu_s", "CPU seconds")):
@@ -140,7 +140,7 @@ def plot_batch(doc: dict[str, Any], path: Path) -> Path:
     if not all(f"{k} unchained" in v for k in kinds):
         bars = ax.bar(labels, values, color=colours)
         _label_bars(ax, bars, "{:,.0f}")
-    else:   # since issue 20: each variant chained and unchained, side by side
+    else:   # each variant chained and unchained, side by side
         xs = range(len(kinds))
         bars = ax.bar([x - 0.2 for x in xs], values, 0.4, color=colours, label="chained")
         _label_bars(ax, bars, "{:,.0f}")
@@ -269,7 +269,7 @@ def table(results: Path = RESULTS) -> str:
                      f"{_x(r['untracked/plain']['cpu'])} CPU, {_x(r['untracked/plain']['wall'])} wall", cmd(doc)))
         rows.append(("tracked throughput, row components",
                      f"{f['variants']['tracked']['roots_per_s']:,} roots/s", cmd(doc)))
-        if "tracked chained/unchained" in r:     # benches since issue 20 run each variant both ways
+        if "tracked chained/unchained" in r:     # results with chaining run each variant both ways
             c = r["tracked chained/unchained"]
             rows.append((f"chained / unchained, tracked, {p['workflow']}",
                          f"{_x(c['cpu'])} CPU, {_x(c['wall'])} wall", cmd(doc)))

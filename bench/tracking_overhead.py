@@ -12,7 +12,7 @@ the median ratios tracked/untracked (the goal: at most 1.3x) and untracked/plain
 them as JSON (--json PATH; by default bench/results/tracking_overhead.json, or
 tracking_overhead_<workflow>.json for another workflow) for bench/plot.py.
 
---workflow cdn_logs_batch (batch components, issue 13) runs, on the same input, tracked,
+--workflow cdn_logs_batch (batch components) runs, on the same input, tracked,
 untracked and `row`: the row workflow cdn_logs, tracked, in place of plain. Goals printed:
 batch tracked at least 10x the row workflow's roots/s, identical sinks, tracked/untracked at
 most 1.1x.
@@ -133,7 +133,7 @@ BATCH_SPEEDUP_GOAL, BATCH_OVERHEAD_GOAL = 10.0, 1.1
 
 
 def print_batch_goals(ratios: dict[str, list[float]], cpu_ratios: dict[str, list[float]], same: bool) -> None:
-    """Issue 13's goals for cdn_logs_batch: met, or how far."""
+    """The batch components' goals for cdn_logs_batch: met, or how far."""
     speedup, speedup_cpu = C.median(ratios["row/tracked"]), C.median(cpu_ratios["row/tracked"])
     rt, ct = C.median(ratios["tracked/untracked"]), C.median(cpu_ratios["tracked/untracked"])
     print(C.table(["ratio (median of per-repeat ratios)", "wall", "CPU", "goal"], [
@@ -283,12 +283,12 @@ def main(argv: list[str] | None = None) -> int:
         print(C.table(["ratio (median of per-repeat ratios)", "wall", "CPU", "goal"], [
             ["tracked / untracked", f"{rt:.2f}x", f"{ct:.2f}x",
              f"<= {GOAL}x wall, design ({'met' if rt <= GOAL else 'not met'}); <= 1.05x in CPU, "
-             f"issue 11 ({'met' if ct <= 1.05 else 'not met'})"],
+             f"data plane ({'met' if ct <= 1.05 else 'not met'})"],
             ["untracked / plain", f"{ru:.2f}x", f"{cu:.2f}x",
-             f"<= 1.0x in CPU, issue 13 ({'met' if cu <= 1.0 else 'not met'})"],
+             f"<= 1.0x in CPU, framework ({'met' if cu <= 1.0 else 'not met'})"],
             ["tracked / plain", f"{C.median(ratios['tracked/plain']):.2f}x",
              f"{C.median(cpu_ratios['tracked/plain']):.2f}x",
-             f"<= 1.10x in CPU, issue 13 ({'met' if C.median(cpu_ratios['tracked/plain']) <= 1.10 else 'not met'})"],
+             f"<= 1.10x in CPU, framework ({'met' if C.median(cpu_ratios['tracked/plain']) <= 1.10 else 'not met'})"],
         ]))
         print("CPU = CPU seconds of this process, Spark's JVM, its Python workers and the Redis "
               "server; steadier than wall time when other work shares the machine.")

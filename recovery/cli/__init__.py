@@ -14,6 +14,7 @@ import click
 import redis
 
 from recovery.errors import RecoveryError
+from recovery.visible import visible
 
 log = logging.getLogger(__name__)
 
@@ -27,11 +28,11 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except RecoveryError as err:
-            click.echo(f"error: {err}", err=True)
+            click.echo(f"error: {visible(err)}", err=True)   # messages quote data: escaped
             sys.exit(err.exit_code)
         except redis.RedisError as err:
             log.debug("Redis error", exc_info=err)
-            reason = " ".join(str(err).split()) or type(err).__name__
+            reason = visible(" ".join(str(err).split()) or type(err).__name__)
             click.echo(f"error: Redis: {type(err).__name__}: {reason} (`recovery -vv` logs its traceback)",
                        err=True)
             sys.exit(RecoveryError.exit_code)

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from recovery.cli import echo_json, json_option, redis_option
+from recovery.cli.safe_text import plain
 from recovery.connectors.redis_stream import topics as stream_reader
 from recovery.controlplane import connection
 from recovery.errors import RecoveryError
@@ -79,5 +80,5 @@ def register(main: click.Group) -> None:
                        "per_partition": {str(p): c for p, c in counts.items()}})
             return
         per = ", ".join(f"{p}: +{c}" for p, c in counts.items())
-        click.echo(f"produced {total} message{'s' if total != 1 else ''} to topic {topic} "
+        click.echo(f"produced {total} message{'s' if total != 1 else ''} to topic {plain(topic)} "
                    f"({n} partition{'s' if n != 1 else ''}; {per})")

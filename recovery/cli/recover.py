@@ -4,6 +4,7 @@ from __future__ import annotations
 import click
 
 from recovery.cli import common, echo_json, json_option, redis_option
+from recovery.cli.safe_text import plain
 from recovery.jobs import recover as jobs_recover
 from recovery.jobs import summary as jobs_summary
 from recovery.model import config
@@ -45,7 +46,7 @@ def register(main: click.Group) -> None:
         # every refusal, before Spark starts
         plan = jobs_recover.prepare(client, run_id, force, spill_dir, code_changed)
         if plan.driver_alive:   # (force)
-            click.echo(f"warning: taking over run {run_id} from its {runs.describe_driver(plan.record)}; if "
+            click.echo(f"warning: taking over run {run_id} from its {plain(runs.describe_driver(plan.record))}; if "
                        "that driver is still working, it stops at its next write", err=True)
         if plan.new_code_digest is not None:
             click.echo(f"note: the workflow's code changed since run {run_id} was submitted: recovering with "

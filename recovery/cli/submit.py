@@ -10,13 +10,12 @@ import click
 from redis import Redis
 
 from recovery.cli import common, echo_json, json_option, redis_option
+from recovery.cli.safe_text import plain
 from recovery.errors import RecoveryError
 from recovery.jobs import follow as follow_mod
 from recovery.jobs import submit as jobs_submit
-from recovery.jobs.driver import uses_log_source
 from recovery.model import config
 from recovery.model.xml import parse as workflow_xml
-from recovery.tracking import runs
 
 
 def follow_and_report(plan: follow_mod.FollowPlan, client: Redis, url: str, make_spark: Callable[[], Any],
@@ -28,24 +27,24 @@ def follow_and_report(plan: follow_mod.FollowPlan, client: Redis, url: str, make
         if as_json:
             return
         if kind == "resumed":
-            click.echo(f"resumed crashed run {info['run_id']} (round {info.get('resumed_round')}): "
-                       f"pending {info['pending']}, dead {info['dead']}", err=True)
+            click.echo(plain(f"resumed crashed run {info['run_id']} (round {info.get('resumed_round')}): "
+                       f"pending {info['pending']}, dead {info['dead']}"), err=True)
         elif kind == "continue":
-            click.echo(f"continuing run {info['run_id']} after round {info['round']}", err=True)
+            click.echo(plain(f"continuing run {info['run_id']} after round {info['round']}"), err=True)
         elif kind == "run":
-            click.echo(f"run {info['run_id']}", err=True)
+            click.echo(plain(f"run {info['run_id']}"), err=True)
         elif kind == "batch":
             extra = f", trimmed {info['trimmed']}" if info["trimmed"] else ""
-            click.echo(f"batch round {info['round']}: {info['messages']} messages, failed "
+            click.echo(plain(f"batch round {info['round']}: {info['messages']} messages, failed "
                        f"{info['failed']}{extra}; run pending {info['pending']}, dead {info['dead']} "
-                       f"({info['seconds']:.1f}s)", err=True)
+                       f"({info['seconds']:.1f}s)"), err=True)
         elif kind == "recovery":
-            click.echo(f"recovery: {info['rounds']} round(s); pending {info['pending']}, dead "
-                       f"{info['dead']}", err=True)
+            click.echo(plain(f"recovery: {info['rounds']} round(s); pending {info['pending']}, dead "
+                       f"{info['dead']}"), err=True)
         elif kind == "stopping":
-            click.echo(f"{info['signal']}: stopping after this batch (again to abort)", err=True)
+            click.echo(plain(f"{info['signal']}: stopping after this batch (again to abort)"), err=True)
         elif kind == "retry":
-            click.echo(f"round {info['round']} was interrupted ({info['error']}): finishing it",
+            click.echo(plain(f"round {info['round']} was interrupted ({info['error']}): finishing it"),
                        err=True)
         sys.stderr.flush()
 
@@ -97,8 +96,6 @@ def register(main: click.Group) -> None:
                 raise RecoveryError("--spill-dir does not apply to --follow runs: set the workflow "
                                     "property recovery.spill.dir instead")
             client, url = common.client_for(redis_url)
-            if run_id:   # a run of its own: the consumer's run goes on only without --run-id
-                runs.check_absent(client, run_id)
             follow_mod.check_redis(client, follow_plan)
             spark_conf_kv = common.key_values(spark_conf, "--conf")
             summary = follow_and_report(follow_plan, client, url, lambda: common.spark_for(master, spark_conf_kv),
@@ -108,7 +105,7 @@ def register(main: click.Group) -> None:
             elif summary.get("run_id"):
                 common.print_summary(summary)
                 for line in follow_mod.report_lines(summary):
-                    click.echo(line)
+                    click.echo(plain(line))
             else:
                 click.echo("no messages to read: no run was started")
             return
@@ -117,16 +114,13 @@ def register(main: click.Group) -> None:
         client, url = common.client_for(redis_url)
         jobs_submit.check_redis(client, plan)
         spark = common.spark_for(master, common.key_values(spark_conf, "--conf"))
-        # --- log source: resume a crashed run of the same consumer first (recovery/jobs/follow.py) ---
-        if uses_log_source(wf):
-            for resumed in follow_mod.resume_crashed(spark, client, url, wf):
-                click.echo(f"resumed crashed run {resumed['run_id']} of the same consumer first", err=True)
-        # --- end log source ---
+
+        def resumed(summary: dict[str, Any]) -> None:
+            click.echo(f"resumed crashed run {plain(summary['run_id'])} of the same consumer first", err=True)
         with common.RoundProgress(not as_json) as progress:
-            summary = jobs_submit.run(spark, client, url, plan, progress)
-        if uses_log_source(wf):   # --- log source: partitions, lag, warnings (recovery/jobs/follow.py)
-            summary = follow_mod.enrich(client, summary, wf)
+            summary = follow_mod.submit_bounded(spark, client, url, plan, progress, resumed)
         common.show(summary, as_json)
         if not as_json:
             if summary["failed_positions"]:
-                click.echo(f"next: recovery plan {summary['run_id']}   then: recovery recover {summary['run_id']}")
+                run = plain(summary["run_id"])
+                click.echo(f"next: recovery plan {run}   then: recovery recover {run}")

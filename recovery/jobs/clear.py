@@ -10,7 +10,9 @@ refused (recovery/connectors/delta.py). Each table sink's outcome is in `Cleared
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from redis import Redis
 
@@ -60,15 +62,10 @@ def _table_sinks_of(rec: RunRecord | None) -> Workflow | None:
         return None
 
 
-def clear(client: Redis, run_id: str, force: bool = False) -> list[str]:
-    """Remove every key of the run (its record too) and its spill folder, and nothing else;
-    returns the keys it removed. Keys left under the run's prefix without a record (orphans)
-    go too. (clear_run: the same, with its table sinks' outcome.)"""
-    return clear_run(client, run_id, force).keys
-
-
-def clear_run(client: Redis, run_id: str, force: bool = False) -> Cleared:
-    """`clear`, and the run's table sinks: commit rows dropped, user rows kept (module doc)."""
+def clear(client: Redis, run_id: str, force: bool = False) -> Cleared:
+    """Remove every key of the run (its record too) and its spill folder, and nothing else; keys
+    left under the run's prefix without a record (orphans) go too. Its table sinks: commit rows
+    dropped, user rows kept (module doc). A running run is refused unless `force`."""
     try:
         rec: RunRecord | None = runs.get(client, run_id)
     except RunError:   # no run, or a record that does not parse: its keys still go
@@ -95,14 +92,9 @@ def clear_run(client: Redis, run_id: str, force: bool = False) -> Cleared:
     return Cleared(([keys.run_record(run_id)] if rec is not None else []) + sorted(removed), tables)
 
 
-def clear_all(client: Redis, force: bool = False) -> dict[str, list[str]]:
+def clear_all(client: Redis, force: bool = False) -> dict[str, Cleared]:
     """`clear --all`: every run this Redis knows, then any key left under the runs' prefix
     (orphans of runs whose record is gone), grouped by the run id they name."""
-    return {rid: c.keys for rid, c in clear_all_runs(client, force).items()}
-
-
-def clear_all_runs(client: Redis, force: bool = False) -> dict[str, Cleared]:
-    """clear_all, with each run's table sinks' outcome."""
     listed = runs.list_ids(client)
     # an id no command accepts (stored by a version before run ids were checked): its keys go
     # as orphans below, its index entry here
@@ -116,7 +108,7 @@ def clear_all_runs(client: Redis, force: bool = False) -> dict[str, Cleared]:
             continue
         if wf is not None:
             table_sinks.clear_tables(wf, rid, force, reach_only=True)
-    cleared = {rid: clear_run(client, rid, force) for rid in runs.list_ids(client) if rid not in unsafe}
+    cleared = {rid: clear(client, rid, force) for rid in runs.list_ids(client) if rid not in unsafe}
     removed = {rid: c.keys for rid, c in cleared.items()}
     if unsafe:
         client.zrem(keys.runs_index(), *unsafe)
@@ -134,3 +126,11 @@ def clear_all_runs(client: Redis, force: bool = False) -> dict[str, Cleared]:
         spill.SpillStore.at(spill.location()).remove_run(rid)   # no record: the default location
         removed.setdefault(rid, []).extend(sorted(names))
     return {rid: Cleared(ks, cleared[rid].tables if rid in cleared else []) for rid, ks in removed.items()}
+
+
+def report(cleared: Mapping[str, Cleared]) -> dict[str, Any]:
+    """What `clear` or `clear_all` removed, as `recovery clear --json` and DELETE /api/v1/runs/ID
+    return it: the keys per run, and per run with table sinks each one's outcome (rows kept,
+    commit rows removed, a note)."""
+    return {"removed": {rid: c.keys for rid, c in cleared.items()},
+            "tables": {rid: [t.as_dict() for t in c.tables] for rid, c in cleared.items() if c.tables}}

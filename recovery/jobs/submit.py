@@ -3,7 +3,7 @@
 (`run`). `submit` does all three; the CLI connects to Redis after `prepare` and starts Spark
 before `run`, so that a refusal is made once, before anything starts.
 
-Orchestration only: the round itself is jobs/driver.py's. Each function takes a Redis client
+Orchestration only: the round itself is jobs/settle.py's. Each function takes a Redis client
 and, where it runs Spark, a session.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from recovery.connectors.redis_stream import offsets as stream_reader
 from recovery.connectors.redis_stream import topics
 from recovery.errors import RecoveryError, WorkflowError
 from recovery.jobs.clear import clear
-from recovery.jobs.driver import Progress, redis_lost_is_resumable, run_and_settle, uses_log_source
+from recovery.jobs.settle import Progress, redis_lost_is_resumable, run_and_settle
 from recovery.model import code
 from recovery.model.run import RunSpec, check_run_id
 from recovery.model.workflow import Workflow
@@ -78,7 +78,7 @@ def check_redis(client: redis.Redis, plan: SubmitPlan) -> None:
     """The refusals that read Redis, still before Spark starts: the run id is taken (`run`
     creates the run atomically in any case), a topic the workflow reads does not exist."""
     runs.check_absent(client, plan.run_id)
-    if uses_log_source(plan.workflow):
+    if plan.workflow.reads_topics:
         topics.check_topics(client, plan.workflow)
 
 
@@ -96,7 +96,7 @@ def run(spark: SparkSession, client: redis.Redis, redis_url: str, plan: SubmitPl
              len(wf.components), "on" if plan.tracking else "off", plan.master)
     with lease, redis_lost_is_resumable(run_id, redis_url):
         source_json = "{}"
-        if uses_log_source(wf):   # a bounded run reads each partition up to its end now
+        if wf.reads_topics:   # a bounded run reads each partition up to its end now
             try:
                 source_json = stream_reader.plan_ranges(client, wf, run_id)
             except RecoveryError:

@@ -76,7 +76,7 @@ def test_failures_at_a_bolt_then_recover_leave_exactly_a_failure_free_runs_recor
 
 def test_driver_killed_mid_submit_then_recover_leave_exactly_the_records_in_delta_and_postgresql(
         spark, redis_url, redis_client, postgres_url, tmp_path):
-    """Issue 18's "done when": the Parquet dataset read through Spark, failures at a bolt, the
+    """The Parquet dataset read through Spark, failures at a bolt, the
     driver killed -9 mid-submit, then `recover`: both tables hold every expected record exactly
     once. Both sinks are slowed down (seconds per task) and the driver is killed once the first
     sink task committed, so that the round stops with some sink parts written and others not."""

@@ -1,4 +1,4 @@
-"""The batch sink driver: a built-in sink whose inputs are all batch components
+"""The batch sink's task loop: a built-in sink whose inputs are all batch components
 (runtime.batch.checks.is_batch_sink) gets their Arrow chunks and writes the columns as they
 are, with the row sink's bytes and guarantees.
 

@@ -1,7 +1,7 @@
 """`recovery ui` in a real headless Chromium, against a real server, the session's real Redis
-and runs made by real submits with injected failures (issue 12, item 5). Every wait is on a
+and runs made by real submits with injected failures. Every wait is on a
 state of the page (Playwright's expect), never a sleep. The page's own Recover, Requeue and
-Clear go through the same checks as any request (issue 17: token field, Origin), and no page
+Clear go through the same checks as any request, and no page
 may break the Content-Security-Policy (the `page` fixture fails the test)."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What keeps other web pages and other hosts from driving the web view (issue 17 §1): the
+"""What keeps other web pages and other hosts from driving the web view: the
 issue's four attacks against a live server, then every route of the app (table-driven over
 `app.routes`, so a new route is covered) with a foreign Host, a foreign Origin, no Origin and
 GET on actions; each refused request must change nothing in Redis and start no recover. Then the

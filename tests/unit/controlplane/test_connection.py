@@ -205,7 +205,7 @@ def test_stop_when_not_running(tmp_path):
     assert embedded.EmbeddedServer(tmp_path).stop() is False
 
 
-# ---------------------------------------------------------------- private state (issue 9, item 13)
+# ---------------------------------------------------------------- private state
 
 def _owned_by_someone_else(path: Path, monkeypatch) -> None:
     """Make ``path`` another user's: chown to nobody as root (CI), else pretend to be another uid."""

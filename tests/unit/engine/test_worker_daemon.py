@@ -1,5 +1,5 @@
 """recovery.engine.worker_daemon: PySpark's Python worker daemon, run as Spark runs it, with
-the JVM's side played here (issue 17, 2.6). When Spark hangs up on a worker (a task it
+the JVM's side played here. When Spark hangs up on a worker (a task it
 cancelled because another task of the job failed, e.g. on a truncated spill file), PySpark's
 own daemon printed the worker's last flush as a traceback on the terminal
 (`BrokenPipeError: [Errno 32] Broken pipe`); ours ends that worker without a word."""
