@@ -164,7 +164,7 @@ def topic_times(topic: str, partition: int) -> str:
 
 def topic_consumers(topic: str) -> str:
     """Set: the consumers that read the topic; trimming never passes what one has not committed."""
-    return f"{PREFIX}topic:{{{check_topic(topic)}}}:consumers"
+    return f"{prefix()}topic:{{{check_topic(topic)}}}:consumers"
 
 
 def offsets(consumer: str, topic: str) -> str:
