@@ -137,8 +137,40 @@ def plan_ranges(client: Redis, wf: Workflow, run_id: str, follow: bool = False) 
     plans = {s.id: plan_spout(client, wf, s, run_id, follow) for s in log_spouts(wf)}
     source_json = json.dumps(plans, sort_keys=True)
     if any(r[1] > r[0] for plan in plans.values() for r in plan["ranges"].values()):
-        client.rpush(keys.replay_ranges(run_id), source_json)
+        key = keys.replay_ranges(run_id)
+        last = client.lindex(key, -1)
+        joined = _joined(json.loads(last), plans) if last is not None else None
+        if joined is not None:    # a follow run's next batch: the list stays one entry long
+            client.lset(key, -1, json.dumps(joined, sort_keys=True))
+        else:
+            client.rpush(key, source_json)
     return source_json
+
+
+def _joined(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any] | None:
+    """`before` and `after` as one plan when `after` reads on where `before` ended in every
+    partition (what root replay re-reads is the same); None otherwise."""
+    if before.keys() != after.keys():
+        return None
+    out = {}
+    for spout, plan in after.items():
+        old = before[spout]
+        if {k: v for k, v in old.items() if k != "ranges"} != {k: v for k, v in plan.items() if k != "ranges"} \
+                or old["ranges"].keys() != plan["ranges"].keys():
+            return None
+        ranges = {}
+        for p, (start, end, trimmed) in plan["ranges"].items():
+            o_start, o_end, o_trimmed = old["ranges"][p]
+            if end == start:                  # nothing read now: the range before
+                ranges[p] = [o_start, o_end, o_trimmed + trimmed]
+            elif o_end == o_start:            # nothing read before: this range
+                ranges[p] = [start, end, o_trimmed + trimmed]
+            elif start == o_end:
+                ranges[p] = [o_start, end, o_trimmed + trimmed]
+            else:
+                return None
+        out[spout] = {**plan, "ranges": ranges}
+    return out
 
 
 def planned_messages(source_json: str) -> tuple[int, int]:
