@@ -191,3 +191,12 @@ def test_the_dashboard_and_the_alert_rules_use_only_exported_metrics(fake_redis)
     exprs.append((docs / "prometheus-alerts.yml").read_text())
     used = {m for e in exprs for m in re.findall(r"\brecovery_[a-z_]+", e)}
     assert len(used) >= 10 and used <= exported, used - exported
+
+
+def test_a_round_not_settled_has_no_root_counts_only_counts_known_0(fake_redis):
+    from tests.unit.run_records import create_run
+    create_run(fake_redis, "u1")                 # round 0 under way: its counts are not known
+    assert reports.run_status(fake_redis, "u1")["counts_known"] is False
+    got = scrape(fake_redis)
+    assert one(got, "recovery_run_counts_known", run="u1", workflow="wf") == 0
+    assert "recovery_run_roots" not in got and "recovery_run_roots_read_total" not in got
