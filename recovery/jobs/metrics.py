@@ -58,13 +58,15 @@ class RunsCollector(Collector):
         fam = _Families()
         try:
             ids = list(self.run_ids()) if self.run_ids is not None else runs.list_ids(self.client)
+            exported = 0
             for run_id in ids:
                 try:
                     _collect_run(self.client, run_id, fam)
+                    exported += 1
                 except RecoveryError:        # cleared while scraped: its series are gone
                     continue
             fam.up.add_metric([], 1)
-            fam.runs.add_metric([], len(ids))
+            fam.runs.add_metric([], exported)
         except redis.RedisError as err:
             log.warning("metrics: Redis: %s: %s", type(err).__name__, err)
             fam.up.add_metric([], 0)
