@@ -94,6 +94,7 @@ def register(main: click.Group) -> None:
         wf = wf.with_config(config.parse_assignments(props, "-p", dict(wf.config), [c.id for c in wf.components]))
         with open(file, encoding="utf-8", errors="replace") as fh:
             xml = fh.read()
+        common.refuse_embedded_redis_on_cluster(redis_url, master)
         # every refusal before Spark starts (exit 2): first what the workflow and the options
         # decide, then, connected, what Redis holds
         if follow:   # --- log source (recovery/jobs/follow.py): continuous runs over topics ---

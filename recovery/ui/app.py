@@ -10,7 +10,6 @@ import asyncio
 import hashlib
 import inspect
 import json
-import os
 import time
 from collections.abc import AsyncIterator
 from html import escape
@@ -30,6 +29,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp
 
+from recovery.environment import environment
 from recovery.errors import BadRequest, NotFound, RecoveryError
 from recovery.jobs import clear as jobs_clear
 from recovery.jobs import dead_letters, metrics, reports
@@ -37,7 +37,7 @@ from recovery.jobs import summary as jobs_summary
 from recovery.model.run import check_run_id
 from recovery.tracking import keys, runs
 from recovery.ui import svg
-from recovery.ui.access import TOKEN_ENV, check_token
+from recovery.ui.access import check_token
 from recovery.ui.actions import RecoverProcesses
 from recovery.ui.login import login_action, login_page
 from recovery.ui.security import (
@@ -481,8 +481,9 @@ def create_app(client: Redis, redis_url: str, log_dir: Path, *, host: str = "127
     routes.append(Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"))
     app = _GuardedStarlette(routes=routes, exception_handlers={RecoveryError: recovery_error,
                                                                HTTPException: http_error})
-    if token is None and os.environ.get(TOKEN_ENV):
-        token = check_token(os.environ[TOKEN_ENV])
+    env_token = environment().ui_token
+    if token is None and env_token:
+        token = check_token(env_token)
     guard = Guard.for_server(host, port, token, allowed_hosts, no_token)
     app.state.ui = UI(client, redis_url, log_dir, guard)
     app.state.token = guard.token
