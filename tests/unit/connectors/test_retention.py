@@ -220,3 +220,13 @@ def test_a_follow_runs_read_ranges_stay_one_entry_while_batches_read_on(fake_red
     assert fake_redis.llen(keys.replay_ranges("run-1")) == 2
     spans = reader._replay_plan(fake_redis, "run-1", "src")["spans"]
     assert spans == {str(p): [[0, read[p]], [ends[p] - 1, ends[p]]] for p in range(2)}
+
+
+def test_a_policy_that_does_not_parse_never_fails_a_commit(fake_redis, caplog):
+    _produce(fake_redis, 10, 1)
+    fake_redis.hset(keys.topic_meta("t"), "retention", "forever")      # stored by hand
+    wf = _wf()
+    _consume(fake_redis, wf)                                            # commits all the same
+    assert offsets.committed_offsets(fake_redis, "wf:src", "t") == {0: 10}
+    assert "was not trimmed by its retention" in caplog.text and f"(key {keys.topic_meta('t')}, field retention)" in caplog.text
+    assert _stored(fake_redis) == list(range(10))
