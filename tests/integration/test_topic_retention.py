@@ -1,14 +1,16 @@
 """Topic retention on a real Redis with a follow run (recovery/connectors/redis_stream/retention.py):
 a topic fed chunk after chunk keeps Redis memory flat, and the output is exact though failed
-tuples are recovered after their messages were trimmed (their queues hold the values)."""
+tuples are recovered after their messages were trimmed (their queues hold the values); on a
+Redis Cluster, trimming and the topic listing reach every master."""
 from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from recovery.cli import main
-from recovery.connectors.redis_stream import report, topics
+from recovery.connectors.redis_stream import report, retention, topics
 from recovery.connectors.sink_folders import read_jsonl_dir
 from recovery.jobs import follow
 from recovery.model.failed import FailedTuple
@@ -141,3 +143,37 @@ def test_a_topic_fed_without_end_keeps_redis_memory_flat_and_the_output_exact(sp
     assert [c["consumer"] for c in t["consumers"]] == ["retention_soak:events"]
     assert sum(p["end"] for p in t["partition_offsets"]) == CHUNKS * CHUNK
     assert len(want) == CHUNKS * CHUNK - 5
+
+
+@pytest.mark.parametrize("redis_cluster", [3], indirect=True)
+def test_retention_and_the_topic_listing_on_a_redis_cluster(redis_cluster, tmp_path):
+    """Every key of a topic is in its slot, consumers' offsets in theirs: trimming reads both,
+    and the listing finds topics and consumers on every master."""
+    from recovery.connectors.redis_stream import offsets
+    from recovery.controlplane import connection
+
+    lines = tmp_path / "lines.txt"
+    lines.write_text("".join(f"line {i}\n" for i in range(60)))
+    runner = CliRunner()
+    res = runner.invoke(main, ["produce", "events", str(lines), "--partitions", "3", "--retention", "committed",
+                               "--redis", redis_cluster.url], catch_exceptions=False)
+    assert res.exit_code == 0, res.stderr
+    client = connection.connect(redis_cluster.url)
+    try:
+        xml = tmp_path / "soak.xml"
+        xml.write_text(SOAK_XML)
+        wf = workflow_xml.load(xml)
+        client.hset(keys.offsets("other:events", "events"), mapping={"0": 1, "1": 1, "2": 1})
+        retention.set_retention(client, "events", retention.parse_retention("committed"))   # finds `other`
+        offsets.commit_ranges(client, wf, offsets.plan_ranges(client, wf, "run-1"))
+        # `other` committed 1 per partition: trimmed to it, not to where retention_soak is
+        assert [p["first"] for p in report.topic_report(client, "events")["partition_offsets"]] == [1, 1, 1]
+        client.hset(keys.offsets("other:events", "events"), mapping={"0": 100, "1": 100, "2": 100})
+        assert retention.apply_retention(client, "events") == 60 - 3
+    finally:
+        client.close()
+    res = runner.invoke(main, ["topics", "--json", "--redis", redis_cluster.url], catch_exceptions=False)
+    [t] = json.loads(res.stdout)
+    assert t["topic"] == "events" and t["messages"] == 0 and t["retention"] == "committed"
+    assert [c["consumer"] for c in t["consumers"]] == ["other:events", "retention_soak:events"]
+    assert all(c["lag"] == 0 for c in t["consumers"])
