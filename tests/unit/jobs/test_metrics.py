@@ -135,6 +135,16 @@ def _get(url: str, token: str | None = None) -> tuple[int, str]:
         return err.code, err.read().decode()
 
 
+def _has_ipv6_loopback() -> bool:
+    import socket
+    try:
+        with socket.socket(socket.AF_INET6) as sock:
+            sock.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
 def test_the_follow_runs_server_needs_its_token_when_it_has_one(fake_redis):
     testing.run_local(shouting(), fake_redis, run_id="s1", inputs={"words": WORDS[:3]})
     watch = metrics.RunWatch()
@@ -150,6 +160,12 @@ def test_the_follow_runs_server_needs_its_token_when_it_has_one(fake_redis):
         assert status == 200 and 'recovery_run_round{run="s1",workflow="shouting"}' in body
     finally:
         server.close()
+    if _has_ipv6_loopback():
+        six = metrics.MetricsServer(metrics.registry_for(fake_redis), "::1", 0, None)
+        try:
+            assert _get(f"http://[::1]:{six.port}/metrics")[0] == 200
+        finally:
+            six.close()
     with pytest.raises(RecoveryError, match=r"--metrics-port: cannot listen on 127\.0\.0\.1:"):
         busy = metrics.MetricsServer(metrics.registry_for(fake_redis), "127.0.0.1", 0, None)
         try:
