@@ -23,6 +23,7 @@ from redis import Redis
 from recovery.api.components import Spout, Tuple
 from recovery.connectors import sources
 from recovery.controlplane import connection
+from recovery.engine import shipping
 from recovery.model.graph import ChainPlan, TaskContext
 from recovery.model.run import RunSpec
 from recovery.model.workflow import SourceImpl, Workflow
@@ -143,6 +144,7 @@ def run_round(spark: SparkSession, wf: Workflow, spec: RunSpec,
               on_progress: Callable[[int, int], None] | None = None) -> None:
     """Run one round to the end (its counters are in the tasks' commits)."""
     sc = spark.sparkContext
+    spec = shipping.with_code(spark, wf, spec)
     leaves, _, persisted = build(spark, wf, spec)
     total_tasks = sum(c.parallelism for c in wf.components)
     stop = threading.Event()
@@ -310,5 +312,6 @@ def tell_spouts(spark: SparkSession, client: Redis, spec: RunSpec) -> int:
     # tasks run against the submitted workflow, where the spouts are
     base = RunSpec(spec.run_id, spec.round, spec.original_json or spec.workflow_json, spec.redis_url, True,
                    generation=spec.generation)
+    base = shipping.with_code(spark, original, base)
     sc = spark.sparkContext
     return sum(sc.parallelize(jobs_, len(jobs_)).map(lambda j: _tell_spout(base, j[0], j[1])).collect())

@@ -17,13 +17,14 @@ import redis
 
 from recovery.api.loader import check_classes as check
 from recovery.api.runnable import check_runnable
-from recovery.connectors import sinks, spark_source
+from recovery.connectors import files, sinks, spark_source
 from recovery.connectors.redis_stream import offsets as stream_reader
 from recovery.connectors.redis_stream import topics
 from recovery.errors import RecoveryError, WorkflowError
 from recovery.jobs.clear import clear
 from recovery.jobs.settle import Progress, redis_lost_is_resumable, run_and_settle
 from recovery.jobs.summary import RunSummary
+from recovery.model import code
 from recovery.model.run import RunSpec, check_run_id
 from recovery.model.workflow import Workflow
 from recovery.tracking import runs, spill
@@ -51,13 +52,15 @@ class SubmitPlan:
     tracking: bool
     master: str
     spill_location: str       # where its tasks spill (checked, not yet made)
+    code_digest: str = ""     # the workflow's code shipped with its tasks (model/code.py)
 
 
 def prepare(wf: Workflow, xml: str, file: str | None, tracking_on: bool = True, master: str = "local[*]",
             run_id: str | None = None, spill_dir: str | None = None) -> SubmitPlan:
     """Every refusal a submit makes from the workflow and its options alone (no Redis, no
     Spark), in this order: a `class=` that does not load (and, with `file` and a local master,
-    a shell script that does not exist: named by file and line), a bad property, a bad run id,
+    a shell script that does not exist: named by file and line), a bad property, a relative
+    source or sink path with a master that is not local, a bad run id,
     a file sink's folder holding another run's output (mode="error"). Writes nothing.
     `spill_dir`: --spill-dir, else recovery.spill.dir, else RECOVERY_HOME/spill."""
     if file is not None:
@@ -65,11 +68,13 @@ def prepare(wf: Workflow, xml: str, file: str | None, tracking_on: bool = True, 
     else:
         check_classes(wf)
     wf.check_config()   # as validate does (a workflow or its properties may come from code)
+    files.check_paths_reach_executors(wf, master, file)   # a cluster's executors: no relative path
     run_id = runs.new_run_id(wf.name) if run_id is None else check_run_id(run_id)
     sinks.check_folders(wf, run_id)     # mode="error" sinks refuse another run's output
     location = spill.location(spill_dir, wf.settings().spill_dir)
+    digest = code.bundle(wf).digest   # (an <include> that does not exist is refused here)
     return SubmitPlan(wf, xml, os.path.abspath(file) if file is not None else None, run_id,
-                      tracking_on, master, location)
+                      tracking_on, master, location, digest)
 
 
 def check_redis(client: redis.Redis, plan: SubmitPlan) -> None:
@@ -103,7 +108,8 @@ def run(spark: SparkSession, client: redis.Redis, redis_url: str, plan: SubmitPl
         spec = RunSpec(run_id, 0, wf_json, redis_url, plan.tracking, source_json=source_json,
                        generation=lease.generation, spill_dir=plan.spill_location)
         runs.update(client, run_id, lease.generation, round=0, current_workflow=wf_json,
-                    current_spec=spec.round_json(), spill_dir=plan.spill_location)
+                    current_spec=spec.round_json(), spill_dir=plan.spill_location,
+                    code_digest=plan.code_digest)
         return run_and_settle(spark, client, wf, spec, progress)
 
 

@@ -25,9 +25,9 @@ Lua script touches the keys of one slot only, chosen by a hash tag (the part bet
 - **Each failed position's queue**, tag `{<run_id>:queue:<component>:<task>}`: the queue, and
   the commits' staged writes into it (`queue_staged`: written ahead of the commit point, moved
   into the queue after it), which only ever touch that queue.
-- Topics: tag `{<topic>}` (the metadata and every partition of one topic: the producer's script
-  updates both). Committed offsets: tag `{<consumer>:<topic>}` (offsets, owner and claimer: the
-  claim is one WATCHed transaction).
+- Topics: tag `{<topic>}` (the metadata, every partition, its batch times and the consumers of
+  one topic: the producer's script updates them together). Committed offsets: tag
+  `{<consumer>:<topic>}` (offsets, owner and claimer: the claim is one WATCHed transaction).
 - `<prefix>runs`, the index, is a slot of its own.
 
 What goes into a key is checked here, once: a run id (model/run.py check_run_id), a topic
@@ -154,6 +154,17 @@ def topic_meta(topic: str) -> str:
 def topic_partition(topic: str, partition: int) -> str:
     """Stream: one partition of a topic (in its metadata's slot: the producer's script writes both)."""
     return f"{prefix()}topic:{{{check_topic(topic)}}}:{partition}"
+
+
+def topic_times(topic: str, partition: int) -> str:
+    """Sorted set: when each produced batch of a partition was written (score: time, member: the
+    batch's first offset); what an age retention trims by (entry ids are offsets, not times)."""
+    return f"{topic_partition(topic, partition)}:times"
+
+
+def topic_consumers(topic: str) -> str:
+    """Set: the consumers that read the topic; trimming never passes what one has not committed."""
+    return f"{prefix()}topic:{{{check_topic(topic)}}}:consumers"
 
 
 def offsets(consumer: str, topic: str) -> str:
