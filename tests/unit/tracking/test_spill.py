@@ -11,6 +11,7 @@ import pytest
 
 from recovery.errors import SpillError
 from recovery.jobs import clear
+from recovery.model.run import TaskIdentity
 from recovery.tracking import keys, runs, spill, tracker
 from tests.helpers import file_mode
 from tests.unit.run_records import create_run
@@ -246,7 +247,7 @@ CONF = {"recovery.max.attempts": "3"}
 
 
 def _tracker(client, spill_dir, generation=None, run_id="r1"):
-    return tracker.TaskTracker(client, run_id, 1, "mid", 0, 2, CONF, generation=generation,
+    return tracker.TaskTracker(client, TaskIdentity(run_id, 1, "mid", 0, 2), CONF, generation=generation,
                                spill_dir=str(spill_dir))
 
 

@@ -3,6 +3,7 @@ ledger, so a long chain holds about one ledger entry per root in flight, not one
 from __future__ import annotations
 
 from recovery import BasicBolt, testing
+from recovery.model.run import TaskIdentity
 from recovery.model.workflow import ClassImpl, Component, Input, StreamDef, Workflow
 from recovery.tracking import keys, ledger, tracker
 
@@ -53,7 +54,7 @@ def started_run(client, run_id: str = "t"):
 
 
 def attempt(client, lease, index: int = 0, round_no: int = 0, component: str = "split") -> tracker.TaskTracker:
-    return tracker.TaskTracker(client, lease.run_id, round_no, component, index, 10 + index, {},
+    return tracker.TaskTracker(client, TaskIdentity(lease.run_id, round_no, component, index, 10 + index), {},
                                generation=lease.generation)
 
 
