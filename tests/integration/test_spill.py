@@ -156,9 +156,16 @@ def test_a_missing_or_corrupt_spill_file_is_one_line_and_the_run_resumes_once_it
     assert run_keys(redis_client, run_id) == set()
 
 
-def test_clear_leaves_no_spill_file_and_no_key(spark, redis_url, redis_client, tmp_path):
-    spill_dir, run_id = tmp_path / "spill", "spill-clear"
-    _crashed_submit(tmp_path, redis_url, redis_client, run_id, spill_dir, _pad_done)
+def test_clear_leaves_no_spill_file_and_no_key(redis_client):
+    """A run whose driver died mid-round, on a real Redis: some tasks committed their spill
+    files. (The test kit's CRASH makes one in this process: no Spark job is needed for it.)"""
+    from recovery import testing
+    from tests.unit.testing.test_testing_kit import pipeline
+
+    run = testing.run_local(pipeline(2), redis_client, inputs={"words": ["a", testing.CRASH, "b", "c"]},
+                            run_id="spill-clear")
+    assert run.interrupted == "crash"
+    run_id, spill_dir = run.run_id, Path(runs.get(redis_client, run.run_id).spill_dir)
     assert spill.SpillStore(str(spill_dir)).run_files(run_id)
     # the location is in the run record: clear needs no flag
     clear.clear(redis_client, run_id)
