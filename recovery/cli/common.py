@@ -2,7 +2,6 @@
 callbacks, the progress bars and the run summary's tables."""
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -11,6 +10,7 @@ from recovery.cli import echo_json
 from recovery.cli.safe_text import plain, rich_text
 from recovery.controlplane import connection
 from recovery.engine.session import is_local_master, session
+from recovery.environment import environment
 from recovery.errors import RecoveryError
 from recovery.jobs import follow as follow_mod
 from recovery.model.run import check_run_id
@@ -29,8 +29,8 @@ def refuse_embedded_redis_on_cluster(redis_url: str | None, master: str | None) 
     """The embedded Redis listens on a unix socket under RECOVERY_HOME: executors on other
     hosts cannot reach it. With a cluster's master, a Redis URL every executor reaches is
     required (docs/cluster.md)."""
-    master = master or os.environ.get("RECOVERY_SPARK_MASTER")
-    if master and not is_local_master(master) and not (redis_url or os.environ.get(connection.URL_ENV)):
+    master = master or environment().spark_master
+    if master and not is_local_master(master) and not (redis_url or environment().redis_url):
         raise RecoveryError(f"master {master} runs tasks on other hosts, which cannot reach the embedded Redis "
                             "(a unix socket under RECOVERY_HOME): give --redis redis://HOST:PORT (or "
                             f"${connection.URL_ENV}) of a Redis every executor reaches, its password in "

@@ -23,6 +23,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from recovery.controlplane.embedded import EmbeddedServer
+from recovery.environment import environment
 from recovery.errors import RecoveryError, RedisUnavailable
 
 log = logging.getLogger(__name__)
@@ -184,7 +185,7 @@ def _cluster_client(url: str, what: str, **options: Any) -> redis.Redis:
 def password_from_environment() -> str | None:
     """The password in the file ``$RECOVERY_REDIS_PASSWORD_FILE`` names (its first line), else
     ``$REDIS_PASSWORD``; None when neither is set."""
-    path = os.environ.get(PASSWORD_FILE_ENV)
+    path = environment().redis_password_file
     if path:
         try:
             with open(path, encoding="utf-8") as fh:
@@ -222,7 +223,7 @@ def resolve_url(url: str | None = None, home: str | os.PathLike[str] | None = No
     embedded server's (started here when ``start``), with a password from the environment
     when it has none (:func:`with_password`). What Spark tasks get: the URL travels with the
     job (the round's RunSpec), not in the executors' environment."""
-    url = url or os.environ.get(URL_ENV) or None
+    url = url or environment().redis_url
     if url:
         return with_password(url)
     server = EmbeddedServer(home)
@@ -241,7 +242,7 @@ def connect(url: str | None = None, home: str | os.PathLike[str] | None = None,
     A Redis Cluster node's URL gives a RedisCluster client (module doc).
     Raises RedisUnavailable with a one-line reason naming the URL without its password.
     """
-    url = url or os.environ.get(URL_ENV) or None
+    url = url or environment().redis_url
     if url:
         url = with_password(url)
         what = f"Redis at {describe(url)}"

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from recovery.engine import executors
+from recovery.environment import environment
 from recovery.home import private_dir, private_file, state_home
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,7 @@ def session(master: str | None = None, conf: dict[str, str] | None = None, home:
             app_name: str = "recovery"):
     home = Path(home or state_home())
     prepare_environment(home)
-    master = master or os.environ.get("RECOVERY_SPARK_MASTER", "local[*]")
+    master = master or environment().spark_master
     conf = dict(conf or {})
     from pyspark.sql import SparkSession  # lazy: commands that need no Spark never load it
     if not is_local_master(master):

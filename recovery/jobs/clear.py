@@ -1,6 +1,8 @@
 """Clearing runs: every key a run owns, refused while the run is alive unless forced.
 
-A run's table sinks keep their rows: `clear` never deletes rows of a user's table. It drops the
+A run's file sinks keep their committed parts (the user's output); at a URI folder, the objects
+of the run's attempts that no marker names go (recovery/connectors/sink_objects.py). A run's
+table sinks keep their rows: `clear` never deletes rows of a user's table. It drops the
 run's rows of a PostgreSQL sink's commit table (first, so that a database that cannot be
 reached refuses the clear before anything is removed; `force` clears the keys anyway and says
 the commit rows stayed), so that a run submitted again under the same id writes again. A Delta
@@ -16,7 +18,7 @@ from typing import Any
 
 from redis import Redis
 
-from recovery.connectors import table_sinks
+from recovery.connectors import sink_folders, table_sinks
 from recovery.connectors.table_sinks import TableClear
 from recovery.controlplane.connection import scan_keys
 from recovery.errors import RunBusy, RunError
@@ -87,6 +89,8 @@ def clear(client: Redis, run_id: str, force: bool = False) -> Cleared:
     client.zrem(keys.runs_index(), run_id)
     # the files after the keys: a task still writing finds its run gone and removes its own file
     spill.SpillStore.at(spill_location(rec)).remove_run(run_id)
+    if wf is not None:   # URI sink folders: the run's objects no marker names (its output stays)
+        sink_folders.remove_uncommitted(wf, run_id)
     log.info("run %s cleared: %d keys and its spill folder removed%s", run_id, len(removed) + (rec is not None),
              " (its driver was running: --force)" if rec is not None and runs.status_of(rec) == runs.RUNNING else "")
     return Cleared(([keys.run_record(run_id)] if rec is not None else []) + sorted(removed), tables)

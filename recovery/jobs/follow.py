@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, cast
 from redis import Redis
 
 from recovery.api.runnable import check_runnable
-from recovery.connectors import sinks
+from recovery.connectors import files, sinks
 from recovery.connectors.redis_stream import offsets, topics
 from recovery.connectors.redis_stream import report as stream_report
 from recovery.errors import RecoveryError, RunBusy
@@ -142,12 +142,14 @@ def prepare(wf: Workflow, xml: str, file: str | None, master: str = "local[*]", 
             tracking: bool = True) -> FollowPlan:
     """Every refusal `submit --follow` makes from the workflow and its options alone (no Redis,
     no Spark): a `class=` that does not load (with `file` and a local master, a shell script that
-    does not exist), a workflow without a topic, no tracking, a bad run id. Writes nothing."""
+    does not exist), a workflow without a topic, no tracking, a relative source or sink path
+    with a master that is not local, a bad run id. Writes nothing."""
     if file is not None:
         check_runnable(file, wf, local=master.startswith("local"))
     else:
         check_classes(wf)
     check_flags(wf, True, tracking)
+    files.check_paths_reach_executors(wf, master, file)   # a cluster's executors: no relative path
     if run_id is not None:
         check_run_id(run_id)
     return FollowPlan(wf, xml, os.path.abspath(file) if file is not None else None, master, run_id)
@@ -298,6 +300,9 @@ def run(spark: SparkSession, client: Redis, redis_url: str, plan: FollowPlan, ma
                 break
             source_json = offsets.plan_ranges(client, wf, run_id, follow=True)
             planned, trimmed = offsets.planned_messages(source_json)
+            for line in offsets.trimmed_lines(source_json):
+                log.info("run %s: %s", run_id, line)
+                emit("trimmed", {"run_id": run_id, "line": line})
             active = False
             if planned or trimmed:
                 if not created:

@@ -17,7 +17,7 @@ import redis
 
 from recovery.api.loader import check_classes as check
 from recovery.api.runnable import check_runnable
-from recovery.connectors import sinks, spark_source
+from recovery.connectors import files, sinks, spark_source
 from recovery.connectors.redis_stream import offsets as stream_reader
 from recovery.connectors.redis_stream import topics
 from recovery.errors import RecoveryError, WorkflowError
@@ -58,7 +58,8 @@ def prepare(wf: Workflow, xml: str, file: str | None, tracking_on: bool = True, 
             run_id: str | None = None, spill_dir: str | None = None) -> SubmitPlan:
     """Every refusal a submit makes from the workflow and its options alone (no Redis, no
     Spark), in this order: a `class=` that does not load (and, with `file` and a local master,
-    a shell script that does not exist: named by file and line), a bad property, a bad run id,
+    a shell script that does not exist: named by file and line), a bad property, a relative
+    source or sink path with a master that is not local, a bad run id,
     a file sink's folder holding another run's output (mode="error"). Writes nothing.
     `spill_dir`: --spill-dir, else recovery.spill.dir, else RECOVERY_HOME/spill."""
     if file is not None:
@@ -66,6 +67,7 @@ def prepare(wf: Workflow, xml: str, file: str | None, tracking_on: bool = True, 
     else:
         check_classes(wf)
     wf.check_config()   # as validate does (a workflow or its properties may come from code)
+    files.check_paths_reach_executors(wf, master, file)   # a cluster's executors: no relative path
     run_id = runs.new_run_id(wf.name) if run_id is None else check_run_id(run_id)
     sinks.check_folders(wf, run_id)     # mode="error" sinks refuse another run's output
     location = spill.location(spill_dir, wf.settings().spill_dir)

@@ -200,14 +200,9 @@ class TaskRunner:
 
     # -- component set-up -----------------------------------------------------------------
     def _context(self) -> TaskContext:
-        ctx = TaskContext(self.wf, self.component_id, self.task_id, self.tm)
-        ctx.run_id = self.spec.run_id        # type: ignore[attr-defined]
-        ctx.round = self.spec.round          # type: ignore[attr-defined]
-        ctx.redis = self.client              # type: ignore[attr-defined]
-        # raises unless this task's driver still owns the run (a sink calls it right before it
-        # publishes a part: connectors.sink_folders.atomic_write, postgres, delta); None without tracking
-        ctx.fence = self.tracker.check_fence if self.tracker is not None else None  # type: ignore[attr-defined]
-        return ctx
+        return TaskContext(self.wf, self.component_id, self.task_id, self.tm, run_id=self.spec.run_id,
+                           round=self.spec.round, redis=self.client,
+                           fence=self.tracker.check_fence if self.tracker is not None else None)
 
     def _make_state(self) -> KeyedState:
         if self.tracker is not None:   # tracking
