@@ -25,9 +25,9 @@ def _print_status(st: dict[str, Any]) -> None:
     click.echo(f"embedded Redis: running (pid {st['pid']})")
     click.echo(f"  url     {plain(st['url'])}")
     click.echo(f"  dir     {plain(st['dir'])}")
-    click.echo(f"  keys    {st['keys']}")
-    click.echo(f"  memory  {st['used_memory_human']}")
-    click.echo(f"  version {st['version']}")
+    click.echo(f"  keys    {plain(st['keys'])}")
+    click.echo(f"  memory  {plain(st['used_memory_human'])}")
+    click.echo(f"  version {plain(st['version'])}")
 
 
 def register(main: click.Group) -> None:

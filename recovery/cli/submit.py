@@ -9,7 +9,7 @@ from typing import Any
 import click
 from redis import Redis
 
-from recovery.cli import common, echo_json, json_option, redis_option
+from recovery.cli import common, echo_json, json_option, metrics_server, redis_option
 from recovery.cli.safe_text import plain
 from recovery.errors import RecoveryError
 from recovery.jobs import follow as follow_mod
@@ -19,11 +19,14 @@ from recovery.model.xml import parse as workflow_xml
 
 
 def follow_and_report(plan: follow_mod.FollowPlan, client: Redis, url: str, make_spark: Callable[[], Any],
-                      max_batches: int | None, idle_exit: float | None, as_json: bool) -> dict[str, Any]:
+                      max_batches: int | None, idle_exit: float | None, as_json: bool,
+                      also: follow_mod.Event | None = None) -> dict[str, Any]:
     """`submit --follow` (checked: `plan`): jobs.follow with its events printed to stderr (none
-    with --json)."""
+    with --json), and given to `also`."""
 
     def echo(kind: str, info: dict) -> None:
+        if also is not None:
+            also(kind, info)
         if as_json:
             return
         if kind == "resumed":
@@ -41,6 +44,8 @@ def follow_and_report(plan: follow_mod.FollowPlan, client: Redis, url: str, make
         elif kind == "recovery":
             click.echo(plain(f"recovery: {info['rounds']} round(s); pending {info['pending']}, dead "
                        f"{info['dead']}"), err=True)
+        elif kind == "trimmed":
+            click.echo(plain(f"warning: {info['line']}"), err=True)
         elif kind == "stopping":
             click.echo(plain(f"{info['signal']}: stopping after this batch (again to abort)"), err=True)
         elif kind == "retry":
@@ -75,18 +80,21 @@ def register(main: click.Group) -> None:
                   help="With --follow: stop after N batches.")
     @click.option("--idle-exit", type=click.FloatRange(min=0), default=None, metavar="SECS",
                   help="With --follow: stop after SECS seconds without a new message.")
+    @metrics_server.options
     # --- end log source ---
     @redis_option
     @json_option
     def submit(file: str, master: str | None, spark_conf: tuple[str, ...], props: tuple[str, ...],
                no_tracking: bool, run_id: str | None, spill_dir: str | None, follow: bool,
-               max_batches: int | None, idle_exit: float | None, redis_url: str | None,
-               as_json: bool) -> None:
+               max_batches: int | None, idle_exit: float | None, metrics_port: int | None, metrics_host: str,
+               metrics_token_file: str | None, redis_url: str | None, as_json: bool) -> None:
         """Run the workflow FILE on Spark with every tuple tracked; prints a summary."""
+        metrics_token = metrics_server.check(follow, metrics_port, metrics_host, metrics_token_file)
         wf = workflow_xml.load(file)
         wf = wf.with_config(config.parse_assignments(props, "-p", dict(wf.config), [c.id for c in wf.components]))
         with open(file, encoding="utf-8", errors="replace") as fh:
             xml = fh.read()
+        common.refuse_embedded_redis_on_cluster(redis_url, master)
         # every refusal before Spark starts (exit 2): first what the workflow and the options
         # decide, then, connected, what Redis holds
         if follow:   # --- log source (recovery/jobs/follow.py): continuous runs over topics ---
@@ -97,8 +105,13 @@ def register(main: click.Group) -> None:
             client, url = common.client_for(redis_url)
             follow_mod.check_redis(client, follow_plan)
             spark_conf_kv = common.key_values(spark_conf, "--conf")
-            summary = follow_and_report(follow_plan, client, url, lambda: common.spark_for(master, spark_conf_kv),
-                                        max_batches, idle_exit, as_json)
+            served = metrics_server.start(client, metrics_port, metrics_host, metrics_token)
+            try:
+                summary = follow_and_report(follow_plan, client, url, lambda: common.spark_for(master, spark_conf_kv),
+                                            max_batches, idle_exit, as_json, served[1].on_event if served else None)
+            finally:
+                if served:
+                    served[0].close()
             if as_json:
                 echo_json(summary)
             elif summary.get("run_id"):

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from recovery.cli import redis_option
+from recovery.cli.safe_text import plain
 from recovery.errors import RecoveryError
 from recovery.home import ensure_home
 from recovery.ui.access import TOKEN_ENV, check_token, is_loopback, is_wildcard, read_token_file
@@ -77,7 +78,7 @@ def register(main: click.Group) -> None:
                         "read the runs and recover, requeue and clear them through this web view",
                         fg="yellow", err=True)
         if not is_loopback(host):
-            click.secho(f"warning: listening on {host}: whoever reaches this port with the token can "
+            click.secho(f"warning: listening on {plain(host)}: whoever reaches this port with the token can "
                         "recover, requeue and clear runs, and the traffic (token included) is plain HTTP",
                         fg="yellow", err=True)
         sock = _listen(host, port)     # bound here: a port in use is one line and exit 2
@@ -97,7 +98,7 @@ def register(main: click.Group) -> None:
             how = f"token from {token_file}"
         else:
             how = f"token from --token / {TOKEN_ENV}"
-        click.echo(f"recovery ui: {where}   ({how}; Redis: {connection.describe(url)}; Ctrl-C stops)")
+        click.echo(plain(f"recovery ui: {where}   ({how}; Redis: {connection.describe(url)}; Ctrl-C stops)"))
         ui_log = logging.getLogger("recovery.ui")   # the actions it starts, even without -v
         if not ui_log.isEnabledFor(logging.INFO):
             ui_log.setLevel(logging.INFO)

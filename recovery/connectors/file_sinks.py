@@ -21,7 +21,7 @@ def publish(sink: BufferedSink, ext: str, write: Callable[[Any], None]) -> None:
     (`atomic_write`), committed by marker at a URI."""
     folder = folder_of(sink.impl, sink.base_dir)
     name = part_name_of(sink.context, ext)
-    fence = getattr(sink.context, "fence", None)
+    fence = sink.context.fence
     local = local_path(folder)
     if local is not None:
         atomic_write(os.path.join(local, name), write, fence)

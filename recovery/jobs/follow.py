@@ -300,6 +300,9 @@ def run(spark: SparkSession, client: Redis, redis_url: str, plan: FollowPlan, ma
                 break
             source_json = offsets.plan_ranges(client, wf, run_id, follow=True)
             planned, trimmed = offsets.planned_messages(source_json)
+            for line in offsets.trimmed_lines(source_json):
+                log.info("run %s: %s", run_id, line)
+                emit("trimmed", {"run_id": run_id, "line": line})
             active = False
             if planned or trimmed:
                 if not created:

@@ -23,6 +23,7 @@ from recovery.jobs.summary import (
     sum_components,
     summarize,
 )
+from recovery.model import code
 from recovery.model.record import RunRecord
 from recovery.model.run import RunSpec
 from recovery.model.synthesis import synthesize
@@ -155,6 +156,7 @@ class RecoverPlan:
     record: RunRecord
     force: bool                          # take the run over from a live driver
     spill_location: str | None = None    # --spill-dir: where the run's spill files are now
+    new_code_digest: str | None = None   # --code-changed: the digest of the code shipped now
 
     @property
     def driver_alive(self) -> bool:
@@ -162,15 +164,36 @@ class RecoverPlan:
         return runs.status_of(self.record) == runs.RUNNING
 
 
-def prepare(client: Redis, run_id: str, force: bool = False, spill_dir: str | None = None) -> RecoverPlan:
+def prepare(client: Redis, run_id: str, force: bool = False, spill_dir: str | None = None,
+            code_changed: bool = False) -> RecoverPlan:
     """Every refusal a recover makes before it needs Spark: no such run, a run whose driver is
-    alive (unless `force` takes it over), a run that ran without tracking. Writes nothing."""
+    alive (unless `force` takes it over), a run that ran without tracking, a workflow whose
+    code changed since the submit (unless `code_changed` says it is meant). Writes nothing."""
     rec = runs.get(client, run_id)
     if not force:
         check_not_running(rec)
     if not rec.tracking:
         raise RunError(f"run {run_id} ran with tracking off: there is nothing to recover from")
-    return RecoverPlan(rec, force, spill.location(spill_dir) if spill_dir is not None else None)
+    new_digest = check_code(rec, code_changed)
+    return RecoverPlan(rec, force, spill.location(spill_dir) if spill_dir is not None else None, new_digest)
+
+
+def check_code(rec: RunRecord, code_changed: bool) -> str | None:
+    """The digest of the run's workflow code as it is now when it differs from the one its
+    submit shipped and `code_changed` allows it; None when it is the same (or the run kept
+    none). Otherwise RunError: a recovery replays failed tuples through the code that failed
+    them, unless the change is what the user meant (a bug fixed)."""
+    if not rec.code_digest:
+        return None
+    wf = original_workflow(rec)
+    now = code.bundle(wf).digest
+    if now == rec.code_digest:
+        return None
+    if not code_changed:
+        raise RunError(f"run {rec.run_id}: the workflow's code in {wf.base_dir} changed since it was submitted "
+                       f"(sha256 {rec.code_digest[:12]} then, {now[:12]} now); restore it, or recover with the "
+                       f"new code: `recovery recover {rec.run_id} --code-changed`")
+    return now
 
 
 def run(spark: SparkSession, client: Redis, redis_url: str, plan: RecoverPlan, max_rounds: int | None = None,
@@ -186,6 +209,11 @@ def run(spark: SparkSession, client: Redis, redis_url: str, plan: RecoverPlan, m
     with lease, redis_lost_is_resumable(run_id, redis_url):
         if plan.spill_location is not None:
             runs.update(client, run_id, lease.generation, spill_dir=plan.spill_location)
+        if plan.new_code_digest is not None:
+            runs.update(client, run_id, lease.generation, code_digest=plan.new_code_digest)
+            log.warning("run %s: the workflow's code changed since it was submitted (sha256 %s then); "
+                        "recovering with the new code (sha256 %s)", run_id, (rec.code_digest or "")[:12],
+                        plan.new_code_digest[:12])
         # read again: the record as the previous driver left it at the take-over
         rec = runs.get(client, run_id)
         return _recover(spark, client, redis_url, rec, lease.generation, max_rounds, strategy,

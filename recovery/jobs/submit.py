@@ -23,6 +23,7 @@ from recovery.connectors.redis_stream import topics
 from recovery.errors import RecoveryError, WorkflowError
 from recovery.jobs.clear import clear
 from recovery.jobs.settle import Progress, redis_lost_is_resumable, run_and_settle
+from recovery.model import code
 from recovery.model.run import RunSpec, check_run_id
 from recovery.model.workflow import Workflow
 from recovery.tracking import runs, spill
@@ -50,6 +51,7 @@ class SubmitPlan:
     tracking: bool
     master: str
     spill_location: str       # where its tasks spill (checked, not yet made)
+    code_digest: str = ""     # the workflow's code shipped with its tasks (model/code.py)
 
 
 def prepare(wf: Workflow, xml: str, file: str | None, tracking_on: bool = True, master: str = "local[*]",
@@ -69,8 +71,9 @@ def prepare(wf: Workflow, xml: str, file: str | None, tracking_on: bool = True, 
     run_id = runs.new_run_id(wf.name) if run_id is None else check_run_id(run_id)
     sinks.check_folders(wf, run_id)     # mode="error" sinks refuse another run's output
     location = spill.location(spill_dir, wf.settings().spill_dir)
+    digest = code.bundle(wf).digest   # (an <include> that does not exist is refused here)
     return SubmitPlan(wf, xml, os.path.abspath(file) if file is not None else None, run_id,
-                      tracking_on, master, location)
+                      tracking_on, master, location, digest)
 
 
 def check_redis(client: redis.Redis, plan: SubmitPlan) -> None:
@@ -104,7 +107,8 @@ def run(spark: SparkSession, client: redis.Redis, redis_url: str, plan: SubmitPl
         spec = RunSpec(run_id, 0, wf_json, redis_url, plan.tracking, source_json=source_json,
                        generation=lease.generation, spill_dir=plan.spill_location)
         runs.update(client, run_id, lease.generation, round=0, current_workflow=wf_json,
-                    current_spec=spec.round_json(), spill_dir=plan.spill_location)
+                    current_spec=spec.round_json(), spill_dir=plan.spill_location,
+                    code_digest=plan.code_digest)
         return run_and_settle(spark, client, wf, spec, progress)
 
 

@@ -10,7 +10,6 @@ import asyncio
 import hashlib
 import inspect
 import json
-import os
 import time
 from collections.abc import AsyncIterator
 from html import escape
@@ -30,14 +29,15 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp
 
+from recovery.environment import environment
 from recovery.errors import BadRequest, NotFound, RecoveryError
 from recovery.jobs import clear as jobs_clear
-from recovery.jobs import dead_letters, reports
+from recovery.jobs import dead_letters, metrics, reports
 from recovery.jobs import summary as jobs_summary
 from recovery.model.run import check_run_id
 from recovery.tracking import keys, runs
 from recovery.ui import svg
-from recovery.ui.access import TOKEN_ENV, check_token
+from recovery.ui.access import check_token
 from recovery.ui.actions import RecoverProcesses
 from recovery.ui.login import login_action, login_page
 from recovery.ui.security import (
@@ -313,6 +313,14 @@ async def clear_action(request: Request) -> Response:
     return RedirectResponse("/?" + urlencode({"message": f"cleared {run_id}: {n} keys"}), status_code=303)
 
 
+# --- Prometheus -----------------------------------------------------------------------------
+def metrics_page(request: Request) -> Response:
+    """Every run's metrics (recovery/jobs/metrics.py). The token is checked as on every request
+    (security.py): Prometheus sends it as `Authorization: Bearer TOKEN`."""
+    body, content_type = metrics.exposition(request.app.state.metrics)
+    return Response(body, media_type=content_type)
+
+
 # --- JSON API -------------------------------------------------------------------------------
 def _json(obj: Any, status_code: int = 200) -> JSONResponse:
     return JSONResponse(json.loads(json.dumps(obj, default=str)), status_code=status_code)
@@ -457,6 +465,7 @@ def create_app(client: Redis, redis_url: str, log_dir: Path, *, host: str = "127
         _route(run + "/recover", recover_action, methods=["POST"]),
         _route(run + "/clear", clear_page),
         _route(run + "/clear", clear_action, methods=["POST"]),
+        _route("/metrics", metrics_page),
         _route("/api/v1/runs", api_runs),
         _route(api, api_run),
         _route(api, api_clear, methods=["DELETE"]),
@@ -472,9 +481,11 @@ def create_app(client: Redis, redis_url: str, log_dir: Path, *, host: str = "127
     routes.append(Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"))
     app = _GuardedStarlette(routes=routes, exception_handlers={RecoveryError: recovery_error,
                                                                HTTPException: http_error})
-    if token is None and os.environ.get(TOKEN_ENV):
-        token = check_token(os.environ[TOKEN_ENV])
+    env_token = environment().ui_token
+    if token is None and env_token:
+        token = check_token(env_token)
     guard = Guard.for_server(host, port, token, allowed_hosts, no_token)
     app.state.ui = UI(client, redis_url, log_dir, guard)
     app.state.token = guard.token
+    app.state.metrics = metrics.registry_for(client)
     return app

@@ -109,8 +109,9 @@ def new_token() -> str:
 
 
 def wants_json(path: str) -> bool:
-    """Whether a refusal of `path` is JSON (the API, a page's event stream) rather than a page."""
-    return path.startswith("/api/") or path.endswith("/events")
+    """Whether a refusal of `path` is JSON (the API, a page's event stream, Prometheus' /metrics)
+    rather than a page (or the login page)."""
+    return path.startswith("/api/") or path.endswith("/events") or path == "/metrics"
 
 
 def local_target(target: str | None) -> str:

@@ -9,8 +9,10 @@ from typing import Any
 
 from redis import Redis
 
+from recovery.connectors.redis_stream import retention
 from recovery.connectors.redis_stream.topics import (
     TopicError,
+    committed_offsets,
     consumer_name,
     log_spouts,
     partition_bounds,
@@ -30,10 +32,6 @@ def assign_partitions(num_partitions: int, total_tasks: int, task_index: int) ->
     if total_tasks < 1 or not 0 <= task_index < total_tasks:
         raise ValueError(f"task index {task_index} out of range for {total_tasks} tasks")
     return list(range(task_index, num_partitions, total_tasks))
-
-
-def committed_offsets(client: Redis, consumer: str, topic: str) -> dict[int, int]:
-    return {int(k): int(v) for k, v in client.hgetall(keys.offsets(consumer, topic)).items()}
 
 
 # --- planning and committing ------------------------------------------------------------------
@@ -110,6 +108,7 @@ def plan_spout(client: Redis, wf: Workflow, spout: Component, run_id: str | None
     fmt = spout_format(client, spout)      # refused before the claim: no claim left behind
     if run_id is not None:
         _claim(client, consumer, topic, run_id)
+        retention.register_consumer(client, topic, consumer)   # trimming waits for it from now on
     committed = committed_offsets(client, consumer, topic)
     ranges: dict[int, list[int]] = {}
     for p, (first, end) in enumerate(partition_bounds(client, topic, n)):
@@ -149,6 +148,19 @@ def planned_messages(source_json: str) -> tuple[int, int]:
     return sum(r[1] - r[0] for r in rs), sum(r[2] for r in rs)
 
 
+def trimmed_lines(source_json: str) -> list[str]:
+    """One line per partition whose consumer's committed offset was trimmed away before it was
+    read (the plan reads from the first message left)."""
+    out = []
+    for plan in json.loads(source_json or "{}").values():
+        for p, (start, _end, trimmed) in sorted(plan.get("ranges", {}).items(), key=lambda kv: int(kv[0])):
+            if trimmed:
+                out.append(f"topic {plan['topic']!r} partition {p}: consumer {plan['consumer']!r} committed "
+                           f"offset {start - trimmed}, but the stream now starts at {start}: {trimmed} "
+                           f"messages were trimmed before they were read")
+    return out
+
+
 _COMMIT = """
 local n = 0
 for i = 1, #ARGV, 2 do
@@ -164,7 +176,8 @@ return n
 
 def commit_ranges(client: Redis, wf: Workflow, source_json: str) -> None:
     """After the round settled: every root it read is complete, queued or dead, so each
-    partition's committed offset moves to its range's end (never backwards)."""
+    partition's committed offset moves to its range's end (never backwards); then each topic
+    is trimmed by its retention (retention.py)."""
     plans = json.loads(source_json or "{}")
     script = client.register_script(_COMMIT)
     for plan in plans.values():
@@ -173,3 +186,5 @@ def commit_ranges(client: Redis, wf: Workflow, source_json: str) -> None:
             args += [int(p), int(r[1])]
         if args:
             script(keys=[keys.offsets(plan["consumer"], plan["topic"])], args=args)
+    for topic in sorted({plan["topic"] for plan in plans.values()}):
+        retention.apply_retention(client, topic)   # what every consumer has committed may go

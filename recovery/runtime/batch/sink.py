@@ -111,7 +111,7 @@ class _TimedWrite:
         self.expired = False     # the deadline passed at the publish point: nothing was published
 
     def run(self, chunks: list[Any]) -> None:
-        fence = getattr(self.context, "fence", None)
+        fence = self.context.fence
         self.deadline = timeouts.clock() + self.limits.timeout
 
         def fence_in_time() -> None:

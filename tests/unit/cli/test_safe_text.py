@@ -52,3 +52,16 @@ def test_the_summary_tables_show_errors_and_names_as_text(capsys, monkeypatch):
     assert "\\x1b]0;TITLE\\x07" in out and "[bold]x[/bold]" in out and "[link=http://evil.example]" in out
     assert "split\\x1b[31m" in out
     assert "\x1b[1m" in out        # Rich's own styling still reaches the terminal
+
+
+def test_log_lines_on_stderr_show_control_characters_as_escapes(capsys):
+    import logging
+
+    from recovery.cli import log_to_stderr
+    undo = log_to_stderr(0)
+    try:
+        logging.getLogger("recovery.test").warning("tuple failed: %s", "bad " + TITLE + "\nnext")
+    finally:
+        undo()
+    err = capsys.readouterr().err
+    assert err == "WARNING recovery.test: tuple failed: bad \\x1b]0;TITLE\\x07\nnext\n"

@@ -153,8 +153,8 @@ def _fill(client, topic: str, partitions: int, per_partition: list[int]) -> None
     script = client.register_script(topics._APPEND)
     for p, n in enumerate(per_partition):
         if n:
-            script(keys=[keys.topic_meta(topic), keys.topic_partition(topic, p)],
-                   args=[p, *[f"p{p}-m{i}".encode() for i in range(n)]])
+            script(keys=[keys.topic_meta(topic), keys.topic_partition(topic, p), keys.topic_times(topic, p)],
+                   args=[p, "0", *[f"p{p}-m{i}".encode() for i in range(n)]])
 
 
 def test_bounded_plan_reads_from_committed_to_the_end_and_commit_moves_on(fake_redis):

@@ -43,7 +43,7 @@ def test_two_racing_creates_of_one_run_id_one_is_refused(fake_redis):
 
 def test_submit_run_id_check_uses_the_key_prefix(fake_redis, monkeypatch, tmp_path):
     """`submit --run-id X` of an existing X is refused before Spark starts, under any prefix."""
-    monkeypatch.setattr(keys, "PREFIX", "other:")
+    monkeypatch.setenv("RECOVERY_KEY_PREFIX", "other:")
     _create(fake_redis, "dup")
     monkeypatch.setattr("recovery.cli.common.client_for", lambda url: (fake_redis, "redis://fake"))
 
