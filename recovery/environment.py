@@ -30,20 +30,21 @@ class Environment:
     lease_seconds: float = field(default=30.0, metadata={"variable": "RECOVERY_LEASE_SECONDS", "meaning": (
         "How long a driver's lease on its run lasts without a refresh (refreshed every third of "
         "it): a `running` run whose lease expired is `crashed`.")})
-    redis_password_file: str | None = field(default=None, metadata={
-        "variable": "RECOVERY_REDIS_PASSWORD_FILE", "meaning": (
-            "A file whose first line is the Redis password, for a URL that has none (else REDIS_PASSWORD): "
-            "a password never on a command line, where `ps` shows it.")})
     spark_master: str = field(default="local[*]", metadata={"variable": "RECOVERY_SPARK_MASTER", "meaning": (
         "The Spark master when a command is given no `--master`.")})
     ui_token: str | None = field(default=None, metadata={"variable": "RECOVERY_UI_TOKEN", "meaning": (
         "`recovery ui`'s secret token when no `--token` is given. Unset: a random one, printed at start.")})
+    redis_password_file: str | None = field(default=None, metadata={
+        "variable": "RECOVERY_REDIS_PASSWORD_FILE", "meaning": (
+            "A file whose first line is the Redis password, for a URL that has none (else REDIS_PASSWORD): "
+            "a password never on a command line, where `ps` shows it.")})
 
 
 # Variables of other tools that `recovery` sets (when unset) or reads.
 OTHER_VARIABLES: tuple[tuple[str, str], ...] = (
     ("PYSPARK_PYTHON, PYSPARK_DRIVER_PYTHON",
-     "Set to the running Python when unset, before Spark starts: the executors run the driver's Python."),
+     "Set to the running Python when unset, before Spark starts. In local mode the executors run it too; "
+     "with a cluster's master they run the cluster's Python (docs/cluster.md)."),
     ("REDIS_PASSWORD", "The Redis password for a URL that has none, when RECOVERY_REDIS_PASSWORD_FILE is unset."),
     ("PYTHONHASHSEED", "Set to 0 when unset, for the driver and the executors."),
     ("SPARK_LOCAL_IP", "Set to 127.0.0.1 when unset."),

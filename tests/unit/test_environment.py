@@ -20,8 +20,8 @@ def test_unset_or_empty_variables_take_their_defaults():
 def test_each_variable_sets_its_field():
     env = environment({"RECOVERY_HOME": "/h", "RECOVERY_REDIS_URL": "redis://x:1", "RECOVERY_KEY_PREFIX": "t:",
                        "RECOVERY_LEASE_SECONDS": "2.5", "RECOVERY_SPARK_MASTER": "local[2]",
-                       "RECOVERY_UI_TOKEN": "tok"})
-    assert env == Environment("/h", "redis://x:1", "t:", 2.5, "local[2]", "tok")
+                       "RECOVERY_UI_TOKEN": "tok", "RECOVERY_REDIS_PASSWORD_FILE": "/p"})
+    assert env == Environment("/h", "redis://x:1", "t:", 2.5, "local[2]", "tok", "/p")
 
 
 @pytest.mark.parametrize("value", ["soon", "0", "-1"])
@@ -33,7 +33,7 @@ def test_a_lease_that_is_not_a_positive_number_is_named(value):
 def test_every_field_is_a_documented_variable():
     names = [name for name, _, meaning in variables() if meaning]
     assert names == ["RECOVERY_HOME", "RECOVERY_REDIS_URL", "RECOVERY_KEY_PREFIX", "RECOVERY_LEASE_SECONDS",
-                     "RECOVERY_SPARK_MASTER", "RECOVERY_UI_TOKEN"]
+                     "RECOVERY_SPARK_MASTER", "RECOVERY_UI_TOKEN", "RECOVERY_REDIS_PASSWORD_FILE"]
 
 
 def test_readers_see_a_value_set_after_import(monkeypatch, tmp_path):
