@@ -4,6 +4,7 @@ from __future__ import annotations
 import click
 
 from recovery.cli import echo_json, json_option, redis_option
+from recovery.cli.safe_text import plain
 from recovery.connectors.redis_stream import report, retention
 from recovery.connectors.redis_stream.topics import TopicError
 from recovery.controlplane import connection
@@ -42,4 +43,4 @@ def register(main: click.Group) -> None:
             click.echo("no topics (create one with `recovery produce TOPIC FILE --partitions N`)")
         for t in shown:
             for line in report.format_topic(t):
-                click.echo(line)
+                click.echo(plain(line))     # topic and consumer names read back from Redis

@@ -93,8 +93,8 @@ class UI:
             lambda request: {"csrf": getattr(request.state, CSRF_FIELD, "")}])
         # data (tuple values, errors) may hold control characters: shown as escapes, as the CLI
         # shows them; markup the app built (Markup: the SVGs, escaped already) passes as it is
-        self.templates.env.finalize = lambda value: value if not isinstance(value, str) or hasattr(
-            value, "__html__") else visible(value, multiline=True)
+        self.templates.env.finalize = lambda value: value if hasattr(value, "__html__") else visible(
+            value, multiline=True)
         self.templates.env.filters["tojson_pretty"] = lambda v: json.dumps(v, indent=2, sort_keys=True, default=str)
         self.templates.env.filters["timestamp"] = lambda t: time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(t)))
         self.templates.env.globals.update(COLUMNS=COLUMNS, STATUSES=STATUSES, CSRF_FIELD=CSRF_FIELD,

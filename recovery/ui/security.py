@@ -111,7 +111,8 @@ def new_token() -> str:
 def wants_json(path: str) -> bool:
     """Whether a refusal of `path` is JSON (the API, a page's event stream, Prometheus' /metrics)
     rather than a page (or the login page)."""
-    return path.startswith("/api/") or path.endswith("/events") or path == "/metrics"
+    return path.startswith("/api/") or path == "/metrics" or (
+        path.startswith("/runs/") and path.count("/") == 3 and path.endswith("/events"))
 
 
 def local_target(target: str | None) -> str:

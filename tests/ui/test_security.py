@@ -241,3 +241,9 @@ def test_a_token_file_must_be_its_owners_alone(tmp_path):
         read_token_file(tmp_path / "missing")
     with pytest.raises(RecoveryError, match="not a regular file"):
         read_token_file(tmp_path)
+
+
+def test_an_event_stream_is_told_from_a_page_whatever_the_run_id():
+    from recovery.ui.security import wants_json
+    assert wants_json("/api/v1/runs") and wants_json("/runs/r1/events")
+    assert not wants_json("/runs/events") and not wants_json("/runs/events/dead") and not wants_json("/")

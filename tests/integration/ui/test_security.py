@@ -20,6 +20,7 @@ from starlette.testclient import TestClient
 
 from recovery.tracking import keys
 from recovery.ui.app import create_app
+from recovery.ui.security import wants_json
 from tests.helpers import file_mode, wait_for
 from tests.integration.conftest import copy_workflow, submit
 from tests.ui_server import BackgroundServer
@@ -191,7 +192,7 @@ def test_every_route_refuses_foreign_hosts_origins_and_missing_tokens(dead_run_a
             public = route in ("/login", "/static") and method == "GET"
             if public:
                 assert r.status_code == 200 and token not in r.text, (what, headers)
-            elif method == "GET" and not path.startswith(("/api/", "/static/")) and not path.endswith("/events"):
+            elif method == "GET" and not wants_json(path) and not path.startswith("/static/"):
                 assert r.status_code == 303 and r.headers["location"].startswith("/login?next="), (what, headers)
             else:
                 assert r.status_code in (401, 403) if route == "/login" else r.status_code == 401, (what, headers)
