@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -58,13 +59,15 @@ class RunsCollector(Collector):
         fam = _Families()
         try:
             ids = list(self.run_ids()) if self.run_ids is not None else runs.list_ids(self.client)
+            exported = 0
             for run_id in ids:
                 try:
                     _collect_run(self.client, run_id, fam)
+                    exported += 1
                 except RecoveryError:        # cleared while scraped: its series are gone
                     continue
             fam.up.add_metric([], 1)
-            fam.runs.add_metric([], len(ids))
+            fam.runs.add_metric([], exported)
         except redis.RedisError as err:
             log.warning("metrics: Redis: %s: %s", type(err).__name__, err)
             fam.up.add_metric([], 0)
@@ -218,6 +221,10 @@ class _QuietHandler(WSGIRequestHandler):
         log.debug("metrics: " + format, *args)
 
 
+class _IPv6Server(WSGIServer):
+    address_family = socket.AF_INET6
+
+
 class MetricsServer:
     """/metrics of a registry on host:port in a daemon thread; with a token, a request without
     it as a bearer token (or X-Recovery-Token) gets 401."""
@@ -234,7 +241,9 @@ class MetricsServer:
             return exposition(environ, start_response)
 
         try:
-            self.server: WSGIServer = make_server(host.strip("[]"), port, app, handler_class=_QuietHandler)
+            server_class = _IPv6Server if ":" in host else WSGIServer
+            self.server: WSGIServer = make_server(host.strip("[]"), port, app, server_class=server_class,
+                                                  handler_class=_QuietHandler)
         except OSError as err:
             raise RecoveryError(f"--metrics-port: cannot listen on {host}:{port}: {err.strerror or err}") from None
         self.port = self.server.server_port

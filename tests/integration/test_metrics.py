@@ -136,3 +136,34 @@ def test_submit_refuses_a_metrics_address_off_loopback_without_a_token_file(redi
     r = runner.invoke(main, [*base, "--follow", "--metrics-port", "0", "--metrics-host", "0.0.0.0",
                              "--metrics-token-file", str(token)])
     assert r.exit_code == 2 and "--metrics-token-file" in r.stderr and "mode 0640 lets other accounts" in r.stderr
+
+
+def test_submit_follow_serves_its_own_runs_metrics_with_the_token_of_its_file(spark, redis_url, redis_client,
+                                                                               tmp_path, monkeypatch):
+    xml = tmp_path / "flaky.xml"
+    xml.write_text(FLAKY_XML)
+    topics.produce(redis_client, "events", _records(0, 120), 2, "jsonl")
+    token = tmp_path / "token"
+    token.write_text(TOKEN + "\n")
+    os.chmod(token, 0o600)
+    scraped: list[tuple[tuple[int, str], tuple[int, str]]] = []
+    close = metrics.MetricsServer.close
+
+    def scrape_then_close(server: metrics.MetricsServer) -> None:
+        """The command's server, scraped just before the command closes it (its run has ended)."""
+        url = f"http://127.0.0.1:{server.port}/metrics"
+        scraped.append((_get(url), _get(url, {"Authorization": f"Bearer {TOKEN}"})))
+        close(server)
+
+    monkeypatch.setattr(metrics.MetricsServer, "close", scrape_then_close)
+    res = CliRunner().invoke(main, ["submit", str(xml), "--follow", "--max-batches", "1", "--metrics-port", "0",
+                                    "--metrics-token-file", str(token), "--json", "--redis", redis_url],
+                             catch_exceptions=False)
+    assert res.exit_code == 0, res.stderr
+    assert "metrics: http://127.0.0.1:" in res.stderr
+    run_id = json.loads(res.stdout)["run_id"]
+    [(refused, (status, body))] = scraped
+    assert refused[0] == 401 and status == 200
+    got = check_against_status(parse(body), redis_client, run_id)
+    assert {dict(k)["run"] for k in got["recovery_run_round"]} == {run_id}
+    assert one(got, "recovery_run_roots_read_total", run=run_id, workflow="metrics_follow") == 120

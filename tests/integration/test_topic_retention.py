@@ -1,14 +1,16 @@
 """Topic retention on a real Redis with a follow run (recovery/connectors/redis_stream/retention.py):
 a topic fed chunk after chunk keeps Redis memory flat, and the output is exact though failed
-tuples are recovered after their messages were trimmed (their queues hold the values)."""
+tuples are recovered after their messages were trimmed (their queues hold the values); on a
+Redis Cluster, trimming and the topic listing reach every master."""
 from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from recovery.cli import main
-from recovery.connectors.redis_stream import report, topics
+from recovery.connectors.redis_stream import report, retention, topics
 from recovery.connectors.sink_folders import read_jsonl_dir
 from recovery.jobs import follow
 from recovery.model.failed import FailedTuple
@@ -77,6 +79,10 @@ def test_a_topic_fed_without_end_keeps_redis_memory_flat_and_the_output_exact(sp
     assert res.exit_code == 0, res.output
     chunk_bytes = _stream_bytes(redis_client)   # what one chunk costs while it is stored
     assert chunk_bytes > 0
+    # 5 messages trimmed by hand before the consumer read them: its run says so, in one line
+    head = keys.topic_partition("events", 0)
+    lost = [json.loads(fields[b"v"]) for _, fields in redis_client.xrange(head, count=5)]
+    assert redis_client.xtrim(head, minid="5-0", approximate=False) == 5
 
     wf = workflow_xml.load(xml)
     stop = follow.Stopper()
@@ -85,7 +91,7 @@ def test_a_topic_fed_without_end_keeps_redis_memory_flat_and_the_output_exact(sp
     used: list[int] = []
     lens: list[int] = []
     queued_after_trim: list[FailedTuple] = []
-    last = {"pending": None}
+    trimmed_lines: list[str] = []
 
     def on_event(kind: str, info: dict) -> None:
         nonlocal produced
@@ -100,8 +106,9 @@ def test_a_topic_fed_without_end_keeps_redis_memory_flat_and_the_output_exact(sp
                 topics.produce(redis_client, "events",
                                [(r["word"], json.dumps(r).encode()) for r in _chunk(produced)])
                 produced += 1
+        if kind == "trimmed":
+            trimmed_lines.append(info["line"])
         if kind in ("batch", "recovery"):
-            last["pending"] = info["pending"]
             if produced == CHUNKS and info["pending"] == 0 and _all_read():
                 stop.request("done")
 
@@ -114,7 +121,9 @@ def test_a_topic_fed_without_end_keeps_redis_memory_flat_and_the_output_exact(sp
     assert summary["pending"] == 0 and summary["dead"] == 0
     # exactly once: every record of every chunk, though failed ones were recovered from their
     # queues after the stream had dropped their messages
-    want = [r for n in range(CHUNKS) for r in _chunk(n)]
+    want = [r for n in range(CHUNKS) for r in _chunk(n) if r not in lost]
+    assert trimmed_lines == ["topic 'events' partition 0: consumer 'retention_soak:events' committed offset 0, "
+                             "but the stream now starts at 5: 5 messages were trimmed before they were read"]
     got = read_jsonl_dir(str(tmp_path / "out" / "copy"))
     assert sorted(json.dumps(r, sort_keys=True) for r in got) == sorted(json.dumps(r, sort_keys=True) for r in want)
     assert queued_after_trim and all(t.values is not None for t in queued_after_trim)
@@ -133,3 +142,38 @@ def test_a_topic_fed_without_end_keeps_redis_memory_flat_and_the_output_exact(sp
     assert t["retention"] == "committed" and t["messages"] == 0
     assert [c["consumer"] for c in t["consumers"]] == ["retention_soak:events"]
     assert sum(p["end"] for p in t["partition_offsets"]) == CHUNKS * CHUNK
+    assert len(want) == CHUNKS * CHUNK - 5
+
+
+@pytest.mark.parametrize("redis_cluster", [3], indirect=True)
+def test_retention_and_the_topic_listing_on_a_redis_cluster(redis_cluster, tmp_path):
+    """Every key of a topic is in its slot, consumers' offsets in theirs: trimming reads both,
+    and the listing finds topics and consumers on every master."""
+    from recovery.connectors.redis_stream import offsets
+    from recovery.controlplane import connection
+
+    lines = tmp_path / "lines.txt"
+    lines.write_text("".join(f"line {i}\n" for i in range(60)))
+    runner = CliRunner()
+    res = runner.invoke(main, ["produce", "events", str(lines), "--partitions", "3", "--retention", "committed",
+                               "--redis", redis_cluster.url], catch_exceptions=False)
+    assert res.exit_code == 0, res.stderr
+    client = connection.connect(redis_cluster.url)
+    try:
+        xml = tmp_path / "soak.xml"
+        xml.write_text(SOAK_XML)
+        wf = workflow_xml.load(xml)
+        client.hset(keys.offsets("other:events", "events"), mapping={"0": 1, "1": 1, "2": 1})
+        retention.set_retention(client, "events", retention.parse_retention("committed"))   # finds `other`
+        offsets.commit_ranges(client, wf, offsets.plan_ranges(client, wf, "run-1"))
+        # `other` committed 1 per partition: trimmed to it, not to where retention_soak is
+        assert [p["first"] for p in report.topic_report(client, "events")["partition_offsets"]] == [1, 1, 1]
+        client.hset(keys.offsets("other:events", "events"), mapping={"0": 100, "1": 100, "2": 100})
+        assert retention.apply_retention(client, "events") == 60 - 3
+    finally:
+        client.close()
+    res = runner.invoke(main, ["topics", "--json", "--redis", redis_cluster.url], catch_exceptions=False)
+    [t] = json.loads(res.stdout)
+    assert t["topic"] == "events" and t["messages"] == 0 and t["retention"] == "committed"
+    assert [c["consumer"] for c in t["consumers"]] == ["other:events", "retention_soak:events"]
+    assert all(c["lag"] == 0 for c in t["consumers"])

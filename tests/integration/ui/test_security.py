@@ -192,7 +192,7 @@ def test_every_route_refuses_foreign_hosts_origins_and_missing_tokens(dead_run_a
             public = route in ("/login", "/static") and method == "GET"
             if public:
                 assert r.status_code == 200 and token not in r.text, (what, headers)
-            elif method == "GET" and not wants_json(path) and not path.startswith("/static/"):
+            elif method == "GET" and not wants_json(path) and not path.startswith("/static/"):   # a page
                 assert r.status_code == 303 and r.headers["location"].startswith("/login?next="), (what, headers)
             else:
                 assert r.status_code in (401, 403) if route == "/login" else r.status_code == 401, (what, headers)

@@ -196,3 +196,37 @@ def test_produce_stores_the_policy_and_topics_lists_it(fake_redis, cli_redis, tm
 def test_topics_without_any(fake_redis, cli_redis):
     r = CliRunner().invoke(cli_redis, ["topics"])
     assert r.exit_code == 0 and r.output.startswith("no topics")
+
+
+def test_a_follow_runs_read_ranges_stay_one_entry_while_batches_read_on(fake_redis):
+    """Root replay re-reads what a run read: contiguous batches are kept as one range per
+    partition, not one list entry per batch; a gap (trimmed before it was read) starts a new one."""
+    from recovery.connectors.redis_stream import reader
+
+    wf = _wf()
+    _produce(fake_redis, 10, 2)
+    for _ in range(5):
+        offsets.commit_ranges(fake_redis, wf, offsets.plan_ranges(fake_redis, wf, "run-1", follow=True))
+        _produce(fake_redis, 10)
+    assert fake_redis.llen(keys.replay_ranges("run-1")) == 1
+    ends = {p: e for p, (_, e) in enumerate(topics.partition_bounds(fake_redis, "t", 2))}
+    read = offsets.committed_offsets(fake_redis, "wf:src", "t")
+    spans = reader._replay_plan(fake_redis, "run-1", "src")["spans"]
+    assert spans == {str(p): [[0, read[p]]] for p in range(2) if read[p]}
+    assert sum(read.values()) == 50 and sum(ends.values()) == 60
+    # a gap: the next batch starts above where the last one ended
+    fake_redis.hset(keys.offsets("wf:src", "t"), mapping={str(p): ends[p] - 1 for p in range(2)})
+    offsets.plan_ranges(fake_redis, wf, "run-1", follow=True)
+    assert fake_redis.llen(keys.replay_ranges("run-1")) == 2
+    spans = reader._replay_plan(fake_redis, "run-1", "src")["spans"]
+    assert spans == {str(p): [[0, read[p]], [ends[p] - 1, ends[p]]] for p in range(2)}
+
+
+def test_a_policy_that_does_not_parse_never_fails_a_commit(fake_redis, caplog):
+    _produce(fake_redis, 10, 1)
+    fake_redis.hset(keys.topic_meta("t"), "retention", "forever")      # stored by hand
+    wf = _wf()
+    _consume(fake_redis, wf)                                            # commits all the same
+    assert offsets.committed_offsets(fake_redis, "wf:src", "t") == {0: 10}
+    assert "was not trimmed by its retention" in caplog.text and f"(key {keys.topic_meta('t')}, field retention)" in caplog.text
+    assert _stored(fake_redis) == list(range(10))

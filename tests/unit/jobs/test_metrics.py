@@ -135,6 +135,16 @@ def _get(url: str, token: str | None = None) -> tuple[int, str]:
         return err.code, err.read().decode()
 
 
+def _has_ipv6_loopback() -> bool:
+    import socket
+    try:
+        with socket.socket(socket.AF_INET6) as sock:
+            sock.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
 def test_the_follow_runs_server_needs_its_token_when_it_has_one(fake_redis):
     testing.run_local(shouting(), fake_redis, run_id="s1", inputs={"words": WORDS[:3]})
     watch = metrics.RunWatch()
@@ -150,6 +160,12 @@ def test_the_follow_runs_server_needs_its_token_when_it_has_one(fake_redis):
         assert status == 200 and 'recovery_run_round{run="s1",workflow="shouting"}' in body
     finally:
         server.close()
+    if _has_ipv6_loopback():
+        six = metrics.MetricsServer(metrics.registry_for(fake_redis), "::1", 0, None)
+        try:
+            assert _get(f"http://[::1]:{six.port}/metrics")[0] == 200
+        finally:
+            six.close()
     with pytest.raises(RecoveryError, match=r"--metrics-port: cannot listen on 127\.0\.0\.1:"):
         busy = metrics.MetricsServer(metrics.registry_for(fake_redis), "127.0.0.1", 0, None)
         try:
@@ -191,3 +207,12 @@ def test_the_dashboard_and_the_alert_rules_use_only_exported_metrics(fake_redis)
     exprs.append((docs / "prometheus-alerts.yml").read_text())
     used = {m for e in exprs for m in re.findall(r"\brecovery_[a-z_]+", e)}
     assert len(used) >= 10 and used <= exported, used - exported
+
+
+def test_a_round_not_settled_has_no_root_counts_only_counts_known_0(fake_redis):
+    from tests.unit.run_records import create_run
+    create_run(fake_redis, "u1")                 # round 0 under way: its counts are not known
+    assert reports.run_status(fake_redis, "u1")["counts_known"] is False
+    got = scrape(fake_redis)
+    assert one(got, "recovery_run_counts_known", run="u1", workflow="wf") == 0
+    assert "recovery_run_roots" not in got and "recovery_run_roots_read_total" not in got
