@@ -9,6 +9,7 @@ from recovery.connectors import files
 from recovery.environment import environment
 from recovery.jobs import recover as jobs_recover
 from recovery.jobs import summary as jobs_summary
+from recovery.jobs.summary import RunSummary
 from recovery.model import config
 from recovery.tracking import runs
 
@@ -64,14 +65,14 @@ def register(main: click.Group) -> None:
 
         with common.RoundProgress(not as_json) as progress:
             def on_round(r: dict) -> None:
-                s = r["summary"]
+                s: RunSummary = r["summary"]
                 progress.note(f"round {r['round']}: replayed {r['replayed']} tuples; "
-                              f"roots pending {s['pending']}, dead {s['dead']}")
+                              f"roots pending {s.pending}, dead {s.dead}")
             summary = jobs_recover.run(spark, client, url, plan, max_rounds, strategy, progress, on_round)
         if as_json:
-            echo_json(summary)
+            echo_json(summary.to_json())
         else:
             common.show(summary, as_json=False)   # (with its warnings: roots no task will run)
-            click.echo(f"rounds {summary['rounds']}, recovered {summary['recovered']} tuples, "
-                       f"dead {summary['dead_tuples']} tuples, {summary['duration']:.1f}s"
-                       + (" (resumed a crashed round first)" if summary.get("resumed") else ""))
+            click.echo(f"rounds {summary.rounds}, recovered {summary.recovered} tuples, "
+                       f"dead {summary.dead_tuples} tuples, {summary.duration or 0:.1f}s"
+                       + (" (resumed a crashed round first)" if summary.resumed else ""))

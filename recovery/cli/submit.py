@@ -15,13 +15,14 @@ from recovery.environment import environment
 from recovery.errors import RecoveryError
 from recovery.jobs import follow as follow_mod
 from recovery.jobs import submit as jobs_submit
+from recovery.jobs.summary import RunSummary
 from recovery.model import config
 from recovery.model.xml import parse as workflow_xml
 
 
 def follow_and_report(plan: follow_mod.FollowPlan, client: Redis, url: str, make_spark: Callable[[], Any],
                       max_batches: int | None, idle_exit: float | None, as_json: bool,
-                      also: follow_mod.Event | None = None) -> dict[str, Any]:
+                      also: follow_mod.Event | None = None) -> follow_mod.FollowOutcome:
     """`submit --follow` (checked: `plan`): jobs.follow with its events printed to stderr (none
     with --json), and given to `also`."""
 
@@ -109,16 +110,16 @@ def register(main: click.Group) -> None:
             spark_conf_kv = common.key_values(spark_conf, "--conf")
             served = metrics_server.start(client, metrics_port, metrics_host, metrics_token)
             try:
-                summary = follow_and_report(follow_plan, client, url, lambda: common.spark_for(master, spark_conf_kv),
+                outcome = follow_and_report(follow_plan, client, url, lambda: common.spark_for(master, spark_conf_kv),
                                             max_batches, idle_exit, as_json, served[1].on_event if served else None)
             finally:
                 if served:
                     served[0].close()
             if as_json:
-                echo_json(summary)
-            elif summary.get("run_id"):
-                common.print_summary(summary)
-                for line in follow_mod.report_lines(summary):
+                echo_json(outcome.to_json())
+            elif outcome.summary is not None:
+                common.print_summary(outcome.summary)
+                for line in follow_mod.report_lines(outcome):
                     click.echo(plain(line))
             else:
                 click.echo("no messages to read: no run was started")
@@ -129,12 +130,12 @@ def register(main: click.Group) -> None:
         jobs_submit.check_redis(client, plan)
         spark = common.spark_for(master, common.key_values(spark_conf, "--conf"))
 
-        def resumed(summary: dict[str, Any]) -> None:
-            click.echo(f"resumed crashed run {plain(summary['run_id'])} of the same consumer first", err=True)
+        def resumed(summary: RunSummary) -> None:
+            click.echo(f"resumed crashed run {plain(summary.run_id)} of the same consumer first", err=True)
         with common.RoundProgress(not as_json) as progress:
             summary = follow_mod.submit_bounded(spark, client, url, plan, progress, resumed)
         common.show(summary, as_json)
         if not as_json:
-            if summary["failed_positions"]:
-                run = plain(summary["run_id"])
+            if summary.failed_positions:
+                run = plain(summary.run_id)
                 click.echo(f"next: recovery plan {run}   then: recovery recover {run}")

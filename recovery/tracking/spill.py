@@ -282,28 +282,45 @@ class SpillWriter:
 
 
 # --- reading ------------------------------------------------------------------------------------
+def _bad(store: SpillStore, run_id: str, ref: SpillRef, task: str, what: str) -> SpillError:
+    where = store.files.describe(f"{store.run_dir(run_id)}/{ref.path}")
+    return SpillError(f"spill file {where} of task {task} (run {run_id}) is {what}; put it back, "
+                      f"then `recovery recover {run_id}` resumes the run")
+
+
+def check_file(store: SpillStore, run_id: str, ref: SpillRef, task: str) -> None:
+    """The file there at the size its commit recorded, or SpillError as `read` raises it. What a
+    driver checks of every file a resumed round will read, before Spark starts (a file changed
+    in place is found by `read`'s checksum)."""
+    rel = f"{store.run_dir(run_id)}/{ref.path}"
+    try:
+        size = store.files.size(rel)
+    except FileNotFoundError:
+        raise _bad(store, run_id, ref, task, "missing") from None
+    except (OSError, ValueError) as err:
+        raise _bad(store, run_id, ref, task, f"unreadable ({store.why(err)})") from None
+    if size < ref.size:
+        raise _bad(store, run_id, ref, task, f"truncated ({size} of {ref.size} bytes)")
+    if size > ref.size:
+        raise _bad(store, run_id, ref, task, f"corrupt ({size} bytes, its commit recorded {ref.size})")
+
+
 def read(store: SpillStore, run_id: str, ref: SpillRef, task: str) -> Iterator[tuple[tuple, bytes]]:
     """A committed task's output chunks, in the order it wrote them. SpillError (one line naming
     the file and the task) when the file is missing, truncated or corrupt; records read before
     a fault is found were already yielded, but the task fails, so Spark keeps none of them."""
     rel = f"{store.run_dir(run_id)}/{ref.path}"
-    where = store.files.describe(rel)
 
     def bad(what: str) -> SpillError:
-        return SpillError(f"spill file {where} of task {task} (run {run_id}) is {what}; put it back, "
-                          f"then `recovery recover {run_id}` resumes the run")
+        return _bad(store, run_id, ref, task, what)
 
+    check_file(store, run_id, ref, task)
     try:
-        size = store.files.size(rel)
         fh = store.files.open(rel)
     except FileNotFoundError:
         raise bad("missing") from None
     except (OSError, ValueError) as err:
         raise bad(f"unreadable ({store.why(err)})") from None
-    if size < ref.size:
-        raise bad(f"truncated ({size} of {ref.size} bytes)")
-    if size > ref.size:
-        raise bad(f"corrupt ({size} bytes, its commit recorded {ref.size})")
     decompressor = zstandard.ZstdDecompressor()
     crc, chunks = 0, 0
     with fh:

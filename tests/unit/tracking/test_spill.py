@@ -299,7 +299,7 @@ def test_a_task_of_a_cleared_run_leaves_no_spill_file(fake_redis, tmp_path):
 
 
 # --- the driver's side, in process (the test kit: jobs.submit/recover, no JVM) ----------------
-def test_a_missing_file_stops_the_resumed_round_in_error_with_its_line_and_the_run_resumes(fake_redis):
+def test_a_missing_file_refuses_the_resume_with_its_line_and_the_run_resumes_once_it_is_back(fake_redis):
     from recovery import testing
     from tests.unit.testing.test_testing_kit import pipeline, words
 
@@ -311,10 +311,12 @@ def test_a_missing_file_stops_the_resumed_round_in_error_with_its_line_and_the_r
     path = spill.SpillStore(rec.spill_dir).files.root / spill.safe_name(run.run_id) / ref.path
     kept = path.read_bytes()
     path.unlink()
-    testing.recover_local(run)
-    assert run.interrupted == "error" and run.status == runs.ERROR
-    assert run.error == (f"spill file {path} of task words:0, round 0 (run {run.run_id}) is missing; put it "
-                         f"back, then `recovery recover {run.run_id}` resumes the run")
+    # refused before the round starts (no Spark job), the run left as the killed driver left it
+    with pytest.raises(SpillError) as err:
+        testing.recover_local(run)
+    assert str(err.value) == (f"spill file {path} of task words:0, round 0 (run {run.run_id}) is missing; put it "
+                              f"back, then `recovery recover {run.run_id}` resumes the run")
+    assert runs.status_of(runs.get(fake_redis, run.run_id)) == runs.CRASHED
     path.write_bytes(kept)
     testing.recover_local(run)
     assert run.status == runs.COMPLETED and words(run) == ["A", "B", "C"]
