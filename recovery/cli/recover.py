@@ -5,6 +5,8 @@ import click
 
 from recovery.cli import common, echo_json, json_option, redis_option
 from recovery.cli.safe_text import plain
+from recovery.connectors import files
+from recovery.environment import environment
 from recovery.jobs import recover as jobs_recover
 from recovery.jobs import summary as jobs_summary
 from recovery.jobs.summary import RunSummary
@@ -46,6 +48,9 @@ def register(main: click.Group) -> None:
         client, url = common.client_for(redis_url)
         # every refusal, before Spark starts
         plan = jobs_recover.prepare(client, run_id, force, spill_dir, code_changed)
+        # a run submitted locally, recovered on a cluster: its relative paths are the driver's
+        files.check_paths_reach_executors(jobs_summary.original_workflow(plan.record),
+                                          master or environment().spark_master, plan.record.file)
         if plan.driver_alive:   # (force)
             click.echo(f"warning: taking over run {run_id} from its {plain(runs.describe_driver(plan.record))}; if "
                        "that driver is still working, it stops at its next write", err=True)

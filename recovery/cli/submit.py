@@ -11,6 +11,7 @@ from redis import Redis
 
 from recovery.cli import common, echo_json, json_option, metrics_server, redis_option
 from recovery.cli.safe_text import plain
+from recovery.environment import environment
 from recovery.errors import RecoveryError
 from recovery.jobs import follow as follow_mod
 from recovery.jobs import submit as jobs_submit
@@ -99,7 +100,8 @@ def register(main: click.Group) -> None:
         # every refusal before Spark starts (exit 2): first what the workflow and the options
         # decide, then, connected, what Redis holds
         if follow:   # --- log source (recovery/jobs/follow.py): continuous runs over topics ---
-            follow_plan = follow_mod.prepare(wf, xml, file, master or "local[*]", run_id, not no_tracking)
+            follow_plan = follow_mod.prepare(wf, xml, file, master or environment().spark_master, run_id,
+                                             not no_tracking)
             if spill_dir is not None:
                 raise RecoveryError("--spill-dir does not apply to --follow runs: set the workflow "
                                     "property recovery.spill.dir instead")
@@ -122,8 +124,8 @@ def register(main: click.Group) -> None:
             else:
                 click.echo("no messages to read: no run was started")
             return
-        plan = jobs_submit.prepare(wf, xml, file, tracking_on=not no_tracking, master=master or "local[*]",
-                                   run_id=run_id, spill_dir=spill_dir)
+        plan = jobs_submit.prepare(wf, xml, file, tracking_on=not no_tracking,
+                                   master=master or environment().spark_master, run_id=run_id, spill_dir=spill_dir)
         client, url = common.client_for(redis_url)
         jobs_submit.check_redis(client, plan)
         spark = common.spark_for(master, common.key_values(spark_conf, "--conf"))

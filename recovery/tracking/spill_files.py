@@ -101,7 +101,7 @@ def open_location(where: str, default: str | None = None) -> Files:
     ValueError (pyarrow's ArrowInvalid) or ImportError."""
     path = local_path(where)
     if path is not None:
-        return LocalFiles(Path(path), is_default=path == default)
+        return LocalFiles(Path(path), is_default=str(Path(path)) == default)
     return ArrowFiles(where, bare_uri(where))
 
 

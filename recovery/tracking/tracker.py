@@ -145,12 +145,19 @@ class TaskTracker:
         """Why this task may write nothing more (its run was taken over, cleared or re-created)."""
         return runs.fenced_out(self.client, self.run_id, self.generation)
 
-    def check_fence(self) -> None:
+    def check_fence(self) -> int:
         """Raise fenced_error() unless the run still holds this task's generation (a sink checks
-        it right before it publishes a part, see connectors.sink_folders.atomic_write)."""
-        if self._run_gone():
+        it right before it publishes a part, see connectors.sink_folders.atomic_write). Returns
+        how many drivers held the run before this task's (the generations it retired): a number
+        that grows at each take-over, so that a part published where nothing can lock
+        (connectors.sink_objects) is ordered after any a driver taken over may still publish."""
+        if self.generation is None:
+            return 0
+        current, retired = self.client.hmget(keys.run_record(self.run_id), ["generation", "retired_generations"])
+        if current != self.generation.encode():
             self._fence()
             raise self.fenced_error()
+        return len((retired or b"").split())
 
     @property
     def store(self) -> SpillStore:
