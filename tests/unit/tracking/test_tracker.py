@@ -137,7 +137,7 @@ def test_the_fence_counts_the_drivers_before_the_task_s_and_refuses_one_taken_ov
     assert attempt(fake_redis, second).check_fence() == 1
     third = runs.take_over(fake_redis, runs.get(fake_redis, "t"), force=True)
     assert attempt(fake_redis, third).check_fence() == 2
-    assert tracker.TaskTracker(fake_redis, "t", 0, "split", 0, 10, {}).check_fence() == 0   # no generation: unchecked
+    assert tracker.TaskTracker(fake_redis, TaskIdentity("t", 0, "split", 0, 10), {}).check_fence() == 0   # no generation: unchecked
 
 
 def test_a_commit_into_a_run_taken_over_writes_no_commit_point(fake_redis):
