@@ -65,6 +65,21 @@ def test_files_are_private_and_attempts_never_share_a_file(tmp_path, umask_022):
     assert list(store.read("run-1", ref_a, "t")) == [(("count", 0), b"x" * 10)]
 
 
+def test_folders_in_a_shared_location_take_its_modes(tmp_path, umask_022):
+    """A spill folder given on a cluster is shared with executors that may run as another user
+    than the driver: the run's folders inside it are as open as it is, its files stay 0600."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    writer = spill.SpillStore(str(shared)).writer("run-1", 0, "split", 1)
+    writer.add(("count", 0), b"x")
+    ref = writer.close()
+    assert ref is not None
+    for folder in ("run-1", "run-1/r0", "run-1/r0/split"):
+        assert file_mode(shared / folder) == 0o777, folder
+    assert file_mode(shared / "run-1" / ref.path) == 0o600
+
+
 def test_a_file_is_written_under_its_final_name_and_the_commit_renames_nothing(tmp_path, monkeypatch):
     """The name the reference holds is the file's name from its first frame on: a filesystem
     without an atomic rename (S3) commits the same way. A rename at commit fails this test."""
