@@ -168,6 +168,7 @@ def prepare(wf: Workflow, xml: str, file: str | None, master: str = "local[*]", 
         check_classes(wf)
     check_flags(wf, True, tracking)
     files.check_paths_reach_executors(wf, master, file)   # a cluster's executors: no relative path
+    spill.check_reaches_executors(None, wf.settings().spill_dir, master)
     if run_id is not None:
         check_run_id(run_id)
     return FollowPlan(wf, xml, os.path.abspath(file) if file is not None else None, master, run_id)

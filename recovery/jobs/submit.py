@@ -71,6 +71,8 @@ def prepare(wf: Workflow, xml: str, file: str | None, tracking_on: bool = True, 
     files.check_paths_reach_executors(wf, master, file)   # a cluster's executors: no relative path
     run_id = runs.new_run_id(wf.name) if run_id is None else check_run_id(run_id)
     sinks.check_folders(wf, run_id)     # mode="error" sinks refuse another run's output
+    if tracking_on:   # (an untracked run spills nothing)
+        spill.check_reaches_executors(spill_dir, wf.settings().spill_dir, master)
     location = spill.location(spill_dir, wf.settings().spill_dir)
     digest = code.bundle(wf).digest   # (an <include> that does not exist is refused here)
     return SubmitPlan(wf, xml, os.path.abspath(file) if file is not None else None, run_id,

@@ -34,6 +34,7 @@ AbortIncompleteMultipartUpload lifecycle rule removes.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import secrets
 import struct
@@ -48,7 +49,7 @@ import msgpack
 import zstandard
 
 from recovery import home
-from recovery.errors import SpillError
+from recovery.errors import RecoveryError, SpillError
 from recovery.tracking.spill_files import (  # noqa: F401 (redact & co. are used as spill.redact)
     MASK,
     Files,
@@ -84,6 +85,22 @@ def location(explicit: str | None = None, configured: str | None = None) -> str:
     if "://" in chosen:
         return chosen
     return str(Path(chosen).expanduser().absolute())
+
+
+def check_reaches_executors(explicit: str | None, configured: str | None, master: str) -> None:
+    """With a master that is not local, the spill location must be one every executor reaches:
+    the default one, under RECOVERY_HOME on the driver's disk, is not. Refused in one line."""
+    if master.startswith("local") or master == "in-process":   # (recovery.testing's: tasks in this process)
+        return
+    chosen = (explicit or "").strip() or (configured or "").strip()
+    if not chosen:
+        raise RecoveryError(f"master {master} runs tasks on other hosts, which do not reach the spill folder "
+                            "under RECOVERY_HOME on this one: give --spill-dir (or the property "
+                            "recovery.spill.dir) a folder every executor mounts, or a URI (s3://, hdfs://)")
+    if "://" not in chosen and not os.path.isabs(os.path.expanduser(chosen)):
+        raise RecoveryError(f"spill location {chosen!r} is relative to this host's current folder, which "
+                            f"executors of master {master} do not reach: give an absolute path on storage "
+                            "every executor mounts, or a URI (s3://, hdfs://)")
 
 
 def safe_name(name: str) -> str:

@@ -9,7 +9,7 @@ import struct
 import msgpack
 import pytest
 
-from recovery.errors import SpillError
+from recovery.errors import RecoveryError, SpillError
 from recovery.jobs import clear
 from recovery.model.run import TaskIdentity
 from recovery.tracking import keys, runs, spill, tracker
@@ -385,3 +385,20 @@ def test_a_default_spill_folder_an_earlier_version_left_open_is_tightened(tmp_pa
     monkeypatch.setenv("RECOVERY_HOME", str(home))
     _write(spill.SpillStore(spill.location()), _chunks(1))
     assert file_mode(home / "spill") == 0o700
+
+
+@pytest.mark.parametrize("explicit,configured", [(None, None), ("", "  "), ("spill", None), (None, "rel/spill")])
+def test_a_spill_location_executors_do_not_reach_is_refused_with_a_clusters_master(explicit, configured):
+    with pytest.raises(RecoveryError) as err:
+        spill.check_reaches_executors(explicit, configured, "spark://head:7077")
+    line = str(err.value)
+    assert "\n" not in line and "every executor" in line and "URI (s3://, hdfs://)" in line
+    assert ("--spill-dir" in line) if not (explicit or "").strip() and not (configured or "").strip() \
+        else "is relative" in line
+
+
+@pytest.mark.parametrize("explicit,configured,master", [
+    (None, None, "local[2]"), (None, None, "in-process"), ("/mnt/shared/spill", None, "yarn"),
+    (None, "s3://bucket/spill", "spark://head:7077"), ("file:///mnt/spill", None, "k8s://https://api:6443")])
+def test_a_local_master_or_a_shared_spill_location_is_taken(explicit, configured, master):
+    spill.check_reaches_executors(explicit, configured, master)
