@@ -23,6 +23,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from xml.sax.saxutils import escape as xml_escape
 
 import pytest
 
@@ -95,15 +96,17 @@ def driver_env(tmp_path: Path, redis_tcp: RedisWithPassword) -> dict[str, str]:
     return env
 
 
-def _workflow(dest: Path, shared: Path) -> Path:
+def _workflow(dest: Path, shared: Path, s3_uri: str | None = None) -> Path:
     """isolated.xml and its code in `dest` (0700: the worker cannot read it), its shared paths
-    filled in; the input lines in the shared folder as a two-file Parquet dataset."""
+    and its S3 sink's URI (else a shared folder) filled in; the input lines in the shared folder
+    as a two-file Parquet dataset."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     dest.mkdir(mode=0o700)
     shutil.copytree(WORKFLOW, dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
     xml = dest / "isolated.xml"
-    xml.write_text(xml.read_text().replace("@SHARED@", str(shared)))
+    s3_sink = xml_escape(s3_uri or str(shared / "out-s3"), {'"': "&quot;"})
+    xml.write_text(xml.read_text().replace("@SHARED@", str(shared)).replace("@S3@", s3_sink))
     data = shared / "lines.parquet"
     if not data.exists():
         data.mkdir()
@@ -152,10 +155,11 @@ def test_a_workflow_recovers_exactly_after_failures_and_a_driver_killed(
         cluster: SparkStandalone, shared: Path, tmp_path: Path, driver_env: dict[str, str],
         redis_tcp: RedisWithPassword, s3_bucket):
     """Python and shell bolts shipped with the job, a Spark-reader source, jsonl and Delta sinks
-    on shared storage, the spill on S3: failures injected in both bolts, the driver killed once
+    on a shared folder, a jsonl sink and the spill on S3: failures injected in both bolts, the driver killed once
     round 0's source tasks committed, `recover` on the cluster: every record once in both sinks.
     The driver's PYSPARK_PYTHON (its own venv, which the worker cannot run) was not pushed."""
-    xml = _workflow(tmp_path / "wf", shared)
+    out_s3 = s3_bucket.uri("out")
+    xml = _workflow(tmp_path / "wf", shared, out_s3)
     client = connect(redis_tcp.url_with_password)
     inject = {"recovery.inject.sh.component": "split", "recovery.inject.sh.rate": "0.1",
               "recovery.inject.py.component": "shout", "recovery.inject.py.rate": "0.1"}
@@ -181,6 +185,7 @@ def test_a_workflow_recovers_exactly_after_failures_and_a_driver_killed(
     expected = _expected()
     assert sink_records(shared / "out") == sorted(json.dumps({"word": w, "loud": loud}, sort_keys=True)
                                                   for w, loud in expected)
+    assert sink_records(out_s3) == sink_records(shared / "out")   # (read through its commit markers)
     assert _delta_rows(shared / "table") == expected
     # the executors ran the worker's own Python, and imported the shipped copy of the code
     stderr_files = list(cluster.work_dir.glob("app-*/*/stderr"))
