@@ -413,7 +413,7 @@ def _cdn_functions(folder: str) -> Any:
     return components
 
 
-def _parse_normalize(folder: str, lines: Iterator[str]) -> Iterator[tuple[str, int]]:
+def parse_normalize(folder: str, lines: Iterator[str]) -> Iterator[tuple[str, int]]:
     """(key, bytes) of each line that parses and is valid, by cdn_logs' own parse_line and
     normalize (what its split and normalize bolts run); the others are skipped."""
     cdn = _cdn_functions(folder)
@@ -427,7 +427,7 @@ def _parse_normalize(folder: str, lines: Iterator[str]) -> Iterator[tuple[str, i
         yield rec[0], rec[4]
 
 
-def _aggregate(pairs: Iterator[tuple[str, int]]) -> Iterator[str]:
+def aggregate_records(pairs: Iterator[tuple[str, int]]) -> Iterator[str]:
     """cdn_logs' aggregate: requests and bytes per key in a dict (its keyed state), and per
     request its share as the JSON line the workflow's sink writes."""
     dumps = json.dumps
@@ -451,9 +451,9 @@ def run_handwritten(spark: Any, folder: Path, data: Path, out: Path) -> float:
     where = str(folder)
     t0 = time.perf_counter()
     (sc.textFile(str(data), 2)
-       .mapPartitions(lambda lines: _parse_normalize(where, lines))
+       .mapPartitions(lambda lines: parse_normalize(where, lines))
        .partitionBy(4)
-       .mapPartitions(_aggregate)
+       .mapPartitions(aggregate_records)
        .saveAsTextFile(str(out)))
     return time.perf_counter() - t0
 

@@ -100,13 +100,13 @@ def profile_task(wf, spec_url: str, client, component: str, index: int) -> None:
     import pstats
 
     from recovery.engine import rounds
-    from recovery.jobs import clear, submit
+    from recovery.jobs import clear
     from recovery.model.graph import topological_order
     from recovery.model.run import RunSpec
     from recovery.runtime import batch
     from recovery.runtime.task import TaskRunner
     from recovery.tracking import runs
-    wf_json = submit.workflow_json(wf)
+    wf_json = wf.to_task_json()
     feed_spec = RunSpec("profile-feed", 0, wf_json, spec_url, tracking=False)
     outputs: dict[str, list] = {}
     order = topological_order(wf)
@@ -306,6 +306,9 @@ def main(argv: list[str] | None = None) -> int:
             if args.profile:
                 heaviest = "normalize" if args.workflow == "cdn_logs" else "split"   # split: cdn_logs_batch's too
                 profile_task(wf, url, client, heaviest, 0)
+                from bench.profile_round import profile_round
+                for tracking in (False, True):
+                    profile_round(wf, url, client, tracking, args.tuples, "cprofile")
 
         n = args.tuples
         rows = []
