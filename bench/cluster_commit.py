@@ -1,4 +1,4 @@
-"""Redis Cluster (issue 21 item 5), run by `bench/scale.py --redis-cluster N`: the ledger's
+"""Redis Cluster, run by `bench/scale.py --redis-cluster N`: the ledger's
 update throughput and the task commit rate against one master and against N masters, side by
 side in one run, with the bytes per root each master holds.
 

@@ -1,4 +1,4 @@
-"""Framework cost (issue 13 item 1): what the engine itself costs per
+"""Framework cost: what the engine itself costs per
 tuple-execution, on a chain of five pass-through bolts (workflows/bench_chain.xml) that do no
 work of their own, in one process with one Spark session (local[2]) and one Redis, three ways,
 alternating who goes first per repeat:
@@ -12,7 +12,7 @@ alternating who goes first per repeat:
 
 Framework cost per tuple-execution = (variant's CPU - plain's CPU) / (roots x 5), CPU being
 the CPU seconds of this process tree (driver, Spark's JVM, its Python workers) and the Redis
-server. The goals (issue 13): tracked at most 5 us per tuple-execution (also printed: at
+server. The goals: tracked at most 5 us per tuple-execution (also printed: at
 least 200k tuple-executions per CPU second, all of the CPU counted); untracked/plain at most
 1.0x; tracked/plain at most 1.10x on bench/tracking_overhead.py's cdn_logs, which this script
 measures too, in the same session (--overhead-roots; 0 skips it).
@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         goals = [
             [f"tracked framework cost <= {GOAL_US:g} us / execution", f"{cost['tracked']:.2f} us",
              verdict(cost["tracked"] <= GOAL_US)],
-            # the issue's other reading of the same goal: all of the CPU, Spark's own included
+            # the other reading of the same goal: all of the CPU, Spark's own included
             # (the plain variant shows what Spark alone allows on this machine)
             [f"tracked >= {GOAL_RATE:,} executions / CPU s (all CPU; plain: "
              f"{executions / med['plain']:,.0f})", f"{tracked_rate:,.0f}", verdict(tracked_rate >= GOAL_RATE)],

@@ -121,7 +121,7 @@ def plot_tracking(doc: dict[str, Any], path: Path) -> Path:
     hand = HAND in figs["variants"]   # the benches since the hand-written job joined
     names = ("tracked", "untracked", COMPONENTS, HAND) if hand else ("tracked", "untracked", "plain")
     variants = [v for v in names if v in figs["variants"]]
-    # since issue 20 each variant also ran without chaining ("<variant> unchained"): side by side
+    # results with chaining also ran each variant without it ("<variant> unchained"): side by side
     # (the hand-written job runs one way only)
     both = all(f"{v} unchained" in figs["variants"] for v in variants if v != HAND)
     labels = [SHORT.get(v, v) for v in variants]
@@ -170,7 +170,7 @@ def plot_batch(doc: dict[str, Any], path: Path) -> Path:
     if not all(f"{k} unchained" in v for k in kinds):
         bars = ax.bar(labels, values, color=colours)
         _label_bars(ax, bars, "{:,.0f}")
-    else:   # since issue 20: each variant chained and unchained, side by side
+    else:   # each variant chained and unchained, side by side
         xs = range(len(kinds))
         bars = ax.bar([x - 0.2 for x in xs], values, 0.4, color=colours, label="chained")
         _label_bars(ax, bars, "{:,.0f}")
@@ -308,7 +308,7 @@ def table(results: Path = RESULTS) -> str:
                 rows.append((what, f"{_x(r[key]['cpu'])} CPU, {_x(r[key]['wall'])} wall", cmd(doc)))
         rows.append(("tracked throughput, row components",
                      f"{f['variants']['tracked']['roots_per_s']:,} roots/s", cmd(doc)))
-        if "tracked chained/unchained" in r:     # benches since issue 20 run each variant both ways
+        if "tracked chained/unchained" in r:     # results with chaining run each variant both ways
             c = r["tracked chained/unchained"]
             rows.append((f"chained / unchained, tracked, {p['workflow']}",
                          f"{_x(c['cpu'])} CPU, {_x(c['wall'])} wall", cmd(doc)))

@@ -31,7 +31,7 @@ for bench/plot.py.
 on a shared machine the whole bench takes the better part of an hour); the goal's ratio,
 localized / full rerun, is printed either way.
 
---workflow cdn_logs_batch is the batch variant (issue 13): workflows/cdn_logs_batch.xml with
+--workflow cdn_logs_batch is the batch variant: workflows/cdn_logs_batch.xml with
 the rate's tuples failing once at its batch `aggregate`, recovered localized, against a
 failure-free run of the same input; and workflows/cdn_logs.xml (row bolts) the same way, for
 comparison (the injection chooses tuples by id, and both derive the same ids). Prints

@@ -1,12 +1,12 @@
-"""The fixed cost of a round (issue 20 item 6): where the seconds of a small round go.
+"""The fixed cost of a round: where the seconds of a small round go.
 
 One Spark session (local[2]) and one embedded Redis; a small workflow (wordcount over 200
 sentences by default) submitted --repeats times after a warm-up. Each phase of the driver's
-round (recovery/jobs/driver.py run_and_settle) is timed by wrapping the function that does it:
+round (recovery/jobs/settle.py run_and_settle) is timed by wrapping the function that does it:
 
   session        starting the SparkSession (once, before the rounds)
-  round job      engine.rounds.run_round: the round's Spark job (since issue 20 §6 its last
-                 task also counts the acker's verdict: ledger.count_round)
+  round job      engine.rounds.run_round: the round's Spark job (its last task also
+                 counts the acker's verdict: ledger.count_round)
   ledger job     engine.rounds.resolve_ledger: reading those counts, or the separate
                  per-bucket job when there are none (a task that died before counting, a
                  round resumed by another driver)
@@ -18,7 +18,7 @@ round (recovery/jobs/driver.py run_and_settle) is timed by wrapping the function
 and the Spark jobs each submit started (SparkContext.statusTracker). --compare runs each repeat
 twice, side by side in one session: as the engine does, and with the counts the round's last
 task stored dropped before the settle reads them, so that the settle runs the per-bucket job
-(what every round did before issue 20 §6). Times are printed, never asserted; the figures are
+(what every round did before the round's last task counted). Times are printed, never asserted; the figures are
 written as JSON too (--json PATH; default bench/results/round_cost.json).
 
     .venv/bin/python bench/round_cost.py [--sentences 200] [--repeats 5] [--workflow wordcount|cdn_logs]
@@ -46,7 +46,7 @@ PHASES = {   # phase -> (module, function) wrapped
     "clear": ("recovery.engine.rounds", "clear_round"),
     "spouts job": ("recovery.engine.rounds", "tell_spouts"),
     "record": ("recovery.tracking.runs", "update"),
-    "summary": ("recovery.jobs.driver", "summarize"),
+    "summary": ("recovery.jobs.settle", "summarize"),
 }
 
 
@@ -66,7 +66,7 @@ def instrument(spent: dict[str, float], ledger_job: list[bool]) -> None:
     import importlib
 
     from recovery.engine import rounds
-    from recovery.jobs import driver
+    from recovery.jobs import settle
     from recovery.tracking import keys
     resolve = rounds.resolve_ledger
 
@@ -78,7 +78,7 @@ def instrument(spent: dict[str, float], ledger_job: list[bool]) -> None:
     for phase, (module, name) in PHASES.items():
         mod = importlib.import_module(module)
         setattr(mod, name, _timed(spent, phase, getattr(mod, name)))
-    assert driver.summarize is not None   # (wrapped above: the driver imported it by name)
+    assert settle.summarize is not None   # (wrapped above: the settle module imported it by name)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""Scale (issue 11 item 4): what today's engine costs as roots and failures grow, driven
+"""Scale: what today's engine costs as roots and failures grow, driven
 through the CLI exactly as a user runs it: `python -m recovery submit ... --json`, then
 `python -m recovery recover RUN --json`, each a separate driver process.
 
@@ -27,7 +27,7 @@ For each phase (submit, recover) it prints:
               workers never reach it (pyspark.daemon ignores SIGCHLD, so the kernel reaps
               them): their CPU is polled per process from /proc/PID/stat and added.
 
-Then the goals of issue 11: Redis at most 32 bytes per root on the success path (the cases
+Then the scale goals: Redis at most 32 bytes per root on the success path (the cases
 at the lowest rate), and driver peak RSS at (largest N, highest rate) over (smallest N,
 lowest rate) at most 1.2, each printed as met or not met with the figure. Times are printed,
 never asserted; every figure is written as JSON too (--json PATH; default
@@ -491,7 +491,7 @@ def case_rows(cases: list[Case]) -> list[list[str]]:
 
 
 def goals(cases: list[Case]) -> list[str]:
-    """The issue's goals, each as met / not met with the figure (or why it cannot be judged)."""
+    """The scale goals, each as met / not met with the figure (or why it cannot be judged)."""
     lines: list[str] = []
     if not cases:
         return lines

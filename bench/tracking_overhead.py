@@ -146,7 +146,7 @@ BATCH_SPEEDUP_GOAL, BATCH_OVERHEAD_GOAL = 10.0, 1.1
 
 
 def print_batch_goals(ratios: dict[str, list[float]], cpu_ratios: dict[str, list[float]], same: bool) -> None:
-    """Issue 13's goals for cdn_logs_batch: met, or how far."""
+    """The batch components' goals for cdn_logs_batch: met, or how far."""
     speedup, speedup_cpu = C.median(ratios["row/tracked"]), C.median(cpu_ratios["row/tracked"])
     rt, ct = C.median(ratios["tracked/untracked"]), C.median(cpu_ratios["tracked/untracked"])
     print(C.table(["ratio (median of per-repeat ratios)", "wall", "CPU", "goal"], [

@@ -9,7 +9,7 @@
     recovery.inject.<name>.task        crash: the global task id whose process dies ...
     recovery.inject.<name>.after       ... after this many tuples, on Spark's first attempt only
     recovery.inject.<name>.marker      crash: a file created just before the process dies
-    recovery.inject.<name>.delay.ms    slow: sleep this long per tuple
+    recovery.inject.<name>.delay.ms    slow: sleep this long per chosen tuple
 
 Choices are deterministic (a hash of the derived tuple id), so a re-run chooses the same tuples.
 Names and values are declared, checked and typed in one place, recovery/model/config.py
@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from recovery.model import config
@@ -45,6 +46,8 @@ class Injection:
     delay_ms: float = 0.0
     marker: str | None = None
     seen: int = 0
+    # how a slow injection waits (a test gives its own, to count the waits without waiting)
+    sleep: Callable[[float], None] = field(default=time.sleep, repr=False, compare=False)
 
     def chosen(self, tup: Any) -> bool:
         if self.match is not None:
@@ -54,7 +57,8 @@ class Injection:
     def before_process(self, tup: Any) -> None:
         self.seen += 1
         if self.mode == "slow":
-            time.sleep(self.delay_ms / 1000.0)
+            if self.chosen(tup):   # only the chosen fraction (rate or match) is slowed
+                self.sleep(self.delay_ms / 1000.0)
             return
         if self.mode == "crash":
             if tup.task == self.task and self.seen > self.after and _first_spark_attempt():

@@ -13,9 +13,8 @@ import os
 import stat
 from pathlib import Path
 
+from recovery.environment import environment
 from recovery.errors import RecoveryError
-
-HOME_ENV = "RECOVERY_HOME"
 
 PRIVATE_DIR_MODE = 0o700
 
@@ -27,7 +26,7 @@ def state_home(home: str | os.PathLike[str] | None = None) -> Path:
 
     Only names it; :func:`ensure_home` creates it, private.
     """
-    chosen = home if home not in (None, "") else os.environ.get(HOME_ENV) or ".recovery"
+    chosen = home if home not in (None, "") else environment().home
     return Path(chosen).expanduser().absolute()
 
 

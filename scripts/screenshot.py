@@ -54,6 +54,7 @@ def main() -> int:
         with BackgroundServer(client, url, work / "ui-logs") as server, sync_playwright() as pw:
             browser = launch_chromium(pw)
             page = browser.new_page(viewport={"width": args.width, "height": 900})
+            page.goto(server.printed_url)        # the session cookie, as a user gets it
             page.goto(f"{server.url}/runs/{run_id}")
             page.wait_for_selector("svg.topology g.node.failed")
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)

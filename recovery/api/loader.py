@@ -1,6 +1,7 @@
 """Loading the Python classes a workflow names (`class="package.module:ClassName"`).
 
-The workflow's folder (Workflow.base_dir) goes first on sys.path, so
+The workflow's code folder (Workflow.code_folder: the copy shipped with the job in a cluster's
+tasks, else the workflow's folder, Workflow.base_dir) goes first on sys.path, so
 `class="wordcount.components:SplitSentence"` in workflows/wordcount.xml is
 workflows/wordcount/components.py. Importing writes no bytecode files.
 """
@@ -131,12 +132,12 @@ def load_class(ref: str, base_dir: str | None = None, *, component: str | None =
 
 
 def component_class(wf: Workflow, component: Component | str) -> type:
-    """The class of a component implemented by class= (load_class with the workflow's
-    base_dir, the component's id and kind)."""
+    """The class of a component implemented by class= (load_class with the workflow's code
+    folder: its shipped copy in a cluster's task, else base_dir; the component's id and kind)."""
     c = wf.component(component) if isinstance(component, str) else component
     if not isinstance(c.impl, ClassImpl):
         raise ClassLoadError(f"component {c.id!r} is not implemented by a class", c.id, None)
-    return load_class(c.impl.ref, wf.base_dir, component=c.id, kind=c.kind)
+    return load_class(c.impl.ref, wf.code_folder, component=c.id, kind=c.kind)
 
 
 def check_classes(wf: Workflow) -> list[str]:

@@ -14,6 +14,7 @@ import click
 import redis
 
 from recovery.errors import RecoveryError
+from recovery.visible import visible
 
 log = logging.getLogger(__name__)
 
@@ -27,11 +28,11 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except RecoveryError as err:
-            click.echo(f"error: {err}", err=True)
+            click.echo(f"error: {visible(err)}", err=True)   # messages quote data: escaped
             sys.exit(err.exit_code)
         except redis.RedisError as err:
             log.debug("Redis error", exc_info=err)
-            reason = " ".join(str(err).split()) or type(err).__name__
+            reason = visible(" ".join(str(err).split()) or type(err).__name__)
             click.echo(f"error: Redis: {type(err).__name__}: {reason} (`recovery -vv` logs its traceback)",
                        err=True)
             sys.exit(RecoveryError.exit_code)
@@ -58,6 +59,14 @@ class _StderrHandler(logging.StreamHandler):
         return sys.stderr
 
 
+class _VisibleFormatter(logging.Formatter):
+    """Log lines quote data (errors, values): control characters shown as escapes; a
+    traceback keeps its lines."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return visible(super().format(record), multiline=True)
+
+
 def log_to_stderr(verbose: int) -> Callable[[], None]:
     """The `recovery` logger on stderr (stdout stays for --json): WARNING, -v INFO, -vv DEBUG.
     Only ours: Spark's log4j and py4j are configured apart (engine/session.py). Returns the undo
@@ -65,7 +74,7 @@ def log_to_stderr(verbose: int) -> Callable[[], None]:
     logger = logging.getLogger("recovery")
     level = logging.WARNING if verbose <= 0 else logging.INFO if verbose == 1 else logging.DEBUG
     handler = _StderrHandler()
-    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(_VisibleFormatter("%(levelname)s %(name)s: %(message)s"))
     old_level = logger.level
     logger.addHandler(handler)
     logger.setLevel(level)   # a command may lower one of its own loggers' (`recovery ui`)

@@ -4,8 +4,9 @@ from __future__ import annotations
 import click
 
 from recovery.cli import common, echo_json, json_option, redis_option
+from recovery.cli.safe_text import plain
 from recovery.errors import RecoveryError
-from recovery.jobs import reports
+from recovery.jobs import clear as jobs_clear
 
 
 def register(main: click.Group) -> None:
@@ -20,12 +21,16 @@ def register(main: click.Group) -> None:
         if bool(run_id) == all_runs:
             raise RecoveryError("give a RUN id or --all (not both)")
         client, _ = common.client_for(redis_url)
-        result = reports.clear(client, [run_id] if run_id else None, force)   # None: --all
+        if run_id is None:
+            cleared = jobs_clear.clear_all(client, force)
+        else:
+            cleared = {run_id: jobs_clear.clear(client, run_id, force)}
+        result = jobs_clear.report(cleared)
         removed = result["removed"]
         if as_json:
             echo_json(result)
             return
         for rid, ks in removed.items():
-            click.echo(f"cleared {rid}: {len(ks)} keys")
+            click.echo(f"cleared {plain(rid)}: {len(ks)} keys")
             for table in result["tables"].get(rid, []):   # a table sink's rows are never cleared
-                click.echo(f"  sink {table['sink']} ({table['type']}): {table['note']}")
+                click.echo(f"  sink {plain(table['sink'])} ({plain(table['type'])}): {plain(table['note'])}")

@@ -7,8 +7,10 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from recovery.cli import echo_json
+from recovery.cli.safe_text import plain, rich_text
 from recovery.controlplane import connection
-from recovery.engine.session import session
+from recovery.engine.session import is_local_master, session
+from recovery.environment import environment
 from recovery.errors import RecoveryError
 from recovery.jobs import follow as follow_mod
 from recovery.model.run import check_run_id
@@ -21,6 +23,18 @@ def client_for(redis_url: str | None) -> tuple[Any, str]:
     """A client of the given Redis (or the embedded server's) and its resolved URL."""
     url = connection.resolve_url(redis_url)
     return connection.connect(url), url
+
+
+def refuse_embedded_redis_on_cluster(redis_url: str | None, master: str | None) -> None:
+    """The embedded Redis listens on a unix socket under RECOVERY_HOME: executors on other
+    hosts cannot reach it. With a cluster's master, a Redis URL every executor reaches is
+    required (docs/cluster.md)."""
+    master = master or environment().spark_master
+    if master and not is_local_master(master) and not (redis_url or environment().redis_url):
+        raise RecoveryError(f"master {master} runs tasks on other hosts, which cannot reach the embedded Redis "
+                            "(a unix socket under RECOVERY_HOME): give --redis redis://HOST:PORT (or "
+                            f"${connection.URL_ENV}) of a Redis every executor reaches, its password in "
+                            f"${connection.PASSWORD_FILE_ENV} or ${connection.PASSWORD_ENV} (docs/cluster.md)")
 
 
 def spark_for(master: str | None, conf: dict[str, str]) -> Any:
@@ -54,7 +68,8 @@ class RoundProgress:
         if self.enabled:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-            self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+            # a label holds component names: shown as text, never as markup
+            self._progress = Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
                                       TextColumn("tasks"), TimeElapsedColumn(),
                                       console=Console(stderr=True), transient=False)
             self._progress.__enter__()
@@ -64,15 +79,15 @@ class RoundProgress:
         if self._progress is None:
             return
         if label not in self._tasks:
-            self._tasks[label] = self._progress.add_task(label, total=total)
+            self._tasks[label] = self._progress.add_task(plain(label), total=total)
         self._progress.update(self._tasks[label], completed=min(done, total), total=total)
 
     def note(self, text: str) -> None:
         """A line printed above the bars (so it lands in order with them)."""
         if self._progress is not None:
-            self._progress.console.print(text, highlight=False)
+            self._progress.console.print(rich_text(text), highlight=False)
         else:
-            click.echo(text, err=True)
+            click.echo(plain(text), err=True)
 
     def __exit__(self, *exc: Any) -> None:
         if self._progress is not None:
@@ -99,25 +114,29 @@ def components_title(rounds: list[int]) -> str:
 
 
 def print_summary(s: dict[str, Any]) -> None:
+    """A run's summary as tables; every name and error from the run as plain text (safe_text)."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
     console = Console()
-    console.print(f"run [bold]{s['run_id']}[/bold]  status [bold]{s['status']}[/bold]  {counts_line(s)}",
-                  highlight=False)
+    console.print(Text.assemble("run ", rich_text(s["run_id"], "bold"), "  status ", rich_text(s["status"], "bold"),
+                                "  ", rich_text(counts_line(s))), highlight=False)
     comps = s.get("components") or {}
     if comps:
         t = Table(title=components_title(s.get("components_rounds") or [0]), show_edge=False)
         for col in ("component", "executed", "acked", "failed", "emitted", "roots", "seconds"):
             t.add_column(col, justify="left" if col == "component" else "right")
         for name, c in comps.items():
-            t.add_row(name, *(str(c.get(k, 0)) for k in ("executed", "acked", "failed", "emitted", "roots", "seconds")))
+            t.add_row(rich_text(name),
+                      *(rich_text(c.get(k, 0)) for k in ("executed", "acked", "failed", "emitted", "roots", "seconds")))
         console.print(t)
     if s.get("failed_positions"):
         t = Table(title="failed positions", show_edge=False)
         for col in ("component", "task", "tuples", "sample error"):
             t.add_column(col)
         for p in s["failed_positions"]:
-            t.add_row(p["component"], str(p["task"]), str(p["count"]), (p.get("sample_error") or "")[:100])
+            t.add_row(rich_text(p["component"]), rich_text(p["task"]), rich_text(p["count"]),
+                      rich_text(plain(p.get("sample_error") or "")[:100]))
         console.print(t)
 
 
@@ -128,4 +147,4 @@ def show(summary: dict[str, Any], as_json: bool) -> None:
         return
     print_summary(summary)
     for line in follow_mod.report_lines(summary):
-        click.echo(line)
+        click.echo(plain(line))

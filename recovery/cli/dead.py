@@ -4,8 +4,9 @@ from __future__ import annotations
 import click
 
 from recovery.cli import common, echo_json, json_option, redis_option
+from recovery.cli.safe_text import plain
 from recovery.errors import RecoveryError
-from recovery.jobs import reports
+from recovery.jobs import dead_letters
 
 
 def register(main: click.Group) -> None:
@@ -24,14 +25,14 @@ def register(main: click.Group) -> None:
             raise RecoveryError("--tuple selects tuples to requeue: give --requeue too")
         client, _ = common.client_for(redis_url)
         if requeue:
-            result = reports.requeue(client, run_id, component, list(tuple_keys) or None)
+            result = dead_letters.requeue(client, run_id, component, list(tuple_keys) or None)
             n = result["requeued"]
             if as_json:
                 echo_json(result)
             else:
-                click.echo(f"requeued {n} dead tuple{'s' if n != 1 else ''}; run `recovery recover {run_id}`")
+                click.echo(f"requeued {n} dead tuple{'s' if n != 1 else ''}; run `recovery recover {plain(run_id)}`")
             return
-        result = reports.dead(client, run_id, component)
+        result = dead_letters.dead(client, run_id, component)
         rows = result["dead"]
         if as_json:
             echo_json(result)
@@ -42,5 +43,7 @@ def register(main: click.Group) -> None:
             vals = r.get("values") if r.get("values") is not None else r.get("raw")
             if isinstance(vals, str):
                 vals = vals.rstrip()
-            click.echo(f"{r['component']} task {r['task']}  attempts {r.get('attempt')}  values {vals!r}\n"
-                       f"    error: {r.get('error')}")
+            # values as Python writes them (repr), the error as one line: both with escapes for
+            # control characters, so a tuple cannot drive the terminal
+            click.echo(f"{plain(r['component'])} task {plain(r['task'])}  attempts {plain(r.get('attempt'))}  "
+                       f"values {plain(repr(vals))}\n    error: {plain(r.get('error'))}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import click
 
 from recovery.cli import common, redis_option
+from recovery.cli.safe_text import visible
 from recovery.errors import RecoveryError
 from recovery.jobs import reports
 from recovery.jobs import summary as jobs_summary
@@ -38,8 +39,9 @@ def register(main: click.Group) -> None:
         if fmt != "xml":
             original = jobs_summary.original_workflow(runs.get(client, run_id))
             dim = {c.id for c in original.components} - set(p["rerun"])
-            click.echo(render.render(original, fmt, p["marks"], dim, chains=p["chains"]))
+            # component names and marks come from the run: escaped, the drawing's lines kept
+            click.echo(visible(render.render(original, fmt, p["marks"], dim, chains=p["chains"]), multiline=True))
             return
         if p["xml"] is None:
             raise RecoveryError(f"run {run_id} has no failed positions: nothing to recover")
-        click.echo(_with_chains_comment(p["xml"], p["chains"]))
+        click.echo(visible(_with_chains_comment(p["xml"], p["chains"]), multiline=True))

@@ -4,6 +4,7 @@ from __future__ import annotations
 import click
 
 from recovery.cli import common, echo_json, json_option, redis_option
+from recovery.cli.safe_text import plain
 from recovery.jobs import recover as jobs_recover
 from recovery.jobs import summary as jobs_summary
 from recovery.model import config
@@ -26,22 +27,30 @@ def register(main: click.Group) -> None:
     @click.option("--spill-dir", default=None, metavar="DIR|URI",
                   help="Where the run's spill files are now (default: where its submit put them); "
                   "kept in the run for later rounds and clear.")
+    @click.option("--code-changed", is_flag=True,
+                  help="Recover with the workflow's code as it is now, though it changed since the run was "
+                  "submitted (a bug fixed); without it such a recover is refused.")
     @redis_option
     @json_option
     def recover(run_id: str, max_rounds: int | None, strategy: str, master: str | None,
                 spark_conf: tuple[str, ...], props: tuple[str, ...], force: bool, spill_dir: str | None,
-                redis_url: str | None, as_json: bool) -> None:
+                code_changed: bool, redis_url: str | None, as_json: bool) -> None:
         """Run recovery rounds until the failed set is empty.
 
         With -p KEY=VALUE (repeatable), first change the run's configuration: each value is
         checked as at submit, stored in the run record, and used by this and every later
         round (a crashed round that resumes too). Use it to mend a bad value a run was
         submitted with, or to allow more attempts before `recovery dead --requeue`."""
+        common.refuse_embedded_redis_on_cluster(redis_url, master)
         client, url = common.client_for(redis_url)
-        plan = jobs_recover.prepare(client, run_id, force, spill_dir)   # every refusal, before Spark starts
+        # every refusal, before Spark starts
+        plan = jobs_recover.prepare(client, run_id, force, spill_dir, code_changed)
         if plan.driver_alive:   # (force)
-            click.echo(f"warning: taking over run {run_id} from its {runs.describe_driver(plan.record)}; if "
+            click.echo(f"warning: taking over run {run_id} from its {plain(runs.describe_driver(plan.record))}; if "
                        "that driver is still working, it stops at its next write", err=True)
+        if plan.new_code_digest is not None:
+            click.echo(f"note: the workflow's code changed since run {run_id} was submitted: recovering with "
+                       "the new code (--code-changed)", err=True)
         if props:
             original = jobs_summary.original_workflow(plan.record)
             jobs_recover.reconfigure(client, run_id, config.parse_assignments(

@@ -4,6 +4,7 @@ from __future__ import annotations
 import click
 
 from recovery.cli import common, echo_json, json_option, redis_option
+from recovery.cli.safe_text import plain
 from recovery.jobs import reports
 
 
@@ -23,4 +24,5 @@ def register(main: click.Group) -> None:
         for r in rows:
             counts = (f"roots {r['roots']}  pending {r['pending']}  dead {r['dead']}" if r["counts_known"]
                       else f"roots unknown (round {r['unsettled_round']} not settled)")
-            click.echo(f"{r['run_id']}  {r['status']:<9}  round {r['round']}  started {r['started']}  {counts}")
+            click.echo(f"{plain(r['run_id'])}  {plain(r['status']):<9}  round {plain(r['round'])}  "
+                       f"started {plain(r['started'])}  {plain(counts)}")

@@ -7,6 +7,7 @@ import click
 import redis
 
 from recovery.cli import echo_json, json_option, redis_option
+from recovery.cli.safe_text import plain
 from recovery.controlplane import connection, embedded
 
 
@@ -19,14 +20,14 @@ def _print_status(st: dict[str, Any]) -> None:
     if not st["running"]:
         extra = f" (pid {st['pid']} is alive but does not answer)" if st.get("pid") else ""
         click.echo(f"embedded Redis: not running{extra}")
-        click.echo(f"  dir     {st['dir']}")
+        click.echo(f"  dir     {plain(st['dir'])}")
         return
     click.echo(f"embedded Redis: running (pid {st['pid']})")
-    click.echo(f"  url     {st['url']}")
-    click.echo(f"  dir     {st['dir']}")
-    click.echo(f"  keys    {st['keys']}")
-    click.echo(f"  memory  {st['used_memory_human']}")
-    click.echo(f"  version {st['version']}")
+    click.echo(f"  url     {plain(st['url'])}")
+    click.echo(f"  dir     {plain(st['dir'])}")
+    click.echo(f"  keys    {plain(st['keys'])}")
+    click.echo(f"  memory  {plain(st['used_memory_human'])}")
+    click.echo(f"  version {plain(st['version'])}")
 
 
 def register(main: click.Group) -> None:
@@ -58,7 +59,7 @@ def register(main: click.Group) -> None:
             echo_json(st)
         else:
             verb = "started" if started else "already running"
-            click.echo(f"embedded Redis {verb} (pid {st['pid']}) at {st['url']}")
+            click.echo(f"embedded Redis {verb} (pid {st['pid']}) at {plain(st['url'])}")
 
     @server.command("stop")
     @_home_option
@@ -92,4 +93,4 @@ def register(main: click.Group) -> None:
         if as_json:
             echo_json({"ok": True, "url": where, "version": version})
         else:
-            click.echo(f"PONG from {where} (Redis {version or '?'})")
+            click.echo(f"PONG from {plain(where)} (Redis {plain(version or '?')})")

@@ -9,43 +9,47 @@ from typing import Any
 import click
 from redis import Redis
 
-from recovery.cli import common, echo_json, json_option, redis_option
+from recovery.cli import common, echo_json, json_option, metrics_server, redis_option
+from recovery.cli.safe_text import plain
 from recovery.errors import RecoveryError
 from recovery.jobs import follow as follow_mod
 from recovery.jobs import submit as jobs_submit
-from recovery.jobs.driver import uses_log_source
 from recovery.model import config
 from recovery.model.xml import parse as workflow_xml
-from recovery.tracking import runs
 
 
 def follow_and_report(plan: follow_mod.FollowPlan, client: Redis, url: str, make_spark: Callable[[], Any],
-                      max_batches: int | None, idle_exit: float | None, as_json: bool) -> dict[str, Any]:
+                      max_batches: int | None, idle_exit: float | None, as_json: bool,
+                      also: follow_mod.Event | None = None) -> dict[str, Any]:
     """`submit --follow` (checked: `plan`): jobs.follow with its events printed to stderr (none
-    with --json)."""
+    with --json), and given to `also`."""
 
     def echo(kind: str, info: dict) -> None:
+        if also is not None:
+            also(kind, info)
         if as_json:
             return
         if kind == "resumed":
-            click.echo(f"resumed crashed run {info['run_id']} (round {info.get('resumed_round')}): "
-                       f"pending {info['pending']}, dead {info['dead']}", err=True)
+            click.echo(plain(f"resumed crashed run {info['run_id']} (round {info.get('resumed_round')}): "
+                       f"pending {info['pending']}, dead {info['dead']}"), err=True)
         elif kind == "continue":
-            click.echo(f"continuing run {info['run_id']} after round {info['round']}", err=True)
+            click.echo(plain(f"continuing run {info['run_id']} after round {info['round']}"), err=True)
         elif kind == "run":
-            click.echo(f"run {info['run_id']}", err=True)
+            click.echo(plain(f"run {info['run_id']}"), err=True)
         elif kind == "batch":
             extra = f", trimmed {info['trimmed']}" if info["trimmed"] else ""
-            click.echo(f"batch round {info['round']}: {info['messages']} messages, failed "
+            click.echo(plain(f"batch round {info['round']}: {info['messages']} messages, failed "
                        f"{info['failed']}{extra}; run pending {info['pending']}, dead {info['dead']} "
-                       f"({info['seconds']:.1f}s)", err=True)
+                       f"({info['seconds']:.1f}s)"), err=True)
         elif kind == "recovery":
-            click.echo(f"recovery: {info['rounds']} round(s); pending {info['pending']}, dead "
-                       f"{info['dead']}", err=True)
+            click.echo(plain(f"recovery: {info['rounds']} round(s); pending {info['pending']}, dead "
+                       f"{info['dead']}"), err=True)
+        elif kind == "trimmed":
+            click.echo(plain(f"warning: {info['line']}"), err=True)
         elif kind == "stopping":
-            click.echo(f"{info['signal']}: stopping after this batch (again to abort)", err=True)
+            click.echo(plain(f"{info['signal']}: stopping after this batch (again to abort)"), err=True)
         elif kind == "retry":
-            click.echo(f"round {info['round']} was interrupted ({info['error']}): finishing it",
+            click.echo(plain(f"round {info['round']} was interrupted ({info['error']}): finishing it"),
                        err=True)
         sys.stderr.flush()
 
@@ -76,18 +80,21 @@ def register(main: click.Group) -> None:
                   help="With --follow: stop after N batches.")
     @click.option("--idle-exit", type=click.FloatRange(min=0), default=None, metavar="SECS",
                   help="With --follow: stop after SECS seconds without a new message.")
+    @metrics_server.options
     # --- end log source ---
     @redis_option
     @json_option
     def submit(file: str, master: str | None, spark_conf: tuple[str, ...], props: tuple[str, ...],
                no_tracking: bool, run_id: str | None, spill_dir: str | None, follow: bool,
-               max_batches: int | None, idle_exit: float | None, redis_url: str | None,
-               as_json: bool) -> None:
+               max_batches: int | None, idle_exit: float | None, metrics_port: int | None, metrics_host: str,
+               metrics_token_file: str | None, redis_url: str | None, as_json: bool) -> None:
         """Run the workflow FILE on Spark with every tuple tracked; prints a summary."""
+        metrics_token = metrics_server.check(follow, metrics_port, metrics_host, metrics_token_file)
         wf = workflow_xml.load(file)
         wf = wf.with_config(config.parse_assignments(props, "-p", dict(wf.config), [c.id for c in wf.components]))
         with open(file, encoding="utf-8", errors="replace") as fh:
             xml = fh.read()
+        common.refuse_embedded_redis_on_cluster(redis_url, master)
         # every refusal before Spark starts (exit 2): first what the workflow and the options
         # decide, then, connected, what Redis holds
         if follow:   # --- log source (recovery/jobs/follow.py): continuous runs over topics ---
@@ -96,18 +103,21 @@ def register(main: click.Group) -> None:
                 raise RecoveryError("--spill-dir does not apply to --follow runs: set the workflow "
                                     "property recovery.spill.dir instead")
             client, url = common.client_for(redis_url)
-            if run_id:   # a run of its own: the consumer's run goes on only without --run-id
-                runs.check_absent(client, run_id)
             follow_mod.check_redis(client, follow_plan)
             spark_conf_kv = common.key_values(spark_conf, "--conf")
-            summary = follow_and_report(follow_plan, client, url, lambda: common.spark_for(master, spark_conf_kv),
-                                        max_batches, idle_exit, as_json)
+            served = metrics_server.start(client, metrics_port, metrics_host, metrics_token)
+            try:
+                summary = follow_and_report(follow_plan, client, url, lambda: common.spark_for(master, spark_conf_kv),
+                                            max_batches, idle_exit, as_json, served[1].on_event if served else None)
+            finally:
+                if served:
+                    served[0].close()
             if as_json:
                 echo_json(summary)
             elif summary.get("run_id"):
                 common.print_summary(summary)
                 for line in follow_mod.report_lines(summary):
-                    click.echo(line)
+                    click.echo(plain(line))
             else:
                 click.echo("no messages to read: no run was started")
             return
@@ -116,16 +126,13 @@ def register(main: click.Group) -> None:
         client, url = common.client_for(redis_url)
         jobs_submit.check_redis(client, plan)
         spark = common.spark_for(master, common.key_values(spark_conf, "--conf"))
-        # --- log source: resume a crashed run of the same consumer first (recovery/jobs/follow.py) ---
-        if uses_log_source(wf):
-            for resumed in follow_mod.resume_crashed(spark, client, url, wf):
-                click.echo(f"resumed crashed run {resumed['run_id']} of the same consumer first", err=True)
-        # --- end log source ---
+
+        def resumed(summary: dict[str, Any]) -> None:
+            click.echo(f"resumed crashed run {plain(summary['run_id'])} of the same consumer first", err=True)
         with common.RoundProgress(not as_json) as progress:
-            summary = jobs_submit.run(spark, client, url, plan, progress)
-        if uses_log_source(wf):   # --- log source: partitions, lag, warnings (recovery/jobs/follow.py)
-            summary = follow_mod.enrich(client, summary, wf)
+            summary = follow_mod.submit_bounded(spark, client, url, plan, progress, resumed)
         common.show(summary, as_json)
         if not as_json:
             if summary["failed_positions"]:
-                click.echo(f"next: recovery plan {summary['run_id']}   then: recovery recover {summary['run_id']}")
+                run = plain(summary["run_id"])
+                click.echo(f"next: recovery plan {run}   then: recovery recover {run}")

@@ -7,6 +7,7 @@ import click
 
 from recovery.api.runnable import validate_file
 from recovery.cli import echo_json
+from recovery.cli.safe_text import plain
 from recovery.errors import WorkflowError
 from recovery.model.config import describe
 from recovery.model.graph import ChainPlan, TaskMap, topological_order
@@ -45,12 +46,12 @@ def register(main: click.Group) -> None:
             reports.append(report)
             if err is not None:
                 failed = True
-                click.echo(f"error: {err}", err=True)
+                click.echo(f"error: {plain(err)}", err=True)
             elif not as_json:
                 n = report["components"]
-                click.echo(f"ok {path} ({n} component{'s' if n != 1 else ''})")
+                click.echo(f"ok {plain(path)} ({n} component{'s' if n != 1 else ''})")
                 for w in report["warnings"]:
-                    click.echo(f"warning: {w}")
+                    click.echo(f"warning: {plain(w)}")
         if as_json:
             echo_json({"ok": not failed, "files": reports})
         if failed:

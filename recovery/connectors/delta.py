@@ -171,14 +171,14 @@ class DeltaSink(ParquetSink):
     def write_table(self, table: Any) -> None:
         import pyarrow as pa
         ctx = self.context
-        run_id, round_no = getattr(ctx, "run_id", "run"), getattr(ctx, "round", 0)
+        run_id, round_no = ctx.run_id, ctx.round
         what = f"sink {ctx.component_id!r} (delta)"
         if self.run_column:
             table = table.append_column(self.run_column, pa.array([run_id] * table.num_rows, pa.string()))
         app = app_id(run_id, ctx.component_id, ctx.task_id)
         metadata = {"recovery_run": run_id, "recovery_sink": ctx.component_id,
                     "recovery_task": str(ctx.task_id), "recovery_round": str(round_no)}
-        written = commit_part(self.uri, table, app, round_no, what, metadata, getattr(ctx, "fence", None))
+        written = commit_part(self.uri, table, app, round_no, what, metadata, ctx.fence)
         log.info("%s task %d round %d: %s", what, ctx.task_id, round_no,
                  f"{table.num_rows} rows committed to {self.uri}" if written else
                  "part committed already (a retry or a resumed round): nothing written")

@@ -4,7 +4,6 @@ connectors.files.file_source, read with numpy and emitted as Arrow columns."""
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,15 +19,17 @@ _BLANK = np.zeros(256, dtype=bool)
 _BLANK[list(b" \t\n\r\x0b\x0c")] = True   # what bytes.strip() strips
 
 
-def line_blocks(path: str, index: int, tasks: int, max_lines: int) -> Iterator[tuple[np.ndarray, Any]]:
+def line_blocks(path: str | files.SourceFile, index: int, tasks: int,
+                max_lines: int) -> Iterator[tuple[np.ndarray, Any]]:
     """The lines of task `index` of `tasks` (those that start in its byte range, as
     connectors.files splits a file) that are not blank, in blocks of at most `max_lines`: (their
     byte offsets as uint64, the lines as a pyarrow binary array, line ends included). Newlines
     are found with numpy over reads of READ_BYTES, not a readline per line."""
     import pyarrow as pa
-    size = os.path.getsize(path)
+    source = files.source_file(path)
+    size = source.size()
     start, end = size * index // tasks, size * (index + 1) // tasks
-    with open(path, "rb") as fh:
+    with source.open() as fh:
         pos = start
         if start > 0:   # a line begun before the range belongs to the task before
             fh.seek(start - 1)
@@ -81,9 +82,9 @@ def file_source_batches(runner: BatchSourceRunner) -> Iterator[None]:
     stream = comp.streams[0]
     field = stream.fields[0] if stream.fields else "_0"
     decode = files.decoder("text", stream.fields)
-    for path in files.source_files(impl, runner.wf.base_dir):
-        name = os.path.basename(path)
-        for offsets, raw in line_blocks(path, runner.index, comp.parallelism, runner.batch_size):
+    for source in files.source_files(impl, runner.wf.base_dir):
+        name = source.name
+        for offsets, raw in line_blocks(source, runner.index, comp.parallelism, runner.batch_size):
             hashes = ids.position_hashes(name, offsets)
             chosen = runner.select_roots(hashes)
             if chosen is not None:   # root replay: only the failed roots' lines

@@ -1,16 +1,32 @@
 """The file sinks: `jsonl` (one JSON object a line) and `parquet`, each task's part one file of
-its sink's folder (recovery/connectors/sink_folders.py), written atomically."""
+its sink's folder (recovery/connectors/sink_folders.py): renamed into place in a local folder,
+committed by marker at a URI (recovery/connectors/sink_objects.py)."""
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 from recovery.api.tuples import Tuple
 from recovery.connectors.arrow_encoding import joined, json_lines, pylist_typed
-from recovery.connectors.files import resolve
 from recovery.connectors.sink_base import BufferedSink
-from recovery.connectors.sink_folders import atomic_write, part_name_of
+from recovery.connectors.sink_folders import atomic_write, folder_of, part_name_of
+from recovery.connectors.sink_objects import ObjectFolder
+from recovery.tracking.spill_files import local_path
+
+
+def publish(sink: BufferedSink, ext: str, write: Callable[[Any], None]) -> None:
+    """Write a sink task's part into its folder: renamed into place in a local folder
+    (`atomic_write`), committed by marker at a URI."""
+    folder = folder_of(sink.impl, sink.base_dir)
+    name = part_name_of(sink.context, ext)
+    fence = sink.context.fence
+    local = local_path(folder)
+    if local is not None:
+        atomic_write(os.path.join(local, name), write, fence)
+    else:
+        ObjectFolder(folder).commit(name, write, fence)
 
 
 class JsonlSink(BufferedSink):
@@ -30,10 +46,8 @@ class JsonlSink(BufferedSink):
         return b"".join(encoded)
 
     def write_chunks(self, chunks: list[Any]) -> None:
-        folder = resolve(self.impl.param("path") or "out", self.base_dir)
         data = b"".join(chunks)
-        atomic_write(os.path.join(folder, part_name_of(self.context, "jsonl")), lambda fh: fh.write(data),
-                      getattr(self.context, "fence", None))
+        publish(self, "jsonl", lambda fh: fh.write(data))
 
 
 class ParquetSink(BufferedSink):
@@ -44,9 +58,7 @@ class ParquetSink(BufferedSink):
     def write_table(self, table: Any) -> None:
         """Write the part: one Arrow table (the delta sink commits it to its table instead)."""
         import pyarrow.parquet as pq
-        folder = resolve(self.impl.param("path") or "out", self.base_dir)
-        atomic_write(os.path.join(folder, part_name_of(self.context, "parquet")),
-                      lambda fh: pq.write_table(table, fh), getattr(self.context, "fence", None))
+        publish(self, "parquet", lambda fh: pq.write_table(table, fh))
 
     def encode_batch(self, batch: Any, fields: tuple[str, ...]) -> tuple[Any, dict[int, BaseException]]:
         """The columns as they are, with the types `Table.from_pylist` gives the row path's

@@ -295,7 +295,7 @@ class PostgresSink(BufferedSink):
             return
         import psycopg
         ctx = self.context
-        run_id, round_no = getattr(ctx, "run_id", "run"), getattr(ctx, "round", 0)
+        run_id, round_no = ctx.run_id, ctx.round
         columns = list(dict.fromkeys(c for row in encoded for c in row))
         what = self._what()
         try:
@@ -334,9 +334,8 @@ class PostgresSink(BufferedSink):
                     copy.write_row([f(row.get(c)) for f, c in zip(convert, columns)] + extra)
             # last, before COMMIT: a task of a driver that lost the run (taken over, cleared)
             # raises here and its transaction rolls back (the file sinks check before renaming)
-            fence = getattr(ctx, "fence", None)
-            if fence is not None:
-                fence()
+            if ctx.fence is not None:
+                ctx.fence()
         return True
 
 

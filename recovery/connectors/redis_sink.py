@@ -28,9 +28,8 @@ class RedisHashSink(BufferedSink):
         mapping = dict(encoded)
         # right before the fields are set, as the other sinks before they publish: raises when
         # the task's driver lost the run, or a batch sink's write passed its message timeout
-        fence = getattr(self.context, "fence", None)
-        if fence is not None:
-            fence()
+        if self.context.fence is not None:
+            self.context.fence()
         client.hset(key, mapping=mapping)
 
     def encode_batch(self, batch: Any, fields: tuple[str, ...]) -> tuple[Any, dict[int, BaseException]]:

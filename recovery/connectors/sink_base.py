@@ -9,6 +9,7 @@ from recovery.api.components import Bolt
 from recovery.api.tuples import Tuple
 from recovery.connectors.arrow_encoding import python_rows
 from recovery.errors import RecoveryError
+from recovery.model.graph import TaskContext
 from recovery.model.workflow import SinkImpl
 
 
@@ -35,6 +36,8 @@ class BufferedSink(Bolt):
         self.base_dir = base_dir
         self.pending: list[Tuple] = []
         self.encoded: list[Any] = []
+
+    context: TaskContext   # (set by bind, before prepare)
 
     def process(self, tup: Tuple) -> None:
         if tup.is_tick:

@@ -1,6 +1,11 @@
 """A file sink's folder: its part files (their names, their atomic writes) and, on the driver,
 which runs they belong to.
 
+The folder is a local path (relative to the workflow file), a `file://` URI, or a URI that
+pyarrow.fs opens (s3://, gs://, hdfs://): a local folder's parts are renamed into place
+(`atomic_write`), a URI folder's are committed by marker (recovery/connectors/sink_objects.py).
+Read either through `committed_parts` or `read_jsonl_dir`, which see committed parts only.
+
 A task writes one part per (round, task) under a deterministic name (`part_name`), so a
 re-executed task overwrites its own part instead of appending. A folder belongs to runs through
 its part files' names. What a new run does with other runs' parts follows Spark's writer modes
@@ -28,7 +33,10 @@ from typing import Any
 
 from recovery.connectors.files import resolve
 from recovery.connectors.sink_base import SinkFolderError
+from recovery.connectors.sink_objects import ObjectFolder
+from recovery.model.graph import TaskContext
 from recovery.model.workflow import FILE_SINK_TYPES, SinkImpl, Workflow
+from recovery.tracking.spill_files import error_text, local_path, location_secrets, redact
 
 log = logging.getLogger(__name__)
 
@@ -43,10 +51,17 @@ def part_name(run_id: str, round_no: int, component_id: str, task_id: int, ext: 
     return f"part-{run_id}-r{round_no:04d}-{component_id}-t{task_id:04d}.{ext}"
 
 
-def part_name_of(context: Any, ext: str) -> str:
+def part_name_of(context: TaskContext, ext: str) -> str:
     """The part name of a sink task (its task context's run, round, component and task)."""
-    return part_name(getattr(context, "run_id", "run"), getattr(context, "round", 0),
-                     context.component_id, context.task_id, ext)
+    return part_name(context.run_id, context.round, context.component_id, context.task_id, ext)
+
+
+def folder_of(impl: SinkImpl, base_dir: str | None) -> str:
+    """A file sink's folder: a local one absolute (resolved against the workflow's folder), a
+    URI as written (its query, pyarrow's options, too)."""
+    where = resolve(impl.param("path") or "out", base_dir or ".")
+    local = local_path(where)
+    return os.path.abspath(local) if local is not None else where
 
 
 def atomic_write(path: str, write: Callable[[Any], None], fence: Callable[[], None] | None = None) -> None:
@@ -95,7 +110,11 @@ class FileSink:
     component: str
     type: str
     mode: str
-    folder: str
+    folder: str      # folder_of: an absolute path or a URI
+
+    @property
+    def shown(self) -> str:
+        return redact(self.folder)
 
 
 def file_sinks(wf: Workflow) -> list[FileSink]:
@@ -105,22 +124,27 @@ def file_sinks(wf: Workflow) -> list[FileSink]:
     for c in wf.components:
         impl = c.impl
         if isinstance(impl, SinkImpl) and impl.type in FILE_SINK_TYPES:
-            folder = os.path.abspath(resolve(impl.param("path") or "out", wf.base_dir or "."))
-            out.append(FileSink(c.id, impl.type, impl.write_mode(reads_topics), folder))
+            out.append(FileSink(c.id, impl.type, impl.write_mode(reads_topics), folder_of(impl, wf.base_dir)))
     return out
 
 
 def part_files(folder: str) -> list[str]:
-    """The names of the part files in `folder`, of any run (sorted)."""
+    """The names of the parts committed in `folder` (a path or a URI), of any run (sorted): a
+    local folder's part files, a URI folder's markers."""
+    local = local_path(folder)
+    if local is None:
+        return ObjectFolder(folder).markers(PART.match)
     try:
-        return sorted(n for n in os.listdir(folder) if PART.match(n))
+        return sorted(n for n in os.listdir(local) if PART.match(n))
     except FileNotFoundError:
         return []
 
 
-def _own(run_id: str, components: list[str]) -> re.Pattern[str]:
+def _own(run_id: str, components: list[str], attempts: bool = False) -> re.Pattern[str]:
+    """The names of the run's parts (`attempts`: of its attempts' objects at a URI folder)."""
     comps = "|".join(re.escape(c) for c in components)
-    return re.compile(rf"^part-{re.escape(run_id)}-r\d{{4,}}-(?:{comps})-t\d{{4,}}\.(?:jsonl|parquet)$")
+    token = "-[0-9a-f]{16}" if attempts else ""
+    return re.compile(rf"^part-{re.escape(run_id)}-r\d{{4,}}-(?:{comps})-t\d{{4,}}{token}\.(?:jsonl|parquet)$")
 
 
 def check_file_folders(wf: Workflow, run_id: str | None) -> None:
@@ -132,14 +156,16 @@ def check_file_folders(wf: Workflow, run_id: str | None) -> None:
     sinks = file_sinks(wf)
     own = _own(run_id or "", [s.component for s in sinks])
     for s in sinks:
-        where = f"sink {s.component!r} ({s.type}): folder {s.folder}"
+        where = f"sink {s.component!r} ({s.type}): folder {s.shown}"
         log.debug("checking %s (mode %s)", where, s.mode)
-        if os.path.exists(s.folder) and not os.path.isdir(s.folder):
-            raise SinkFolderError(f"{where} is a file, not a folder")
+        local = local_path(s.folder)
         try:
+            if local is not None and os.path.exists(local) and not os.path.isdir(local) \
+                    or local is None and ObjectFolder(s.folder).is_file():
+                raise SinkFolderError(f"{where} is a file, not a folder")
             parts = part_files(s.folder)
-        except OSError as err:
-            raise SinkFolderError(f"{where} cannot be read: {err.strerror}") from None
+        except (OSError, ValueError, ImportError) as err:   # (pyarrow's ArrowInvalid is a ValueError)
+            raise SinkFolderError(f"{where} cannot be read: {error_text(err, location_secrets(s.folder))}") from None
         same_id = [p for p in parts if run_id is not None and own.match(p)]
         if same_id:
             raise SinkFolderError(f"{where} already holds {len(same_id)} part files of an earlier "
@@ -161,8 +187,11 @@ def replace_other_runs(wf: Workflow, run_id: str, original_json: str | None = No
         wf = Workflow.from_task_json(original_json)
     sinks = file_sinks(wf)
     own = _own(run_id, [s.component for s in sinks])
-    removed = []
+    removed: list[str] = []
     for folder in sorted({s.folder for s in sinks if s.mode == "overwrite"}):
+        if local_path(folder) is None:
+            removed += _replace_at_uri(folder, own, _own(run_id, [s.component for s in sinks], attempts=True))
+            continue
         others = [os.path.join(folder, n) for n in part_files(folder) if not own.match(n)]
         for path in others:
             try:
@@ -180,13 +209,73 @@ def replace_other_runs(wf: Workflow, run_id: str, original_json: str | None = No
     return removed
 
 
+def _replace_at_uri(folder: str, own: re.Pattern[str], own_attempts: re.Pattern[str]) -> list[str]:
+    """replace_other_runs at a URI folder: other runs' markers, the objects they name and any
+    other object of theirs (an attempt never committed)."""
+    at = ObjectFolder(folder)
+    try:
+        parts = at.markers(lambda n: PART.match(n) and not own.match(n))
+        attempts = [n for n in at.attempts() if not own_attempts.match(n)]
+        removed = at.remove_parts(parts, attempts)
+    except (OSError, ValueError) as err:   # the round is settled: `recover` finishes it once this can go
+        raise SinkFolderError(f"overwrite sink folder {at.shown}: cannot remove the parts of other "
+                              f"runs: {at.why(err)}") from None
+    return [f"{at.shown}/{n}" for n in removed]
+
+
+def remove_uncommitted(wf: Workflow, run_id: str) -> list[str]:
+    """For `recovery clear RUN`: at each URI folder of the workflow's file sinks, the run's
+    objects that no marker names (attempts that died, or whose driver was taken over, before
+    their commit). Committed parts are the user's output and stay, as in a local folder (where
+    a part that is not committed was never renamed into place). Returns what it removed."""
+    sinks = file_sinks(wf)
+    own = _own(run_id, [s.component for s in sinks])
+    own_attempts = _own(run_id, [s.component for s in sinks], attempts=True)
+    removed: list[str] = []
+    for folder in sorted({s.folder for s in sinks if local_path(s.folder) is None}):
+        at = ObjectFolder(folder)
+        try:
+            named = {at.named_by(p) for p in at.markers(own.match)}
+            stale = [n for n in at.attempts() if own_attempts.match(n) and n not in named]
+            at.remove_parts([], stale)
+        except (OSError, ValueError) as err:
+            raise SinkFolderError(f"sink folder {at.shown}: cannot remove run {run_id}'s uncommitted "
+                                  f"parts: {at.why(err)} (remove them by hand)") from None
+        removed += [f"{at.shown}/{n}" for n in stale]
+    if removed:
+        log.info("run %s: removed %d objects of uncommitted sink parts", run_id, len(removed))
+    return removed
+
+
+def committed_parts(folder: str) -> tuple[Any, list[str]]:
+    """The files holding a file sink's committed output, to read them with any reader:
+    (None, their local paths) for a local folder; (the pyarrow filesystem, their paths in it)
+    for a URI folder, the objects its markers name (never an uncommitted attempt's). E.g.
+    `pyarrow.dataset.dataset(paths, filesystem=fs, format="parquet")`."""
+    local = local_path(folder)
+    if local is not None:
+        return None, [os.path.join(local, n) for n in part_files(local)]
+    at = ObjectFolder(folder)
+    named = (at.named_by(p) for p in at.markers(PART.match))
+    return at.fs, [at.path(n) for n in named if n is not None]
+
+
 def read_jsonl_dir(path: str) -> list[dict]:
-    """A jsonl sink's contents: every record of every part file under `path`."""
+    """A jsonl sink's contents: every record of every committed part under `path` (a folder
+    or a URI; in a local folder, every `.jsonl` file not hidden)."""
     out: list[dict] = []
-    if not os.path.isdir(path):
+    local = local_path(path)
+    if local is None:
+        fs, files = committed_parts(path)
+        for name in files:
+            if name.endswith(".jsonl"):
+                with fs.open_input_stream(name) as fh:
+                    out.extend(json.loads(line) for line in fh.read().decode("utf-8").splitlines() if line.strip())
         return out
-    for name in sorted(os.listdir(path)):
+    if not os.path.isdir(local):
+        return out
+    for name in sorted(os.listdir(local)):
         if name.endswith(".jsonl") and not name.startswith("."):
-            with open(os.path.join(path, name), encoding="utf-8") as fh:
+            with open(os.path.join(local, name), encoding="utf-8") as fh:
                 out.extend(json.loads(line) for line in fh if line.strip())
     return out

@@ -24,6 +24,7 @@ from recovery.connectors.sink_folders import (
     PART,
     FileSink,
     check_file_folders,
+    committed_parts,
     file_sinks,
     part_files,
     part_name,
@@ -35,8 +36,8 @@ from recovery.model.workflow import SinkImpl, Workflow
 
 __all__ = ["PART", "SINKS", "BufferedSink", "DeltaSink", "FileSink", "JsonlSink", "ParquetSink", "PostgresSink",
            "RedisHashSink", "SinkFolderError", "SinkTableError", "TableClear", "TableSink", "check_file_folders",
-           "check_folders", "check_tables", "clear_tables", "file_sinks", "json_lines", "make_sink", "part_files",
-           "part_name", "read_jsonl_dir", "replace_other_runs", "table_sinks"]
+           "check_folders", "check_tables", "clear_tables", "committed_parts", "file_sinks", "json_lines", "make_sink",
+           "part_files", "part_name", "read_jsonl_dir", "replace_other_runs", "table_sinks"]
 
 # Sink type -> its class (psycopg and deltalake are imported by the table sinks' tasks only).
 SINKS: dict[str, Callable[[SinkImpl, str], BufferedSink]] = {

@@ -17,11 +17,13 @@ import os
 import re
 from collections.abc import Iterator
 from typing import Any, cast
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import redis
 from redis.cluster import RedisCluster
 
 from recovery.controlplane.embedded import EmbeddedServer
+from recovery.environment import environment
 from recovery.errors import RecoveryError, RedisUnavailable
 
 log = logging.getLogger(__name__)
@@ -30,6 +32,10 @@ __all__ = ["RedisUnsupported", "connect", "describe", "is_cluster", "make_client
            "scan_keys"]
 
 URL_ENV = "RECOVERY_REDIS_URL"
+# A URL without a password takes one from here (a file, or the environment), never from a
+# command line: `ps` shows every process's arguments to every user of the host
+PASSWORD_ENV = "REDIS_PASSWORD"
+PASSWORD_FILE_ENV = "RECOVERY_REDIS_PASSWORD_FILE"
 SCHEMES = ("redis://", "rediss://", "unix://")
 
 #: Socket timeouts of every client made here (seconds); callers may override per call.
@@ -176,13 +182,50 @@ def _cluster_client(url: str, what: str, **options: Any) -> redis.Redis:
     return cast(redis.Redis, cluster)
 
 
+def password_from_environment() -> str | None:
+    """The password in the file ``$RECOVERY_REDIS_PASSWORD_FILE`` names (its first line), else
+    ``$REDIS_PASSWORD``; None when neither is set."""
+    path = environment().redis_password_file
+    if path:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                first = fh.readline().rstrip("\r\n")
+        except OSError as err:
+            raise RedisUnavailable(f"cannot read the Redis password file {path} "
+                                   f"(${PASSWORD_FILE_ENV}): {err.strerror}") from None
+        if not first:
+            raise RedisUnavailable(f"the Redis password file {path} (${PASSWORD_FILE_ENV}) is empty")
+        return first
+    return os.environ.get(PASSWORD_ENV) or None
+
+
+def with_password(url: str) -> str:
+    """``url`` with the password of :func:`password_from_environment` when it has none (a
+    ``redis://``/``rediss://`` URL's user info, a ``unix://`` URL's ``password`` parameter)."""
+    parts = urlsplit(url.strip())
+    if parts.password is not None or _QUERY_SECRET.search(url):
+        return url
+    secret = password_from_environment()
+    if secret is None:
+        return url
+    scheme, netloc, path, query, fragment = parts
+    if scheme.lower() == "unix":   # (urlunsplit would drop the empty host's "//")
+        base, _, _ = url.strip().partition("#")
+        return f"{base}{'&' if query else '?'}password={quote(secret, safe='')}"
+    user = quote(unquote(parts.username), safe="") if parts.username else ""
+    netloc = f"{user}:{quote(secret, safe='')}@{netloc.rpartition('@')[2]}"
+    return urlunsplit((scheme, netloc, path, query, fragment))
+
+
 def resolve_url(url: str | None = None, home: str | os.PathLike[str] | None = None,
                 start: bool = True) -> str:
     """The URL :func:`connect` would use: ``url``, else ``$RECOVERY_REDIS_URL``, else the
-    embedded server's (started here when ``start``). Useful to hand to Spark tasks."""
-    url = url or os.environ.get(URL_ENV) or None
+    embedded server's (started here when ``start``), with a password from the environment
+    when it has none (:func:`with_password`). What Spark tasks get: the URL travels with the
+    job (the round's RunSpec), not in the executors' environment."""
+    url = url or environment().redis_url
     if url:
-        return url
+        return with_password(url)
     server = EmbeddedServer(home)
     if start:
         server.start()
@@ -199,8 +242,9 @@ def connect(url: str | None = None, home: str | os.PathLike[str] | None = None,
     A Redis Cluster node's URL gives a RedisCluster client (module doc).
     Raises RedisUnavailable with a one-line reason naming the URL without its password.
     """
-    url = url or os.environ.get(URL_ENV) or None
+    url = url or environment().redis_url
     if url:
+        url = with_password(url)
         what = f"Redis at {describe(url)}"
         client = make_client(url, **options)
         _verify(client, url, what)

@@ -21,14 +21,12 @@ import msgpack
 from redis import Redis
 
 from recovery.api.components import Spout, Tuple
-from recovery.connectors import files, spark_source
-from recovery.connectors.file_batches import file_source_batches
-from recovery.connectors.queue import queue_source
-from recovery.connectors.redis_stream import reader as stream_reader
+from recovery.connectors import sources
 from recovery.controlplane import connection
+from recovery.engine import shipping
 from recovery.model.graph import ChainPlan, TaskContext
 from recovery.model.run import RunSpec
-from recovery.model.workflow import Workflow
+from recovery.model.workflow import SourceImpl, Workflow
 from recovery.runtime import batch, factory, task
 from recovery.runtime.chain import ChainTask
 from recovery.tracking import keys, ledger, runs, spill
@@ -54,21 +52,15 @@ def _start(spec: RunSpec, component_id: str, index: int, it: Any) -> tuple[task.
         return runner, runner.run_bolt(it)
     if batch.reads_in_batches(comp, wf):
         runner = batch.BatchTaskRunner(spec, component_id, index)
-        return runner, runner.run_spout(file_source_batches)
+        assert isinstance(comp.impl, SourceImpl)   # (reads_in_batches: a file source)
+        return runner, runner.run_spout(sources.batch_source_for(comp.impl.type))
     if batch.is_batch_component(comp, wf):   # a BatchSpout
         runner = batch.BatchTaskRunner(spec, component_id, index)
         return runner, runner.run_spout(None)
     runner = task.TaskRunner(spec, component_id, index)
     impl = runner.comp.impl
     if impl.kind == "source":
-        driver = {"file": files.file_source, "queue": queue_source}.get(impl.type)
-        if driver is None and impl.type == "redis-stream":
-            driver = stream_reader.stream_source
-        if driver is None and impl.type == spark_source.SOURCE_TYPE:
-            driver = functools.partial(spark_source.spark_source, it)
-        if driver is None:
-            raise ValueError(f"unknown source type {impl.type!r}")
-        return runner, runner.run_spout(driver)
+        return runner, runner.run_spout(sources.source_for(impl.type, it))
     return runner, runner.run_spout(None)
 
 
@@ -124,10 +116,10 @@ def build(spark: SparkSession, wf: Workflow, spec: RunSpec) -> RoundGraph:
         comp = wf.component(cid)
         p = comp.parallelism
         run_task = functools.partial(_stage_task, spec, chain.members)
-        if spark_source.reads_with_spark(comp):
+        if sources.reads_with_spark(comp):
             # the reader's partitions are read by tasks; partition i's chunks go to spout task
-            # i mod p (spark_source.chunks_of_partition keys them so), through one shuffle
-            rdd = spark_source.read_partitions(spark, wf, comp).partitionBy(p, _owner_index) \
+            # i mod p (connectors.spark_source.chunks_of_partition keys them so), through one shuffle
+            rdd = sources.read_partitions(spark, wf, comp).partitionBy(p, _owner_index) \
                 .mapPartitionsWithIndex(run_task)
         elif comp.is_spout:
             rdd = sc.parallelize(range(p), p).mapPartitionsWithIndex(run_task)
@@ -152,6 +144,7 @@ def run_round(spark: SparkSession, wf: Workflow, spec: RunSpec,
               on_progress: Callable[[int, int], None] | None = None) -> None:
     """Run one round to the end (its counters are in the tasks' commits)."""
     sc = spark.sparkContext
+    spec = shipping.with_code(spark, wf, spec)
     leaves, _, persisted = build(spark, wf, spec)
     total_tasks = sum(c.parallelism for c in wf.components)
     stop = threading.Event()
@@ -319,5 +312,6 @@ def tell_spouts(spark: SparkSession, client: Redis, spec: RunSpec) -> int:
     # tasks run against the submitted workflow, where the spouts are
     base = RunSpec(spec.run_id, spec.round, spec.original_json or spec.workflow_json, spec.redis_url, True,
                    generation=spec.generation)
+    base = shipping.with_code(spark, original, base)
     sc = spark.sparkContext
     return sum(sc.parallelize(jobs_, len(jobs_)).map(lambda j: _tell_spout(base, j[0], j[1])).collect())

@@ -1,4 +1,11 @@
-"""The Spark session: local[*] unless a master is given, quiet, with its logs in a file."""
+"""The Spark session: local[*] unless a master is given, quiet, with its logs in a file.
+
+In local mode the executors are this process's children: they run the driver's interpreter
+with the driver's sys.path. On a cluster (any other master) the executors' Python is the
+cluster's: `spark.pyspark.python`, `spark.executorEnv.PYSPARK_PYTHON`, a PYSPARK_PYTHON the
+user exported for them, or the workers' own PYSPARK_PYTHON, in that order (executors.py),
+and a first tiny job checks that it imports `recovery` at the driver's version.
+"""
 from __future__ import annotations
 
 import logging
@@ -7,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from recovery.engine import executors
+from recovery.environment import environment
 from recovery.home import private_dir, private_file, state_home
 
 log = logging.getLogger(__name__)
@@ -39,26 +48,27 @@ def prepare_environment(home: Path) -> None:
     os.environ.setdefault("SPARK_CONF_DIR", str(conf_dir))
 
 
+def is_local_master(master: str) -> bool:
+    """`local` or `local[...]`: the executors are threads of this driver's JVM, its children."""
+    return master == "local" or master.startswith("local[")
+
+
 def session(master: str | None = None, conf: dict[str, str] | None = None, home: Path | None = None,
             app_name: str = "recovery"):
     home = Path(home or state_home())
     prepare_environment(home)
-    from pyspark import SparkConf, SparkContext  # lazy: commands that need no Spark never load it
-    settings = (SparkConf().setAppName(app_name)
-                .setMaster(master or os.environ.get("RECOVERY_SPARK_MASTER", "local[*]"))
-                .set("spark.ui.enabled", "false")
-                .set("spark.ui.showConsoleProgress", "false")
-                .set("spark.local.dir", str((home / "spark-tmp").resolve()))
-                .set("spark.executorEnv.PYTHONHASHSEED", os.environ["PYTHONHASHSEED"])
-                .set("spark.executorEnv.PYSPARK_PYTHON", os.environ["PYSPARK_PYTHON"])
-                .set("spark.python.worker.reuse", "true")
-                # PySpark's daemon, minus the traceback of a worker whose task Spark cancelled
-                # (engine/worker_daemon.py); that worker still ends, as PySpark's own does
-                .set("spark.python.daemon.module", "recovery.engine.worker_daemon")
-                .set("spark.python.daemon.killWorkerOnFlushFailure", "true"))
+    master = master or environment().spark_master
+    conf = dict(conf or {})
+    from pyspark import SparkContext  # lazy: commands that need no Spark never load it
+    if not is_local_master(master):
+        from pyspark.sql import SparkSession
+        return _cluster_session(SparkSession.builder.config(conf=_settings(master, home, app_name)), conf)
+    settings = _settings(master, home, app_name)
+    # local mode: the executors are the driver's children and run its interpreter and sys.path
+    settings.set("spark.executorEnv.PYSPARK_PYTHON", os.environ["PYSPARK_PYTHON"])
     pythonpath = os.pathsep.join(p for p in sys.path if p)
     settings.set("spark.executorEnv.PYTHONPATH", pythonpath)
-    for k, v in (conf or {}).items():
+    for k, v in conf.items():
         settings.set(k, v)
     # Spark SQL's session is made when something first needs it (a spark source, a DataFrame):
     # its JVM side takes about a third of a cold start, and the engine's jobs are RDDs
@@ -66,6 +76,52 @@ def session(master: str | None = None, conf: dict[str, str] | None = None, home:
     sc.setLogLevel("ERROR")
     log.info("Spark context on %s (Spark %s)", sc.master, sc.version)
     return LazySession(sc)
+
+
+def _settings(master: str, home: Path, app_name: str) -> Any:
+    """The settings every session of ours has, local or not (a SparkConf)."""
+    from pyspark import SparkConf
+    return (SparkConf().setAppName(app_name)
+            .setMaster(master)
+            .set("spark.ui.enabled", "false")
+            .set("spark.ui.showConsoleProgress", "false")
+            .set("spark.local.dir", str((home / "spark-tmp").resolve()))
+            .set("spark.executorEnv.PYTHONHASHSEED", os.environ["PYTHONHASHSEED"])
+            .set("spark.python.worker.reuse", "true")
+            # PySpark's daemon, minus the traceback of a worker whose task Spark cancelled
+            # (engine/worker_daemon.py); that worker still ends, as PySpark's own does
+            .set("spark.python.daemon.module", "recovery.engine.worker_daemon")
+            .set("spark.python.daemon.killWorkerOnFlushFailure", "true"))
+
+
+def _cluster_session(builder: Any, conf: dict[str, str]) -> Any:
+    """A session whose executors run the cluster's Python (module doc), checked by a first job.
+
+    PySpark takes the executors' interpreter from the driver's PYSPARK_PYTHON when the context
+    starts (and the JVM from its own environment, inherited from this process): while the
+    session starts, PYSPARK_PYTHON holds the chosen interpreter, or nothing, never the
+    driver's own; it is put back afterwards."""
+    chosen = executors.chosen_python(conf, os.environ, sys.executable)
+    if chosen is not None:
+        builder = builder.config("spark.pyspark.python", chosen)
+    for k, v in conf.items():
+        builder = builder.config(k, v)
+    saved = os.environ.pop("PYSPARK_PYTHON", None)
+    if chosen is not None:
+        os.environ["PYSPARK_PYTHON"] = chosen
+    try:
+        spark = builder.getOrCreate()
+    finally:
+        os.environ.pop("PYSPARK_PYTHON", None)
+        if saved is not None:
+            os.environ["PYSPARK_PYTHON"] = saved
+    spark.sparkContext.setLogLevel("ERROR")
+    python = chosen or executors.workers_python(spark) or executors.SPARK_DEFAULT_PYTHON
+    spark.sparkContext.pythonExec = python
+    log.info("Spark session on %s (Spark %s); executors' Python: %s", spark.sparkContext.master,
+             spark.version, python)
+    executors.check(spark, python)
+    return spark
 
 
 class LazySession:

@@ -1,6 +1,8 @@
 """Clearing runs: every key a run owns, refused while the run is alive unless forced.
 
-A run's table sinks keep their rows: `clear` never deletes rows of a user's table. It drops the
+A run's file sinks keep their committed parts (the user's output); at a URI folder, the objects
+of the run's attempts that no marker names go (recovery/connectors/sink_objects.py). A run's
+table sinks keep their rows: `clear` never deletes rows of a user's table. It drops the
 run's rows of a PostgreSQL sink's commit table (first, so that a database that cannot be
 reached refuses the clear before anything is removed; `force` clears the keys anyway and says
 the commit rows stayed), so that a run submitted again under the same id writes again. A Delta
@@ -10,11 +12,13 @@ refused (recovery/connectors/delta.py). Each table sink's outcome is in `Cleared
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from redis import Redis
 
-from recovery.connectors import table_sinks
+from recovery.connectors import sink_folders, table_sinks
 from recovery.connectors.table_sinks import TableClear
 from recovery.controlplane.connection import scan_keys
 from recovery.errors import RunBusy, RunError
@@ -60,15 +64,10 @@ def _table_sinks_of(rec: RunRecord | None) -> Workflow | None:
         return None
 
 
-def clear(client: Redis, run_id: str, force: bool = False) -> list[str]:
-    """Remove every key of the run (its record too) and its spill folder, and nothing else;
-    returns the keys it removed. Keys left under the run's prefix without a record (orphans)
-    go too. (clear_run: the same, with its table sinks' outcome.)"""
-    return clear_run(client, run_id, force).keys
-
-
-def clear_run(client: Redis, run_id: str, force: bool = False) -> Cleared:
-    """`clear`, and the run's table sinks: commit rows dropped, user rows kept (module doc)."""
+def clear(client: Redis, run_id: str, force: bool = False) -> Cleared:
+    """Remove every key of the run (its record too) and its spill folder, and nothing else; keys
+    left under the run's prefix without a record (orphans) go too. Its table sinks: commit rows
+    dropped, user rows kept (module doc). A running run is refused unless `force`."""
     try:
         rec: RunRecord | None = runs.get(client, run_id)
     except RunError:   # no run, or a record that does not parse: its keys still go
@@ -90,19 +89,16 @@ def clear_run(client: Redis, run_id: str, force: bool = False) -> Cleared:
     client.zrem(keys.runs_index(), run_id)
     # the files after the keys: a task still writing finds its run gone and removes its own file
     spill.SpillStore.at(spill_location(rec)).remove_run(run_id)
+    if wf is not None:   # URI sink folders: the run's objects no marker names (its output stays)
+        sink_folders.remove_uncommitted(wf, run_id)
     log.info("run %s cleared: %d keys and its spill folder removed%s", run_id, len(removed) + (rec is not None),
              " (its driver was running: --force)" if rec is not None and runs.status_of(rec) == runs.RUNNING else "")
     return Cleared(([keys.run_record(run_id)] if rec is not None else []) + sorted(removed), tables)
 
 
-def clear_all(client: Redis, force: bool = False) -> dict[str, list[str]]:
+def clear_all(client: Redis, force: bool = False) -> dict[str, Cleared]:
     """`clear --all`: every run this Redis knows, then any key left under the runs' prefix
     (orphans of runs whose record is gone), grouped by the run id they name."""
-    return {rid: c.keys for rid, c in clear_all_runs(client, force).items()}
-
-
-def clear_all_runs(client: Redis, force: bool = False) -> dict[str, Cleared]:
-    """clear_all, with each run's table sinks' outcome."""
     listed = runs.list_ids(client)
     # an id no command accepts (stored by a version before run ids were checked): its keys go
     # as orphans below, its index entry here
@@ -116,7 +112,7 @@ def clear_all_runs(client: Redis, force: bool = False) -> dict[str, Cleared]:
             continue
         if wf is not None:
             table_sinks.clear_tables(wf, rid, force, reach_only=True)
-    cleared = {rid: clear_run(client, rid, force) for rid in runs.list_ids(client) if rid not in unsafe}
+    cleared = {rid: clear(client, rid, force) for rid in runs.list_ids(client) if rid not in unsafe}
     removed = {rid: c.keys for rid, c in cleared.items()}
     if unsafe:
         client.zrem(keys.runs_index(), *unsafe)
@@ -134,3 +130,11 @@ def clear_all_runs(client: Redis, force: bool = False) -> dict[str, Cleared]:
         spill.SpillStore.at(spill.location()).remove_run(rid)   # no record: the default location
         removed.setdefault(rid, []).extend(sorted(names))
     return {rid: Cleared(ks, cleared[rid].tables if rid in cleared else []) for rid, ks in removed.items()}
+
+
+def report(cleared: Mapping[str, Cleared]) -> dict[str, Any]:
+    """What `clear` or `clear_all` removed, as `recovery clear --json` and DELETE /api/v1/runs/ID
+    return it: the keys per run, and per run with table sinks each one's outcome (rows kept,
+    commit rows removed, a note)."""
+    return {"removed": {rid: c.keys for rid, c in cleared.items()},
+            "tables": {rid: [t.as_dict() for t in c.tables] for rid, c in cleared.items() if c.tables}}

@@ -3,7 +3,7 @@
 A follow run reads its topics in micro-batches. Each batch is one round of the submitted
 workflow in the same run (its own round number, so a sink's part files are the batch's own),
 planned by logsource.plan_ranges (at most topology.max.spout.pending messages per spout task),
-run and settled by jobs.driver.run_and_settle, which commits the offsets. With recovery.auto=true a
+run and settled by jobs.settle.run_and_settle, which commits the offsets. With recovery.auto=true a
 recovery round (jobs.recover, max_rounds=1) runs between batches when failed tuples are due.
 
 Ctrl-C / SIGTERM is a clean stop: the batch under way finishes and commits, then the loop
@@ -29,13 +29,14 @@ from typing import TYPE_CHECKING, Any, cast
 from redis import Redis
 
 from recovery.api.runnable import check_runnable
-from recovery.connectors import sinks
+from recovery.connectors import files, sinks
 from recovery.connectors.redis_stream import offsets, topics
 from recovery.connectors.redis_stream import report as stream_report
 from recovery.errors import RecoveryError, RunBusy
-from recovery.jobs import driver, recover
+from recovery.jobs import recover, settle, submit
 from recovery.jobs import summary as jobs_summary
-from recovery.jobs.submit import check_classes
+from recovery.jobs.settle import Progress
+from recovery.jobs.submit import SubmitPlan, check_classes
 from recovery.model.record import RunRecord
 from recovery.model.run import RunSpec, check_run_id
 from recovery.model.workflow import Workflow
@@ -110,7 +111,7 @@ def resume_crashed(spark: SparkSession, client: Redis, redis_url: str, wf: Workf
     out = []
     for rec in owner_runs(client, wf):
         if runs.status_of(rec) == runs.CRASHED:
-            with runs.take_over(client, rec) as lease, driver.redis_lost_is_resumable(rec.run_id, redis_url):
+            with runs.take_over(client, rec) as lease, settle.redis_lost_is_resumable(rec.run_id, redis_url):
                 summary = recover.resume_if_crashed(spark, client, redis_url, rec.run_id, progress,
                                                     lease.generation)
             if summary is not None:
@@ -141,19 +142,24 @@ def prepare(wf: Workflow, xml: str, file: str | None, master: str = "local[*]", 
             tracking: bool = True) -> FollowPlan:
     """Every refusal `submit --follow` makes from the workflow and its options alone (no Redis,
     no Spark): a `class=` that does not load (with `file` and a local master, a shell script that
-    does not exist), a workflow without a topic, no tracking, a bad run id. Writes nothing."""
+    does not exist), a workflow without a topic, no tracking, a relative source or sink path
+    with a master that is not local, a bad run id. Writes nothing."""
     if file is not None:
         check_runnable(file, wf, local=master.startswith("local"))
     else:
         check_classes(wf)
     check_flags(wf, True, tracking)
+    files.check_paths_reach_executors(wf, master, file)   # a cluster's executors: no relative path
     if run_id is not None:
         check_run_id(run_id)
     return FollowPlan(wf, xml, os.path.abspath(file) if file is not None else None, master, run_id)
 
 
 def check_redis(client: Redis, plan: FollowPlan) -> None:
-    """The refusal that reads Redis, still before Spark starts: a topic that does not exist."""
+    """The refusals that read Redis, still before Spark starts: a run id of its own that is taken
+    (the consumer's run goes on only without one), a topic that does not exist."""
+    if plan.run_id is not None:
+        runs.check_absent(client, plan.run_id)
     topics.check_topics(client, plan.workflow)
 
 
@@ -173,7 +179,7 @@ def _round_stats(client: Redis, run_id: str, round_no: int) -> dict[str, dict]:
 def _run_batch(spark: SparkSession, client: Redis, wf: Workflow, spec: RunSpec, stop: Stopper,
                emit: Event) -> dict[str, Any]:
     try:
-        return driver.run_and_settle(spark, client, wf, spec)
+        return settle.run_and_settle(spark, client, wf, spec)
     except Exception as err:
         # Ctrl-C in a terminal reaches Spark's Python workers too (same process group), which
         # fails the job. A clean stop finishes the batch: run the round again (committed tasks
@@ -183,7 +189,7 @@ def _run_batch(spark: SparkSession, client: Redis, wf: Workflow, spec: RunSpec, 
         log.debug("run %s batch round %d failed under a stop request; running it again", spec.run_id,
                   spec.round, exc_info=err)
         emit("retry", {"round": spec.round, "error": f"{type(err).__name__}"})
-        return driver.run_and_settle(spark, client, wf, spec)
+        return settle.run_and_settle(spark, client, wf, spec)
 
 
 def enrich(client: Redis, summary: dict[str, Any], wf: Workflow | None = None) -> dict[str, Any]:
@@ -207,6 +213,22 @@ def enrich(client: Redis, summary: dict[str, Any], wf: Workflow | None = None) -
                 stats.setdefault(comp, {"trimmed": 0})["trimmed"] += s["trimmed"]
     summary["warnings"] = [*(summary.get("warnings") or []), *stream_report.warnings_for(wf, client, stats)]
     return summary
+
+
+def submit_bounded(spark: SparkSession, client: Redis, redis_url: str, plan: SubmitPlan,
+                   progress: Progress | None = None,
+                   on_resumed: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """`recovery submit` without --follow: jobs.submit.run, and for a workflow that reads topics
+    what goes around it: first every crashed run of the same consumer resumed (`on_resumed` is
+    told each one's summary), so that no range is read twice; after it the topics' partitions,
+    lag and warnings in the summary (`enrich`)."""
+    wf = plan.workflow
+    if wf.reads_topics:
+        for resumed in resume_crashed(spark, client, redis_url, wf):
+            if on_resumed is not None:
+                on_resumed(resumed)
+    summary = submit.run(spark, client, redis_url, plan, progress)
+    return enrich(client, summary, wf) if wf.reads_topics else summary
 
 
 def report_lines(summary: dict[str, Any]) -> list[str]:
@@ -254,7 +276,7 @@ def run(spark: SparkSession, client: Redis, redis_url: str, plan: FollowPlan, ma
     if current is None:   # a new run: mode="error" sinks refuse another run's output (connectors.sink_folders)
         sinks.check_folders(wf, run_id)
     held = contextlib.ExitStack()   # the run's lease, held from its creation (or take-over) to the end
-    held.enter_context(driver.redis_lost_is_resumable(run_id, redis_url))
+    held.enter_context(settle.redis_lost_is_resumable(run_id, redis_url))
     lease: runs.Lease | None = None
     gen: str | None = None
     if current is not None:   # created
@@ -278,6 +300,9 @@ def run(spark: SparkSession, client: Redis, redis_url: str, plan: FollowPlan, ma
                 break
             source_json = offsets.plan_ranges(client, wf, run_id, follow=True)
             planned, trimmed = offsets.planned_messages(source_json)
+            for line in offsets.trimmed_lines(source_json):
+                log.info("run %s: %s", run_id, line)
+                emit("trimmed", {"run_id": run_id, "line": line})
             active = False
             if planned or trimmed:
                 if not created:

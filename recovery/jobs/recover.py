@@ -6,14 +6,14 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from redis import Redis
 
 from recovery.controlplane.connection import is_cluster
 from recovery.engine import rounds as engine_rounds
 from recovery.errors import RunBusy, RunError
-from recovery.jobs.driver import Progress, claim_run, redis_lost_is_resumable, run_and_settle
+from recovery.jobs.settle import Progress, claim_run, redis_lost_is_resumable, run_and_settle
 from recovery.jobs.summary import (
     earliest_not_before,
     original_workflow,
@@ -23,7 +23,7 @@ from recovery.jobs.summary import (
     sum_components,
     summarize,
 )
-from recovery.model.failed import FailedTuple
+from recovery.model import code
 from recovery.model.record import RunRecord
 from recovery.model.run import RunSpec
 from recovery.model.synthesis import synthesize
@@ -156,6 +156,7 @@ class RecoverPlan:
     record: RunRecord
     force: bool                          # take the run over from a live driver
     spill_location: str | None = None    # --spill-dir: where the run's spill files are now
+    new_code_digest: str | None = None   # --code-changed: the digest of the code shipped now
 
     @property
     def driver_alive(self) -> bool:
@@ -163,15 +164,36 @@ class RecoverPlan:
         return runs.status_of(self.record) == runs.RUNNING
 
 
-def prepare(client: Redis, run_id: str, force: bool = False, spill_dir: str | None = None) -> RecoverPlan:
+def prepare(client: Redis, run_id: str, force: bool = False, spill_dir: str | None = None,
+            code_changed: bool = False) -> RecoverPlan:
     """Every refusal a recover makes before it needs Spark: no such run, a run whose driver is
-    alive (unless `force` takes it over), a run that ran without tracking. Writes nothing."""
+    alive (unless `force` takes it over), a run that ran without tracking, a workflow whose
+    code changed since the submit (unless `code_changed` says it is meant). Writes nothing."""
     rec = runs.get(client, run_id)
     if not force:
         check_not_running(rec)
     if not rec.tracking:
         raise RunError(f"run {run_id} ran with tracking off: there is nothing to recover from")
-    return RecoverPlan(rec, force, spill.location(spill_dir) if spill_dir is not None else None)
+    new_digest = check_code(rec, code_changed)
+    return RecoverPlan(rec, force, spill.location(spill_dir) if spill_dir is not None else None, new_digest)
+
+
+def check_code(rec: RunRecord, code_changed: bool) -> str | None:
+    """The digest of the run's workflow code as it is now when it differs from the one its
+    submit shipped and `code_changed` allows it; None when it is the same (or the run kept
+    none). Otherwise RunError: a recovery replays failed tuples through the code that failed
+    them, unless the change is what the user meant (a bug fixed)."""
+    if not rec.code_digest:
+        return None
+    wf = original_workflow(rec)
+    now = code.bundle(wf).digest
+    if now == rec.code_digest:
+        return None
+    if not code_changed:
+        raise RunError(f"run {rec.run_id}: the workflow's code in {wf.base_dir} changed since it was submitted "
+                       f"(sha256 {rec.code_digest[:12]} then, {now[:12]} now); restore it, or recover with the "
+                       f"new code: `recovery recover {rec.run_id} --code-changed`")
+    return now
 
 
 def run(spark: SparkSession, client: Redis, redis_url: str, plan: RecoverPlan, max_rounds: int | None = None,
@@ -187,6 +209,11 @@ def run(spark: SparkSession, client: Redis, redis_url: str, plan: RecoverPlan, m
     with lease, redis_lost_is_resumable(run_id, redis_url):
         if plan.spill_location is not None:
             runs.update(client, run_id, lease.generation, spill_dir=plan.spill_location)
+        if plan.new_code_digest is not None:
+            runs.update(client, run_id, lease.generation, code_digest=plan.new_code_digest)
+            log.warning("run %s: the workflow's code changed since it was submitted (sha256 %s then); "
+                        "recovering with the new code (sha256 %s)", run_id, (rec.code_digest or "")[:12],
+                        plan.new_code_digest[:12])
         # read again: the record as the previous driver left it at the take-over
         rec = runs.get(client, run_id)
         return _recover(spark, client, redis_url, rec, lease.generation, max_rounds, strategy,
@@ -290,87 +317,3 @@ def _recover(spark: SparkSession, client: Redis, redis_url: str, rec: RunRecord,
                   "duration": round(time.time() - started, 3), "strategy": strategy})
     final["spill_bytes"] = spill_bytes(final["components"])   # this recover's rounds, as its table
     return final
-
-
-# --- dead letters ----------------------------------------------------------------------------
-def dead_letters(client: Redis, run_id: str, component: str | None = None) -> list[FailedTuple]:
-    """The run's dead tuples (of `component`), in the order of their keys."""
-    runs.get(client, run_id)
-    out = []
-    for field, raw in sorted(client.hgetall(keys.dead(run_id)).items()):
-        rec = FailedTuple.unpack(cast(bytes, raw))
-        if component is None or rec.component == component:
-            out.append(rec)
-    return out
-
-
-def requeue_dead(client: Redis, run_id: str, component: str | None = None,
-                 tuple_keys: list[str] | None = None) -> int:
-    """Put dead tuples back in their queues (attempts reset) after the cause was fixed: all of
-    them, a component's, or those named by `tuple_keys` (`component:task:id`, the dead-letter
-    hash's fields). Each tuple moves in one transaction that only commits if it is still dead
-    (WATCH) and the run was not cleared (its generation), so an interrupted or concurrent
-    requeue neither loses nor doubles a tuple."""
-    rec = runs.get(client, run_id)
-    check_not_running(rec)
-    gen = rec.generation
-    dead_key = keys.dead(run_id)
-    dead_roots_key = keys.dead_roots(run_id)
-    record = keys.run_record(run_id)
-    counted = ledger.stored_counts(client, run_id)[1] is not None
-    if tuple_keys is not None:
-        unknown = [k for k in tuple_keys if not client.hexists(dead_key, k)]
-        if unknown:
-            raise RunError(f"run {run_id} has no dead tuple {unknown[0]!r} (see `recovery dead {run_id}`)")
-        fields: list[bytes] = [k.encode() for k in tuple_keys]
-    else:
-        fields = cast(list[bytes], client.hkeys(dead_key))
-    n = 0
-    # On a Redis Cluster the queue is in another slot than the dead letters: the tuple goes into
-    # its queue first (the same entry whoever writes it), then leaves the dead letters in a
-    # transaction of the run's slot; an interrupted requeue does both again.
-    cluster = is_cluster(client)
-    for field in fields:
-        seen: dict[str, Any] = {}
-        if cluster:
-            raw = client.hget(dead_key, field)
-            early = FailedTuple.unpack(cast(bytes, raw)) if raw is not None else None
-            if early is not None and component in (None, early.component):
-                runs.check_generation(client, run_id, gen)
-                back = early.requeued()
-                client.hset(keys.queue(run_id, back.component, back.task), str(back.id), back.pack())
-
-        def read(pipe: Any, field: bytes = field, seen: dict[str, Any] = seen) -> None:
-            raw = pipe.hget(dead_key, field)
-            tup = FailedTuple.unpack(raw) if raw is not None else None
-            # gone: requeued meanwhile by someone else; another component's: not asked for
-            seen["tuple"] = tup if tup is not None and component in (None, tup.component) else None
-            # the dead roots the SREM below removes (WATCHed): they are queued (failed) again
-            roots = sorted({str(r) for r in (tup.roots if tup is not None else ())})
-            seen["undead"] = sum(pipe.smismember(dead_roots_key, roots)) if seen["tuple"] and roots else 0
-
-        def requeue(pipe: Any, field: bytes = field, seen: dict[str, Any] = seen) -> None:
-            dead: FailedTuple | None = seen["tuple"]
-            if dead is None:
-                return
-            tup = dead.requeued()
-            if not cluster:
-                pipe.hset(keys.queue(run_id, tup.component, tup.task), str(tup.id), tup.pack())
-            position = f"{tup.component}:{tup.task}"
-            pipe.sadd(keys.failed_set(run_id), position)
-            pipe.zadd(keys.queue_due(run_id), {position: 0}, lt=True)   # ready now
-            pipe.hdel(dead_key, field)
-            if tup.roots:
-                pipe.srem(dead_roots_key, *[str(r) for r in tup.roots])
-            if seen["undead"] and counted:   # the stored counts stay exact without a recount
-                pipe.hincrby(record, ledger.COUNT_FIELDS["dead"], -seen["undead"])
-                pipe.hincrby(record, ledger.COUNT_FIELDS["failed"], seen["undead"])
-
-        if not ledger.fenced_transaction(client, run_id, gen, requeue, watch=(dead_key, dead_roots_key),
-                                         read=read):
-            runs.check_generation(client, run_id, gen)
-        if seen.get("tuple") is not None:
-            n += 1
-    if n:
-        runs.update(client, run_id, gen, status=runs.PENDING)
-    return n

@@ -1,7 +1,8 @@
 """The shapes a run is reported in: one function builds each, and both the CLI's `--json` and
 the web view's JSON API (`recovery ui`, /api/v1/...) return what it builds.
 
-Read-only except `requeue` and `clear`, which call jobs.requeue_dead and jobs.clear.
+Read-only: dead letters and their requeue are in jobs/dead_letters.py, clearing a run in
+jobs/clear.py.
 """
 from __future__ import annotations
 
@@ -12,8 +13,7 @@ from redis import Redis
 
 from recovery.connectors.redis_stream import report as stream_reader
 from recovery.errors import NoSuchComponent, RecoveryError
-from recovery.jobs import clear as jobs_clear
-from recovery.jobs import follow, recover, summary
+from recovery.jobs import follow, summary
 from recovery.model.failed import FailedTuple
 from recovery.model.render import chains_of
 from recovery.model.synthesis import plan_marks, synthesize
@@ -108,7 +108,7 @@ def component(client: Redis, run_id: str, component_id: str) -> dict[str, Any]:
                                  if p["component"] == component_id and p["count"]]}
 
 
-def _tuple_row(rec: FailedTuple) -> dict[str, Any]:
+def tuple_row(rec: FailedTuple) -> dict[str, Any]:
     """A failed tuple as shown: the fields its record holds, and its error's kind."""
     row = {k: _text(v) for k, v in rec.model_dump(exclude_unset=True).items()}
     row["kind"] = error_kind(rec.error)
@@ -125,30 +125,13 @@ def failed(client: Redis, run_id: str, limit: int = FAILED_TUPLES_SHOWN) -> dict
             continue
         tuples = []
         for _, raw in client.hscan_iter(keys.queue(run_id, p["component"], p["task"]), count=limit):
-            tuples.append(_tuple_row(FailedTuple.unpack(raw)))
+            tuples.append(tuple_row(FailedTuple.unpack(raw)))
             if len(tuples) >= limit:
                 break
         tuples.sort(key=lambda t: t.get("id", 0))
         kinds = sorted({t["kind"] for t in tuples})
         positions.append({**p, "kind": ", ".join(kinds), "tuples": tuples})
     return {"run_id": run_id, "failed_positions": positions}
-
-
-def dead_key(rec: FailedTuple) -> str:
-    """A dead tuple's key in the run's dead-letter hash: `component:task:id` (for requeue)."""
-    return f"{rec.component}:{rec.task}:{rec.id}"
-
-
-def dead(client: Redis, run_id: str, component: str | None = None) -> dict[str, Any]:
-    """Dead letters with their errors (`recovery dead --json`, /api/v1/runs/ID/dead)."""
-    return {"run_id": run_id, "dead": [{**_tuple_row(r), "key": dead_key(r)}
-                                       for r in recover.dead_letters(client, run_id, component)]}
-
-
-def requeue(client: Redis, run_id: str, component: str | None = None,
-            tuple_keys: list[str] | None = None) -> dict[str, Any]:
-    """Dead tuples back in their queues (`recovery dead --requeue --json`, POST .../dead/requeue)."""
-    return {"run_id": run_id, "requeued": recover.requeue_dead(client, run_id, component, tuple_keys)}
 
 
 def plan(client: Redis, run_id: str) -> dict[str, Any]:
@@ -176,13 +159,3 @@ def partitions(client: Redis, run_id: str) -> dict[str, Any]:
     """Per log spout and topic partition: committed offset, end, lag (/api/v1/runs/ID/partitions)."""
     wf = summary.original_workflow(runs.get(client, run_id))
     return {"run_id": run_id, "partitions": stream_reader.partition_report(client, wf)}
-
-
-def clear(client: Redis, run_ids: list[str] | None, force: bool = False) -> dict[str, Any]:
-    """Every key of each run removed (`recovery clear --json`, DELETE /api/v1/runs/ID); None:
-    every run, and any key left under the runs' prefix (`clear --all`)."""
-    cleared = (jobs_clear.clear_all_runs(client, force) if run_ids is None
-               else {rid: jobs_clear.clear_run(client, rid, force) for rid in run_ids})
-    # "tables": per run, each table sink's outcome (rows kept, commit rows removed, a note)
-    return {"removed": {rid: c.keys for rid, c in cleared.items()},
-            "tables": {rid: [t.as_dict() for t in c.tables] for rid, c in cleared.items() if c.tables}}

@@ -3,7 +3,7 @@
 (`run`). `submit` does all three; the CLI connects to Redis after `prepare` and starts Spark
 before `run`, so that a refusal is made once, before anything starts.
 
-Orchestration only: the round itself is jobs/driver.py's. Each function takes a Redis client
+Orchestration only: the round itself is jobs/settle.py's. Each function takes a Redis client
 and, where it runs Spark, a session.
 """
 from __future__ import annotations
@@ -17,12 +17,13 @@ import redis
 
 from recovery.api.loader import check_classes as check
 from recovery.api.runnable import check_runnable
-from recovery.connectors import sinks, spark_source
+from recovery.connectors import files, sinks, spark_source
 from recovery.connectors.redis_stream import offsets as stream_reader
 from recovery.connectors.redis_stream import topics
 from recovery.errors import RecoveryError, WorkflowError
 from recovery.jobs.clear import clear
-from recovery.jobs.driver import Progress, redis_lost_is_resumable, run_and_settle, uses_log_source
+from recovery.jobs.settle import Progress, redis_lost_is_resumable, run_and_settle
+from recovery.model import code
 from recovery.model.run import RunSpec, check_run_id
 from recovery.model.workflow import Workflow
 from recovery.tracking import runs, spill
@@ -50,13 +51,15 @@ class SubmitPlan:
     tracking: bool
     master: str
     spill_location: str       # where its tasks spill (checked, not yet made)
+    code_digest: str = ""     # the workflow's code shipped with its tasks (model/code.py)
 
 
 def prepare(wf: Workflow, xml: str, file: str | None, tracking_on: bool = True, master: str = "local[*]",
             run_id: str | None = None, spill_dir: str | None = None) -> SubmitPlan:
     """Every refusal a submit makes from the workflow and its options alone (no Redis, no
     Spark), in this order: a `class=` that does not load (and, with `file` and a local master,
-    a shell script that does not exist: named by file and line), a bad property, a bad run id,
+    a shell script that does not exist: named by file and line), a bad property, a relative
+    source or sink path with a master that is not local, a bad run id,
     a file sink's folder holding another run's output (mode="error"). Writes nothing.
     `spill_dir`: --spill-dir, else recovery.spill.dir, else RECOVERY_HOME/spill."""
     if file is not None:
@@ -64,18 +67,20 @@ def prepare(wf: Workflow, xml: str, file: str | None, tracking_on: bool = True, 
     else:
         check_classes(wf)
     wf.check_config()   # as validate does (a workflow or its properties may come from code)
+    files.check_paths_reach_executors(wf, master, file)   # a cluster's executors: no relative path
     run_id = runs.new_run_id(wf.name) if run_id is None else check_run_id(run_id)
     sinks.check_folders(wf, run_id)     # mode="error" sinks refuse another run's output
     location = spill.location(spill_dir, wf.settings().spill_dir)
+    digest = code.bundle(wf).digest   # (an <include> that does not exist is refused here)
     return SubmitPlan(wf, xml, os.path.abspath(file) if file is not None else None, run_id,
-                      tracking_on, master, location)
+                      tracking_on, master, location, digest)
 
 
 def check_redis(client: redis.Redis, plan: SubmitPlan) -> None:
     """The refusals that read Redis, still before Spark starts: the run id is taken (`run`
     creates the run atomically in any case), a topic the workflow reads does not exist."""
     runs.check_absent(client, plan.run_id)
-    if uses_log_source(plan.workflow):
+    if plan.workflow.reads_topics:
         topics.check_topics(client, plan.workflow)
 
 
@@ -93,7 +98,7 @@ def run(spark: SparkSession, client: redis.Redis, redis_url: str, plan: SubmitPl
              len(wf.components), "on" if plan.tracking else "off", plan.master)
     with lease, redis_lost_is_resumable(run_id, redis_url):
         source_json = "{}"
-        if uses_log_source(wf):   # a bounded run reads each partition up to its end now
+        if wf.reads_topics:   # a bounded run reads each partition up to its end now
             try:
                 source_json = stream_reader.plan_ranges(client, wf, run_id)
             except RecoveryError:
@@ -102,7 +107,8 @@ def run(spark: SparkSession, client: redis.Redis, redis_url: str, plan: SubmitPl
         spec = RunSpec(run_id, 0, wf_json, redis_url, plan.tracking, source_json=source_json,
                        generation=lease.generation, spill_dir=plan.spill_location)
         runs.update(client, run_id, lease.generation, round=0, current_workflow=wf_json,
-                    current_spec=spec.round_json(), spill_dir=plan.spill_location)
+                    current_spec=spec.round_json(), spill_dir=plan.spill_location,
+                    code_digest=plan.code_digest)
         return run_and_settle(spark, client, wf, spec, progress)
 
 

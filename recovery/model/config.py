@@ -128,7 +128,7 @@ class InjectionSettings(BaseModel):
     after: int = Field(0, ge=0, description="...after this many tuples.")
     marker: str | None = Field(None, description="crash: a file created just before dying.")
     delay_ms: float = Field(0, alias="delay.ms", ge=0, allow_inf_nan=False,
-                            description="slow: sleep this long per tuple.")
+                            description="slow: sleep this long per chosen tuple.")
 
     @field_validator("*", mode="before")
     @classmethod

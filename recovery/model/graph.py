@@ -3,8 +3,9 @@ context a task is given (also the multilang handshake's `context`)."""
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from recovery.model.workflow import Component, Grouping, Input, Workflow
 
@@ -257,12 +258,22 @@ class TaskMap:
 
 @dataclass
 class TaskContext:
-    """What `prepare`/`open` receive as `context` (Storm's TopologyContext, reduced)."""
+    """What `prepare`/`open` receive as `context` (Storm's TopologyContext, reduced), and what
+    a task of a run adds for the built-in sources and sinks (runtime.task.TaskRunner sets them;
+    a component run outside a run keeps the defaults)."""
     workflow: Workflow
     component_id: str
     task_id: int
     task_map: TaskMap = field(default=None)  # type: ignore[assignment]
     pid_dir: str | None = None
+    run_id: str = "run"
+    round: int = 0
+    # the run's Redis client (a redis.Redis; typed loosely: the model imports no Redis), None
+    # without tracking or a Redis-reading component
+    redis: Any = None
+    # raises unless this task's driver still owns the run; a sink calls it right before it
+    # publishes a part (connectors.sink_folders.atomic_write, postgres, delta). None: no run
+    fence: Callable[[], None] | None = None
 
     def __post_init__(self) -> None:
         if self.task_map is None:

@@ -60,6 +60,8 @@ class RunRecord(BaseModel):
     follow_stopped: float | None = None
     # where its tasks spill their outputs (tracking.spill.location); None: a record from before
     spill_dir: str | None = None
+    # sha256 of the workflow's code shipped with its tasks (model.code): recover ships the same
+    code_digest: str | None = None
     # the acker's counts, stored when a round settles (tracking.ledger.RootCounts; the
     # ledger reads and writes these fields itself, in its transactions) and the root-replay
     # round whose roots were selected (jobs.recover.prepare_root_replay)

@@ -54,6 +54,9 @@ class RunSpec:
     source_json: str = "{}"                         # per-round source settings (e.g. offset ranges)
     generation: str | None = None                   # the run's record generation: commits check it
     spill_dir: str | None = None                    # the run's spill location (None: RECOVERY_HOME/spill)
+    code: str | None = None                         # the workflow's code shipped with the job: the
+                                                    # folder SparkFiles unpacks it into (None: its
+                                                    # own folder, local mode)
 
     def round_json(self) -> str:
         """What resuming this round needs besides its workflows (the run record's

@@ -212,12 +212,29 @@ class Component(_Frozen):
         return self.kind == "spout"
 
 
+class Resources(_Frozen):
+    """`<resources>`: files shipped with the workflow's code beyond what its components need
+    (`include`: paths relative to the workflow's folder), and globs of files not to ship
+    (`exclude`, matched against a file's relative path and its name)."""
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+
+
 class Workflow(_Frozen):
     name: str
     config: tuple[tuple[str, str], ...] = ()
+    resources: Resources = Resources()
     components: tuple[Component, ...] = ()
     # Folder that relative paths resolve against; not part of the XML.
     base_dir: str | None = Field(default=None, exclude=True)
+    # Where an executor finds the workflow's code (classes, shell scripts) when it was shipped
+    # with the job (model/code.py): set in the task, never stored. None: base_dir.
+    code_dir: str | None = Field(default=None, exclude=True)
+
+    @property
+    def code_folder(self) -> str | None:
+        """The folder classes are imported from and shell scripts run in."""
+        return self.code_dir or self.base_dir
 
     @field_validator("name")
     @classmethod

@@ -16,6 +16,7 @@ import msgpack
 from recovery.api.collector import OutputCollector
 from recovery.errors import RecoveryError
 from recovery.model import config as config_decl
+from recovery.model.graph import TaskContext
 from recovery.model.workflow import ShellImpl
 from recovery.multilang import process
 from recovery.multilang.process import ChildProcess
@@ -99,17 +100,18 @@ class ShellBase:
         if message_timeout > 0:
             timeout = min(timeout, 0.9 * message_timeout)
         self._timeout = timeout
-        if hasattr(context, "to_storm"):
-            self._storm_context = context.to_storm()
+        # a task's context, or (a component run by hand) Storm's context as a dict, or None
+        task_context = context if isinstance(context, TaskContext) else None
+        if task_context is not None:
+            self._storm_context = task_context.to_storm()
         else:
             self._storm_context = dict(context or {})
         storm_conf = handshake_conf(conf)
-        workflow = getattr(context, "workflow", None)
-        if "topology.name" not in storm_conf and workflow is not None:
-            storm_conf["topology.name"] = workflow.name
+        if "topology.name" not in storm_conf and task_context is not None:
+            storm_conf["topology.name"] = task_context.workflow.name
         self._storm_conf = storm_conf
         if self._pid_dir is None:
-            parent = getattr(context, "pid_dir", None)
+            parent = task_context.pid_dir if task_context is not None else None
             if parent:
                 os.makedirs(parent, exist_ok=True)
             self._pid_dir = tempfile.mkdtemp(prefix="recovery-shell-", dir=parent or None)
@@ -122,8 +124,9 @@ class ShellBase:
                                  f"not found in {self.base_dir}")
 
     def _component_id(self) -> str:
-        return getattr(self.context, "component_id", None) or \
-            self._storm_context.get("componentid") or self.label
+        if isinstance(self.context, TaskContext):
+            return self.context.component_id
+        return self._storm_context.get("componentid") or self.label
 
     def _start(self) -> ChildProcess:
         """Start a child and do the handshake; raises ShellError saying why it failed."""

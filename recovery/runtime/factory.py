@@ -24,11 +24,11 @@ def build(comp: Component, wf: Workflow) -> UserComponent:
     """The object that implements `comp` (a Spout or Bolt: bind it before open/prepare)."""
     impl = comp.impl
     if impl.kind == "class":
-        obj: UserComponent = load_class(impl.ref, wf.base_dir)()
+        obj: UserComponent = load_class(impl.ref, wf.code_folder)()
         return obj
     if impl.kind == "shell":
         cls = ShellSpout if comp.is_spout else ShellBolt
-        return cls(python_is_ours(impl), wf.base_dir or ".")
+        return cls(python_is_ours(impl), wf.code_folder or ".")   # (the shipped copy on a cluster)
     if impl.kind == "sink":
         return sinks.make_sink(impl, wf.base_dir or ".")
     raise ValueError(f"component {comp.id!r}: a built-in source is driven by the engine, not built")

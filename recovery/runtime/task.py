@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import sys
 import threading
 import time
@@ -55,18 +56,29 @@ _clients: dict[str, Redis] = {}
 
 def workflow_of(spec: RunSpec) -> tuple[Workflow, TaskMap, Workflow]:
     """(the workflow this round runs, its task numbering, the submitted workflow)."""
-    cache_key = spec.workflow_json + (spec.original_json or "")
+    cache_key = spec.workflow_json + (spec.original_json or "") + (spec.code or "")
     got = _workflows.get(cache_key)
     if got is None:
-        wf = Workflow.from_task_json(spec.workflow_json)
+        code_dir = shipped_code_dir(spec.code)
+        wf = Workflow.from_task_json(spec.workflow_json).model_copy(update={"code_dir": code_dir})
         tm, original = TaskMap.of(wf), wf
         if spec.original_json:
-            original = Workflow.from_task_json(spec.original_json)
+            original = Workflow.from_task_json(spec.original_json).model_copy(update={"code_dir": code_dir})
             tm = TaskMap.of(original).extended(wf)
         got = _workflows[cache_key] = (wf, tm, original)
-        if wf.base_dir and wf.base_dir not in sys.path:
-            sys.path.insert(0, wf.base_dir)
+        folder = wf.code_folder
+        if folder and folder not in sys.path:
+            sys.path.insert(0, folder)
     return got
+
+
+def shipped_code_dir(name: str | None) -> str | None:
+    """Where this executor unpacked the workflow's shipped code (engine/shipping.py): its
+    SparkFiles folder's `name`; None when nothing was shipped."""
+    if not name:
+        return None
+    from pyspark import SparkFiles  # (only tasks of a cluster's rounds get here)
+    return os.path.abspath(os.path.join(SparkFiles.getRootDirectory(), name))
 
 
 def chain_plan_of(spec: RunSpec) -> ChainPlan:
@@ -188,14 +200,9 @@ class TaskRunner:
 
     # -- component set-up -----------------------------------------------------------------
     def _context(self) -> TaskContext:
-        ctx = TaskContext(self.wf, self.component_id, self.task_id, self.tm)
-        ctx.run_id = self.spec.run_id        # type: ignore[attr-defined]
-        ctx.round = self.spec.round          # type: ignore[attr-defined]
-        ctx.redis = self.client              # type: ignore[attr-defined]
-        # raises unless this task's driver still owns the run (a sink calls it right before it
-        # publishes a part: connectors.sink_folders.atomic_write, postgres, delta); None without tracking
-        ctx.fence = self.tracker.check_fence if self.tracker is not None else None  # type: ignore[attr-defined]
-        return ctx
+        return TaskContext(self.wf, self.component_id, self.task_id, self.tm, run_id=self.spec.run_id,
+                           round=self.spec.round, redis=self.client,
+                           fence=self.tracker.check_fence if self.tracker is not None else None)
 
     def _make_state(self) -> KeyedState:
         if self.tracker is not None:   # tracking

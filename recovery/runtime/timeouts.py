@@ -130,7 +130,7 @@ class MessageTimeouts:
         timeout error without running it (the task runner's execution of a tuple), then goes
         on. Where Spark retries the task (`local[N,F]` with F > 1, a cluster), that happens
         within the round. Where it will not (plain `local[N]` allows one attempt), the round
-        fails in Spark and the driver says so in one line (jobs.run_and_settle); `recovery
+        fails in Spark and the driver says so in one line (jobs.settle.run_and_settle); `recovery
         recover RUN` resumes that round, its committed tasks replaying their stored output and
         this task reading the mark. With tracking off there is no mark: Spark's attempts run
         out and the round fails.

@@ -10,6 +10,7 @@ import msgpack
 from redis import Redis
 
 from recovery.api.components import Bolt, Spout, Tuple
+from recovery.model.graph import TaskContext
 from recovery.tracking import keys
 
 ITEMS_PROPERTY = "testing.items"   # a TestingSpout's items, JSON, in its component's config
@@ -90,7 +91,7 @@ class TestingSpout(Spout):
 
     __test__ = False   # not a pytest test class, whatever its name
 
-    def open(self, conf: dict, context: Any) -> None:
+    def open(self, conf: dict, context: TaskContext) -> None:
         text = conf.get(ITEMS_PROPERTY)
         if text is None:
             raise ValueError(f"TestingSpout {context.component_id!r} has no {ITEMS_PROPERTY!r} property "
@@ -102,12 +103,12 @@ class TestingSpout(Spout):
         self._todo: Iterator[tuple[int, Any]] = iter(
             [(i, item) for i, item in enumerate(items) if i % tasks == index])
         self._where = context.component_id
-        self._redis = getattr(context, "redis", None)
-        self._run_id = getattr(context, "run_id", None)
+        self._redis = context.redis
+        self._run_id = context.run_id
 
     def _fires(self, position: int) -> bool:
         """A once-per-run sentinel fires unless it fired before (without Redis: every time)."""
-        if self._redis is None or self._run_id is None:
+        if self._redis is None:
             return True
         return bool(self._redis.sadd(fired_key(self._run_id), f"{self._where}:{position}"))
 

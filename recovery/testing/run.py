@@ -15,8 +15,8 @@ from redis import Redis
 from recovery.engine import rounds
 from recovery.errors import RunError
 from recovery.faults import PREFIX as INJECT_PREFIX
+from recovery.jobs import dead_letters, submit
 from recovery.jobs import recover as jobs_recover
-from recovery.jobs import submit
 from recovery.jobs import summary as jobs_summary
 from recovery.model.failed import FailedTuple
 from recovery.model.run import RunSpec, check_run_id
@@ -123,7 +123,7 @@ class LocalRun:
 
     def dead_tuples(self) -> list[FailedTuple]:
         """Every tuple that ran out of attempts (the dead letters)."""
-        return jobs_recover.dead_letters(self.client, self.run_id)
+        return dead_letters.dead_letters(self.client, self.run_id)
 
 
 def _url(client: Redis) -> str:

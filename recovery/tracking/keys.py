@@ -25,9 +25,9 @@ Lua script touches the keys of one slot only, chosen by a hash tag (the part bet
 - **Each failed position's queue**, tag `{<run_id>:queue:<component>:<task>}`: the queue, and
   the commits' staged writes into it (`queue_staged`: written ahead of the commit point, moved
   into the queue after it), which only ever touch that queue.
-- Topics: tag `{<topic>}` (the metadata and every partition of one topic: the producer's script
-  updates both). Committed offsets: tag `{<consumer>:<topic>}` (offsets, owner and claimer: the
-  claim is one WATCHed transaction).
+- Topics: tag `{<topic>}` (the metadata, every partition, its batch times and the consumers of
+  one topic: the producer's script updates them together). Committed offsets: tag
+  `{<consumer>:<topic>}` (offsets, owner and claimer: the claim is one WATCHed transaction).
 - `<prefix>runs`, the index, is a slot of its own.
 
 What goes into a key is checked here, once: a run id (model/run.py check_run_id), a topic
@@ -41,12 +41,16 @@ from __future__ import annotations
 
 import binascii
 import functools
-import os
 
+from recovery.environment import environment
 from recovery.model.run import check_run_id
 from recovery.model.workflow import check_topic
 
-PREFIX = os.environ.get("RECOVERY_KEY_PREFIX", "recovery:")
+
+def prefix() -> str:
+    """What the runs' index and keys, topics and offsets start with (RECOVERY_KEY_PREFIX)."""
+    return environment().key_prefix
+
 
 #: Redis Cluster's hash slots (CRC16 of the hash tag, modulo this).
 SLOTS = 16384
@@ -68,7 +72,7 @@ def hash_slot(key: str | bytes) -> int:
 
 def runs_index() -> str:
     """Sorted set: run id -> start time."""
-    return f"{PREFIX}runs"
+    return f"{prefix()}runs"
 
 
 def run_record(run_id: str) -> str:
@@ -80,7 +84,7 @@ def run_record(run_id: str) -> str:
 
 def runs_base() -> str:
     """What every run's record and keys start with (the run id follows)."""
-    return f"{PREFIX}run:"
+    return f"{prefix()}run:"
 
 
 def runs_pattern() -> str:
@@ -144,17 +148,28 @@ def ledger_tags(run_id: str) -> tuple[str, ...]:
 
 def topic_meta(topic: str) -> str:
     """Hash: the topic's partition count, format and each partition's next offset."""
-    return f"{PREFIX}topic:{{{check_topic(topic)}}}"
+    return f"{prefix()}topic:{{{check_topic(topic)}}}"
 
 
 def topic_partition(topic: str, partition: int) -> str:
     """Stream: one partition of a topic (in its metadata's slot: the producer's script writes both)."""
-    return f"{PREFIX}topic:{{{check_topic(topic)}}}:{partition}"
+    return f"{prefix()}topic:{{{check_topic(topic)}}}:{partition}"
+
+
+def topic_times(topic: str, partition: int) -> str:
+    """Sorted set: when each produced batch of a partition was written (score: time, member: the
+    batch's first offset); what an age retention trims by (entry ids are offsets, not times)."""
+    return f"{topic_partition(topic, partition)}:times"
+
+
+def topic_consumers(topic: str) -> str:
+    """Set: the consumers that read the topic; trimming never passes what one has not committed."""
+    return f"{prefix()}topic:{{{check_topic(topic)}}}:consumers"
 
 
 def offsets(consumer: str, topic: str) -> str:
     """Hash: partition -> committed offset, for one consumer (workflow + spout)."""
-    return f"{PREFIX}offsets:{{{consumer}:{check_topic(topic)}}}"
+    return f"{prefix()}offsets:{{{consumer}:{check_topic(topic)}}}"
 
 
 def consumer_owner(consumer: str, topic: str) -> str:
@@ -170,7 +185,7 @@ def consumer_claimer(consumer: str, topic: str) -> str:
 
 def default_sink(component_id: str) -> str:
     """List: where a redis sink writes when its XML names no key. User output, not internal
-    state: it stays outside PREFIX, as it always was."""
+    state: it stays outside prefix(), as it always was."""
     return f"recovery:sink:{component_id}"
 
 

@@ -27,6 +27,7 @@ from typing import Any
 import redis
 
 from recovery.controlplane.connection import is_cluster
+from recovery.environment import environment
 from recovery.errors import RunBusy, RunCleared, RunExists, RunFenced, RunNotFound, RunTakenOver
 from recovery.model.record import RunRecord, encode
 from recovery.model.run import RUN_ID_MAX
@@ -40,10 +41,6 @@ PENDING = "pending"          # failures queued for recovery
 DEAD = "dead"                # nothing left to recover, but some roots are dead
 CRASHED = "crashed"          # the driver died mid-round (its lease expired or its pid is gone)
 ERROR = "error"              # Spark gave up on a round; `recover` resumes it
-
-# Seconds a driver's lease lasts without a refresh (refreshed every third of it): how long a
-# run whose driver died on another host looks alive.
-LEASE_SECONDS = float(os.environ.get("RECOVERY_LEASE_SECONDS") or 30)
 
 # KEYS: record, lease, runs index. ARGV: generation, lease holder, lease ms, now, run id,
 # then the record's field/value pairs.
@@ -297,7 +294,7 @@ class Lease:
         self.client = client
         self.run_id = run_id
         self.generation = generation
-        self.ttl_ms = max(1, int((ttl if ttl is not None else LEASE_SECONDS) * 1000))
+        self.ttl_ms = max(1, int((ttl if ttl is not None else environment().lease_seconds) * 1000))
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.lost = threading.Event()
         self._stop = threading.Event()

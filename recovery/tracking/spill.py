@@ -34,7 +34,6 @@ AbortIncompleteMultipartUpload lifecycle rule removes.
 from __future__ import annotations
 
 import logging
-import os
 import re
 import secrets
 import struct
@@ -43,14 +42,23 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, cast
-from urllib.parse import quote, unquote, urlparse
+from urllib.parse import quote
 
 import msgpack
 import zstandard
 
 from recovery import home
 from recovery.errors import SpillError
-from recovery.tracking.spill_files import ArrowFiles, Files, LocalFiles
+from recovery.tracking.spill_files import (  # noqa: F401 (redact & co. are used as spill.redact)
+    MASK,
+    Files,
+    error_text,
+    location_secrets,
+    open_location,
+    redact,
+    redact_text,
+    secrets_of,
+)
 
 log = logging.getLogger(__name__)
 
@@ -88,48 +96,6 @@ def task_label(component: str, index: int, round_no: int) -> str:
     return f"{component}:{index}, round {round_no}"
 
 
-# the query parameters that hold credentials (pyarrow's access_key, secret_key, session_token;
-# any other store's password or token); on an object store the user info is an access key and
-# its secret (`s3://KEY:SECRET@bucket/`): all of it is masked
-_SECRET_PARAM = re.compile(r"(^|[?&])([^=&]*(?:key|secret|token|password|credential)[^=&]*)=([^&#\s]*)", re.I)
-_USER_INFO = re.compile(r"^([a-z][a-z0-9+.-]*://)([^/@?#\s]*)@", re.I)
-_URI_USER_INFO = re.compile(r"\b([a-z][a-z0-9+.-]*://)([^/@?#\s]*)@", re.I)
-MASK = "***"
-ENV_SECRETS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
-
-
-def redact(where: str) -> str:
-    """A location as messages show it: its user info and the values of its query's credentials
-    masked, anything else as given."""
-    if "://" not in where:
-        return where
-    where = _USER_INFO.sub(rf"\1{MASK}@", where)
-    head, sep, query = where.partition("?")
-    return head + sep + _SECRET_PARAM.sub(rf"\1\2={MASK}", query) if sep else head
-
-
-def secrets_of(where: str) -> list[str]:
-    """The literal credentials in a location (as written and percent-decoded), to scrub from
-    messages that quote them outside a URI (an error of the store's client)."""
-    found: list[str] = []
-    user = _USER_INFO.match(where)
-    if user:
-        found += [part for part in user.group(2).split(":") if part]
-    if "?" in where:
-        found += [m.group(3) for m in _SECRET_PARAM.finditer(where.split("?", 1)[1]) if m.group(3)]
-    found += [unquote(f) for f in found]
-    return sorted({f for f in found if len(f) >= 3}, key=len, reverse=True)
-
-
-def redact_text(text: str, hidden: Iterable[str] = ()) -> str:
-    """Free text (an error's message) with every URI's user info and credential parameters
-    masked as `redact` masks them, and any of `hidden` wherever it appears."""
-    for secret in hidden:
-        text = text.replace(secret, MASK)
-    text = _URI_USER_INFO.sub(rf"\1{MASK}@", text)
-    return _SECRET_PARAM.sub(rf"\1\2={MASK}", text)
-
-
 # --- the reference a commit stores ------------------------------------------------------------
 @dataclass(frozen=True)
 class SpillRef:
@@ -158,17 +124,9 @@ class SpillStore:
         self.location = where              # whole: the run record keeps it, tasks open it
         self.shown = redact(where)         # in messages
         # and the environment's, should the store's client ever quote them
-        self._secrets = secrets_of(where) + [v for v in map(os.environ.get, ENV_SECRETS) if v and len(v) >= 3]
-        parsed = urlparse(where) if "://" in where else None
+        self._secrets = location_secrets(where)
         try:
-            if parsed is None or (parsed.scheme == "file" and parsed.netloc in ("", "localhost")):
-                root = Path(where if parsed is None else parsed.path)
-                self.files: Files = LocalFiles(root, is_default=str(root) == default_location())
-            else:
-                # a file is named by its URI without what only reaches the store: the query
-                # (options), the user info (credentials)
-                bare = where.split("?", 1)[0].split("#", 1)[0].rstrip("/")
-                self.files = ArrowFiles(where, _USER_INFO.sub(r"\1", bare))
+            self.files: Files = open_location(where, default=default_location())
         except (OSError, ValueError, ImportError) as err:   # pyarrow raises ArrowInvalid (a ValueError)
             raise SpillError(f"spill location {self.shown}: cannot open it: {self.why(err)}") from None
 
@@ -183,7 +141,7 @@ class SpillStore:
 
     def why(self, err: BaseException) -> str:
         """An error of this location, fit for a message: its first line, credentials masked."""
-        return _why(err, self._secrets)
+        return error_text(err, self._secrets)
 
     def run_dir(self, run_id: str) -> str:
         return safe_name(run_id)
@@ -226,11 +184,6 @@ class SpillStore:
     def run_files(self, run_id: str) -> list[str]:
         """Every file under the run's folder, relative to the location (for tests and reports)."""
         return self.files.list_files(self.run_dir(run_id))
-
-
-def _why(err: BaseException, hidden: Iterable[str] = ()) -> str:
-    """An error's first line, any credential it quotes (pyarrow may quote the URI) masked."""
-    return redact_text((getattr(err, "strerror", None) or str(err) or type(err).__name__).splitlines()[0], hidden)
 
 
 # --- writing ------------------------------------------------------------------------------------
@@ -384,7 +337,7 @@ def read(store: SpillStore, run_id: str, ref: SpillRef, task: str) -> Iterator[t
             try:
                 pairs = msgpack.unpackb(decompressor.decompress(frame))
             except (zstandard.ZstdError, ValueError, TypeError) as err:
-                raise bad(f"corrupt (undecodable: {_why(err)})") from None
+                raise bad(f"corrupt (undecodable: {error_text(err)})") from None
             for key, blob in pairs:
                 chunks += 1
                 yield tuple(key), blob

@@ -1,19 +1,109 @@
 """The file systems the spill store writes to (recovery/tracking/spill.py says what it stores):
-a local folder with private modes, or any filesystem pyarrow.fs opens. Neither renames."""
+a local folder with private modes, or any filesystem pyarrow.fs opens. Neither renames.
+
+A location is a local path, a `file://` URI (a local path too), or any other URI that
+`pyarrow.fs.FileSystem.from_uri` opens (s3://, gs://, hdfs://), its options in its query
+(`?endpoint_override=…&region=…`) and its credentials in the environment, as pyarrow reads
+them. The file sinks and the file source open their URIs here too (`open_location`), and
+show them as the spill store does: user info and credential parameters masked (`redact`)."""
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import stat
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, BinaryIO, cast
+from urllib.parse import unquote, urlparse
 
 from recovery import home
 
 DIR_MODE = home.PRIVATE_DIR_MODE
 FILE_MODE = home.PRIVATE_FILE_MODE
 READ_BUFFER = 1 << 20          # bytes read ahead on a URI location (an S3 read is a GET)
+
+
+# --- how a location is shown ------------------------------------------------------------------
+# the query parameters that hold credentials (pyarrow's access_key, secret_key, session_token;
+# any other store's password or token); on an object store the user info is an access key and
+# its secret (`s3://KEY:SECRET@bucket/`): all of it is masked
+_SECRET_PARAM = re.compile(r"(^|[?&])([^=&]*(?:key|secret|token|password|credential)[^=&]*)=([^&#\s]*)", re.I)
+_USER_INFO = re.compile(r"^([a-z][a-z0-9+.-]*://)([^/@?#\s]*)@", re.I)
+_URI_USER_INFO = re.compile(r"\b([a-z][a-z0-9+.-]*://)([^/@?#\s]*)@", re.I)
+MASK = "***"
+ENV_SECRETS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+
+
+def redact(where: str) -> str:
+    """A location as messages show it: its user info and the values of its query's credentials
+    masked, anything else as given."""
+    if "://" not in where:
+        return where
+    where = _USER_INFO.sub(rf"\1{MASK}@", where)
+    head, sep, query = where.partition("?")
+    return head + sep + _SECRET_PARAM.sub(rf"\1\2={MASK}", query) if sep else head
+
+
+def secrets_of(where: str) -> list[str]:
+    """The literal credentials in a location (as written and percent-decoded), to scrub from
+    messages that quote them outside a URI (an error of the store's client)."""
+    found: list[str] = []
+    user = _USER_INFO.match(where)
+    if user:
+        found += [part for part in user.group(2).split(":") if part]
+    if "?" in where:
+        found += [m.group(3) for m in _SECRET_PARAM.finditer(where.split("?", 1)[1]) if m.group(3)]
+    found += [unquote(f) for f in found]
+    return sorted({f for f in found if len(f) >= 3}, key=len, reverse=True)
+
+
+def redact_text(text: str, hidden: Iterable[str] = ()) -> str:
+    """Free text (an error's message) with every URI's user info and credential parameters
+    masked as `redact` masks them, and any of `hidden` wherever it appears."""
+    for secret in hidden:
+        text = text.replace(secret, MASK)
+    text = _URI_USER_INFO.sub(rf"\1{MASK}@", text)
+    return _SECRET_PARAM.sub(rf"\1\2={MASK}", text)
+
+
+
+def location_secrets(where: str) -> list[str]:
+    """The credentials `redact_text` hides in a location's errors: those the location holds,
+    and the environment's, should the store's client ever quote them."""
+    return secrets_of(where) + [v for v in map(os.environ.get, ENV_SECRETS) if v and len(v) >= 3]
+
+
+def error_text(err: BaseException, hidden: Iterable[str] = ()) -> str:
+    """An error's first line, any credential it quotes (pyarrow may quote the URI) masked."""
+    return redact_text((getattr(err, "strerror", None) or str(err) or type(err).__name__).splitlines()[0], hidden)
+
+
+def bare_uri(where: str) -> str:
+    """A URI without what only reaches the store: its query (options) and its user info
+    (credentials); how a file of the location is named in messages."""
+    return _USER_INFO.sub(r"\1", where.split("?", 1)[0].split("#", 1)[0].rstrip("/"))
+
+
+def local_path(where: str) -> str | None:
+    """The local path a location names (a plain path, or a `file://` URI of this host), or None
+    for a location only pyarrow.fs opens."""
+    if "://" not in where:
+        return where
+    parsed = urlparse(where)
+    return unquote(parsed.path) if parsed.scheme == "file" and parsed.netloc in ("", "localhost") else None
+
+
+def open_location(where: str, default: str | None = None) -> Files:
+    """The files at a location: a local folder (`default`: the spill store's own, kept private
+    as RECOVERY_HOME is), or the filesystem pyarrow.fs opens for the URI. Raises OSError,
+    ValueError (pyarrow's ArrowInvalid) or ImportError."""
+    path = local_path(where)
+    if path is not None:
+        return LocalFiles(Path(path), is_default=path == default)
+    return ArrowFiles(where, bare_uri(where))
+
 
 
 class LocalFiles:

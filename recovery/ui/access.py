@@ -4,7 +4,10 @@ reads these before it loads Starlette, and the app's security checks use them to
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
+import stat
+from pathlib import Path
 
 from recovery.errors import RecoveryError
 
@@ -35,3 +38,26 @@ def check_token(token: str) -> str:
         raise RecoveryError(f"--token / {TOKEN_ENV}: a token is one or more letters, digits, "
                             "'.', '_', '~', '+', '/', '=' or '-' (it travels in headers and URLs)")
     return token
+
+
+def read_token_file(path: Path, option: str = "--token-file") -> str:
+    """The token in `path` (surrounding white space dropped): a file its owner alone may read,
+    or write, as ssh wants of a key (mode 0600 or stricter)."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):   # (a pipe would block the open)
+            raise RecoveryError(f"{option} {path}: not a regular file")
+        with open(path, "rb") as fh:
+            mode = os.fstat(fh.fileno()).st_mode
+            text = fh.read(4096).decode("utf-8", "replace").strip()
+    except OSError as err:
+        raise RecoveryError(f"{option} {path}: cannot read it: {err.strerror or err}") from None
+    if mode & 0o077:
+        raise RecoveryError(f"{option} {path}: mode {stat.S_IMODE(mode):04o} lets other accounts read or "
+                            f"change it; `chmod 600 {path}`")
+    if not text:
+        raise RecoveryError(f"{option} {path}: the file is empty")
+    try:
+        return check_token(text)
+    except RecoveryError:
+        raise RecoveryError(f"{option} {path}: a token is one or more letters, digits, '.', '_', '~', "
+                            "'+', '/', '=' or '-' (it travels in headers)") from None

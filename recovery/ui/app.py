@@ -2,14 +2,14 @@
 for htmx's SSE extension, open only while a run is running), the actions (recover, requeue,
 clear: POST or DELETE only) and the JSON API under /api/v1/. Every shape comes from
 recovery.reports, as the CLI's `--json` does. Every request first goes through
-recovery.ui.security (Host allow-list, token, Origin check, security headers)."""
+recovery.ui.security (Host allow-list, token or session, CSRF and Origin checks, security
+headers); the login page is the one page served without them."""
 from __future__ import annotations
 
 import asyncio
 import hashlib
 import inspect
 import json
-import os
 import time
 from collections.abc import AsyncIterator
 from html import escape
@@ -29,15 +29,26 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp
 
+from recovery.environment import environment
 from recovery.errors import BadRequest, NotFound, RecoveryError
-from recovery.jobs import reports
+from recovery.jobs import clear as jobs_clear
+from recovery.jobs import dead_letters, metrics, reports
 from recovery.jobs import summary as jobs_summary
 from recovery.model.run import check_run_id
 from recovery.tracking import keys, runs
 from recovery.ui import svg
-from recovery.ui.access import TOKEN_ENV, check_token
+from recovery.ui.access import check_token
 from recovery.ui.actions import RecoverProcesses
-from recovery.ui.security import TOKEN_FIELD, Guard, SecurityMiddleware
+from recovery.ui.login import login_action, login_page
+from recovery.ui.security import (
+    CSRF_FIELD,
+    LOGIN_PATH,
+    TOKEN_FIELD,
+    Guard,
+    SecurityMiddleware,
+    wants_json,
+)
+from recovery.visible import visible
 
 HERE = Path(__file__).resolve().parent
 STATUSES = (runs.RUNNING, runs.PENDING, runs.COMPLETED, runs.DEAD, runs.CRASHED, runs.ERROR)
@@ -77,12 +88,17 @@ class UI:
         self.redis_url = redis_url
         self.guard = guard
         self.processes = RecoverProcesses(redis_url, log_dir)
-        self.templates = Jinja2Templates(directory=str(HERE / "templates"))
+        # every form of the pages carries its session's CSRF value (security.py), never the token
+        self.templates = Jinja2Templates(directory=str(HERE / "templates"), context_processors=[
+            lambda request: {"csrf": getattr(request.state, CSRF_FIELD, "")}])
+        # data (tuple values, errors) may hold control characters: shown as escapes, as the CLI
+        # shows them; markup the app built (Markup: the SVGs, escaped already) passes as it is
+        self.templates.env.finalize = lambda value: value if hasattr(value, "__html__") else visible(
+            value, multiline=True)
         self.templates.env.filters["tojson_pretty"] = lambda v: json.dumps(v, indent=2, sort_keys=True, default=str)
         self.templates.env.filters["timestamp"] = lambda t: time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(t)))
-        # every form of the pages carries the server's token in a hidden field (security.py)
-        self.templates.env.globals.update(COLUMNS=COLUMNS, STATUSES=STATUSES, TOKEN_FIELD=TOKEN_FIELD,
-                                          token=guard.token)
+        self.templates.env.globals.update(COLUMNS=COLUMNS, STATUSES=STATUSES, CSRF_FIELD=CSRF_FIELD,
+                                          TOKEN_FIELD=TOKEN_FIELD, LOGIN_PATH=LOGIN_PATH)
 
     # --- what a run page shows ------------------------------------------------------------
     def run_context(self, run_id: str) -> dict[str, Any]:
@@ -92,7 +108,7 @@ class UI:
         summary = reports.run_status(client, run_id)
         original = jobs_summary.original_workflow(runs.get(client, run_id))
         failed = reports.failed(client, run_id)["failed_positions"]
-        dead = reports.dead(client, run_id)["dead"]
+        dead = dead_letters.dead(client, run_id)["dead"]
         plan = reports.plan(client, run_id)
         rounds = reports.rounds(client, run_id)["rounds"]
         order = {cid: i for i, cid in enumerate(topological_order(original))}
@@ -161,6 +177,7 @@ def _wants_fragment(request: Request) -> bool:
     return request.headers.get("HX-Request") == "true"
 
 
+
 # --- pages ----------------------------------------------------------------------------------
 def runs_page(request: Request) -> Response:
     ui = _ui(request)
@@ -202,7 +219,7 @@ async def run_events(request: Request) -> Response:
                     last, quiet = mark, 0.0
                     yield "event: live\n" + "".join(f"data: {line}\n" for line in html.splitlines()) + "\n"
             except RecoveryError as err:     # cleared meanwhile
-                yield f"event: live\ndata: <p class=\"flash error\">{escape(str(err))}</p>\n\n"
+                yield f"event: live\ndata: {_flash_html(str(err), error=True)}\n\n"
                 yield DONE_EVENT
                 return
             if not live:
@@ -222,7 +239,7 @@ def dead_page(request: Request) -> Response:
     ui = _ui(request)
     run_id = request.path_params["run_id"]
     component = request.query_params.get("component") or None
-    rows = reports.dead(ui.client, run_id, component)["dead"]
+    rows = dead_letters.dead(ui.client, run_id, component)["dead"]
     by_position: dict[tuple[str, int], list[dict]] = {}
     for r in rows:
         by_position.setdefault((r["component"], r["task"]), []).append(r)
@@ -245,7 +262,7 @@ def _flash(message: str, error: bool = False) -> HTMLResponse:
 
 
 def _flash_html(message: str, error: bool = False) -> str:
-    return f'<p class="flash{" error" if error else ""}" role="status">{escape(message)}</p>'
+    return f'<p class="flash{" error" if error else ""}" role="status">{escape(visible(message))}</p>'
 
 
 def recover_action(request: Request) -> Response:
@@ -276,7 +293,7 @@ async def requeue_action(request: Request) -> Response:
         if not selected:
             return RedirectResponse(f"/runs/{quote(run_id)}/dead?" + urlencode(
                 {"message": "nothing selected: tick the tuples to requeue"}), status_code=303)
-    result = await anyio.to_thread.run_sync(lambda: reports.requeue(ui.client, run_id, None, selected))
+    result = await anyio.to_thread.run_sync(lambda: dead_letters.requeue(ui.client, run_id, None, selected))
     n = result["requeued"]
     message = (f"requeued {n} dead tuple{'s' if n != 1 else ''}: recover the run to replay "
                f"{'them' if n != 1 else 'it'}")
@@ -289,10 +306,19 @@ async def clear_action(request: Request) -> Response:
     form = await _form(request)
     if form.get("confirm") != [run_id]:
         return RedirectResponse(f"/runs/{quote(run_id)}/clear", status_code=303)
-    result = await anyio.to_thread.run_sync(lambda: reports.clear(ui.client, [run_id], False))
+    cleared = await anyio.to_thread.run_sync(lambda: jobs_clear.clear(ui.client, run_id, False))
+    result = jobs_clear.report({run_id: cleared})
     ui.processes.forget(run_id)
     n = len(result["removed"][run_id])
     return RedirectResponse("/?" + urlencode({"message": f"cleared {run_id}: {n} keys"}), status_code=303)
+
+
+# --- Prometheus -----------------------------------------------------------------------------
+def metrics_page(request: Request) -> Response:
+    """Every run's metrics (recovery/jobs/metrics.py). The token is checked as on every request
+    (security.py): Prometheus sends it as `Authorization: Bearer TOKEN`."""
+    body, content_type = metrics.exposition(request.app.state.metrics)
+    return Response(body, media_type=content_type)
 
 
 # --- JSON API -------------------------------------------------------------------------------
@@ -320,7 +346,7 @@ def api_component(request: Request) -> Response:
 
 
 def api_dead(request: Request) -> Response:
-    return _json(reports.dead(_ui(request).client, request.path_params["run_id"],
+    return _json(dead_letters.dead(_ui(request).client, request.path_params["run_id"],
                               request.query_params.get("component") or None))
 
 
@@ -341,7 +367,7 @@ async def api_requeue(request: Request) -> Response:
         return _json({"error": '"component" must be a component id'}, 400)
     run_id = request.path_params["run_id"]
     return _json(await anyio.to_thread.run_sync(
-        lambda: reports.requeue(ui.client, run_id, component, selected)))
+        lambda: dead_letters.requeue(ui.client, run_id, component, selected)))
 
 
 def api_recover(request: Request) -> Response:
@@ -356,7 +382,7 @@ def api_clear(request: Request) -> Response:
     ui = _ui(request)
     run_id = request.path_params["run_id"]
     force = request.query_params.get("force") in ("1", "true")
-    result = reports.clear(ui.client, [run_id], force)
+    result = jobs_clear.report({run_id: jobs_clear.clear(ui.client, run_id, force)})
     ui.processes.forget(run_id)
     return _json(result)
 
@@ -385,7 +411,7 @@ async def http_error(request: Request, err: Exception) -> Response:
 
 
 def _refusal(ui: UI, path: str, status: int, message: str) -> Response:
-    if path.startswith("/api/"):
+    if wants_json(path):
         return _json({"error": message}, status)
     html = ui.templates.get_template("error.html").render(message=message)
     return HTMLResponse(html, status_code=status)
@@ -421,15 +447,17 @@ class _GuardedStarlette(Starlette):
 
 def create_app(client: Redis, redis_url: str, log_dir: Path, *, host: str = "127.0.0.1",
                port: int | None = None, token: str | None = None,
-               allowed_hosts: tuple[str, ...] = ()) -> Starlette:
+               allowed_hosts: tuple[str, ...] = (), no_token: bool = False) -> Starlette:
     """The web view over `client` (whose URL, `redis_url`, the recover processes get), served
     on `host`:`port` (the Host headers it answers to; None: any port, for an in-process test
     client). `token` is the per-server secret (else $RECOVERY_UI_TOKEN, else a new random one),
-    in `app.state.token`; a non-loopback `host` needs it on every request (security.py)."""
+    in `app.state.token`, needed on every request (security.py) unless `no_token` (loopback only)."""
     run = "/runs/{run_id:str}"
     api = "/api/v1/runs/{run_id:str}"
     routes: list[BaseRoute] = [
         _route("/", runs_page),
+        _route(LOGIN_PATH, login_page),
+        _route(LOGIN_PATH, login_action, methods=["POST"]),
         _route(run, run_page),
         _route(run + "/events", run_events),
         _route(run + "/dead", dead_page),
@@ -437,6 +465,7 @@ def create_app(client: Redis, redis_url: str, log_dir: Path, *, host: str = "127
         _route(run + "/recover", recover_action, methods=["POST"]),
         _route(run + "/clear", clear_page),
         _route(run + "/clear", clear_action, methods=["POST"]),
+        _route("/metrics", metrics_page),
         _route("/api/v1/runs", api_runs),
         _route(api, api_run),
         _route(api, api_clear, methods=["DELETE"]),
@@ -452,9 +481,11 @@ def create_app(client: Redis, redis_url: str, log_dir: Path, *, host: str = "127
     routes.append(Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"))
     app = _GuardedStarlette(routes=routes, exception_handlers={RecoveryError: recovery_error,
                                                                HTTPException: http_error})
-    if token is None and os.environ.get(TOKEN_ENV):
-        token = check_token(os.environ[TOKEN_ENV])
-    guard = Guard.for_server(host, port, token, allowed_hosts)
+    env_token = environment().ui_token
+    if token is None and env_token:
+        token = check_token(env_token)
+    guard = Guard.for_server(host, port, token, allowed_hosts, no_token)
     app.state.ui = UI(client, redis_url, log_dir, guard)
     app.state.token = guard.token
+    app.state.metrics = metrics.registry_for(client)
     return app

@@ -8,15 +8,22 @@ there, `data-failed` / `data-dead` counts, so that tests and stylesheets can fin
 """
 from __future__ import annotations
 
+import html
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from html import escape
 
 from recovery.model.render import chains_of, describe_impl, edge_label, stages
 from recovery.model.synthesis import is_queue_spout
 from recovery.model.workflow import SinkImpl, Workflow
+from recovery.visible import visible
 
 NODE_W, NODE_H = 150, 66
+
+
+def escape(text: str) -> str:
+    """`text` for SVG text and attributes: HTML-escaped, control characters as the pages show them."""
+    return html.escape(visible(text, multiline=True))
+
 COL_GAP, ROW_GAP, PAD = 84, 26, 16
 
 

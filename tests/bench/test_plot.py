@@ -146,7 +146,7 @@ def test_where_results_go(given, expected):
 
 
 def _with_chains(folder: Path) -> Path:
-    """The fixture's results as the benches write them since issue 20: every variant of
+    """The fixture's results as the benches write them with chaining: every variant of
     tracking_overhead also unchained, framework_cost's chained figures."""
     results = fixture_results(folder)
     for name, kinds in (("tracking_overhead", ("tracked", "untracked", "plain")),

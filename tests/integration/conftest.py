@@ -2,9 +2,12 @@
 of the example workflows in a temporary folder (sinks write next to the XML)."""
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import signal
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -47,6 +50,14 @@ def copy_workflow(name: str, dest: Path) -> Path:
     return dest / f"{name}.xml"
 
 
+def with_absolute_paths(xml: Path) -> Path:
+    """The workflow file with its relative `path=` attributes made absolute (against its folder),
+    as a submit to a cluster's master needs them: a mount every host shares."""
+    text = re.sub(r'\bpath="(?![/"]|[A-Za-z][A-Za-z0-9+.-]*:)', f'path="{xml.parent}/', xml.read_text())
+    xml.write_text(text)
+    return xml
+
+
 def with_config(wf: Any, **props: str) -> Any:
     merged = dict(wf.config)
     merged.update({k.replace("__", "."): v for k, v in props.items()})
@@ -68,6 +79,16 @@ def sink_records(folder: Path) -> list[str]:
     """A jsonl sink's contents as a sorted list of canonical JSON lines (a multiset)."""
     import json
     return sorted(json.dumps(r, sort_keys=True) for r in read_jsonl_dir(str(folder)))
+
+
+def start_submit(redis_url: str, xml: Path, run_id: str, props: dict[str, str], *options: str) -> subprocess.Popen:
+    """A CLI `submit` of `xml` under `run_id` with `-p` properties (a driver to kill), its output
+    discarded."""
+    cmd = [sys.executable, "-m", "recovery", "submit", str(xml), "--run-id", run_id, "--json", *options]
+    for k, v in props.items():
+        cmd += ["-p", f"{k}={v}"]
+    return subprocess.Popen(cmd, env=dict(os.environ, RECOVERY_REDIS_URL=redis_url),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def kill_when_round_0(proc: subprocess.Popen, client: Any, run_id: str,

@@ -3,7 +3,7 @@ and kill -9 of the driver change nothing in what workflows/cdn_logs_batch.xml wr
 what workflows/cdn_logs.xml (row bolts) writes for the same input."""
 from __future__ import annotations
 
-from recovery.jobs import recover
+from recovery.jobs import dead_letters, recover
 from recovery.model.graph import TaskMap
 from recovery.model.xml import parse as workflow_xml
 from recovery.tracking import keys, ledger
@@ -59,5 +59,5 @@ def test_kill_9_of_a_batch_run_then_recover_gives_what_the_row_workflow_gives(sp
     r = recover.recover(spark, redis_client, redis_url, run_id)
     assert r["status"] == "dead" and r["pending"] == 0       # only the data's bad lines are dead
     assert sink_records(tmp_path / "batch" / "out" / "cdn_logs_batch") == want
-    dead = lambda rid: sorted((d.component, d.id) for d in recover.dead_letters(redis_client, rid))  # noqa: E731
+    dead = lambda rid: sorted((d.component, d.id) for d in dead_letters.dead_letters(redis_client, rid))  # noqa: E731
     assert dead(run_id) == dead(row["run_id"]) and len(dead(run_id)) == 20

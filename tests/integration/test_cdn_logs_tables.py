@@ -6,10 +6,7 @@ back with deltalake and psycopg: nothing lost, nothing twice (the comparison `ma
 makes, recovery/demo.py)."""
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import fakeredis
@@ -20,7 +17,7 @@ from recovery.connectors import spark_source
 from recovery.jobs import recover
 from recovery.model.xml import parse as workflow_xml
 from recovery.tracking import runs
-from tests.integration.conftest import WORKFLOWS, copy_workflow, kill_when_round_0, submit
+from tests.integration.conftest import WORKFLOWS, copy_workflow, kill_when_round_0, start_submit, submit
 from tests.tables import postgres_rows
 
 NAME = "cdn_logs_tables"
@@ -76,7 +73,7 @@ def test_failures_at_a_bolt_then_recover_leave_exactly_a_failure_free_runs_recor
 
 def test_driver_killed_mid_submit_then_recover_leave_exactly_the_records_in_delta_and_postgresql(
         spark, redis_url, redis_client, postgres_url, tmp_path):
-    """Issue 18's "done when": the Parquet dataset read through Spark, failures at a bolt, the
+    """The Parquet dataset read through Spark, failures at a bolt, the
     driver killed -9 mid-submit, then `recover`: both tables hold every expected record exactly
     once. Both sinks are slowed down (seconds per task) and the driver is killed once the first
     sink task committed, so that the round stops with some sink parts written and others not."""
@@ -90,11 +87,7 @@ def test_driver_killed_mid_submit_then_recover_leave_exactly_the_records_in_delt
         props.update({f"recovery.inject.{name}.component": sink, f"recovery.inject.{name}.mode": "slow",
                       f"recovery.inject.{name}.delay.ms": "15"})
     run_id = "cdn-tables-crash"
-    cmd = [sys.executable, "-m", "recovery", "submit", str(xml), "--run-id", run_id, "--json"]
-    for k, v in props.items():
-        cmd += ["-p", f"{k}={v}"]
-    proc = subprocess.Popen(cmd, env=dict(os.environ, RECOVERY_REDIS_URL=redis_url),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = start_submit(redis_url, xml, run_id, props)
     sinks = {"output:0", "output:1", "pg:0", "pg:1"}
     done = kill_when_round_0(proc, redis_client, run_id, lambda d: bool(d & sinks), "a sink task's commit")
     assert not sinks <= done, done      # the round was cut short: a sink task had not written its part

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from recovery.engine import rounds
-from recovery.jobs import recover
+from recovery.jobs import dead_letters, recover
 from recovery.model.graph import ChainPlan, TaskMap
 from recovery.model.run import RunSpec
 from recovery.model.synthesis import synthesize
@@ -92,7 +92,7 @@ def test_a_chained_run_writes_counts_fails_and_recovers_what_the_unchained_run_d
     assert _out(tmp_path, "chained") == _out(tmp_path, "plain")
     state = lambda rid: redis_client.hgetall(keys.state(rid, "aggregate"))   # noqa: E731
     assert state(chained["run_id"]) == state(plain["run_id"])
-    dead = lambda rid: sorted(json.dumps(d.values) for d in recover.dead_letters(redis_client, rid))   # noqa: E731
+    dead = lambda rid: sorted(json.dumps(d.values) for d in dead_letters.dead_letters(redis_client, rid))   # noqa: E731
     assert dead(chained["run_id"]) == dead(plain["run_id"]) != []
 
 

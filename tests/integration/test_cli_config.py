@@ -1,6 +1,6 @@
 """Configuration and submit's checks through the CLI, on the real Redis and Spark: bad -p
 values and unrunnable components are refused before anything is stored; `recover -p` mends
-a run stored with a bad value (issue 9, items 9 and 16)."""
+a run stored with a bad value."""
 from __future__ import annotations
 
 import json
@@ -99,7 +99,7 @@ def test_submit_refuses_a_missing_shell_script_in_local_mode(spark, redis_url, r
 
 
 def test_recover_p_refuses_an_injection_at_a_component_the_run_lacks(redis_url, redis_client, tmp_path):
-    """Issue 17, 2.4: `-p recovery.inject.f.component=nosuch` named no component and injected
+    """`-p recovery.inject.f.component=nosuch` named no component and injected
     nothing, silently. The run here is stored by the test kit (no Spark needed to refuse)."""
     from recovery import testing
     xml = copy_workflow("wordcount", tmp_path)

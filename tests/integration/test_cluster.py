@@ -18,7 +18,7 @@ import redis
 from recovery.controlplane.connection import connect, scan_keys
 from recovery.tracking import keys, runs, spill
 from tests.helpers import wait_for
-from tests.integration.conftest import copy_workflow, sink_records
+from tests.integration.conftest import copy_workflow, sink_records, with_absolute_paths
 
 # five JVMs (master, two workers, two executors) besides the driver's: on a loaded 2-core
 # machine the module's one test can take many minutes (it waits for states, never for time)
@@ -161,7 +161,7 @@ def test_a_diamond_with_failures_on_two_workers_spilling_to_s3_recovers_exactly(
     committed objects back and ends exact (every number's square and cube joined once, every
     line archived once), `clear` deletes the run's objects and keys."""
     client = cluster_redis
-    xml = copy_workflow("fanout", tmp_path)
+    xml = with_absolute_paths(copy_workflow("fanout", tmp_path))   # a cluster's master: no relative path
     numbers = [int(line) for line in (tmp_path / "data" / "numbers.txt").read_text().split()]
     uri = s3_bucket.uri()
     inject = {"recovery.inject.sq.component": "square", "recovery.inject.sq.rate": "0.05",

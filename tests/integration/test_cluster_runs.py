@@ -1,4 +1,4 @@
-"""Runs against a real Redis Cluster of three masters, given as ONE node's URL (issue 21): the
+"""Runs against a real Redis Cluster of three masters, given as ONE node's URL: the
 representative recovery, crash-resume, Spark-retry and `clear` tests of the single server run
 here again (the same test functions, with this module's `redis_url` and `redis_client`), plus
 what only a cluster has: a run's keys spread over every master, a master killed mid-run, a
@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from recovery.cli import main
 from recovery.controlplane import connection
-from recovery.jobs import recover
+from recovery.jobs import dead_letters, recover
 from recovery.tracking import keys, ledger, runs
 from tests.clusters import RedisCluster
 from tests.helpers import wait_for
@@ -202,7 +202,7 @@ def test_root_replay_selection_and_dead_requeue_split_by_slot_on_a_cluster(redis
     runs.update(redis_client, "split-steps", lease.generation, status=runs.DEAD)   # its driver ended
     lease.release()
 
-    assert recover.requeue_dead(redis_client, "split-steps") == 10
+    assert dead_letters.requeue_dead(redis_client, "split-steps") == 10
     assert redis_client.hlen(keys.queue("split-steps", "count", 7)) == 40
     assert redis_client.hlen(keys.dead("split-steps")) == 0 and redis_client.scard(keys.dead_roots("split-steps")) == 0
 

@@ -183,7 +183,7 @@ def test_start_failure_quotes_the_log(home, monkeypatch):
     assert _redis_pids_for(srv.socket) == []
 
 
-# ---------------------------------------------------------------- private state (issue 9, item 13)
+# ---------------------------------------------------------------- private state
 
 def _assert_private(home: Path) -> None:
     """home, its Redis folder and everything in it: 0700 folders, 0600 files and socket."""

@@ -131,7 +131,7 @@ def test_bounded_run_from_a_topic_equals_its_input_and_status_shows_lag(spark, r
 
 
 def test_a_second_bounded_submit_of_a_stream_continues_into_the_same_folders(spark, redis_url, redis_client, tmp_path):
-    """Issue 17, section 3: a topic-reading workflow's file sinks append by default, so the next
+    """A topic-reading workflow's file sinks append by default, so the next
     bounded submit (how a stream goes on from its committed offsets) is not refused for the
     folder holding the previous run's parts; the folder then holds the whole stream once."""
     xml = tmp_path / "copy.xml"

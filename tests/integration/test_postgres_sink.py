@@ -20,8 +20,8 @@ from recovery.cli import main
 from recovery.connectors.postgres import PostgresSink
 from recovery.connectors.sink_base import SinkTableError
 from recovery.connectors.sinks import check_folders
-from recovery.model.graph import TaskMap
-from recovery.model.workflow import SinkImpl
+from recovery.model.graph import TaskContext, TaskMap
+from recovery.model.workflow import SinkImpl, Workflow
 from recovery.model.xml import parse as workflow_xml
 from recovery.runtime import batch as batch_runtime
 from recovery.tracking import keys
@@ -96,15 +96,9 @@ def commit_rows_exist(url: str, schema: str) -> bool:
         return conn.execute("SELECT to_regclass(%s)", [f"{schema}.recovery_commits"]).fetchone() != (None,)
 
 
-class Context:
-    """What a sink task's context holds for the sink (runtime.task.TaskRunner._context)."""
-    def __init__(self, run_id: str, round_no: int, task_id: int):
-        self.run_id, self.round, self.task_id, self.component_id = run_id, round_no, task_id, "pg"
-
-
 def a_part(url: str, n: int) -> PostgresSink:
     sink = PostgresSink(SinkImpl(type="postgres", params=(("url", url), ("table", "events"))), ".")
-    sink.context = Context("c1", 0, 7)
+    sink.context = TaskContext(Workflow(name="pg"), "pg", 7, TaskMap({"pg": 7}, {"pg": 1}), run_id="c1", round=0)
     sink.encoded = [sink.encode(Tuple(i, "enrich", "default", 1, [i, "w"], ("n", "word"), ())) for i in range(n)]
     return sink
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from recovery.jobs import clear, recover, summary
+from recovery.jobs import clear, dead_letters, recover, summary
 from recovery.tracking import keys, runs
 from tests.integration.conftest import copy_workflow, kill_when_round_0, sink_records, submit
 from tests.integration.test_engine import run_keys, wordcount_reference
@@ -59,7 +59,7 @@ def test_permanent_failures_end_dead_after_max_attempts_and_recover_terminates(s
     r = recover.recover(spark, redis_client, redis_url, s["run_id"], max_rounds=10)
     assert r["rounds"] == 2 and r["status"] == "dead"
     assert r["dead_tuples"] == n_failed and r["pending"] == 0 and r["dead"] > 0
-    dead = recover.dead_letters(redis_client, s["run_id"])
+    dead = dead_letters.dead_letters(redis_client, s["run_id"])
     assert len(dead) == n_failed
     assert all(d.attempt == 3 and "injected permanent failure" in d.error for d in dead)
     assert all(d.values[0] == "acker" for d in dead)
@@ -67,7 +67,7 @@ def test_permanent_failures_end_dead_after_max_attempts_and_recover_terminates(s
     again = recover.recover(spark, redis_client, redis_url, s["run_id"])
     assert again["rounds"] == 0
     # requeue after "fixing the cause" (here: nothing fixed, so they die again, attempts fresh)
-    assert recover.requeue_dead(redis_client, s["run_id"]) == n_failed
+    assert dead_letters.requeue_dead(redis_client, s["run_id"]) == n_failed
     assert summary.summarize(redis_client, s["run_id"])["failed"] > 0
     third = recover.recover(spark, redis_client, redis_url, s["run_id"])
     assert third["rounds"] == 3 and third["dead_tuples"] == n_failed
@@ -104,7 +104,7 @@ def test_clear_removes_every_key_of_the_run_and_nothing_else(spark, redis_url, r
     redis_client.set("unrelated:key", "1")
     before_b = {k: redis_client.dump(k) for k in run_keys(redis_client, b["run_id"])}
     assert len(run_keys(redis_client, a["run_id"])) > 2
-    removed = clear.clear(redis_client, a["run_id"])
+    removed = clear.clear(redis_client, a["run_id"]).keys
     assert keys.run_record(a["run_id"]) in removed
     assert run_keys(redis_client, a["run_id"]) == set()
     assert not redis_client.exists(keys.run_record(a["run_id"]))

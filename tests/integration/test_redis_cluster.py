@@ -1,5 +1,5 @@
-"""A Redis Cluster given as one node's URL (issue 21), and Redis errors nothing expected, through
-the CLI (issue 17, section 3): one line and exit 2, never a traceback. Real servers from the installed redis-server: a
+"""A Redis Cluster given as one node's URL, and Redis errors nothing expected, through
+the CLI: one line and exit 2, never a traceback. Real servers from the installed redis-server: a
 cluster (tests/clusters.py, the `redis_cluster` fixture) and the session's single server."""
 from __future__ import annotations
 

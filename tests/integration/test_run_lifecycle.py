@@ -98,7 +98,7 @@ def spawn(redis_url: str, *args: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-# --- item 5 --------------------------------------------------------------------------------------
+# --- run creation is atomic -------------------------------------------------------------------
 def test_racing_creates_of_one_run_id_on_a_real_redis(redis_client):
     barrier = threading.Barrier(4)
     outcomes: list[object] = []
@@ -118,7 +118,7 @@ def test_racing_creates_of_one_run_id_on_a_real_redis(redis_client):
     assert sum(isinstance(o, RunError) and "exists already" in str(o) for o in outcomes) == 3
 
 
-# --- item 8 --------------------------------------------------------------------------------------
+# --- Redis lost under a driver ------------------------------------------------------------------
 def _own_redis(folder: Path) -> tuple[subprocess.Popen, str]:
     import redis as redis_py
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import msgpack
 
-from recovery.jobs import recover as jobs_submit
+from recovery.jobs import dead_letters
+from recovery.jobs import recover as jobs_recover
 from recovery.tracking import keys
 from tests.integration.conftest import WORKFLOWS, copy_workflow, sink_records, submit
 from tests.integration.test_engine import wordcount_reference
@@ -42,7 +43,7 @@ def test_a_tuple_failed_in_a_shell_bolt_is_recovered_by_a_fresh_process(spark, r
     # the spout heard "ack" for every complete root, and nothing yet for the pending ones
     lines = [l.split() for l in fates.read_text().splitlines()]
     assert all(what == "ack" for what, _ in lines) and len(lines) == s["complete"]
-    r = jobs_submit.recover(spark, redis_client, redis_url, s["run_id"])
+    r = jobs_recover.recover(spark, redis_client, redis_url, s["run_id"])
     assert r["status"] == "completed" and r["rounds"] == 1 and r["recovered"] == n
     # once recovered, their roots complete and the spout hears of them too: every line once
     acked = [int(i) for what, i in (l.split() for l in fates.read_text().splitlines()) if what == "ack"]
@@ -76,13 +77,13 @@ def test_a_shell_spout_emit_the_host_refuses_ends_dead_never_complete(spark, red
     assert (s["roots"], s["complete"], s["pending"], s["dead"]) == (5, 4, 0, 1)
     assert s["status"] == "dead"
     assert sink_records(tmp_path / "out" / "numbers") == sink_records_of([0, 1, 3, 4])
-    [dead] = jobs_submit.dead_letters(redis_client, s["run_id"])
+    [dead] = dead_letters.dead_letters(redis_client, s["run_id"])
     assert dead.component == "numbers" and dead.message_id == 2
     assert "undeclared stream 'nowhere'" in dead.error
     assert b'"stream": "nowhere"' in dead.raw
     logs = [msgpack.unpackb(r)[4] for r in redis_client.lrange(keys.log(s["run_id"]), 0, -1)]
     assert logs.count("fail 2") == 1
-    r = jobs_submit.recover(spark, redis_client, redis_url, s["run_id"])
+    r = jobs_recover.recover(spark, redis_client, redis_url, s["run_id"])
     assert r["rounds"] == 0 and r["dead"] == 1          # nothing to replay: it is settled
 
 

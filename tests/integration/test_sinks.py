@@ -33,7 +33,7 @@ def test_redis_hash_and_parquet_sinks_hold_every_tuple_once(spark, redis_url, re
     assert sorted(table.column("v").to_pylist()) == list(range(200))
 
 
-# --- writer modes: what a folder holds after several runs (issue 9, item 14) --------------------
+# --- writer modes: what a folder holds after several runs --------------------
 TRANSIENT_COUNT = {"recovery.inject.c.component": "count", "recovery.inject.c.rate": "0.05",
                    "recovery.retry.delay.period.ms": "10"}
 BROKEN_SPOUT = '''
@@ -136,7 +136,7 @@ def test_append_keeps_every_runs_parts(spark, redis_url, redis_client, tmp_path)
     assert sink_records(folder) == sorted(want + want)
 
 
-# --- exactness of the examples (issue 9, item 15) ------------------------------------------------
+# --- exactness of the examples ------------------------------------------------
 def test_cdn_logs_recovered_output_equals_a_failure_free_runs_record_for_record(spark, redis_url, redis_client, tmp_path):
     """What `make demo` checks (recovery/demo.py): every sink record, as a multiset, and the
     final aggregates in keyed state, after transient failures at two stages and recovery."""

@@ -1,4 +1,4 @@
-"""The spill store on a real local Spark and a real Redis (issue 11): in-flight outputs live in
+"""The spill store on a real local Spark and a real Redis: in-flight outputs live in
 spill files that the commit records reference; the guarantees of docs/guarantees.md hold with them.
 
 Each test drives a `submit` in a CLI process (local[2,3]: a task may fail and be retried) and
@@ -186,7 +186,7 @@ class Pad(BasicBolt):
 
 
 def test_a_spill_location_that_cannot_be_written_is_one_error_line_not_two(redis_url, redis_client, tmp_path):
-    """Issue 17, 2.6: a full spill disk printed its error twice, once bare (a warning logged in
+    """A full spill disk printed its error twice, once bare (a warning logged in
     the Spark worker, which has no logging set up) and once as the CLI's `error:` line. The
     disk is full for the pad tasks' Python workers alone (a file size limit set in their
     prepare), in a CLI process of its own (its workers end with it)."""

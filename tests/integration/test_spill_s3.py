@@ -1,4 +1,4 @@
-"""The spill store on S3 (issue 21, 3): a real S3-protocol endpoint on loopback (moto's server,
+"""The spill store on S3: a real S3-protocol endpoint on loopback (moto's server,
 tests/s3.py) reached through pyarrow's S3FileSystem, as a cluster reaches S3 or any service that
 speaks its protocol. S3 has no atomic rename: a task's object is written under its final key and
 counts once its commit references it. First the store alone, then the tracker's commit, then

@@ -1,4 +1,4 @@
-"""`recover --force` while the first driver is still recovering (issue 17 §2.1), on a real Redis
+"""`recover --force` while the first driver is still recovering, on a real Redis
 and real Spark: driver A is a `recovery recover` process; once A's recovery reaches a given state
 (a round under way, a round whose tasks all committed and that A is settling, a round settled,
 the next round under way), driver B takes the run over in this process and recovers it to the

@@ -1,4 +1,4 @@
-"""No silent broad `except` in recovery/ (issue 10 item 5). An `except Exception`,
+"""No silent broad `except` in recovery/. An `except Exception`,
 `except BaseException` or bare `except` (alone or in a tuple) must, in its body, re-raise or
 log through a logger (`log.*`, `logger.*`, `logging.*`), or carry on its `except` line a
 `# broad-except: <why>` comment (user code that can raise anything, a record that fails

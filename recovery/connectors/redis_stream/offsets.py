@@ -3,14 +3,18 @@ consumer) and the commit of the ends once the round settled."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 from typing import Any
 
+import redis
 from redis import Redis
 
+from recovery.connectors.redis_stream import retention
 from recovery.connectors.redis_stream.topics import (
     TopicError,
+    committed_offsets,
     consumer_name,
     log_spouts,
     partition_bounds,
@@ -24,16 +28,14 @@ from recovery.model.record import RunRecord
 from recovery.model.workflow import Component, Workflow
 from recovery.tracking import keys, runs
 
+log = logging.getLogger(__name__)
+
 
 def assign_partitions(num_partitions: int, total_tasks: int, task_index: int) -> list[int]:
     """KafkaUtils.calculatePartitionsForTask: indexes task_index, task_index + total_tasks, ..."""
     if total_tasks < 1 or not 0 <= task_index < total_tasks:
         raise ValueError(f"task index {task_index} out of range for {total_tasks} tasks")
     return list(range(task_index, num_partitions, total_tasks))
-
-
-def committed_offsets(client: Redis, consumer: str, topic: str) -> dict[int, int]:
-    return {int(k): int(v) for k, v in client.hgetall(keys.offsets(consumer, topic)).items()}
 
 
 # --- planning and committing ------------------------------------------------------------------
@@ -110,6 +112,7 @@ def plan_spout(client: Redis, wf: Workflow, spout: Component, run_id: str | None
     fmt = spout_format(client, spout)      # refused before the claim: no claim left behind
     if run_id is not None:
         _claim(client, consumer, topic, run_id)
+        retention.register_consumer(client, topic, consumer)   # trimming waits for it from now on
     committed = committed_offsets(client, consumer, topic)
     ranges: dict[int, list[int]] = {}
     for p, (first, end) in enumerate(partition_bounds(client, topic, n)):
@@ -138,8 +141,40 @@ def plan_ranges(client: Redis, wf: Workflow, run_id: str, follow: bool = False) 
     plans = {s.id: plan_spout(client, wf, s, run_id, follow) for s in log_spouts(wf)}
     source_json = json.dumps(plans, sort_keys=True)
     if any(r[1] > r[0] for plan in plans.values() for r in plan["ranges"].values()):
-        client.rpush(keys.replay_ranges(run_id), source_json)
+        key = keys.replay_ranges(run_id)
+        last = client.lindex(key, -1)
+        joined = _joined(json.loads(last), plans) if last is not None else None
+        if joined is not None:    # a follow run's next batch: the list stays one entry long
+            client.lset(key, -1, json.dumps(joined, sort_keys=True))
+        else:
+            client.rpush(key, source_json)
     return source_json
+
+
+def _joined(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any] | None:
+    """`before` and `after` as one plan when `after` reads on where `before` ended in every
+    partition (what root replay re-reads is the same); None otherwise."""
+    if before.keys() != after.keys():
+        return None
+    out = {}
+    for spout, plan in after.items():
+        old = before[spout]
+        if {k: v for k, v in old.items() if k != "ranges"} != {k: v for k, v in plan.items() if k != "ranges"} \
+                or old["ranges"].keys() != plan["ranges"].keys():
+            return None
+        ranges = {}
+        for p, (start, end, trimmed) in plan["ranges"].items():
+            o_start, o_end, o_trimmed = old["ranges"][p]
+            if end == start:                  # nothing read now: the range before
+                ranges[p] = [o_start, o_end, o_trimmed + trimmed]
+            elif o_end == o_start:            # nothing read before: this range
+                ranges[p] = [start, end, o_trimmed + trimmed]
+            elif start == o_end:
+                ranges[p] = [o_start, end, o_trimmed + trimmed]
+            else:
+                return None
+        out[spout] = {**plan, "ranges": ranges}
+    return out
 
 
 def planned_messages(source_json: str) -> tuple[int, int]:
@@ -147,6 +182,19 @@ def planned_messages(source_json: str) -> tuple[int, int]:
     plans = json.loads(source_json or "{}")
     rs = [r for plan in plans.values() for r in plan.get("ranges", {}).values()]
     return sum(r[1] - r[0] for r in rs), sum(r[2] for r in rs)
+
+
+def trimmed_lines(source_json: str) -> list[str]:
+    """One line per partition whose consumer's committed offset was trimmed away before it was
+    read (the plan reads from the first message left)."""
+    out = []
+    for plan in json.loads(source_json or "{}").values():
+        for p, (start, _end, trimmed) in sorted(plan.get("ranges", {}).items(), key=lambda kv: int(kv[0])):
+            if trimmed:
+                out.append(f"topic {plan['topic']!r} partition {p}: consumer {plan['consumer']!r} committed "
+                           f"offset {start - trimmed}, but the stream now starts at {start}: {trimmed} "
+                           f"messages were trimmed before they were read")
+    return out
 
 
 _COMMIT = """
@@ -164,7 +212,8 @@ return n
 
 def commit_ranges(client: Redis, wf: Workflow, source_json: str) -> None:
     """After the round settled: every root it read is complete, queued or dead, so each
-    partition's committed offset moves to its range's end (never backwards)."""
+    partition's committed offset moves to its range's end (never backwards); then each topic
+    is trimmed by its retention (retention.py)."""
     plans = json.loads(source_json or "{}")
     script = client.register_script(_COMMIT)
     for plan in plans.values():
@@ -173,3 +222,10 @@ def commit_ranges(client: Redis, wf: Workflow, source_json: str) -> None:
             args += [int(p), int(r[1])]
         if args:
             script(keys=[keys.offsets(plan["consumer"], plan["topic"])], args=args)
+    for topic in sorted({plan["topic"] for plan in plans.values()}):
+        try:
+            retention.apply_retention(client, topic)   # what every consumer has committed may go
+        except (redis.ResponseError, RecoveryError) as err:
+            # trimming is housekeeping: a server that refuses it (XTRIM MINID needs Redis 6.2),
+            # or a policy stored by hand that does not parse, never fails a settled round
+            log.warning("topic %r was not trimmed by its retention: %s", topic, err)

@@ -1,19 +1,25 @@
-"""What the CLI shows about a run's log source: per-partition lag and warnings."""
+"""What the CLI shows about a run's log source (per-partition lag and warnings) and about topics
+(`recovery topics`)."""
 from __future__ import annotations
 
 from typing import Any
 
 from redis import Redis
 
-from recovery.connectors.redis_stream.offsets import committed_offsets
+from recovery.connectors.redis_stream import retention
 from recovery.connectors.redis_stream.topics import (
+    committed_offsets,
     consumer_name,
     log_spouts,
     partition_bounds,
     source_param,
+    text_of,
+    topic_info,
     topic_partitions,
 )
+from recovery.controlplane.connection import scan_keys
 from recovery.model.workflow import Workflow
+from recovery.tracking import keys
 
 
 # --- reporting ---------------------------------------------------------------------------------
@@ -63,4 +69,54 @@ def format_report(rows: list[dict[str, Any]]) -> list[str]:
         extra = f"  (trimmed {r['trimmed']})" if r.get("trimmed") else ""
         lines.append(f"{r['spout']} <- {r['topic']}[{r['partition']}]  task {r['task_index']}  "
                      f"committed {r['committed']}  end {r['end']}  lag {r['lag']}{extra}")
+    return lines
+
+
+# --- topics ------------------------------------------------------------------------------------
+def topic_names(client: Redis) -> list[str]:
+    """Every topic in this Redis (a SCAN for their metadata keys, on every master of a cluster)."""
+    head = keys.topic_meta("T")[:-2]          # "<prefix>topic:{"
+    names = set()
+    for raw in scan_keys(client, head + "*}"):
+        name = text_of(raw)[len(head):-1]
+        if "{" not in name and "}" not in name:
+            names.add(name)
+    return sorted(names)
+
+
+def topic_report(client: Redis, topic: str) -> dict[str, Any] | None:
+    """A topic's partitions (first offset stored, end, length), retention and consumers (each
+    one's committed offsets and lag); None when it does not exist."""
+    info = topic_info(client, topic)
+    if info is None:
+        return None
+    n = info["partitions"]
+    policy = retention.topic_retention(client, topic)
+    bounds = partition_bounds(client, topic, n)
+    with client.pipeline(transaction=False) as pipe:
+        for p in range(n):
+            pipe.xlen(keys.topic_partition(topic, p))
+        lengths = pipe.execute()
+    consumers = []
+    for name in retention.known_consumers(client, topic):
+        committed = committed_offsets(client, name, topic)
+        consumers.append({"consumer": name, "committed": {str(p): committed.get(p, 0) for p in range(n)},
+                          "lag": sum(max(0, end - committed.get(p, 0)) for p, (_, end) in enumerate(bounds))})
+    return {**info, "retention": policy.text if policy else None,
+            "messages": sum(int(x) for x in lengths),
+            "partition_offsets": [{"partition": p, "first": first, "end": end, "length": int(lengths[p])}
+                                  for p, (first, end) in enumerate(bounds)],
+            "consumers": consumers}
+
+
+def format_topic(t: dict[str, Any]) -> list[str]:
+    kept = t["retention"] or "every message (no retention)"
+    lines = [f"{t['topic']}  {t['partitions']} partition{'s' if t['partitions'] != 1 else ''}  "
+             f"{t['messages']} messages stored  retention: {kept}"]
+    for p in t["partition_offsets"]:
+        first = "-" if p["first"] is None else p["first"]
+        lines.append(f"  [{p['partition']}] first {first}  end {p['end']}  stored {p['length']}")
+    for c in t["consumers"]:
+        offs = ", ".join(f"{p}: {o}" for p, o in c["committed"].items())
+        lines.append(f"  consumer {c['consumer']}: committed {{{offs}}}  lag {c['lag']}")
     return lines

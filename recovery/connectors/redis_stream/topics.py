@@ -73,6 +73,10 @@ def topic_info(client: Redis, topic: str) -> dict[str, Any] | None:
             "created": float(info.get("created") or 0)}
 
 
+def committed_offsets(client: Redis, consumer: str, topic: str) -> dict[int, int]:
+    return {int(k): int(v) for k, v in client.hgetall(keys.offsets(consumer, topic)).items()}
+
+
 def topic_partitions(client: Redis, topic: str) -> int | None:
     raw = client.hget(keys.topic_meta(topic), "partitions")
     return int(raw) if raw is not None else None
@@ -152,7 +156,8 @@ def partition_bounds(client: Redis, topic: str, partitions: int) -> list[tuple[i
 
 # --- producing -------------------------------------------------------------------------------
 # Appends a batch to one partition atomically with consecutive offsets after the last one
-# (the meta counter survives a stream trimmed to nothing).
+# (the meta counter survives a stream trimmed to nothing), and notes when the batch was written
+# (its first offset in the partition's times: what an age retention trims by).
 _APPEND = """
 local field = 'next:' .. ARGV[1]
 local nxt = tonumber(redis.call('HGET', KEYS[1], field) or '0')
@@ -161,7 +166,10 @@ if #top > 0 then
   local ms = tonumber(string.match(top[1][1], '^(%d+)'))
   if ms + 1 > nxt then nxt = ms + 1 end
 end
-for i = 2, #ARGV do
+if #ARGV > 2 then
+  redis.call('ZADD', KEYS[3], ARGV[2], string.format('%d', nxt))
+end
+for i = 3, #ARGV do
   redis.call('XADD', KEYS[2], string.format('%d-1', nxt), 'v', ARGV[i])
   nxt = nxt + 1
 end
@@ -197,7 +205,8 @@ def produce(client: Redis, topic: str, records: Iterable[tuple[Any, bytes]], par
     def flush(p: int) -> None:
         nonlocal queued
         if buffers[p]:
-            script(keys=[meta, keys.topic_partition(topic, p)], args=[p, *buffers[p]], client=target)
+            script(keys=[meta, keys.topic_partition(topic, p), keys.topic_times(topic, p)],
+                   args=[p, repr(time.time()), *buffers[p]], client=target)
             counts[p] += len(buffers[p])
             queued += 1
             buffers[p] = []

@@ -6,6 +6,7 @@ graph's checks (recovery/model/xml/check.py). Each problem is a WorkflowError na
 and the line of the element at fault."""
 from __future__ import annotations
 
+import os
 import re
 from urllib.parse import parse_qsl, urlsplit
 
@@ -27,6 +28,7 @@ from recovery.model.workflow import (
     Component,
     Grouping,
     Input,
+    Resources,
     ShellImpl,
     SinkImpl,
     SourceImpl,
@@ -318,12 +320,16 @@ def build_workflow(root: etree._Element, file: str | None, base_dir: str | None,
     """The model of a validated document (`file` names it in errors); with `check_paths`, the
     files its sources read must exist under `base_dir`."""
     config: tuple[tuple[str, str], ...] = ()
+    resources = Resources()
     comps: list[Component] = []
     lines: dict[str, ElementLines] = {}
     for el in children(root):
         name = local_name(el)
         if name == "config":
             config = _props(el, file, "workflow")
+            continue
+        if name == "resources":
+            resources = _resources(el, file)
             continue
         cid = _required(el, "id")
         if cid in lines:
@@ -337,5 +343,21 @@ def build_workflow(root: etree._Element, file: str | None, base_dir: str | None,
     check_table_sinks(comps, lines, file)
     if check_paths and base_dir is not None:
         check_source_paths(comps, lines, base_dir, file)
-    return Workflow(name=root.get("name"), config=config, components=tuple(comps),
+    return Workflow(name=root.get("name"), config=config, resources=resources, components=tuple(comps),
                     base_dir=base_dir)
+
+
+def _resources(el: etree._Element, file: str | None) -> Resources:
+    """`<resources>`: an include's path stays inside the workflow's folder (relative, no `..`)."""
+    include, exclude = [], []
+    for child in children(el):
+        if local_name(child) == "include":
+            path = _required(child, "path")
+            parts = path.replace("\\", "/").split("/")
+            if path.startswith("/") or os.path.isabs(path) or ".." in parts:
+                raise WorkflowError(f"<include path={path!r}>: give a path inside the workflow's folder "
+                                    "(relative, without '..')", file, child.sourceline)
+            include.append(path)
+        else:
+            exclude.append(_required(child, "pattern"))
+    return Resources(include=tuple(include), exclude=tuple(exclude))

@@ -110,9 +110,10 @@ def check_source_paths(comps: list[Component], lines: dict[str, ElementLines], b
         if not isinstance(c.impl, SourceImpl):
             continue
         path = c.impl.param("path") or ""
-        # a spark source's path may be a URI (s3://, hdfs://, file://) or use Hadoop's {a,b}
-        # globs: only plain local ones are checked
-        if c.impl.type == "file" or (c.impl.type == "spark" and path and not is_uri(path) and "{" not in path):
+        # a path may be a URI (s3://, hdfs://, file://), a spark source's may use Hadoop's
+        # {a,b} globs: only plain local ones are checked
+        if c.impl.type == "file" and not is_uri(path) or (
+                c.impl.type == "spark" and path and not is_uri(path) and "{" not in path):
             full = path if os.path.isabs(path) else os.path.join(base_dir, path)
             exists = (bool(glob.glob(full)) if glob.has_magic(full) else os.path.exists(full))
             if not exists:

@@ -40,6 +40,12 @@ def to_xml(wf: Workflow) -> str:
         root = etree.Element(_NS + "workflow", nsmap={None: NAMESPACE})
         root.set("name", wf.name)
         _config(root, wf.config)
+        if wf.resources.include or wf.resources.exclude:
+            res = _el(root, "resources", ())
+            for path in wf.resources.include:
+                _el(res, "include", (("path", path),))
+            for pattern in wf.resources.exclude:
+                _el(res, "exclude", (("pattern", pattern),))
         for c in wf.components:
             attrs = [("id", c.id), ("parallelism", str(c.parallelism))]
             if isinstance(c.impl, ClassImpl):

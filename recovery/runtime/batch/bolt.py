@@ -1,4 +1,4 @@
-"""The batch bolt driver: a BatchBolt's task, the row runtime's semantics a batch at a time.
+"""The batch bolt's task loop: a BatchBolt's task, the row runtime's semantics a batch at a time.
 
 Input tuples are gathered per (source component, stream) into batches of at most
 `recovery.batch.size` rows and handed to `process_batch` as pyarrow.RecordBatches; what a
@@ -43,7 +43,7 @@ def run(runner: BatchHost, records: Records) -> Iterator[Output]:
     if bolt is None:
         return
     collector, size = runner.collector, runner.batch_size
-    driver = _BatchBoltDriver(runner, bolt)
+    loop = _BatchBoltLoop(runner, bolt)
     pending: dict[tuple[str, str, bool], tuple[list[Rows], int]] = {}
     runner.timeouts.start(bolt)
     try:
@@ -58,13 +58,13 @@ def run(runner: BatchHost, records: Records) -> Iterator[Output]:
             rows = Rows.concat(parts)
             full = n - n % size
             for lo in range(0, full, size):
-                driver.run_batch(rows.part(lo, lo + size))
+                loop.run_batch(rows.part(lo, lo + size))
             if full < n:
                 pending[key] = ([rows.part(full, n)], n - full)
             if collector.ready:
                 yield from collector.take_ready()
         for parts, _ in pending.values():
-            driver.run_batch(Rows.concat(parts))
+            loop.run_batch(Rows.concat(parts))
     finally:
         runner.timeouts.stop()
     try:
@@ -78,7 +78,7 @@ def run(runner: BatchHost, records: Records) -> Iterator[Output]:
     yield from runner.finish(started)
 
 
-class _BatchBoltDriver:
+class _BatchBoltLoop:
     """Runs the batches of one task through its prepared BatchBolt."""
 
     def __init__(self, runner: BatchHost, bolt: Any):

@@ -19,10 +19,10 @@ def is_batch_component(comp: Component, wf: Workflow) -> bool:
         return is_batch_sink(comp, wf)
     if impl.kind != "class":
         return False
-    key = (wf.base_dir, impl.ref)
+    key = (wf.code_folder, impl.ref)
     got = _is_batch.get(key)
     if got is None:
-        got = _is_batch[key] = issubclass(load_class(impl.ref, wf.base_dir), (BatchBolt, BatchSpout))
+        got = _is_batch[key] = issubclass(load_class(impl.ref, wf.code_folder), (BatchBolt, BatchSpout))
     return got
 
 

@@ -1,5 +1,5 @@
-"""What the batch drivers (bolt.py, sink.py) use of the task runner that runs them: a
-BatchTaskRunner (runner.py) is one. The runner imports the drivers and the drivers import only
+"""What the batch task loops (bolt.py, sink.py) use of the task runner that runs them: a
+BatchTaskRunner (runner.py) is one. The runner imports the loops and the loops import only
 this protocol, so the dependency goes one way."""
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from recovery.tracking.state import KeyedState
 
 
 class BatchHost(Protocol):
-    """A batch component's task, as its driver sees it."""
+    """A batch component's task, as its task loop sees it."""
 
     @property
     def comp(self) -> Component: ...

@@ -1,4 +1,4 @@
-"""The batch sink driver: a built-in sink whose inputs are all batch components
+"""The batch sink's task loop: a built-in sink whose inputs are all batch components
 (runtime.batch.checks.is_batch_sink) gets their Arrow chunks and writes the columns as they
 are, with the row sink's bytes and guarantees.
 
@@ -111,7 +111,7 @@ class _TimedWrite:
         self.expired = False     # the deadline passed at the publish point: nothing was published
 
     def run(self, chunks: list[Any]) -> None:
-        fence = getattr(self.context, "fence", None)
+        fence = self.context.fence
         self.deadline = timeouts.clock() + self.limits.timeout
 
         def fence_in_time() -> None:

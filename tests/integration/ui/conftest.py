@@ -37,9 +37,10 @@ document.addEventListener("securitypolicyviolation", (e) =>
 
 
 @pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
-    """A fresh page; the test fails if any page it opened broke the Content-Security-Policy
-    (a `securitypolicyviolation` event, or Chromium's console error about one)."""
+def blank_page(browser: Any) -> Iterator[Any]:
+    """A fresh page, in a browser context of its own (no cookie); the test fails if any page it
+    opened broke the Content-Security-Policy (a `securitypolicyviolation` event, or Chromium's
+    console error about one)."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     violations: list[str] = []
     context.expose_function("reportCspViolation", lambda text: violations.append(text))
@@ -55,3 +56,14 @@ def page(browser: Any) -> Iterator[Any]:
     finally:
         context.close()
     assert not violations, f"the pages broke their Content-Security-Policy or threw: {violations}"
+
+
+@pytest.fixture
+def page(blank_page: Any, ui_server: BackgroundServer) -> Any:
+    """A fresh page logged in to `ui_server` as a user is: by opening the URL `recovery ui`
+    prints, which trades the token for a session cookie and drops it from the address bar."""
+    from playwright.sync_api import expect
+    blank_page.goto(ui_server.printed_url)
+    expect(blank_page).to_have_url(ui_server.url + "/")
+    expect(blank_page.locator("h1")).to_have_text("Runs")
+    return blank_page

@@ -1,4 +1,4 @@
-"""The run commands' run ids through click's CliRunner (issue 17, 2.2): an unsafe run id is
+"""The run commands' run ids through click's CliRunner: an unsafe run id is
 one line and exit 2 as it is parsed, before Redis (here unreachable) or Spark is touched."""
 from __future__ import annotations
 

@@ -157,7 +157,7 @@ def test_graph_draws_a_workflow_whose_data_is_not_there_yet():
     assert "source file (path=data/no-such-file.txt)" in result.stdout
 
 
-# ------------------------------------------- properties on the command line (issue 9, item 9)
+# ------------------------------------------- properties on the command line
 
 @pytest.mark.parametrize("prop,part", [
     ("recovery.max.attempts=abc", "-p recovery.max.attempts=abc: recovery.max.attempts must be "

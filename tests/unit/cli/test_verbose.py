@@ -44,8 +44,8 @@ def test_verbose_logs_the_round_on_stderr_and_json_stays_on_stdout(echo_workflow
     assert result.exit_code == 0, result.stderr
     summary = json.loads(result.stdout)   # nothing but the JSON object on stdout
     assert summary["run_id"] == "echo-v" and summary["status"] == "completed"
-    assert "INFO recovery.jobs.driver: run echo-v submit: starting" in result.stderr
-    assert "INFO recovery.jobs.driver: run echo-v submit ended: completed" in result.stderr
+    assert "INFO recovery.jobs.settle: run echo-v submit: starting" in result.stderr
+    assert "INFO recovery.jobs.settle: run echo-v submit ended: completed" in result.stderr
     assert "INFO recovery.controlplane.connection: connected to Redis at" in result.stderr
     assert ("DEBUG recovery." in result.stderr) == (verbose == ["-vv"])
 
@@ -54,7 +54,7 @@ def test_without_verbose_stderr_has_no_log(echo_workflow, redis_url):
     result = submit(["submit", echo_workflow, "--redis", redis_url, "--run-id", "echo-q", "--json"])
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["status"] == "completed"
-    assert "recovery.jobs.driver" not in result.stderr
+    assert "recovery.jobs.settle" not in result.stderr
 
 
 def test_the_logger_is_left_as_it_was_after_the_command(echo_workflow, redis_url):

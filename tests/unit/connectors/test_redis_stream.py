@@ -153,8 +153,8 @@ def _fill(client, topic: str, partitions: int, per_partition: list[int]) -> None
     script = client.register_script(topics._APPEND)
     for p, n in enumerate(per_partition):
         if n:
-            script(keys=[keys.topic_meta(topic), keys.topic_partition(topic, p)],
-                   args=[p, *[f"p{p}-m{i}".encode() for i in range(n)]])
+            script(keys=[keys.topic_meta(topic), keys.topic_partition(topic, p), keys.topic_times(topic, p)],
+                   args=[p, "0", *[f"p{p}-m{i}".encode() for i in range(n)]])
 
 
 def test_bounded_plan_reads_from_committed_to_the_end_and_commit_moves_on(fake_redis):
@@ -375,7 +375,7 @@ def test_an_unknown_format_is_an_error_before_anything_runs(fake_redis):
 
 @pytest.mark.parametrize("topic", ["a:1", "a/b", "{t}", "*", "", ".."])
 def test_a_topic_name_outside_kafka_s_alphabet_is_refused_and_nothing_is_written(fake_redis, topic):
-    """Topics name keys (issue 17, 2.2): "a:1" would be topic "a"'s partition 1."""
+    """Topics name keys: "a:1" would be topic "a"'s partition 1."""
     with pytest.raises(RecoveryError, match="(invalid|bad) topic name"):
         topics.produce(fake_redis, topic, [("k", b"x")], 2)
     with pytest.raises(RecoveryError, match="invalid topic name"):

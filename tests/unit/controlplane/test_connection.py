@@ -205,7 +205,7 @@ def test_stop_when_not_running(tmp_path):
     assert embedded.EmbeddedServer(tmp_path).stop() is False
 
 
-# ---------------------------------------------------------------- private state (issue 9, item 13)
+# ---------------------------------------------------------------- private state
 
 def _owned_by_someone_else(path: Path, monkeypatch) -> None:
     """Make ``path`` another user's: chown to nobody as root (CI), else pretend to be another uid."""
@@ -350,3 +350,41 @@ def test_a_cluster_node_behind_a_unix_socket_is_refused_in_one_line():
     with pytest.raises(connection.RedisUnsupported) as err:
         connection._cluster_client("unix:///tmp/x.sock", "Redis at unix:///tmp/x.sock")
     assert "redis://host:port" in str(err.value) and err.value.exit_code == 2
+
+
+# --- passwords from a file or the environment, never from a command line --------------------
+
+@pytest.mark.parametrize("url, expected", [
+    ("redis://127.0.0.1:6379/0", "redis://:p%40ss%2Fw@127.0.0.1:6379/0"),
+    ("rediss://app@host:6380", "rediss://app:p%40ss%2Fw@host:6380"),
+    ("unix:///run/redis.sock?db=1", "unix:///run/redis.sock?db=1&password=p%40ss%2Fw"),
+    ("redis://:given@host:6379", "redis://:given@host:6379"),             # the URL's own wins
+    ("unix:///run/redis.sock?password=given", "unix:///run/redis.sock?password=given"),
+])
+def test_a_url_without_a_password_takes_the_environments(url, expected, monkeypatch, tmp_path):
+    monkeypatch.delenv(connection.PASSWORD_FILE_ENV, raising=False)
+    monkeypatch.setenv(connection.PASSWORD_ENV, "p@ss/w")
+    assert connection.with_password(url) == expected
+    secret = tmp_path / "password"
+    secret.write_text("p@ss/w\nignored second line\n")
+    monkeypatch.setenv(connection.PASSWORD_FILE_ENV, str(secret))
+    monkeypatch.setenv(connection.PASSWORD_ENV, "not this one")   # the file comes first
+    assert connection.with_password(url) == expected
+    assert "p@ss" not in connection.describe(connection.with_password(url))
+
+
+def test_a_password_file_that_cannot_be_read_is_one_line_without_the_password(monkeypatch, tmp_path):
+    monkeypatch.setenv(connection.PASSWORD_FILE_ENV, str(tmp_path / "missing"))
+    with pytest.raises(RedisUnavailable, match=r"^cannot read the Redis password file .*missing "
+                                               r"\(\$RECOVERY_REDIS_PASSWORD_FILE\): No such file"):
+        connection.resolve_url("redis://127.0.0.1:1")
+    (tmp_path / "empty").write_text("")
+    monkeypatch.setenv(connection.PASSWORD_FILE_ENV, str(tmp_path / "empty"))
+    with pytest.raises(RedisUnavailable, match="is empty"):
+        connection.resolve_url("redis://127.0.0.1:1")
+
+
+def test_without_a_password_anywhere_the_url_is_as_given(monkeypatch):
+    monkeypatch.delenv(connection.PASSWORD_FILE_ENV, raising=False)
+    monkeypatch.delenv(connection.PASSWORD_ENV, raising=False)
+    assert connection.with_password("redis://h:1") == "redis://h:1"

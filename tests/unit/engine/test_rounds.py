@@ -1,7 +1,7 @@
 """recovery.engine.rounds on fakeredis: clearing a settled round is fenced by the run's generation
-(issue 17 §2.1): a driver taken over removes no done marker, spill reference or spill file. A
+(`recover --force`): a driver taken over removes no done marker, spill reference or spill file. A
 round's acker counts come from its last task when it counted them under the settling driver's
-generation (issue 20 §6: no second Spark job), the same as the per-bucket job's."""
+generation, the same as the per-bucket job's."""
 from __future__ import annotations
 
 from typing import Any
@@ -61,7 +61,7 @@ def test_clear_round_of_a_cleared_run_says_cleared(fake_redis, tmp_path):
     assert not list(fake_redis.scan_iter(match=keys.runs_pattern()))
 
 
-# --- issue 20 §6: the round's counts ride in its job ---------------------------------------------
+# --- the round's counts ride in its job ---------------------------------------------
 # a third of the words fail at `shout`: queued with 3 attempts, dead with 1
 FAILING = {"recovery.inject.f.component": "shout", "recovery.inject.f.rate": "0.35",
            "recovery.retry.delay.period.ms": "0"}

@@ -1,5 +1,5 @@
 """recovery.engine.session: what the Spark driver is given before its JVM starts, without
-starting one: its files under RECOVERY_HOME are private (issue 17, 2.3)."""
+starting one: its files under RECOVERY_HOME are private."""
 from __future__ import annotations
 
 import os

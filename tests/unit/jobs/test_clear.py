@@ -26,6 +26,6 @@ def test_clear_finds_orphan_keys_of_a_run_without_record(fake_redis, monkeypatch
     assert fake_redis.get("unrelated") == b"1"
     # and `clear RUN` of an orphan alone
     fake_redis.hset(keys.task_done("gone2", 1), "mid:0", b"x")
-    assert clear.clear(fake_redis, "gone2") == [keys.task_done("gone2", 1)]
+    assert clear.clear(fake_redis, "gone2").keys == [keys.task_done("gone2", 1)]
     with pytest.raises(RunError, match="no run 'gone3'"):
         clear.clear(fake_redis, "gone3")

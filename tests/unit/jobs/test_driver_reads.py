@@ -1,4 +1,4 @@
-"""The driver holds nothing per tuple or per root (issue 11): every command the driver sends
+"""The driver holds nothing per tuple or per root: every command the driver sends
 during a recovery and a `status` is recorded on fakeredis (the Spark tasks, run in process by
 the test kit, use a client of their own), and it reads positions and counters only: no queued
 tuple, no ledger, no set of dead roots, and the same commands with 8 or 300 tuples queued.
@@ -13,8 +13,8 @@ import fakeredis
 import pytest
 
 from recovery import BasicBolt, testing
+from recovery.jobs import dead_letters, reports, summary
 from recovery.jobs import recover as jobs_recover
-from recovery.jobs import reports, summary
 from recovery.model.workflow import ClassImpl, Component, Input, StreamDef, Workflow
 from recovery.runtime import task
 from recovery.testing.local_spark import LocalSession
@@ -152,11 +152,11 @@ def test_stored_counts_equal_a_recount_after_submit_recover_and_requeue(fake_red
     testing.recover_local(run)
     s = summary.summarize(fake_redis, "c")
     assert s["status"] == runs.DEAD and s["dead"] == 11 and counted(s) == recount(fake_redis, "c")
-    assert jobs_recover.requeue_dead(fake_redis, "c", tuple_keys=[reports.dead_key(d) for d in
-                                                                  jobs_recover.dead_letters(fake_redis, "c")[:4]]) == 4
+    assert dead_letters.requeue_dead(fake_redis, "c", tuple_keys=[dead_letters.dead_key(d) for d in
+                                                                  dead_letters.dead_letters(fake_redis, "c")[:4]]) == 4
     s = summary.summarize(fake_redis, "c")
     assert (s["dead"], s["failed"]) == (7, 4) and counted(s) == recount(fake_redis, "c")
-    assert jobs_recover.requeue_dead(fake_redis, "c") == 7
+    assert dead_letters.requeue_dead(fake_redis, "c") == 7
     s = summary.summarize(fake_redis, "c")
     assert (s["dead"], s["failed"]) == (0, 11) and counted(s) == recount(fake_redis, "c")
     testing.recover_local(run)

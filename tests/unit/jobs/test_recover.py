@@ -71,14 +71,14 @@ def test_root_replay_resumed_after_a_driver_killed_while_preparing_loses_and_dou
     monkeypatch.undo()
     testing.recover_local(run, strategy="root-replay")
     assert run.interrupted is None and run.summary["status"] == runs.COMPLETED
-    # the killed round, resumed, did it all, and is counted (issue 17 §2.5)
+    # the killed round, resumed, did it all, and is counted
     assert run.summary["resumed"] and run.summary["rounds"] == 1 and run.summary["recovered"] == 30
     assert sorted(v[0] for v in run.sinks["out"]) == sorted(w.upper() for w in words)
     assert (run.summary["complete"], run.summary["pending"]) == (30, 0)
     assert not fake_redis.exists(keys.root_replay_set("rr", 1))
 
 
-# --- issue 17 §2.1: `recover --force` while the first driver still works -----------------------
+# --- `recover --force` while the first driver still works -----------------------
 class Shout(BasicBolt):
     def process(self, tup):
         self.emit([tup["word"].upper()])
@@ -165,7 +165,7 @@ def test_a_forced_take_over_fences_the_first_driver_and_the_second_finishes_exac
 
 
 def test_a_resumed_crashed_round_is_counted_in_the_summary(fake_redis, monkeypatch):
-    """Issue 17 §2.5: the driver dies after recovery round 1 ran, before it settled it; the next
+    """The driver dies after recovery round 1 ran, before it settled it; the next
     `recover` resumes that round: its summary counts it (rounds 1, recovered what the round's
     record says), in --json and in the CLI's line."""
     from recovery.jobs import reports
@@ -208,7 +208,7 @@ def _cli_on(monkeypatch: pytest.MonkeyPatch, client: Any, url: str) -> None:
     monkeypatch.setattr("recovery.engine.rounds.connection.connect", lambda redis_url, start=False: client)
 
 
-# --- issue 17 §2.1: roots in flight that no task will run ---------------------------------------
+# --- roots in flight that no task will run ---------------------------------------
 def test_roots_in_flight_with_nothing_queued_are_said_never_completed(fake_redis, monkeypatch):
     """Three roots' tuples are lost in the round (their ledger entries stay, no tuple of theirs
     is queued or dead): `status` and `recover` do not call the run completed, and say what they

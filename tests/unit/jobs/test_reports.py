@@ -10,7 +10,7 @@ import msgpack
 import pytest
 
 from recovery.errors import RunError
-from recovery.jobs import recover, reports
+from recovery.jobs import dead_letters, reports
 from recovery.model.xml import parse as workflow_xml
 from recovery.tracking import keys, runs
 
@@ -64,7 +64,7 @@ def test_runs_list_newest_first_with_workflow_and_duration(fake_redis, run):
 
 
 def test_dead_report_is_json_with_keys_and_kinds(fake_redis, run):
-    rows = reports.dead(fake_redis, run)["dead"]
+    rows = dead_letters.dead(fake_redis, run)["dead"]
     assert [r["key"] for r in rows] == ["count:1:13", "split:6:11", "split:7:12"]
     assert [r["kind"] for r in rows] == ["fail", "exception", "not acked"]
     assert rows[0]["raw"] == "raw line\n"           # bytes become text
@@ -84,28 +84,28 @@ def test_plan_report(fake_redis, run):
 
 
 def test_requeue_one_then_a_selection(fake_redis, run):
-    assert reports.requeue(fake_redis, run, tuple_keys=["split:7:12"]) == {"run_id": run, "requeued": 1}
+    assert dead_letters.requeue(fake_redis, run, tuple_keys=["split:7:12"]) == {"run_id": run, "requeued": 1}
     assert fake_redis.hexists(keys.queue(run, "split", 7), "12")
     assert msgpack.unpackb(fake_redis.hget(keys.queue(run, "split", 7), "12"))["attempt"] == 0
     assert not fake_redis.sismember(keys.dead_roots(run), "12")
     assert fake_redis.sismember(keys.failed_set(run), "split:7")
-    assert sorted(r["key"] for r in reports.dead(fake_redis, run)["dead"]) == ["count:1:13", "split:6:11"]
-    assert reports.requeue(fake_redis, run, tuple_keys=["count:1:13", "split:6:11"])["requeued"] == 2
-    assert reports.dead(fake_redis, run)["dead"] == []
+    assert sorted(r["key"] for r in dead_letters.dead(fake_redis, run)["dead"]) == ["count:1:13", "split:6:11"]
+    assert dead_letters.requeue(fake_redis, run, tuple_keys=["count:1:13", "split:6:11"])["requeued"] == 2
+    assert dead_letters.dead(fake_redis, run)["dead"] == []
     assert runs.get(fake_redis, run).status == runs.PENDING
 
 
 def test_requeue_an_unknown_tuple_names_it_and_moves_nothing(fake_redis, run):
     with pytest.raises(RunError, match="no dead tuple 'split:9:99'"):
-        reports.requeue(fake_redis, run, tuple_keys=["split:6:11", "split:9:99"])
-    assert len(reports.dead(fake_redis, run)["dead"]) == 3
+        dead_letters.requeue(fake_redis, run, tuple_keys=["split:6:11", "split:9:99"])
+    assert len(dead_letters.dead(fake_redis, run)["dead"]) == 3
 
 
 def test_requeue_refuses_a_running_run(fake_redis, run):
     runs.update(fake_redis, run, status=runs.RUNNING, driver_pid=os.getpid())
     with pytest.raises(RunError, match="still running"):
-        reports.requeue(fake_redis, run)
-    assert len(reports.dead(fake_redis, run)["dead"]) == 3
+        dead_letters.requeue(fake_redis, run)
+    assert len(dead_letters.dead(fake_redis, run)["dead"]) == 3
 
 
 class _Interleaved:
@@ -124,7 +124,7 @@ class _Interleaved:
             out = attr(key, *a, **kw)
             if key == keys.dead(self._run_id) and not self._done:
                 self._done = True
-                recover.requeue_dead(self._client, self._run_id, tuple_keys=["split:6:11"])
+                dead_letters.requeue_dead(self._client, self._run_id, tuple_keys=["split:6:11"])
                 self._client.hdel(keys.queue(self._run_id, "split", 6), "11")   # replayed, acked
             return out
         return listed
@@ -133,7 +133,7 @@ class _Interleaved:
 def test_a_tuple_requeued_meanwhile_is_not_requeued_again(fake_redis, run):
     """The stale listing must not put back a tuple another requeue already moved (and whose
     replay already completed): that would replay it twice."""
-    n = recover.requeue_dead(_Interleaved(fake_redis, run), run)
+    n = dead_letters.requeue_dead(_Interleaved(fake_redis, run), run)
     assert n == 2
     assert not fake_redis.hexists(keys.queue(run, "split", 6), "11")
 

@@ -1,5 +1,5 @@
-"""Every job that takes a run id refuses an unsafe one before it reads or writes anything
-(issue 17, 2.2): submit (the test kit's too), recover, status, plan, dead, requeue, clear.
+"""Every job that takes a run id refuses an unsafe one before it reads or writes anything:
+submit (the test kit's too), recover, status, plan, dead, requeue, clear.
 The check lives below the jobs (model/run.py check_run_id, applied where tracking/keys.py
 builds a run's keys), so the CLI, the web view and the test kit all get it."""
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 
 from recovery import BasicBolt, testing
 from recovery.jobs import clear as jobs_clear
+from recovery.jobs import dead_letters, reports
 from recovery.jobs import recover as jobs_recover
-from recovery.jobs import reports
 from recovery.jobs import submit as jobs_submit
 from recovery.model.run import RunIdError
 from recovery.model.xml.parse import parse_string
@@ -48,13 +48,12 @@ def files_under(folder: Path) -> set[str]:
     lambda c, r: reports.failed(c, r),
     lambda c, r: reports.plan(c, r),
     lambda c, r: reports.partitions(c, r),
-    lambda c, r: reports.dead(c, r),
-    lambda c, r: reports.requeue(c, r),
-    lambda c, r: reports.clear(c, [r], force=True),
+    lambda c, r: dead_letters.dead(c, r),
+    lambda c, r: dead_letters.requeue(c, r),
     lambda c, r: jobs_clear.clear(c, r, force=True),
     lambda c, r: jobs_recover.reconfigure(c, r, {"recovery.max.attempts": "5"}),
     lambda c, r: jobs_recover.recover(None, c, "redis://unused", r, force=True),
-], ids=["status", "rounds", "failed", "plan", "partitions", "dead", "requeue", "reports.clear", "clear",
+], ids=["status", "rounds", "failed", "plan", "partitions", "dead", "requeue", "clear",
         "reconfigure", "recover"])
 def test_each_job_refuses_an_unsafe_run_id_and_changes_nothing(fake_redis, job, run_id):
     create_run(fake_redis, "victim")

@@ -164,7 +164,7 @@ def test_describe_lists_every_declaration_with_help():
         "recovery.max.attempts")][:3] == ("recovery.max.attempts", "an integer >= 1", "3")
 
 
-# --- fault injection names the workflow's components (issue 17, 2.4) -----------------------------
+# --- fault injection names the workflow's components -----------------------------
 COMPONENTS = ["logs", "split", "aggregate"]
 
 

@@ -1,4 +1,4 @@
-"""recovery.model.run: what a run id may be (issue 17, 2.2). A run id names a run's Redis keys,
+"""recovery.model.run: what a run id may be. A run id names a run's Redis keys,
 its spill folder and its sinks' part files, so it must be one safe path and key segment."""
 from __future__ import annotations
 

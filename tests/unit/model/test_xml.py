@@ -326,7 +326,7 @@ def test_documented_schema_copy_is_identical_to_the_packaged_one():
         "edit recovery/model/xml/workflow.xsd and copy it to schemas/")
 
 
-# ------------------------------------------------ configuration properties (issue 9, item 9)
+# ------------------------------------------------ configuration properties
 
 def _with_config(props: str, component_props: str = "") -> str:
     comp_config = f"<config>{component_props}</config>" if component_props else ""
@@ -669,7 +669,7 @@ def test_ids_alphabet_matches_the_schema():
 
 
 def test_the_model_refuses_ids_the_schema_refuses_for_workflows_built_in_code():
-    """Ids name keys, spill folders and sink part files (issue 17, 2.2): a workflow built in
+    """Ids name keys, spill folders and sink part files: a workflow built in
     code (the test kit's users do) gets the schema's rule too."""
     impl = ClassImpl(ref="m:S")
     for bad in ("../x", "a/b", "a:b", "{t}", ".x", "", "x" * 201):

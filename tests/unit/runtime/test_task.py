@@ -9,7 +9,7 @@ import fakeredis
 import msgpack
 import pytest
 
-from recovery.jobs import driver
+from recovery.jobs import settle
 from recovery.model.run import RunSpec
 from recovery.model.workflow import ClassImpl, Component, Grouping, Input, ShellImpl, StreamDef, Workflow
 from recovery.runtime import collector, timeouts
@@ -297,19 +297,19 @@ def test_a_crashed_python_worker_is_named_as_such_not_as_an_eof_exception(fake_r
     """`recover` used to say "failed in Spark: Caused by: java.io.EOFException"."""
     spec = RunSpec("r", 2, "{}", "fake://", True)
     err = Exception(WORKER_CRASHED)
-    assert driver.spark_failure_reason(err) == (
+    assert settle.spark_failure_reason(err) == (
         "a Python worker crashed (exited unexpectedly) in Spark task 1.0 of stage 3.0 "
         "(its stderr says why)")
     # the last resort marked what it ended: the reason names that component's task
     fake_redis.sadd(keys.timed_out("r", 2, "slow", 1), 12345)
     fake_redis.sadd(keys.timed_out("r", 1, "other", 0), 1)     # another round's: not this one
-    assert driver.spark_failure_reason(err, fake_redis, spec) == (
+    assert settle.spark_failure_reason(err, fake_redis, spec) == (
         "a Python worker crashed (exited unexpectedly) in Spark task 1.0 of stage 3.0: the "
         "message timeout's last resort ended it, stuck in slow task index 1")
     # a worker's Python traceback is still read as before
     traceback_text = ("Traceback (most recent call last):\n  File \"x.py\", line 1\n"
                       "recovery.multilang.ShellError: shell component 'numbers' gave up\n")
-    assert driver.spark_failure_reason(Exception(traceback_text), fake_redis, spec) == \
+    assert settle.spark_failure_reason(Exception(traceback_text), fake_redis, spec) == \
         "recovery.multilang.ShellError: shell component 'numbers' gave up"
 
 
@@ -367,7 +367,7 @@ def test_the_collector_threshold_is_raised_while_tasks_run_and_restored_by_the_l
 
 def test_a_task_of_a_driver_taken_over_publishes_no_part_commits_nothing_and_fails_its_round(
         monkeypatch, fake_redis, tmp_path):
-    """Issue 17 §2.1: the run is taken over (`recover --force`) while its sink task is writing
+    """The run is taken over (`recover --force`) while its sink task is writing
     its part. The task checks, under the folder's lock, that its driver still owns the run
     right before it renames the part into place: it publishes nothing (its successor's task
     writes that part), commits nothing, and fails, so nothing of it flows on. A task of that

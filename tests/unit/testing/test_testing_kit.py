@@ -191,7 +191,7 @@ def test_the_readme_example_runs_as_written(monkeypatch):
 
 def test_the_kit_checks_its_config_as_submit_does_and_stores_nothing(fake_redis):
     """`config=` is `submit -p`: an injection at a component the workflow lacks would inject
-    nothing, silently (issue 17, 2.4); a bad mode would run as transient."""
+    nothing, silently; a bad mode would run as transient."""
     from recovery.model.config import PropertyError
     for config, message in (({"recovery.inject.f.component": "nosuch"},
                              r"no component 'nosuch' in this workflow \(its components: words, upper, out\)"),

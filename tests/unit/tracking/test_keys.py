@@ -1,5 +1,5 @@
-"""recovery.tracking.keys: every key is built here, so what goes into a key is checked here
-(issue 17, 2.2): run ids and topic names that could escape a folder, collide with another key
+"""recovery.tracking.keys: every key is built here, so what goes into a key is checked here:
+run ids and topic names that could escape a folder, collide with another key
 or make a SCAN pattern match other runs' keys are refused."""
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from tests.unit.run_records import create_run as _create
 from tests.unit.run_records import dead_pid as _dead_pid
 
 
-# --- item 5: creation is atomic ------------------------------------------------------------------
+# --- creation is atomic ------------------------------------------------------------------
 def test_two_racing_creates_of_one_run_id_one_is_refused(fake_redis):
     barrier = threading.Barrier(2)
     outcomes: list[object] = []
@@ -43,7 +43,7 @@ def test_two_racing_creates_of_one_run_id_one_is_refused(fake_redis):
 
 def test_submit_run_id_check_uses_the_key_prefix(fake_redis, monkeypatch, tmp_path):
     """`submit --run-id X` of an existing X is refused before Spark starts, under any prefix."""
-    monkeypatch.setattr(keys, "PREFIX", "other:")
+    monkeypatch.setenv("RECOVERY_KEY_PREFIX", "other:")
     _create(fake_redis, "dup")
     monkeypatch.setattr("recovery.cli.common.client_for", lambda url: (fake_redis, "redis://fake"))
 
@@ -60,7 +60,7 @@ def test_submit_run_id_check_uses_the_key_prefix(fake_redis, monkeypatch, tmp_pa
     assert r.exit_code == 2 and "exists already" in r.stderr and r.stderr.count("\n") == 1
 
 
-# --- item 11: leases ------------------------------------------------------------------------
+# --- leases ------------------------------------------------------------------------
 def test_a_driver_on_another_host_is_alive_while_its_lease_is_valid_then_crashed(fake_redis):
     _create(fake_redis)
     fake_redis.set(keys.lease("r1"), "elsewhere:4242:abcd", px=60_000)
@@ -106,9 +106,9 @@ def test_lease_is_refreshed_and_released(fake_redis):
     assert not fake_redis.exists(keys.lease("r1"))
 
 
-# --- item 6: counts of an unsettled round ----------------------------------------------------
-# --- item 7: one status ------------------------------------------------------------------------
-# --- item 10: fencing --------------------------------------------------------------------------
+# --- counts of an unsettled round ----------------------------------------------------
+# --- one status ------------------------------------------------------------------------
+# --- fencing --------------------------------------------------------------------------
 def _tracker(client, generation):
     conf = {"recovery.max.attempts": "3", "recovery.retry.initial.delay.ms": "0",
             "recovery.retry.delay.period.ms": "1", "recovery.retry.max.delay.ms": "1"}
@@ -147,7 +147,7 @@ def test_driver_writes_never_recreate_a_cleared_run(fake_redis):
     assert not list(fake_redis.scan_iter(match=keys.runs_pattern()))
 
 
-# --- issue 17 §2.1: a take-over fences the driver it took the run from -------------------------
+# --- a take-over fences the driver it took the run from -------------------------
 def test_a_take_over_draws_a_new_generation_and_the_old_driver_writes_nothing(fake_redis):
     old = _create(fake_redis)                       # a live driver: this process holds the lease
     rec = runs.get(fake_redis, "r1")
@@ -228,4 +228,4 @@ def test_a_cleared_run_is_still_said_cleared_not_taken_over(fake_redis):
         assert not isinstance(err.value, RunTakenOver)
 
 
-# --- item 16: stage order ----------------------------------------------------------------------
+# --- stage order ----------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""jobs.driver: a round that raises. A failed Spark job is one line naming its cause; an
+"""jobs.settle: a round that raises. A failed Spark job is one line naming its cause; an
 exception from our own driver code is not passed off as a Spark failure and keeps its traceback."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from recovery import Spout, testing
 from recovery.engine import rounds
-from recovery.jobs import driver
+from recovery.jobs import settle
 from recovery.model.workflow import ClassImpl, Component, Input, StreamDef, Workflow
 from recovery.tracking import runs
 
@@ -39,7 +39,7 @@ def test_a_bug_in_the_driver_is_not_reported_as_a_spark_failure(fake_redis, monk
     assert "failed in Spark" not in run.error
     assert "failed in the driver" in run.error and "TypeError: build() got confused" in run.error
     assert "\n" not in run.error
-    logged = [r for r in caplog.records if r.name == "recovery.jobs.driver" and r.exc_info]
+    logged = [r for r in caplog.records if r.name == "recovery.jobs.settle" and r.exc_info]
     assert logged and logged[0].exc_info[0] is TypeError
     assert "buggy_build" in caplog.text   # the traceback down to the raising frame
 
@@ -49,11 +49,11 @@ def test_a_failed_spark_job_is_still_one_line_naming_the_task_error(fake_redis, 
     run = testing.run_local(pipeline(f"{__name__}:Broken"), fake_redis)
     assert run.interrupted == "error"
     assert "failed in Spark" in run.error and "no spout today" in run.error
-    assert any(r.exc_info for r in caplog.records if r.name == "recovery.jobs.driver")
+    assert any(r.exc_info for r in caplog.records if r.name == "recovery.jobs.settle")
 
 
 @pytest.mark.parametrize(("module", "spark"), [
     ("pyspark.errors.exceptions.captured", True), ("py4j.protocol", True), ("recovery.engine.rounds", False)])
 def test_spark_failures_are_told_by_module_without_importing_pyspark(module, spark):
     err = type("SomeError", (Exception,), {"__module__": module})("boom")
-    assert driver.is_spark_failure(err) is spark
+    assert settle.is_spark_failure(err) is spark

@@ -1,4 +1,4 @@
-"""The round driver of submit, recover and follow: one round run (or resumed) on Spark, settled
+"""One round of submit, recover and follow, run (or resumed) on Spark from the driver and settled
 by the acker's counts, recorded in the run record; how a failed round is worded; and Redis lost
 under a driver, worded as resumable.
 
@@ -39,7 +39,7 @@ Progress = Callable[[str, int, int], None]
 
 @contextmanager
 def redis_lost_is_resumable(run_id: str, redis_url: str | None) -> Iterator[None]:
-    """Redis going away under a driver is one line (exit 2) saying how to resume (DESIGN 7.6):
+    """Redis going away under a driver is one line (exit 2) saying how to resume:
     what the run committed is in Redis, the rest runs again on `recover`."""
     try:
         yield
@@ -54,10 +54,6 @@ def claim_run(client: redis.Redis, run_id: str, generation: str | None, **fields
     """This process is now the run's driver (it holds the run's lease; pid and host for people)."""
     runs.update(client, run_id, generation, driver_pid=os.getpid(), driver_host=socket.gethostname(),
                 **fields)
-
-
-def uses_log_source(wf: Workflow) -> bool:
-    return any(c.impl.kind == "source" and c.impl.type == "redis-stream" for c in wf.spouts)
 
 
 def _store_error(client: redis.Redis, spec: RunSpec, reason: str) -> None:
@@ -131,7 +127,7 @@ def run_and_settle(spark: SparkSession, client: redis.Redis, wf: Workflow, spec:
     counts = engine_rounds.resolve_ledger(spark, client, spec) if spec.tracking else ledger.RootCounts()
     # (a bucket task fenced out folds nothing: its counts are no verdict, and this says why)
     runs.check_generation(client, spec.run_id, gen)
-    if spec.source_json != "{}" and uses_log_source(wf):
+    if spec.source_json != "{}" and wf.reads_topics:
         # every root read in this round is now complete, queued or dead: commit past it.
         # (log source: committed before clear_round, so a driver dying in between resumes a
         # round whose tasks are all committed, or whose ranges are committed: no re-reading)

@@ -1,0 +1,81 @@
+"""A file sink's folder at a URI (recovery/connectors/sink_objects.py): parts committed by
+marker, never by rename. Run here on the local disk as pyarrow.fs opens it (a URI folder that
+is not file:// goes this way; tests/integration/test_sinks_s3.py runs it on an S3 endpoint)."""
+from __future__ import annotations
+
+import pytest
+
+from recovery.connectors.sink_folders import part_name
+from recovery.connectors.sink_objects import ATTEMPT, COMMITTED, ObjectFolder, attempt_name, part_of
+
+PART = part_name("run-1", 0, "out", 3, "jsonl")
+
+
+def folder(tmp_path) -> ObjectFolder:
+    return ObjectFolder(f"file://{tmp_path}/out")
+
+
+def files(tmp_path) -> list[str]:
+    return sorted(str(p.relative_to(tmp_path / "out")) for p in (tmp_path / "out").rglob("*") if p.is_file())
+
+
+def test_an_attempt_s_object_is_named_by_its_part_and_a_token_of_its_own():
+    a, b = attempt_name(PART), attempt_name(PART)
+    assert a != b and ATTEMPT.match(a) and not ATTEMPT.match(PART)
+    assert a.startswith("part-run-1-r0000-out-t0003-") and a.endswith(".jsonl")
+    assert part_of(a) == part_of(b) == PART
+
+
+def test_a_commit_writes_the_object_then_the_marker_that_names_it(tmp_path):
+    at = folder(tmp_path)
+    name = at.commit(PART, lambda fh: fh.write(b'{"n": 1}\n'), None)
+    assert files(tmp_path) == sorted([name, f"{COMMITTED}/{PART}"])
+    assert (tmp_path / "out" / name).read_bytes() == b'{"n": 1}\n'
+    assert at.markers(lambda n: True) == [PART] and at.named_by(PART) == name
+    assert at.attempts() == [name]
+
+
+def test_a_retry_points_the_marker_at_its_own_object_and_removes_the_one_it_replaced(tmp_path):
+    at = folder(tmp_path)
+    first = at.commit(PART, lambda fh: fh.write(b"1\n"), None)
+    second = at.commit(PART, lambda fh: fh.write(b"2\n"), None)
+    assert first != second and at.named_by(PART) == second
+    assert files(tmp_path) == sorted([second, f"{COMMITTED}/{PART}"])
+
+
+def test_an_attempt_that_fails_or_is_fenced_leaves_no_object_and_moves_no_marker(tmp_path):
+    at = folder(tmp_path)
+    kept = at.commit(PART, lambda fh: fh.write(b"1\n"), None)
+
+    def broken(fh):
+        fh.write(b"half")
+        raise OSError("disk full")
+
+    def taken_over():
+        raise RuntimeError("run taken over")
+
+    with pytest.raises(OSError, match="disk full"):
+        at.commit(PART, broken, None)
+    with pytest.raises(RuntimeError, match="taken over"):
+        at.commit(PART, lambda fh: fh.write(b"2\n"), taken_over)
+    assert at.named_by(PART) == kept and files(tmp_path) == sorted([kept, f"{COMMITTED}/{PART}"])
+
+
+def test_a_marker_that_names_no_attempt_of_its_part_is_never_followed(tmp_path):
+    at = folder(tmp_path)
+    at.commit(PART, lambda fh: fh.write(b"1\n"), None)
+    other = attempt_name(part_name("run-1", 0, "out", 4, "jsonl"))
+    for content in ("../../etc/passwd", other, ""):
+        (tmp_path / "out" / COMMITTED / PART).write_text(content)
+        assert at.named_by(PART) is None
+    assert at.named_by(part_name("run-1", 9, "out", 3, "jsonl")) is None      # no marker
+
+
+def test_remove_parts_takes_the_markers_first_then_the_objects_and_missing_ones_are_fine(tmp_path):
+    at = folder(tmp_path)
+    committed = at.commit(PART, lambda fh: fh.write(b"1\n"), None)
+    orphan = attempt_name(PART)
+    (tmp_path / "out" / orphan).write_bytes(b"never committed")
+    at.remove_parts([PART], [orphan])
+    at.remove_parts([PART], [orphan, committed])
+    assert files(tmp_path) == [] and at.named_by(PART) is None
