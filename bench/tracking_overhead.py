@@ -103,8 +103,6 @@ def profile_task(wf, spec_url: str, client, component: str, index: int) -> None:
     from recovery.jobs import clear
     from recovery.model.graph import topological_order
     from recovery.model.run import RunSpec
-    from recovery.runtime import batch
-    from recovery.runtime.task import TaskRunner
     from recovery.tracking import runs
     wf_json = wf.to_task_json()
     feed_spec = RunSpec("profile-feed", 0, wf_json, spec_url, tracking=False)
@@ -114,12 +112,9 @@ def profile_task(wf, spec_url: str, client, component: str, index: int) -> None:
         comp = wf.component(cid)
         recs = []
         for i in range(comp.parallelism):
-            if comp.is_spout:
-                recs.extend(rounds._spout_task(feed_spec, cid, i, iter(())))
-            else:
-                mine = [kv for src in {x.source for x in comp.inputs} for kv in outputs[src]
-                        if kv[0] == (cid, i)]
-                recs.extend(rounds._bolt_task(feed_spec, cid, i, iter(mine)))
+            mine = [] if comp.is_spout else [kv for src in {x.source for x in comp.inputs}
+                                             for kv in outputs[src] if kv[0] == (cid, i)]
+            recs.extend(rounds._start(feed_spec, cid, i, iter(mine))[1])
         outputs[cid] = recs
     comp = wf.component(component)
     feed = [kv for src in {x.source for x in comp.inputs} for kv in outputs[src]
@@ -132,8 +127,7 @@ def profile_task(wf, spec_url: str, client, component: str, index: int) -> None:
         prof = cProfile.Profile()
         t0 = time.perf_counter()
         prof.enable()
-        runner = batch.BatchTaskRunner if batch.is_batch_component(comp, wf) else TaskRunner
-        out = list(runner(spec, component, index).run_bolt(iter(feed)))
+        out = list(rounds._start(spec, component, index, iter(feed))[1])
         prof.disable()
         took = time.perf_counter() - t0
         print(f"\n{component}[{index}] in-process, tracking {'on' if tracking else 'off'}: "
