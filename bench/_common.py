@@ -291,8 +291,10 @@ class _Routes:
 
 def _plain_context(wf: Any, cid: str, index: int) -> Any:
     from recovery.model.graph import TaskMap
+    # what a sink reads of its task context (its part's name, the fence it checks before it
+    # publishes a part: none here, nothing is tracked)
     return SimpleNamespace(component_id=cid, task_id=TaskMap.of(wf).task_id(cid, index), round=0,
-                           redis=None, workflow=wf)
+                           redis=None, workflow=wf, run_id="plain", fence=None)
 
 
 def _plain_spout(wf_json: str, cid: str, index: int) -> Iterator[tuple[tuple[str, int], tuple]]:
