@@ -190,10 +190,7 @@ def copy_workflow(name: str, dest: Path) -> Path:
 def load_workflow(xml: Path, config: dict[str, str] | None = None) -> Any:
     from recovery.model.xml import parse as workflow_xml
     wf = workflow_xml.load(xml, check_paths=False)
-    if config:
-        merged = dict(wf.config)
-        merged.update(config)
-        wf = wf.model_copy(update={"config": tuple(merged.items())})
+    wf = wf.with_config(config or {})
     return wf
 
 

@@ -71,6 +71,7 @@ def _ready(_: int) -> bool:
 
 def _commit_tasks(generation: str, stage: int, indexes: list[int], roots: int, tasks: int) -> int:
     """One worker process: commit the tasks `indexes` of stage `stage`; returns the roots written."""
+    from recovery.model.run import TaskIdentity
     from recovery.tracking.tracker import TaskTracker
     client = _worker["client"]
     all_roots = _roots(roots)
@@ -78,7 +79,7 @@ def _commit_tasks(generation: str, stage: int, indexes: list[int], roots: int, t
     for i in indexes:
         mine = all_roots[i::tasks]
         xors = mine ^ np.uint64(0x5DEECE66D)   # any non-zero id per root; stage 1 cancels it
-        t = TaskTracker(client, RUN_ID, 0, f"s{stage}", i, stage * tasks + i, {},
+        t = TaskTracker(client, TaskIdentity(RUN_ID, 0, f"s{stage}", i, stage * tasks + i), {},
                         generation=generation, parallelism=tasks)
         if not t.commit((mine, xors), {"executed": int(len(mine))}):
             raise RuntimeError(f"task s{stage}:{i} was fenced out")

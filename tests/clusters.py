@@ -278,7 +278,7 @@ class SparkStandalone:
                  spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
                  "--webui-port", str(_free_port()), "--cores", str(self.cores), "--memory", "2g",
                  "--work-dir", str(self.work_dir), self.url],
-                stdout=worker_log.open("w"), stderr=subprocess.STDOUT, start_new_session=True))
+                stdout=worker_log.open("w"), stderr=subprocess.STDOUT, start_new_session=True, cwd=home))
 
             def registered() -> bool:
                 for proc, log in zip(self.procs, (master_log, worker_log)):

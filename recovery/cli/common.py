@@ -13,6 +13,7 @@ from recovery.engine.session import is_local_master, session
 from recovery.environment import environment
 from recovery.errors import RecoveryError
 from recovery.jobs import follow as follow_mod
+from recovery.jobs.summary import RunSummary
 from recovery.model.run import check_run_id
 
 if TYPE_CHECKING:
@@ -94,15 +95,15 @@ class RoundProgress:
             self._progress.__exit__(*exc)
 
 
-def counts_line(s: dict[str, Any]) -> str:
+def counts_line(s: RunSummary) -> str:
     """A summary's root counts, or why they are unknown (a round not settled)."""
-    if s.get("counts_known", True) is False:
-        n = s.get("unsettled_round")
-        why = (f"round {n} running" if s["status"] == "running"
-               else f"round {n} not settled; run `recovery recover {s['run_id']}`")
+    if not s.counts_known:
+        n = s.unsettled_round
+        why = (f"round {n} running" if s.status == "running"
+               else f"round {n} not settled; run `recovery recover {s.run_id}`")
         return f"roots: unknown ({why})"
-    return (f"roots {s['roots']}: complete {s['complete']}, pending {s['pending']} "
-            f"(failed {s['failed']}, in flight {s.get('in_flight', 0)}), dead {s['dead']}")
+    return (f"roots {s.roots}: complete {s.complete}, pending {s.pending} "
+            f"(failed {s.failed}, in flight {s.in_flight or 0}), dead {s.dead}")
 
 
 def components_title(rounds: list[int]) -> str:
@@ -113,37 +114,37 @@ def components_title(rounds: list[int]) -> str:
     return f"components (rounds {rounds[0]}-{rounds[-1]}, added up)"
 
 
-def print_summary(s: dict[str, Any]) -> None:
+def print_summary(s: RunSummary) -> None:
     """A run's summary as tables; every name and error from the run as plain text (safe_text)."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
     console = Console()
-    console.print(Text.assemble("run ", rich_text(s["run_id"], "bold"), "  status ", rich_text(s["status"], "bold"),
+    console.print(Text.assemble("run ", rich_text(s.run_id, "bold"), "  status ", rich_text(s.status, "bold"),
                                 "  ", rich_text(counts_line(s))), highlight=False)
-    comps = s.get("components") or {}
+    comps = s.components
     if comps:
-        t = Table(title=components_title(s.get("components_rounds") or [0]), show_edge=False)
+        t = Table(title=components_title(s.components_rounds or [0]), show_edge=False)
         for col in ("component", "executed", "acked", "failed", "emitted", "roots", "seconds"):
             t.add_column(col, justify="left" if col == "component" else "right")
         for name, c in comps.items():
             t.add_row(rich_text(name),
                       *(rich_text(c.get(k, 0)) for k in ("executed", "acked", "failed", "emitted", "roots", "seconds")))
         console.print(t)
-    if s.get("failed_positions"):
+    if s.failed_positions:
         t = Table(title="failed positions", show_edge=False)
         for col in ("component", "task", "tuples", "sample error"):
             t.add_column(col)
-        for p in s["failed_positions"]:
+        for p in s.failed_positions:
             t.add_row(rich_text(p["component"]), rich_text(p["task"]), rich_text(p["count"]),
                       rich_text(plain(p.get("sample_error") or "")[:100]))
         console.print(t)
 
 
-def show(summary: dict[str, Any], as_json: bool) -> None:
+def show(summary: RunSummary, as_json: bool) -> None:
     """A run's summary: one JSON object, or the tables plus the log source's partition lines."""
     if as_json:
-        echo_json(summary)
+        echo_json(summary.to_json())
         return
     print_summary(summary)
     for line in follow_mod.report_lines(summary):

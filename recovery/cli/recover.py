@@ -5,8 +5,11 @@ import click
 
 from recovery.cli import common, echo_json, json_option, redis_option
 from recovery.cli.safe_text import plain
+from recovery.connectors import files
+from recovery.environment import environment
 from recovery.jobs import recover as jobs_recover
 from recovery.jobs import summary as jobs_summary
+from recovery.jobs.summary import RunSummary
 from recovery.model import config
 from recovery.tracking import runs
 
@@ -45,6 +48,9 @@ def register(main: click.Group) -> None:
         client, url = common.client_for(redis_url)
         # every refusal, before Spark starts
         plan = jobs_recover.prepare(client, run_id, force, spill_dir, code_changed)
+        # a run submitted locally, recovered on a cluster: its relative paths are the driver's
+        files.check_paths_reach_executors(jobs_summary.original_workflow(plan.record),
+                                          master or environment().spark_master, plan.record.file)
         if plan.driver_alive:   # (force)
             click.echo(f"warning: taking over run {run_id} from its {plain(runs.describe_driver(plan.record))}; if "
                        "that driver is still working, it stops at its next write", err=True)
@@ -59,14 +65,14 @@ def register(main: click.Group) -> None:
 
         with common.RoundProgress(not as_json) as progress:
             def on_round(r: dict) -> None:
-                s = r["summary"]
+                s: RunSummary = r["summary"]
                 progress.note(f"round {r['round']}: replayed {r['replayed']} tuples; "
-                              f"roots pending {s['pending']}, dead {s['dead']}")
+                              f"roots pending {s.pending}, dead {s.dead}")
             summary = jobs_recover.run(spark, client, url, plan, max_rounds, strategy, progress, on_round)
         if as_json:
-            echo_json(summary)
+            echo_json(summary.to_json())
         else:
             common.show(summary, as_json=False)   # (with its warnings: roots no task will run)
-            click.echo(f"rounds {summary['rounds']}, recovered {summary['recovered']} tuples, "
-                       f"dead {summary['dead_tuples']} tuples, {summary['duration']:.1f}s"
-                       + (" (resumed a crashed round first)" if summary.get("resumed") else ""))
+            click.echo(f"rounds {summary.rounds}, recovered {summary.recovered} tuples, "
+                       f"dead {summary.dead_tuples} tuples, {summary.duration or 0:.1f}s"
+                       + (" (resumed a crashed round first)" if summary.resumed else ""))

@@ -15,4 +15,4 @@ def register(main: click.Group) -> None:
     def status(run_id: str, redis_url: str | None, as_json: bool) -> None:
         """Roots complete / pending / failed / dead, and the failed positions."""
         client, _ = common.client_for(redis_url)
-        common.show(reports.run_status(client, run_id), as_json)
+        common.show(reports.run_summary(client, run_id), as_json)

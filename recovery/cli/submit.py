@@ -11,16 +11,18 @@ from redis import Redis
 
 from recovery.cli import common, echo_json, json_option, metrics_server, redis_option
 from recovery.cli.safe_text import plain
+from recovery.environment import environment
 from recovery.errors import RecoveryError
 from recovery.jobs import follow as follow_mod
 from recovery.jobs import submit as jobs_submit
+from recovery.jobs.summary import RunSummary
 from recovery.model import config
 from recovery.model.xml import parse as workflow_xml
 
 
 def follow_and_report(plan: follow_mod.FollowPlan, client: Redis, url: str, make_spark: Callable[[], Any],
                       max_batches: int | None, idle_exit: float | None, as_json: bool,
-                      also: follow_mod.Event | None = None) -> dict[str, Any]:
+                      also: follow_mod.Event | None = None) -> follow_mod.FollowOutcome:
     """`submit --follow` (checked: `plan`): jobs.follow with its events printed to stderr (none
     with --json), and given to `also`."""
 
@@ -98,7 +100,8 @@ def register(main: click.Group) -> None:
         # every refusal before Spark starts (exit 2): first what the workflow and the options
         # decide, then, connected, what Redis holds
         if follow:   # --- log source (recovery/jobs/follow.py): continuous runs over topics ---
-            follow_plan = follow_mod.prepare(wf, xml, file, master or "local[*]", run_id, not no_tracking)
+            follow_plan = follow_mod.prepare(wf, xml, file, master or environment().spark_master, run_id,
+                                             not no_tracking)
             if spill_dir is not None:
                 raise RecoveryError("--spill-dir does not apply to --follow runs: set the workflow "
                                     "property recovery.spill.dir instead")
@@ -107,32 +110,32 @@ def register(main: click.Group) -> None:
             spark_conf_kv = common.key_values(spark_conf, "--conf")
             served = metrics_server.start(client, metrics_port, metrics_host, metrics_token)
             try:
-                summary = follow_and_report(follow_plan, client, url, lambda: common.spark_for(master, spark_conf_kv),
+                outcome = follow_and_report(follow_plan, client, url, lambda: common.spark_for(master, spark_conf_kv),
                                             max_batches, idle_exit, as_json, served[1].on_event if served else None)
             finally:
                 if served:
                     served[0].close()
             if as_json:
-                echo_json(summary)
-            elif summary.get("run_id"):
-                common.print_summary(summary)
-                for line in follow_mod.report_lines(summary):
+                echo_json(outcome.to_json())
+            elif outcome.summary is not None:
+                common.print_summary(outcome.summary)
+                for line in follow_mod.report_lines(outcome):
                     click.echo(plain(line))
             else:
                 click.echo("no messages to read: no run was started")
             return
-        plan = jobs_submit.prepare(wf, xml, file, tracking_on=not no_tracking, master=master or "local[*]",
-                                   run_id=run_id, spill_dir=spill_dir)
+        plan = jobs_submit.prepare(wf, xml, file, tracking_on=not no_tracking,
+                                   master=master or environment().spark_master, run_id=run_id, spill_dir=spill_dir)
         client, url = common.client_for(redis_url)
         jobs_submit.check_redis(client, plan)
         spark = common.spark_for(master, common.key_values(spark_conf, "--conf"))
 
-        def resumed(summary: dict[str, Any]) -> None:
-            click.echo(f"resumed crashed run {plain(summary['run_id'])} of the same consumer first", err=True)
+        def resumed(summary: RunSummary) -> None:
+            click.echo(f"resumed crashed run {plain(summary.run_id)} of the same consumer first", err=True)
         with common.RoundProgress(not as_json) as progress:
             summary = follow_mod.submit_bounded(spark, client, url, plan, progress, resumed)
         common.show(summary, as_json)
         if not as_json:
-            if summary["failed_positions"]:
-                run = plain(summary["run_id"])
+            if summary.failed_positions:
+                run = plain(summary.run_id)
                 click.echo(f"next: recovery plan {run}   then: recovery recover {run}")

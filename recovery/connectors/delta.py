@@ -107,7 +107,7 @@ def conform(part: Any, schema: Any, what: str, where: str) -> Any:
 
 
 def commit_part(uri: str, part: Any, app: str, version: int, what: str,
-                metadata: dict[str, str] | None = None, fence: Callable[[], None] | None = None) -> bool:
+                metadata: dict[str, str] | None = None, fence: Callable[[], object] | None = None) -> bool:
     """Append `part` in one commit carrying the app transaction (app, version), unless the table
     holds that version of `app` already. True: written; False: committed before. `fence` (the
     task context's) raises, before each commit, when the task's driver no longer owns the run."""

@@ -64,7 +64,7 @@ def folder_of(impl: SinkImpl, base_dir: str | None) -> str:
     return os.path.abspath(local) if local is not None else where
 
 
-def atomic_write(path: str, write: Callable[[Any], None], fence: Callable[[], None] | None = None) -> None:
+def atomic_write(path: str, write: Callable[[Any], None], fence: Callable[[], object] | None = None) -> None:
     """`write(file)` into a hidden temporary file of the part's folder, then rename it over the
     part: a reader never sees half a part (readers skip names starting with "." or "_").
     `fence` (the task context's) raises unless the task's driver still owns the run; it is
@@ -214,9 +214,8 @@ def _replace_at_uri(folder: str, own: re.Pattern[str], own_attempts: re.Pattern[
     other object of theirs (an attempt never committed)."""
     at = ObjectFolder(folder)
     try:
-        parts = at.markers(lambda n: PART.match(n) and not own.match(n))
         attempts = [n for n in at.attempts() if not own_attempts.match(n)]
-        removed = at.remove_parts(parts, attempts)
+        removed = at.remove_parts(lambda n: PART.match(n) and not own.match(n), attempts)
     except (OSError, ValueError) as err:   # the round is settled: `recover` finishes it once this can go
         raise SinkFolderError(f"overwrite sink folder {at.shown}: cannot remove the parts of other "
                               f"runs: {at.why(err)}") from None
@@ -225,9 +224,10 @@ def _replace_at_uri(folder: str, own: re.Pattern[str], own_attempts: re.Pattern[
 
 def remove_uncommitted(wf: Workflow, run_id: str) -> list[str]:
     """For `recovery clear RUN`: at each URI folder of the workflow's file sinks, the run's
-    objects that no marker names (attempts that died, or whose driver was taken over, before
-    their commit). Committed parts are the user's output and stay, as in a local folder (where
-    a part that is not committed was never renamed into place). Returns what it removed."""
+    objects that no counting marker names (attempts that died before their commit, or that a
+    retry replaced) and its markers that do not count (written by a driver taken over). Committed
+    parts are the user's output and stay, as in a local folder (where a part that is not
+    committed was never renamed into place). Returns what it removed."""
     sinks = file_sinks(wf)
     own = _own(run_id, [s.component for s in sinks])
     own_attempts = _own(run_id, [s.component for s in sinks], attempts=True)
@@ -235,9 +235,7 @@ def remove_uncommitted(wf: Workflow, run_id: str) -> list[str]:
     for folder in sorted({s.folder for s in sinks if local_path(s.folder) is None}):
         at = ObjectFolder(folder)
         try:
-            named = {at.named_by(p) for p in at.markers(own.match)}
-            stale = [n for n in at.attempts() if own_attempts.match(n) and n not in named]
-            at.remove_parts([], stale)
+            stale = at.remove_uncounted(own.match, own_attempts.match)
         except (OSError, ValueError) as err:
             raise SinkFolderError(f"sink folder {at.shown}: cannot remove run {run_id}'s uncommitted "
                                   f"parts: {at.why(err)} (remove them by hand)") from None
@@ -256,8 +254,7 @@ def committed_parts(folder: str) -> tuple[Any, list[str]]:
     if local is not None:
         return None, [os.path.join(local, n) for n in part_files(local)]
     at = ObjectFolder(folder)
-    named = (at.named_by(p) for p in at.markers(PART.match))
-    return at.fs, [at.path(n) for n in named if n is not None]
+    return at.fs, [at.path(n) for _, n in sorted(at.committed(PART.match).items())]
 
 
 def read_jsonl_dir(path: str) -> list[dict]:

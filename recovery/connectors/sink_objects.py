@@ -5,23 +5,25 @@ delete).
 Each attempt at a part writes an object of its own, under its final name from the start: the
 part's name with a token unique to the attempt. Once the object is whole (on an object store it
 appears only when its upload completes), the attempt checks that its driver still owns the run,
-then writes the part's marker, `_committed/<part name>`, whose content is the object's name. That
-one small write is the commit: a reader takes, for each marker, the object it names, and nothing
-else (`committed_parts`). A Spark retry or a resumed round writes a new object and points the same
-marker at it (a write of one object is atomic), then removes the object it replaced: a part is
-never counted twice. An object no marker names (an attempt that died before its marker, or whose
-driver was taken over) is never read; `recovery clear RUN` removes the run's
-(`remove_uncommitted`).
+then writes the part's marker, `_committed/<part name>.d<N>`, whose content is the object's
+name. That one small write is the commit: a reader takes, for each part, the object its marker
+names, and nothing else (`committed`). A Spark retry or a resumed round writes a new object and
+points the same marker at it (a write of one object is atomic), then removes the object it
+replaced: a part is never counted twice. An object no marker names (an attempt that died before
+its marker) is never read; `recovery clear RUN` removes the run's (`remove_uncommitted`).
 
-    <folder>/part-<run id>-r<round>-<component>-t<task>-<token>.<jsonl|parquet>   the attempts
-    <folder>/_committed/part-<run id>-r<round>-<component>-t<task>.<jsonl|parquet>   the markers
+    <folder>/part-<run id>-r<round>-<component>-t<task>-<token>.<jsonl|parquet>     the attempts
+    <folder>/_committed/part-<run id>-r<round>-<component>-t<task>.<jsonl|parquet>.d<N>   the markers
+
+Nothing here can lock (a local folder's rename is done under a lock, with the driver's ownership
+checked inside it), so a driver that was taken over may still write a marker after its check
+passed. N orders them: the number of drivers that held the run before the attempt's (the
+ownership check returns it, tracking.tracker.TaskTracker.check_fence), which grows at every
+take-over. Of a part's markers, the one with the highest N counts; a lower one (a driver's that
+was taken over) is never read, and `clear` removes it.
 
 Readers that list a folder (Spark, pyarrow.dataset) skip `_committed/` but would read every
 attempt: read such a folder through its markers.
-
-Unlike a local folder's rename, done under a lock on the folder with the fence checked inside it,
-nothing here can lock: the fence is checked right before the marker is written, so a driver taken
-over in between could still point a marker at its attempt's object.
 """
 from __future__ import annotations
 
@@ -38,6 +40,8 @@ log = logging.getLogger(__name__)
 COMMITTED = "_committed"
 # an attempt's object: a part's name (part-<run>-r<round>-<component>-t<task>) and a token
 ATTEMPT = re.compile(r"^part-.+-r\d{4,}-.+-t\d{4,}-[0-9a-f]{16}\.(?:jsonl|parquet)$")
+# a marker: the part's name and the number of drivers before the one that wrote it
+MARKER = re.compile(r"^(?P<part>part-.+\.(?:jsonl|parquet))\.d(?P<drivers>\d+)$")
 
 
 def attempt_name(part: str) -> str:
@@ -50,6 +54,10 @@ def part_of(attempt: str) -> str:
     """The part an attempt's object belongs to (its name without the token)."""
     stem, ext = attempt.rsplit(".", 1)
     return f"{stem[:-17]}.{ext}"
+
+
+def marker_name(part: str, drivers: int) -> str:
+    return f"{part}.d{drivers}"
 
 
 class ObjectFolder:
@@ -81,43 +89,66 @@ class ObjectFolder:
         from pyarrow import fs as pafs
         return bool(self.base) and self.fs.get_file_info(self.base).type == pafs.FileType.File
 
+    def _markers(self, match: Callable[[str], Any]) -> dict[str, list[tuple[int, str]]]:
+        """part -> its markers (drivers, marker name), highest first, for the parts `match` accepts."""
+        found: dict[str, list[tuple[int, str]]] = {}
+        for name in self._listed(COMMITTED):
+            m = MARKER.match(name)
+            if m and match(m["part"]):
+                found.setdefault(m["part"], []).append((int(m["drivers"]), name))
+        return {part: sorted(ms, reverse=True) for part, ms in found.items()}
+
     def markers(self, match: Callable[[str], Any]) -> list[str]:
-        """The names of the parts committed here (their markers) that `match` accepts."""
-        return [n for n in self._listed(COMMITTED) if match(n)]
+        """The names of the parts committed here (those with a marker) that `match` accepts."""
+        return sorted(self._markers(match))
+
+    def committed(self, match: Callable[[str], Any]) -> dict[str, str]:
+        """part -> the object its counting marker (the highest) names, for the parts `match`
+        accepts; a marker that names no attempt's object of its part (not one of ours) counts
+        for nothing."""
+        out: dict[str, str] = {}
+        for part, found in self._markers(match).items():
+            name = self._read_marker(found[0][1])
+            if name is not None and ATTEMPT.match(name) and part_of(name) == part:
+                out[part] = name
+        return out
+
+    def named_by(self, part: str) -> str | None:
+        """The object `part`'s counting marker names, or None."""
+        return self.committed(lambda p: p == part).get(part)
 
     def attempts(self) -> list[str]:
         """The names of every attempt's object in the folder, committed or not."""
         return [n for n in self._listed("") if ATTEMPT.match(n)]
 
-    def named_by(self, part: str) -> str | None:
-        """The object `part`'s marker names, or None (no marker; or a marker that names no
-        attempt's object of that part, which is not one of ours, so it is never read)."""
+    def _read_marker(self, marker: str) -> str | None:
         try:
-            with self.files.open(f"{COMMITTED}/{part}") as fh:
-                name = fh.read(1024).decode("utf-8", "replace").strip()
+            with self.files.open(f"{COMMITTED}/{marker}") as fh:
+                return fh.read(1024).decode("utf-8", "replace").strip()
         except FileNotFoundError:
             return None
-        return name if ATTEMPT.match(name) and part_of(name) == part else None
 
-    def commit(self, part: str, write: Callable[[Any], None], fence: Callable[[], None] | None) -> str:
-        """Write an attempt's object for `part`, then point the part's marker at it (after
-        `fence`, which raises unless the task's driver still owns the run). Returns the object's
-        name. An attempt that fails before its marker removes its object."""
+    def commit(self, part: str, write: Callable[[Any], object],
+               fence: Callable[[], int | None] | None) -> str:
+        """Write an attempt's object for `part`, then point the part's marker at it, after
+        `fence`, which raises unless the task's driver still owns the run and returns how many
+        drivers held it before. Returns the object's name. An attempt that fails before its
+        marker removes its object."""
         name = attempt_name(part)
         try:
             self.files.prepare(COMMITTED)   # (folders on a filesystem that has them: HDFS)
             with self.files.create(name) as fh:
                 write(fh)
-            previous = self.named_by(part)
-            if fence is not None:
-                fence()
-            with self.files.create(f"{COMMITTED}/{part}") as fh:
+            drivers = int((fence() if fence is not None else 0) or 0)
+            marker = marker_name(part, drivers)
+            previous = self._read_marker(marker)
+            with self.files.create(f"{COMMITTED}/{marker}") as fh:
                 fh.write(name.encode())
         except BaseException:
             self._remove_quietly(name)
             raise
-        if previous is not None and previous != name:   # a retry's: no marker names it any more
-            self._remove_quietly(previous)
+        if previous is not None and previous != name and ATTEMPT.match(previous) and part_of(previous) == part:
+            self._remove_quietly(previous)   # a retry's: no marker names it any more
         return name
 
     def _remove_quietly(self, name: str) -> None:
@@ -127,14 +158,27 @@ class ObjectFolder:
         except (OSError, ValueError) as err:
             log.info("sink folder %s: %s not removed: %s", self.shown, name, self.why(err))
 
-    def remove_parts(self, parts: list[str], attempts: list[str]) -> list[str]:
-        """Parts (their markers first, so no marker ever names a removed object, then the
-        objects they named) and attempts' objects; missing ones are fine. Returns the names
-        removed, relative to the folder."""
-        named = [self.named_by(p) for p in parts]
-        for part in parts:
-            self.files.remove(f"{COMMITTED}/{part}")
-        objects = sorted({n for n in named if n} | set(attempts))
+    def remove_parts(self, match: Callable[[str], Any], attempts: list[str]) -> list[str]:
+        """The parts `match` accepts (all their markers first, so no marker ever names a
+        removed object, then the objects they named) and attempts' objects; missing ones are
+        fine. Returns the names removed, relative to the folder."""
+        markers = self._markers(match)
+        named = [self._read_marker(m) for found in markers.values() for _, m in found]
+        gone = [f"{COMMITTED}/{m}" for found in markers.values() for _, m in found]
+        for rel in gone:
+            self.files.remove(rel)
+        objects = sorted({n for n in named if n and ATTEMPT.match(n)} | set(attempts))
         for name in objects:
             self.files.remove(name)
-        return [f"{COMMITTED}/{p}" for p in parts] + objects
+        return gone + objects
+
+    def remove_uncounted(self, match: Callable[[str], Any], own_attempts: Callable[[str], Any]) -> list[str]:
+        """For the parts `match` accepts: the markers that do not count (a driver's that was
+        taken over), and the attempts' objects `own_attempts` accepts that no counting marker
+        names. Returns the names removed, relative to the folder."""
+        kept = set(self.committed(match).values())
+        losers = [f"{COMMITTED}/{m}" for found in self._markers(match).values() for _, m in found[1:]]
+        stale = [n for n in self.attempts() if own_attempts(n) and n not in kept]
+        for rel in losers + stale:
+            self.files.remove(rel)
+        return losers + stale

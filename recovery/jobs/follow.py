@@ -37,6 +37,7 @@ from recovery.jobs import recover, settle, submit
 from recovery.jobs import summary as jobs_summary
 from recovery.jobs.settle import Progress
 from recovery.jobs.submit import SubmitPlan, check_classes
+from recovery.jobs.summary import RunSummary
 from recovery.model.record import RunRecord
 from recovery.model.run import RunSpec, check_run_id
 from recovery.model.workflow import Workflow
@@ -105,7 +106,7 @@ def owner_runs(client: Redis, wf: Workflow) -> list[RunRecord]:
 
 
 def resume_crashed(spark: SparkSession, client: Redis, redis_url: str, wf: Workflow,
-                   progress: Any = None) -> list[dict[str, Any]]:
+                   progress: Any = None) -> list[RunSummary]:
     """Resume every crashed run that owns one of the workflow's consumers (its round under way
     reads exactly its planned ranges again, then commits them). Returns their summaries."""
     out = []
@@ -126,6 +127,23 @@ def check_flags(wf: Workflow, follow: bool, tracking: bool = True) -> None:
                             f"workflow {wf.name!r} has none")
     if follow and not tracking:
         raise RecoveryError("--follow needs tracking (a crashed batch is resumed from it)")
+
+
+@dataclass(frozen=True)
+class FollowOutcome:
+    """What `submit --follow` reports: the run's summary (None: no message came, so no run was
+    started), the follow's own figures, and the topics' partitions and warnings."""
+    summary: RunSummary | None
+    follow: dict[str, Any]   # batches, messages, recovery_rounds, resumed (run ids), stopped (why)
+    partitions: list[dict[str, Any]]
+    warnings: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        """`submit --follow --json`: the run's summary with `follow`, or without a run its id None."""
+        if self.summary is not None:
+            return {**self.summary.to_json(), "follow": self.follow}
+        return {"run_id": None, "batches": 0, "partitions": self.partitions, "warnings": self.warnings,
+                "follow": self.follow}
 
 
 @dataclass(frozen=True)
@@ -150,6 +168,7 @@ def prepare(wf: Workflow, xml: str, file: str | None, master: str = "local[*]", 
         check_classes(wf)
     check_flags(wf, True, tracking)
     files.check_paths_reach_executors(wf, master, file)   # a cluster's executors: no relative path
+    spill.check_reaches_executors(None, wf.settings().spill_dir, master)
     if run_id is not None:
         check_run_id(run_id)
     return FollowPlan(wf, xml, os.path.abspath(file) if file is not None else None, master, run_id)
@@ -177,7 +196,7 @@ def _round_stats(client: Redis, run_id: str, round_no: int) -> dict[str, dict]:
 
 
 def _run_batch(spark: SparkSession, client: Redis, wf: Workflow, spec: RunSpec, stop: Stopper,
-               emit: Event) -> dict[str, Any]:
+               emit: Event) -> RunSummary:
     try:
         return settle.run_and_settle(spark, client, wf, spec)
     except Exception as err:
@@ -192,32 +211,32 @@ def _run_batch(spark: SparkSession, client: Redis, wf: Workflow, spec: RunSpec, 
         return settle.run_and_settle(spark, client, wf, spec)
 
 
-def enrich(client: Redis, summary: dict[str, Any], wf: Workflow | None = None) -> dict[str, Any]:
+def enrich(client: Redis, summary: RunSummary, wf: Workflow | None = None) -> RunSummary:
     """A run's summary with its topics' partitions (committed, end, lag) and, for a follow run,
     roots counted over every batch (jobs.summarize counts round 0's)."""
-    rec = runs.get(client, summary["run_id"])
+    rec = runs.get(client, summary.run_id)
     wf = wf or jobs_summary.original_workflow(rec)
     if not topics.log_spouts(wf):
         return summary
-    summary["partitions"] = stream_report.partition_report(client, wf)
+    summary.partitions = stream_report.partition_report(client, wf)
     if rec.follow:
         roots = rec.follow_messages
-        summary["batches"] = rec.follow_batches
-        if summary.get("counts_known", True):   # (a batch not settled: its counts stay unknown)
-            summary["roots"] = roots
-            summary["complete"] = max(0, roots - summary["pending"] - summary["dead"])
+        summary.batches = rec.follow_batches
+        if summary.counts_known:   # (a batch not settled: its counts stay unknown)
+            summary.roots = roots
+            summary.complete = max(0, roots - (summary.pending or 0) - (summary.dead or 0))
     stats: dict[str, dict] = {}
     for r in rec.rounds:
         for comp, s in (r.get("components") or {}).items():
             if s.get("trimmed"):
                 stats.setdefault(comp, {"trimmed": 0})["trimmed"] += s["trimmed"]
-    summary["warnings"] = [*(summary.get("warnings") or []), *stream_report.warnings_for(wf, client, stats)]
+    summary.warnings = [*(summary.warnings or []), *stream_report.warnings_for(wf, client, stats)]
     return summary
 
 
 def submit_bounded(spark: SparkSession, client: Redis, redis_url: str, plan: SubmitPlan,
                    progress: Progress | None = None,
-                   on_resumed: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+                   on_resumed: Callable[[RunSummary], None] | None = None) -> RunSummary:
     """`recovery submit` without --follow: jobs.submit.run, and for a workflow that reads topics
     what goes around it: first every crashed run of the same consumer resumed (`on_resumed` is
     told each one's summary), so that no range is read twice; after it the topics' partitions,
@@ -231,9 +250,10 @@ def submit_bounded(spark: SparkSession, client: Redis, redis_url: str, plan: Sub
     return enrich(client, summary, wf) if wf.reads_topics else summary
 
 
-def report_lines(summary: dict[str, Any]) -> list[str]:
-    lines = [f"warning: {w}" for w in summary.get("warnings") or []]
-    parts = summary.get("partitions")
+def report_lines(summary: RunSummary | FollowOutcome) -> list[str]:
+    """The warnings, and a topic-reading run's partitions, as lines under the summary's tables."""
+    lines = [f"warning: {w}" for w in summary.warnings or []]
+    parts = summary.partitions
     if parts:
         lines.append("partitions:")
         lines += ["  " + line for line in stream_report.format_report(parts)]
@@ -243,7 +263,7 @@ def report_lines(summary: dict[str, Any]) -> list[str]:
 def follow(spark: SparkSession, client: Redis, redis_url: str, wf: Workflow, xml: str, file: str | None,
            master: str = "local[*]", max_batches: int | None = None, idle_exit: float | None = None,
            poll: float = 0.5, on_event: Event | None = None, stop: Stopper | None = None,
-           run_id: str | None = None) -> dict[str, Any]:
+           run_id: str | None = None) -> FollowOutcome:
     """`prepare`, `check_redis`, then `run`."""
     plan = prepare(wf, xml, file, master, run_id)
     check_redis(client, plan)
@@ -252,7 +272,7 @@ def follow(spark: SparkSession, client: Redis, redis_url: str, wf: Workflow, xml
 
 def run(spark: SparkSession, client: Redis, redis_url: str, plan: FollowPlan, max_batches: int | None = None,
         idle_exit: float | None = None, poll: float = 0.5, on_event: Event | None = None,
-        stop: Stopper | None = None) -> dict[str, Any]:
+        stop: Stopper | None = None) -> FollowOutcome:
     """Read the workflow's topics in micro-batches until stopped (signal, max_batches, or
     idle_exit seconds without a message); returns the run's summary."""
     emit: Event = on_event or (lambda kind, info: None)
@@ -261,7 +281,7 @@ def run(spark: SparkSession, client: Redis, redis_url: str, plan: FollowPlan, ma
     spill_dir = spill.location(None, wf.settings().spill_dir)   # (no --spill-dir here)
     resumed = resume_crashed(spark, client, redis_url, wf)
     for s in resumed:
-        emit("resumed", s)
+        emit("resumed", s.to_json())
     # Continue the consumer's follow run when it ran this very workflow: its keyed state and
     # round numbers go on (sink part files are named by round, so nothing is overwritten).
     current = None
@@ -328,7 +348,7 @@ def run(spark: SparkSession, client: Redis, redis_url: str, plan: FollowPlan, ma
                                "failed": sum(s.get("failed", 0) for s in stats.values()),
                                "trimmed": sum(stats.get(s, {}).get("trimmed", 0) for s in spouts),
                                "roots": sum(stats.get(s, {}).get("roots", 0) for s in spouts),
-                               "pending": summary["pending"], "dead": summary["dead"],
+                               "pending": summary.pending, "dead": summary.dead,
                                "seconds": round(time.time() - started, 3)})
                 batches += 1
                 messages += planned
@@ -345,11 +365,10 @@ def run(spark: SparkSession, client: Redis, redis_url: str, plan: FollowPlan, ma
                     log.debug("run %s: recovery round interrupted by a stop request", run_id, exc_info=err)
                     reason = "signal"
                     break
-                recovery_rounds += rs["rounds"]
+                recovery_rounds += rs.rounds or 0
                 next_round = runs.get(client, run_id).round + 1
-                emit("recovery", {"run_id": run_id, "rounds": rs["rounds"], "pending": rs["pending"],
-                                  "dead": rs["dead"]})
-                active = active or rs["rounds"] > 0
+                emit("recovery", {"run_id": run_id, "rounds": rs.rounds, "pending": rs.pending, "dead": rs.dead})
+                active = active or bool(rs.rounds)
             if active:
                 last_activity = time.monotonic()
                 continue
@@ -357,15 +376,13 @@ def run(spark: SparkSession, client: Redis, redis_url: str, plan: FollowPlan, ma
                 reason = "idle"
                 break
             stop.event.wait(poll)
-    out: dict[str, Any] = {"run_id": run_id if created else None, "batches": 0}
-    if created:
-        out = enrich(client, jobs_summary.summarize(client, run_id), wf)
-        runs.update(client, run_id, gen, follow_stopped=time.time(),
-                    summary={k: v for k, v in out.items() if k != "partitions"})
-    else:
-        out["partitions"] = stream_report.partition_report(client, wf)
-        out["warnings"] = stream_report.warnings_for(wf, client)
-    out.update({"follow": {"batches": batches, "messages": messages, "recovery_rounds": recovery_rounds,
-                           "resumed": [s["run_id"] for s in resumed], "stopped": reason}})
-    return out
+    follow = {"batches": batches, "messages": messages, "recovery_rounds": recovery_rounds,
+              "resumed": [s.run_id for s in resumed], "stopped": reason}
+    if not created:
+        return FollowOutcome(None, follow, stream_report.partition_report(client, wf),
+                             stream_report.warnings_for(wf, client))
+    summary = enrich(client, jobs_summary.summarize(client, run_id), wf)
+    runs.update(client, run_id, gen, follow_stopped=time.time(),
+                summary={k: v for k, v in summary.to_json().items() if k != "partitions"})
+    return FollowOutcome(summary, follow, summary.partitions or [], summary.warnings or [])
 

@@ -6,15 +6,17 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from redis import Redis
 
 from recovery.controlplane.connection import is_cluster
 from recovery.engine import rounds as engine_rounds
 from recovery.errors import RunBusy, RunError
+from recovery.jobs.clear import spill_location
 from recovery.jobs.settle import Progress, claim_run, redis_lost_is_resumable, run_and_settle
 from recovery.jobs.summary import (
+    RunSummary,
     earliest_not_before,
     original_workflow,
     position_counts,
@@ -115,7 +117,7 @@ def prepare_root_replay(spark: SparkSession, client: Redis, spec: RunSpec) -> No
 
 def resume_if_crashed(spark: SparkSession, client: Redis, redis_url: str, run_id: str,
                       progress: Progress | None = None, generation: str | None = None
-                      ) -> dict[str, Any] | None:
+                      ) -> RunSummary | None:
     """A run whose driver died (or was taken over, --force) mid-round, or whose round failed:
     run that round again, or only settle it when its driver got that far. Committed tasks
     replay their stored output instead of executing, so only what was in flight is processed.
@@ -139,7 +141,7 @@ def resume_if_crashed(spark: SparkSession, client: Redis, redis_url: str, run_id
         prepare_root_replay(spark, client, spec)
     summary = run_and_settle(spark, client, wf, spec, progress, execute=not settled)
     prune_failed_set(client, run_id, generation)
-    summary["resumed_round"] = round_no
+    summary.resumed_round = round_no
     return summary
 
 
@@ -167,15 +169,28 @@ class RecoverPlan:
 def prepare(client: Redis, run_id: str, force: bool = False, spill_dir: str | None = None,
             code_changed: bool = False) -> RecoverPlan:
     """Every refusal a recover makes before it needs Spark: no such run, a run whose driver is
-    alive (unless `force` takes it over), a run that ran without tracking, a workflow whose
-    code changed since the submit (unless `code_changed` says it is meant). Writes nothing."""
+    alive (unless `force` takes it over), a run that ran without tracking, a spill file missing
+    that the round to resume replays, a workflow whose code changed since the submit (unless
+    `code_changed` says it is meant). Writes nothing."""
     rec = runs.get(client, run_id)
     if not force:
         check_not_running(rec)
     if not rec.tracking:
         raise RunError(f"run {run_id} ran with tracking off: there is nothing to recover from")
+    location = spill.location(spill_dir) if spill_dir is not None else None
+    if rec.status in (runs.RUNNING, runs.ERROR) and rec.settled_round != rec.round:   # a round to resume
+        _check_spill_files(client, spill.SpillStore.at(location or spill_location(rec)), run_id, rec.round)
     new_digest = check_code(rec, code_changed)
-    return RecoverPlan(rec, force, spill.location(spill_dir) if spill_dir is not None else None, new_digest)
+    return RecoverPlan(rec, force, location, new_digest)
+
+
+def _check_spill_files(client: Redis, store: spill.SpillStore, run_id: str, round_no: int) -> None:
+    """Every spill file the committed tasks of a round reference (`keys.task_spill`): resumed,
+    the round replays them instead of running those tasks again, so one gone is refused here
+    rather than by a Spark task."""
+    for field, raw in cast(dict[bytes, bytes], client.hgetall(keys.task_spill(run_id, round_no))).items():
+        component, _, index = field.decode().rpartition(":")
+        spill.check_file(store, run_id, spill.SpillRef.unpack(raw), spill.task_label(component, int(index), round_no))
 
 
 def check_code(rec: RunRecord, code_changed: bool) -> str | None:
@@ -198,7 +213,7 @@ def check_code(rec: RunRecord, code_changed: bool) -> str | None:
 
 def run(spark: SparkSession, client: Redis, redis_url: str, plan: RecoverPlan, max_rounds: int | None = None,
         strategy: str = "localized", progress: Progress | None = None,
-        on_round: Callable[[dict], None] | None = None) -> dict[str, Any]:
+        on_round: Callable[[dict], None] | None = None) -> RunSummary:
     """Run a prepared recover: take the run over (atomically: a driver that took it meanwhile
     refuses this one), resume a crashed round, then rounds until nothing is pending."""
     rec, run_id = plan.record, plan.record.run_id
@@ -223,7 +238,7 @@ def run(spark: SparkSession, client: Redis, redis_url: str, plan: RecoverPlan, m
 def recover(spark: SparkSession, client: Redis, redis_url: str, run_id: str, max_rounds: int | None = None,
             strategy: str = "localized", progress: Progress | None = None,
             on_round: Callable[[dict], None] | None = None, force: bool = False,
-            lease: runs.Lease | None = None, spill_dir: str | None = None) -> dict[str, Any]:
+            lease: runs.Lease | None = None, spill_dir: str | None = None) -> RunSummary:
     """Rounds until the failed set is empty (or max_rounds): each synthesizes a recovery
     workflow from the failed positions and runs it with the same tracking. A run whose driver
     is alive (its lease valid) is refused unless `force` takes it over; `lease`: this process
@@ -245,12 +260,12 @@ def recover(spark: SparkSession, client: Redis, redis_url: str, run_id: str, max
 
 def _recover(spark: SparkSession, client: Redis, redis_url: str, rec: RunRecord, gen: str | None,
              max_rounds: int | None, strategy: str, progress: Progress | None,
-             on_round: Callable[[dict], None] | None, resume: bool) -> dict[str, Any]:
+             on_round: Callable[[dict], None] | None, resume: bool) -> RunSummary:
     run_id = rec.run_id
     started = time.time()
     resumed = resume_if_crashed(spark, client, redis_url, run_id, progress, gen) if resume else None
     # the rounds this recover ran: a resumed one too (its tuples were replayed by this driver)
-    ran = [resumed["resumed_round"]] if resumed is not None else []
+    ran = [resumed.resumed_round] if resumed is not None and resumed.resumed_round is not None else []
     claim_run(client, run_id, gen, status=runs.RUNNING)
     original = original_workflow(rec)
     rounds_run = 0
@@ -302,18 +317,18 @@ def _recover(spark: SparkSession, client: Redis, redis_url: str, rec: RunRecord,
     # (a round that raised left the run in `error` or, killed, `running`: the next recover
     # resumes exactly that round, so the status is only settled here, after a clean loop)
     final = summarize(client, run_id, settled=True)
-    runs.update(client, run_id, gen, status=final["status"], summary=final, ended=time.time())
-    for warning in final.get("warnings") or []:
+    runs.update(client, run_id, gen, status=final.status, summary=final.to_json(), ended=time.time())
+    for warning in final.warnings or []:
         log.warning("run %s: %s", run_id, warning)
     # what this recover's rounds did (a resumed round's included), as their round records say:
     # the table under the summary (not round 0's), the tuples recovered and those that died
     ran_rounds = [r for r in runs.get(client, run_id).rounds if r.get("round") in ran]
     outcomes = [round_outcome(r, original) for r in ran_rounds]
-    final.update({"rounds": len(ran), "resumed": resumed is not None,
-                  "components": sum_components(ran_rounds, original),
-                  "components_rounds": [r["round"] for r in ran_rounds],
-                  "recovered": sum(o["recovered"] for o in outcomes),
-                  "newly_dead": sum(o["dead"] for o in outcomes),
-                  "duration": round(time.time() - started, 3), "strategy": strategy})
-    final["spill_bytes"] = spill_bytes(final["components"])   # this recover's rounds, as its table
+    final.rounds, final.resumed = len(ran), resumed is not None
+    final.components = sum_components(ran_rounds, original)
+    final.components_rounds = [r["round"] for r in ran_rounds]
+    final.recovered = sum(o["recovered"] for o in outcomes)
+    final.newly_dead = sum(o["dead"] for o in outcomes)
+    final.duration, final.strategy = round(time.time() - started, 3), strategy
+    final.spill_bytes = spill_bytes(final.components)   # this recover's rounds, as its table
     return final

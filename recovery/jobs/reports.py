@@ -68,9 +68,14 @@ def runs_list(client: Redis, status: str | None = None) -> dict[str, Any]:
     return {"runs": rows}
 
 
-def run_status(client: Redis, run_id: str) -> dict[str, Any]:
-    """A run's summary with its topics' partitions (`recovery status --json`, /api/v1/runs/ID)."""
+def run_summary(client: Redis, run_id: str) -> summary.RunSummary:
+    """A run's summary with its topics' partitions (`recovery status`)."""
     return follow.enrich(client, summary.summarize(client, run_id))
+
+
+def run_status(client: Redis, run_id: str) -> dict[str, Any]:
+    """`run_summary` as JSON (`recovery status --json`, /api/v1/runs/ID)."""
+    return run_summary(client, run_id).to_json()
 
 
 def rounds(client: Redis, run_id: str) -> dict[str, Any]:

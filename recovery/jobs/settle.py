@@ -23,7 +23,7 @@ from recovery.connectors.redis_stream import offsets as stream_reader
 from recovery.controlplane import connection
 from recovery.engine import rounds as engine_rounds
 from recovery.errors import JobFailed, RecoveryError, RedisUnavailable, RunError, SpillError
-from recovery.jobs.summary import in_topological_order, summarize
+from recovery.jobs.summary import RunSummary, in_topological_order, summarize
 from recovery.model.config import PropertyError
 from recovery.model.run import RunSpec
 from recovery.model.workflow import Workflow
@@ -66,7 +66,7 @@ def _store_error(client: redis.Redis, spec: RunSpec, reason: str) -> None:
 
 
 def run_and_settle(spark: SparkSession, client: redis.Redis, wf: Workflow, spec: RunSpec,
-                   progress: Progress | None = None, execute: bool = True) -> dict[str, Any]:
+                   progress: Progress | None = None, execute: bool = True) -> RunSummary:
     """Run (or resume) one round, let the acker decide, record the outcome, drop in-flight keys.
     `execute=False` only settles a round whose tasks all ran (a driver killed while settling)."""
     label = "submit" if spec.round == 0 else f"round {spec.round}"
@@ -140,13 +140,12 @@ def run_and_settle(spark: SparkSession, client: redis.Redis, wf: Workflow, spec:
         engine_rounds.clear_round(client, spec.run_id, spec.round, spec.spill_dir, gen, spec.root_replay)
         engine_rounds.tell_spouts(spark, client, spec)
     summary = summarize(client, spec.run_id, rounds=rounds, settled=True)
-    if summary["status"] in (runs.COMPLETED, runs.DEAD):   # complete: overwrite sinks drop other runs' parts
+    if summary.status in (runs.COMPLETED, runs.DEAD):   # complete: overwrite sinks drop other runs' parts
         runs.check_generation(client, spec.run_id, gen)     # (only while this driver owns the run)
         sink_folders.replace_other_runs(wf, spec.run_id, spec.original_json)
-    runs.update(client, spec.run_id, gen, summary=summary, status=summary["status"], ended=time.time())
+    runs.update(client, spec.run_id, gen, summary=summary.to_json(), status=summary.status, ended=time.time())
     log.info("run %s %s ended: %s, %d failed positions, %s pending, %s dead (%.1fs)", spec.run_id, label,
-             summary["status"], len(summary.get("failed_positions") or []), summary.get("pending", 0),
-             summary.get("dead", 0), time.time() - started)
+             summary.status, len(summary.failed_positions), summary.pending, summary.dead, time.time() - started)
     return summary
 
 

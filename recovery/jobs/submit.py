@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import redis
 
@@ -23,6 +23,7 @@ from recovery.connectors.redis_stream import topics
 from recovery.errors import RecoveryError, WorkflowError
 from recovery.jobs.clear import clear
 from recovery.jobs.settle import Progress, redis_lost_is_resumable, run_and_settle
+from recovery.jobs.summary import RunSummary
 from recovery.model import code
 from recovery.model.run import RunSpec, check_run_id
 from recovery.model.workflow import Workflow
@@ -70,6 +71,8 @@ def prepare(wf: Workflow, xml: str, file: str | None, tracking_on: bool = True, 
     files.check_paths_reach_executors(wf, master, file)   # a cluster's executors: no relative path
     run_id = runs.new_run_id(wf.name) if run_id is None else check_run_id(run_id)
     sinks.check_folders(wf, run_id)     # mode="error" sinks refuse another run's output
+    if tracking_on:   # (an untracked run spills nothing)
+        spill.check_reaches_executors(spill_dir, wf.settings().spill_dir, master)
     location = spill.location(spill_dir, wf.settings().spill_dir)
     digest = code.bundle(wf).digest   # (an <include> that does not exist is refused here)
     return SubmitPlan(wf, xml, os.path.abspath(file) if file is not None else None, run_id,
@@ -85,7 +88,7 @@ def check_redis(client: redis.Redis, plan: SubmitPlan) -> None:
 
 
 def run(spark: SparkSession, client: redis.Redis, redis_url: str, plan: SubmitPlan,
-        progress: Progress | None = None) -> dict[str, Any]:
+        progress: Progress | None = None) -> RunSummary:
     """Run a prepared submit: the checks that need Spark (a spark source's columns), the run
     record (created atomically: of two submits of one run id, one is refused here), round 0."""
     wf, run_id = plan.workflow, plan.run_id
@@ -115,7 +118,7 @@ def run(spark: SparkSession, client: redis.Redis, redis_url: str, plan: SubmitPl
 def submit(spark: SparkSession, client: redis.Redis, redis_url: str, wf: Workflow, xml: str, file: str | None,
            tracking_on: bool = True, master: str = "local[*]",
            progress: Progress | None = None, run_id: str | None = None,
-           spill_dir: str | None = None) -> dict[str, Any]:
+           spill_dir: str | None = None) -> RunSummary:
     """`prepare`, `check_redis`, then `run`: a workflow submitted and its first round's summary."""
     plan = prepare(wf, xml, file, tracking_on, master, run_id, spill_dir)
     check_redis(client, plan)

@@ -1,9 +1,10 @@
 """A run's summary: roots complete, pending, failed and dead, per-component counters in
-topological order, and the failed positions."""
+topological order, and the failed positions (`RunSummary`, built by `summarize`)."""
 from __future__ import annotations
 
 from typing import Any, cast
 
+from pydantic import BaseModel
 from redis import Redis
 
 from recovery.model.failed import FailedTuple
@@ -85,8 +86,70 @@ def failed_positions(client: Redis, run_id: str) -> list[dict[str, Any]]:
     return out
 
 
+class RunSummary(BaseModel):
+    """What submit, recover, follow and status report of a run. `to_json()` is the object
+    `--json` prints, the web API returns and the run record stores.
+
+    While a round is not settled the root counts are None and `counts_known` is false. The
+    fields after `dead` are in the JSON only when set: `warnings` when there are some, the
+    topics' `partitions` and a follow run's `batches` for a workflow reading topics,
+    `resumed_round` when a crashed round was resumed first, the rest for `recover` (what its
+    own rounds did)."""
+
+    run_id: str
+    workflow: str
+    status: str
+    round: int
+    counts_known: bool = True
+    unsettled_round: int | None = None
+    dead_tuples: int = 0
+    failed_positions: list[dict[str, Any]] = []
+    components: dict[str, dict[str, Any]] = {}
+    components_rounds: list[int] = []      # the rounds `components` adds up
+    spill_bytes: int = 0
+    started: float = 0.0
+    ended: float | None = None
+    roots: int | None = None
+    complete: int | None = None
+    pending: int | None = None
+    failed: int | None = None
+    in_flight: int | None = None
+    dead: int | None = None
+    # --- in the JSON only when set
+    warnings: list[str] | None = None
+    partitions: list[dict[str, Any]] | None = None
+    batches: int | None = None
+    resumed_round: int | None = None
+    rounds: int | None = None              # recover: the rounds it ran (a resumed one included)
+    resumed: bool | None = None
+    recovered: int | None = None
+    newly_dead: int | None = None
+    duration: float | None = None
+    strategy: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out = self.model_dump()
+        for name in _WHEN_SET:
+            if out[name] is None:
+                del out[name]
+        return out
+
+    # Read as the JSON object reads (`summary["pending"]`), for code written against it.
+    def __getitem__(self, key: str) -> Any:
+        return self.to_json()[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.to_json().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.to_json()
+
+
+_WHEN_SET = tuple(RunSummary.model_fields)[tuple(RunSummary.model_fields).index("warnings"):]
+
+
 def summarize(client: Redis, run_id: str, rounds: list | None = None, settled: bool = False
-              ) -> dict[str, Any]:
+              ) -> RunSummary:
     """Roots complete / pending / failed / dead and the failed positions. `settled`: the
     caller just finished a round, so the status is the acker's verdict, not the record's.
     While a round is not settled (running, or its driver died in it) the root counts are in
@@ -98,22 +161,15 @@ def summarize(client: Redis, run_id: str, rounds: list | None = None, settled: b
     first = next((r for r in rounds if r.get("round") == 0), None)
     stats = in_topological_order(first["components"] if first else rec.stats, original)
     positions = [p for p in failed_positions(client, run_id) if p["count"] > 0]
-    out: dict[str, Any] = {
-        "run_id": run_id, "workflow": original.name,
-        "status": runs.status_of(rec), "round": rec.round,
-        "counts_known": True, "unsettled_round": None,
-        "dead_tuples": client.hlen(keys.dead(run_id)),
-        "failed_positions": positions,
-        "components": stats, "components_rounds": [0] if stats else [],
-        "spill_bytes": spill_bytes(stats),
-        "started": rec.started or 0.0, "ended": rec.ended,
-    }
-    round_no = out["round"]
+    out = RunSummary(run_id=run_id, workflow=original.name, status=runs.status_of(rec), round=rec.round,
+                     dead_tuples=cast(int, client.hlen(keys.dead(run_id))), failed_positions=positions,
+                     components=stats, components_rounds=[0] if stats else [], spill_bytes=spill_bytes(stats),
+                     started=rec.started or 0.0, ended=rec.ended)
+    round_no = out.round
     counted_round, counts = ledger.stored_counts(client, run_id)
     if (not settled and not runs.round_settled(rec)) or counts is None or counted_round != round_no:
         # (no counts of this round stored: a run of an earlier version, never a guess either)
-        out.update({"counts_known": False, "unsettled_round": round_no, "roots": None,
-                    "complete": None, "pending": None, "failed": None, "in_flight": None, "dead": None})
+        out.counts_known, out.unsettled_round = False, round_no
         return out
     # every round's new roots (continuous runs read new messages in later rounds; replays
     # are counted apart by the tasks)
@@ -123,17 +179,17 @@ def summarize(client: Redis, run_id: str, rounds: list | None = None, settled: b
     # the acker's counts of the settled round, stored by the tasks that folded the ledger
     in_flight = counts.pending - counts.dead - counts.failed
     if settled:
-        out["status"] = (runs.COMPLETED if not counts.pending
+        out.status = (runs.COMPLETED if not counts.pending
                          else (runs.PENDING if positions or in_flight else runs.DEAD))
-    out.update({"roots": roots, "complete": roots - counts.pending, "pending": counts.pending - counts.dead,
-                "failed": counts.failed, "in_flight": in_flight, "dead": counts.dead})
+    out.roots, out.complete, out.pending = roots, roots - counts.pending, counts.pending - counts.dead
+    out.failed, out.in_flight, out.dead = counts.failed, in_flight, counts.dead
     if in_flight > 0:
         # The round is settled: every task of it committed, so each pending root is queued or
         # dead. One that is neither has a tuple that no task will ever run (lost: a bug, or the
         # store changed by hand). Said, never taken for complete; not replayed either: where
         # its tree stopped is unknown, and a replay from the spout would write twice what it
         # had written already.
-        out["warnings"] = [
+        out.warnings = [
             f"{in_flight} roots are in flight after round {round_no} settled, with no tuple "
             "queued for recovery and no task that will run them: their tuples were lost, and "
             "recovery cannot replay them without risking duplicates, so the run cannot complete "

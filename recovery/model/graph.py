@@ -272,8 +272,9 @@ class TaskContext:
     # without tracking or a Redis-reading component
     redis: Any = None
     # raises unless this task's driver still owns the run; a sink calls it right before it
-    # publishes a part (connectors.sink_folders.atomic_write, postgres, delta). None: no run
-    fence: Callable[[], None] | None = None
+    # publishes a part (connectors.sink_folders.atomic_write, postgres, delta). Returns how many
+    # drivers held the run before this one (tracking.tracker.TaskTracker.check_fence). None: no run
+    fence: Callable[[], int] | None = None
 
     def __post_init__(self) -> None:
         if self.task_map is None:

@@ -39,6 +39,18 @@ def is_run_id(run_id: str) -> bool:
 
 
 @dataclass(frozen=True)
+class TaskIdentity:
+    """Which task this is: of which run and round, which component's task (its index among the
+    component's tasks, and Storm's task id, unique in the workflow). The task runner makes it;
+    the tracker, the collector and the message timeout all name their task by it."""
+    run_id: str
+    round: int
+    component_id: str
+    index: int
+    task_id: int
+
+
+@dataclass(frozen=True)
 class RunSpec:
     """Everything a task needs, shipped with the closure (small: the workflow, not data)."""
     run_id: str

@@ -19,7 +19,7 @@ from recovery.tracking import ids
 
 if TYPE_CHECKING:
     from recovery.model.graph import TaskMap
-    from recovery.model.run import RunSpec
+    from recovery.model.run import TaskIdentity
     from recovery.runtime.roots import SpoutRoots
     from recovery.runtime.routing import Router
     from recovery.runtime.timeouts import MessageTimeouts
@@ -46,12 +46,12 @@ class TaskCollector:
     it), `held` (per anchor id, the emits waiting for it: an entry [anchors not yet acked,
     records, failed] is released when its last anchor is acked, dropped when one fails)."""
 
-    def __init__(self, spec: RunSpec, component_id: str, task_id: int, task_map: TaskMap, is_spout: bool,
+    def __init__(self, task: TaskIdentity, task_map: TaskMap, is_spout: bool,
                  router: Router, tracker: TaskTracker | None, timeouts: MessageTimeouts, roots: SpoutRoots,
                  stats: dict[str, float]):
-        self.spec = spec
-        self.component_id = component_id
-        self.task_id = task_id
+        self.task = task
+        # (read at every emit: plain attributes)
+        self.component_id, self.task_id, self.round = task.component_id, task.task_id, task.round
         self.task_map = task_map
         self.is_spout = is_spout
         self.router = router
@@ -132,7 +132,7 @@ class TaskCollector:
             return self._emit(values, stream, tuple(roots), base, direct_task, hold=anchors)
         self.unanchored_seq += 1
         base = ids.derive(self.task_id, self.router.salts.get(stream, 0), self.unanchored_seq, 1,
-                          self.spec.round)
+                          self.round)
         return self._emit(values, stream, (), base, direct_task, hold=None)
 
     def ack(self, tup: Tuple) -> None:
@@ -271,7 +271,7 @@ class TaskCollector:
             self.unanchored_seq += 1
             # the round keeps a later round's unanchored tuples apart from this one's
             return self._emit(values, stream, (), ids.derive3(self.task_id, self.unanchored_seq,
-                                                              self.spec.round), direct_task, hold=None)
+                                                              self.round), direct_task, hold=None)
         roots = self.roots
         if not roots.selected(message_id):
             return []

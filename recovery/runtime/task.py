@@ -31,7 +31,7 @@ from recovery.controlplane import connection
 from recovery.faults import injections
 from recovery.model import config as config_decl
 from recovery.model.graph import ChainPlan, TaskContext, TaskMap
-from recovery.model.run import RunSpec
+from recovery.model.run import RunSpec, TaskIdentity
 from recovery.model.workflow import Component, Workflow
 from recovery.multilang.bolt import ShellBolt
 from recovery.runtime import factory, timeouts, wire
@@ -157,6 +157,7 @@ class TaskRunner:
         self.component_id = component_id
         self.index = index
         self.task_id = self.tm.task_id(component_id, index)
+        self.task = TaskIdentity(spec.run_id, spec.round, component_id, index, self.task_id)
         self.conf = self.wf.conf(component_id)
         self.plan = chain_plan_of(spec)
         chain = self.plan.chain_of(component_id)
@@ -171,8 +172,7 @@ class TaskRunner:
         self.client = client
         self.tracker: TaskTracker | None = None
         if self.tracking and client is not None:   # tracking always has a client
-            self.tracker = TaskTracker(client, spec.run_id, spec.round, component_id, index,
-                                       self.task_id, self.conf, generation=spec.generation,
+            self.tracker = TaskTracker(client, self.task, self.conf, generation=spec.generation,
                                        spill_dir=spec.spill_dir, parallelism=self.comp.parallelism,
                                        round_tasks=sum(c.parallelism for c in self.wf.components))
         self.injections = injections(self.conf, component_id)
@@ -180,8 +180,7 @@ class TaskRunner:
         self.fields_of: dict[tuple[str, str], tuple[str, ...]] = {}
         self.state: KeyedState | None = None
         timeout = config_decl.settings(self.conf).message_timeout_secs
-        self.timeouts = MessageTimeouts(spec, component_id, index, self.task_id, timeout, self.tracker,
-                                        builtin_sink=self.comp.impl.kind == "sink")
+        self.timeouts = MessageTimeouts(self.task, timeout, self.tracker, builtin_sink=self.comp.impl.kind == "sink")
         self.roots = SpoutRoots(spec, component_id, self.stats, lambda: self.client or redis_of(self.spec))
         self.collector = self._make_collector()
         # a built-in source calls these per record (SourceRunner): the collector's, bound once
@@ -190,7 +189,7 @@ class TaskRunner:
         self.log = self.collector.log
 
     def _make_collector(self) -> TaskCollector:
-        return TaskCollector(self.spec, self.component_id, self.task_id, self.tm, self.comp.is_spout,
+        return TaskCollector(self.task, self.tm, self.comp.is_spout,
                              self.router, self.tracker, self.timeouts, self.roots, self.stats)
 
     def _needs_redis(self) -> bool:

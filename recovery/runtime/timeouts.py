@@ -15,7 +15,7 @@ from recovery.tracking import keys
 from recovery.tracking.ledger import fenced_transaction
 
 if TYPE_CHECKING:
-    from recovery.model.run import RunSpec
+    from recovery.model.run import TaskIdentity
     from recovery.tracking.tracker import TaskTracker
 
 log = logging.getLogger(__name__)
@@ -69,12 +69,8 @@ class MessageTimeouts:
     The task runner sets `running` around each execution and the collector reads it at each
     call: one attribute each, on the hot path."""
 
-    def __init__(self, spec: RunSpec, component_id: str, index: int, task_id: int, timeout: float,
-                 tracker: TaskTracker | None, builtin_sink: bool):
-        self.spec = spec
-        self.component_id = component_id
-        self.index = index
-        self.task_id = task_id
+    def __init__(self, task: TaskIdentity, timeout: float, tracker: TaskTracker | None, builtin_sink: bool):
+        self.task = task
         self.timeout = timeout
         self.tracker = tracker
         self.builtin_sink = builtin_sink
@@ -87,7 +83,7 @@ class MessageTimeouts:
         self._stop_watchdog = threading.Event()
 
     def text(self) -> str:
-        return f"tuple timed out after {self.timeout:g}s in {self.component_id}"
+        return f"tuple timed out after {self.timeout:g}s in {self.task.component_id}"
 
     def expired(self) -> TupleTimeout:
         """The error a collector call past the deadline raises."""
@@ -114,11 +110,11 @@ class MessageTimeouts:
             self.timed_out = {m.decode() if m == FINISH.encode() else int(m) for m in marks}
         if _kill_armed():
             self._watchdog = threading.Thread(target=self._watch, daemon=True,
-                                              name=f"timeout-{self.component_id}-{self.index}")
+                                              name=f"timeout-{self.task.component_id}-{self.task.index}")
             self._watchdog.start()
 
     def marks_key(self) -> str:
-        return keys.timed_out(self.spec.run_id, self.spec.round, self.component_id, self.index)
+        return keys.timed_out(self.task.run_id, self.task.round, self.task.component_id, self.task.index)
 
     def _watch(self) -> None:
         """The last resort: an execution still running a whole timeout past its deadline will
@@ -148,10 +144,10 @@ class MessageTimeouts:
             if tracker is not None:
                 mark = functools.partial(_add_marks, self.marks_key(), _marks_of(what))
                 try:   # (fenced: a task of a driver taken over marks nothing for its successor)
-                    marked = fenced_transaction(tracker.client, self.spec.run_id, tracker.generation, mark)
+                    marked = fenced_transaction(tracker.client, self.task.run_id, tracker.generation, mark)
                 except Exception:   # Redis down: end the worker anyway; Spark bounds the retries
                     log.exception("could not record the timeout of %s at %s task %d",
-                                  what, self.component_id, self.task_id)
+                                  what, self.task.component_id, self.task.task_id)
             if self.running is not running:
                 # it returned while the mark was written: the runner fails it itself
                 if marked and tracker is not None:
@@ -159,7 +155,7 @@ class MessageTimeouts:
                 continue
             stuck = f"a batch of {len(what)} tuples" if isinstance(what, tuple) else what
             _end_worker(f"recovery: {self.text()} and did not return: {stuck} at "
-                        f"{self.component_id} task {self.task_id} marked timed out, worker ended")
+                        f"{self.task.component_id} task {self.task.task_id} marked timed out, worker ended")
             return
 
     def stop(self) -> None:

@@ -116,11 +116,11 @@ class TestingSpout(Spout):
         for position, item in self._todo:
             if item is ABORT:
                 if self._fires(position):
-                    raise TaskAborted(f"ABORT at item {position} of TestingSpout {self._where!r}")
+                    raise TaskAborted(f"ABORT: TestingSpout {self._where!r} reached its item {position}")
                 continue
             if item is CRASH:
                 if self._fires(position):
-                    raise DriverCrash(f"CRASH at item {position} of TestingSpout {self._where!r}")
+                    raise DriverCrash(f"CRASH: TestingSpout {self._where!r} reached its item {position}")
                 continue
             self.emit(item if isinstance(item, list) else [item], tup_id=position)
             return True

@@ -18,6 +18,7 @@ from recovery.faults import PREFIX as INJECT_PREFIX
 from recovery.jobs import dead_letters, submit
 from recovery.jobs import recover as jobs_recover
 from recovery.jobs import summary as jobs_summary
+from recovery.jobs.summary import RunSummary
 from recovery.model.failed import FailedTuple
 from recovery.model.run import RunSpec, check_run_id
 from recovery.model.workflow import ClassImpl, Component, Workflow
@@ -92,7 +93,7 @@ class LocalRun:
     client: Redis
     run_id: str
     redis_url: str
-    summary: dict[str, Any]
+    summary: RunSummary
     interrupted: str | None = None
     error: str | None = None
     arrival: random.Random | None = field(default=None, repr=False)
@@ -170,11 +171,13 @@ def run_local(workflow: Workflow, redis_client: Redis, *, inputs: dict[str, list
         raise ValueError("run_local: ListSinks need tracking on; pass list_sinks=False (and no "
                          "ListSink in the workflow) to run with tracking off")
     run_id = runs.new_run_id(wf.name) if run_id is None else check_run_id(run_id)
-    run = LocalRun(wf, redis_client, run_id, _url(redis_client), {}, arrival=arrival)
+    # (the summary until the submit returns one)
+    before = RunSummary(run_id=run_id, workflow=wf.name, status=runs.RUNNING, round=0, counts_known=False)
+    run = LocalRun(wf, redis_client, run_id, _url(redis_client), before, arrival=arrival)
     xml = to_xml(wf)
     _drive(run, lambda spark: submit.submit(spark, redis_client, run.redis_url, wf, xml, None,
                                           tracking_on=tracking, master="in-process", run_id=run_id))
-    if recover and tracking and (run.interrupted or run.summary.get("status") != runs.COMPLETED):
+    if recover and tracking and (run.interrupted or run.summary.status != runs.COMPLETED):
         recover_local(run, max_rounds=max_rounds, strategy=strategy)
     return run
 
@@ -227,9 +230,9 @@ def failure_free_output(workflow: Workflow, redis_client: Redis | None = None, *
     inputs = kwargs.pop("inputs", None) or {}
     clean = {cid: [i for i in items if i is not ABORT and i is not CRASH] for cid, items in inputs.items()}
     run = run_local(without_failures(workflow), redis_client, inputs=clean, **kwargs)
-    if run.interrupted or run.summary.get("status") != runs.COMPLETED:
+    if run.interrupted or run.summary.status != runs.COMPLETED:
         raise AssertionError(f"the failure-free run {run.run_id} did not complete: "
-                             f"{run.error or run.summary.get('status')}")
+                             f"{run.error or run.summary.status}")
     return sink_multisets(run)
 
 

@@ -34,6 +34,7 @@ AbortIncompleteMultipartUpload lifecycle rule removes.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import secrets
 import struct
@@ -48,7 +49,7 @@ import msgpack
 import zstandard
 
 from recovery import home
-from recovery.errors import SpillError
+from recovery.errors import RecoveryError, SpillError
 from recovery.tracking.spill_files import (  # noqa: F401 (redact & co. are used as spill.redact)
     MASK,
     Files,
@@ -84,6 +85,22 @@ def location(explicit: str | None = None, configured: str | None = None) -> str:
     if "://" in chosen:
         return chosen
     return str(Path(chosen).expanduser().absolute())
+
+
+def check_reaches_executors(explicit: str | None, configured: str | None, master: str) -> None:
+    """With a master that is not local, the spill location must be one every executor reaches:
+    the default one, under RECOVERY_HOME on the driver's disk, is not. Refused in one line."""
+    if master.startswith("local") or master == "in-process":   # (recovery.testing's: tasks in this process)
+        return
+    chosen = (explicit or "").strip() or (configured or "").strip()
+    if not chosen:
+        raise RecoveryError(f"master {master} runs tasks on other hosts, which do not reach the spill folder "
+                            "under RECOVERY_HOME on this one: give --spill-dir (or the property "
+                            "recovery.spill.dir) a folder every executor mounts, or a URI (s3://, hdfs://)")
+    if "://" not in chosen and not os.path.isabs(os.path.expanduser(chosen)):
+        raise RecoveryError(f"spill location {chosen!r} is relative to this host's current folder, which "
+                            f"executors of master {master} do not reach: give an absolute path on storage "
+                            "every executor mounts, or a URI (s3://, hdfs://)")
 
 
 def safe_name(name: str) -> str:
@@ -282,28 +299,45 @@ class SpillWriter:
 
 
 # --- reading ------------------------------------------------------------------------------------
+def _bad(store: SpillStore, run_id: str, ref: SpillRef, task: str, what: str) -> SpillError:
+    where = store.files.describe(f"{store.run_dir(run_id)}/{ref.path}")
+    return SpillError(f"spill file {where} of task {task} (run {run_id}) is {what}; put it back, "
+                      f"then `recovery recover {run_id}` resumes the run")
+
+
+def check_file(store: SpillStore, run_id: str, ref: SpillRef, task: str) -> None:
+    """The file there at the size its commit recorded, or SpillError as `read` raises it. What a
+    driver checks of every file a resumed round will read, before Spark starts (a file changed
+    in place is found by `read`'s checksum)."""
+    rel = f"{store.run_dir(run_id)}/{ref.path}"
+    try:
+        size = store.files.size(rel)
+    except FileNotFoundError:
+        raise _bad(store, run_id, ref, task, "missing") from None
+    except (OSError, ValueError) as err:
+        raise _bad(store, run_id, ref, task, f"unreadable ({store.why(err)})") from None
+    if size < ref.size:
+        raise _bad(store, run_id, ref, task, f"truncated ({size} of {ref.size} bytes)")
+    if size > ref.size:
+        raise _bad(store, run_id, ref, task, f"corrupt ({size} bytes, its commit recorded {ref.size})")
+
+
 def read(store: SpillStore, run_id: str, ref: SpillRef, task: str) -> Iterator[tuple[tuple, bytes]]:
     """A committed task's output chunks, in the order it wrote them. SpillError (one line naming
     the file and the task) when the file is missing, truncated or corrupt; records read before
     a fault is found were already yielded, but the task fails, so Spark keeps none of them."""
     rel = f"{store.run_dir(run_id)}/{ref.path}"
-    where = store.files.describe(rel)
 
     def bad(what: str) -> SpillError:
-        return SpillError(f"spill file {where} of task {task} (run {run_id}) is {what}; put it back, "
-                          f"then `recovery recover {run_id}` resumes the run")
+        return _bad(store, run_id, ref, task, what)
 
+    check_file(store, run_id, ref, task)
     try:
-        size = store.files.size(rel)
         fh = store.files.open(rel)
     except FileNotFoundError:
         raise bad("missing") from None
     except (OSError, ValueError) as err:
         raise bad(f"unreadable ({store.why(err)})") from None
-    if size < ref.size:
-        raise bad(f"truncated ({size} of {ref.size} bytes)")
-    if size > ref.size:
-        raise bad(f"corrupt ({size} bytes, its commit recorded {ref.size})")
     decompressor = zstandard.ZstdDecompressor()
     crc, chunks = 0, 0
     with fh:

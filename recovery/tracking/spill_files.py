@@ -101,7 +101,7 @@ def open_location(where: str, default: str | None = None) -> Files:
     ValueError (pyarrow's ArrowInvalid) or ImportError."""
     path = local_path(where)
     if path is not None:
-        return LocalFiles(Path(path), is_default=path == default)
+        return LocalFiles(Path(path), is_default=str(Path(path)) == default)
     return ArrowFiles(where, bare_uri(where))
 
 
@@ -131,16 +131,20 @@ class LocalFiles:
         elif not self.root.is_dir():
             # a location given may be a shared folder of someone's: made if missing, never chmodded
             os.makedirs(self.root, mode=DIR_MODE, exist_ok=True)
+        # the folders made inside a location given take its own modes: a shared folder opened to
+        # the executors' user or group (a cluster's workers may run as another user than the
+        # driver) stays open to them, a private one stays private; the setgid bit is kept
+        mode = DIR_MODE if self.is_default else stat.S_IMODE(self.root.stat().st_mode) & 0o2777
         path = self.root
         for part in Path(rel).parts:
             path = path / part
             try:
-                os.mkdir(path, DIR_MODE)
+                os.mkdir(path, mode)
             except FileExistsError:
                 continue
-            st = os.stat(path)   # made under a umask that cut more than group/other bits
-            if stat.S_IMODE(st.st_mode) != DIR_MODE:
-                os.chmod(path, DIR_MODE)
+            st = os.stat(path)   # made under a umask that cut group/other bits
+            if stat.S_IMODE(st.st_mode) != mode:
+                os.chmod(path, mode)
 
     def create(self, rel: str) -> BinaryIO:
         fd = os.open(self.root / rel, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE)

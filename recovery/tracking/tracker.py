@@ -32,6 +32,7 @@ from redis import Redis
 from recovery.errors import RunFenced, SpillError
 from recovery.model import config as config_decl
 from recovery.model.failed import FailedTuple
+from recovery.model.run import TaskIdentity
 from recovery.tracking import keys, runs
 from recovery.tracking.ledger import (
     LEDGER_BUCKETS,
@@ -102,23 +103,21 @@ class TaskTracker:
     """One Spark task's view of tracking: it buffers what the task learns and commits it in one
     transaction with the task's done marker."""
 
-    def __init__(self, client: Redis, run_id: str, round_no: int, component: str, index: int,
-                 task_id: int, conf: dict[str, str], generation: str | None = None,
+    def __init__(self, client: Redis, task: TaskIdentity, conf: dict[str, str], generation: str | None = None,
                  spill_dir: str | None = None, parallelism: int = 0, round_tasks: int = 0):
         self.client = client
         self.parallelism = parallelism   # the component's tasks (0: unknown, no early fold)
         self.round_tasks = round_tasks   # every component's tasks in the round (0: unknown, not counted)
         self.generation = generation
         self.fenced = False          # the run was cleared or re-created: write nothing more
-        self.run_id = run_id
-        self.round = round_no
-        self.component = component
-        self.index = index
-        self.task_id = task_id
+        self.task = task
+        # (read at every commit and failure: kept as plain attributes)
+        self.run_id, self.round, self.component, self.index = task.run_id, task.round, task.component_id, task.index
+        self.task_id = task.task_id
         self.conf = conf
         settings = config_decl.settings(conf)
         self.max_attempts = settings.max_attempts
-        self.field = f"{component}:{index}"
+        self.field = f"{task.component_id}:{task.index}"
         self.token = secrets.token_hex(6)   # this attempt's: names its pieces (module doc)
         # the run's spill location; None (a run record from before it was kept): the property's
         self.spill_dir = spill_dir or location(None, settings.spill_dir)
@@ -146,12 +145,19 @@ class TaskTracker:
         """Why this task may write nothing more (its run was taken over, cleared or re-created)."""
         return runs.fenced_out(self.client, self.run_id, self.generation)
 
-    def check_fence(self) -> None:
+    def check_fence(self) -> int:
         """Raise fenced_error() unless the run still holds this task's generation (a sink checks
-        it right before it publishes a part, see connectors.sink_folders.atomic_write)."""
-        if self._run_gone():
+        it right before it publishes a part, see connectors.sink_folders.atomic_write). Returns
+        how many drivers held the run before this task's (the generations it retired): a number
+        that grows at each take-over, so that a part published where nothing can lock
+        (connectors.sink_objects) is ordered after any a driver taken over may still publish."""
+        if self.generation is None:
+            return 0
+        current, retired = self.client.hmget(keys.run_record(self.run_id), ["generation", "retired_generations"])
+        if current != self.generation.encode():
             self._fence()
             raise self.fenced_error()
+        return len((retired or b"").split())
 
     @property
     def store(self) -> SpillStore:

@@ -58,19 +58,10 @@ def with_absolute_paths(xml: Path) -> Path:
     return xml
 
 
-def with_config(wf: Any, **props: str) -> Any:
-    merged = dict(wf.config)
-    merged.update({k.replace("__", "."): v for k, v in props.items()})
-    return wf.model_copy(update={"config": tuple(merged.items())})
-
-
 def submit(spark: Any, redis_url: str, client: Any, xml_path: Path, config: dict[str, str] | None = None,
            tracking: bool = True, run_id: str | None = None) -> dict:
     wf = workflow_xml.load(xml_path)
-    if config:
-        merged = dict(wf.config)
-        merged.update(config)
-        wf = wf.model_copy(update={"config": tuple(merged.items())})
+    wf = wf.with_config(config or {})
     return jobs_submit.submit(spark, client, redis_url, wf, xml_path.read_text(), str(xml_path),
                        tracking_on=tracking, run_id=run_id)
 

@@ -3,6 +3,9 @@ and kill -9 of the driver change nothing in what workflows/cdn_logs_batch.xml wr
 what workflows/cdn_logs.xml (row bolts) writes for the same input."""
 from __future__ import annotations
 
+import fakeredis
+
+from recovery import testing
 from recovery.jobs import dead_letters, recover
 from recovery.model.graph import TaskMap
 from recovery.model.xml import parse as workflow_xml
@@ -44,8 +47,12 @@ def test_spark_task_retries_of_a_batch_task_change_no_result_and_no_ledger(spark
 
 
 def test_kill_9_of_a_batch_run_then_recover_gives_what_the_row_workflow_gives(spark, redis_url, redis_client, tmp_path):
-    row = submit(spark, redis_url, redis_client, copy_workflow("cdn_logs", tmp_path / "row"), TRANSIENT)
-    assert recover.recover(spark, redis_client, redis_url, row["run_id"])["status"] == "dead"
+    # the row workflow's output and dead letters, the reference: in this process (the test kit's
+    # engine, no Spark job), the same failures injected
+    row_client = fakeredis.FakeRedis(server=fakeredis.FakeServer())
+    row = testing.run_local(workflow_xml.load(copy_workflow("cdn_logs", tmp_path / "row")), row_client,
+                            config=TRANSIENT, recover=True, list_sinks=False)
+    assert row.status == "dead"
     want = sink_records(tmp_path / "row" / "out" / "cdn_logs")
 
     run_id = "batch-crash"
@@ -59,5 +66,5 @@ def test_kill_9_of_a_batch_run_then_recover_gives_what_the_row_workflow_gives(sp
     r = recover.recover(spark, redis_client, redis_url, run_id)
     assert r["status"] == "dead" and r["pending"] == 0       # only the data's bad lines are dead
     assert sink_records(tmp_path / "batch" / "out" / "cdn_logs_batch") == want
-    dead = lambda rid: sorted((d.component, d.id) for d in dead_letters.dead_letters(redis_client, rid))  # noqa: E731
-    assert dead(run_id) == dead(row["run_id"]) and len(dead(run_id)) == 20
+    dead = lambda client, rid: sorted((d.component, d.id) for d in dead_letters.dead_letters(client, rid))  # noqa: E731
+    assert dead(redis_client, run_id) == dead(row_client, row.run_id) and len(dead(redis_client, run_id)) == 20

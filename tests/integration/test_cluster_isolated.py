@@ -142,8 +142,9 @@ def test_the_worker_shares_nothing_with_the_driver(cluster: SparkStandalone, tmp
     assert not as_user_can(WORKER_USER, "-r", str(private))
     assert not as_user_can(WORKER_USER, "-x", sys.executable)
     assert os.path.realpath(sys.executable) != os.path.realpath(cluster.python)
-    where = subprocess.run(["runuser", "-u", WORKER_USER, "--", cluster.python, "-c",
-                            "import recovery; print(recovery.__file__)"], capture_output=True, text=True)
+    where = subprocess.run(["runuser", "-u", WORKER_USER, "--", "env", "-i", "PATH=/usr/bin:/bin", cluster.python,
+                            "-c", "import recovery; print(recovery.__file__)"], capture_output=True, text=True,
+                           cwd=cluster.folder)
     assert where.returncode == 0 and where.stdout.startswith(str(cluster.folder)), where.stderr
 
 

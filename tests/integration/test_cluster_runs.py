@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from recovery.cli import main
 from recovery.controlplane import connection
 from recovery.jobs import dead_letters, recover
+from recovery.model.run import TaskIdentity
 from recovery.tracking import keys, ledger, runs
 from tests.clusters import RedisCluster
 from tests.helpers import wait_for
@@ -191,7 +192,7 @@ def test_root_replay_selection_and_dead_requeue_split_by_slot_on_a_cluster(redis
     from recovery.tracking.tracker import TaskTracker
     lease = runs.create(redis_client, "split-steps", "<workflow/>", "{}", None, "local", True)
     roots = list(range(1, 41))
-    task = TaskTracker(redis_client, "split-steps", 0, "count", 0, 7, {"recovery.max.attempts": "2"},
+    task = TaskTracker(redis_client, TaskIdentity("split-steps", 0, "count", 0, 7), {"recovery.max.attempts": "2"},
                        generation=lease.generation)
     for r in roots:   # each root's tuple fails at count task 7; the last ten are out of attempts
         task.failure(FailedTuple(values=[r], id=1000 + r, roots=[r], stream="default", error="x",

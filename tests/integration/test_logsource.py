@@ -165,10 +165,8 @@ def test_a_second_bounded_submit_of_a_stream_continues_into_the_same_folders(spa
 def test_a_poison_message_at_the_head_of_a_partition_does_not_hold_the_stream(spark, redis_url, redis_client, tmp_path):
     xml = _copy_cdn_stream(tmp_path)
     wf = workflow_xml.load(xml)
-    merged = dict(wf.config)
-    merged.update({"topology.max.spout.pending": "1000", "recovery.auto": "true",
-                   "recovery.max.attempts": "2", "recovery.retry.delay.period.ms": "0"})
-    wf = wf.model_copy(update={"config": tuple(merged.items())})
+    wf = wf.with_config({"topology.max.spout.pending": "1000", "recovery.auto": "true",
+                         "recovery.max.attempts": "2", "recovery.retry.delay.period.ms": "0"})
     lines = [x for x in (WORKFLOWS / "data" / "cdn.log").read_text().splitlines() if x.strip()]
     valid_lines = [x for x in lines if _valid([x])]
     first, second = valid_lines[:300], valid_lines[300:400]
@@ -189,7 +187,7 @@ def test_a_poison_message_at_the_head_of_a_partition_does_not_hold_the_stream(sp
                 assert _committed_to_end(redis_client, wf)
                 topics.produce(redis_client, "cdn_logs", [(x, x.encode()) for x in second])
 
-    summary = follow.follow(spark, redis_client, redis_url, wf, xml.read_text(), str(xml),
+    outcome = follow.follow(spark, redis_client, redis_url, wf, xml.read_text(), str(xml),
                             max_batches=2, on_event=on_event)
     # batch 1 processed every message after the poison (in both partitions alike): it read all
     # of them, and only the poison is not complete
@@ -198,8 +196,8 @@ def test_a_poison_message_at_the_head_of_a_partition_does_not_hold_the_stream(sp
     assert batches[0]["pending"] == 1
     # the poison was retried between batches and is dead; batch 2 read only new messages
     assert batches[1]["roots"] == len(second) and batches[1]["failed"] == 0
-    assert summary["dead"] == 1 and summary["pending"] == 0
-    assert summary["follow"]["recovery_rounds"] >= 1
+    assert outcome.summary is not None and outcome.summary.dead == 1 and outcome.summary.pending == 0
+    assert outcome.follow["recovery_rounds"] >= 1
     assert _committed_to_end(redis_client, wf)
     sink = read_jsonl_dir(str(tmp_path / "out" / "cdn_logs_stream"))
     _assert_aggregates_exactly_once(sink, _valid(first + second))
@@ -215,7 +213,8 @@ def _cli_env(redis_url: str, home: Path) -> dict[str, str]:
     return env
 
 
-def test_kill_9_of_a_follow_driver_then_restart_gives_every_effect_exactly_once(redis_url, redis_client, tmp_path):
+def test_kill_9_of_a_follow_driver_then_restart_gives_every_effect_exactly_once(spark, redis_url, redis_client,
+                                                                               tmp_path):
     xml = _copy_cdn_stream(tmp_path)
     lines = [x for x in (WORKFLOWS / "data" / "cdn.log").read_text().splitlines() if x.strip()][:240]
     topics.produce(redis_client, "cdn_logs", [(x, x.encode()) for x in lines], 4)
@@ -253,9 +252,9 @@ def test_kill_9_of_a_follow_driver_then_restart_gives_every_effect_exactly_once(
     assert runs.status_of(runs.get(redis_client, run_id)) == runs.CRASHED
     assert not _committed_to_end(redis_client, wf)
 
-    out = subprocess.run(cmd, env=env, capture_output=True, timeout=240)
-    assert out.returncode == 0, out.stderr.decode()[-3000:]
-    summary = json.loads(out.stdout)
+    # restarted in this process (the CLI's part, killed, is above): what `submit --follow --json` prints
+    summary = follow.follow(spark, redis_client, redis_url, wf.with_config({"topology.max.spout.pending": "40"}),
+                            xml.read_text(), str(xml), idle_exit=2).to_json()
     assert summary["run_id"] == run_id                       # the crashed run, continued
     assert summary["follow"]["resumed"] == [run_id]
     assert summary["round"] > killed_round

@@ -70,7 +70,8 @@ def test_a_shell_spout_emit_the_host_refuses_ends_dead_never_complete(spark, red
     # raw_spout.py "badstream" emits message 2 on a stream the XML does not declare: its
     # root is dead (not counted complete, not acked), its emit and error are in the dead
     # letters, the program heard `fail 2`, and the other four records reach the sink
-    shutil.copy(PROGRAMS / "raw_spout.py", tmp_path / "raw_spout.py")
+    for program in ("raw_spout.py", "raw_protocol.py"):   # (the spout imports the protocol's helpers)
+        shutil.copy(PROGRAMS / program, tmp_path / program)
     xml = tmp_path / "shell_bad_stream.xml"
     xml.write_text(BAD_STREAM_XML)
     s = submit(spark, redis_url, redis_client, xml)

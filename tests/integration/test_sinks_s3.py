@@ -82,12 +82,12 @@ def test_a_folder_s_runs_overwrite_and_clear_at_an_s3_folder(tmp_path, s3_bucket
     s3_bucket.put(f"out/j/{dead}", b'{"line": "dead"}\n')
     removed = replace_other_runs(over, "run-b")
     shown = f"s3://{s3_bucket.name}/out/j"
-    assert removed == [f"{shown}/{COMMITTED}/{part_name('run-a', 0, 'j', 1, 'jsonl')}"] + sorted(
+    assert removed == [f"{shown}/{COMMITTED}/{part_name('run-a', 0, 'j', 1, 'jsonl')}.d0"] + sorted(
         [f"{shown}/{old}", f"{shown}/{stray}"])
     assert replace_other_runs(over, "run-b") == []                      # idempotent
     assert read_jsonl_dir(jsonl) == [{"line": "mine"}]                  # never the dead attempt's
     assert remove_uncommitted(over, "run-b") == [f"s3://{s3_bucket.name}/out/j/{dead}"]
-    assert s3_bucket.files("out/") == sorted([f"out/j/{mine}", f"out/j/{COMMITTED}/{part_name('run-b', 0, 'j', 1, 'jsonl')}"])
+    assert s3_bucket.files("out/") == sorted([f"out/j/{mine}", f"out/j/{COMMITTED}/{part_name('run-b', 0, 'j', 1, 'jsonl')}.d0"])
     fs, paths = committed_parts(jsonl)
     assert paths == [f"{s3_bucket.name}/out/j/{mine}"] and fs.type_name == "s3"
 

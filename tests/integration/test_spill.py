@@ -139,9 +139,9 @@ def test_a_missing_or_corrupt_spill_file_is_one_line_and_the_run_resumes_once_it
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert errors == [f"error: spill file {path} of task pad:1, round 0 (run {run_id}) is missing; put it "
                       f"back, then `recovery recover {run_id}` resumes the run"], done.stderr[-3000:]
-    rec = runs.get(redis_client, run_id)
-    assert rec.status == runs.ERROR and rec.error is not None and f"spill file {path}" in rec.error
-    # corrupt: one byte changed
+    # refused before Spark started: the run is as the killed driver left it
+    assert runs.status_of(runs.get(redis_client, run_id)) == runs.CRASHED
+    # corrupt: one byte changed (the size its commit recorded: found by a task reading it)
     i = len(kept) // 2
     path.write_bytes(kept[:i] + bytes([kept[i] ^ 0xFF]) + kept[i + 1:])
     with pytest.raises(SpillError) as err:
@@ -156,9 +156,16 @@ def test_a_missing_or_corrupt_spill_file_is_one_line_and_the_run_resumes_once_it
     assert run_keys(redis_client, run_id) == set()
 
 
-def test_clear_leaves_no_spill_file_and_no_key(spark, redis_url, redis_client, tmp_path):
-    spill_dir, run_id = tmp_path / "spill", "spill-clear"
-    _crashed_submit(tmp_path, redis_url, redis_client, run_id, spill_dir, _pad_done)
+def test_clear_leaves_no_spill_file_and_no_key(redis_client):
+    """A run whose driver died mid-round, on a real Redis: some tasks committed their spill
+    files. (The test kit's CRASH makes one in this process: no Spark job is needed for it.)"""
+    from recovery import testing
+    from tests.unit.testing.test_testing_kit import pipeline
+
+    run = testing.run_local(pipeline(2), redis_client, inputs={"words": ["a", testing.CRASH, "b", "c"]},
+                            run_id="spill-clear")
+    assert run.interrupted == "crash"
+    run_id, spill_dir = run.run_id, Path(runs.get(redis_client, run.run_id).spill_dir)
     assert spill.SpillStore(str(spill_dir)).run_files(run_id)
     # the location is in the run record: clear needs no flag
     clear.clear(redis_client, run_id)

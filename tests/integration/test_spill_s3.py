@@ -18,6 +18,7 @@ import pytest
 from recovery.errors import SpillError
 from recovery.jobs import clear, recover
 from recovery.model.graph import TaskMap
+from recovery.model.run import TaskIdentity
 from recovery.model.xml import parse as workflow_xml
 from recovery.tracking import keys, runs, spill, tracker
 from tests.integration.conftest import sink_records
@@ -167,14 +168,14 @@ def test_a_location_that_cannot_be_written_is_one_line_with_its_secret_masked(s3
 # --- the tracker's commit -----------------------------------------------------------------------
 def test_a_commit_references_the_object_and_a_rerun_reads_it(redis_client, s3_bucket):
     uri = s3_bucket.uri()
-    t = tracker.TaskTracker(redis_client, "r1", 1, "mid", 0, 2, {}, spill_dir=uri)
+    t = tracker.TaskTracker(redis_client, TaskIdentity("r1", 1, "mid", 0, 2), {}, spill_dir=uri)
     chunks = _chunks(30, 500)
     for key, blob in chunks:
         t.add_output(key, blob)
     assert t.commit({5: 9}, {"executed": 30})
     ref = spill.SpillRef.unpack(redis_client.hget(keys.task_spill("r1", 1), "mid:0"))
     assert s3_bucket.files() == [f"spill/r1/{ref.path}"]
-    again = tracker.TaskTracker(redis_client, "r1", 1, "mid", 0, 2, {}, spill_dir=uri)
+    again = tracker.TaskTracker(redis_client, TaskIdentity("r1", 1, "mid", 0, 2), {}, spill_dir=uri)
     assert again.committed() is not None and list(again.stored_output()) == chunks
     again.drop_outputs("mid", 1)
     assert s3_bucket.files() == [] and not redis_client.exists(keys.task_spill("r1", 1))
@@ -224,7 +225,8 @@ def test_kill_9_then_recover_with_spill_files_on_s3_is_exact(spark, redis_url, r
     assert errors == [f"error: spill file s3://{s3_bucket.name}/{key} of task pad:1, round 0 (run {run_id}) is "
                       f"missing; put it back, then `recovery recover {run_id}` resumes the run"], done.stderr[-3000:]
     assert "hush-hush" not in done.stderr and "AKIDINURI" not in done.stderr
-    assert runs.get(redis_client, run_id).status == runs.ERROR
+    # refused before Spark started: the run is as the killed driver left it
+    assert runs.status_of(runs.get(redis_client, run_id)) == runs.CRASHED
     s3_bucket.put(key, kept)
     r = recover.recover(spark, redis_client, redis_url, run_id)
     assert r["status"] == "completed", r

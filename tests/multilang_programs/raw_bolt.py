@@ -13,51 +13,30 @@ the emit), "badstream" (an anchored emit on the undeclared stream "nowhere" firs
 (emits 2**70 instead, which JSON carries and msgpack cannot); anything else is emitted
 (anchored) and acked.
 """
-import json
-import os
 import subprocess
 import sys
 import time
 
-
-def read_msg():
-    lines = []
-    while True:
-        line = sys.stdin.readline()
-        if not line:
-            sys.exit(0)
-        if line == "end\n":
-            return json.loads("".join(lines))
-        lines.append(line)
-
-
-def raw(text):
-    sys.stdout.write(text)
-    sys.stdout.flush()
-
-
-def send(obj):
-    raw(json.dumps(obj) + "\nend\n")
-
+from raw_protocol import handshake, late_pid, raw, read_msg, send
 
 mode = sys.argv[1] if len(sys.argv) > 1 else "ok"
-handshake = read_msg()
-if mode == "crashstart":
-    sys.stderr.write("cannot start: missing configuration\n")
-    sys.exit(5)
-if mode == "fork":
-    child = subprocess.Popen(["sleep", "60"])
-    sys.stderr.write("grandchild %d\n" % child.pid)
-    sys.stderr.flush()
-pid_file = os.path.join(handshake["pidDir"], str(os.getpid()))
-if mode not in ("nopid", "latepid"):
-    open(pid_file, "w").close()
-send({"pid": os.getpid()})
+
+
+def before_pid(hello):
+    if mode == "crashstart":
+        sys.stderr.write("cannot start: missing configuration\n")
+        sys.exit(5)
+    if mode == "fork":
+        child = subprocess.Popen(["sleep", "60"])
+        sys.stderr.write("grandchild %d\n" % child.pid)
+        sys.stderr.flush()
+
+
+pid_file = handshake(mode, before_pid)
 
 while True:
     msg = read_msg()
-    if mode == "latepid" and not os.path.exists(pid_file):
-        open(pid_file, "w").close()
+    late_pid(mode, pid_file)
     if msg.get("stream") == "__heartbeat":
         send({"command": "sync"})
         continue

@@ -5,45 +5,20 @@ Mode "nopid" answers its pid and never writes the pid file; "latepid" answers it
 Storm's storm.py does) and writes the file only once it has read its first command.
 Mode "badstream" emits message 2 on the undeclared stream "nowhere"; "badstream-retry" also
 re-emits every message it is told failed, at its next `next` (a spout that retries for ever)."""
-import json
 import os
 import sys
 import time
 
-
-def read_msg():
-    lines = []
-    while True:
-        line = sys.stdin.readline()
-        if not line:
-            sys.exit(0)
-        if line == "end\n":
-            return json.loads("".join(lines))
-        lines.append(line)
-
-
-def raw(text):
-    sys.stdout.write(text)
-    sys.stdout.flush()
-
-
-def send(obj):
-    raw(json.dumps(obj) + "\nend\n")
-
+from raw_protocol import handshake, late_pid, raw, read_msg, send
 
 mode = sys.argv[1] if len(sys.argv) > 1 else "ok"
 marker = sys.argv[2] if len(sys.argv) > 2 else None
-handshake = read_msg()
-pid_file = os.path.join(handshake["pidDir"], str(os.getpid()))
-if mode not in ("nopid", "latepid"):
-    open(pid_file, "w").close()
-send({"pid": os.getpid()})
+pid_file = handshake(mode)
 count = 0
 retry = []
 while True:
     cmd = read_msg()
-    if mode == "latepid" and not os.path.exists(pid_file):
-        open(pid_file, "w").close()
+    late_pid(mode, pid_file)
     if cmd["command"] == "next" and retry:
         mid = retry.pop(0)
         send({"command": "emit", "id": mid, "tuple": [mid], "stream": "nowhere"})

@@ -299,7 +299,7 @@ class BatchCollector(TaskCollector):
             uniq = list(dict.fromkeys(anchor))
             if not uniq:   # unanchored: released at once, in no root's tree
                 self.unanchored_seq += 1
-                base = ids.derive(self.task_id, salt, self.unanchored_seq, 1, self.spec.round)
+                base = ids.derive(self.task_id, salt, self.unanchored_seq, 1, self.round)
                 roots: tuple = ()
             elif len(uniq) == 1:
                 a = uniq[0]

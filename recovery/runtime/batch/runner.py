@@ -37,7 +37,7 @@ class BatchTaskRunner(TaskRunner):
         # consumers that are batch components get Arrow chunks (runtime.wire)
         arrow_to = {r.consumer for routes in self.router.routes.values() for r in routes
                     if is_batch_component(self.wf.component(r.consumer), self.wf)}
-        return BatchCollector(self.spec, self.component_id, self.task_id, self.tm, self.comp.is_spout,
+        return BatchCollector(self.task, self.tm, self.comp.is_spout,
                               self.router, self.tracker, self.timeouts, self.roots, self.stats,
                               arrow_to=arrow_to, fields=self.fields)
 

@@ -9,6 +9,7 @@ from rich.console import Console
 
 from recovery.cli.common import print_summary
 from recovery.cli.safe_text import plain, rich_text
+from recovery.jobs.summary import RunSummary
 from recovery.visible import visible
 
 TITLE = "\x1b]0;TITLE\x07"
@@ -42,10 +43,10 @@ def test_rich_text_is_never_markup():
 def test_the_summary_tables_show_errors_and_names_as_text(capsys, monkeypatch):
     monkeypatch.setenv("FORCE_COLOR", "1")      # Rich styles as on a terminal (hyperlinks included)
     monkeypatch.setenv("COLUMNS", "250")
-    summary = {"run_id": "r1", "status": "pending", "roots": 3, "complete": 1, "pending": 2, "failed": 2,
-               "dead": 0, "components": {"split" + RED: {"executed": 3, "failed": 2}},
-               "failed_positions": [{"component": "split" + RED, "task": 1, "count": 2,
-                                     "sample_error": "ValueError: bad record " + TITLE + " " + MARKUP}]}
+    summary = RunSummary(run_id="r1", workflow="w", status="pending", round=0, roots=3, complete=1, pending=2,
+                         failed=2, dead=0, components={"split" + RED: {"executed": 3, "failed": 2}},
+                         failed_positions=[{"component": "split" + RED, "task": 1, "count": 2,
+                                            "sample_error": "ValueError: bad record " + TITLE + " " + MARKUP}])
     print_summary(summary)
     out = capsys.readouterr().out
     assert "\x1b]0;TITLE" not in out and "\x07" not in out and "\x1b]8;" not in out and RED not in out

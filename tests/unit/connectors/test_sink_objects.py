@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 
 from recovery.connectors.sink_folders import part_name
-from recovery.connectors.sink_objects import ATTEMPT, COMMITTED, ObjectFolder, attempt_name, part_of
+from recovery.connectors.sink_objects import ATTEMPT, COMMITTED, ObjectFolder, attempt_name, marker_name, part_of
 
 PART = part_name("run-1", 0, "out", 3, "jsonl")
+MARKER = f"{COMMITTED}/{marker_name(PART, 0)}"      # written by the run's first driver
 
 
 def folder(tmp_path) -> ObjectFolder:
@@ -29,7 +30,7 @@ def test_an_attempt_s_object_is_named_by_its_part_and_a_token_of_its_own():
 def test_a_commit_writes_the_object_then_the_marker_that_names_it(tmp_path):
     at = folder(tmp_path)
     name = at.commit(PART, lambda fh: fh.write(b'{"n": 1}\n'), None)
-    assert files(tmp_path) == sorted([name, f"{COMMITTED}/{PART}"])
+    assert files(tmp_path) == sorted([name, f"{COMMITTED}/{PART}.d0"])
     assert (tmp_path / "out" / name).read_bytes() == b'{"n": 1}\n'
     assert at.markers(lambda n: True) == [PART] and at.named_by(PART) == name
     assert at.attempts() == [name]
@@ -40,7 +41,7 @@ def test_a_retry_points_the_marker_at_its_own_object_and_removes_the_one_it_repl
     first = at.commit(PART, lambda fh: fh.write(b"1\n"), None)
     second = at.commit(PART, lambda fh: fh.write(b"2\n"), None)
     assert first != second and at.named_by(PART) == second
-    assert files(tmp_path) == sorted([second, f"{COMMITTED}/{PART}"])
+    assert files(tmp_path) == sorted([second, MARKER])
 
 
 def test_an_attempt_that_fails_or_is_fenced_leaves_no_object_and_moves_no_marker(tmp_path):
@@ -58,7 +59,7 @@ def test_an_attempt_that_fails_or_is_fenced_leaves_no_object_and_moves_no_marker
         at.commit(PART, broken, None)
     with pytest.raises(RuntimeError, match="taken over"):
         at.commit(PART, lambda fh: fh.write(b"2\n"), taken_over)
-    assert at.named_by(PART) == kept and files(tmp_path) == sorted([kept, f"{COMMITTED}/{PART}"])
+    assert at.named_by(PART) == kept and files(tmp_path) == sorted([kept, MARKER])
 
 
 def test_a_marker_that_names_no_attempt_of_its_part_is_never_followed(tmp_path):
@@ -66,16 +67,35 @@ def test_a_marker_that_names_no_attempt_of_its_part_is_never_followed(tmp_path):
     at.commit(PART, lambda fh: fh.write(b"1\n"), None)
     other = attempt_name(part_name("run-1", 0, "out", 4, "jsonl"))
     for content in ("../../etc/passwd", other, ""):
-        (tmp_path / "out" / COMMITTED / PART).write_text(content)
+        (tmp_path / "out" / MARKER).write_text(content)
         assert at.named_by(PART) is None
     assert at.named_by(part_name("run-1", 9, "out", 3, "jsonl")) is None      # no marker
 
 
-def test_remove_parts_takes_the_markers_first_then_the_objects_and_missing_ones_are_fine(tmp_path):
+def test_of_a_part_s_markers_the_latest_driver_s_counts_whenever_it_was_written(tmp_path):
+    """A driver taken over may pass its ownership check, then write its marker after its
+    successor wrote its own: the marker of the driver that came later (more drivers before it)
+    counts, the other is never read and goes with the objects no counting marker names."""
     at = folder(tmp_path)
-    committed = at.commit(PART, lambda fh: fh.write(b"1\n"), None)
+    successor = at.commit(PART, lambda fh: fh.write(b"successor\n"), lambda: 1)
+    late = at.commit(PART, lambda fh: fh.write(b"taken over\n"), lambda: 0)     # after the successor's
+    assert at.named_by(PART) == successor and at.markers(lambda n: True) == [PART]
     orphan = attempt_name(PART)
     (tmp_path / "out" / orphan).write_bytes(b"never committed")
-    at.remove_parts([PART], [orphan])
-    at.remove_parts([PART], [orphan, committed])
+    mine = lambda n: n.startswith("part-run-1-")  # noqa: E731
+    removed = at.remove_uncounted(mine, mine)
+    assert sorted(removed) == sorted([MARKER, late, orphan])
+    assert files(tmp_path) == sorted([successor, f"{COMMITTED}/{marker_name(PART, 1)}"])
+    assert at.remove_uncounted(mine, mine) == []
+
+
+def test_remove_parts_takes_the_markers_first_then_the_objects_and_missing_ones_are_fine(tmp_path):
+    at = folder(tmp_path)
+    first = at.commit(PART, lambda fh: fh.write(b"1\n"), None)
+    later = at.commit(PART, lambda fh: fh.write(b"2\n"), lambda: 1)
+    orphan = attempt_name(PART)
+    (tmp_path / "out" / orphan).write_bytes(b"never committed")
+    assert sorted(at.remove_parts(lambda p: p == PART, [orphan])) == sorted(
+        [MARKER, f"{COMMITTED}/{marker_name(PART, 1)}", first, later, orphan])
+    at.remove_parts(lambda p: p == PART, [orphan, first])
     assert files(tmp_path) == [] and at.named_by(PART) is None

@@ -65,7 +65,7 @@ def test_abort_fails_the_spout_task_and_the_run_resumes_past_it(fake_redis):
     items = ["a", "b", ABORT, "c"]
     run = testing.run_local(pipeline(), fake_redis, inputs={"words": items})
     assert run.interrupted == "error" and run.status == runs.ERROR
-    assert "TaskAborted: ABORT at item 2 of TestingSpout 'words'" in run.error
+    assert "TaskAborted: ABORT: TestingSpout 'words' reached its item 2" in run.error
     assert run.summary["counts_known"] is False and run.sinks["out"] == []   # nothing committed
     testing.recover_local(run)
     assert run.interrupted is None and run.summary["resumed"] is True
@@ -86,7 +86,7 @@ def test_crash_stops_the_driver_mid_round_and_recover_resumes_it_exactly(fake_re
     # two spout tasks: task 0 (items 0, 2) commits, task 1 (items 1, 3) dies at CRASH
     items = ["a", CRASH, "b", "c"]
     run = testing.run_local(pipeline(2), fake_redis, inputs={"words": items})
-    assert run.interrupted == "crash" and "CRASH at item 1" in run.error
+    assert run.interrupted == "crash" and "CRASH: TestingSpout" in run.error and "reached its item 1" in run.error
     assert run.status == runs.CRASHED
     done = fake_redis.hkeys(keys.task_done(run.run_id, 0))
     assert done == [b"words:0"]                      # what committed before the crash stays

@@ -12,6 +12,7 @@ from recovery.cli import main
 from recovery.errors import RunCleared, RunError, RunTakenOver
 from recovery.jobs import clear
 from recovery.model.failed import FailedTuple
+from recovery.model.run import TaskIdentity
 from recovery.tracking import keys, ledger, runs, tracker
 from tests.unit.run_records import create_run as _create
 from tests.unit.run_records import dead_pid as _dead_pid
@@ -112,7 +113,7 @@ def test_lease_is_refreshed_and_released(fake_redis):
 def _tracker(client, generation):
     conf = {"recovery.max.attempts": "3", "recovery.retry.initial.delay.ms": "0",
             "recovery.retry.delay.period.ms": "1", "recovery.retry.max.delay.ms": "1"}
-    return tracker.TaskTracker(client, "r1", 1, "mid", 0, 2, conf, generation=generation)
+    return tracker.TaskTracker(client, TaskIdentity("r1", 1, "mid", 0, 2), conf, generation=generation)
 
 
 def test_a_commit_into_a_cleared_or_recreated_run_writes_nothing(fake_redis):

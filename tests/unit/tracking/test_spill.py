@@ -9,8 +9,9 @@ import struct
 import msgpack
 import pytest
 
-from recovery.errors import SpillError
+from recovery.errors import RecoveryError, SpillError
 from recovery.jobs import clear
+from recovery.model.run import TaskIdentity
 from recovery.tracking import keys, runs, spill, tracker
 from tests.helpers import file_mode
 from tests.unit.run_records import create_run
@@ -62,6 +63,21 @@ def test_files_are_private_and_attempts_never_share_a_file(tmp_path, umask_022):
     for folder in ("run-1", "run-1/r0", "run-1/r0/split"):
         assert file_mode(tmp_path / folder) == 0o700
     assert list(store.read("run-1", ref_a, "t")) == [(("count", 0), b"x" * 10)]
+
+
+def test_folders_in_a_shared_location_take_its_modes(tmp_path, umask_022):
+    """A spill folder given on a cluster is shared with executors that may run as another user
+    than the driver: the run's folders inside it are as open as it is, its files stay 0600."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    writer = spill.SpillStore(str(shared)).writer("run-1", 0, "split", 1)
+    writer.add(("count", 0), b"x")
+    ref = writer.close()
+    assert ref is not None
+    for folder in ("run-1", "run-1/r0", "run-1/r0/split"):
+        assert file_mode(shared / folder) == 0o777, folder
+    assert file_mode(shared / "run-1" / ref.path) == 0o600
 
 
 def test_a_file_is_written_under_its_final_name_and_the_commit_renames_nothing(tmp_path, monkeypatch):
@@ -246,7 +262,7 @@ CONF = {"recovery.max.attempts": "3"}
 
 
 def _tracker(client, spill_dir, generation=None, run_id="r1"):
-    return tracker.TaskTracker(client, run_id, 1, "mid", 0, 2, CONF, generation=generation,
+    return tracker.TaskTracker(client, TaskIdentity(run_id, 1, "mid", 0, 2), CONF, generation=generation,
                                spill_dir=str(spill_dir))
 
 
@@ -299,7 +315,7 @@ def test_a_task_of_a_cleared_run_leaves_no_spill_file(fake_redis, tmp_path):
 
 
 # --- the driver's side, in process (the test kit: jobs.submit/recover, no JVM) ----------------
-def test_a_missing_file_stops_the_resumed_round_in_error_with_its_line_and_the_run_resumes(fake_redis):
+def test_a_missing_file_refuses_the_resume_with_its_line_and_the_run_resumes_once_it_is_back(fake_redis):
     from recovery import testing
     from tests.unit.testing.test_testing_kit import pipeline, words
 
@@ -311,10 +327,12 @@ def test_a_missing_file_stops_the_resumed_round_in_error_with_its_line_and_the_r
     path = spill.SpillStore(rec.spill_dir).files.root / spill.safe_name(run.run_id) / ref.path
     kept = path.read_bytes()
     path.unlink()
-    testing.recover_local(run)
-    assert run.interrupted == "error" and run.status == runs.ERROR
-    assert run.error == (f"spill file {path} of task words:0, round 0 (run {run.run_id}) is missing; put it "
-                         f"back, then `recovery recover {run.run_id}` resumes the run")
+    # refused before the round starts (no Spark job), the run left as the killed driver left it
+    with pytest.raises(SpillError) as err:
+        testing.recover_local(run)
+    assert str(err.value) == (f"spill file {path} of task words:0, round 0 (run {run.run_id}) is missing; put it "
+                              f"back, then `recovery recover {run.run_id}` resumes the run")
+    assert runs.status_of(runs.get(fake_redis, run.run_id)) == runs.CRASHED
     path.write_bytes(kept)
     testing.recover_local(run)
     assert run.status == runs.COMPLETED and words(run) == ["A", "B", "C"]
@@ -367,3 +385,20 @@ def test_a_default_spill_folder_an_earlier_version_left_open_is_tightened(tmp_pa
     monkeypatch.setenv("RECOVERY_HOME", str(home))
     _write(spill.SpillStore(spill.location()), _chunks(1))
     assert file_mode(home / "spill") == 0o700
+
+
+@pytest.mark.parametrize("explicit,configured", [(None, None), ("", "  "), ("spill", None), (None, "rel/spill")])
+def test_a_spill_location_executors_do_not_reach_is_refused_with_a_clusters_master(explicit, configured):
+    with pytest.raises(RecoveryError) as err:
+        spill.check_reaches_executors(explicit, configured, "spark://head:7077")
+    line = str(err.value)
+    assert "\n" not in line and "every executor" in line and "URI (s3://, hdfs://)" in line
+    assert ("--spill-dir" in line) if not (explicit or "").strip() and not (configured or "").strip() \
+        else "is relative" in line
+
+
+@pytest.mark.parametrize("explicit,configured,master", [
+    (None, None, "local[2]"), (None, None, "in-process"), ("/mnt/shared/spill", None, "yarn"),
+    (None, "s3://bucket/spill", "spark://head:7077"), ("file:///mnt/spill", None, "k8s://https://api:6443")])
+def test_a_local_master_or_a_shared_spill_location_is_taken(explicit, configured, master):
+    spill.check_reaches_executors(explicit, configured, master)

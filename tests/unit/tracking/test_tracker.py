@@ -2,7 +2,10 @@
 ledger, so a long chain holds about one ledger entry per root in flight, not one per stage."""
 from __future__ import annotations
 
+import pytest
+
 from recovery import BasicBolt, testing
+from recovery.model.run import TaskIdentity
 from recovery.model.workflow import ClassImpl, Component, Input, StreamDef, Workflow
 from recovery.tracking import keys, ledger, tracker
 
@@ -53,7 +56,7 @@ def started_run(client, run_id: str = "t"):
 
 
 def attempt(client, lease, index: int = 0, round_no: int = 0, component: str = "split") -> tracker.TaskTracker:
-    return tracker.TaskTracker(client, lease.run_id, round_no, component, index, 10 + index, {},
+    return tracker.TaskTracker(client, TaskIdentity(lease.run_id, round_no, component, index, 10 + index), {},
                                generation=lease.generation)
 
 
@@ -118,6 +121,23 @@ def test_no_command_of_a_commit_carries_more_than_a_bounded_piece_of_ledger(fake
     sizes = [len(v) for b in range(ledger.LEDGER_BUCKETS) for v in fake_redis.hvals(keys.ledger("t", b))]
     assert len(sizes) > ledger.LEDGER_BUCKETS and max(sizes) <= ledger.PIECE_ROOTS * 16
     assert len(ledger.pending_roots(fake_redis, "t")) == n
+
+
+def test_the_fence_counts_the_drivers_before_the_task_s_and_refuses_one_taken_over(fake_redis):
+    """check_fence returns how many drivers held the run before the task's: a sink that cannot
+    lock orders its commit by it (connectors.sink_objects)."""
+    from recovery.errors import RunTakenOver
+    from recovery.tracking import runs
+    lease = started_run(fake_redis)
+    first = attempt(fake_redis, lease)
+    assert first.check_fence() == 0
+    second = runs.take_over(fake_redis, runs.get(fake_redis, "t"), force=True)
+    with pytest.raises(RunTakenOver):
+        first.check_fence()
+    assert attempt(fake_redis, second).check_fence() == 1
+    third = runs.take_over(fake_redis, runs.get(fake_redis, "t"), force=True)
+    assert attempt(fake_redis, third).check_fence() == 2
+    assert tracker.TaskTracker(fake_redis, TaskIdentity("t", 0, "split", 0, 10), {}).check_fence() == 0   # no generation: unchecked
 
 
 def test_a_commit_into_a_run_taken_over_writes_no_commit_point(fake_redis):
