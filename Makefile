@@ -41,9 +41,10 @@ test: lint
 # Each bench writes its results to bench/results/<name>.json; plot.py draws them into docs/
 # (matplotlib comes with the venv: the test and bench extras of pyproject.toml).
 bench: $(STAMP)
-	@$(PY) -c "import matplotlib" 2>/dev/null || $(PY) -m pip install -q -e '.[bench]'
+	@$(PY) -c "import matplotlib, bytewax" 2>/dev/null || $(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/tracking_overhead.py
 	$(PY) bench/recovery_cost.py
+	$(PY) bench/peers.py
 	$(PY) bench/plot.py
 
 clean:

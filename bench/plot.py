@@ -5,8 +5,9 @@ the README's table of current figures.
 
 Pictures (each drawn only when its JSON is there):
 
-  perf-tracking.svg   tracked vs untracked vs plain PySpark (tracking_overhead.json): wall and
-                      CPU seconds of the same workflow run three ways
+  perf-tracking.svg   tracked vs untracked vs the components without the runtime vs a hand-written
+                      PySpark job (tracking_overhead.json; older files: plain PySpark): wall and
+                      CPU seconds of the same workflow run each way
   perf-batch.svg      row vs batch components (tracking_overhead_cdn_logs_batch.json): roots
                       per second, tracked and untracked
   perf-recovery.svg   localized recovery vs root replay vs full rerun (recovery_cost.json), as
@@ -35,7 +36,13 @@ OUT = REPO / "docs"
 
 # One colour per meaning, the same in every picture.
 COLOURS = {"tracked": "#1f77b4", "untracked": "#7fb2dc", "plain": "#b0b0b0", "row": "#d98c3a",
-           "localized": "#2a9d5c", "root-replay": "#d98c3a", "full rerun": "#b0b0b0"}
+           "localized": "#2a9d5c", "root-replay": "#d98c3a", "full rerun": "#b0b0b0",
+           "component classes (no tracking)": "#b0b0b0", "pyspark (hand-written)": "#555555"}
+# tracking_overhead's baselines: the component classes without the runtime (named `plain`
+# before the hand-written job joined them), and the job written by hand
+COMPONENTS, HAND = "component classes (no tracking)", "pyspark (hand-written)"
+SHORT = {COMPONENTS: "component classes", HAND: "hand-written PySpark"}
+BUSY_COLOUR = "#d62728"
 RATE_COLOURS = ["#1f77b4", "#d62728", "#2a9d5c", "#9467bd", "#8c564b"]
 
 
@@ -78,7 +85,21 @@ def _caption(doc: dict[str, Any]) -> str:
     return first + ("\n" + textwrap.fill(m["note"], 150) if m.get("note") else "")
 
 
+def busy_text(doc: dict[str, Any]) -> str | None:
+    """What a picture and a table row say of figures measured on a busy machine (other
+    processes above a tenth of it, written with --busy-ok); None for a quiet run."""
+    if not doc.get("busy"):
+        return None
+    share = doc.get("machine", {}).get("other_cpu_share")
+    used = f": other processes used {share:.0%} of it" if share is not None else ""
+    return f"busy machine{used}"
+
+
 def _save(plt: Any, fig: Any, doc: dict[str, Any], path: Path) -> Path:
+    busy = busy_text(doc)
+    if busy:
+        fig.text(0.99, 0.99, busy.upper(), fontsize=8, color=BUSY_COLOUR, ha="right", va="top",
+                 fontweight="bold")
     fig.text(0.01, 0.01, _caption(doc), fontsize=6.5, color="#555555", ha="left", va="bottom")
     fig.savefig(path, format="svg", metadata={"Date": None, "Creator": None})
     plt.close(fig)
@@ -97,32 +118,41 @@ def plot_tracking(doc: dict[str, Any], path: Path) -> Path:
     """Wall and CPU seconds per variant (tracked, untracked, plain PySpark)."""
     plt = _pyplot()
     figs = doc["figures"]
-    variants = [v for v in ("tracked", "untracked", "plain") if v in figs["variants"]]
+    hand = HAND in figs["variants"]   # the benches since the hand-written job joined
+    names = ("tracked", "untracked", COMPONENTS, HAND) if hand else ("tracked", "untracked", "plain")
+    variants = [v for v in names if v in figs["variants"]]
     # results with chaining also ran each variant without it ("<variant> unchained"): side by side
-    both = all(f"{v} unchained" in figs["variants"] for v in variants)
+    # (the hand-written job runs one way only)
+    both = all(f"{v} unchained" in figs["variants"] for v in variants if v != HAND)
+    labels = [SHORT.get(v, v) for v in variants]
     fig, axes = plt.subplots(1, 2, figsize=(7.5, 3.2))
     for ax, key, title in ((axes[0], "median_wall_s", "wall seconds"), (axes[1], "median_cpu_s", "CPU seconds")):
         values = [figs["variants"][v][key] for v in variants]
         if not both:
-            bars = ax.bar(variants, values, color=[COLOURS[v] for v in variants])
+            bars = ax.bar(labels, values, color=[COLOURS[v] for v in variants])
             _label_bars(ax, bars, "{:.1f}")
         else:
-            unchained = [figs["variants"][f"{v} unchained"][key] for v in variants]
+            two = [v for v in variants if v != HAND]
+            unchained = [figs["variants"][f"{v} unchained"][key] for v in two]
             xs = range(len(variants))
-            bars = ax.bar([x - 0.2 for x in xs], values, 0.4, color=[COLOURS[v] for v in variants],
-                          label="chained")
+            widths = [0.4 if v != HAND else 0.5 for v in variants] if hand else 0.4
+            bars = ax.bar([x - 0.2 if v != HAND else x for x, v in zip(xs, variants)], values, widths,
+                          color=[COLOURS[v] for v in variants], label="chained")
             _label_bars(ax, bars, "{:.1f}")
-            bars = ax.bar([x + 0.2 for x in xs], unchained, 0.4, color=[COLOURS[v] for v in variants],
+            bars = ax.bar([x + 0.2 for x in range(len(two))], unchained, 0.4, color=[COLOURS[v] for v in two],
                           hatch="///", edgecolor="white", label="unchained")
             _label_bars(ax, bars, "{:.1f}")
-            ax.set_xticks(list(xs), variants)
+            ax.set_xticks(list(xs), labels)
             values = values + unchained
             ax.legend(fontsize=7, loc="upper right")
+        if hand:
+            ax.tick_params(axis="x", labelsize=7)
         ax.set_title(title)
         ax.set_ylim(0, max(values) * (1.35 if both else 1.18))
     p = doc["parameters"]
-    fig.suptitle(f"Tracking overhead: {p['workflow']}, {p['roots']:,} roots "
-                 "(tracked / untracked / plain PySpark RDD of the same components)"
+    what = ("tracked / untracked / the same components without the runtime / a hand-written PySpark job"
+            if hand else "tracked / untracked / plain PySpark RDD of the same components")
+    fig.suptitle(f"Tracking overhead: {p['workflow']}, {p['roots']:,} roots ({what})"
                  f"{chr(10) + 'each chained (solid) and unchained (hatched)' if both else ''}", fontsize=9)
     fig.subplots_adjust(left=0.08, right=0.98, top=0.76 if both else 0.82, bottom=0.22, wspace=0.3)
     return _save(plt, fig, doc, path)
@@ -254,9 +284,12 @@ def table(results: Path = RESULTS) -> str:
     rows: list[tuple[str, str, str]] = []
     seen: list[dict[str, Any]] = []
 
+    row_docs: list[dict[str, Any]] = []   # each row's JSON (cmd is called once per row, in order)
+
     def cmd(doc: dict[str, Any]) -> str:
         if doc not in seen:
             seen.append(doc)
+        row_docs.append(doc)
         return f"`{doc['command']}`"
 
     doc = load(results, "tracking_overhead")
@@ -265,14 +298,36 @@ def table(results: Path = RESULTS) -> str:
         r = f["ratios"]
         rows.append((f"tracked / untracked, {p['workflow']} ({p['roots']:,} roots)",
                      f"{_x(r['tracked/untracked']['cpu'])} CPU, {_x(r['tracked/untracked']['wall'])} wall", cmd(doc)))
-        rows.append(("untracked / plain PySpark RDD of the same components",
-                     f"{_x(r['untracked/plain']['cpu'])} CPU, {_x(r['untracked/plain']['wall'])} wall", cmd(doc)))
+        if "untracked/plain" in r:
+            rows.append(("untracked / plain PySpark RDD of the same components",
+                         f"{_x(r['untracked/plain']['cpu'])} CPU, {_x(r['untracked/plain']['wall'])} wall", cmd(doc)))
+        for key, what in (("tracked/hand-written", "tracked / a hand-written PySpark job of the same functions"),
+                          ("untracked/hand-written", "untracked / the hand-written PySpark job"),
+                          ("untracked/components", "untracked / the same component classes without the runtime")):
+            if key in r:
+                rows.append((what, f"{_x(r[key]['cpu'])} CPU, {_x(r[key]['wall'])} wall", cmd(doc)))
         rows.append(("tracked throughput, row components",
                      f"{f['variants']['tracked']['roots_per_s']:,} roots/s", cmd(doc)))
         if "tracked chained/unchained" in r:     # results with chaining run each variant both ways
             c = r["tracked chained/unchained"]
             rows.append((f"chained / unchained, tracked, {p['workflow']}",
                          f"{_x(c['cpu'])} CPU, {_x(c['wall'])} wall", cmd(doc)))
+        cold = f.get("cold_submit")
+        if cold:
+            rows.append((f"cold `recovery submit` of {cold['lines']:,} lines (a new driver: JVM, Spark session), "
+                         "after `server start`",
+                         f"{cold['wall_s']:.1f} s wall ({cold['server_start_wall_s']:.1f} + "
+                         f"{cold['submit_wall_s']:.1f}), {cold['submit_cpu_s']:.1f} CPU s", cmd(doc)))
+    doc = load(results, "peers")
+    if doc:
+        for n, size in doc["figures"]["sizes"].items():
+            v = size["variants"]
+            rec = v["recovery tracked"]
+            for peer in ("bytewax, 2 workers", "bytewax, 2 processes"):
+                if peer in v:
+                    rows.append((f"recovery tracked / {peer}, recovery on, cdn_logs ({int(n):,} roots)",
+                                 f"{_x(rec['median_cpu_s'] / v[peer]['median_cpu_s'])} CPU, "
+                                 f"{_x(rec['median_wall_s'] / v[peer]['median_wall_s'])} wall", cmd(doc)))
     doc = load(results, "tracking_overhead_cdn_logs_batch")
     if doc:
         f, p = doc["figures"], doc["parameters"]
@@ -330,8 +385,10 @@ def table(results: Path = RESULTS) -> str:
         f = doc["figures"]
         rows.append(("one shell bolt (pystorm) vs the same bolt in Python",
                      f"{f['shell']['tuples_per_s']:,} vs {f['python']['tuples_per_s']:,} tuples/s", cmd(doc)))
+    # figures of a busy machine (written with --busy-ok) say so on their row
+    marks = [f" ({busy_text(d)})" if busy_text(d) else "" for d in row_docs]
     lines = ["| figure | value | reproduce with |", "|---|---|---|"]
-    lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
+    lines += [f"| {a} | {b}{mark} | {c} |" for (a, b, c), mark in zip(rows, marks)]
     if seen:
         dates = sorted({d.get("date", "?") for d in seen})
         loads = [d.get("machine", {}).get("load_average_start", [0])[0] for d in seen]

@@ -43,7 +43,6 @@ Cluster masters side by side; results in bench/results/scale_cluster.json).
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import resource
@@ -70,7 +69,6 @@ REDIS_GOAL_BYTES = 32
 RSS_GOAL_RATIO = 1.2
 POLL_SECONDS = 0.2
 REAP_TIMEOUT = 120.0
-PR_SET_CHILD_SUBREAPER = 36
 
 
 # --------------------------------------------------------------------------- arguments
@@ -273,32 +271,8 @@ class Sampler:
         self.sample()                   # the last AOF and memory readings
 
 
-def set_subreaper(on: bool) -> None:
-    """Orphaned descendants (the JVM the driver does not wait for, Spark's Python daemon) are
-    reparented to this process instead of init, so that reaping them counts their CPU."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
-
-
-def reap_descendants(timeout: float = REAP_TIMEOUT) -> tuple[set[int], list[int]]:
-    """Wait until every child (the reparented orphans of the driver's tree) has exited and is
-    reaped. Returns (the pids reaped, the pids still running after `timeout`: normally none)."""
-    deadline = time.monotonic() + timeout
-    reaped: set[int] = set()
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return reaped, []
-        if pid:
-            reaped.add(pid)
-            continue
-        if time.monotonic() > deadline:
-            me = str(os.getpid())
-            return reaped, [int(e) for e in os.listdir("/proc")
-                            if e.isdigit() and ((f := _proc_stat(e)) is not None and f[1] == me)]
-        time.sleep(0.05)
+set_subreaper = C.set_subreaper          # the JVM and daemon a driver leaves behind: countable
+reap_descendants = C.reap_descendants
 
 
 def children_cpu_seconds() -> float:
@@ -447,6 +421,8 @@ def run_case(args: argparse.Namespace, n: int, rate: float, tmp: Path) -> Case:
             set_subreaper(True)
         url = json.loads(started.stdout)["url"]
     client = redis_py.Redis.from_url(url)
+    if not args.redis:   # a daemon outside this process tree, but the bench's own
+        C.count_as_bench(int(client.info("server")["process_id"]))
     run_id = f"scale-{n}-{str(rate).replace('.', 'p')}"
     try:
         baseline = int(client.info("memory")["used_memory"])

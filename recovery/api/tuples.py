@@ -36,6 +36,12 @@ class Tuple:
         self.attempt = attempt
 
     def __getitem__(self, key: int | str) -> Any:
+        if key.__class__ is str:
+            # the common case, a field name, in one dict lookup (a bolt reads fields per tuple)
+            positions = _FIELD_INDEX.get(self.fields)
+            if positions is not None and key in positions:
+                return self.values[positions[key]]
+            return self.values[self._index(key)]
         if isinstance(key, str):
             return self.values[self._index(key)]
         return self.values[key]

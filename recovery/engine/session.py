@@ -59,35 +59,39 @@ def session(master: str | None = None, conf: dict[str, str] | None = None, home:
     prepare_environment(home)
     master = master or environment().spark_master
     conf = dict(conf or {})
-    from pyspark.sql import SparkSession  # lazy: commands that need no Spark never load it
+    from pyspark import SparkContext  # lazy: commands that need no Spark never load it
     if not is_local_master(master):
-        return _cluster_session(_builder(SparkSession, master, home, app_name), conf)
-    builder = _builder(SparkSession, master, home, app_name)
+        from pyspark.sql import SparkSession
+        return _cluster_session(SparkSession.builder.config(conf=_settings(master, home, app_name)), conf)
+    settings = _settings(master, home, app_name)
     # local mode: the executors are the driver's children and run its interpreter and sys.path
-    builder = builder.config("spark.executorEnv.PYSPARK_PYTHON", os.environ["PYSPARK_PYTHON"])
+    settings.set("spark.executorEnv.PYSPARK_PYTHON", os.environ["PYSPARK_PYTHON"])
     pythonpath = os.pathsep.join(p for p in sys.path if p)
-    builder = builder.config("spark.executorEnv.PYTHONPATH", pythonpath)
+    settings.set("spark.executorEnv.PYTHONPATH", pythonpath)
     for k, v in conf.items():
-        builder = builder.config(k, v)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    log.info("Spark session on %s (Spark %s)", spark.sparkContext.master, spark.version)
-    return spark
+        settings.set(k, v)
+    # Spark SQL's session is made when something first needs it (a spark source, a DataFrame):
+    # its JVM side takes about a third of a cold start, and the engine's jobs are RDDs
+    sc = SparkContext.getOrCreate(settings)
+    sc.setLogLevel("ERROR")
+    log.info("Spark context on %s (Spark %s)", sc.master, sc.version)
+    return LazySession(sc)
 
 
-def _builder(spark_session: Any, master: str, home: Path, app_name: str) -> Any:
-    """The settings every session of ours has, local or not."""
-    return (spark_session.builder.appName(app_name)
-               .master(master)
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.local.dir", str((home / "spark-tmp").resolve()))
-               .config("spark.executorEnv.PYTHONHASHSEED", os.environ["PYTHONHASHSEED"])
-               .config("spark.python.worker.reuse", "true")
-               # PySpark's daemon, minus the traceback of a worker whose task Spark cancelled
-               # (engine/worker_daemon.py); that worker still ends, as PySpark's own does
-               .config("spark.python.daemon.module", "recovery.engine.worker_daemon")
-               .config("spark.python.daemon.killWorkerOnFlushFailure", "true"))
+def _settings(master: str, home: Path, app_name: str) -> Any:
+    """The settings every session of ours has, local or not (a SparkConf)."""
+    from pyspark import SparkConf
+    return (SparkConf().setAppName(app_name)
+            .setMaster(master)
+            .set("spark.ui.enabled", "false")
+            .set("spark.ui.showConsoleProgress", "false")
+            .set("spark.local.dir", str((home / "spark-tmp").resolve()))
+            .set("spark.executorEnv.PYTHONHASHSEED", os.environ["PYTHONHASHSEED"])
+            .set("spark.python.worker.reuse", "true")
+            # PySpark's daemon, minus the traceback of a worker whose task Spark cancelled
+            # (engine/worker_daemon.py); that worker still ends, as PySpark's own does
+            .set("spark.python.daemon.module", "recovery.engine.worker_daemon")
+            .set("spark.python.daemon.killWorkerOnFlushFailure", "true"))
 
 
 def _cluster_session(builder: Any, conf: dict[str, str]) -> Any:
@@ -118,3 +122,33 @@ def _cluster_session(builder: Any, conf: dict[str, str]) -> Any:
              spark.version, python)
     executors.check(spark, python)
     return spark
+
+
+class LazySession:
+    """A SparkSession whose Spark SQL side is made on first use: `sparkContext` at once (what
+    the engine's RDD jobs use); any other attribute (read, conf, createDataFrame, ...) builds
+    the SparkSession over that context first. stop() stops the context."""
+
+    def __init__(self, sc: Any):
+        self.sparkContext = sc
+        self._session: Any = None
+
+    def session(self) -> Any:
+        """The SparkSession over this context, made now if it was not yet."""
+        if self._session is None:
+            from pyspark.sql import SparkSession
+            self._session = SparkSession(self.sparkContext)
+        return self._session
+
+    @property
+    def version(self) -> str:
+        return str(self.sparkContext.version)
+
+    def stop(self) -> None:
+        if self._session is not None:
+            self._session.stop()
+        else:
+            self.sparkContext.stop()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.session(), name)

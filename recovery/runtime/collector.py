@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 CHUNK = 2048          # tuples per blob
 ERROR_CAP = 4000      # characters of an error/traceback kept with a failed tuple
 
-Output = tuple[tuple[str, int], bytes]   # ((consumer, consumer task index), chunk)
+Output = tuple[tuple[str, int], wire.Chunk]   # ((consumer, consumer task index), chunk)
 
 
 def format_error(err: BaseException) -> tuple[str, str]:
@@ -247,8 +247,13 @@ class TaskCollector:
         return self.contrib
 
     def seal(self, key: tuple[str, int]) -> None:
-        """The records buffered for consumer task `key`, as one row chunk."""
-        self.add_ready(key, wire.pack_rows(self.component_id, self.task_id, self.out.pop(key)))
+        """The records buffered for consumer task `key`, as one row chunk (unencoded for a
+        consumer in this task's chain: it stays in the worker, runtime.wire)."""
+        records = self.out.pop(key)
+        if key[0] in self.local:
+            self.ready.append((key, (self.component_id, self.task_id, records)))
+            return
+        self.add_ready(key, wire.pack_rows(self.component_id, self.task_id, records))
 
     def add_ready(self, key: tuple[str, int], blob: bytes) -> None:
         """A chunk for consumer task `key`, handed on and, tracked, stored as in flight."""

@@ -45,7 +45,7 @@ from recovery.tracking.tracker import TaskTracker
 
 log = logging.getLogger(__name__)
 
-Records = Iterable[tuple[Any, bytes]]   # a task's input: (key, chunk) pairs
+Records = Iterable[tuple[Any, wire.Chunk]]   # a task's input: (key, chunk) pairs
 
 
 # --- per-process caches (a Python worker runs many tasks) --------------------------------

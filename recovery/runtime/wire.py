@@ -14,12 +14,19 @@ MAGIC tells them apart: a msgpack row chunk, a 3-array, starts with 0x93.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeGuard
 
 import msgpack
 import numpy as np
 
 MAGIC = b"\x00RB1"   # an Arrow chunk's first bytes
+
+
+# A chunk for a consumer in the same chain (runtime.chain) never leaves its worker: it is handed
+# over as the (source component, source task, records) it would encode, unencoded, as Storm
+# passes tuples between the executors of one worker.
+Unencoded = tuple[str, int, list]
+Chunk = bytes | Unencoded
 
 
 # --- row chunks (msgpack) ------------------------------------------------------------------
@@ -28,14 +35,16 @@ def pack_rows(src: str, src_task: int, records: list) -> bytes:
     return msgpack.packb([src, src_task, records])
 
 
-def unpack_rows(blob: bytes) -> tuple[str, int, list[list]]:
-    """(source component, source task, records) of a row chunk."""
+def unpack_rows(blob: Chunk) -> tuple[str, int, list[list]]:
+    """(source component, source task, records) of a row chunk, encoded or not."""
+    if isinstance(blob, tuple):
+        return blob
     src, src_task, records = msgpack.unpackb(blob)
     return src, src_task, records
 
 
-def is_arrow(blob: bytes) -> bool:
-    return blob[:len(MAGIC)] == MAGIC
+def is_arrow(blob: Chunk) -> TypeGuard[bytes]:
+    return isinstance(blob, bytes) and blob[:len(MAGIC)] == MAGIC
 
 
 # --- Arrow chunks --------------------------------------------------------------------------
@@ -77,7 +86,7 @@ def split_chunk(blob: bytes) -> list[bytes]:
 
 
 # --- either ---------------------------------------------------------------------------------
-def split(blob: bytes) -> list[bytes]:
+def split(blob: Chunk) -> list[bytes]:
     """A chunk, row or Arrow, as one-tuple chunks of the same encoding (the test kit's
     arrival orders permute tuples)."""
     if is_arrow(blob):

@@ -176,3 +176,99 @@ def test_chained_and_unchained_figures_are_in_the_table_and_the_pictures(tmp_pat
     for name, figure in (("perf-tracking.svg", "9.0"), ("perf-batch.svg", "143")):
         svg = (tmp_path / "out" / name).read_text()
         assert "unchained" in svg and figure in svg, name
+
+
+def _busy(monkeypatch, share: float) -> None:
+    """The next Results' run as if other processes used `share` of the machine."""
+    def stop(self):
+        return {"bench_cpu_s": 10.0, "other_cpu_s": 40.0, "other_cpu_share": share, "busy": share > C.BUSY_SHARE}
+    monkeypatch.setattr(C.MachineMonitor, "stop", stop)
+
+
+def _results(tmp_path, monkeypatch, *flags: str) -> C.Results:
+    import argparse
+    monkeypatch.setattr("sys.argv", ["bench/x.py", *flags])
+    monkeypatch.setattr(C, "RESULTS", tmp_path / "results")
+    ap = argparse.ArgumentParser()
+    C.add_result_args(ap, "x")
+    return C.Results("x", ap.parse_args(flags), {})
+
+
+def test_a_busy_run_does_not_replace_the_results_unless_busy_ok(tmp_path, monkeypatch, capsys):
+    _busy(monkeypatch, 0.4)
+    results = _results(tmp_path, monkeypatch)
+    assert results.write({"rate": 1}) is None and results.refused
+    assert not (tmp_path / "results" / "x.json").exists()
+    err = capsys.readouterr().err
+    assert "not written: other processes used 40% of the machine" in err and "--busy-ok" in err
+    path = _results(tmp_path, monkeypatch, "--busy-ok").write({"rate": 1})
+    doc = json.loads(path.read_text())
+    assert doc["busy"] is True and doc["machine"]["other_cpu_share"] == 0.4
+    assert doc["command"] == ".venv/bin/python bench/x.py --busy-ok"
+
+
+def test_a_quiet_run_is_written_and_not_busy(tmp_path, monkeypatch, capsys):
+    _busy(monkeypatch, 0.05)
+    path = _results(tmp_path, monkeypatch).write({"rate": 1})
+    doc = json.loads(path.read_text())
+    assert doc["busy"] is False and doc["machine"]["other_cpu_s"] == 40.0
+    assert "other processes used 40 CPU s (5% of the machine" in capsys.readouterr().out
+
+
+def test_the_monitor_counts_a_child_process_as_the_benchs(tmp_path):
+    import resource
+    import subprocess
+    import sys
+    monitor = C.MachineMonitor()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run([sys.executable, "-c", "sum(i * i for i in range(3_000_000))"], check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    use = monitor.stop()
+    child = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    assert use["bench_cpu_s"] >= round(child, 1) - 0.1
+    assert set(use) == {"bench_cpu_s", "other_cpu_s", "other_cpu_share", "busy"}
+
+
+def test_busy_figures_are_marked_in_the_table_and_the_pictures(tmp_path):
+    results = fixture_results(tmp_path / "results")
+    for name in ("tracking_overhead", "scale"):
+        doc = json.loads((results / f"{name}.json").read_text())
+        doc["busy"] = True
+        doc["machine"] = {**doc["machine"], "other_cpu_share": 0.35}
+        (results / f"{name}.json").write_text(json.dumps(doc))
+    text = plot.table(results)
+    marked = [line for line in text.splitlines() if "(busy machine: other processes used 35% of it)" in line]
+    assert len(marked) == 5     # tracking_overhead's three rows, scale's two
+    assert all("bench/tracking_overhead.py" in line or "bench/scale.py" in line for line in marked)
+    plot.draw(results, tmp_path / "out")
+    assert "BUSY MACHINE: OTHER PROCESSES USED 35% OF IT" in (tmp_path / "out" / "perf-tracking.svg").read_text()
+    assert "BUSY" not in (tmp_path / "out" / "perf-recovery.svg").read_text()
+
+
+def test_the_hand_written_job_and_the_peers_are_in_the_table_and_the_picture(tmp_path):
+    results = _with_chains(tmp_path / "results")
+    doc = json.loads((results / "tracking_overhead.json").read_text())
+    v, r = doc["figures"]["variants"], doc["figures"]["ratios"]
+    v[plot.COMPONENTS], v[f"{plot.COMPONENTS} unchained"] = v.pop("plain"), v.pop("plain unchained")
+    v[plot.HAND] = _variant(1.5, 2.5, 1000)
+    r.pop("untracked/plain")
+    r["tracked/hand-written"] = {"wall": 2.0, "cpu": 2.1}
+    r["untracked/hand-written"] = {"wall": 1.7, "cpu": 1.6}
+    doc["figures"]["cold_submit"] = {"lines": 1000, "server_start_wall_s": 0.5, "submit_wall_s": 8.5,
+                                     "wall_s": 9.0, "submit_cpu_s": 14.0, "status": "completed"}
+    (results / "tracking_overhead.json").write_text(json.dumps(doc))
+    peers = {"sizes": {"200000": {"variants": {
+        "recovery tracked": _variant(6.0, 10.0, 200000), "bytewax, 2 workers": _variant(5.0, 6.0, 200000),
+        "bytewax, 2 processes": _variant(4.0, 8.0, 200000)}, "same_result": True}}}
+    (results / "peers.json").write_text(json.dumps(_doc("peers", {"roots": [200000]}, peers)))
+    text = plot.table(results)
+    assert "| tracked / a hand-written PySpark job of the same functions | 2.10x CPU, 2.00x wall |" in text
+    assert "| untracked / the hand-written PySpark job | 1.60x CPU, 1.70x wall |" in text
+    assert "9.0 s wall (0.5 + 8.5), 14.0 CPU s" in text
+    assert "| recovery tracked / bytewax, 2 workers, recovery on, cdn_logs (200,000 roots) | 1.67x CPU, 1.20x wall |" \
+        in text
+    assert "bytewax, 2 processes, recovery on, cdn_logs (200,000 roots) | 1.25x CPU, 1.50x wall |" in text
+    assert "plain PySpark RDD" not in text
+    plot.draw(results, tmp_path / "out")
+    svg = (tmp_path / "out" / "perf-tracking.svg").read_text()
+    assert "hand-written PySpark" in svg and "component classes" in svg and "2.5" in svg

@@ -100,7 +100,7 @@ class Rows:
                      self.roots_of(i), int(self.src_tasks[i]), int(self.attempts[i]) or 1)
 
 
-def pieces(records: Iterable[tuple[Any, bytes]]) -> Iterator[Rows]:
+def pieces(records: Iterable[tuple[Any, wire.Chunk]]) -> Iterator[Rows]:
     """A task's input chunks, row or Arrow, as Rows of one (source, stream) each."""
     for _, blob in records:
         if wire.is_arrow(blob):

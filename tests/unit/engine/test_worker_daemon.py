@@ -82,7 +82,7 @@ def test_ours_ends_a_worker_spark_hung_up_on_without_a_word(short_dir):
 def test_the_session_runs_its_workers_under_our_daemon():
     """engine/session.py gives Spark this module; Spark imports it by name in every worker."""
     text = (Path(__file__).resolve().parents[3] / "recovery" / "engine" / "session.py").read_text()
-    assert '.config("spark.python.daemon.module", "recovery.engine.worker_daemon")' in text
+    assert '"spark.python.daemon.module", "recovery.engine.worker_daemon")' in text
     from pyspark import daemon
 
     import recovery.engine.worker_daemon as ours
