@@ -206,7 +206,8 @@ def test_a_workflow_recovers_exactly_after_failures_and_a_driver_killed(
 def test_an_executor_python_without_recovery_fails_in_one_line_saying_how_to_fix_it(
         cluster: SparkStandalone, shared: Path, tmp_path: Path, driver_env: dict[str, str]):
     xml = _workflow(tmp_path / "wf", shared)
-    done = _cli(["submit", str(xml), *cluster.submit_args(python="/usr/bin/python3")], driver_env)
+    done = _cli(["submit", str(xml), "--spill-dir", str(shared / "spill"), *cluster.submit_args(python="/usr/bin/python3")],
+                driver_env)
     assert done.returncode == 2, done.stderr[-3000:]
     lines = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert lines == [lines[0]] and "\tat " not in done.stderr and "Traceback" not in done.stderr, done.stderr

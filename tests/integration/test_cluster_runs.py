@@ -71,7 +71,7 @@ def test_the_test_kit_runs_on_a_cluster_client(redis_client):
 
 def test_kill_9_of_the_driver_then_recover_gives_exact_output(spark, redis_url, redis_client, tmp_path):
     test_recovery.test_kill_9_of_the_driver_then_recover_gives_exact_output(
-        spark, redis_url, redis_client, tmp_path, "one-split-task-done")
+        spark, redis_url, redis_client, tmp_path)
 
 
 def cli(*args: str) -> tuple[int, str, str]:

@@ -85,9 +85,10 @@ def test_a_follow_run_with_failures_scraped_during_the_run_and_after_recover(spa
                 lags.append(sum(lagged["recovery_partition_lag"].values()))
 
     try:
-        summary = follow.follow(spark, redis_client, redis_url, wf, FLAKY_XML, str(xml), max_batches=2,
+        outcome = follow.follow(spark, redis_client, redis_url, wf, FLAKY_XML, str(xml), max_batches=2,
                                 on_event=on_event)
-        run_id = summary["run_id"]
+        assert outcome.summary is not None
+        run_id = outcome.summary.run_id
         assert [r for r, _ in during] == [run_id, run_id]
         first = during[0][1]
         labels = {"run": run_id, "workflow": "metrics_follow"}

@@ -115,10 +115,10 @@ def test_a_topic_fed_without_end_keeps_redis_memory_flat_and_the_output_exact(sp
     def _all_read() -> bool:
         return all(r["lag"] == 0 for r in report.partition_report(redis_client, wf))
 
-    summary = follow.follow(spark, redis_client, redis_url, wf, SOAK_XML, str(xml), on_event=on_event, stop=stop)
+    outcome = follow.follow(spark, redis_client, redis_url, wf, SOAK_XML, str(xml), on_event=on_event, stop=stop)
 
-    assert summary["follow"]["batches"] == CHUNKS and summary["follow"]["stopped"] == "signal"
-    assert summary["pending"] == 0 and summary["dead"] == 0
+    assert outcome.follow["batches"] == CHUNKS and outcome.follow["stopped"] == "signal"
+    assert outcome.summary is not None and outcome.summary.pending == 0 and outcome.summary.dead == 0
     # exactly once: every record of every chunk, though failed ones were recovered from their
     # queues after the stream had dropped their messages
     want = [r for n in range(CHUNKS) for r in _chunk(n) if r not in lost]
