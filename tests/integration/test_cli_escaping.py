@@ -62,7 +62,7 @@ WORKFLOW = '''<?xml version="1.0" encoding="UTF-8"?>
 
 def hostile_workflow(dest: Path) -> Path:
     """A workflow whose bolt fails on 3 of its 13 lines, each failure's message the line
-    itself: markup, a window-title escape and a colour (the issue's attack)."""
+    itself: markup, a window-title escape and a colour."""
     (dest / "hostile").mkdir(parents=True)
     (dest / "hostile" / "__init__.py").write_text("")
     (dest / "hostile" / "components.py").write_text(COMPONENTS)

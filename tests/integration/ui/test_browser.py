@@ -205,7 +205,7 @@ def test_a_finished_runs_page_opens_no_stream_and_lets_a_dump_dom_return(html_de
     page.goto(f"{ui_server.url}/runs/{run}")
     expect(page.locator("#run-status")).to_have_text("dead")
     expect(page.locator("[sse-connect]")).to_have_count(0)
-    # the check: with a stream open for ever, this never returned
+    # with the run's event stream left open for ever, this never returned
     done = subprocess.run([chromium_path(), *CHROMIUM_ARGS, f"--user-data-dir={tmp_path / 'profile'}",
                            "--virtual-time-budget=5000", "--dump-dom", f"{ui_server.url}/runs/{run}?token={ui_server.token}"],
                           capture_output=True, text=True, timeout=300)

@@ -76,7 +76,7 @@ def dead_run_app(spark, redis_url, redis_client, tmp_path):
         yield run, app, client
 
 
-# --- the issue's table, against a live server -------------------------------------------------
+# --- cross-site attacks (a hostile page, DNS rebinding, GET actions), against a live server ---
 def raw_request(port: int, method: str, path: str, headers: dict[str, str], body: bytes = b""):
     """One request with exactly these headers (Host included), as a hostile page's browser sends."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
@@ -91,7 +91,7 @@ def raw_request(port: int, method: str, path: str, headers: dict[str, str], body
         conn.close()
 
 
-def test_the_issues_four_attacks_are_refused_and_change_nothing(spark, redis_url, redis_client, tmp_path):
+def test_cross_site_rebinding_and_get_attacks_are_refused_and_change_nothing(spark, redis_url, redis_client, tmp_path):
     run = dead_run(spark, redis_url, redis_client, tmp_path)
     with BackgroundServer(redis_client, redis_url, tmp_path / "ui-logs") as server:
         host = f"127.0.0.1:{server.port}"
