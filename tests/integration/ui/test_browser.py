@@ -220,7 +220,15 @@ def test_the_csp_check_of_the_browser_tests_sees_a_violation(ui_server, page):
     assert page.csp_violations == []
     with pytest.raises(sync_api.Error, match="Content Security Policy"):
         page.add_script_tag(content="window.inlineScriptRan = true")     # an inline script: blocked
-    wait_for(lambda: any("script-src" in v for v in page.csp_violations), 30, "the CSP violation to be reported")
+    def both_reported() -> bool:
+        """Chromium's console error and the page's own `securitypolicyviolation` event (it comes
+        through an exposed function, possibly later); a call into the page lets Playwright's
+        synchronous API deliver the events waiting for it."""
+        page.evaluate("0")
+        return (any("Content Security Policy" in v for v in page.csp_violations)
+                and any(v.startswith("script-src") and " blocked " in v for v in page.csp_violations))
+
+    wait_for(both_reported, 30, "both reports of the CSP violation")
     assert page.evaluate("window.inlineScriptRan") is None
     page.csp_violations.clear()       # expected here: not a failure of this test
 
