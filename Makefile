@@ -32,11 +32,13 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 # Two test processes (pytest-xdist), each with its own servers and Spark session; a file's
-# tests stay in one process. PYTEST_WORKERS=0 runs them in this process.
+# tests stay in one process, the files handed out longest first (tests/conftest.py, LONG_FILES;
+# xdist's own reordering, by number of tests, would leave the longest files for last).
+# PYTEST_WORKERS=0 runs them in this process.
 PYTEST_WORKERS ?= 2
 
 test: lint
-	$(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile --durations=15 $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 $(PYTEST_ARGS)
 
 # Each bench writes its results to bench/results/<name>.json; plot.py draws them into docs/
 # (matplotlib comes with the venv: the test and bench extras of pyproject.toml).

@@ -1,5 +1,6 @@
 """The package's shape, checked over recovery/**: no module over 500 lines, no private name used
-across modules, no import cycle."""
+across modules, no import cycle. And the suite's own list of its long files names files that
+exist (tests/conftest.py hands them out first)."""
 from __future__ import annotations
 
 import ast
@@ -169,3 +170,8 @@ def test_the_import_graph_has_no_cycle():
     ours = set(graph.modules)
     edges = {m: set(graph.find_modules_directly_imported_by(m)) & ours for m in ours}
     assert _cycles(edges) == []
+
+
+def test_the_long_test_files_listed_exist():
+    from tests.conftest import LONG_FILES
+    assert [f for f in LONG_FILES if not (ROOT / "tests" / f).is_file()] == []
