@@ -76,7 +76,7 @@ _INTEGRATION_DIR = _TESTS_DIR / "integration"
 LONG_FILES = {
     "integration/test_spark_source.py": 72, "integration/test_cluster_isolated.py": 71,
     "integration/test_cluster_runs.py": 65, "integration/test_takeover.py": 56,
-    "integration/test_cluster.py": 54, "integration/test_spill.py": 49,
+    "integration/test_cluster.py": 54, "integration/test_spill.py": 36,
     "integration/test_recovery.py": 43, "integration/test_cdn_logs_tables.py": 37,
     "integration/ui/test_security.py": 33, "integration/test_spill_s3.py": 33,
     "integration/test_chains.py": 32, "integration/test_logsource.py": 32,

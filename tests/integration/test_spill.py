@@ -84,24 +84,6 @@ def _refs(client, run_id: str) -> dict[str, spill.SpillRef]:
     return {f.decode(): spill.SpillRef.unpack(v) for f, v in client.hgetall(keys.task_spill(run_id, 0)).items()}
 
 
-def test_kill_9_after_commits_then_recover_is_exact_and_leaves_no_spill_file(spark, redis_url, redis_client, tmp_path):
-    spill_dir = tmp_path / "spill"
-    run_id = "spill-crash"
-    _crashed_submit(tmp_path, redis_url, redis_client, run_id, spill_dir, _pad_done)
-    # the committed tasks' outputs are files the commit records reference, not Redis hashes
-    refs = _refs(redis_client, run_id)
-    assert {"pad:0", "pad:1"} <= set(refs)
-    for ref in refs.values():
-        assert (spill_dir / run_id / ref.path).stat().st_size == ref.size
-    assert not [k for k in run_keys(redis_client, run_id) if ":out:" in k]
-    assert runs.status_of(runs.get(redis_client, run_id)) == runs.CRASHED
-    r = recover.recover(spark, redis_client, redis_url, run_id)
-    assert r["status"] == "completed", r
-    assert sink_records(tmp_path / "out") == _expected()
-    assert run_keys(redis_client, run_id) == set()
-    assert spill.SpillStore(str(spill_dir)).run_files(run_id) == []
-
-
 def test_a_spark_retry_of_a_task_whose_file_was_half_written_is_exact(spark, redis_url, redis_client, tmp_path):
     """pad's task 0 dies (its Python worker exits) on Spark's first attempt after writing part
     of its spill file; Spark's retry writes a file of its own, which its commit references. The
@@ -125,11 +107,21 @@ def test_a_spark_retry_of_a_task_whose_file_was_half_written_is_exact(spark, red
     assert spill.SpillStore(str(spill_dir)).run_files(run_id) == []
 
 
-def test_a_missing_or_corrupt_spill_file_is_one_line_and_the_run_resumes_once_it_is_back(
+def test_kill_9_after_commits_then_recover_is_exact_and_a_missing_or_corrupt_spill_file_stops_it_until_back(
         spark, redis_url, redis_client, tmp_path):
-    spill_dir, run_id = tmp_path / "spill", "spill-missing"
+    """The driver killed once pad's tasks committed: their outputs are files the commit records
+    reference (not Redis hashes), and the run crashed. A file missing stops `recover` in one line
+    before Spark starts; a file corrupt fails the round, found by the task reading it; the file
+    back as it was, `recover` ends exact and leaves no spill file and no key."""
+    spill_dir, run_id = tmp_path / "spill", "spill-crash"
     _crashed_submit(tmp_path, redis_url, redis_client, run_id, spill_dir, _pad_done)
-    path = spill_dir / run_id / _refs(redis_client, run_id)["pad:1"].path
+    refs = _refs(redis_client, run_id)
+    assert {"pad:0", "pad:1"} <= set(refs)
+    for ref in refs.values():
+        assert (spill_dir / run_id / ref.path).stat().st_size == ref.size
+    assert not [k for k in run_keys(redis_client, run_id) if ":out:" in k]
+    assert runs.status_of(runs.get(redis_client, run_id)) == runs.CRASHED
+    path = spill_dir / run_id / refs["pad:1"].path
     kept = path.read_bytes()
     path.unlink()
     done = subprocess.run([sys.executable, "-m", "recovery", "recover", run_id, "--master", "local[2]"],
@@ -154,6 +146,7 @@ def test_a_missing_or_corrupt_spill_file_is_one_line_and_the_run_resumes_once_it
     assert r["status"] == "completed", r
     assert sink_records(tmp_path / "out") == _expected()
     assert run_keys(redis_client, run_id) == set()
+    assert spill.SpillStore(str(spill_dir)).run_files(run_id) == []
 
 
 def test_clear_leaves_no_spill_file_and_no_key(redis_client):
