@@ -37,8 +37,10 @@ lint: $(STAMP)
 # PYTEST_WORKERS=0 runs them in this process.
 PYTEST_WORKERS ?= 2
 
+# PYTHONDONTWRITEBYTECODE emptied: pytest keeps the test modules it rewrote (its assertion
+# messages) in __pycache__, and a later run skips that work (seconds per test process).
 test: lint
-	$(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 $(PYTEST_ARGS)
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 $(PYTEST_ARGS)
 
 # Each bench writes its results to bench/results/<name>.json; plot.py draws them into docs/
 # (matplotlib comes with the venv: the test and bench extras of pyproject.toml).
