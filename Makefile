@@ -25,7 +25,7 @@ demo: $(STAMP)
 	$(PY) -m recovery.demo
 
 # Style, the layers (the import-linter contract in pyproject.toml) and types (mypy's settings
-# there too); `make test` runs it first.
+# there too); `make test` runs it beside the tests.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
@@ -37,10 +37,17 @@ lint: $(STAMP)
 # PYTEST_WORKERS=0 runs them in this process.
 PYTEST_WORKERS ?= 2
 
+# Lint runs beside the tests at a lower priority (the tests keep both cores busy; lint takes
+# what they leave), its output shown after theirs; either failing fails `make test`.
 # PYTHONDONTWRITEBYTECODE emptied: pytest keeps the test modules it rewrote (its assertion
 # messages) in __pycache__, and a later run skips that work (seconds per test process).
-test: lint
-	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 $(PYTEST_ARGS)
+test: $(STAMP)
+	@lint_log=$$(mktemp); nice -n 10 $(MAKE) --no-print-directory lint >$$lint_log 2>&1 & lint=$$!; \
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile \
+		--no-loadscope-reorder --durations=15 $(PYTEST_ARGS); tests=$$?; \
+	wait $$lint; linted=$$?; cat $$lint_log; rm -f $$lint_log; \
+	[ $$linted -eq 0 ] || echo "error: make lint failed (above)" >&2; \
+	[ $$tests -eq 0 ] && [ $$linted -eq 0 ]
 
 # Each bench writes its results to bench/results/<name>.json; plot.py draws them into docs/
 # (matplotlib comes with the venv: the test and bench extras of pyproject.toml).
