@@ -23,6 +23,15 @@ def wordcount_reference(sentences: Path) -> list[str]:
                   for w, n in counts.items() for k in range(1, n + 1))
 
 
+def fanout_reference(numbers: Path) -> tuple[list[str], list[str]]:
+    """Plain Python: what the fanout topology writes to its `archive` and `joined` sinks, as
+    multisets."""
+    lines = numbers.read_text().splitlines()
+    return (sorted(json.dumps({"line": line}) for line in lines),
+            sorted(json.dumps({"n": int(line), "square": int(line) ** 2, "cube": int(line) ** 3}, sort_keys=True)
+                   for line in lines))
+
+
 def run_keys(client, run_id: str) -> set[str]:
     """Every key of the run but its record, on every master of a Redis Cluster."""
     return {k.decode() for k in scan_keys(client, keys.run_pattern(run_id))} - {keys.run_record(run_id)}

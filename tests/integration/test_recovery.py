@@ -13,7 +13,7 @@ import msgpack
 from recovery.jobs import clear, dead_letters, recover, summary
 from recovery.tracking import keys, runs
 from tests.integration.conftest import copy_workflow, kill_when_round_0, sink_records, submit
-from tests.integration.test_engine import run_keys, wordcount_reference
+from tests.integration.test_engine import fanout_reference, run_keys, wordcount_reference
 
 TRANSIENT_SPLIT = {"recovery.inject.s.component": "split", "recovery.inject.s.rate": "0.03"}
 TRANSIENT_COUNT = {"recovery.inject.c.component": "count", "recovery.inject.c.rate": "0.02",
@@ -76,8 +76,6 @@ def test_localized_recovery_writes_no_duplicates_where_root_replay_does(spark, r
     """fanout: a failure in `cube`. Localized recovery re-runs cube, join, out; root replay
     re-runs the whole tree, so the branch that succeeded (archive) is written twice."""
     inject = {"recovery.inject.f.component": "cube", "recovery.inject.f.rate": "0.05", **FAST_RETRY}
-    clean = copy_workflow("fanout", tmp_path / "clean")
-    submit(spark, redis_url, redis_client, clean)
     results = {}
     for strategy in ("localized", "root-replay"):
         xml = copy_workflow("fanout", tmp_path / strategy)
@@ -88,8 +86,7 @@ def test_localized_recovery_writes_no_duplicates_where_root_replay_does(spark, r
         results[strategy] = (sink_records(tmp_path / strategy / "out" / "fanout" / "archive"),
                              sink_records(tmp_path / strategy / "out" / "fanout" / "joined"))
         n_failed = sum(p["count"] for p in s["failed_positions"])
-    clean_archive = sink_records(tmp_path / "clean" / "out" / "fanout" / "archive")
-    clean_joined = sink_records(tmp_path / "clean" / "out" / "fanout" / "joined")
+    clean_archive, clean_joined = fanout_reference(tmp_path / "localized" / "data" / "numbers.txt")
     assert results["localized"] == (clean_archive, clean_joined)
     archive_rr = results["root-replay"][0]
     dupes = collections.Counter(archive_rr) - collections.Counter(clean_archive)
