@@ -23,6 +23,7 @@ import pytest
 
 from recovery.jobs import recover, summary
 from recovery.model.workflow import Workflow
+from recovery.model.xml import parse as workflow_xml
 from recovery.tracking import keys, ledger, runs
 from tests.helpers import wait_for
 from tests.integration.conftest import WORKFLOWS, copy_workflow, sink_records, submit
@@ -57,13 +58,16 @@ def outputs(folder: Path) -> dict[str, list[str]]:
 
 
 @pytest.fixture(scope="module")
-def failure_free(spark, redis_server, tmp_path_factory) -> dict[str, list[str]]:
-    """The sinks of a failure-free run of the same input."""
-    from recovery.controlplane.connection import connect
+def failure_free(tmp_path_factory) -> dict[str, list[str]]:
+    """The sinks of a failure-free run of the same input, on the test kit's engine in this
+    process (no Spark job: it writes what a Spark run writes, tests/integration/test_testing_kit.py)."""
+    import fakeredis
+
+    from recovery import testing
     folder = tmp_path_factory.mktemp("failure-free")
-    client = connect(redis_server)
-    s = submit(spark, redis_server, client, bench_pipeline(folder), run_id="takeover-reference")
-    assert s["status"] == "completed" and s["complete"] == EVENTS
+    run = testing.run_local(workflow_xml.load(bench_pipeline(folder)),
+                            fakeredis.FakeRedis(server=fakeredis.FakeServer()), list_sinks=False)
+    assert run.summary["status"] == "completed" and run.summary["complete"] == EVENTS
     return outputs(folder)
 
 
