@@ -139,23 +139,28 @@ def test_append_keeps_every_runs_parts(spark, redis_url, redis_client, tmp_path)
 # --- exactness of the examples ------------------------------------------------
 def test_cdn_logs_recovered_output_equals_a_failure_free_runs_record_for_record(spark, redis_url, redis_client, tmp_path):
     """What `make demo` checks (recovery/demo.py): every sink record, as a multiset, and the
-    final aggregates in keyed state, after transient failures at two stages and recovery."""
-    from recovery import demo
+    final aggregates in keyed state, after transient failures at two stages and recovery. The
+    failure-free run is the test kit's, in this process (no Spark job: it writes what a Spark
+    run writes, tests/integration/test_testing_kit.py)."""
+    import fakeredis
+
+    from recovery import demo, testing
+    from recovery.model.xml import parse as workflow_xml
+    fast = {"recovery.retry.delay.period.ms": "10"}
     inject = {"recovery.inject.a.component": "aggregate", "recovery.inject.a.rate": "0.05",
-              "recovery.inject.n.component": "normalize", "recovery.inject.n.rate": "0.03",
-              "recovery.retry.delay.period.ms": "10"}
-    outcome = {}
-    for name, config in (("clean", {"recovery.retry.delay.period.ms": "10"}), ("failing", inject)):
-        xml = copy_workflow("cdn_logs", tmp_path / name)
-        s = submit(spark, redis_url, redis_client, xml, config)
-        if name == "failing":
-            assert {p["component"] for p in s["failed_positions"]} == {"split", "normalize", "aggregate"}
-        r = recover.recover(spark, redis_client, redis_url, s["run_id"])
-        assert r["status"] == "dead" and r["dead_tuples"] == 20      # the data's poison lines
-        outcome[name] = (demo.sink_records(tmp_path / name / "out" / "cdn_logs"),
-                         demo.keyed_state(redis_client, s["run_id"], "aggregate"))
-    (got, got_state), (want, want_state) = outcome["failing"], outcome["clean"]
-    result = demo.compare(got, want, got_state, want_state)
+              "recovery.inject.n.component": "normalize", "recovery.inject.n.rate": "0.03", **fast}
+    clean_client = fakeredis.FakeRedis(server=fakeredis.FakeServer())
+    clean = testing.run_local(workflow_xml.load(copy_workflow("cdn_logs", tmp_path / "clean")), clean_client,
+                              config=fast, recover=True, list_sinks=False)
+    assert clean.status == "dead" and len(clean.dead_tuples()) == 20      # the data's poison lines
+    want = demo.sink_records(tmp_path / "clean" / "out" / "cdn_logs")
+    want_state = demo.keyed_state(clean_client, clean.run_id, "aggregate")
+    s = submit(spark, redis_url, redis_client, copy_workflow("cdn_logs", tmp_path / "failing"), inject)
+    assert {p["component"] for p in s["failed_positions"]} == {"split", "normalize", "aggregate"}
+    r = recover.recover(spark, redis_client, redis_url, s["run_id"])
+    assert r["status"] == "dead" and r["dead_tuples"] == 20
+    got = demo.sink_records(tmp_path / "failing" / "out" / "cdn_logs")
+    result = demo.compare(got, want, demo.keyed_state(redis_client, s["run_id"], "aggregate"), want_state)
     assert result.records == result.want_records == 980
     assert result.missing == result.extra == 0
     assert result.same_state and result.same and result.keys > 0
