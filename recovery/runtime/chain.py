@@ -23,6 +23,7 @@ from typing import Any
 from recovery.model.graph import Chain
 from recovery.runtime.collector import Output
 from recovery.runtime.task import TaskRunner
+from recovery.tracking import ledger
 from recovery.tracking.tracker import commit_together
 
 # start(component id, input) -> (its runner, the iterator of its output): the engine's choice
@@ -91,8 +92,12 @@ class ChainTask:
 
     def _commit(self, runners: list[TaskRunner]) -> None:
         trackers = [r.tracker for r in runners if r.tracker is not None]
-        staged = [t.staged_commit(r.collector.contributions(), r.stats, r.state, r.commit_extra())
-                  for r, t in zip(runners, trackers)]
+        # the members commit at once, so their ledger contributions go in as one: XORed per root
+        # here, the ids passed from member to member cancel, and a root's entry is written once
+        # for the chain (by its head), not once per member
+        merged = ledger.combine(r.collector.contributions() for r in runners)
+        staged = [t.staged_commit(merged if i == 0 else {}, r.stats, r.state, r.commit_extra())
+                  for i, (r, t) in enumerate(zip(runners, trackers))]
         if not commit_together(trackers, staged):
             # its run was taken over (or cleared) while it ran: nothing committed, nothing of
             # its output may flow on (the job fails; its driver says why)
