@@ -3,15 +3,16 @@ and one Python worker, as Flink runs chained operators.
 
 Each member keeps its own TaskRunner, so ids, anchoring, acks, counters, failed positions,
 queues, keyed state and message timeouts are per member, exactly as in a stage of its own; the
-members' XOR ledger contributions are combined at the commit and written once, by the head. Only the transport differs: a chunk a member sends to a member of the chain (always
-its task i: runtime.routing) is handed over in memory, never shuffled nor spilled; a chunk for
-a component outside the chain leaves the stage (to Spark) and goes into the chain's one spill
-file (the head's tracker's). Members run lazily, pulled from the last ones: along a line of
+members' XOR ledger contributions are combined at the commit and written once, by the head.
+Only the transport differs: a chunk a member sends to a member of the chain (always its task i:
+runtime.routing) is handed over in memory, never shuffled nor spilled; a chunk for a component
+outside the chain leaves the stage (to Spark) and goes into the chain's one spill file (the
+head's tracker's). Members run lazily, pulled from the last ones: along a line of
 members one chunk is in memory at a time.
 
 The chain task commits once for all its members (tracking.tracker's commit_together): the
-chain's ledger pieces, then one commit point (one transaction) for all of them, then each member's
-staged queue writes; a retried or resumed chain task whose commit exists replays its spill file
+chain's ledger pieces, then one commit point (one transaction) for all of them, then each
+member's staged queue writes; a retried or resumed chain task whose commit exists replays its spill file
 and re-executes no member.
 """
 from __future__ import annotations
