@@ -39,10 +39,18 @@ def _on_sys_path(base_dir: str | None) -> Iterator[None]:
     and no .pyc written while importing."""
     if base_dir:
         path = os.path.abspath(base_dir)
-        if path in sys.path:
-            sys.path.remove(path)
-        sys.path.insert(0, path)
-        importlib.invalidate_caches()
+        if not sys.path or sys.path[0] != path:
+            if path in sys.path:
+                sys.path.remove(path)
+            sys.path.insert(0, path)
+        # The finders of this folder and its packages forget what they listed (a module
+        # written there since is found). importlib.invalidate_caches() would also make every
+        # zip on sys.path (PySpark's own, in a Spark worker) read its whole directory again,
+        # at every task.
+        inside = path + os.sep
+        for entry, finder in list(sys.path_importer_cache.items()):
+            if finder is not None and (entry == path or entry.startswith(inside)):
+                finder.invalidate_caches()
     saved = sys.dont_write_bytecode
     sys.dont_write_bytecode = True
     try:

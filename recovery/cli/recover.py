@@ -11,7 +11,7 @@ from recovery.jobs import recover as jobs_recover
 from recovery.jobs import summary as jobs_summary
 from recovery.jobs.summary import RunSummary
 from recovery.model import config
-from recovery.tracking import runs
+from recovery.tracking import runs, spill
 
 
 def register(main: click.Group) -> None:
@@ -51,6 +51,8 @@ def register(main: click.Group) -> None:
         # a run submitted locally, recovered on a cluster: its relative paths are the driver's
         files.check_paths_reach_executors(jobs_summary.original_workflow(plan.record),
                                           master or environment().spark_master, plan.record.file)
+        # and its spill folder: under RECOVERY_HOME on this host, unless --spill-dir moves it
+        spill.check_reaches_executors(spill_dir, plan.record.spill_dir, master or environment().spark_master)
         if plan.driver_alive:   # (force)
             click.echo(f"warning: taking over run {run_id} from its {plain(runs.describe_driver(plan.record))}; if "
                        "that driver is still working, it stops at its next write", err=True)

@@ -32,5 +32,20 @@ def worker(sock: socket.socket, authenticated: bool) -> int:
 
 daemon.worker = worker   # the daemon's forked children call the module's `worker`
 
+
+
+def preload() -> None:
+    """Import the task runtime once, in the daemon, so that every worker it forks starts with
+    it loaded (about half a second of imports per worker otherwise, most of a short round's
+    Python time). Of what it loads only numpy's BLAS starts threads, and its own fork handler
+    stops them around each fork. A failure is left for the worker to meet and report, as it
+    would without this."""
+    try:
+        import recovery.engine.rounds  # noqa: F401
+    except Exception:   # broad-except: the worker's own import will report it
+        pass
+
+
 if __name__ == "__main__":
+    preload()
     daemon.manager()

@@ -1,17 +1,18 @@
 """A chain task: task i of each member of a chain (model.graph.ChainPlan), in one Spark task
 and one Python worker, as Flink runs chained operators.
 
-Each member keeps its own TaskRunner, so ids, anchoring, acks, the XOR ledger, counters, failed
-positions, queues, keyed state and message timeouts are per member, exactly as in a stage of
-its own. Only the transport differs: a chunk a member sends to a member of the chain (always
-its task i: runtime.routing) is handed over in memory, never shuffled nor spilled; a chunk for
-a component outside the chain leaves the stage (to Spark) and goes into the chain's one spill
-file (the head's tracker's). Members run lazily, pulled from the last ones: along a line of
+Each member keeps its own TaskRunner, so ids, anchoring, acks, counters, failed positions,
+queues, keyed state and message timeouts are per member, exactly as in a stage of its own; the
+members' XOR ledger contributions are combined at the commit and written once, by the head.
+Only the transport differs: a chunk a member sends to a member of the chain (always its task i:
+runtime.routing) is handed over in memory, never shuffled nor spilled; a chunk for a component
+outside the chain leaves the stage (to Spark) and goes into the chain's one spill file (the
+head's tracker's). Members run lazily, pulled from the last ones: along a line of
 members one chunk is in memory at a time.
 
-The chain task commits once for all its members (tracking.tracker's commit_together): each
-member's pieces, then one commit point (one transaction) for all of them, then each member's
-staged queue writes; a retried or resumed chain task whose commit exists replays its spill file
+The chain task commits once for all its members (tracking.tracker's commit_together): the
+chain's ledger pieces, then one commit point (one transaction) for all of them, then each
+member's staged queue writes; a retried or resumed chain task whose commit exists replays its spill file
 and re-executes no member.
 """
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 from recovery.model.graph import Chain
 from recovery.runtime.collector import Output
 from recovery.runtime.task import TaskRunner
+from recovery.tracking import ledger
 from recovery.tracking.tracker import commit_together
 
 # start(component id, input) -> (its runner, the iterator of its output): the engine's choice
@@ -91,8 +93,12 @@ class ChainTask:
 
     def _commit(self, runners: list[TaskRunner]) -> None:
         trackers = [r.tracker for r in runners if r.tracker is not None]
-        staged = [t.staged_commit(r.collector.contributions(), r.stats, r.state, r.commit_extra())
-                  for r, t in zip(runners, trackers)]
+        # the members commit at once, so their ledger contributions go in as one: XORed per root
+        # here, the ids passed from member to member cancel, and a root's entry is written once
+        # for the chain (by its head), not once per member
+        merged = ledger.combine(r.collector.contributions() for r in runners)
+        staged = [t.staged_commit(merged if i == 0 else {}, r.stats, r.state, r.commit_extra())
+                  for i, (r, t) in enumerate(zip(runners, trackers))]
         if not commit_together(trackers, staged):
             # its run was taken over (or cleared) while it ran: nothing committed, nothing of
             # its output may flow on (the job fails; its driver says why)

@@ -57,7 +57,25 @@ def unpack_xors(blob: bytes) -> tuple[np.ndarray, np.ndarray]:
 
 def fold(blobs: Iterable[bytes]) -> tuple[np.ndarray, np.ndarray]:
     """XOR all contributions per root; returns (roots, xors) of the roots not yet complete."""
-    parts = [unpack_xors(b) for b in blobs if b]
+    return _fold_parts([unpack_xors(b) for b in blobs if b])
+
+
+def combine(contribs: Iterable[dict[int, int] | tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Several tasks' per-root contributions (pack_xors' forms) XORed into one (roots, xors),
+    the roots whose trees they complete between them left out: what the ledger holds after
+    folding their pieces, for tasks that commit at once (a chain's members)."""
+    parts = []
+    for c in contribs:
+        if isinstance(c, tuple):
+            parts.append(c)
+        elif c:
+            parts.append((np.fromiter(c.keys(), dtype=np.uint64, count=len(c)),
+                          np.fromiter(c.values(), dtype=np.uint64, count=len(c))))
+    return _fold_parts(parts)
+
+
+def _fold_parts(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    parts = [p for p in parts if len(p[0])]
     if not parts:
         empty = np.zeros(0, dtype=np.uint64)
         return empty, empty

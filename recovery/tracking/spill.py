@@ -93,7 +93,7 @@ def check_reaches_executors(explicit: str | None, configured: str | None, master
     if master.startswith("local") or master == "in-process":   # (recovery.testing's: tasks in this process)
         return
     chosen = (explicit or "").strip() or (configured or "").strip()
-    if not chosen:
+    if not chosen or chosen == default_location():   # (a run's record names its default location)
         raise RecoveryError(f"master {master} runs tasks on other hosts, which do not reach the spill folder "
                             "under RECOVERY_HOME on this one: give --spill-dir (or the property "
                             "recovery.spill.dir) a folder every executor mounts, or a URI (s3://, hdfs://)")

@@ -142,3 +142,30 @@ def test_example_workflow_classes_resolve_against_the_workflows_folder():
     assert Path(sys.modules[cls.__module__].__file__) == WORKFLOWS / "wordcount" / "components.py"
     assert load_class("wordcount.components:WordCount", str(WORKFLOWS), kind="bolt").__name__ \
         == "WordCount"
+
+
+class _CountingFinder:
+    """A path entry finder that counts how often it is told to forget its listing."""
+
+    def __init__(self):
+        self.invalidated = 0
+
+    def invalidate_caches(self):
+        self.invalidated += 1
+
+    def find_spec(self, fullname, target=None):
+        return None
+
+
+def test_loading_a_class_refreshes_the_workflow_folders_finders_only(pkg, monkeypatch):
+    """A module written into the workflow's folder (or one of its packages) after a first load
+    is found; the finders of other sys.path entries (PySpark's zip in a Spark worker, whose
+    listing is read again on every refresh) are left as they are."""
+    base, name = pkg
+    load_class(f"{name}.comps:Source", base)
+    elsewhere, inside = _CountingFinder(), _CountingFinder()
+    monkeypatch.setitem(sys.path_importer_cache, "/opt/spark/python/lib/pyspark.zip", elsewhere)
+    monkeypatch.setitem(sys.path_importer_cache, os.path.join(base, "elsewhere-not-a-package"), inside)
+    (Path(base) / name / "later.py").write_text(MODULE)
+    assert load_class(f"{name}.later:Passthrough", base, kind="bolt").__name__ == "Passthrough"
+    assert elsewhere.invalidated == 0 and inside.invalidated == 1

@@ -37,3 +37,35 @@ def test_recover_on_a_cluster_refuses_a_run_submitted_with_relative_paths(monkey
     assert result.exit_code == 2, result.output
     [line] = [ln for ln in result.stderr.splitlines() if ln.startswith("error:")]
     assert line.startswith("error: <workflow>: spout 'src' (file source): path 'x' ") and REFUSAL in line, line
+
+
+def _absolute_paths_run(client, run_id: str, spill_dir: str) -> None:
+    """A run whose workflow names absolute paths only, spilling at `spill_dir`."""
+    from recovery.model.workflow import SinkImpl, SourceImpl, Workflow
+    from recovery.tracking import runs
+    from tests.unit.run_records import WF
+    absolute = Workflow(name=WF.name, components=tuple(
+        c.model_copy(update={"impl": type(c.impl)(type=c.impl.type, params=(("path", f"/mnt/shared/{c.id}"),))})
+        if isinstance(c.impl, (SourceImpl, SinkImpl)) else c for c in WF.components))
+    runs.create(client, run_id, "<xml/>", absolute.to_task_json(), None, "local", True)
+    runs.update(client, run_id, None, spill_dir=spill_dir, status=runs.ERROR)
+
+
+def test_recover_on_a_cluster_refuses_a_run_spilling_under_recovery_home(monkeypatch, fake_redis, tmp_path):
+    from recovery.tracking import spill
+    monkeypatch.setenv("RECOVERY_HOME", str(tmp_path / "home"))
+    _absolute_paths_run(fake_redis, "r2", spill.location())
+    monkeypatch.setattr(common, "client_for", lambda url: (fake_redis, NOWHERE))
+    monkeypatch.setattr(common, "spark_for", lambda master, conf: (_ for _ in ()).throw(AssertionError("Spark")))
+    result = run("recover", "r2", "--force", "--master", "spark://head:7077", "--redis", NOWHERE)
+    assert result.exit_code == 2, result.output
+    [line] = [ln for ln in result.stderr.splitlines() if ln.startswith("error:")]
+    assert "under RECOVERY_HOME" in line and "--spill-dir" in line, line
+    # given a folder every executor mounts, the refusal is gone: Spark is next
+    try:
+        run("recover", "r2", "--force", "--master", "spark://head:7077", "--redis", NOWHERE,
+            "--spill-dir", str(tmp_path / "shared-spill"))
+    except AssertionError as err:
+        assert str(err) == "Spark"
+    else:
+        raise AssertionError("recover did not reach Spark")

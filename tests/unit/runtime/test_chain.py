@@ -173,3 +173,27 @@ def test_a_chain_task_keeps_each_members_commit_record_and_applies_its_staged_qu
     assert positions and {c for c, _ in positions} == {"flaky"}
     assert sum(fake_redis.hlen(keys.queue("records", c, t)) for c, t in positions) == N // 10
     assert not list(fake_redis.scan_iter(match="*staged*"))
+
+
+def test_a_chain_task_writes_one_set_of_ledger_pieces_for_all_its_members(fake_redis, monkeypatch):
+    """The members commit at once, so their contributions are XORed together and written under
+    the head's field: the ids handed from member to member cancel there, and each root has one
+    entry per chain task, not one per member. The verdicts are those of the unchained run."""
+    pieces: list[str] = []
+    original = tracker.TaskTracker._write_pieces
+
+    def spy(self, contrib):
+        if (len(contrib[0]) if isinstance(contrib, tuple) else len(contrib)):
+            pieces.append(self.component)
+        return original(self, contrib)
+    monkeypatch.setattr(tracker.TaskTracker, "_write_pieces", spy)
+    chained = testing.run_local(workflow(), fake_redis, inputs=WORDS, run_id="one-piece-set")
+    assert "upper" not in pieces and "flaky" not in pieces
+    assert pieces.count("words") == 2
+    plain = testing.run_local(workflow(), fake_redis, inputs=WORDS, run_id="pieces-unchained",
+                              config={"recovery.chain": "false"})
+    assert chained.summary["roots"] == plain.summary["roots"]
+    for run in (chained, plain):
+        testing.recover_local(run)
+        assert run.status == "completed"
+    assert testing.sink_multisets(chained) == testing.sink_multisets(plain)

@@ -111,3 +111,19 @@ def test_a_committed_task_is_replayed_not_executed_again():
     assert len(lc.OUTCOMES) == n                 # no component code ran again
     assert first and all(not v for v in second.values())
     assert ledger == {b: client.hgetall(keys.ledger("r2", b)) for b in range(tracking_ledger.LEDGER_BUCKETS)}
+
+
+@given(st.lists(st.dictionaries(st.integers(1, 40), st.integers(0, 2**64 - 1), max_size=30), max_size=5))
+def test_combined_contributions_fold_to_what_their_pieces_fold_to(contribs):
+    import numpy as np
+    as_arrays = [c if i % 2 else (np.array(list(c), dtype=np.uint64), np.array(list(c.values()), dtype=np.uint64))
+                 for i, c in enumerate(contribs)]
+    roots, xors = tracking_ledger.combine(as_arrays)
+    expected: dict[int, int] = {}
+    for c in contribs:
+        for r, x in c.items():
+            expected[r] = expected.get(r, 0) ^ x
+    assert dict(zip(roots.tolist(), xors.tolist())) == {r: x for r, x in expected.items() if x}
+    blobs = [b for c in contribs for b in tracking_ledger.pack_xors(c) if c]
+    folded = tracking_ledger.fold(blobs)
+    assert roots.tolist() == folded[0].tolist() and xors.tolist() == folded[1].tolist()
