@@ -67,25 +67,24 @@ _TESTS_DIR = Path(__file__).resolve().parent
 _INTEGRATION_DIR = _TESTS_DIR / "integration"
 
 
-# Seconds each long test file takes (summed over its tests, on a quiet 2-core machine). Under
-# pytest-xdist (`make test`: --dist loadfile --no-loadscope-reorder) a file's tests run in one
-# worker and the files are handed out in collection order: the long ones go first, so that the
+# Seconds each long test file takes (summed over its tests, in `make test` on a 2-core
+# machine). Under pytest-xdist (`make test`: --dist loadfile --no-loadscope-reorder) a file's
+# tests run in one worker and the files are handed out in collection order: the long ones go first, so that the
 # workers end together rather than one running a long file alone while the other idles. Any
 # other file is short (under 10 s) and keeps pytest-randomly's place, as do the tests within a
 # file. Not a bound on anything: a file listed wrong only makes the suite end a little later.
 LONG_FILES = {
-    "integration/test_spark_source.py": 72, "integration/test_cluster_isolated.py": 71,
-    "integration/test_cluster_runs.py": 60, "integration/test_takeover.py": 49,
-    "integration/test_cluster.py": 54, "integration/test_spill.py": 36,
-    "integration/test_recovery.py": 40, "integration/test_cdn_logs_tables.py": 37,
-    "integration/ui/test_security.py": 33, "integration/test_spill_s3.py": 33,
-    "integration/test_chains.py": 32, "integration/test_logsource.py": 32,
-    "integration/test_batch.py": 31, "integration/ui/test_browser.py": 31,
-    "integration/test_sinks.py": 21, "integration/test_table_sinks.py": 27,
-    "integration/test_run_lifecycle.py": 25, "integration/test_timeout_kill.py": 22,
-    "integration/test_sinks_s3.py": 17, "integration/test_topic_retention.py": 17,
-    "unit/multilang/test_multilang_misbehaviour.py": 12, "integration/test_embedded_server.py": 12,
-    "integration/test_engine.py": 11,
+    "integration/test_cluster_isolated.py": 99, "integration/test_spark_source.py": 92,
+    "integration/test_cluster.py": 77, "integration/test_cluster_runs.py": 70,
+    "integration/test_takeover.py": 55, "integration/test_cdn_logs_tables.py": 49,
+    "integration/test_spill.py": 41, "integration/test_spill_s3.py": 31,
+    "integration/ui/test_browser.py": 27, "integration/test_run_lifecycle.py": 26,
+    "integration/test_timeout_kill.py": 26, "integration/test_recovery.py": 25,
+    "integration/test_table_sinks.py": 22, "integration/ui/test_security.py": 22,
+    "integration/test_topic_retention.py": 20, "integration/test_sinks_s3.py": 19,
+    "integration/test_logsource.py": 19, "integration/test_embedded_server.py": 19,
+    "integration/test_chains.py": 19, "integration/test_batch.py": 19,
+    "unit/model/test_synthesis.py": 17, "unit/multilang/test_multilang_misbehaviour.py": 12,
 }
 
 
