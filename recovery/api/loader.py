@@ -49,8 +49,10 @@ def _on_sys_path(base_dir: str | None) -> Iterator[None]:
         # at every task.
         inside = path + os.sep
         for entry, finder in list(sys.path_importer_cache.items()):
-            if finder is not None and (entry == path or entry.startswith(inside)):
-                finder.invalidate_caches()
+            # (a path entry finder need not have invalidate_caches: the protocol leaves it out)
+            invalidate = getattr(finder, "invalidate_caches", None)
+            if invalidate is not None and (entry == path or entry.startswith(inside)):
+                invalidate()
     saved = sys.dont_write_bytecode
     sys.dont_write_bytecode = True
     try:
