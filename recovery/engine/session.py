@@ -48,6 +48,28 @@ def prepare_environment(home: Path) -> None:
     os.environ.setdefault("SPARK_CONF_DIR", str(conf_dir))
 
 
+# PySpark's first call into the JVM with a Python argument asks each py4j input converter if it
+# applies, and its numpy one imports pyspark.testing.utils, which imports pandas: half a second
+# of the driver's CPU that would otherwise come after the JVM has started, not beside it.
+_FIRST_CALL_IMPORTS = ("pyspark.testing.utils",)
+
+
+def _import_meanwhile(modules: tuple[str, ...]) -> None:
+    """Import `modules` in a thread while this one waits for the JVM to start (a later import
+    of them waits for that thread's, under the import system's own lock). A failure is left
+    for whoever imports them next to meet."""
+    import importlib
+    import threading
+
+    def load() -> None:
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except Exception:   # broad-except: the next importer reports it
+                return
+    threading.Thread(target=load, name="recovery-imports", daemon=True).start()
+
+
 def is_local_master(master: str) -> bool:
     """`local` or `local[...]`: the executors are threads of this driver's JVM, its children."""
     return master == "local" or master.startswith("local[")
@@ -60,6 +82,7 @@ def session(master: str | None = None, conf: dict[str, str] | None = None, home:
     master = master or environment().spark_master
     conf = dict(conf or {})
     from pyspark import SparkContext  # lazy: commands that need no Spark never load it
+    _import_meanwhile(_FIRST_CALL_IMPORTS)
     if not is_local_master(master):
         from pyspark.sql import SparkSession
         return _cluster_session(SparkSession.builder.config(conf=_settings(master, home, app_name)), conf)

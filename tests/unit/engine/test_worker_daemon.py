@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from pyspark.serializers import UTF8Deserializer, read_int
 
+from recovery.engine import worker_daemon
 from tests.helpers import wait_for
 
 
@@ -87,3 +88,28 @@ def test_the_session_runs_its_workers_under_our_daemon():
 
     import recovery.engine.worker_daemon as ours
     assert daemon.worker is ours.worker
+
+
+def _spark_lib(root, with_package: bool):
+    """root/pyspark/python/lib/{pyspark.zip, py4j-src.zip}, root/pyspark/__init__.py when
+    `with_package` (a pip-installed PySpark)."""
+    lib = root / "pyspark" / "python" / "lib"
+    lib.mkdir(parents=True)
+    zips = [str(lib / "pyspark.zip"), str(lib / "py4j-0.10.9.9-src.zip")]
+    for z in zips:
+        open(z, "wb").close()
+    if with_package:
+        (root / "pyspark" / "__init__.py").write_text("")
+    return zips
+
+
+def test_the_installed_pysparks_own_zips_go_last_and_a_clusters_spark_keeps_its_zips_first(tmp_path):
+    site = tmp_path / "site-packages"
+    installed = _spark_lib(site, with_package=True)
+    path = [*installed, "/work/app", str(site)]
+    assert worker_daemon.prefer_installed_pyspark(path) == ["/work/app", str(site), *installed]
+    # the same zips when that site-packages is not on the path: kept where they are
+    assert worker_daemon.prefer_installed_pyspark([*installed, "/work/app"]) == [*installed, "/work/app"]
+    cluster = _spark_lib(tmp_path / "opt-spark", with_package=False)   # a Spark distribution's python/lib
+    path = [*cluster, "/work/app", str(site)]
+    assert worker_daemon.prefer_installed_pyspark(path) == path
