@@ -49,3 +49,40 @@ NOBODY = 65534   # the uid of `nobody`: a state folder or file owned by another 
 def file_mode(path: Path) -> int:
     """The permission bits of ``path`` itself (not of what a symlink points at)."""
     return os.lstat(path).st_mode & 0o7777
+
+
+def _parents() -> dict[int, int]:
+    """pid -> parent pid of every process (Linux /proc); a process gone meanwhile is left out."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as fh:
+                    out[int(entry)] = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    return out
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process under `pid` now: its children, theirs, and so on."""
+    children: dict[int, list[int]] = {}
+    for child, parent in _parents().items():
+        children.setdefault(parent, []).append(child)
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def running(pid: int) -> bool:
+    """`pid` exists and has not exited (a zombie, exited but not yet reaped, has)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False

@@ -18,7 +18,7 @@ from recovery.connectors.sink_folders import read_jsonl_dir
 from recovery.jobs import submit as jobs_submit
 from recovery.model.xml import parse as workflow_xml
 from recovery.tracking import keys
-from tests.helpers import wait_for
+from tests.helpers import descendants, running, wait_for
 
 WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"
 # Debian's JDBC driver for PostgreSQL (libpostgresql-jdbc-java; .ci/run installs it): the
@@ -95,12 +95,18 @@ def kill_when_round_0(proc: subprocess.Popen, client: Any, run_id: str,
         assert proc.poll() is None, f"submit ended (exit {proc.returncode}) before {what}"
         return False
 
+    left: set[int] = set()
     try:
         wait_for(kill_point, 240, f"round 0 of {run_id} to reach {what}")
+        left = descendants(proc.pid)   # its JVM and Spark's Python workers, still at work
         proc.send_signal(signal.SIGKILL)
     finally:
         if proc.poll() is None:
             proc.kill()
         proc.wait()
     assert proc.returncode == -signal.SIGKILL, "the driver ended by itself before the kill"
+    # The JVM and its Python workers notice the driver's end by themselves: a task that had just
+    # committed may still be dropping the spill files it consumed. What the test reads next is
+    # the state they leave, once they are gone.
+    wait_for(lambda: not any(running(p) for p in left), 120, "the killed driver's JVM and workers to end")
     return done()
