@@ -13,11 +13,11 @@ from tests.integration.conftest import sink_records, submit
 
 COMPONENTS = '''
 import os
-import time
 
 import pyarrow as pa
 
 from recovery import BatchBolt, BatchSpout
+from recovery.runtime import timeouts
 
 
 class Numbers(BatchSpout):
@@ -46,16 +46,26 @@ class Numbers(BatchSpout):
 
 
 class SlowOnce(BatchBolt):
-    """[n] -> [n, n * n]; the first batch holding n == 77 sleeps past the message timeout
-    (slow.marker records that it did, so the rows' replay is not slow)."""
+    """[n] -> [n, n * n]; the first batch holding n == 77 takes slow.secs, past the message
+    timeout: the runtime's clock is moved forward by that much while it runs, rather than
+    waited out (slow.marker records that it did, so the rows' replay is not slow). Moved back
+    at the task's end: the worker process runs later tasks."""
+
+    moved = None
 
     def process_batch(self, batch):
         n = batch.column("n").to_pylist()
         marker = self.conf["slow.marker"]
         if 77 in n and not os.path.exists(marker):
             open(marker, "a").close()
-            time.sleep(float(self.conf["slow.secs"]))
+            real, ahead = timeouts.clock, float(self.conf["slow.secs"])
+            self.moved = real
+            timeouts.clock = lambda: real() + ahead
         self.emit_batch(pa.record_batch([pa.array(n), pa.array([v * v for v in n])], names=["n", "square"]))
+
+    def cleanup(self):
+        if self.moved is not None:
+            timeouts.clock = self.moved
 '''
 
 XML = """<?xml version="1.0" encoding="UTF-8"?>
