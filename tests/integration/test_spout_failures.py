@@ -7,6 +7,8 @@ the spout and its last error, and `recover` resumes the round once the program i
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -15,28 +17,16 @@ from recovery.jobs import recover as jobs_submit
 from recovery.tracking import runs
 from tests.integration.conftest import sink_records, submit
 
+PROGRAMS = Path(__file__).resolve().parents[1] / "multilang_programs"
+
 # emits 0..4 (message id = value); while the file `broken` exists next to it, it says why on
 # stderr and exits on its third `next`, so every fresh program dies at the same place
 SPOUT = r'''
-import json, os, sys
+import os, sys
 
-def read():
-    lines = []
-    while True:
-        line = sys.stdin.readline()
-        if not line:
-            sys.exit(0)
-        if line == "end\n":
-            return json.loads("".join(lines))
-        lines.append(line)
+from raw_protocol import handshake, read_msg as read, send
 
-def send(obj):
-    sys.stdout.write(json.dumps(obj) + "\nend\n")
-    sys.stdout.flush()
-
-handshake = read()
-open(os.path.join(handshake["pidDir"], str(os.getpid())), "w").close()
-send({"pid": os.getpid()})
+handshake("")
 n = 0
 while True:
     cmd = read()
@@ -66,6 +56,7 @@ XML = """<?xml version="1.0" encoding="UTF-8"?>
 
 def test_a_shell_spout_that_gives_up_fails_the_round_and_recover_resumes_it(spark, redis_url, redis_client, tmp_path):
     (tmp_path / "dying_spout.py").write_text(SPOUT)
+    shutil.copy(PROGRAMS / "raw_protocol.py", tmp_path)   # (the spout's protocol helpers)
     (tmp_path / "broken").touch()
     xml = tmp_path / "dying_spout.xml"
     xml.write_text(XML)
