@@ -68,10 +68,6 @@ def bytewax_flow(path: str, out: str, folder: str) -> Any:
     from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
     from bytewax.outputs import DynamicSink, StatelessSinkPartition
 
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
-    from cdn_logs.components import normalize, parse_line
-
     class Lines(StatefulSourcePartition):
         """The lines starting in one byte range of the file, BATCH_LINES at a time; its
         snapshot is the offset it has read to."""
@@ -132,15 +128,7 @@ def bytewax_flow(path: str, out: str, folder: str) -> Any:
             return Part(worker_index)
 
     def parse_batch(lines: list[str]) -> list[tuple[str, int]]:
-        out = []
-        for line in lines:
-            try:
-                f = parse_line(line)
-                rec = normalize(f[3], f[1], f[7], f[8], f[9])
-            except ValueError:
-                continue
-            out.append((rec[0], rec[4]))
-        return out
+        return list(C.parse_normalize(folder, iter(lines)))   # what the hand-written job runs
 
     def aggregate(state: list[int] | None, size: int) -> tuple[list[int], dict]:
         if state is None:
