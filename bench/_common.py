@@ -489,7 +489,7 @@ def reap_descendants(timeout: float = 120.0) -> tuple[set[int], list[int]]:
         if time.monotonic() > deadline:
             me = str(os.getpid())
             return reaped, [int(e) for e in os.listdir("/proc")
-                            if e.isdigit() and ((f := _stat_fields(e)) is not None and f[1] == me)]
+                            if e.isdigit() and ((f := stat_fields(e)) is not None and f[1] == me)]
         time.sleep(0.05)
 
 
@@ -594,7 +594,7 @@ BUSY_SHARE = 0.10        # other processes' share of the machine above which fig
 MONITOR_SECONDS = 0.5
 
 
-def _stat_fields(pid: str) -> list[str] | None:
+def stat_fields(pid: str) -> list[str] | None:
     """The fields of /proc/PID/stat after the command name (state [0], ppid [1], utime [11],
     stime [12], cutime [13], cstime [14], starttime [19])."""
     try:
@@ -613,7 +613,18 @@ def _machine_busy_seconds() -> float:
     return sum(int(x) for i, x in enumerate(cpu[:8]) if i not in (3, 4)) / _CLK
 
 
-def _sigchld_ignored(pid: int) -> bool:
+def process_table() -> dict[int, list[str]]:
+    """stat_fields of every process of the machine, by pid (one gone meanwhile is left out)."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (f := stat_fields(entry)) is not None:
+            table[int(entry)] = f
+    return table
+
+
+def sigchld_ignored(pid: int) -> bool:
+    """Whether `pid` ignores SIGCHLD (its exited children are then reaped by the kernel, their
+    CPU never added to its cutime)."""
     try:
         with open(f"/proc/{pid}/status", encoding="ascii") as fh:
             for line in fh:
@@ -663,12 +674,8 @@ class MachineMonitor:
 
     def _poll(self, only: int | None = None) -> None:
         """One reading of every process of the tree (of `only`'s, when given)."""
-        parent: dict[int, int] = {}
-        fields: dict[int, list[str]] = {}
-        for entry in os.listdir("/proc"):
-            if entry.isdigit() and (f := _stat_fields(entry)) is not None:
-                parent[int(entry)] = int(f[1])
-                fields[int(entry)] = f
+        fields = process_table()
+        parent = {pid: int(f[1]) for pid, f in fields.items()}
         alive = set()
         ignoring: dict[int, bool] = {}
         for pid, f in fields.items():
@@ -681,7 +688,7 @@ class MachineMonitor:
             cpu = sum(int(x) for x in f[11:15]) / _CLK
             ppid = parent[pid]
             if ppid not in ignoring:
-                ignoring[ppid] = _sigchld_ignored(ppid)
+                ignoring[ppid] = sigchld_ignored(ppid)
             self.last[key] = (cpu, ppid, ignoring[ppid])
             # what a process used before the monitor started is not the run's
             self.base.setdefault(key, cpu if int(f[19]) <= self.born_before else 0.0)

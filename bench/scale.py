@@ -168,28 +168,6 @@ def vm_hwm_bytes(pid: int) -> int | None:
 
 
 _CLK = os.sysconf("SC_CLK_TCK")
-_SIGCHLD_BIT = 1 << 16              # signal 17 is bit 16 of /proc/PID/status SigIgn
-
-
-def _proc_stat(pid: str) -> list[str] | None:
-    """The fields of /proc/PID/stat after the command name (state is [0], ppid [1])."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            stat = fh.read()
-    except OSError:
-        return None
-    return stat[stat.rindex(")") + 2:].split()
-
-
-def _ignores_sigchld(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("SigIgn:"):
-                    return bool(int(line.split()[1], 16) & _SIGCHLD_BIT)
-    except (OSError, ValueError):
-        return False
-    return False
 
 
 def unaccounted_cpu(seen: dict[tuple[int, str], float]) -> None:
@@ -197,12 +175,8 @@ def unaccounted_cpu(seen: dict[tuple[int, str], float]) -> None:
     SIGCHLD: such a child is reaped by the kernel and its CPU never reaches anyone's
     RUSAGE_CHILDREN. That is Spark's Python workers (pyspark.daemon sets SIGCHLD to SIG_IGN).
     `seen` maps (pid, start time) to the last reading; CPU after the last reading is lost."""
-    parent: dict[int, int] = {}
-    fields: dict[int, list[str]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and (f := _proc_stat(entry)) is not None:
-            parent[int(entry)] = int(f[1])
-            fields[int(entry)] = f
+    fields = C.process_table()
+    parent = {pid: int(f[1]) for pid, f in fields.items()}
     me = os.getpid()
     ignoring: dict[int, bool] = {}
     for pid, f in fields.items():
@@ -213,7 +187,7 @@ def unaccounted_cpu(seen: dict[tuple[int, str], float]) -> None:
             continue
         ppid = parent[pid]
         if ppid not in ignoring:
-            ignoring[ppid] = _ignores_sigchld(ppid)
+            ignoring[ppid] = C.sigchld_ignored(ppid)
         if ignoring[ppid]:
             seen[(pid, f[19])] = (int(f[11]) + int(f[12])) / _CLK     # utime + stime; [19] starttime
 
