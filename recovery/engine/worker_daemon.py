@@ -57,7 +57,6 @@ def worker(sock: socket.socket, authenticated: bool) -> int:
 daemon.worker = worker   # the daemon's forked children call the module's `worker`
 
 
-
 def preload() -> None:
     """Import the task runtime once, in the daemon, so that every worker it forks starts with
     it loaded (about half a second of imports per worker otherwise, most of a short round's

@@ -34,11 +34,7 @@ PIECE_ROOTS = 4096
 def pack_xors(contrib: dict[int, int] | tuple[np.ndarray, np.ndarray]) -> list[bytes]:
     """Split per-root contributions (a dict, or arrays of roots and xors with one entry per
     root) into LEDGER_BUCKETS packed blobs (roots then xors, uint64)."""
-    if isinstance(contrib, tuple):
-        roots, xors = contrib
-    else:
-        roots = np.fromiter(contrib.keys(), dtype=np.uint64, count=len(contrib))
-        xors = np.fromiter(contrib.values(), dtype=np.uint64, count=len(contrib))
+    roots, xors = as_arrays(contrib)
     if not len(roots):
         return [b""] * LEDGER_BUCKETS
     bucket = roots % np.uint64(LEDGER_BUCKETS)
@@ -47,6 +43,14 @@ def pack_xors(contrib: dict[int, int] | tuple[np.ndarray, np.ndarray]) -> list[b
         sel = bucket == b
         out.append(roots[sel].tobytes() + xors[sel].tobytes())
     return out
+
+
+def as_arrays(contrib: dict[int, int] | tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Per-root contributions, a dict or (roots, xors) arrays, as the arrays."""
+    if isinstance(contrib, tuple):
+        return contrib
+    return (np.fromiter(contrib.keys(), dtype=np.uint64, count=len(contrib)),
+            np.fromiter(contrib.values(), dtype=np.uint64, count=len(contrib)))
 
 
 def unpack_xors(blob: bytes) -> tuple[np.ndarray, np.ndarray]:
@@ -64,14 +68,7 @@ def combine(contribs: Iterable[dict[int, int] | tuple[np.ndarray, np.ndarray]]) 
     """Several tasks' per-root contributions (pack_xors' forms) XORed into one (roots, xors),
     the roots whose trees they complete between them left out: what the ledger holds after
     folding their pieces, for tasks that commit at once (a chain's members)."""
-    parts = []
-    for c in contribs:
-        if isinstance(c, tuple):
-            parts.append(c)
-        elif c:
-            parts.append((np.fromiter(c.keys(), dtype=np.uint64, count=len(c)),
-                          np.fromiter(c.values(), dtype=np.uint64, count=len(c))))
-    return _fold_parts(parts)
+    return _fold_parts([as_arrays(c) for c in contribs])
 
 
 def _fold_parts(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:

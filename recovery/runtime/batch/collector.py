@@ -26,7 +26,7 @@ from recovery.model.workflow import Grouping
 from recovery.runtime import routing, timeouts, wire
 from recovery.runtime.batch.rows import Rows, occurrences
 from recovery.runtime.collector import CHUNK, TaskCollector
-from recovery.tracking import ids
+from recovery.tracking import ids, ledger
 
 XOR_FOLD_EVERY = 1 << 22   # pending (root, id) pairs folded at once: 64 MB of arrays at most
 
@@ -363,8 +363,7 @@ class BatchCollector(TaskCollector):
         updates would leave: the folded arrays and the row path's contrib map (a source's
         undecodable line...) together; the commit packs the arrays without a dict."""
         if self.contrib:
-            self.combine(np.fromiter(self.contrib.keys(), dtype=np.uint64, count=len(self.contrib)),
-                         np.fromiter(self.contrib.values(), dtype=np.uint64, count=len(self.contrib)))
+            self.combine(*ledger.as_arrays(self.contrib))
             self.contrib = {}
         self._fold_xors()
         return self._xor_roots, self._xor_vals
