@@ -48,7 +48,11 @@ OTHER_VARIABLES: tuple[tuple[str, str], ...] = (
     ("REDIS_PASSWORD", "The Redis password for a URL that has none, when RECOVERY_REDIS_PASSWORD_FILE is unset."),
     ("PYTHONHASHSEED", "Set to 0 when unset, for the driver and the executors."),
     ("SPARK_LOCAL_IP", "Set to 127.0.0.1 when unset."),
-    ("SPARK_CONF_DIR", "Set to RECOVERY_HOME/spark-conf when unset (Spark's log configuration)."),
+    ("SPARK_CONF_DIR", "Read, never set. Unset, the driver logs to RECOVERY_HOME/spark.log (settings in "
+     "RECOVERY_HOME/spark-conf, given to the JVM by a -D option) and its JVM shares Spark's classes through an "
+     "archive under XDG_CACHE_HOME/recovery/jvm (~/.cache when unset). Set, its settings stand and no archive is "
+     "used (Java cannot share classes with a configuration folder on the class path)."),
+    ("XDG_CACHE_HOME", "Where the driver JVM's class archive is kept (`recovery/jvm` in it); ~/.cache when unset."),
     ("AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN",
      "Read only to mask their values in messages about an S3 spill location."),
 )

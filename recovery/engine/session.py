@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from recovery.engine import executors
+from recovery.engine import class_archive, executors
 from recovery.environment import environment
 from recovery.home import private_dir, private_file, state_home
 
@@ -31,8 +31,10 @@ appender.file.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n
 """
 
 
-def prepare_environment(home: Path) -> None:
-    """Environment a PySpark driver needs here; set before the JVM starts."""
+def prepare_environment(home: Path) -> Path:
+    """Environment a PySpark driver needs here; set before the JVM starts. Returns the log4j
+    settings file, which the driver's JVM is given by a -D option (driver_java_options): a
+    configuration folder on its class path would keep it from sharing class data."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -45,7 +47,18 @@ def prepare_environment(home: Path) -> None:
     private_dir(home / "spark-tmp")
     log4j = private_file(conf_dir / "log4j2.properties")   # 0600 first, then written: it keeps its mode
     log4j.write_text(LOG4J.format(level="warn", log=log))
-    os.environ.setdefault("SPARK_CONF_DIR", str(conf_dir))
+    return log4j
+
+
+def driver_java_options(log4j: Path, spark_home: str) -> str:
+    """The options our driver JVM starts with, before any the user gives: our log settings
+    (unless the user has a Spark configuration folder of their own, whose settings stand) and
+    class-data sharing (engine/class_archive.py)."""
+    options = []
+    if not os.environ.get("SPARK_CONF_DIR"):
+        options.append(f"-Dlog4j2.configurationFile={log4j}")
+    options.append(class_archive.java_options(spark_home))
+    return " ".join(o for o in options if o)
 
 
 # PySpark's first call into the JVM with a Python argument asks each py4j input converter if it
@@ -70,6 +83,9 @@ def _import_meanwhile(modules: tuple[str, ...]) -> None:
     threading.Thread(target=load, name="recovery-imports", daemon=True).start()
 
 
+DRIVER_DEFAULT_JAVA_OPTIONS = "spark.driver.defaultJavaOptions"
+
+
 def is_local_master(master: str) -> bool:
     """`local` or `local[...]`: the executors are threads of this driver's JVM, its children."""
     return master == "local" or master.startswith("local[")
@@ -78,11 +94,18 @@ def is_local_master(master: str) -> bool:
 def session(master: str | None = None, conf: dict[str, str] | None = None, home: Path | None = None,
             app_name: str = "recovery"):
     home = Path(home or state_home())
-    prepare_environment(home)
+    log4j = prepare_environment(home)
     master = master or environment().spark_master
     conf = dict(conf or {})
     from pyspark import SparkContext  # lazy: commands that need no Spark never load it
+    from pyspark.find_spark_home import _find_spark_home
     _import_meanwhile(_FIRST_CALL_IMPORTS)
+    # the user's own default options for the driver JVM come after ours (theirs win)
+    ours = driver_java_options(log4j, _find_spark_home())
+    theirs = conf.pop(DRIVER_DEFAULT_JAVA_OPTIONS, "")
+    if f"{ours} {theirs}".strip():
+        conf[DRIVER_DEFAULT_JAVA_OPTIONS] = f"{ours} {theirs}".strip()
+    class_archive.finish_at_exit()
     if not is_local_master(master):
         from pyspark.sql import SparkSession
         return _cluster_session(SparkSession.builder.config(conf=_settings(master, home, app_name)), conf)

@@ -40,3 +40,13 @@ def test_a_log4j_file_an_earlier_version_left_open_is_tightened(tmp_path, monkey
     prepare_environment(tmp_path / "home")
     assert file_mode(conf) == 0o700 and file_mode(conf / "log4j2.properties") == 0o600
     assert "rootLogger.level = warn" in (conf / "log4j2.properties").read_text()
+
+
+def test_the_driver_jvm_gets_our_log_settings_by_option_unless_the_user_has_a_conf_folder(tmp_path, monkeypatch):
+    from recovery.engine.session import driver_java_options
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("SPARK_CONF_DIR", raising=False)
+    log4j = tmp_path / "log4j2.properties"
+    assert f"-Dlog4j2.configurationFile={log4j}" in driver_java_options(log4j, str(tmp_path / "spark"))
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path / "theirs"))
+    assert driver_java_options(log4j, str(tmp_path / "spark")) == ""
