@@ -31,6 +31,7 @@ NEVER_SHIPPED_SUFFIXES = (".pyc", ".pyo")
 # a zip's entries carry this time, not the files': equal code makes equal zips
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 _CHUNK = 1 << 20
+ARCHIVE_PREFIX = "recovery-code-"
 # the zip holds the workflow's code (and whatever <include> adds): its owner's alone
 ARCHIVE_MODE = 0o600
 
@@ -46,7 +47,7 @@ class CodeBundle:
 
     @property
     def name(self) -> str:
-        return f"recovery-code-{self.digest[:16]}"
+        return f"{ARCHIVE_PREFIX}{self.digest[:16]}"
 
 
 class _Walk:
