@@ -52,7 +52,7 @@ def start(client: Redis, port: int | None, host: str, token: str | None, allow_h
         return None
     watch = metrics.RunWatch()
     server = metrics.MetricsServer(metrics.registry_for(client, watch.ids), host, port, token,
-                                   hosts=lambda bound: HostRule.for_server(host, bound, allow_hosts))
+                                   hosts=lambda bound: HostRule.of(host, bound, allow_hosts))
     click.echo(f"metrics: http://{host}:{server.port}/metrics"
                + (" (bearer token from --metrics-token-file)" if token else ""), err=True)
     return server, watch

@@ -73,8 +73,8 @@ class HostRule:
     port: int | None           # None: no socket (an in-process ASGI client); names are checked alone
 
     @classmethod
-    def for_server(cls, host: str = "127.0.0.1", port: int | None = None,
-                   allowed_hosts: Iterable[str] = ()) -> HostRule:
+    def of(cls, host: str = "127.0.0.1", port: int | None = None, allowed_hosts: Iterable[str] = ()) -> HostRule:
+        """The rule of a server listening on `host`:`port` that also answers to `allowed_hosts`."""
         return cls(frozenset({*LOOPBACK_NAMES, host_name(host), *(host_name(h) for h in allowed_hosts)}), port)
 
     @property

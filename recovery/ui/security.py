@@ -116,7 +116,7 @@ class Guard(HostRule):
         if no_token and not is_loopback(host):
             raise RecoveryError(f"--no-token: the web view serves without its token on loopback only, "
                                 f"not on --host {host}")
-        names = HostRule.for_server(host, port, allowed_hosts).names
+        names = HostRule.of(host, port, allowed_hosts).names
         if port is None:
             names |= {TEST_CLIENT_HOST}
         return cls(token=token or new_token(), names=names, port=port, open=no_token)

@@ -222,7 +222,7 @@ def test_a_round_not_settled_has_no_root_counts_only_counts_known_0(fake_redis):
 
 def test_the_endpoint_applies_the_web_views_host_rule(fake_redis):
     server = metrics.MetricsServer(metrics.registry_for(fake_redis), "127.0.0.1", 0, None,
-                                   hosts=lambda port: HostRule.for_server("127.0.0.1", port))
+                                   hosts=lambda port: HostRule.of("127.0.0.1", port))
     try:
         conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
         for host, status in ((f"evil.example:{server.port}", 421), (f"127.0.0.1:{server.port}", 200),
