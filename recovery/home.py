@@ -103,3 +103,28 @@ def write_private(path: Path, text: str) -> None:
             fh.write(text)
     finally:
         os.close(fd)
+
+
+def read_private(path: str | os.PathLike[str], what: str, limit: int = 1 << 20) -> str:
+    """The text of a file holding a secret (a token, a password, Spark properties with keys),
+    which its owner alone may read or change, as ssh wants of a key (mode 0600 or stricter).
+    RecoveryError in one line starting with `what` (e.g. "--token-file FILE"), never quoting
+    the file's content: not a regular file, unreadable, looser than 0600, not UTF-8, over
+    `limit` bytes."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):   # (a pipe would block the open)
+            raise RecoveryError(f"{what}: not a regular file")
+        with open(path, "rb") as fh:
+            mode = os.fstat(fh.fileno()).st_mode
+            if mode & 0o077:     # checked before reading: a loose file's secret is not even read
+                raise RecoveryError(f"{what}: mode {stat.S_IMODE(mode):04o} lets other accounts read or "
+                                    f"change it; `chmod 600 {os.fspath(path)}`")
+            data = fh.read(limit + 1)
+    except OSError as err:
+        raise RecoveryError(f"{what}: cannot read it: {err.strerror or err}") from None
+    if len(data) > limit:
+        raise RecoveryError(f"{what}: more than {limit} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise RecoveryError(f"{what}: not UTF-8 text") from None

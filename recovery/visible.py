@@ -23,7 +23,24 @@ ONE_LINE = str.maketrans({code: _escape(code) for code in _CONTROLS})
 MULTI_LINE = str.maketrans({code: _escape(code) for code in _CONTROLS if chr(code) not in "\n\t"})
 
 
+# values this process must never show (secrets from a private file): `hide` adds them
+_HIDDEN: list[str] = []
+HIDDEN_TEXT = "***"
+
+
+def hide(*secrets: str) -> None:
+    """From now on, `visible` shows each of `secrets` as ``***``, wherever it appears (a Spark
+    property's value from --properties-file that an error or a log line would quote)."""
+    for secret in secrets:
+        if secret and secret not in _HIDDEN:
+            _HIDDEN.append(secret)
+    _HIDDEN.sort(key=len, reverse=True)    # a secret that holds another is masked whole
+
+
 def visible(text: object, *, multiline: bool = False) -> str:
-    """`text` (any value: str() of it) with its control characters shown as escapes; with
-    `multiline`, line feeds and tabs are kept."""
-    return str(text).translate(MULTI_LINE if multiline else ONE_LINE)
+    """`text` (any value: str() of it) with its control characters shown as escapes, and the
+    values `hide` names as ``***``; with `multiline`, line feeds and tabs are kept."""
+    out = str(text)
+    for secret in _HIDDEN:
+        out = out.replace(secret, HIDDEN_TEXT)
+    return out.translate(MULTI_LINE if multiline else ONE_LINE)

@@ -8,6 +8,7 @@ import shutil
 
 from recovery.api.loader import ClassLoadError, check_classes, component_class
 from recovery.errors import WorkflowError
+from recovery.model import code
 from recovery.model.workflow import ClassImpl, ShellImpl, Workflow
 from recovery.model.xml.document import children, local_name, parse_tree
 from recovery.model.xml.parse import load
@@ -17,6 +18,7 @@ def validate_file(path: str | os.PathLike) -> tuple[Workflow, list[str]]:
     """load(path) plus the checks that only warn: component classes that do not load (the
     engine refuses them at submit), shell commands not on PATH, shell scripts not found."""
     wf = load(path)
+    code.check(wf, os.fspath(path))   # what would ship: no link out of its folder, under the size cap
     warnings = check_classes(wf)
     warnings.extend(_shell_warnings(wf))
     return wf, warnings

@@ -10,6 +10,7 @@ from recovery.cli import echo_json
 from recovery.cli.safe_text import plain, rich_text
 from recovery.controlplane import connection
 from recovery.engine.session import is_local_master, session
+from recovery.engine.session import properties_file as session_properties
 from recovery.environment import environment
 from recovery.errors import RecoveryError
 from recovery.jobs import follow as follow_mod
@@ -45,6 +46,22 @@ def spark_for(master: str | None, conf: dict[str, str]) -> Any:
 def run_id_arg(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """A RUN argument or --run-id, checked as it is parsed: before Redis or Spark is touched."""
     return value if value is None else check_run_id(value)
+
+
+def properties_file_option(f):
+    """--properties-file FILE: Spark properties from a private file, as spark-submit takes them."""
+    return click.option("--properties-file", default=None, metavar="FILE",
+                        help="Spark properties, one a line (`spark.NAME VALUE` or `spark.NAME=VALUE`), "
+                        "as spark-submit reads them: the place for secrets (spark.executorEnv.*), never "
+                        "shown; the file must be mode 0600. --conf wins over it.")(f)
+
+
+def spark_settings(conf_pairs: tuple[str, ...], properties_file: str | None) -> dict[str, str]:
+    """The Spark settings of a command: its --properties-file's, then its --conf's, which win
+    (as spark-submit's do). Read before anything starts: a refusal has no effect."""
+    settings = session_properties(properties_file) if properties_file is not None else {}
+    settings.update(key_values(conf_pairs, "--conf"))
+    return settings
 
 
 def key_values(pairs: tuple[str, ...], what: str) -> dict[str, str]:

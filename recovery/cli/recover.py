@@ -21,7 +21,8 @@ def register(main: click.Group) -> None:
     @click.option("--strategy", type=click.Choice(["localized", "root-replay"]), default="localized",
                   show_default=True, help="root-replay replays failed roots from their spout (Storm).")
     @click.option("--master", default=None, help="Spark master URL (default local[*]).")
-    @click.option("--conf", "spark_conf", multiple=True, metavar="K=V")
+    @click.option("--conf", "spark_conf", multiple=True, metavar="K=V", help="A Spark setting (repeatable).")
+    @common.properties_file_option
     @click.option("--property", "-p", "props", multiple=True, metavar="K=V",
                   help="Set a workflow config property of the run (repeatable); stored in "
                   "the run, used by this and later rounds.")
@@ -36,14 +37,15 @@ def register(main: click.Group) -> None:
     @redis_option
     @json_option
     def recover(run_id: str, max_rounds: int | None, strategy: str, master: str | None,
-                spark_conf: tuple[str, ...], props: tuple[str, ...], force: bool, spill_dir: str | None,
-                code_changed: bool, redis_url: str | None, as_json: bool) -> None:
+                spark_conf: tuple[str, ...], properties_file: str | None, props: tuple[str, ...], force: bool,
+                spill_dir: str | None, code_changed: bool, redis_url: str | None, as_json: bool) -> None:
         """Run recovery rounds until the failed set is empty.
 
         With -p KEY=VALUE (repeatable), first change the run's configuration: each value is
         checked as at submit, stored in the run record, and used by this and every later
         round (a crashed round that resumes too). Use it to mend a bad value a run was
         submitted with, or to allow more attempts before `recovery dead --requeue`."""
+        spark_settings = common.spark_settings(spark_conf, properties_file)
         common.refuse_embedded_redis_on_cluster(redis_url, master)
         client, url = common.client_for(redis_url)
         # every refusal, before Spark starts
@@ -63,7 +65,7 @@ def register(main: click.Group) -> None:
             original = jobs_summary.original_workflow(plan.record)
             jobs_recover.reconfigure(client, run_id, config.parse_assignments(
                 props, "-p", dict(original.config), [c.id for c in original.components]))
-        spark = common.spark_for(master, common.key_values(spark_conf, "--conf"))
+        spark = common.spark_for(master, spark_settings)
 
         with common.RoundProgress(not as_json) as progress:
             def on_round(r: dict) -> None:

@@ -84,14 +84,18 @@ def register(main: click.Group) -> None:
                   help="With --follow: stop after SECS seconds without a new message.")
     @metrics_server.options
     # --- end log source ---
+    @common.properties_file_option
     @redis_option
     @json_option
     def submit(file: str, master: str | None, spark_conf: tuple[str, ...], props: tuple[str, ...],
                no_tracking: bool, run_id: str | None, spill_dir: str | None, follow: bool,
                max_batches: int | None, idle_exit: float | None, metrics_port: int | None, metrics_host: str,
-               metrics_token_file: str | None, redis_url: str | None, as_json: bool) -> None:
+               metrics_allow_hosts: tuple[str, ...], metrics_token_file: str | None, properties_file: str | None,
+               redis_url: str | None, as_json: bool) -> None:
         """Run the workflow FILE on Spark with every tuple tracked; prints a summary."""
-        metrics_token = metrics_server.check(follow, metrics_port, metrics_host, metrics_token_file)
+        spark_settings = common.spark_settings(spark_conf, properties_file)
+        metrics_token = metrics_server.check(follow, metrics_port, metrics_host, metrics_token_file,
+                                             metrics_allow_hosts)
         wf = workflow_xml.load(file)
         wf = wf.with_config(config.parse_assignments(props, "-p", dict(wf.config), [c.id for c in wf.components]))
         with open(file, encoding="utf-8", errors="replace") as fh:
@@ -107,10 +111,9 @@ def register(main: click.Group) -> None:
                                     "property recovery.spill.dir instead")
             client, url = common.client_for(redis_url)
             follow_mod.check_redis(client, follow_plan)
-            spark_conf_kv = common.key_values(spark_conf, "--conf")
-            served = metrics_server.start(client, metrics_port, metrics_host, metrics_token)
+            served = metrics_server.start(client, metrics_port, metrics_host, metrics_token, metrics_allow_hosts)
             try:
-                outcome = follow_and_report(follow_plan, client, url, lambda: common.spark_for(master, spark_conf_kv),
+                outcome = follow_and_report(follow_plan, client, url, lambda: common.spark_for(master, spark_settings),
                                             max_batches, idle_exit, as_json, served[1].on_event if served else None)
             finally:
                 if served:
@@ -128,7 +131,7 @@ def register(main: click.Group) -> None:
                                    master=master or environment().spark_master, run_id=run_id, spill_dir=spill_dir)
         client, url = common.client_for(redis_url)
         jobs_submit.check_redis(client, plan)
-        spark = common.spark_for(master, common.key_values(spark_conf, "--conf"))
+        spark = common.spark_for(master, spark_settings)
 
         def resumed(summary: RunSummary) -> None:
             click.echo(f"resumed crashed run {plain(summary.run_id)} of the same consumer first", err=True)

@@ -25,6 +25,7 @@ from redis.cluster import RedisCluster
 from recovery.controlplane.embedded import EmbeddedServer
 from recovery.environment import environment
 from recovery.errors import RecoveryError, RedisUnavailable
+from recovery.home import read_private
 
 log = logging.getLogger(__name__)
 
@@ -187,12 +188,11 @@ def password_from_environment() -> str | None:
     ``$REDIS_PASSWORD``; None when neither is set."""
     path = environment().redis_password_file
     if path:
-        try:
-            with open(path, encoding="utf-8") as fh:
-                first = fh.readline().rstrip("\r\n")
-        except OSError as err:
-            raise RedisUnavailable(f"cannot read the Redis password file {path} "
-                                   f"(${PASSWORD_FILE_ENV}): {err.strerror}") from None
+        what = f"the Redis password file {path} (${PASSWORD_FILE_ENV})"
+        try:   # private, as the web view's token files are (mode 0600 or stricter)
+            first = read_private(path, what, limit=64 * 1024).partition("\n")[0].rstrip("\r")
+        except RecoveryError as err:
+            raise RedisUnavailable(str(err)) from None
         if not first:
             raise RedisUnavailable(f"the Redis password file {path} (${PASSWORD_FILE_ENV}) is empty")
         return first

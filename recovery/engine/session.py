@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 from recovery.engine import class_archive, executors
 from recovery.environment import environment
-from recovery.home import private_dir, private_file, state_home
+from recovery.errors import RecoveryError
+from recovery.home import private_dir, private_file, read_private, state_home
+from recovery.visible import hide, visible
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +87,38 @@ def _import_meanwhile(modules: tuple[str, ...]) -> None:
 
 
 DRIVER_DEFAULT_JAVA_OPTIONS = "spark.driver.defaultJavaOptions"
+
+
+# Spark's own spark.redaction.regex (its default): the properties whose values are secrets
+SECRET_PROPERTY = re.compile(r"secret|password|token|access[.]?key", re.IGNORECASE)
+# a line of a properties file: the key, then white space, "=" or ":", then the value
+_PROPERTY_LINE = re.compile(r"(?P<key>[^\s=:]+)\s*(?:[=:]|\s)\s*(?P<value>.*)")
+
+
+def properties_file(path: str, option: str = "--properties-file") -> dict[str, str]:
+    """Spark properties from a file, as spark-submit's --properties-file reads them: one a line,
+    `key value`, `key=value` or `key: value`, blank lines and `#` or `!` comments skipped, values
+    trimmed. The file must be its owner's alone (it holds keys: home.read_private). A line that
+    is not a spark.* property with a value is refused naming the file, the line and the key,
+    never the value. Secret-looking values (Spark's redaction rule) are never shown afterwards
+    (visible.hide)."""
+    text = read_private(path, f"{option} {path}")
+    out: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        match = _PROPERTY_LINE.fullmatch(line)
+        key = match["key"] if match else line.split()[0]
+        if match is None or not match["value"].strip():
+            raise RecoveryError(f"{option} {path}:{number}: {visible(key[:100])} has no value "
+                                "(expected `spark.NAME VALUE` or `spark.NAME=VALUE`)")
+        if not key.startswith("spark."):
+            raise RecoveryError(f"{option} {path}:{number}: {visible(key[:100])} is not a Spark property "
+                                "(spark.*); workflow properties go in <config> or -p")
+        out[key] = match["value"].strip()
+    hide(*(value for key, value in out.items() if SECRET_PROPERTY.search(key)))
+    return out
 
 
 def is_local_master(master: str) -> bool:

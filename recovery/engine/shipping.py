@@ -5,11 +5,15 @@ scripts from that copy (RunSpec.code), never from the driver's folder.
 
 In local mode the executors are this machine's processes: they use the workflow's own folder,
 as relative data paths in shell arguments expect; nothing is shipped.
+
+A zip is 0600 (it holds the workflow's code and whatever `<include>` adds) and belongs to the runs
+that record its digest (RunRecord.code_digest): `clear` removes it with the last of them.
 """
 from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,6 +34,35 @@ def is_local(spark: SparkSession) -> bool:
     return master == "local" or master.startswith("local[")
 
 
+def code_folder(home: Path | None = None) -> Path:
+    """Where the zips of shipped code are kept: RECOVERY_HOME/code."""
+    return Path(home or state_home()) / "code"
+
+
+def remove_archives(digests: Iterable[str], home: Path | None = None) -> list[str]:
+    """Remove the zips of the code of these digests (those that exist); their file names."""
+    removed = []
+    for digest in sorted(set(digests)):
+        path = code_folder(home) / code.archive_name(digest)
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            continue
+        removed.append(path.name)
+    if removed:
+        log.info("removed the shipped code archives %s", ", ".join(removed))
+    return removed
+
+
+def archives_except(digests: Iterable[str], home: Path | None = None) -> list[str]:
+    """The digests of the zips under RECOVERY_HOME/code that none of `digests` names."""
+    kept = {code.archive_name(d) for d in digests}
+    folder = code_folder(home)
+    return sorted(p.name[len(code.ARCHIVE_PREFIX):-len(".zip")]
+                  for p in (folder.glob(f"{code.ARCHIVE_PREFIX}*.zip") if folder.is_dir() else ())
+                  if p.name not in kept)
+
+
 def ship(spark: SparkSession, wf: Workflow, home: Path | None = None) -> str | None:
     """Ship `wf`'s code to the executors (once per SparkContext and digest); the name tasks find
     it under (RunSpec.code), or None when nothing is shipped (local mode, no code to ship)."""
@@ -39,7 +72,7 @@ def ship(spark: SparkSession, wf: Workflow, home: Path | None = None) -> str | N
     sc = spark.sparkContext
     if any(Path(a.split("#", 1)[0]).name == f"{bundle.name}.zip" for a in sc.listArchives):
         return bundle.name
-    folder = private_dir(Path(home or state_home()) / "code")
+    folder = private_dir(code_folder(home))
     packed = code.pack(bundle, folder)
     sc.addArchive(f"{packed.path}#{bundle.name}")
     log.info("shipped the workflow's code to the executors: %d files from %s (sha256 %s)",

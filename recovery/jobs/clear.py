@@ -8,6 +8,9 @@ reached refuses the clear before anything is removed; `force` clears the keys an
 the commit rows stayed), so that a run submitted again under the same id writes again. A Delta
 table's log keeps the run's app transactions for good: submitting again under that id is
 refused (recovery/connectors/delta.py). Each table sink's outcome is in `Cleared.tables`.
+
+The zip of a run's shipped code (RECOVERY_HOME/code, engine/shipping.py) goes with the last run
+of this Redis that records its digest; `clear --all` removes every zip no remaining run records.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from redis import Redis
 from recovery.connectors import sink_folders, table_sinks
 from recovery.connectors.table_sinks import TableClear
 from recovery.controlplane.connection import scan_keys
+from recovery.engine import shipping
 from recovery.errors import RunBusy, RunError
 from recovery.model.record import RunRecord
 from recovery.model.run import is_run_id
@@ -64,7 +68,20 @@ def _table_sinks_of(rec: RunRecord | None) -> Workflow | None:
         return None
 
 
-def clear(client: Redis, run_id: str, force: bool = False) -> Cleared:
+def _code_in_use(client: Redis) -> set[str]:
+    """The digests of the code the runs of this Redis shipped (their records')."""
+    used = set()
+    for rid in runs.list_ids(client):
+        try:
+            digest = runs.get(client, rid).code_digest
+        except RunError:   # gone meanwhile, or a damaged record: it names no code
+            continue
+        if digest:
+            used.add(digest)
+    return used
+
+
+def clear(client: Redis, run_id: str, force: bool = False, code_archives: bool = True) -> Cleared:
     """Remove every key of the run (its record too) and its spill folder, and nothing else; keys
     left under the run's prefix without a record (orphans) go too. Its table sinks: commit rows
     dropped, user rows kept (module doc). A running run is refused unless `force`."""
@@ -91,6 +108,9 @@ def clear(client: Redis, run_id: str, force: bool = False) -> Cleared:
     spill.SpillStore.at(spill_location(rec)).remove_run(run_id)
     if wf is not None:   # URI sink folders: the run's objects no marker names (its output stays)
         sink_folders.remove_uncommitted(wf, run_id)
+    if code_archives and rec is not None and rec.code_digest:   # its code's zip, unless another run shipped it too
+        if not any(d[:16] == rec.code_digest[:16] for d in _code_in_use(client)):
+            shipping.remove_archives([rec.code_digest])
     log.info("run %s cleared: %d keys and its spill folder removed%s", run_id, len(removed) + (rec is not None),
              " (its driver was running: --force)" if rec is not None and runs.status_of(rec) == runs.RUNNING else "")
     return Cleared(([keys.run_record(run_id)] if rec is not None else []) + sorted(removed), tables)
@@ -112,7 +132,8 @@ def clear_all(client: Redis, force: bool = False) -> dict[str, Cleared]:
             continue
         if wf is not None:
             table_sinks.clear_tables(wf, rid, force, reach_only=True)
-    cleared = {rid: clear(client, rid, force) for rid in runs.list_ids(client) if rid not in unsafe}
+    cleared = {rid: clear(client, rid, force, code_archives=False) for rid in runs.list_ids(client)
+               if rid not in unsafe}
     removed = {rid: c.keys for rid, c in cleared.items()}
     if unsafe:
         client.zrem(keys.runs_index(), *unsafe)
@@ -129,6 +150,7 @@ def clear_all(client: Redis, force: bool = False) -> dict[str, Cleared]:
         client.delete(*names)
         spill.SpillStore.at(spill.location()).remove_run(rid)   # no record: the default location
         removed.setdefault(rid, []).extend(sorted(names))
+    shipping.remove_archives(shipping.archives_except(_code_in_use(client)))   # runs created meanwhile keep theirs
     return {rid: Cleared(ks, cleared[rid].tables if rid in cleared else []) for rid, ks in removed.items()}
 
 

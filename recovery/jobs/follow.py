@@ -38,6 +38,7 @@ from recovery.jobs import summary as jobs_summary
 from recovery.jobs.settle import Progress
 from recovery.jobs.submit import SubmitPlan, check_classes
 from recovery.jobs.summary import RunSummary
+from recovery.model import code
 from recovery.model.record import RunRecord
 from recovery.model.run import RunSpec, check_run_id
 from recovery.model.workflow import Workflow
@@ -154,6 +155,7 @@ class FollowPlan:
     file: str | None              # the workflow file, absolute; None: from code
     master: str
     run_id: str | None            # None: the consumer's run, or a new generated id
+    code_digest: str = ""         # the workflow's code shipped with its tasks (model/code.py)
 
 
 def prepare(wf: Workflow, xml: str, file: str | None, master: str = "local[*]", run_id: str | None = None,
@@ -171,7 +173,8 @@ def prepare(wf: Workflow, xml: str, file: str | None, master: str = "local[*]", 
     spill.check_reaches_executors(None, wf.settings().spill_dir, master)
     if run_id is not None:
         check_run_id(run_id)
-    return FollowPlan(wf, xml, os.path.abspath(file) if file is not None else None, master, run_id)
+    digest = code.bundle(wf, file).digest   # (what ships refused here, as at submit)
+    return FollowPlan(wf, xml, os.path.abspath(file) if file is not None else None, master, run_id, digest)
 
 
 def check_redis(client: Redis, plan: FollowPlan) -> None:
@@ -329,7 +332,7 @@ def run(spark: SparkSession, client: Redis, redis_url: str, plan: FollowPlan, ma
                     lease = held.enter_context(runs.create(client, run_id, xml, wf_json, file, master, True))
                     gen = lease.generation
                     runs.update(client, run_id, gen, follow=True, follow_batches=0, follow_messages=0,
-                                spill_dir=spill_dir)
+                                spill_dir=spill_dir, code_digest=plan.code_digest)
                     created = True
                     emit("run", {"run_id": run_id})
                 spec = RunSpec(run_id, next_round, wf_json, redis_url, True, source_json=source_json,

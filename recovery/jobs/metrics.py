@@ -24,7 +24,7 @@ import logging
 import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, Protocol
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import redis
@@ -225,14 +225,33 @@ class _IPv6Server(WSGIServer):
     address_family = socket.AF_INET6
 
 
-class MetricsServer:
-    """/metrics of a registry on host:port in a daemon thread; with a token, a request without
-    it as a bearer token (or X-Recovery-Token) gets 401."""
+class HostCheck(Protocol):
+    """The Host headers a server answers to (the web view's rule, recovery/ui/access.py)."""
 
-    def __init__(self, registry: CollectorRegistry, host: str, port: int, token: str | None):
+    def host_allowed(self, authority: str) -> bool: ...
+
+    @property
+    def allowed(self) -> list[str]: ...
+
+
+class MetricsServer:
+    """/metrics of a registry on host:port in a daemon thread. `hosts(port)` gives the Host
+    headers it answers to once its port is bound: any other gets 421 (DNS rebinding: a hostile
+    page whose name resolves to loopback would read every series otherwise). With a token, a
+    request without it as a bearer token (or X-Recovery-Token) gets 401."""
+
+    def __init__(self, registry: CollectorRegistry, host: str, port: int, token: str | None,
+                 hosts: Callable[[int], HostCheck] | None = None):
         exposition = make_wsgi_app(registry)
+        rule: list[HostCheck] = []     # set once the port is known, before the first request is served
 
         def app(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+            presented_host = environ.get("HTTP_HOST", "")
+            if rule and not rule[0].host_allowed(presented_host):
+                start_response("421 Misdirected Request", [("Content-Type", "text/plain; charset=utf-8")])
+                return [f"host {presented_host!r} is not this endpoint's: it answers to {', '.join(rule[0].allowed)} "
+                        "(other names are refused against DNS rebinding; --metrics-allow-host NAME adds one)\n"
+                        .encode()]
             if token is not None and not token_matches(
                     presented_token(environ.get("HTTP_AUTHORIZATION"), environ.get("HTTP_X_RECOVERY_TOKEN")), token):
                 start_response("401 Unauthorized", [("Content-Type", "text/plain; charset=utf-8"),
@@ -247,6 +266,8 @@ class MetricsServer:
         except OSError as err:
             raise RecoveryError(f"--metrics-port: cannot listen on {host}:{port}: {err.strerror or err}") from None
         self.port = self.server.server_port
+        if hosts is not None:
+            rule.append(hosts(self.port))
         self.thread = threading.Thread(target=self.server.serve_forever, name="recovery-metrics", daemon=True)
         self.thread.start()
 

@@ -201,7 +201,7 @@ def check_code(rec: RunRecord, code_changed: bool) -> str | None:
     if not rec.code_digest:
         return None
     wf = original_workflow(rec)
-    now = code.bundle(wf).digest
+    now = code.bundle(wf, rec.file).digest
     if now == rec.code_digest:
         return None
     if not code_changed:

@@ -74,7 +74,9 @@ def prepare(wf: Workflow, xml: str, file: str | None, tracking_on: bool = True, 
     if tracking_on:   # (an untracked run spills nothing)
         spill.check_reaches_executors(spill_dir, wf.settings().spill_dir, master)
     location = spill.location(spill_dir, wf.settings().spill_dir)
-    digest = code.bundle(wf).digest   # (an <include> that does not exist is refused here)
+    # (an <include> that does not exist, a link out of the workflow's folder and code over
+    # recovery.ship.max.bytes are refused here, on any master: local runs behave as a cluster's)
+    digest = code.bundle(wf, file).digest
     return SubmitPlan(wf, xml, os.path.abspath(file) if file is not None else None, run_id,
                       tracking_on, master, location, digest)
 

@@ -106,6 +106,11 @@ class Settings(BaseModel):
         description="Where tasks spill their in-flight outputs: a folder the driver and every "
                     "executor reach, or a filesystem URI pyarrow.fs opens (file://, hdfs://, "
                     "s3://). Default RECOVERY_HOME/spill; --spill-dir wins.")
+    ship_max_bytes: int = Field(
+        256 * 1024 * 1024, alias="recovery.ship.max.bytes", ge=0,
+        description="The most the workflow's code (what ships with the job: its modules, scripts and "
+                    "<resources>) may add up to, in bytes; more is refused at validate and submit, "
+                    "naming the largest files (leave data out with <exclude pattern>).")
 
     @field_validator("*", mode="before")
     @classmethod

@@ -11,9 +11,11 @@ view). Every request goes through :class:`SecurityMiddleware`:
   header, ``Authorization: Bearer TOKEN`` or ``token TOKEN``), or the session cookie a browser
   gets in exchange for it. The token reaches a browser once: the URL `recovery ui` prints
   (``/?token=…``) sets the cookie (HttpOnly, SameSite=Strict) and redirects to the same page
-  without it, or the login page takes it typed in. Without either, a page request is sent to
-  the login page and anything else (the API, a page's event stream, static files) gets 401;
-  the login page and its style sheet are the only things served to anyone.
+  without it, or the login page takes it typed in. Programs' paths (the API, Prometheus'
+  ``/metrics``) take the token in a header only: a ``?token=`` URL gets 401 there, and no
+  cookie. Without either, a page request is sent to the login page and anything else (the
+  API, a page's event stream, static files) gets 401; the login page and its style sheet are
+  the only things served to anyone.
   The cookie holds a signed random session id, never the token, and no page holds the token.
 - **State-changing requests** (any method but GET and HEAD: the actions are POST or DELETE):
   their ``Origin`` (or, failing that, ``Referer``) must be this server's own, a browser's
@@ -46,7 +48,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from recovery.errors import RecoveryError
-from recovery.ui.access import is_loopback
+from recovery.ui.access import HostRule, is_loopback
 
 TOKEN_HEADER = "X-Recovery-Token"
 TOKEN_FIELD = "token"          # the printed URL's ?token=, and the login form's field
@@ -55,7 +57,6 @@ LOGIN_PATH = "/login"
 # what the login page needs, served to anyone: the page and its style sheet
 PUBLIC_PATHS = frozenset({LOGIN_PATH, "/static/style.css"})
 SAFE_METHODS = frozenset({"GET", "HEAD"})
-LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 # Starlette's in-process test client's Host: allowed only when the app has no port, which a
 # listening server (the `recovery ui` command, the tests' BackgroundServer) always gives it.
 TEST_CLIENT_HOST = "testserver"
@@ -76,34 +77,6 @@ SECURITY_HEADERS = (
 Refuse = Callable[[str, int, str], Response]   # (path, status, one-line message) -> response
 
 
-def host_name(host: str) -> str:
-    """``host`` as it appears in a URL or a Host header: lower case, an IPv6 address in brackets."""
-    host = host.strip().lower()
-    if ":" in host and not host.startswith("["):
-        return f"[{host}]"
-    return host
-
-
-def split_authority(authority: str) -> tuple[str, int | None] | None:
-    """``name[:port]`` (a Host header, or a URL's netloc) as (name, port); None when malformed."""
-    authority = authority.strip().lower()
-    if authority.startswith("["):
-        end = authority.find("]")
-        if end < 0:
-            return None
-        name, rest = authority[:end + 1], authority[end + 1:]
-    else:
-        name, sep, port_text = authority.rpartition(":")
-        if not sep:
-            return (authority, None) if authority else None
-        rest = ":" + port_text
-    if not rest:
-        return name, None
-    if not rest.startswith(":") or not rest[1:].isdigit():
-        return None
-    return name, int(rest[1:])
-
-
 def new_token() -> str:
     return secrets.token_urlsafe(32)
 
@@ -115,6 +88,13 @@ def wants_json(path: str) -> bool:
         path.startswith("/runs/") and path.count("/") == 3 and path.endswith("/events"))
 
 
+def header_only(path: str) -> bool:
+    """Whether `path` answers programs, which send the token in a header: the API and
+    Prometheus' /metrics. A ``?token=`` URL admits no such request (it would stay in scrape
+    configs, logs and histories) and none is given a session cookie."""
+    return path.startswith("/api/") or path == "/metrics"
+
+
 def local_target(target: str | None) -> str:
     """Where the login page sends the browser next: a path of this server, else the runs list
     (a `next` naming another site would make the login page an open redirect)."""
@@ -124,11 +104,10 @@ def local_target(target: str | None) -> str:
 
 
 @dataclass(frozen=True)
-class Guard:
-    """The rules of one server: its token, the host names it answers to and its port."""
-    token: str
-    names: frozenset[str]
-    port: int | None           # None: no socket (an in-process ASGI client); names are checked alone
+class Guard(HostRule):
+    """The rules of one server: its token, and the host names it answers to and its port
+    (HostRule, which the metrics endpoint of `submit --follow` applies too)."""
+    token: str = ""
     open: bool = False         # --no-token: every request is served without the token (loopback only)
 
     @classmethod
@@ -137,33 +116,15 @@ class Guard:
         if no_token and not is_loopback(host):
             raise RecoveryError(f"--no-token: the web view serves without its token on loopback only, "
                                 f"not on --host {host}")
-        names = {*LOOPBACK_NAMES, host_name(host), *(host_name(h) for h in allowed_hosts)}
+        names = HostRule.of(host, port, allowed_hosts).names
         if port is None:
-            names.add(TEST_CLIENT_HOST)
-        return cls(token=token or new_token(), names=frozenset(names), port=port, open=no_token)
-
-    @property
-    def allowed(self) -> list[str]:
-        """The Host headers this server answers to, for messages."""
-        suffix = f":{self.port}" if self.port is not None else ""
-        return sorted(n + suffix for n in self.names)
+            names |= {TEST_CLIENT_HOST}
+        return cls(token=token or new_token(), names=names, port=port, open=no_token)
 
     @property
     def cookie_name(self) -> str:
         # cookies are shared by every port of a host: one name per server
         return f"recovery_ui_session_{self.port}" if self.port is not None else "recovery_ui_session"
-
-    def host_allowed(self, authority: str) -> bool:
-        parsed = split_authority(authority)
-        if parsed is None:
-            return False
-        name, port = parsed
-        if name not in self.names:
-            return False
-        if self.port is None:
-            return True
-        # a browser leaves out the scheme's default port
-        return port == self.port or (port is None and self.port == 80)
 
     def matches(self, presented: str | None) -> bool:
         return presented is not None and hmac.compare_digest(presented.encode(), self.token.encode())
@@ -276,7 +237,8 @@ class SecurityMiddleware:
         try:
             self._check_host(headers)
             if method in SAFE_METHODS and path not in PUBLIC_PATHS and TOKEN_FIELD in query \
-                    and not path.startswith(("/api/", "/static/")) and guard.matches(query[TOKEN_FIELD][0]):
+                    and not header_only(path) and not path.startswith("/static/") \
+                    and guard.matches(query[TOKEN_FIELD][0]):
                 await self._enter(scope, query)(scope, receive, send_with_headers)
                 return
             by_token = guard.matches(_presented_token(headers))
@@ -285,7 +247,7 @@ class SecurityMiddleware:
                     await self._to_login(scope)(scope, receive, send_with_headers)
                     return
                 raise _Refused(401, NO_TOKEN)
-            if session is None and guard.open and not by_token:
+            if session is None and guard.open and not by_token and not header_only(path):
                 session = new_session = guard.new_session()   # a browser's forms need a CSRF value
             if method not in SAFE_METHODS:
                 self._check_origin(headers)

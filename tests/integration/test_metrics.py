@@ -168,3 +168,39 @@ def test_submit_follow_serves_its_own_runs_metrics_with_the_token_of_its_file(sp
     got = check_against_status(parse(body), redis_client, run_id)
     assert {dict(k)["run"] for k in got["recovery_run_round"]} == {run_id}
     assert one(got, "recovery_run_roots_read_total", run=run_id, workflow="metrics_follow") == 120
+
+
+def test_submit_follows_endpoint_refuses_host_names_it_was_not_started_for(spark, redis_url, redis_client,
+                                                                          tmp_path, monkeypatch):
+    """DNS rebinding: a page whose name resolves to 127.0.0.1 must not read the series. The
+    web view's Host rule, on the endpoint of a real `submit --follow --metrics-port` run."""
+    xml = tmp_path / "flaky.xml"
+    xml.write_text(FLAKY_XML)
+    topics.produce(redis_client, "events", _records(0, 60), 2, "jsonl")
+    probes: list[dict[str, tuple[int, str]]] = []
+    close = metrics.MetricsServer.close
+
+    def probe_then_close(server: metrics.MetricsServer) -> None:
+        """The command's server, asked under several Host names before the command closes it."""
+        url = f"http://127.0.0.1:{server.port}/metrics"
+        probes.append({name: _get(url, {"Host": f"{name}:{server.port}"})
+                       for name in ("rebound.example", "127.0.0.1", "localhost", "metrics.internal")}
+                      | {"no port": _get(url, {"Host": "127.0.0.1"})})
+        close(server)
+
+    monkeypatch.setattr(metrics.MetricsServer, "close", probe_then_close)
+    res = CliRunner().invoke(main, ["submit", str(xml), "--follow", "--max-batches", "1", "--metrics-port", "0",
+                                    "--metrics-allow-host", "metrics.internal", "--json", "--redis", redis_url],
+                             catch_exceptions=False)
+    assert res.exit_code == 0, res.stderr
+    run_id = json.loads(res.stdout)["run_id"]
+    [answers] = probes
+    status, body = answers["rebound.example"]
+    assert status == 421 and body.count("\n") == 1
+    assert body.startswith("host 'rebound.example:") and "127.0.0.1:" in body and "metrics.internal:" in body
+    assert "recovery_run" not in body
+    assert answers["no port"][0] == 421            # the port is part of the name the server answers to
+    for name in ("127.0.0.1", "localhost", "metrics.internal"):
+        status, body = answers[name]
+        assert status == 200, (name, body)
+        assert one(parse(body), "recovery_run_roots_read_total", run=run_id, workflow="metrics_follow") == 60

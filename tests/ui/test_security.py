@@ -12,9 +12,9 @@ from starlette.testclient import TestClient
 
 from recovery.errors import RecoveryError
 from recovery.model.run import is_run_id
-from recovery.ui.access import check_token, is_wildcard, read_token_file
+from recovery.ui.access import check_token, is_wildcard, read_token_file, split_authority
 from recovery.ui.app import create_app
-from recovery.ui.security import Guard, local_target, split_authority
+from recovery.ui.security import Guard, local_target
 
 TOKEN = "unit-test-token"
 
@@ -247,3 +247,17 @@ def test_an_event_stream_is_told_from_a_page_whatever_the_run_id():
     from recovery.ui.security import wants_json
     assert wants_json("/api/v1/runs") and wants_json("/runs/r1/events")
     assert not wants_json("/runs/events") and not wants_json("/runs/events/dead") and not wants_json("/")
+
+
+def test_metrics_takes_the_token_in_a_header_only_and_sets_no_cookie(tmp_path):
+    with client_for(tmp_path) as client:
+        r = client.get("/metrics?token=" + TOKEN, follow_redirects=False)
+        assert r.status_code == 401 and "set-cookie" not in r.headers
+        assert r.json() == {"error": r.json()["error"]} and "Authorization: Bearer" in r.json()["error"]
+        for headers in ({"Authorization": f"Bearer {TOKEN}"}, {"X-Recovery-Token": TOKEN}):
+            r = client.get("/metrics", headers=headers)
+            assert r.status_code == 200 and "set-cookie" not in r.headers
+            assert r.headers["content-type"].startswith("text/plain")
+    with client_for(tmp_path, no_token=True) as client:   # served without the token, and still no cookie
+        r = client.get("/metrics")
+        assert r.status_code == 200 and "set-cookie" not in r.headers

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 import redis
+from click.testing import CliRunner
 
+from recovery.cli import main
 from recovery.controlplane import connection, embedded
 from recovery.errors import RecoveryError, RedisUnavailable
 from tests.helpers import NOBODY, file_mode
@@ -367,6 +369,7 @@ def test_a_url_without_a_password_takes_the_environments(url, expected, monkeypa
     assert connection.with_password(url) == expected
     secret = tmp_path / "password"
     secret.write_text("p@ss/w\nignored second line\n")
+    secret.chmod(0o600)
     monkeypatch.setenv(connection.PASSWORD_FILE_ENV, str(secret))
     monkeypatch.setenv(connection.PASSWORD_ENV, "not this one")   # the file comes first
     assert connection.with_password(url) == expected
@@ -375,13 +378,32 @@ def test_a_url_without_a_password_takes_the_environments(url, expected, monkeypa
 
 def test_a_password_file_that_cannot_be_read_is_one_line_without_the_password(monkeypatch, tmp_path):
     monkeypatch.setenv(connection.PASSWORD_FILE_ENV, str(tmp_path / "missing"))
-    with pytest.raises(RedisUnavailable, match=r"^cannot read the Redis password file .*missing "
-                                               r"\(\$RECOVERY_REDIS_PASSWORD_FILE\): No such file"):
+    with pytest.raises(RedisUnavailable, match=r"^the Redis password file .*missing "
+                                               r"\(\$RECOVERY_REDIS_PASSWORD_FILE\): cannot read it: No such file"):
         connection.resolve_url("redis://127.0.0.1:1")
     (tmp_path / "empty").write_text("")
+    (tmp_path / "empty").chmod(0o600)
     monkeypatch.setenv(connection.PASSWORD_FILE_ENV, str(tmp_path / "empty"))
     with pytest.raises(RedisUnavailable, match="is empty"):
         connection.resolve_url("redis://127.0.0.1:1")
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o660])
+def test_a_password_file_others_may_read_is_refused_as_the_token_files_are(mode, monkeypatch, tmp_path):
+    secret = tmp_path / "password"
+    secret.write_text("hunter2\n")
+    secret.chmod(mode)
+    monkeypatch.setenv(connection.PASSWORD_FILE_ENV, str(secret))
+    monkeypatch.delenv(connection.PASSWORD_ENV, raising=False)
+    with pytest.raises(RedisUnavailable) as refused:
+        connection.with_password("redis://127.0.0.1:1")
+    assert str(refused.value) == (f"the Redis password file {secret} ($RECOVERY_REDIS_PASSWORD_FILE): mode "
+                                  f"0{mode:o} lets other accounts read or change it; `chmod 600 {secret}`")
+    # through the CLI: one line, exit 2, nothing connected
+    result = CliRunner().invoke(main, ["runs", "--redis", "redis://127.0.0.1:1"])
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [f"error: {refused.value}"]
+    assert "hunter2" not in result.output
 
 
 def test_without_a_password_anywhere_the_url_is_as_given(monkeypatch):

@@ -2,14 +2,20 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 
 import pytest
 from click.testing import CliRunner
 
 from recovery.cli import main
+from recovery.engine import shipping
 from recovery.errors import RunError
+from recovery.home import private_dir
 from recovery.jobs import clear
-from recovery.tracking import keys
+from recovery.model import code
+from recovery.model.workflow import ClassImpl, Component, StreamDef, Workflow
+from recovery.tracking import keys, runs
 from tests.unit.run_records import create_run as _create
 
 
@@ -29,3 +35,41 @@ def test_clear_finds_orphan_keys_of_a_run_without_record(fake_redis, monkeypatch
     assert clear.clear(fake_redis, "gone2").keys == [keys.task_done("gone2", 1)]
     with pytest.raises(RunError, match="no run 'gone3'"):
         clear.clear(fake_redis, "gone3")
+
+
+def _run_with_code(client, run_id: str, digest: str) -> None:
+    lease = _create(client, run_id)
+    runs.update(client, run_id, lease.generation, code_digest=digest, status=runs.PENDING)
+    lease.release()
+
+
+def _zip_of(tmp_path, name: str) -> tuple[str, str]:
+    """A workflow folder's code packed where a cluster run ships it from: (digest, zip path)."""
+    base = tmp_path / name
+    (base / "mine").mkdir(parents=True)
+    (base / "mine" / "__init__.py").write_text(f"NAME = {name!r}\n")
+    wf = Workflow(name="w", base_dir=str(base), components=(
+        Component(id="s", kind="spout", impl=ClassImpl(ref="mine:S"), streams=(StreamDef(id="default", fields=("x",)),)),))
+    bundle = code.bundle(wf)
+    packed = code.pack(bundle, private_dir(shipping.code_folder()))
+    return bundle.digest, str(packed.path)
+
+
+def test_a_runs_shipped_code_archive_goes_with_the_last_run_that_shipped_it(fake_redis, tmp_path, monkeypatch):
+    monkeypatch.setenv("RECOVERY_HOME", str(tmp_path / "home"))
+    shared, shared_zip = _zip_of(tmp_path, "a")
+    alone, alone_zip = _zip_of(tmp_path, "b")
+    stray, stray_zip = _zip_of(tmp_path, "c")         # a run's whose record is gone
+    assert {stat.S_IMODE(os.stat(p).st_mode) for p in (shared_zip, alone_zip, stray_zip)} == {0o600}
+    _run_with_code(fake_redis, "r1", shared)
+    _run_with_code(fake_redis, "r2", shared)
+    _run_with_code(fake_redis, "r3", alone)
+    clear.clear(fake_redis, "r1")
+    assert os.path.exists(shared_zip)                  # r2 shipped the same code
+    clear.clear(fake_redis, "r2")
+    assert not os.path.exists(shared_zip)
+    assert os.path.exists(alone_zip) and os.path.exists(stray_zip)
+    monkeypatch.setattr("recovery.cli.common.client_for", lambda url: (fake_redis, "redis://fake"))
+    r = CliRunner().invoke(main, ["clear", "--all"])
+    assert r.exit_code == 0, r.stderr
+    assert not os.listdir(shipping.code_folder())      # r3's, and the one no run records

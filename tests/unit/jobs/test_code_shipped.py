@@ -79,3 +79,37 @@ def test_a_clusters_master_with_the_embedded_redis_is_refused_in_one_line(tmp_pa
         assert line.startswith("error: master ") and "cannot reach the embedded Redis" in line
         assert "--redis redis://HOST:PORT" in line and "docs/cluster.md" in line
     assert not (tmp_path / "home").exists()   # nothing started, nothing written
+
+
+@pytest.mark.parametrize("command", [["validate"], ["submit"], ["submit", "--master", "local[2]"]])
+def test_a_link_out_of_the_workflows_folder_is_refused_by_validate_and_submit_on_any_master(
+        command, tmp_path, monkeypatch):
+    (tmp_path / "wf").mkdir()
+    xml = workflow_folder(tmp_path / "wf")
+    (tmp_path / "id_rsa").write_text("PRIVATE KEY")
+    (tmp_path / "wf" / "mine" / "key").symlink_to(tmp_path / "id_rsa")
+    monkeypatch.setenv("RECOVERY_HOME", str(tmp_path / "home"))
+    result = CliRunner().invoke(main, [command[0], str(xml), *command[1:]])
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.splitlines()
+    assert line == (f"error: {xml}: <resources>: mine/key is a link to {tmp_path / 'id_rsa'}, outside the "
+                    f"workflow's folder {tmp_path / 'wf'}: it would ship what it points to; copy what the job "
+                    'needs into the folder, or leave the link out with <exclude pattern="mine/key"/>')
+    assert not (tmp_path / "home").exists()   # refused before anything started
+
+
+@pytest.mark.parametrize("command", ["validate", "submit"])
+def test_code_over_recovery_ship_max_bytes_is_refused_by_validate_and_submit(command, tmp_path, monkeypatch):
+    (tmp_path / "wf").mkdir()
+    xml = workflow_folder(tmp_path / "wf")
+    (tmp_path / "wf" / "mine" / "model.bin").write_bytes(b"\1" * 5000)
+    xml.write_text(XML.replace('name="w">', 'name="w"><config><property name="recovery.ship.max.bytes" '
+                                            'value="4096"/></config>', 1))
+    monkeypatch.setenv("RECOVERY_HOME", str(tmp_path / "home"))
+    result = CliRunner().invoke(main, [command, str(xml)])
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"error: {xml}: <resources>: the workflow's code to ship is ")
+    assert "over recovery.ship.max.bytes (4.0 KiB); the largest: mine/model.bin (4.9 KiB)" in line
+    xml.write_text(xml.read_text().replace("<spout", '<resources><exclude pattern="*.bin"/></resources><spout', 1))
+    assert CliRunner().invoke(main, ["validate", str(xml)]).exit_code == 0

@@ -3,6 +3,7 @@ with failures, then recovered), counters add up every round, clearing a run drop
 the token's forms, and the endpoints refuse a request without it."""
 from __future__ import annotations
 
+import http.client
 import urllib.error
 import urllib.request
 
@@ -14,6 +15,7 @@ from recovery import testing
 from recovery.errors import RecoveryError
 from recovery.jobs import clear, metrics, reports, summary
 from recovery.tracking import runs
+from recovery.ui.access import HostRule
 from tests.unit.jobs.test_recover import WORDS, shouting
 
 FAILING = {"recovery.inject.f.component": "shout", "recovery.inject.f.rate": "0.35",
@@ -216,3 +218,19 @@ def test_a_round_not_settled_has_no_root_counts_only_counts_known_0(fake_redis):
     got = scrape(fake_redis)
     assert one(got, "recovery_run_counts_known", run="u1", workflow="wf") == 0
     assert "recovery_run_roots" not in got and "recovery_run_roots_read_total" not in got
+
+
+def test_the_endpoint_applies_the_web_views_host_rule(fake_redis):
+    server = metrics.MetricsServer(metrics.registry_for(fake_redis), "127.0.0.1", 0, None,
+                                   hosts=lambda port: HostRule.of("127.0.0.1", port))
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        for host, status in ((f"evil.example:{server.port}", 421), (f"127.0.0.1:{server.port}", 200),
+                             (f"localhost:{server.port}", 200), ("127.0.0.1:1", 421)):
+            conn.request("GET", "/metrics", headers={"Host": host})
+            response = conn.getresponse()
+            response.read()
+            assert response.status == status, host
+        conn.close()
+    finally:
+        server.close()

@@ -2,6 +2,9 @@
 and their zip."""
 from __future__ import annotations
 
+import os
+import stat
+import tracemalloc
 import zipfile
 from pathlib import Path
 
@@ -100,3 +103,115 @@ def test_the_zip_holds_the_files_and_equal_code_makes_equal_zips(tmp_path):
 def test_a_workflow_without_a_folder_ships_nothing():
     wf = parse_string(XML.format(resources="", spout="spouts:S", script="x.py"))
     assert code.code_files(wf) == () and code.bundle(wf).files == ()
+
+
+# --- links: what a link points to ships only when it lies in the workflow's folder -----------
+
+def test_a_link_out_of_the_workflows_folder_is_refused_in_one_line_naming_it(tmp_path):
+    base = folder(tmp_path / "wf")
+    secret = tmp_path / "shadow"
+    secret.write_text("root:$6$hash\n")
+    (base / "pkg" / "leak.txt").symlink_to(secret)
+    with pytest.raises(WorkflowError) as refused:
+        code.bundle(workflow(base))
+    message = str(refused.value)
+    assert "\n" not in message
+    assert f"pkg/leak.txt is a link to {secret}, outside the workflow's folder {base}" in message
+    assert '<exclude pattern="pkg/leak.txt"/>' in message
+    # a folder linked out of it too, and a link to it through <include>
+    (base / "pkg" / "leak.txt").unlink()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "key.pem").write_text("KEY")
+    (base / "keys").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(WorkflowError, match=r"keys is a link to .*elsewhere, outside the workflow's folder"):
+        code.code_files(workflow(base, '<resources><include path="keys/key.pem"/></resources>'))
+    with pytest.raises(WorkflowError, match=r"keys is a link to .*elsewhere, outside"):
+        code.code_files(workflow(base, '<resources><include path="keys"/></resources>'))
+
+
+def test_an_excluded_link_out_of_the_folder_ships_nothing_and_is_not_refused(tmp_path):
+    base = folder(tmp_path / "wf")
+    (tmp_path / "shadow").write_text("secret")
+    (base / "pkg" / "leak.txt").symlink_to(tmp_path / "shadow")
+    files = code.code_files(workflow(base, '<resources><exclude pattern="leak.txt"/></resources>'))
+    assert "pkg/leak.txt" not in files and "pkg/sub/mod.py" in files
+
+
+def test_a_link_inside_the_folder_ships_as_what_it_points_to(tmp_path):
+    base = folder(tmp_path / "wf")
+    (base / "pkg" / "table.json").symlink_to(base / "lookup" / "table.json")
+    (base / "pkg" / "shared").symlink_to(base / "multilang" / "lib")      # a folder
+    (base / "pkg" / "loop").symlink_to(base / "pkg")                      # a loop: walked once
+    wf = workflow(base)
+    files = code.code_files(wf)
+    assert {"pkg/table.json", "pkg/shared/util.py"} <= set(files)
+    assert not any(f.startswith("pkg/loop/") for f in files)
+    (tmp_path / "zips").mkdir()
+    packed = code.pack(code.bundle(wf), tmp_path / "zips")
+    with zipfile.ZipFile(packed.path) as zf:
+        assert zf.read("pkg/table.json") == b"{}"
+        info = zf.getinfo("pkg/table.json")
+        assert (info.external_attr >> 16) & 0o170000 != 0o120000   # a file, not a link
+
+
+def test_a_link_to_nothing_is_refused(tmp_path):
+    base = folder(tmp_path / "wf")
+    (base / "pkg" / "gone.txt").symlink_to(base / "nothing")
+    with pytest.raises(WorkflowError, match=r"pkg/gone.txt is a link to .*nothing, which does not exist"):
+        code.code_files(workflow(base))
+
+
+# --- size: what ships is streamed, and capped by recovery.ship.max.bytes ---------------------
+
+def test_code_over_the_cap_is_refused_naming_the_largest_files_and_exclude_is_the_fix(tmp_path):
+    base = folder(tmp_path / "wf")
+    (base / "pkg" / "big.bin").write_bytes(b"\0" * 3000)
+    (base / "pkg" / "mid.bin").write_bytes(b"\0" * 2000)
+    capped = '<config><property name="recovery.ship.max.bytes" value="4000"/></config>'
+    xml = XML.format(resources="", spout="spouts:S", script="multilang/split.py").replace(
+        'name="w">', f'name="w">{capped}', 1)
+    wf = parse_string(xml, base_dir=str(base))
+    with pytest.raises(WorkflowError) as refused:
+        code.bundle(wf, "/x/w.xml")
+    message = str(refused.value)
+    assert message.startswith("/x/w.xml: <resources>: the workflow's code to ship is 4.9 KiB in 10 files, ")
+    assert "over recovery.ship.max.bytes (3.9 KiB); the largest: pkg/big.bin (2.9 KiB), pkg/mid.bin (2.0 KiB)" in message
+    assert '<exclude pattern="..."/>' in message and "\n" not in message
+    excluded = parse_string(xml.replace("<spout", '<resources><exclude pattern="*.bin"/></resources><spout', 1),
+                            base_dir=str(base))
+    assert not {"pkg/big.bin", "pkg/mid.bin"} & set(code.bundle(excluded).files)
+
+
+def test_the_default_cap_is_256_mib(tmp_path):
+    assert workflow(folder(tmp_path)).settings().ship_max_bytes == 256 * 1024 * 1024
+
+
+def test_packing_and_the_digest_stream_files_never_reading_one_whole(tmp_path):
+    base = folder(tmp_path / "wf")
+    data = os.urandom(1 << 20) * 24          # 24 MiB
+    (base / "pkg" / "big.bin").write_bytes(data)
+    wf = workflow(base)
+    (tmp_path / "zips").mkdir()
+    tracemalloc.start()
+    try:
+        packed = code.pack(code.bundle(wf), tmp_path / "zips")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, f"{peak} bytes allocated at the peak: a file was read whole"
+    with zipfile.ZipFile(packed.path) as zf:
+        assert zf.read("pkg/big.bin") == data
+
+
+def test_the_zip_is_its_owners_alone_whatever_the_umask(tmp_path):
+    base = folder(tmp_path / "wf")
+    (tmp_path / "zips").mkdir()
+    old = os.umask(0o022)
+    try:
+        packed = code.pack(code.bundle(workflow(base)), tmp_path / "zips")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(packed.path).st_mode) == 0o600
+    os.chmod(packed.path, 0o644)          # one packed by an older version: tightened when used again
+    code.pack(code.bundle(workflow(base)), tmp_path / "zips")
+    assert stat.S_IMODE(os.stat(packed.path).st_mode) == 0o600
