@@ -54,6 +54,8 @@ def make_sink(impl: SinkImpl, base_dir: str) -> Bolt:
 def check_folders(wf: Workflow, run_id: str | None) -> None:
     """At submit, on the driver, before anything is stored: each table sink's table can take the
     run's rows (table_sinks.check_tables), then each file sink's folder its parts
-    (sink_folders.check_file_folders). `run_id` None: a run id not chosen yet."""
+    (sink_folders.check_file_folders), the dead-letter sink's too. `run_id` None: a run id not
+    chosen yet."""
+    wf = wf.with_dead_letter_sink()
     check_tables(wf, run_id)
     check_file_folders(wf, run_id)

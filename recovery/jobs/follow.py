@@ -33,7 +33,7 @@ from recovery.connectors import files, sinks
 from recovery.connectors.redis_stream import offsets, topics
 from recovery.connectors.redis_stream import report as stream_report
 from recovery.errors import RecoveryError, RunBusy
-from recovery.jobs import recover, settle, submit
+from recovery.jobs import dead_sink, recover, settle, submit
 from recovery.jobs import summary as jobs_summary
 from recovery.jobs.settle import Progress
 from recovery.jobs.submit import SubmitPlan, check_classes
@@ -342,13 +342,14 @@ def run(spark: SparkSession, client: Redis, redis_url: str, plan: FollowPlan, ma
                 started = time.time()
                 summary = _run_batch(spark, client, wf, spec, stop, emit)
                 recover.prune_failed_set(client, run_id, gen)
+                dropped = dead_sink.enforce_retention(client, wf, run_id, gen)
                 stats = _round_stats(client, run_id, next_round)
                 spouts = {s.id for s in topics.log_spouts(wf)}
                 emit("batch", {"run_id": run_id, "round": next_round, "messages": planned,
                                "failed": sum(s.get("failed", 0) for s in stats.values()),
                                "trimmed": sum(stats.get(s, {}).get("trimmed", 0) for s in spouts),
                                "roots": sum(stats.get(s, {}).get("roots", 0) for s in spouts),
-                               "pending": summary.pending, "dead": summary.dead,
+                               "pending": summary.pending, "dead": summary.dead, "dead_dropped": dropped,
                                "seconds": round(time.time() - started, 3)})
                 batches += 1
                 messages += planned
@@ -366,6 +367,7 @@ def run(spark: SparkSession, client: Redis, redis_url: str, plan: FollowPlan, ma
                     reason = "signal"
                     break
                 recovery_rounds += rs.rounds or 0
+                dead_sink.enforce_retention(client, wf, run_id, gen)
                 next_round = runs.get(client, run_id).round + 1
                 emit("recovery", {"run_id": run_id, "rounds": rs.rounds, "pending": rs.pending, "dead": rs.dead})
                 active = active or bool(rs.rounds)

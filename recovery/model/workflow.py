@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from recovery.errors import RecoveryError
 from recovery.model import config as config_decl
+from recovery.model.failed import DEAD_LETTER_FIELDS
 
 DEFAULT_STREAM = "default"
 NAMESPACE = "urn:recovery:workflow:1"
@@ -220,11 +221,20 @@ class Resources(_Frozen):
     exclude: tuple[str, ...] = ()
 
 
+#: The components a workflow's dead-letter sink is written as (Workflow.with_dead_letter_sink):
+#: a sink bolt, fed (on paper) by a spout whose stream has the dead letters' columns.
+DEAD_LETTER_SINK_ID = "dead-letters"
+DEAD_LETTER_SOURCE_ID = "dead-letter-source"
+
+
 class Workflow(_Frozen):
     name: str
     config: tuple[tuple[str, str], ...] = ()
     resources: Resources = Resources()
     components: tuple[Component, ...] = ()
+    # `<dead-letters><sink .../></dead-letters>`: where the run's dead letters are written
+    # (exactly once, as any sink's parts); None: they stay in Redis
+    dead_letters: SinkImpl | None = None
     # Folder that relative paths resolve against; not part of the XML.
     base_dir: str | None = Field(default=None, exclude=True)
     # Where an executor finds the workflow's code (classes, shell scripts) when it was shipped
@@ -282,6 +292,20 @@ class Workflow(_Frozen):
     def reads_topics(self) -> bool:
         """Some spout reads a Redis-stream topic (`<source type="redis-stream">`)."""
         return any(isinstance(c.impl, SourceImpl) and c.impl.type == "redis-stream" for c in self.spouts)
+
+    def with_dead_letter_sink(self) -> Workflow:
+        """This workflow with its dead-letter sink as a bolt (DEAD_LETTER_SINK_ID) reading the
+        dead letters' columns (model/failed.py DEAD_LETTER_FIELDS), so that what checks, writes
+        and clears the sinks of a workflow does the same for it. The workflow itself without a
+        dead-letter sink."""
+        if self.dead_letters is None:
+            return self
+        source = Component(id=DEAD_LETTER_SOURCE_ID, kind="spout",
+                           impl=SourceImpl(type="queue", params=(("component", DEAD_LETTER_SINK_ID),)),
+                           streams=(StreamDef(fields=DEAD_LETTER_FIELDS),))
+        sink = Component(id=DEAD_LETTER_SINK_ID, kind="bolt", impl=self.dead_letters,
+                         inputs=(Input(source=DEAD_LETTER_SOURCE_ID),))
+        return self.model_copy(update={"components": (*self.components, source, sink)})
 
     @property
     def spouts(self) -> tuple[Component, ...]:
