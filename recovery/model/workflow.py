@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Annotated, Literal, overload
 
@@ -153,9 +154,29 @@ def spark_id_fields(impl: SourceImpl) -> tuple[str, ...]:
     return tuple((impl.param("id-field") or "").split())
 
 
-FILE_SINK_TYPES = ("jsonl", "parquet")
+@dataclass(frozen=True)
+class SinkType:
+    """What the model knows of a built-in sink type: the attributes its `<sink>` requires, its
+    kind (`path`: part files in a folder; `table`: a user's table, only ever appended to;
+    `stream`: a Redis key), and whether it can be a run's dead-letter sink."""
+    required: tuple[str, ...]
+    kind: Literal["path", "table", "stream"]
+    dead_letters: bool = True
+
+
+# The sink types, one entry each. connectors/sinks.py gives each its class (SINKS); the schema
+# lists them (sinkTypeName, and deadLetterSinkTypeName those that take dead letters):
+# tests/unit/connectors/test_sink_registry.py fails when the three disagree.
+SINK_TYPES: dict[str, SinkType] = {
+    "jsonl": SinkType(("path",), "path"),
+    "parquet": SinkType(("path",), "path"),
+    "redis": SinkType(("key",), "stream", dead_letters=False),
+    "postgres": SinkType(("url", "table"), "table"),
+    "delta": SinkType(("path",), "table"),
+}
+FILE_SINK_TYPES = tuple(name for name, t in SINK_TYPES.items() if t.kind == "path")
 # Sinks into a user's table: always appended to (mode "append", the default, is the only one).
-TABLE_SINK_TYPES = ("postgres", "delta")
+TABLE_SINK_TYPES = tuple(name for name, t in SINK_TYPES.items() if t.kind == "table")
 # Spark's writer modes, for a file sink's folder when it already holds another run's parts:
 # error refuses the submit, overwrite removes them once this run completes, append keeps them.
 SinkMode = Literal["error", "overwrite", "append"]
@@ -165,7 +186,7 @@ SINK_MODES: tuple[str, ...] = ("error", "overwrite", "append")
 class SinkImpl(_Frozen, _ParamLookup):
     """A built-in sink (bolts only). `params` holds every other XML attribute."""
     kind: Literal["sink"] = "sink"
-    type: str                      # jsonl | parquet | redis | postgres | delta
+    type: str                      # a key of SINK_TYPES
     mode: SinkMode | None = None   # file and table sinks; None (not written): see write_mode
     params: tuple[tuple[str, str], ...] = ()
 

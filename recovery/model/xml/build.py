@@ -24,6 +24,7 @@ from recovery.model.workflow import (
     SPARK_FILE_FORMATS,
     SPARK_PATHLESS_FORMATS,
     SPARK_SOURCE_ATTRIBUTES,
+    SINK_TYPES,
     SPARK_UNORDERED_FORMATS,
     TABLE_SINK_TYPES,
     ClassImpl,
@@ -48,13 +49,7 @@ SOURCE_REQUIRED: dict[str, tuple[str, ...]] = {
     "queue": ("component", "tasks"),
     "spark": (),          # format, path / table, id-field: _spark_source checks them
 }
-SINK_REQUIRED: dict[str, tuple[str, ...]] = {
-    "jsonl": ("path",),
-    "parquet": ("path",),
-    "redis": ("key",),
-    "postgres": ("url", "table"),
-    "delta": ("path",),
-}
+SINK_REQUIRED: dict[str, tuple[str, ...]] = {name: t.required for name, t in SINK_TYPES.items()}
 FILE_FORMATS = ("text", "jsonl")
 RESERVED_STREAMS = ("__tick", "__heartbeat", "__system", "__ack_init", "__ack_ack", "__ack_fail")
 
