@@ -30,7 +30,7 @@ def test_the_schema_lists_the_dead_letter_sinks_the_model_has():
 
 
 def test_what_the_parser_and_the_checks_use_comes_from_the_registry():
-    assert build.SINK_REQUIRED == {n: t.required for n, t in SINK_TYPES.items()}
+    assert {n: t.required for n, t in SINK_TYPES.items()} == build.SINK_REQUIRED
     assert set(FILE_SINK_TYPES) == {n for n, t in SINK_TYPES.items() if t.kind == "path"}
     assert set(TABLE_SINK_TYPES) == {n for n, t in SINK_TYPES.items() if t.kind == "table"}
     assert set(PATH_SINKS) == {n for n, t in SINK_TYPES.items() if "path" in t.required}
