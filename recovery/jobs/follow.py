@@ -195,7 +195,7 @@ def _round_stats(client: Redis, run_id: str, round_no: int) -> dict[str, dict]:
     return {}
 
 
-def _run_batch(spark: SparkSession, client: Redis, wf: Workflow, spec: RunSpec, stop: Stopper,
+def _run_micro_batch(spark: SparkSession, client: Redis, wf: Workflow, spec: RunSpec, stop: Stopper,
                emit: Event) -> RunSummary:
     try:
         return settle.run_and_settle(spark, client, wf, spec)
@@ -340,7 +340,7 @@ def run(spark: SparkSession, client: Redis, redis_url: str, plan: FollowPlan, ma
                 # counted when the batch starts: a resumed batch is not counted twice
                 runs.increment(client, run_id, gen, follow_batches=1, follow_messages=planned)
                 started = time.time()
-                summary = _run_batch(spark, client, wf, spec, stop, emit)
+                summary = _run_micro_batch(spark, client, wf, spec, stop, emit)
                 recover.prune_failed_set(client, run_id, gen)
                 dropped = dead_sink.enforce_retention(client, wf, run_id, gen)
                 stats = _round_stats(client, run_id, next_round)
