@@ -26,13 +26,18 @@ def flush(client: Redis, wf: Workflow, run_id: str, generation: str | None) -> i
     """The dead letters Redis holds, into the workflow's dead-letter sink (none: nothing
     happens, they stay in Redis). Flushes left by a driver that died are written first.
     Returns the dead letters written. A sink that cannot take them (a database down) leaves
-    them in Redis, said in the log; the next settle tries again."""
+    them in Redis, said in the log; the next settle tries again, and takes no new flush
+    before."""
     if wf.dead_letters is None:
         return 0
     written = 0
-    pending = failed_queue.pending_flushes(client, run_id)
-    taken = failed_queue.take_for_flush(client, run_id, generation)
-    for number in [*pending, *([taken] if taken is not None else [])]:
+    # a new flush only once those under way are written: while the sink refuses them, new dead
+    # letters stay where the retention cap and requeue reach them
+    for number in [*failed_queue.pending_flushes(client, run_id), None]:
+        if number is None:
+            number = failed_queue.take_for_flush(client, run_id, generation)
+            if number is None:
+                break
         records = failed_queue.flush_of(client, run_id, number)
         try:
             dead_letter_sink.write_part(client, wf, run_id, generation, number, records)

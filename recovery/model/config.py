@@ -111,8 +111,8 @@ class Settings(BaseModel):
         json_schema_extra={"expected": "a count (1000) or an age (90s, 30m, 12h, 7d)"},
         description="A follow run keeps at most this many dead letters in Redis, or those that "
                     "died within this age (30s, 15m, 12h, 7d); it drops the rest, oldest first, "
-                    "and `status` counts them. Those not yet written to the run's dead-letter "
-                    "sink are dropped too. Default: all are kept.")
+                    "and `status` counts them. With a dead-letter sink, only what the sink could "
+                    "not take yet is in Redis to drop. Default: all are kept.")
 
     @field_validator("*", mode="before")
     @classmethod

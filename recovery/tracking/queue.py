@@ -321,15 +321,19 @@ def requeue(client: Redis, run_id: str, generation: str | None, component: str |
     it is still dead (WATCH) and the run holds `generation`, so an interrupted or concurrent
     requeue neither loses nor doubles a tuple. `adjust_counts(pipe, n)` runs in that
     transaction with the dead roots it made pending again. Returns the tuples requeued.
-    Only what Redis holds can be requeued: dead letters written to the dead-letter sink are
-    the sink's."""
+    Only the dead letters Redis holds outside a flush can be requeued: those written to the
+    dead-letter sink are the sink's."""
     dead = keys.dead(run_id)
     dead_roots = keys.dead_roots(run_id)
     if tuple_keys is not None:
         unknown = [k for k in tuple_keys if not client.hexists(dead, k)]
         if unknown:
-            raise RunError(f"run {run_id} has no dead tuple {unknown[0]!r} in Redis "
-                           f"(see `recovery dead {run_id}`)")
+            flushing = any(client.hexists(keys.dead_flush(run_id, n), unknown[0])
+                           for n in pending_flushes(client, run_id))
+            raise RunError(f"run {run_id}: dead tuple {unknown[0]!r} is being written to the run's dead-letter "
+                           "sink (its part is not confirmed yet; the run's next round writes it), so it cannot "
+                           "be requeued" if flushing else
+                           f"run {run_id} has no dead tuple {unknown[0]!r} in Redis (see `recovery dead {run_id}`)")
         fields: list[bytes] = [k.encode() for k in tuple_keys]
     else:
         fields = cast(list[bytes], client.hkeys(dead))
@@ -451,8 +455,8 @@ def drop_dead(client: Redis, run_id: str, generation: str | None, keep: int | No
               older_than: float | None = None) -> list[FailedTuple]:
     """The retention cap: dead letters Redis holds beyond the newest `keep`, or that died
     before `older_than` (a time), removed (their roots stay dead) and counted as dropped, in
-    one fenced transaction. Returns what was dropped. Those being written to the sink are
-    not dropped."""
+    one fenced transaction. Returns what was dropped. A flush under way (at most one, while
+    the sink refuses it) is not dropped: its part may be in the sink already."""
     dead = keys.dead(run_id)
     seen: dict[str, list[tuple[bytes, FailedTuple]]] = {}
 

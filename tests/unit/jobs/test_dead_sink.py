@@ -114,3 +114,31 @@ def test_the_retention_property_takes_a_count_or_an_age(value, parsed):
 def test_a_retention_that_is_neither_is_refused_naming_the_property(value):
     with pytest.raises(PropertyError, match=r"recovery.dead.retention must be a count \(1000\) or an age"):
         check_property("recovery.dead.retention", value)
+
+
+def test_a_sink_that_refuses_leaves_them_in_redis_and_takes_no_new_flush_until_it_takes_them(fake_redis, tmp_path,
+                                                                                             monkeypatch):
+    from recovery.connectors import dead_letter_sink
+    from recovery.connectors.sink_base import SinkTableError
+    from recovery.errors import RunError
+
+    def refuse(*args, **kwargs):
+        raise SinkTableError("sink 'dead-letters' (postgres): the database is down")
+    monkeypatch.setattr(dead_letter_sink, "write_part", refuse)
+    run = testing.run_local(workflow(tmp_path, JSONL), fake_redis, run_id="f", config=DIES,
+                            inputs={"words": WORDS})
+    assert failed_queue.pending_flushes(fake_redis, "f") == [1] and failed_queue.dead_count(fake_redis, "f") == 6
+    held = dead_letters.dead_letters(fake_redis, "f")
+    with pytest.raises(RunError, match="being written to the run's dead-letter sink"):
+        dead_letters.requeue_dead(fake_redis, "f", tuple_keys=[failed_queue.dead_key(held[0])])
+    # more dead letters meanwhile: they wait outside the flush, where the cap and requeue reach them
+    late = held[0].model_copy(update={"id": 99, "roots": [99]})
+    with fake_redis.pipeline() as pipe:
+        failed_queue.record_failures(pipe, "f", [late])
+        pipe.execute()
+    assert dead_sink.flush(fake_redis, run.workflow, "f", None) == 0
+    assert failed_queue.pending_flushes(fake_redis, "f") == [1]
+    monkeypatch.undo()
+    assert dead_sink.flush(fake_redis, run.workflow, "f", None) == len(POISON) + 1
+    assert len(read_jsonl_dir(str(tmp_path / "dead"))) == len(POISON) + 1
+    assert failed_queue.dead_count(fake_redis, "f") == 0 and failed_queue.pending_flushes(fake_redis, "f") == []
