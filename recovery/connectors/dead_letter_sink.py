@@ -34,16 +34,17 @@ def write_part(client: Redis, wf: Workflow, run_id: str, generation: str | None,
                records: list[FailedTuple]) -> None:
     """The dead letters of one flush, as part `flush` of the workflow's dead-letter sink (module
     doc), published only while the run holds `generation` (a driver taken over writes nothing)."""
+    if wf.dead_letters is None:
+        raise ValueError(f"workflow {wf.name!r} has no dead-letter sink")
     full = wf.with_dead_letter_sink()
-    comp = full.component(DEAD_LETTER_SINK_ID)
     task_map = TaskMap.of(full)
     task_id = task_map.task_id(DEAD_LETTER_SINK_ID, 0)
     conf = full.conf(DEAD_LETTER_SINK_ID)
     fence = TaskTracker(client, TaskIdentity(run_id, flush, DEAD_LETTER_SINK_ID, 0, task_id), conf, generation)
     context = TaskContext(full, DEAD_LETTER_SINK_ID, task_id, task_map, run_id=run_id, round=flush, redis=client,
                           fence=fence.check_fence)
-    sink = cast(BufferedSink, make_sink(comp.impl, full.base_dir or "."))   # (every built-in sink is one)
-    sink.bind(_NoCollector(), conf, context)            # type: ignore[arg-type]
+    sink = cast(BufferedSink, make_sink(wf.dead_letters, full.base_dir or "."))   # (every built-in sink is one)
+    sink.bind(_NoCollector(), conf, context)
     sink.prepare(conf, context)
     try:
         sink.write([sink.encode(Tuple(rec.id, DEAD_LETTER_SINK_ID, "default", task_id, rec.dead_letter_row(),

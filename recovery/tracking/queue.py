@@ -333,7 +333,7 @@ def requeue(client: Redis, run_id: str, generation: str | None, component: str |
             raise RunError(f"run {run_id}: dead tuple {unknown[0]!r} is being written to the run's dead-letter "
                            "sink (its part is not confirmed yet; the run's next round writes it), so it cannot "
                            "be requeued" if flushing else
-                           f"run {run_id} has no dead tuple {unknown[0]!r} in Redis (see `recovery dead {run_id}`)")
+                           f"run {run_id} has no dead tuple {unknown[0]!r} (see `recovery dead {run_id}`)")
         fields: list[bytes] = [k.encode() for k in tuple_keys]
     else:
         fields = cast(list[bytes], client.hkeys(dead))

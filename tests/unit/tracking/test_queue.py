@@ -66,7 +66,7 @@ def test_a_requeue_moves_each_dead_letter_back_once(fake_redis):
     [back] = queue.read(fake_redis, RUN, "count", 3)
     assert back.id == 5 and back.attempt == 0 and not back.dead
     assert queue.requeue(fake_redis, RUN, None, component="count") == 0
-    with pytest.raises(RunError, match="no dead tuple 'count:3:5'"):
+    with pytest.raises(RunError, match="has no dead tuple .count:3:5."):
         queue.requeue(fake_redis, RUN, None, tuple_keys=["count:3:5"])
 
 
