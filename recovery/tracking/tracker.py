@@ -52,8 +52,6 @@ LOG_CAP = 2000
 #: Fields per command when a commit stages queue writes (bounded commands, as ledger pieces are).
 STAGE_BATCH = 1000
 
-__all__ = ["LOG_CAP", "STAGE_BATCH", "StagedCommit", "TaskTracker", "apply_round", "apply_staged", "backoff_ms",
-           "commit_together", "count_round_when_done"]
 
 def apply_round(client: Redis, run_id: str, round_no: int, generation: str | None = None) -> int:
     """Every committed attempt's staged queue writes of a round, applied (apply_staged), by the
