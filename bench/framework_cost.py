@@ -38,7 +38,8 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import _common as C  # noqa: E402
-from bench.tracking_overhead import generate_input, profile_task, sink_folder  # noqa: E402
+from bench._env import generate_input, sink_folder  # noqa: E402
+from bench.tracking_overhead import profile_task  # noqa: E402
 
 WORKFLOW = "bench_chain"
 PACKAGE = "bench_pipeline"          # the chain's PassThrough bolt lives in the bench package

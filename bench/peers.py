@@ -196,7 +196,7 @@ def cold_bytewax(keep: bool) -> dict[str, Any]:
     """bytewax's cold start: the same dataflow on 1,000 lines, a new process, recovery on."""
     import tempfile
 
-    from bench.tracking_overhead import generate_input
+    from bench._env import generate_input
     tmp = Path(tempfile.mkdtemp(prefix="recovery-bench-cold-bytewax-", dir="/tmp"))
     try:
         folder = tmp / "wf"
@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder")
     C.add_result_args(ap, "peers")
     args = ap.parse_args(argv)
-    from bench.tracking_overhead import fingerprint, generate_input, sink_folder
+    from bench._env import fingerprint, generate_input, sink_folder
     results = C.Results("peers", args, {"workflow": "cdn_logs", "roots": args.roots, "repeats": args.repeats,
                                         "master": "local[2]", "bytewax": C.version("bytewax"),
                                         "bytewax_snapshot_s": int(SNAPSHOT_S)})

@@ -39,7 +39,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import _common as C  # noqa: E402
-from bench.tracking_overhead import generate_input, sink_folder  # noqa: E402
+from bench._env import generate_input, sink_folder  # noqa: E402
 
 # where the CPU of a round goes, by the code it is spent in: the first group whose marks one
 # of a function's file or name holds

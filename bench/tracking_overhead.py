@@ -37,60 +37,20 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import os
 import shutil
 import sys
 import time
-from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import _common as C  # noqa: E402
+from bench._env import fingerprint, generate_input, sink_folder  # noqa: E402, F401 (framework_cost imports them from here)
 
 GOAL = 1.3                          # tracked / untracked, wall
 HAND = "pyspark (hand-written)"     # the variants' names (and keys in the JSON)
 COMPONENTS = "component classes (no tracking)"
 TRACKED_GOAL, UNTRACKED_GOAL = 1.5, 1.2   # tracked, untracked / the hand-written job, CPU and wall
-
-
-def generate_input(workflow: str, folder: Path, n: int, invalid: float) -> Path:
-    """The workflow's own deterministic generator, writing into the copy's data folder."""
-    sys.path.insert(0, str(folder))
-    if workflow in ("cdn_logs", "cdn_logs_batch"):
-        from cdn_logs.generate import generate
-        path = folder / "data" / "cdn.log"
-        generate(str(path), n, seed=4, invalid=invalid)
-    elif workflow == "wordcount":
-        from wordcount.generate import generate
-        path = folder / "data" / "sentences.txt"
-        generate(str(path), n)
-    else:
-        raise SystemExit(f"unknown workflow {workflow!r} (cdn_logs or wordcount)")
-    return path
-
-
-def sink_folder(wf) -> Path:
-    from recovery.connectors.files import resolve
-    sinks = [c for c in wf.components if c.impl.kind == "sink"]
-    return Path(resolve(sinks[0].impl.param("path"), wf.base_dir))
-
-
-def fingerprint(workflow: str, folder: Path) -> tuple[int, str]:
-    """(records, an order-insensitive digest of every record) of a sink folder: the examples
-    emit records that do not depend on the order tuples arrived in, so any two runs of the
-    same input agree record for record (a sum of per-record hashes: flat memory). The jsonl
-    sink's parts, or saveAsTextFile's (part-NNNNN)."""
-    import hashlib
-    n = digest = 0
-    parts = [p for p in folder.glob("part-*") if p.suffix in ("", ".jsonl")]
-    for part in sorted(parts):
-        with open(part, encoding="utf-8") as fh:
-            for line in fh:
-                canon = json.dumps(json.loads(line), sort_keys=True).encode()
-                digest = (digest + int.from_bytes(hashlib.blake2b(canon, digest_size=8).digest(), "big")) % 2**64
-                n += 1
-    return n, f"{digest:016x}"[:12]
 
 
 def profile_task(wf, spec_url: str, client, component: str, index: int) -> None:

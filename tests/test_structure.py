@@ -175,3 +175,55 @@ def test_the_import_graph_has_no_cycle():
 def test_the_long_test_files_listed_exist():
     from tests.conftest import LONG_FILES
     assert [f for f in LONG_FILES if not (ROOT / "tests" / f).is_file()] == []
+
+
+# --- one owner for the failed-tuple queue and the dead letters ----------------------------------
+QUEUE_OWNER = "recovery/tracking/queue.py"
+KEYS_MODULE = "recovery.tracking.keys"
+
+
+def queue_key_uses_in(name: str, source: str, owned: tuple[str, ...]) -> list[tuple[str, int, str]]:
+    """(module, line, what) for each use of one of the `owned` key builders of tracking/keys.py:
+    `from recovery.tracking.keys import dead`, or `K.dead` where K is the keys module (however
+    it was imported or renamed)."""
+    tree = ast.parse(source, name)
+    aliases: set[str] = set()
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "recovery.tracking":
+            aliases.update(a.asname or a.name for a in node.names if a.name == "keys")
+        elif isinstance(node, ast.ImportFrom) and node.module == KEYS_MODULE:
+            found += [(name, node.lineno, f"from {KEYS_MODULE} import {a.name}") for a in node.names if a.name in owned]
+        elif isinstance(node, ast.Import):
+            aliases.update(a.asname for a in node.names if a.name == KEYS_MODULE and a.asname)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in owned:
+            value = node.value
+            if isinstance(value, ast.Name) and value.id in aliases:
+                found.append((name, node.lineno, f"{value.id}.{node.attr}"))
+            elif ast.unparse(value) == KEYS_MODULE:
+                found.append((name, node.lineno, f"{KEYS_MODULE}.{node.attr}"))
+    return found
+
+
+def test_the_queue_key_finder_finds_every_way_of_naming_a_key():
+    source = """from recovery.tracking import keys as k, runs
+from recovery.tracking.keys import dead, lease
+import recovery.tracking.keys
+k.queue("r", "c", 1)
+k.lease("r")
+runs.queue
+recovery.tracking.keys.failed_set("r")
+"""
+    assert [(line, what) for _, line, what in queue_key_uses_in("m.py", source, ("dead", "queue", "failed_set"))] \
+        == [(2, "from recovery.tracking.keys import dead"), (4, "k.queue"), (7, "recovery.tracking.keys.failed_set")]
+
+
+def test_only_the_queue_module_names_the_queue_and_dead_letter_keys():
+    """Changing how failed tuples and dead letters are stored means changing one module."""
+    from recovery.tracking import keys, queue
+
+    assert all(callable(getattr(keys, n, None)) for n in queue.OWNED_KEYS)
+    uses = [u for name, path in modules() if name not in (QUEUE_OWNER, "recovery/tracking/keys.py")
+            for u in queue_key_uses_in(name, path.read_text(encoding="utf-8"), queue.OWNED_KEYS)]
+    assert uses == []

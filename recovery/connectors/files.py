@@ -23,7 +23,7 @@ from typing import Any, BinaryIO
 
 from recovery.connectors.runner import SourceRunner
 from recovery.errors import WorkflowError
-from recovery.model.workflow import FILE_SINK_TYPES, SinkImpl, SourceImpl, Workflow, is_uri, resolve_path
+from recovery.model.workflow import FILE_SINK_TYPES, SINK_TYPES, SinkImpl, SourceImpl, Workflow, is_uri, resolve_path
 from recovery.tracking.spill_files import READ_BUFFER, ArrowFiles, bare_uri, local_path
 
 
@@ -34,7 +34,7 @@ def resolve(path: str, base_dir: str | None) -> str:
 
 # the sources and sinks whose `path` the executors open (a file sink's defaults to "out")
 PATH_SOURCES = ("file", "spark")
-PATH_SINKS = (*FILE_SINK_TYPES, "delta")
+PATH_SINKS = tuple(name for name, t in SINK_TYPES.items() if "path" in t.required)
 
 
 def check_paths_reach_executors(wf: Workflow, master: str, file: str | None = None) -> None:
@@ -45,7 +45,7 @@ def check_paths_reach_executors(wf: Workflow, master: str, file: str | None = No
     it names."""
     if master.startswith("local") or master == "in-process":   # (recovery.testing's: tasks in this process)
         return
-    for c in wf.components:
+    for c in wf.with_dead_letter_sink().components:
         impl = c.impl
         if isinstance(impl, SourceImpl) and impl.type in PATH_SOURCES:
             path = impl.param("path")

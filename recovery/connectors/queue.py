@@ -6,14 +6,11 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Iterator
-from typing import Any, cast
 
 from recovery.connectors.files import decoder
 from recovery.connectors.runner import SourceRunner
-from recovery.model.failed import FailedTuple
 from recovery.model.workflow import SourceImpl
-from recovery.tracking import keys
-from recovery.tracking.ledger import fenced_transaction
+from recovery.tracking import queue as failed_queue
 
 
 def queue_source(runner: SourceRunner) -> Iterator[None]:
@@ -31,10 +28,8 @@ def queue_source(runner: SourceRunner) -> Iterator[None]:
     client, run_id = runner.client, runner.spec.run_id
     assert client is not None   # the runner connects for a queue source (TaskRunner._needs_redis)
     for task in tasks:
-        entries = client.hgetall(keys.queue(run_id, target, task))
         waiting = []   # not_before of the tuples left backing off
-        for _, raw_rec in sorted(entries.items()):
-            rec = FailedTuple.unpack(cast(bytes, raw_rec))
+        for rec in failed_queue.read(client, run_id, target, task):
             if (rec.not_before or 0) > now:
                 waiting.append(rec.not_before or 0.0)
                 continue   # still backing off: a later round takes it
@@ -49,20 +44,10 @@ def queue_source(runner: SourceRunner) -> Iterator[None]:
                                     replayed=True)
             else:
                 runner.replay_to(target, task, rec, attempt)
-        _reset_queue_due(runner, f"{target}:{task}", min(waiting) if waiting else None)
+        # the position's earliest time is now exactly that of the tuples left waiting (the
+        # replayed ones, when they fail again, are added back by the commit that queues them,
+        # which comes after this one: their task consumes this one's output)
+        failed_queue.reset_due(client, run_id, runner.spec.generation, target, task,
+                               min(waiting) if waiting else None)
         yield None
 
-
-def _reset_queue_due(runner: SourceRunner, position: str, earliest: float | None) -> None:
-    """The position's earliest not_before is now exactly that of the tuples left waiting (the
-    replayed ones, when they fail again, are added back by the commit that queues them, which
-    comes after this one: their task consumes this one's output)."""
-    due = keys.queue_due(runner.spec.run_id)
-    assert runner.client is not None
-
-    def write(pipe: Any) -> None:
-        if earliest is None:
-            pipe.zrem(due, position)
-        else:
-            pipe.zadd(due, {position: earliest})
-    fenced_transaction(runner.client, runner.spec.run_id, runner.spec.generation, write)

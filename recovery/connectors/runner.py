@@ -33,7 +33,7 @@ class SourceRunner(Protocol):
 
 
 class BatchSourceRunner(SourceRunner, Protocol):
-    """A source that emits a block of records at a time (connectors.file_batches) gets this
+    """A source that emits a block of records at a time (connectors.file_blocks) gets this
     runner (runtime.batch.runner.BatchTaskRunner): its blocks go to batch components."""
 
     batch_size: int   # records per block, at most

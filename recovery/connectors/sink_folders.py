@@ -185,6 +185,7 @@ def replace_other_runs(wf: Workflow, run_id: str, original_json: str | None = No
     recovery round runs only some of the sinks). Returns the paths removed."""
     if original_json:
         wf = Workflow.from_task_json(original_json)
+    wf = wf.with_dead_letter_sink()   # (its dead-letter sink is a file sink too)
     sinks = file_sinks(wf)
     own = _own(run_id, [s.component for s in sinks])
     removed: list[str] = []

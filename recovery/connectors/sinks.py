@@ -7,6 +7,12 @@ recovery/connectors/sink_base.py): a file sink (file_sinks.py) writes one part p
 (sink_folders.py: the parts and their folders); a Redis hash sink (redis_sink.py) sets fields;
 a table sink (postgres.py, delta.py; table_sinks.py on the driver) commits each part once.
 
+The sink types are one registry: model/workflow.py's SINK_TYPES says what the model knows of
+each (the attributes it requires, its kind, whether it takes dead letters) and SINKS here its
+class; the schema lists the same names, and tests/unit/connectors/test_sink_registry.py fails
+when the three disagree. Adding a sink type is an entry in each, its class and its section of
+docs/xml.md.
+
 The names these modules define that callers use stay importable from here.
 """
 from __future__ import annotations
@@ -39,7 +45,8 @@ __all__ = ["PART", "SINKS", "BufferedSink", "DeltaSink", "FileSink", "JsonlSink"
            "check_folders", "check_tables", "clear_tables", "committed_parts", "file_sinks", "json_lines", "make_sink",
            "part_files", "part_name", "read_jsonl_dir", "replace_other_runs", "table_sinks"]
 
-# Sink type -> its class (psycopg and deltalake are imported by the table sinks' tasks only).
+# Sink type (a key of model.workflow.SINK_TYPES) -> its class (psycopg and deltalake are
+# imported by the table sinks' tasks only).
 SINKS: dict[str, Callable[[SinkImpl, str], BufferedSink]] = {
     "jsonl": JsonlSink, "parquet": ParquetSink, "redis": RedisHashSink, "postgres": PostgresSink, "delta": DeltaSink}
 
@@ -54,6 +61,8 @@ def make_sink(impl: SinkImpl, base_dir: str) -> Bolt:
 def check_folders(wf: Workflow, run_id: str | None) -> None:
     """At submit, on the driver, before anything is stored: each table sink's table can take the
     run's rows (table_sinks.check_tables), then each file sink's folder its parts
-    (sink_folders.check_file_folders). `run_id` None: a run id not chosen yet."""
+    (sink_folders.check_file_folders), the dead-letter sink's too. `run_id` None: a run id not
+    chosen yet."""
+    wf = wf.with_dead_letter_sink()
     check_tables(wf, run_id)
     check_file_folders(wf, run_id)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from recovery.connectors import files, spark_source
-from recovery.connectors.file_batches import file_source_batches
+from recovery.connectors.file_blocks import file_source_blocks
 from recovery.connectors.queue import queue_source
 from recovery.connectors.redis_stream.reader import stream_source
 from recovery.connectors.runner import BatchSourceRunner, SourceRunner
@@ -29,7 +29,7 @@ SOURCES: dict[str, Callable[[Iterable[Any]], SourceFunction]] = {
 }
 
 # Source type -> its source function a block of records at a time (runtime.batch.reads_in_batches).
-BATCH_SOURCES: dict[str, Callable[[BatchSourceRunner], Iterator[None]]] = {"file": file_source_batches}
+BATCH_SOURCES: dict[str, Callable[[BatchSourceRunner], Iterator[None]]] = {"file": file_source_blocks}
 
 # Planning a round on the driver: a Spark source's partitions are read by Spark.
 reads_with_spark = spark_source.reads_with_spark

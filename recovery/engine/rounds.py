@@ -30,6 +30,7 @@ from recovery.model.workflow import SourceImpl, Workflow
 from recovery.runtime import batch, factory, task
 from recovery.runtime.chain import ChainTask
 from recovery.tracking import keys, ledger, runs, spill
+from recovery.tracking import queue as failed_queue
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession  # lazy at run time: pyspark costs seconds to import
@@ -271,7 +272,7 @@ def _tell_spout(spec: RunSpec, component_id: str, field: str) -> int:
     messages = msgpack.unpackb(cast(bytes, raw))
     roots = [int(root) for root, _ in messages]
     pending = ledger.pending_among(client, spec.run_id, roots)
-    dead = ledger.dead_among(client, spec.run_id, roots)
+    dead = failed_queue.dead_among(client, spec.run_id, roots)
     waiting, told = [], 0
     index = int(field.split(":")[1])
     spout = cast(Spout, factory.build(wf.component(component_id), wf))   # a <spout>: a Spout

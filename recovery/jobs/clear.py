@@ -61,7 +61,8 @@ def _table_sinks_of(rec: RunRecord | None) -> Workflow | None:
     if rec is None:
         return None
     try:
-        return Workflow.from_task_json(rec.workflow_json)
+        # (its dead-letter sink's commit rows go as well)
+        return Workflow.from_task_json(rec.workflow_json).with_dead_letter_sink()
     except ValueError as err:   # a damaged record: no table sink is known
         log.warning("run %s: no workflow in its record (%s); its table sinks (if any) are not cleared",
                     rec.run_id, err)

@@ -33,7 +33,7 @@ from recovery.connectors import files, sinks
 from recovery.connectors.redis_stream import offsets, topics
 from recovery.connectors.redis_stream import report as stream_report
 from recovery.errors import RecoveryError, RunBusy
-from recovery.jobs import recover, settle, submit
+from recovery.jobs import dead_sink, recover, settle, submit
 from recovery.jobs import summary as jobs_summary
 from recovery.jobs.settle import Progress
 from recovery.jobs.submit import SubmitPlan, check_classes
@@ -198,7 +198,7 @@ def _round_stats(client: Redis, run_id: str, round_no: int) -> dict[str, dict]:
     return {}
 
 
-def _run_batch(spark: SparkSession, client: Redis, wf: Workflow, spec: RunSpec, stop: Stopper,
+def _run_micro_batch(spark: SparkSession, client: Redis, wf: Workflow, spec: RunSpec, stop: Stopper,
                emit: Event) -> RunSummary:
     try:
         return settle.run_and_settle(spark, client, wf, spec)
@@ -343,15 +343,16 @@ def run(spark: SparkSession, client: Redis, redis_url: str, plan: FollowPlan, ma
                 # counted when the batch starts: a resumed batch is not counted twice
                 runs.increment(client, run_id, gen, follow_batches=1, follow_messages=planned)
                 started = time.time()
-                summary = _run_batch(spark, client, wf, spec, stop, emit)
+                summary = _run_micro_batch(spark, client, wf, spec, stop, emit)
                 recover.prune_failed_set(client, run_id, gen)
+                dropped = dead_sink.enforce_retention(client, wf, run_id, gen)
                 stats = _round_stats(client, run_id, next_round)
                 spouts = {s.id for s in topics.log_spouts(wf)}
                 emit("batch", {"run_id": run_id, "round": next_round, "messages": planned,
                                "failed": sum(s.get("failed", 0) for s in stats.values()),
                                "trimmed": sum(stats.get(s, {}).get("trimmed", 0) for s in spouts),
                                "roots": sum(stats.get(s, {}).get("roots", 0) for s in spouts),
-                               "pending": summary.pending, "dead": summary.dead,
+                               "pending": summary.pending, "dead": summary.dead, "dead_dropped": dropped,
                                "seconds": round(time.time() - started, 3)})
                 batches += 1
                 messages += planned
@@ -369,6 +370,7 @@ def run(spark: SparkSession, client: Redis, redis_url: str, plan: FollowPlan, ma
                     reason = "signal"
                     break
                 recovery_rounds += rs.rounds or 0
+                dead_sink.enforce_retention(client, wf, run_id, gen)
                 next_round = runs.get(client, run_id).round + 1
                 emit("recovery", {"run_id": run_id, "rounds": rs.rounds, "pending": rs.pending, "dead": rs.dead})
                 active = active or bool(rs.rounds)

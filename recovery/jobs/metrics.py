@@ -36,6 +36,7 @@ from redis import Redis
 from recovery.errors import RecoveryError
 from recovery.jobs import reports, summary
 from recovery.tracking import keys, ledger, runs
+from recovery.tracking import queue as failed_queue
 
 log = logging.getLogger(__name__)
 
@@ -178,9 +179,8 @@ def _collect_run(client: Redis, run_id: str, fam: _Families) -> None:
 def run_bytes(client: Redis, run_id: str, positions: list[dict[str, Any]]) -> float | None:
     """MEMORY USAGE of the keys that hold the bulk of a run: a few commands plus one per failed
     position, never a SCAN. None where the server refuses MEMORY USAGE."""
-    names = [keys.run_record(run_id), keys.dead(run_id), keys.failed_set(run_id),
-             *(keys.ledger(run_id, b) for b in range(ledger.LEDGER_BUCKETS)),
-             *(keys.queue(run_id, p["component"], int(p["task"])) for p in positions)]
+    names = [keys.run_record(run_id), *(keys.ledger(run_id, b) for b in range(ledger.LEDGER_BUCKETS)),
+             *failed_queue.storage_keys(run_id, [(p["component"], int(p["task"])) for p in positions])]
     total = 0
     for name in names:
         try:

@@ -6,11 +6,10 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from redis import Redis
 
-from recovery.controlplane.connection import is_cluster
 from recovery.engine import rounds as engine_rounds
 from recovery.errors import RunBusy, RunError
 from recovery.jobs.clear import spill_location
@@ -31,6 +30,7 @@ from recovery.model.run import RunSpec
 from recovery.model.synthesis import synthesize
 from recovery.model.workflow import Workflow
 from recovery.tracking import keys, ledger, runs, spill
+from recovery.tracking import queue as failed_queue
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession  # lazy at run time: pyspark costs seconds to import
@@ -53,36 +53,8 @@ def reconfigure(client: Redis, run_id: str, overrides: dict[str, str]) -> None:
 
 
 def prune_failed_set(client: Redis, run_id: str, generation: str | None = None) -> None:
-    """A position leaves the failed set (and its earliest time goes) once its queue is empty:
-    in a transaction fenced by the run's `generation` that WATCHes those queues, so neither a
-    driver taken over meanwhile nor a commit queueing a tuple there at the same moment can
-    leave a queued tuple out of the failed set (where no round would ever look for it)."""
-    empty = [(comp, task) for comp, task, n in position_counts(client, run_id) if n == 0]
-    if not empty:
-        return
-    queues = tuple(keys.queue(run_id, comp, task) for comp, task in empty)
-    still_empty: list[str] = []
-
-    # On a Redis Cluster the queues are in other slots than the failed set: they are read
-    # (not WATCHed) from their masters. No round runs now, and a commit under an older
-    # generation is refused at its commit point, before it stages anything into the failed set.
-    cluster = is_cluster(client)
-
-    def read(pipe: Any) -> None:
-        reader = client if cluster else pipe
-        still_empty[:] = [f"{comp}:{task}" for (comp, task), q in zip(empty, queues) if not reader.hlen(q)]
-
-    def drop(pipe: Any) -> None:
-        if still_empty:
-            pipe.srem(keys.failed_set(run_id), *still_empty)
-            pipe.zrem(keys.queue_due(run_id), *still_empty)
-    if not ledger.fenced_transaction(client, run_id, generation, drop, watch=() if cluster else queues, read=read):
-        raise runs.fenced_out(client, run_id, generation)
-
-
-def _position(pos: str) -> tuple[str, int]:
-    comp, task = pos.rsplit(":", 1)
-    return comp, int(task)
+    """A position leaves the failed set once its queue is empty (tracking.queue.prune_empty)."""
+    failed_queue.prune_empty(client, run_id, generation)
 
 
 def prepare_root_replay(spark: SparkSession, client: Redis, spec: RunSpec) -> None:
@@ -95,24 +67,15 @@ def prepare_root_replay(spark: SparkSession, client: Redis, spec: RunSpec) -> No
     if client.hget(record, "root_replay_prepared") == str(spec.round).encode():
         return
     added = engine_rounds.supersede_failed_roots(spark, spec)
-    positions = [f"{comp}:{task}" for comp, task, _ in position_counts(client, spec.run_id)]
 
     # the queues first (each in its own slot), then, in the run's slot, the failed set and the
     # mark that this is done: a driver killed in between does both again (the queues' roots
     # are superseded already, so the per-bucket tasks skip them)
-    runs.check_generation(client, spec.run_id, spec.generation)
-    queues = [keys.queue(spec.run_id, *_position(pos)) for pos in positions]
-    for i in range(0, len(queues), 500):
-        client.delete(*queues[i:i + 500])
-
-    def drop(pipe: Any) -> None:
-        pipe.delete(keys.failed_set(spec.run_id), keys.queue_due(spec.run_id))
-        pipe.hset(record, "root_replay_prepared", spec.round)
-    if not ledger.fenced_transaction(client, spec.run_id, spec.generation, drop):
-        raise runs.fenced_out(client, spec.run_id, spec.generation)
+    dropped = failed_queue.clear(client, spec.run_id, spec.generation,
+                                 also=lambda pipe: pipe.hset(record, "root_replay_prepared", spec.round))
     log.info("run %s round %d: root replay of %d failed roots (selected by %d ledger tasks); "
              "%d failed positions' queues dropped", spec.run_id, spec.round, added,
-             ledger.LEDGER_BUCKETS, len(positions))
+             ledger.LEDGER_BUCKETS, dropped)
 
 
 def resume_if_crashed(spark: SparkSession, client: Redis, redis_url: str, run_id: str,

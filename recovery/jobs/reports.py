@@ -18,7 +18,8 @@ from recovery.model.failed import FailedTuple
 from recovery.model.render import chains_of
 from recovery.model.synthesis import plan_marks, synthesize
 from recovery.model.xml.write import to_xml
-from recovery.tracking import keys, runs
+from recovery.tracking import queue as failed_queue
+from recovery.tracking import runs
 
 # How each failure's `error` text begins, by where it came from (runtime.py, multilang.py).
 ERROR_KINDS = ("exception", "fail", "not acked", "timeout", "shell process lost")
@@ -128,11 +129,7 @@ def failed(client: Redis, run_id: str, limit: int = FAILED_TUPLES_SHOWN) -> dict
     for p in summary.failed_positions(client, run_id):
         if not p["count"]:
             continue
-        tuples = []
-        for _, raw in client.hscan_iter(keys.queue(run_id, p["component"], p["task"]), count=limit):
-            tuples.append(tuple_row(FailedTuple.unpack(raw)))
-            if len(tuples) >= limit:
-                break
+        tuples = [tuple_row(t) for t in failed_queue.sample(client, run_id, p["component"], p["task"], limit)]
         tuples.sort(key=lambda t: t.get("id", 0))
         kinds = sorted({t["kind"] for t in tuples})
         positions.append({**p, "kind": ", ".join(kinds), "tuples": tuples})

@@ -23,6 +23,7 @@ from recovery.connectors.redis_stream import offsets as stream_reader
 from recovery.controlplane import connection
 from recovery.engine import rounds as engine_rounds
 from recovery.errors import JobFailed, RecoveryError, RedisUnavailable, RunError, SpillError
+from recovery.jobs import dead_sink
 from recovery.jobs.summary import RunSummary, in_topological_order, summarize
 from recovery.model.config import PropertyError
 from recovery.model.run import RunSpec
@@ -139,6 +140,9 @@ def run_and_settle(spark: SparkSession, client: redis.Redis, wf: Workflow, spec:
         # fenced: a driver taken over removes nothing (its successor may be resuming the round)
         engine_rounds.clear_round(client, spec.run_id, spec.round, spec.spill_dir, gen, spec.root_replay)
         engine_rounds.tell_spouts(spark, client, spec)
+        # the round's dead letters, out of Redis into the run's dead-letter sink (if it has one)
+        dead_sink.flush(client, Workflow.from_task_json(spec.original_json) if spec.original_json else wf,
+                        spec.run_id, gen)
     summary = summarize(client, spec.run_id, rounds=rounds, settled=True)
     if summary.status in (runs.COMPLETED, runs.DEAD):   # complete: overwrite sinks drop other runs' parts
         runs.check_generation(client, spec.run_id, gen)     # (only while this driver owns the run)

@@ -2,16 +2,16 @@
 topological order, and the failed positions (`RunSummary`, built by `summarize`)."""
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 from pydantic import BaseModel
 from redis import Redis
 
-from recovery.model.failed import FailedTuple
 from recovery.model.graph import topological_order
 from recovery.model.record import RunRecord
 from recovery.model.workflow import Workflow
-from recovery.tracking import keys, ledger, runs
+from recovery.tracking import ledger, runs
+from recovery.tracking import queue as failed_queue
 
 
 def in_topological_order(stats: dict[str, Any], wf: Workflow) -> dict[str, Any]:
@@ -57,31 +57,21 @@ def spill_bytes(components: dict[str, Any]) -> int:
 
 
 def position_counts(client: Redis, run_id: str) -> list[tuple[str, int, int]]:
-    """(component, task, queued tuples) of every failed position, sorted: one SMEMBERS of the
-    failed set and one HLEN per position, never a queued tuple (O(failed positions))."""
-    positions = sorted(cast(bytes, p).decode() for p in client.smembers(keys.failed_set(run_id)))
-    parsed = [(comp, int(task)) for comp, task in (p.rsplit(":", 1) for p in positions)]
-    with client.pipeline(transaction=False) as pipe:
-        for comp, task in parsed:
-            pipe.hlen(keys.queue(run_id, comp, task))
-        counts = pipe.execute() if parsed else []
-    return [(comp, task, int(n)) for (comp, task), n in zip(parsed, counts)]
+    """(component, task, queued tuples) of every failed position, sorted (tracking.queue.counts)."""
+    return failed_queue.counts(client, run_id)
 
 
 def earliest_not_before(client: Redis, run_id: str) -> float:
     """When the next queued tuple may be replayed (0: now, or nothing recorded), from the
-    positions' earliest times (keys.queue_due), not from the tuples."""
-    first = client.zrange(keys.queue_due(run_id), 0, 0, withscores=True)
-    return float(first[0][1]) if first else 0.0
+    positions' earliest times, not from the tuples."""
+    return failed_queue.earliest_due(client, run_id)
 
 
 def failed_positions(client: Redis, run_id: str) -> list[dict[str, Any]]:
     out = []
     for comp, task, count in position_counts(client, run_id):
-        sample = None
-        for _, raw in client.hscan_iter(keys.queue(run_id, comp, task), count=1):
-            sample = FailedTuple.unpack(raw).error
-            break
+        first = failed_queue.sample(client, run_id, comp, task, 1)
+        sample = first[0].error if first else None
         out.append({"component": comp, "task": task, "count": count, "sample_error": sample})
     return out
 
@@ -117,6 +107,8 @@ class RunSummary(BaseModel):
     dead: int | None = None
     # --- in the JSON only when set
     warnings: list[str] | None = None
+    dead_written: int | None = None        # dead letters written to the dead-letter sink (out of Redis)
+    dead_dropped: int | None = None        # dead letters dropped by recovery.dead.retention
     partitions: list[dict[str, Any]] | None = None
     batches: int | None = None
     resumed_round: int | None = None
@@ -162,9 +154,14 @@ def summarize(client: Redis, run_id: str, rounds: list | None = None, settled: b
     stats = in_topological_order(first["components"] if first else rec.stats, original)
     positions = [p for p in failed_positions(client, run_id) if p["count"] > 0]
     out = RunSummary(run_id=run_id, workflow=original.name, status=runs.status_of(rec), round=rec.round,
-                     dead_tuples=cast(int, client.hlen(keys.dead(run_id))), failed_positions=positions,
+                     dead_tuples=failed_queue.dead_count(client, run_id), failed_positions=positions,
                      components=stats, components_rounds=[0] if stats else [], spill_bytes=spill_bytes(stats),
                      started=rec.started or 0.0, ended=rec.ended)
+    written, dropped = failed_queue.dead_totals(client, run_id)
+    out.dead_written, out.dead_dropped = written or None, dropped or None
+    if dropped:
+        out.warnings = [f"{dropped} dead letters were dropped from Redis by recovery.dead.retention "
+                        "(oldest first); they are in no dead-letter sink"]
     round_no = out.round
     counted_round, counts = ledger.stored_counts(client, run_id)
     if (not settled and not runs.round_settled(rec)) or counts is None or counted_round != round_no:
@@ -189,7 +186,7 @@ def summarize(client: Redis, run_id: str, rounds: list | None = None, settled: b
         # store changed by hand). Said, never taken for complete; not replayed either: where
         # its tree stopped is unknown, and a replay from the spout would write twice what it
         # had written already.
-        out.warnings = [
+        out.warnings = [*(out.warnings or []),
             f"{in_flight} roots are in flight after round {round_no} settled, with no tuple "
             "queued for recovery and no task that will run them: their tuples were lost, and "
             "recovery cannot replay them without risking duplicates, so the run cannot complete "

@@ -111,11 +111,29 @@ class Settings(BaseModel):
         description="The most the workflow's code (what ships with the job: its modules, scripts and "
                     "<resources>) may add up to, in bytes; more is refused at validate and submit, "
                     "naming the largest files (leave data out with <exclude pattern>).")
+    dead_retention: str | None = Field(
+        None, alias="recovery.dead.retention",
+        json_schema_extra={"expected": "a count (1000) or an age (90s, 30m, 12h, 7d)"},
+        description="A follow run keeps at most this many dead letters in Redis, or those that "
+                    "died within this age (30s, 15m, 12h, 7d); it drops the rest, oldest first, "
+                    "and `status` counts them. With a dead-letter sink, only what the sink could "
+                    "not take yet is in Redis to drop. Default: all are kept.")
 
     @field_validator("*", mode="before")
     @classmethod
     def _strip(cls, value: Any) -> Any:
         return _strip_text(value)
+
+    @field_validator("dead_retention")
+    @classmethod
+    def _retention(cls, value: str | None) -> str | None:
+        if value is not None:
+            retention_limit(value)
+        return value
+
+    def dead_retention_limit(self) -> tuple[int | None, float | None]:
+        """recovery.dead.retention as (dead letters kept, or None; their age in seconds, or None)."""
+        return retention_limit(self.dead_retention) if self.dead_retention is not None else (None, None)
 
 
 class InjectionSettings(BaseModel):
@@ -139,6 +157,25 @@ class InjectionSettings(BaseModel):
     @classmethod
     def _strip(cls, value: Any) -> Any:
         return _strip_text(value)
+
+
+_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def retention_limit(text: str) -> tuple[int | None, float | None]:
+    """A retention as (a count, None) for "1000", or (None, seconds) for an age: "90s", "30m",
+    "12h", "7d". ValueError otherwise."""
+    text = text.strip()
+    if text.isdigit():
+        return int(text), None
+    number, unit = text[:-1], text[-1:]
+    try:
+        age = float(number) * _AGE_UNITS[unit]
+    except (KeyError, ValueError):
+        raise ValueError(f"not a count or an age: {text!r}") from None
+    if not age > 0 or age == float("inf"):
+        raise ValueError(f"not a positive age: {text!r}")
+    return None, age
 
 
 def _alias(name: str, info: FieldInfo) -> str:
@@ -168,6 +205,9 @@ DEFAULTS: dict[str, str] = {name: _text(f.default) for name, f in PROPERTIES.ite
 
 def _expected(info: FieldInfo) -> str:
     """What a field accepts, in words: "an integer >= 1", "one of transient, permanent"."""
+    extra = info.json_schema_extra
+    if isinstance(extra, dict) and isinstance(extra.get("expected"), str):
+        return str(extra["expected"])
     ann = info.annotation
     args = getattr(ann, "__args__", ())
     if getattr(ann, "__origin__", None) is Literal:

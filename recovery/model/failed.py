@@ -1,10 +1,15 @@
 """The failed-tuple record: what a queue or dead-letter entry holds (msgpack'd map in Redis)."""
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import msgpack
 from pydantic import BaseModel, ConfigDict
+
+#: The columns of a dead-letter sink's rows (FailedTuple.dead_letter_row), in order.
+DEAD_LETTER_FIELDS = ("component", "task", "id", "roots", "stream", "values", "raw", "error", "traceback",
+                      "attempt", "round", "time")
 
 
 class FailedTuple(BaseModel):
@@ -45,6 +50,16 @@ class FailedTuple(BaseModel):
         at once, and its next replay attempt 1 of a fresh allowance."""
         fields = self.model_dump(exclude_unset=True, exclude={"dead"})
         return FailedTuple.model_validate({**fields, "attempt": 0, "not_before": 0.0})
+
+    def dead_letter_row(self) -> list[Any]:
+        """The dead letter as a dead-letter sink writes it (DEAD_LETTER_FIELDS): ids as text (a
+        64-bit id does not fit a signed column), the values as JSON text (any shape fits one
+        column), the roots space-separated, a record that did not decode as its text (`raw`)."""
+        raw = self.raw.decode("utf-8", "replace") if isinstance(self.raw, bytes) else \
+            ("" if self.raw is None else str(self.raw))
+        return [self.component, self.task, str(self.id), " ".join(str(r) for r in self.roots), self.stream,
+                json.dumps(self.values, ensure_ascii=False, sort_keys=True, default=repr), raw, self.error,
+                self.traceback, self.attempt, self.round or 0, self.time or 0.0]
 
     @classmethod
     def unpack(cls, raw: bytes) -> FailedTuple:

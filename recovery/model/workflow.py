@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Annotated, Literal, overload
 
@@ -15,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from recovery.errors import RecoveryError
 from recovery.model import config as config_decl
+from recovery.model.failed import DEAD_LETTER_FIELDS
 
 DEFAULT_STREAM = "default"
 NAMESPACE = "urn:recovery:workflow:1"
@@ -152,9 +154,29 @@ def spark_id_fields(impl: SourceImpl) -> tuple[str, ...]:
     return tuple((impl.param("id-field") or "").split())
 
 
-FILE_SINK_TYPES = ("jsonl", "parquet")
+@dataclass(frozen=True)
+class SinkType:
+    """What the model knows of a built-in sink type: the attributes its `<sink>` requires, its
+    kind (`path`: part files in a folder; `table`: a user's table, only ever appended to;
+    `stream`: a Redis key), and whether it can be a run's dead-letter sink."""
+    required: tuple[str, ...]
+    kind: Literal["path", "table", "stream"]
+    dead_letters: bool = True
+
+
+# The sink types, one entry each. connectors/sinks.py gives each its class (SINKS); the schema
+# lists them (sinkTypeName, and deadLetterSinkTypeName those that take dead letters):
+# tests/unit/connectors/test_sink_registry.py fails when the three disagree.
+SINK_TYPES: dict[str, SinkType] = {
+    "jsonl": SinkType(("path",), "path"),
+    "parquet": SinkType(("path",), "path"),
+    "redis": SinkType(("key",), "stream", dead_letters=False),
+    "postgres": SinkType(("url", "table"), "table"),
+    "delta": SinkType(("path",), "table"),
+}
+FILE_SINK_TYPES = tuple(name for name, t in SINK_TYPES.items() if t.kind == "path")
 # Sinks into a user's table: always appended to (mode "append", the default, is the only one).
-TABLE_SINK_TYPES = ("postgres", "delta")
+TABLE_SINK_TYPES = tuple(name for name, t in SINK_TYPES.items() if t.kind == "table")
 # Spark's writer modes, for a file sink's folder when it already holds another run's parts:
 # error refuses the submit, overwrite removes them once this run completes, append keeps them.
 SinkMode = Literal["error", "overwrite", "append"]
@@ -164,7 +186,7 @@ SINK_MODES: tuple[str, ...] = ("error", "overwrite", "append")
 class SinkImpl(_Frozen, _ParamLookup):
     """A built-in sink (bolts only). `params` holds every other XML attribute."""
     kind: Literal["sink"] = "sink"
-    type: str                      # jsonl | parquet | redis | postgres | delta
+    type: str                      # a key of SINK_TYPES
     mode: SinkMode | None = None   # file and table sinks; None (not written): see write_mode
     params: tuple[tuple[str, str], ...] = ()
 
@@ -220,11 +242,20 @@ class Resources(_Frozen):
     exclude: tuple[str, ...] = ()
 
 
+#: The components a workflow's dead-letter sink is written as (Workflow.with_dead_letter_sink):
+#: a sink bolt, fed (on paper) by a spout whose stream has the dead letters' columns.
+DEAD_LETTER_SINK_ID = "dead-letters"
+DEAD_LETTER_SOURCE_ID = "dead-letter-source"
+
+
 class Workflow(_Frozen):
     name: str
     config: tuple[tuple[str, str], ...] = ()
     resources: Resources = Resources()
     components: tuple[Component, ...] = ()
+    # `<dead-letters><sink .../></dead-letters>`: where the run's dead letters are written
+    # (exactly once, as any sink's parts); None: they stay in Redis
+    dead_letters: SinkImpl | None = None
     # Folder that relative paths resolve against; not part of the XML.
     base_dir: str | None = Field(default=None, exclude=True)
     # Where an executor finds the workflow's code (classes, shell scripts) when it was shipped
@@ -282,6 +313,20 @@ class Workflow(_Frozen):
     def reads_topics(self) -> bool:
         """Some spout reads a Redis-stream topic (`<source type="redis-stream">`)."""
         return any(isinstance(c.impl, SourceImpl) and c.impl.type == "redis-stream" for c in self.spouts)
+
+    def with_dead_letter_sink(self) -> Workflow:
+        """This workflow with its dead-letter sink as a bolt (DEAD_LETTER_SINK_ID) reading the
+        dead letters' columns (model/failed.py DEAD_LETTER_FIELDS), so that what checks, writes
+        and clears the sinks of a workflow does the same for it. The workflow itself without a
+        dead-letter sink."""
+        if self.dead_letters is None:
+            return self
+        source = Component(id=DEAD_LETTER_SOURCE_ID, kind="spout",
+                           impl=SourceImpl(type="queue", params=(("component", DEAD_LETTER_SINK_ID),)),
+                           streams=(StreamDef(fields=DEAD_LETTER_FIELDS),))
+        sink = Component(id=DEAD_LETTER_SINK_ID, kind="bolt", impl=self.dead_letters,
+                         inputs=(Input(source=DEAD_LETTER_SOURCE_ID),))
+        return self.model_copy(update={"components": (*self.components, source, sink)})
 
     @property
     def spouts(self) -> tuple[Component, ...]:

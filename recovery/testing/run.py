@@ -34,7 +34,8 @@ from recovery.testing.components import (
     read_list_sink,
 )
 from recovery.testing.local_spark import LocalSession
-from recovery.tracking import keys, runs
+from recovery.tracking import queue as failed_queue
+from recovery.tracking import runs
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -116,11 +117,8 @@ class LocalRun:
     def failed_tuples(self) -> list[FailedTuple]:
         """Every tuple queued for recovery (component, task, values, error, attempt, ...)."""
         # a test kit reads them all (a small test's failures); the engine's driver never does
-        out = []
-        for p in self.failed_positions:
-            for _, raw in self.client.hscan_iter(keys.queue(self.run_id, p["component"], p["task"])):
-                out.append(FailedTuple.unpack(raw))
-        return out
+        return [t for p in self.failed_positions
+                for t in failed_queue.sample(self.client, self.run_id, p["component"], p["task"])]
 
     def dead_tuples(self) -> list[FailedTuple]:
         """Every tuple that ran out of attempts (the dead letters)."""

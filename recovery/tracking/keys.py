@@ -252,7 +252,19 @@ def dead(run_id: str) -> str:
 
 
 def dead_roots(run_id: str) -> str:
+    """Set: the roots of the dead letters (dead roots stay pending in the ledger)."""
     return run_key(run_id, "deadroots")
+
+
+def dead_flush(run_id: str, flush: int) -> str:
+    """Hash: the dead letters of one flush to the run's dead-letter sink, as `dead` holds them,
+    until the sink committed their part (tracking/queue.py)."""
+    return run_key(run_id, "deadflush", flush)
+
+
+def dead_flushes(run_id: str) -> str:
+    """Set: the flushes to the dead-letter sink begun and not yet confirmed."""
+    return run_key(run_id, "deadflushes")
 
 
 def task_spill(run_id: str, round_no: int) -> str:

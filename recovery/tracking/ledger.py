@@ -11,17 +11,17 @@ into the roots still pending; complete roots leave no key behind."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, cast
 
 import msgpack
 import numpy as np
 from redis import Redis
-from redis.exceptions import WatchError
 
-from recovery.controlplane.connection import is_cluster
 from recovery.tracking import keys
+from recovery.tracking.queue import dead_among, forget_dead_roots, queued_roots  # noqa: F401 (importable from here, as they were)
+from recovery.tracking.runs import fenced_transaction  # noqa: F401 (importable from here, as it was)
 
 log = logging.getLogger(__name__)
 
@@ -85,45 +85,6 @@ def _fold_parts(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray,
     roots = roots[starts]
     keep = folded != 0
     return roots[keep], folded[keep]
-
-
-def fenced_transaction(client: Redis, run_id: str, generation: str | None,
-                       build: Callable[[Any], None], watch: tuple[str, ...] = (),
-                       read: Callable[[Any], None] | None = None) -> bool:
-    """Queue `build(pipe)`'s writes in one MULTI/EXEC that runs only while the run's record still
-    holds `generation` (the record is WATCHed with `watch`, so a `clear` or a re-created run
-    between the check and EXEC aborts it; `read(pipe)` reads the watched keys first). False when
-    the run is gone: nothing was written. `generation` None: no check (a run without a record).
-
-    On a Redis Cluster a transaction holds the keys of one slot: `build` writes the keys of the
-    run's home slot (the record's), or those of the slot of `watch` (then every key it writes
-    is in that slot). In the second case the record cannot be WATCHed with them: the `watch`
-    keys are WATCHed, then the generation is read from the record's master, then EXEC. A
-    `clear` deletes the record first and the run's other keys after it, so it either fails
-    that check or changes a watched key before EXEC; a take-over does neither, so only writes
-    that are the same whichever driver makes them (folds, idempotent steps) go this way."""
-    record = keys.run_record(run_id)
-    home = keys.hash_slot(record)
-    elsewhere = bool(watch) and is_cluster(client) and any(keys.hash_slot(k) != home for k in watch)
-    watched = ((record,) if generation is not None and not elsewhere else ()) + watch
-    with client.pipeline(transaction=True) as pipe:
-        while True:
-            try:
-                if watched:
-                    pipe.watch(*watched)
-                if generation is not None:
-                    held = client.hget(record, "generation") if elsewhere else pipe.hget(record, "generation")
-                    if held != generation.encode():
-                        pipe.reset()
-                        return False
-                if read is not None:
-                    read(pipe)
-                pipe.multi()
-                build(pipe)
-                pipe.execute()
-                return True
-            except WatchError:   # the record or a watched key changed: read and check again
-                continue
 
 
 def piece_fields(round_no: int, task_field: str, token: str, blob: bytes) -> dict[str, bytes]:
@@ -276,28 +237,6 @@ def _batches(items: list[Any], n: int = READ_BATCH) -> Iterator[list[Any]]:
         yield items[i:i + n]
 
 
-def queued_roots(client: Redis, run_id: str, bucket: int | None = None) -> set[int]:
-    """The roots of every queued failed tuple (of one ledger bucket): read by Spark tasks, one
-    per bucket; O(queued tuples), which grows with failures only."""
-    out: set[int] = set()
-    for pos in client.smembers(keys.failed_set(run_id)):
-        comp, task = cast(bytes, pos).decode().rsplit(":", 1)
-        for _, raw in client.hscan_iter(keys.queue(run_id, comp, int(task)), count=1000):
-            for r in msgpack.unpackb(raw, strict_map_key=False).get("roots") or ():
-                if bucket is None or r % LEDGER_BUCKETS == bucket:
-                    out.add(int(r))
-    return out
-
-
-def dead_among(client: Redis, run_id: str, roots: list[int]) -> set[int]:
-    """Those of `roots` in the run's dead-roots set (SMISMEMBER, in batches)."""
-    out: set[int] = set()
-    for batch in _batches(roots):
-        flags = client.smismember(keys.dead_roots(run_id), batch)
-        out.update(r for r, f in zip(batch, flags) if f)
-    return out
-
-
 def pending_among(client: Redis, run_id: str, roots: Iterable[int]) -> set[int]:
     """Those of `roots` whose ledger is not zero: folds only the buckets they fall in."""
     by_bucket: dict[int, list[int]] = {}
@@ -380,7 +319,7 @@ def supersede_bucket(client: Redis, run_id: str, bucket: int, round_no: int,
             # a superseded root is pending no more (its replay is a new root), so it is not
             # dead either: the dead-roots set stays within the pending roots, which is what
             # lets requeue_dead adjust the stored counts by what its SREM removes
-            pipe.srem(keys.dead_roots(run_id), *batch)
+            forget_dead_roots(pipe, run_id, batch)
 
     if not fenced_transaction(client, run_id, generation, select):
         log.info("run %s was cleared: ledger bucket %d not superseded", run_id, bucket)

@@ -22,9 +22,11 @@ import secrets
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import redis
+from redis.exceptions import WatchError
 
 from recovery.controlplane.connection import is_cluster
 from recovery.environment import environment
@@ -384,3 +386,42 @@ def round_settled(rec: RunRecord) -> bool:
     """Has the record's current round been settled (acker verdict taken)? Until then its root
     counts are in flux (a driver running it, or one that died in it)."""
     return rec.settled_round == rec.round
+
+
+def fenced_transaction(client: redis.Redis, run_id: str, generation: str | None,
+                       build: Callable[[Any], None], watch: tuple[str, ...] = (),
+                       read: Callable[[Any], None] | None = None) -> bool:
+    """Queue `build(pipe)`'s writes in one MULTI/EXEC that runs only while the run's record still
+    holds `generation` (the record is WATCHed with `watch`, so a `clear` or a re-created run
+    between the check and EXEC aborts it; `read(pipe)` reads the watched keys first). False when
+    the run is gone: nothing was written. `generation` None: no check (a run without a record).
+
+    On a Redis Cluster a transaction holds the keys of one slot: `build` writes the keys of the
+    run's home slot (the record's), or those of the slot of `watch` (then every key it writes
+    is in that slot). In the second case the record cannot be WATCHed with them: the `watch`
+    keys are WATCHed, then the generation is read from the record's master, then EXEC. A
+    `clear` deletes the record first and the run's other keys after it, so it either fails
+    that check or changes a watched key before EXEC; a take-over does neither, so only writes
+    that are the same whichever driver makes them (folds, idempotent steps) go this way."""
+    record = keys.run_record(run_id)
+    home = keys.hash_slot(record)
+    elsewhere = bool(watch) and is_cluster(client) and any(keys.hash_slot(k) != home for k in watch)
+    watched = ((record,) if generation is not None and not elsewhere else ()) + watch
+    with client.pipeline(transaction=True) as pipe:
+        while True:
+            try:
+                if watched:
+                    pipe.watch(*watched)
+                if generation is not None:
+                    held = client.hget(record, "generation") if elsewhere else pipe.hget(record, "generation")
+                    if held != generation.encode():
+                        pipe.reset()
+                        return False
+                if read is not None:
+                    read(pipe)
+                pipe.multi()
+                build(pipe)
+                pipe.execute()
+                return True
+            except WatchError:   # the record or a watched key changed: read and check again
+                continue

@@ -7,13 +7,13 @@ idempotent, so that it works the same on a single server and on a Redis Cluster:
 
 1. *pieces*, ahead of the commit point, under the attempt's own token: its ledger
    contributions (ledger.piece_fields, bounded parts, in the buckets' slots) and its writes
-   into failed positions' queues (keys.queue_staged, in each queue's slot). Nothing reads them
+   into failed positions' queues (tracking/queue.py stage, in each queue's slot). Nothing reads them
    as long as no commit record names the token.
 2. *the commit point*, one transaction in the run's home slot, fenced by the run's generation:
    the done marker, the commit record (token and staged positions), the spill reference, the
    failed set and due times, dead letters, keyed state, the spouts' message ids, the logs. At
    most one attempt of a task gets there (the done marker is checked in the same transaction).
-3. *apply*: each staged queue write moves into its queue (apply_staged, a script in the queue's
+3. *apply*: each staged queue write moves into its queue (queue.apply_staged, a script in the queue's
    slot; a staging key gone means done). The task does it right after its commit point; the
    driver does it again for the whole round before it settles (apply_round), so a task killed
    between 2 and 3 loses nothing.
@@ -34,6 +34,7 @@ from recovery.model import config as config_decl
 from recovery.model.failed import FailedTuple
 from recovery.model.run import TaskIdentity
 from recovery.tracking import keys, runs
+from recovery.tracking import queue as failed_queue
 from recovery.tracking.ledger import (
     LEDGER_BUCKETS,
     count_round,
@@ -42,6 +43,7 @@ from recovery.tracking.ledger import (
     piece_fields,
     resolve_bucket,
 )
+from recovery.tracking.queue import apply_staged
 from recovery.tracking.spill import SpillRef, SpillStore, SpillWriter, location, task_label
 
 log = logging.getLogger(__name__)
@@ -49,35 +51,6 @@ log = logging.getLogger(__name__)
 LOG_CAP = 2000
 #: Fields per command when a commit stages queue writes (bounded commands, as ledger pieces are).
 STAGE_BATCH = 1000
-
-# KEYS: a staging hash (keys.queue_staged), its queue. Moves what one committed attempt staged
-# into the queue ("s:<id>" set, "d:<id>" removed) and drops the staging hash; nothing to do when
-# it is gone (applied already). Returns the entries applied.
-_APPLY = """
-local kv = redis.call('HGETALL', KEYS[1])
-for i = 1, #kv, 2 do
-  local id = string.sub(kv[i], 3)
-  if string.sub(kv[i], 1, 2) == 's:' then
-    redis.call('HSET', KEYS[2], id, kv[i + 1])
-  else
-    redis.call('HDEL', KEYS[2], id)
-  end
-end
-redis.call('DEL', KEYS[1])
-return #kv / 2
-"""
-
-
-def apply_staged(client: Redis, run_id: str, round_no: int, token: str,
-                 positions: list[tuple[str, int]]) -> int:
-    """Step 3 of a commit (module doc): a committed attempt's staged queue writes into their
-    queues, one script per position (in its slot). Idempotent."""
-    script = client.register_script(_APPLY)
-    n = 0
-    for comp, task in positions:
-        n += int(cast(int, script(keys=[keys.queue_staged(run_id, comp, task, round_no, token),
-                                        keys.queue(run_id, comp, task)])))
-    return n
 
 
 def apply_round(client: Redis, run_id: str, round_no: int, generation: str | None = None) -> int:
@@ -276,19 +249,7 @@ class TaskTracker:
         def build(pipe: Any) -> None:
             if found["done"]:
                 return
-            due: dict[str, float] = {}   # position -> its earliest not_before among these
-            for rec in self.failures:
-                comp, task, tid = rec.component, rec.task, rec.id
-                if rec.dead:
-                    pipe.hset(keys.dead(rid), f"{comp}:{task}:{tid}", rec.pack())
-                    if rec.roots:
-                        pipe.sadd(keys.dead_roots(rid), *[str(r) for r in rec.roots])
-                else:
-                    pos = f"{comp}:{task}"
-                    pipe.sadd(keys.failed_set(rid), pos)
-                    due[pos] = min(due.get(pos, float("inf")), rec.not_before or 0.0)
-            if due:   # LT: a position's earliest time only moves earlier here (see keys.queue_due)
-                pipe.zadd(keys.queue_due(rid), due, lt=True)
+            failed_queue.record_failures(pipe, rid, self.failures)
             if state is not None:
                 state.write_to(pipe)
             if extra is not None:
@@ -308,14 +269,7 @@ class TaskTracker:
         """Step 1 of the commit (module doc): the ledger pieces and the staged queue writes of
         this attempt; returns the queue positions it staged writes for."""
         rid = self.run_id
-        staged: dict[tuple[str, int], dict[str, bytes]] = {}
-        for comp, task, tid in self.replays_done:   # acked here: its queue entry goes
-            staged.setdefault((comp, task), {})[f"d:{tid}"] = b""
-        for rec in self.failures:
-            pos = (rec.component, rec.task)
-            staged.setdefault(pos, {})[f"d:{rec.id}" if rec.dead else f"s:{rec.id}"] = b"" if rec.dead else rec.pack()
-            if not rec.dead:
-                staged[pos].pop(f"d:{rec.id}", None)
+        staged = failed_queue.staged_writes(self.replays_done, self.failures)
         with self.client.pipeline(transaction=False) as pipe:
             queued = 0
             for b, blob in enumerate(pack_xors(contrib)):
@@ -326,11 +280,7 @@ class TaskTracker:
                         if queued >= 64:   # (a bounded client buffer too)
                             pipe.execute()
                             queued = 0
-            for (comp, task), writes in staged.items():
-                key = keys.queue_staged(rid, comp, task, self.round, self.token)
-                items = list(writes.items())
-                for i in range(0, len(items), STAGE_BATCH):
-                    pipe.hset(key, mapping=dict(items[i:i + STAGE_BATCH]))
+            failed_queue.stage(pipe, rid, self.round, self.token, staged, STAGE_BATCH)
             pipe.execute()
         return list(staged)
 

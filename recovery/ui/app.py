@@ -36,6 +36,7 @@ from recovery.jobs import dead_letters, metrics, reports
 from recovery.jobs import summary as jobs_summary
 from recovery.model.run import check_run_id
 from recovery.tracking import keys, runs
+from recovery.tracking import queue as failed_queue
 from recovery.ui import svg
 from recovery.ui.access import check_token
 from recovery.ui.actions import RecoverProcesses
@@ -149,8 +150,7 @@ class UI:
                    self.client.hmget(keys.run_record(run_id), "status", "round", "summary", "ended", "rounds"))
         if rec[0] is None:
             runs.get(self.client, run_id)   # raises: the run is gone
-        parts = [*(v or b"" for v in rec), str(self.client.hlen(keys.dead(run_id))).encode(),
-                 b",".join(sorted(cast(set[bytes], self.client.smembers(keys.failed_set(run_id))))),
+        parts = [*(v or b"" for v in rec), *failed_queue.fingerprint(self.client, run_id),
                  json.dumps(self.processes.state(run_id), sort_keys=True).encode()]
         return hashlib.sha256(b"\0".join(parts)).hexdigest()
 

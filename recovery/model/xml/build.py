@@ -17,8 +17,11 @@ from recovery.errors import RecoveryError, WorkflowError
 from recovery.model import config as config_decl
 from recovery.model.config import PropertyError
 from recovery.model.workflow import (
+    DEAD_LETTER_SINK_ID,
+    DEAD_LETTER_SOURCE_ID,
     DEFAULT_STREAM,
     FILE_SINK_TYPES,
+    SINK_TYPES,
     SPARK_FILE_FORMATS,
     SPARK_PATHLESS_FORMATS,
     SPARK_SOURCE_ATTRIBUTES,
@@ -46,13 +49,7 @@ SOURCE_REQUIRED: dict[str, tuple[str, ...]] = {
     "queue": ("component", "tasks"),
     "spark": (),          # format, path / table, id-field: _spark_source checks them
 }
-SINK_REQUIRED: dict[str, tuple[str, ...]] = {
-    "jsonl": ("path",),
-    "parquet": ("path",),
-    "redis": ("key",),
-    "postgres": ("url", "table"),
-    "delta": ("path",),
-}
+SINK_REQUIRED: dict[str, tuple[str, ...]] = {name: t.required for name, t in SINK_TYPES.items()}
 FILE_FORMATS = ("text", "jsonl")
 RESERVED_STREAMS = ("__tick", "__heartbeat", "__system", "__ack_init", "__ack_ack", "__ack_fail")
 
@@ -182,6 +179,38 @@ def _spark_source(source: etree._Element, what: str, file: str | None) -> None:
                             "position to derive one from", file, line)
 
 
+def _sink(child: etree._Element, what: str, file: str | None) -> SinkImpl:
+    """A `<sink>` whose required attributes were checked: its mode and a table's attributes."""
+    typ, line = _required(child, "type"), child.sourceline
+    mode = child.get("mode")
+    if mode is not None and typ in TABLE_SINK_TYPES and mode != "append":
+        raise WorkflowError(f'{what}: <sink type="{typ}"> appends to its table: mode= can '
+                            f'only be "append" (got "{mode}"); rows are never replaced '
+                            "or removed by a run", file, line)
+    if mode is not None and typ not in FILE_SINK_TYPES + TABLE_SINK_TYPES:
+        raise WorkflowError(f'{what}: <sink type="{typ}"> takes no mode= (only '
+                            f"{' and '.join(FILE_SINK_TYPES)} sinks write part files)",
+                            file, line)
+    if typ in TABLE_SINK_TYPES:
+        problem = table_sink_problem(typ, child)
+        if problem:
+            raise WorkflowError(f'{what}: <sink type="{typ}"> {problem}', file, line)
+    params = tuple(p for p in _params(child) if p[0] != "mode")
+    return SinkImpl(type=typ, mode=mode, params=params)
+
+
+def _dead_letters(el: etree._Element, file: str | None) -> SinkImpl:
+    """`<dead-letters><sink .../></dead-letters>` (the schema allows one sink of a type that
+    can take dead letters)."""
+    sink = children(el, "sink")[0]
+    typ = _required(sink, "type")
+    for attr in SINK_REQUIRED.get(typ, ()):
+        if not (sink.get(attr) or "").strip():
+            raise WorkflowError(f'<dead-letters>: <sink type="{typ}"> needs a non-empty {attr}= attribute',
+                                file, sink.sourceline)
+    return _sink(sink, "<dead-letters>", file)
+
+
 def _build_component(el: etree._Element, file: str | None) -> tuple[Component, ElementLines]:
     kind = local_name(el)
     cid = _required(el, "id")
@@ -238,21 +267,7 @@ def _build_component(el: etree._Element, file: str | None) -> tuple[Component, E
                 impls.append(("<source>", line, SourceImpl(type=typ, params=_params(child),
                                                            options=_options(child, what, typ, file))))
             else:
-                mode = child.get("mode")
-                if mode is not None and typ in TABLE_SINK_TYPES and mode != "append":
-                    raise WorkflowError(f'{what}: <sink type="{typ}"> appends to its table: mode= can '
-                                        f'only be "append" (got "{mode}"); rows are never replaced '
-                                        "or removed by a run", file, line)
-                if mode is not None and typ not in FILE_SINK_TYPES + TABLE_SINK_TYPES:
-                    raise WorkflowError(f'{what}: <sink type="{typ}"> takes no mode= (only '
-                                        f"{' and '.join(FILE_SINK_TYPES)} sinks write part files)",
-                                        file, line)
-                if typ in TABLE_SINK_TYPES:
-                    problem = table_sink_problem(typ, child)
-                    if problem:
-                        raise WorkflowError(f'{what}: <sink type="{typ}"> {problem}', file, line)
-                params = tuple(p for p in _params(child) if p[0] != "mode")
-                impls.append(("<sink>", line, SinkImpl(type=typ, mode=mode, params=params)))
+                impls.append(("<sink>", line, _sink(child, what, file)))
         elif name == "stream":
             sid = child.get("id") or DEFAULT_STREAM
             if sid in stream_lines:
@@ -321,6 +336,7 @@ def build_workflow(root: etree._Element, file: str | None, base_dir: str | None,
     files its sources read must exist under `base_dir`."""
     config: tuple[tuple[str, str], ...] = ()
     resources = Resources()
+    dead_letters: SinkImpl | None = None
     comps: list[Component] = []
     lines: dict[str, ElementLines] = {}
     for el in children(root):
@@ -331,6 +347,9 @@ def build_workflow(root: etree._Element, file: str | None, base_dir: str | None,
         if name == "resources":
             resources = _resources(el, file)
             continue
+        if name == "dead-letters":
+            dead_letters = _dead_letters(el, file)
+            continue
         cid = _required(el, "id")
         if cid in lines:
             raise WorkflowError(f"duplicate component id {cid!r} (first defined on line "
@@ -338,13 +357,18 @@ def build_workflow(root: etree._Element, file: str | None, base_dir: str | None,
         comp, comp_lines = _build_component(el, file)
         comps.append(comp)
         lines[cid] = comp_lines
+    if dead_letters is not None:
+        for taken in (DEAD_LETTER_SINK_ID, DEAD_LETTER_SOURCE_ID):
+            if taken in lines:
+                raise WorkflowError(f"component id {taken!r} is the dead-letter sink's when the workflow has "
+                                    "<dead-letters>: rename the component", file, lines[taken].component)
     _check_injected_components(root, [c.id for c in comps], file)
     check_graph(comps, lines, file)
     check_table_sinks(comps, lines, file)
     if check_paths and base_dir is not None:
         check_source_paths(comps, lines, base_dir, file)
     return Workflow(name=root.get("name"), config=config, resources=resources, components=tuple(comps),
-                    base_dir=base_dir)
+                    dead_letters=dead_letters, base_dir=base_dir)
 
 
 def _resources(el: etree._Element, file: str | None) -> Resources:

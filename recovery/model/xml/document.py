@@ -18,7 +18,7 @@ from recovery.errors import RecoveryError, WorkflowError
 from recovery.model.workflow import NAMESPACE
 
 # Package data, so that an installed wheel validates too; schemas/workflow.xsd at the top of
-# the repository is the documented copy (a test keeps the two identical).
+# the repository, where the docs point, is a link to it (one file).
 SCHEMA_RESOURCE = resources.files("recovery.model.xml").joinpath("workflow.xsd")
 
 _NS = "{%s}" % NAMESPACE

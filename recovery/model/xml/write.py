@@ -46,6 +46,10 @@ def to_xml(wf: Workflow) -> str:
                 _el(res, "include", (("path", path),))
             for pattern in wf.resources.exclude:
                 _el(res, "exclude", (("pattern", pattern),))
+        if wf.dead_letters is not None:
+            dl = wf.dead_letters
+            _el(_el(root, "dead-letters", ()), dl.kind,
+                [("type", dl.type), *dl.params, *([("mode", dl.mode)] if dl.mode is not None else [])])
         for c in wf.components:
             attrs = [("id", c.id), ("parallelism", str(c.parallelism))]
             if isinstance(c.impl, ClassImpl):

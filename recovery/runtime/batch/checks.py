@@ -40,7 +40,7 @@ def is_batch_sink(comp: Component, wf: Workflow) -> bool:
 
 def reads_in_batches(comp: Component, wf: Workflow) -> bool:
     """A text file source whose every subscriber is a batch component: it reads and emits a
-    block of lines at a time (connectors.file_batches)."""
+    block of lines at a time (connectors.file_blocks)."""
     impl = comp.impl
     if impl.kind != "source" or impl.type != "file" or impl.param("format", "text") not in ("text", ""):
         return False

@@ -1,7 +1,7 @@
 """The task runner of a batch component: a TaskRunner whose collector is a BatchCollector, and
 whose bolt task is driven a batch at a time (runtime.batch.bolt, or runtime.batch.sink for a
 built-in sink), whose BatchSpout emits a batch at a time (next_batch). It also runs the batched
-text file source (connectors.file_batches), as its connectors.runner.BatchSourceRunner."""
+text file source (connectors.file_blocks), as its connectors.runner.BatchSourceRunner."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator

@@ -6,7 +6,7 @@ import functools
 import pytest
 
 from recovery.connectors import files, sources, spark_source
-from recovery.connectors.file_batches import file_source_batches
+from recovery.connectors.file_blocks import file_source_blocks
 from recovery.connectors.queue import queue_source
 from recovery.connectors.redis_stream.reader import stream_source
 from recovery.model.xml.build import SINK_REQUIRED, SOURCE_REQUIRED
@@ -27,7 +27,7 @@ def test_a_spark_source_reads_the_chunks_of_its_task():
 
 
 def test_a_file_source_reads_blocks_for_batch_consumers():
-    assert sources.batch_source_for("file") is file_source_batches
+    assert sources.batch_source_for("file") is file_source_blocks
     with pytest.raises(ValueError, match="source type 'queue' has no batch reader"):
         sources.batch_source_for("queue")
 

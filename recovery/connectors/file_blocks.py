@@ -69,7 +69,7 @@ def line_blocks(path: str | files.SourceFile, index: int, tasks: int,
             carry, pos = buf[done:], pos + done
 
 
-def file_source_batches(runner: BatchSourceRunner) -> Iterator[None]:
+def file_source_blocks(runner: BatchSourceRunner) -> Iterator[None]:
     """connectors.files.file_source, a block of lines at a time: the same root ids (from the
     same (file, offset) message ids), tuple ids, routes and ledger contributions, with the
     lines sent to the batch consumers as Arrow chunks. A block with a line that is not UTF-8

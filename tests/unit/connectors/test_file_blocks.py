@@ -1,4 +1,4 @@
-"""The batched text file source's reader (connectors.file_batches.line_blocks) finds the lines the row
+"""The batched text file source's reader (connectors.file_blocks.line_blocks) finds the lines the row
 source's reader (connectors.files._split_lines) finds, at the same offsets, whatever the
 number of tasks and wherever its reads cut a line."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from recovery.connectors import file_batches, files
+from recovery.connectors import file_blocks, files
 from recovery.tracking import ids
 
 line = st.one_of(st.sampled_from([b"", b" ", b"\t \r", b"\x0b\x0c", b"\xff\xfe", b"caf\xc3\xa9"]),
@@ -26,10 +26,10 @@ def test_the_batched_reader_finds_the_row_readers_lines(tmp_path, monkeypatch, l
         data = data.rstrip(b"\n") + b"tail"
     path = tmp_path / "in.txt"
     path.write_bytes(data)
-    monkeypatch.setattr(file_batches, "READ_BYTES", read_bytes)
+    monkeypatch.setattr(file_blocks, "READ_BYTES", read_bytes)
     for index in range(tasks):
         want = [(off, raw) for off, raw in files._split_lines(str(path), index, tasks) if raw.strip()]
-        blocks = list(file_batches.line_blocks(str(path), index, tasks, max_lines))
+        blocks = list(file_blocks.line_blocks(str(path), index, tasks, max_lines))
         assert all(0 < len(raw) <= max_lines for _, raw in blocks)
         got = [(int(o), r) for offsets, raw in blocks for o, r in zip(offsets.tolist(), raw.to_pylist())]
         assert got == want
@@ -39,13 +39,13 @@ def test_the_batched_reader_finds_the_row_readers_lines(tmp_path, monkeypatch, l
 def test_small_files(tmp_path, content):
     path = tmp_path / "in.txt"
     path.write_bytes(content)
-    got = [r for _, raw in file_batches.line_blocks(str(path), 0, 1, 8) for r in raw.to_pylist()]
+    got = [r for _, raw in file_blocks.line_blocks(str(path), 0, 1, 8) for r in raw.to_pylist()]
     assert got == [raw for _, raw in files._split_lines(str(path), 0, 1) if raw.strip()]
 
 
 # --- the source over its runner (connectors.runner.BatchSourceRunner) ---------------------------
 class Runner:
-    """What file_source_batches uses of its task runner: the component, the batch size, the
+    """What file_source_blocks uses of its task runner: the component, the batch size, the
     root-replay selection, emit_roots and spout_record."""
 
     def __init__(self, path, batch_size: int, replay: set[int] | None = None):
@@ -71,7 +71,7 @@ def test_blocks_of_lines_are_emitted_as_roots_by_their_position_hashes(tmp_path)
     path = tmp_path / "in.txt"
     path.write_bytes(b"one\r\ntwo\n\nthree\nfour")
     runner = Runner(path, batch_size=2)
-    list(file_batches.file_source_batches(runner))
+    list(file_blocks.file_source_blocks(runner))
     offsets = [0, 5, 10, 16]   # the blank line is no record
     want = ids.position_hashes("in.txt", np.array(offsets, dtype=np.uint64)).tolist()
     assert all(0 < len(hashes) <= 2 and stream == "default" for hashes, _, stream in runner.blocks)
@@ -84,7 +84,7 @@ def test_a_block_with_a_line_that_is_not_utf8_goes_record_by_record(tmp_path):
     path = tmp_path / "in.txt"
     path.write_bytes(b"good\nbad \xff\nfine\n")
     runner = Runner(path, batch_size=2)
-    list(file_batches.file_source_batches(runner))
+    list(file_blocks.file_source_blocks(runner))
     assert runner.records == [(("in.txt", 0), b"good\n"), (("in.txt", 5), b"bad \xff\n")]
     assert [lines for _, lines, _ in runner.blocks] == [["fine"]]
 
@@ -94,8 +94,8 @@ def test_a_root_replay_emits_only_the_selected_lines(tmp_path):
     path.write_bytes(b"a\nb\nc\n")
     hashes = ids.position_hashes("in.txt", np.array([0, 2, 4], dtype=np.uint64)).tolist()
     runner = Runner(path, batch_size=8, replay={hashes[1]})
-    list(file_batches.file_source_batches(runner))
+    list(file_blocks.file_source_blocks(runner))
     assert runner.blocks == [([hashes[1]], ["b"], "default")]
     nothing = Runner(path, batch_size=8, replay=set())
-    list(file_batches.file_source_batches(nothing))
+    list(file_blocks.file_source_blocks(nothing))
     assert nothing.blocks == [] and nothing.records == []
