@@ -50,9 +50,9 @@ OTHER_VARIABLES: tuple[tuple[str, str], ...] = (
     ("SPARK_LOCAL_IP", "Set to 127.0.0.1 when unset."),
     ("SPARK_CONF_DIR", "Read, never set. Unset, the driver logs to RECOVERY_HOME/spark.log (settings in "
      "RECOVERY_HOME/spark-conf, given to the JVM by a -D option) and its JVM shares Spark's classes through an "
-     "archive under XDG_CACHE_HOME/recovery/jvm (~/.cache when unset). Set, its settings stand and no archive is "
+     "archive kept in the user's cache folder (XDG_CACHE_HOME). Set, its settings stand and no archive is "
      "used (Java cannot share classes with a configuration folder on the class path)."),
-    ("XDG_CACHE_HOME", "Where the driver JVM's class archive is kept (`recovery/jvm` in it); ~/.cache when unset."),
+    ("XDG_CACHE_HOME", "The cache folder where the driver JVM's class archive is kept (~/.cache when unset)."),
     ("AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN",
      "Read only to mask their values in messages about an S3 spill location."),
 )
