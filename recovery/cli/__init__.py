@@ -1,11 +1,10 @@
-"""The `recovery` command line. Each module of this package adds its commands to `main`
-(a module defines `register(main)`), so commands live beside what they drive."""
+"""The `recovery` command line: `main` and what its commands share. Each command is a
+module-level click command in its own module of this package, added to `main` at the end of
+this file; the commands that act on runs are thin shells over the run API (recovery/run.py)."""
 from __future__ import annotations
 
-import importlib
 import json
 import logging
-import pkgutil
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -100,7 +99,21 @@ def echo_json(obj: Any) -> None:
     click.echo(json.dumps(obj, indent=2, sort_keys=True, default=str))
 
 
-for _mod in pkgutil.iter_modules(__path__):
-    _m = importlib.import_module(f"{__name__}.{_mod.name}")
-    if hasattr(_m, "register"):
-        _m.register(main)
+# The commands (imported last: their modules import the helpers above).
+from recovery.cli.clear import clear  # noqa: E402
+from recovery.cli.dead import dead  # noqa: E402
+from recovery.cli.launcher import launcher  # noqa: E402
+from recovery.cli.plan import plan  # noqa: E402
+from recovery.cli.produce import produce  # noqa: E402
+from recovery.cli.recover import recover  # noqa: E402
+from recovery.cli.runs import runs_cmd  # noqa: E402
+from recovery.cli.server import server  # noqa: E402
+from recovery.cli.status import status  # noqa: E402
+from recovery.cli.submit import submit  # noqa: E402
+from recovery.cli.topics import topics  # noqa: E402
+from recovery.cli.ui import ui  # noqa: E402
+from recovery.cli.validate import graph, properties, validate  # noqa: E402
+
+for _command in (validate, graph, properties, submit, runs_cmd, status, plan, recover, dead, clear, produce,
+                 topics, server, ui, launcher):
+    main.add_command(_command)

@@ -1,5 +1,5 @@
-"""What the run commands share: the Redis client and Spark session they open, option
-callbacks, the progress bars and the run summary's tables."""
+"""What the run commands share: option callbacks, the progress bars and the run summary's
+tables."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -8,38 +8,13 @@ import click
 
 from recovery.cli import echo_json
 from recovery.cli.safe_text import plain, rich_text
-from recovery.controlplane import connection
-from recovery.engine.session import is_local_master, session
-from recovery.environment import environment
 from recovery.errors import RecoveryError
-from recovery.jobs import follow as follow_mod
+from recovery.jobs import summary as jobs_summary
 from recovery.jobs.summary import RunSummary
 from recovery.model.run import check_run_id
 
 if TYPE_CHECKING:
     from rich.progress import Progress
-
-
-def client_for(redis_url: str | None) -> tuple[Any, str]:
-    """A client of the given Redis (or the embedded server's) and its resolved URL."""
-    url = connection.resolve_url(redis_url)
-    return connection.connect(url), url
-
-
-def refuse_embedded_redis_on_cluster(redis_url: str | None, master: str | None) -> None:
-    """The embedded Redis listens on a unix socket under RECOVERY_HOME: executors on other
-    hosts cannot reach it. With a cluster's master, a Redis URL every executor reaches is
-    required (docs/cluster.md)."""
-    master = master or environment().spark_master
-    if master and not is_local_master(master) and not (redis_url or environment().redis_url):
-        raise RecoveryError(f"master {master} runs tasks on other hosts, which cannot reach the embedded Redis "
-                            "(a unix socket under RECOVERY_HOME): give --redis redis://HOST:PORT (or "
-                            f"${connection.URL_ENV}) of a Redis every executor reaches, its password in "
-                            f"${connection.PASSWORD_FILE_ENV} or ${connection.PASSWORD_ENV} (docs/cluster.md)")
-
-
-def spark_for(master: str | None, conf: dict[str, str]) -> Any:
-    return session(master, conf)
 
 
 def run_id_arg(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -147,5 +122,5 @@ def show(summary: RunSummary, as_json: bool) -> None:
         echo_json(summary.to_json())
         return
     print_summary(summary)
-    for line in follow_mod.report_lines(summary):
+    for line in jobs_summary.report_lines(summary):
         click.echo(plain(line))

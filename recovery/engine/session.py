@@ -101,6 +101,18 @@ def session(master: str | None = None, conf: dict[str, str] | None = None, home:
     return LazySession(sc)
 
 
+def adopt(spark: Any) -> Any:
+    """A session the caller made (a notebook's, spark-submit's, a managed platform's), used as
+    it is: its master, settings and archives are left alone and it is never stopped here. On a
+    cluster its executors' Python is checked as for a session of ours (once per context)."""
+    sc = spark.sparkContext
+    if not is_local_master(str(sc.master)) and not getattr(sc, "_recovery_checked", False):
+        python = sc.pythonExec or executors.workers_python(spark) or executors.SPARK_DEFAULT_PYTHON
+        executors.check(spark, python)
+        sc._recovery_checked = True
+    return spark
+
+
 def _settings(master: str, home: Path, app_name: str) -> Any:
     """The settings every session of ours has, local or not (a SparkConf)."""
     from pyspark import SparkConf

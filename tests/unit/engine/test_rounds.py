@@ -97,7 +97,7 @@ def test_a_round_settles_with_the_counts_the_per_bucket_job_would_count(attempts
     assert not fake_redis.exists(keys.round_counts("c", 0))   # dropped with the settled round
     testing.recover_local(run)
     if attempts == "3":
-        assert run.summary["status"] == runs.COMPLETED and run.summary["recovered"] == stored.pending
+        assert run.summary.status == runs.COMPLETED and run.summary.recovered == stored.pending
         testing.assert_same_output(run, testing.failure_free_output(shouting(), inputs={"words": WORDS}))
 
 
