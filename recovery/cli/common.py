@@ -33,7 +33,8 @@ def key_values(pairs: tuple[str, ...], what: str) -> dict[str, str]:
 
 
 class RoundProgress:
-    """Tasks committed / total, on stderr, while a round runs (quiet with --json)."""
+    """Tasks committed / total, on stderr, while a round runs (quiet with --json). The bars
+    start with the first round's first report, so a refusal before that prints nothing else."""
 
     def __init__(self, enabled: bool):
         self.enabled = enabled
@@ -41,7 +42,10 @@ class RoundProgress:
         self._tasks: dict[str, Any] = {}
 
     def __enter__(self) -> RoundProgress:
-        if self.enabled:
+        return self
+
+    def _bars(self) -> Progress | None:
+        if self.enabled and self._progress is None:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
             # a label holds component names: shown as text, never as markup
@@ -49,19 +53,21 @@ class RoundProgress:
                                       TextColumn("tasks"), TimeElapsedColumn(),
                                       console=Console(stderr=True), transient=False)
             self._progress.__enter__()
-        return self
+        return self._progress
 
     def __call__(self, label: str, done: int, total: int) -> None:
-        if self._progress is None:
+        progress = self._bars()
+        if progress is None:
             return
         if label not in self._tasks:
-            self._tasks[label] = self._progress.add_task(plain(label), total=total)
-        self._progress.update(self._tasks[label], completed=min(done, total), total=total)
+            self._tasks[label] = progress.add_task(plain(label), total=total)
+        progress.update(self._tasks[label], completed=min(done, total), total=total)
 
     def note(self, text: str) -> None:
         """A line printed above the bars (so it lands in order with them)."""
-        if self._progress is not None:
-            self._progress.console.print(rich_text(text), highlight=False)
+        progress = self._bars()
+        if progress is not None:
+            progress.console.print(rich_text(text), highlight=False)
         else:
             click.echo(plain(text), err=True)
 

@@ -72,7 +72,7 @@ def submitted(n_words: int, inject: dict[str, str]) -> tuple[testing.LocalRun, f
     return run, server
 
 
-def driven(run: testing.LocalRun, driver: fakeredis.FakeRedis, **kwargs: Any) -> dict[str, Any]:
+def driven(run: testing.LocalRun, driver: fakeredis.FakeRedis, **kwargs: Any) -> RunSummary:
     """jobs.recover with `driver` as the driver's client; the tasks keep the run's own client."""
     with task.injected_client(run.redis_url, run.client):
         return jobs_recover.recover(cast(Any, LocalSession()), driver, run.redis_url, run.run_id, **kwargs)
@@ -117,7 +117,7 @@ def test_a_recovery_round_and_status_read_only_positions_and_counters(strategy):
         status = reports.run_status(driver, "r")
         assert (status["failed"], status["pending"], status["complete"]) == (n, n, 0)
         result = driven(run, driver, strategy=strategy)
-        assert result["status"] == runs.COMPLETED and result["complete"] == n
+        assert result.status == runs.COMPLETED and result.complete == n
         assert sorted(v[0] for v in run.sinks["out"]) == sorted(f"W{i}" for i in range(n))
         assert per_tuple_reads(log, "r") == []
         shapes.append(shape(log))

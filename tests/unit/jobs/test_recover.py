@@ -151,7 +151,7 @@ def test_a_forced_take_over_fences_the_first_driver_and_the_second_finishes_exac
     assert "summary" in second, f"the take-over point {point} was never reached"
     b = second["summary"]
     # (between rounds A had settled round 1: there is no round to resume)
-    assert b["status"] == runs.COMPLETED and b["resumed"] == (point != "between-rounds") and b["rounds"] >= 1, b
+    assert b.status == runs.COMPLETED and b.resumed == (point != "between-rounds") and b.rounds is not None and b.rounds >= 1, b
     s = summary.summarize(fake_redis, "tk")
     assert (s.status, s.pending, s.in_flight, s.complete) == (runs.COMPLETED, 0, 0, len(WORDS))
     assert not s.warnings
@@ -203,8 +203,8 @@ def test_a_resumed_crashed_round_is_counted_in_the_summary(fake_redis, monkeypat
 
 def _cli_on(monkeypatch: pytest.MonkeyPatch, client: Any, url: str) -> None:
     """The CLI's commands against `client` (fakeredis) and the test kit's in-process engine."""
-    monkeypatch.setattr("recovery.cli.common.client_for", lambda redis_url: (client, url))
-    monkeypatch.setattr("recovery.cli.common.spark_for", lambda master, conf: LocalSession())
+    monkeypatch.setattr("recovery.run.client_for", lambda redis_url: (client, url))
+    monkeypatch.setattr("recovery.run.start_session", lambda master, conf: LocalSession())
     monkeypatch.setattr("recovery.engine.rounds.connection.connect", lambda redis_url, start=False: client)
 
 

@@ -25,7 +25,7 @@ def test_a_crashed_unsettled_round_has_unknown_counts_never_negative(fake_redis)
     from recovery.cli.common import counts_line
     assert counts_line(s) == "roots: unknown (round 0 not settled; run `recovery recover r1`)"
     monkey_client = (fake_redis, "redis://fake")
-    import recovery.cli.common as cli_run
+    import recovery.run as cli_run
     orig = cli_run.client_for
     cli_run.client_for = lambda url: monkey_client
     try:
