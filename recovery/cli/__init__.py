@@ -3,7 +3,6 @@ module-level click command in its own module of this package, added to `main` at
 this file; the commands that act on runs are thin shells over the run API (recovery/run.py)."""
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from collections.abc import Callable
@@ -12,6 +11,19 @@ from typing import Any
 import click
 import redis
 
+from recovery.cli.clear import clear
+from recovery.cli.dead import dead
+from recovery.cli.launcher import launcher
+from recovery.cli.plan import plan
+from recovery.cli.produce import produce
+from recovery.cli.recover import recover
+from recovery.cli.runs import runs_cmd
+from recovery.cli.server import server
+from recovery.cli.status import status
+from recovery.cli.submit import submit
+from recovery.cli.topics import topics
+from recovery.cli.ui import ui
+from recovery.cli.validate import graph, properties, validate
 from recovery.errors import RecoveryError
 from recovery.visible import visible
 
@@ -84,36 +96,7 @@ def log_to_stderr(verbose: int) -> Callable[[], None]:
     return undo
 
 
-def redis_option(f):
-    """--redis URL (or RECOVERY_REDIS_URL); the embedded server when neither is given."""
-    return click.option("--redis", "redis_url", envvar="RECOVERY_REDIS_URL", default=None,
-                        metavar="URL", help="Redis URL (redis://, rediss://, unix://). "
-                        "Default: the embedded server under RECOVERY_HOME (.recovery/).")(f)
-
-
-def json_option(f):
-    return click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")(f)
-
-
-def echo_json(obj: Any) -> None:
-    click.echo(json.dumps(obj, indent=2, sort_keys=True, default=str))
-
-
-# The commands (imported last: their modules import the helpers above).
-from recovery.cli.clear import clear  # noqa: E402
-from recovery.cli.dead import dead  # noqa: E402
-from recovery.cli.launcher import launcher  # noqa: E402
-from recovery.cli.plan import plan  # noqa: E402
-from recovery.cli.produce import produce  # noqa: E402
-from recovery.cli.recover import recover  # noqa: E402
-from recovery.cli.runs import runs_cmd  # noqa: E402
-from recovery.cli.server import server  # noqa: E402
-from recovery.cli.status import status  # noqa: E402
-from recovery.cli.submit import submit  # noqa: E402
-from recovery.cli.topics import topics  # noqa: E402
-from recovery.cli.ui import ui  # noqa: E402
-from recovery.cli.validate import graph, properties, validate  # noqa: E402
-
+# The commands, each a module-level click command of its own module.
 for _command in (validate, graph, properties, submit, runs_cmd, status, plan, recover, dead, clear, produce,
                  topics, server, ui, launcher):
     main.add_command(_command)

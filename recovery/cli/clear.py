@@ -4,7 +4,8 @@ from __future__ import annotations
 import click
 
 from recovery import run as api
-from recovery.cli import common, echo_json, json_option, redis_option
+from recovery.cli import common
+from recovery.cli.options import echo_json, json_option, redis_option
 from recovery.cli.safe_text import plain
 from recovery.errors import RecoveryError
 from recovery.jobs import clear as jobs_clear

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from recovery.cli import echo_json
+from recovery.cli.options import echo_json
 from recovery.cli.safe_text import plain, rich_text
 from recovery.errors import RecoveryError
 from recovery.jobs import summary as jobs_summary

@@ -10,8 +10,9 @@ SCRIPT = Path(__file__).resolve().parents[1] / "launcher" / "spark_submit.py"
 
 @click.command()
 def launcher() -> None:
-    """Print the path of the launcher script, for spark-submit:
+    """Print the path of the script that runs this command line inside spark-submit.
 
+    \b
     spark-submit [spark flags] $(recovery launcher) submit workflow.xml --redis URL
 
     runs `recovery submit` (or `recover`, `status`, ...) inside spark-submit's Spark session:

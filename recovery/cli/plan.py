@@ -4,7 +4,8 @@ from __future__ import annotations
 import click
 
 from recovery import run as api
-from recovery.cli import common, redis_option
+from recovery.cli import common
+from recovery.cli.options import redis_option
 from recovery.cli.safe_text import visible
 from recovery.errors import RecoveryError
 from recovery.model import render

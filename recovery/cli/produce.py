@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from recovery.cli import echo_json, json_option, redis_option
+from recovery.cli.options import echo_json, json_option, redis_option
 from recovery.cli.safe_text import plain
 from recovery.connectors.redis_stream import retention
 from recovery.connectors.redis_stream import topics as stream_reader

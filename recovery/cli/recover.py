@@ -4,7 +4,8 @@ from __future__ import annotations
 import click
 
 from recovery import run as api
-from recovery.cli import common, echo_json, json_option, redis_option
+from recovery.cli import common
+from recovery.cli.options import echo_json, json_option, redis_option
 from recovery.cli.safe_text import plain
 from recovery.jobs.recover import RecoverPlan, RecoveryRound
 from recovery.tracking import runs

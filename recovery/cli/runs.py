@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from recovery import run as api
-from recovery.cli import echo_json, json_option, redis_option
+from recovery.cli.options import echo_json, json_option, redis_option
 from recovery.cli.safe_text import plain
 
 

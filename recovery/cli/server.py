@@ -6,7 +6,7 @@ from typing import Any
 import click
 import redis
 
-from recovery.cli import echo_json, json_option, redis_option
+from recovery.cli.options import echo_json, json_option, redis_option
 from recovery.cli.safe_text import plain
 from recovery.controlplane import connection, embedded
 

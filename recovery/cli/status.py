@@ -4,7 +4,8 @@ from __future__ import annotations
 import click
 
 from recovery import run as api
-from recovery.cli import common, json_option, redis_option
+from recovery.cli import common
+from recovery.cli.options import json_option, redis_option
 
 
 @click.command()

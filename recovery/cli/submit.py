@@ -7,7 +7,8 @@ import sys
 import click
 
 from recovery import run as api
-from recovery.cli import common, echo_json, json_option, metrics_server, redis_option
+from recovery.cli import common, metrics_server
+from recovery.cli.options import echo_json, json_option, redis_option
 from recovery.cli.safe_text import plain
 from recovery.errors import RecoveryError
 from recovery.jobs import follow as follow_mod

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from recovery.cli import echo_json, json_option, redis_option
+from recovery.cli.options import echo_json, json_option, redis_option
 from recovery.cli.safe_text import plain
 from recovery.connectors.redis_stream import report, retention
 from recovery.connectors.redis_stream.topics import TopicError

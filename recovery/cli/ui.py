@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from recovery.cli import redis_option
+from recovery.cli.options import redis_option
 from recovery.cli.safe_text import plain
 from recovery.errors import RecoveryError
 from recovery.home import ensure_home

@@ -6,7 +6,7 @@ import sys
 import click
 
 from recovery.api.runnable import validate_file
-from recovery.cli import echo_json
+from recovery.cli.options import echo_json
 from recovery.cli.safe_text import plain
 from recovery.errors import WorkflowError
 from recovery.model.config import describe

@@ -106,11 +106,14 @@ def adopt(spark: Any) -> Any:
     it is: its master, settings and archives are left alone and it is never stopped here. On a
     cluster its executors' Python is checked as for a session of ours (once per context)."""
     sc = spark.sparkContext
-    if not is_local_master(str(sc.master)) and not getattr(sc, "_recovery_checked", False):
+    if not is_local_master(str(sc.master)) and sc.applicationId not in _CHECKED_APPS:
         python = sc.pythonExec or executors.workers_python(spark) or executors.SPARK_DEFAULT_PYTHON
         executors.check(spark, python)
-        sc._recovery_checked = True
+        _CHECKED_APPS.add(sc.applicationId)
     return spark
+
+
+_CHECKED_APPS: set[str] = set()   # the applications whose executors `adopt` checked
 
 
 def _settings(master: str, home: Path, app_name: str) -> Any:
