@@ -189,13 +189,13 @@ def submit(workflow: Topology | Workflow | str | os.PathLike[str], *, spark: Any
         outcome = follow_mod.run(choice.session(), client, url, follow_plan, max_batches=max_batches,
                                  idle_exit=idle_exit, on_event=on_event)
         rid = outcome.summary.run_id if outcome.summary is not None else follow_plan.run_id
-        return Run(rid, client, url, choice, summary=outcome.summary, follow=outcome)
+        return Run(rid, client, url, choice, summary=outcome.summary, follow=outcome, redis_given=redis)
     plan = jobs_submit.prepare(wf, xml, file, tracking_on=tracking, master=choice.effective_master,
                                run_id=run_id, spill_dir=spill_dir)
     client, url = client_for(redis)
     jobs_submit.check_redis(client, plan)
     summary = follow_mod.submit_bounded(choice.session(), client, url, plan, progress, on_resumed)
-    return Run(summary.run_id, client, url, choice, summary=summary)
+    return Run(summary.run_id, client, url, choice, summary=summary, redis_given=redis)
 
 
 def _assignments(config: Mapping[str, Any] | Iterable[str] | None) -> tuple[str, ...]:
@@ -227,10 +227,12 @@ class Run:
     """A run this Redis knows: made by `submit`, or found by `Run.get(run_id)`."""
 
     def __init__(self, run_id: str, client: Redis, redis_url: str, spark: SparkChoice | None = None, *,
-                 summary: RunSummary | None = None, follow: follow_mod.FollowOutcome | None = None):
+                 summary: RunSummary | None = None, follow: follow_mod.FollowOutcome | None = None,
+                 redis_given: str | None = None):
         self.id = run_id
         self.client = client
         self.redis_url = redis_url
+        self._redis_given = redis_given   # the URL the caller gave (None: the embedded server's)
         self._spark = spark or SparkChoice()
         self.summary = summary       # what the call that made this Run reported
         self.follow_outcome = follow
@@ -245,7 +247,7 @@ class Run:
         client, url = client_for(redis)
         if must_exist and not client.exists(keys.run_record(run_id)):   # (a report reads the record itself)
             raise runs.not_found(run_id)
-        return cls(run_id, client, url, SparkChoice(spark, master, dict(spark_conf or {})))
+        return cls(run_id, client, url, SparkChoice(spark, master, dict(spark_conf or {})), redis_given=redis)
 
     @property
     def run_id(self) -> str:
@@ -282,8 +284,7 @@ class Run:
         the run over from a live driver, `code_changed` recovers with the workflow's code as it
         is now. `on_prepared` is told the checked plan before Spark starts."""
         master = self._spark.effective_master
-        # (a unix socket is the embedded server's: no executor of another host reaches it)
-        refuse_embedded_redis_on_cluster(None if self.redis_url.startswith("unix:") else self.redis_url, master)
+        refuse_embedded_redis_on_cluster(self._redis_given, master)
         plan = jobs_recover.prepare(self.client, self.id, force, spill_dir, code_changed)
         original = original_workflow(plan.record)
         # a run submitted locally, recovered on a cluster: its relative paths are the driver's
