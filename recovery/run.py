@@ -188,7 +188,8 @@ def submit(workflow: Topology | Workflow | str | os.PathLike[str], *, spark: Any
         follow_mod.check_redis(client, follow_plan)
         outcome = follow_mod.run(choice.session(), client, url, follow_plan, max_batches=max_batches,
                                  idle_exit=idle_exit, on_event=on_event)
-        rid = outcome.summary.run_id if outcome.summary is not None else follow_plan.run_id
+        # (no message came: no run was started, `run.summary` is None and its id "")
+        rid = outcome.summary.run_id if outcome.summary is not None else (follow_plan.run_id or "")
         return Run(rid, client, url, choice, summary=outcome.summary, follow=outcome, redis_given=redis)
     plan = jobs_submit.prepare(wf, xml, file, tracking_on=tracking, master=choice.effective_master,
                                run_id=run_id, spill_dir=spill_dir)

@@ -231,7 +231,7 @@ class Topology:
                     impl = SinkImpl(type=str(builtin["type"]), mode=builtin.get("mode"), params=_pairs(params))
             spec = _Spec(cid, kind, impl, parallelism, _pairs(config), where)
             # the id and parallelism checked now, where the line that is wrong is the caller's
-            Component(id=cid, kind=kind, parallelism=parallelism, impl=impl)   # type: ignore[arg-type]
+            Component(id=cid, kind=kind, parallelism=parallelism, impl=impl)
         except ValidationError as err:
             raise _error(f"{what}: {_first(err)}", where) from None
         if fields is not None:
@@ -253,7 +253,7 @@ class Topology:
     def _draft(self) -> Workflow:
         """The model as written, not yet checked (the parser checks it)."""
         try:
-            comps = tuple(Component(id=s.id, kind=s.kind, parallelism=s.parallelism,  # type: ignore[arg-type]
+            comps = tuple(Component(id=s.id, kind=s.kind, parallelism=s.parallelism,
                                     impl=s.impl, config=s.config,
                                     streams=tuple(x for x, _ in s.streams),
                                     inputs=tuple(x for x, _ in s.inputs)) for s in self._specs)
