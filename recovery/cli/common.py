@@ -64,12 +64,11 @@ class RoundProgress:
         progress.update(self._tasks[label], completed=min(done, total), total=total)
 
     def note(self, text: str) -> None:
-        """A line printed above the bars (so it lands in order with them)."""
+        """A line printed above the bars (so it lands in order with them); none with --json
+        (spark-submit merges a command's stderr into the stdout that holds its JSON)."""
         progress = self._bars()
         if progress is not None:
             progress.console.print(rich_text(text), highlight=False)
-        else:
-            click.echo(plain(text), err=True)
 
     def __exit__(self, *exc: Any) -> None:
         if self._progress is not None:

@@ -112,7 +112,8 @@ def submit(file: str, master: str | None, spark_conf: tuple[str, ...], props: tu
         return
 
     def resumed(summary: RunSummary) -> None:
-        click.echo(f"resumed crashed run {plain(summary.run_id)} of the same consumer first", err=True)
+        if not as_json:
+            click.echo(f"resumed crashed run {plain(summary.run_id)} of the same consumer first", err=True)
     with common.RoundProgress(not as_json) as progress:
         run = api.submit(file, redis=redis_url, config=props, config_option="-p", master=master,
                          spark_conf=spark_conf_kv, run_id=run_id, tracking=not no_tracking, spill_dir=spill_dir,

@@ -42,7 +42,7 @@ def test_spark_submit_runs_submit_then_recover_in_its_own_session_exact(spark, r
     done = spark_submit(launcher, redis_url, "submit", str(xml), "--json",
                         *[a for k, v in INJECT.items() for a in ("-p", f"{k}={v}")])
     assert done.returncode == 0, done.stderr[-3000:]
-    s = json.loads(done.stdout)
+    s = json.loads(done.stdout)   # (its stdout: only the JSON object, though stderr is merged into it)
     assert s["status"] == "pending" and s["roots"] == 1000
     assert {p["component"] for p in s["failed_positions"]} == {"split", "normalize", "aggregate"}
     out = tmp_path / "flaky" / "out" / "cdn_logs"
