@@ -149,9 +149,12 @@ def _workflow_of(workflow: Topology | Workflow | str | os.PathLike[str]
             return wf, fh.read(), file
     if isinstance(workflow, Workflow):
         workflow = Topology.from_workflow(workflow)
-    if workflow.file is not None:   # read from a file: that file, as the command line reads it
+    if workflow.file is not None:   # read from a file and not changed since: that file, as the CLI reads it
         wf = workflow_xml.load(workflow.file)
-        return wf, workflow.to_xml(), workflow.file
+        if Topology.from_workflow(wf) == workflow:
+            with open(workflow.file, encoding="utf-8", errors="replace") as fh:
+                return wf, fh.read(), workflow.file
+    # (changed in Python after it was read: its paths still resolve against the file's folder)
     base = workflow.base_dir or os.getcwd()
     wf = workflow.workflow(base_dir=base)
     xml = workflow.to_xml()

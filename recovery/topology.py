@@ -274,10 +274,8 @@ class Topology:
         naming the component and the line of Python that added it."""
         text = to_xml(self._draft())
         try:
-            return workflow_xml.parse_string(text, file=self.file, base_dir=base_dir or self.base_dir)
+            return workflow_xml.parse_string(text, base_dir=base_dir or self.base_dir)
         except WorkflowError as err:
-            if self.file is not None:   # read from a file: its lines are the file's
-                raise
             raise self._python_error(err, text) from None
 
     def _python_error(self, err: WorkflowError, text: str) -> WorkflowError:

@@ -192,3 +192,13 @@ def test_a_topology_draws_itself_as_well_formed_escaped_html():
     t.bolt("x", "m:C").input("<none>")
     page = t._repr_html_()
     assert etree.fromstring(page).tag == "pre" and "&lt;none&gt;" in page
+
+
+def test_a_topology_read_from_a_file_keeps_its_folder_and_can_grow():
+    t = Topology.from_xml(WORKFLOWS / "cdn_logs.xml")
+    assert t.file == str(WORKFLOWS / "cdn_logs.xml") and t.base_dir == str(WORKFLOWS)
+    assert t.workflow() == load(WORKFLOWS / "cdn_logs.xml")
+    t.bolt("count", "cdn_logs.components:Count").input("aggregate", "fields", fields="host")   # no such field
+    with pytest.raises(WorkflowError, match="groups by field 'host'") as info:
+        t.workflow()
+    assert info.value.file == HERE and info.value.line == _line_of("# no such field")
