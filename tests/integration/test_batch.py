@@ -36,7 +36,7 @@ def test_spark_task_retries_of_a_batch_task_change_no_result_and_no_ledger(spark
     out = lambda d: sink_records(tmp_path / d / "out" / "cdn_logs_batch")   # noqa: E731
     assert out("a") == out("b") and out("a")
     for k in ("roots", "complete", "pending", "failed"):
-        assert base[k] == crashed[k]
+        assert getattr(base, k) == getattr(crashed, k)
     assert base.components["aggregate"]["failed"] > 0
     assert ledger.pending_roots(redis_client, base.run_id) == ledger.pending_roots(redis_client, crashed.run_id)
     state = lambda rid: redis_client.hgetall(keys.state(rid, "aggregate"))   # noqa: E731

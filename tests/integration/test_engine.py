@@ -160,7 +160,7 @@ def test_spark_task_retries_change_no_result_and_no_ledger(spark, redis_url, red
     assert (tmp_path / "crashed").exists()      # the first attempt really died
     assert sink_records(tmp_path / "a" / "out" / "wordcount") == sink_records(tmp_path / "b" / "out" / "wordcount")
     for k in ("roots", "complete", "pending", "failed"):
-        assert base[k] == crashed[k]
+        assert getattr(base, k) == getattr(crashed, k)
     assert ledger.pending_roots(redis_client, base.run_id) == ledger.pending_roots(redis_client, crashed.run_id)
     state = lambda rid: redis_client.hgetall(keys.state(rid, "count"))
     assert state(base.run_id) == state(crashed.run_id)
