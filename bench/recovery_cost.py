@@ -277,9 +277,9 @@ def main(argv: list[str] | None = None) -> int:
               f"failure-free submit {clean_secs:.2f}s")
         rows = []
         for name, r in results_by_strategy.items():
-            rows.append([name, f"{r['exec']:,}", str(r.rounds), f"{r['secs']:.2f}",
+            rows.append([name, f"{r['exec']:,}", str(r["rounds"]), f"{r['secs']:.2f}",
                          f"{r['dupes']['main']:,} / {r['dupes']['archive']:,}",
-                         f"{r['missing']['main']:,} / {r['missing']['archive']:,}", r.status])
+                         f"{r['missing']['main']:,} / {r['missing']['archive']:,}", r["status"]])
         print(C.table(["strategy", "tuple executions", "rounds", "wall s",
                        "duplicates main / archive", "missing main / archive", "final status"], rows))
         print(f"full rerun: the failure-free run writes its own part files beside the failed run's "
@@ -301,8 +301,8 @@ def main(argv: list[str] | None = None) -> int:
             "failing_submit_s": round(C.median([f["secs"] for f in failing.values()]), 3),
             "clean_submit_s": round(clean_secs, 3),
             "localized_over_full_rerun_wall": round(loc["secs"] / full["secs"], 4),
-            "strategies": {name: {"executions": r["exec"], "rounds": r.rounds, "wall_s": round(r["secs"], 3),
-                                  "duplicates": r["dupes"], "missing": r["missing"], "status": r.status}
+            "strategies": {name: {"executions": r["exec"], "rounds": r["rounds"], "wall_s": round(r["secs"], 3),
+                                  "duplicates": r["dupes"], "missing": r["missing"], "status": r["status"]}
                            for name, r in results_by_strategy.items()},
             "full_rerun_own_parts": {"duplicates": sum(own_dupes.values()), "missing": sum(own_missing.values())},
         })
