@@ -142,14 +142,14 @@ def batch_variant(args: argparse.Namespace, results: C.Results) -> int:
                     "bisect_rows": agg.get("bisect_rows", 0),
                     "recovery_executions": executions(runs.get(client, run_id), True),
                     "recovery_s": round(rec_secs, 3), "duplicates": dupes, "missing": missing,
-                    "status": r["status"]}
+                    "status": r.status}
                 rows.append([workflow, f"{clean_secs:.2f}", f"{fail_secs:.2f}", f"{failed:,}",
                              f"{agg.get('bisect_runs', 0):,}", f"{agg.get('bisect_isolated', 0):,}",
                              f"{agg.get('bisect_runs', 0) / max(agg.get('bisect_isolated', 0), 1):.1f}"
                              if "bisect_runs" in agg else "-", f"{agg.get('bisect_rows', 0):,}",
                              f"{executions(runs.get(client, run_id), True):,}", f"{rec_secs:.2f}",
-                             str(dupes), str(missing), r["status"]])
-                print(f"{workflow}: failing run {fail_secs:.2f}s, recovery {rec_secs:.2f}s, {r['status']}",
+                             str(dupes), str(missing), r.status])
+                print(f"{workflow}: failing run {fail_secs:.2f}s, recovery {rec_secs:.2f}s, {r.status}",
                       file=sys.stderr)
                 clear.clear(client, run_id)
         print()
@@ -249,9 +249,9 @@ def main(argv: list[str] | None = None) -> int:
                 rec = runs.get(client, run_id)
                 dupes, missing = diff(sinks_of(home / strategy), ref)
                 results_by_strategy[strategy] = {"secs": secs, "exec": executions(rec, True),
-                                     "rounds": r["rounds"], "status": r["status"],
+                                     "rounds": r.rounds, "status": r.status,
                                      "dupes": dupes, "missing": missing}
-                print(f"{strategy}: {secs:.2f}s, {r['rounds']} rounds, {r['status']}", file=sys.stderr)
+                print(f"{strategy}: {secs:.2f}s, {r.rounds} rounds, {r.status}", file=sys.stderr)
                 clear.clear(client, run_id)
 
             # full rerun: a failure-free submit over the failed run's output folder, its parts

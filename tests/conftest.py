@@ -74,6 +74,7 @@ _INTEGRATION_DIR = _TESTS_DIR / "integration"
 # other file is short (under 10 s) and keeps pytest-randomly's place, as do the tests within a
 # file. Not a bound on anything: a file listed wrong only makes the suite end a little later.
 LONG_FILES = {
+    "integration/test_launcher.py": 60, "integration/test_run_api.py": 15,
     "integration/test_spark_source.py": 61, "integration/test_cluster_isolated.py": 57,
     "integration/test_cluster.py": 51, "integration/test_cluster_runs.py": 35,
     "integration/test_takeover.py": 31, "integration/ui/test_browser.py": 23,

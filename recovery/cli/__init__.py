@@ -1,11 +1,9 @@
-"""The `recovery` command line. Each module of this package adds its commands to `main`
-(a module defines `register(main)`), so commands live beside what they drive."""
+"""The `recovery` command line: `main` and what its commands share. Each command is a
+module-level click command in its own module of this package, added to `main` at the end of
+this file; the commands that act on runs are thin shells over the run API (recovery/run.py)."""
 from __future__ import annotations
 
-import importlib
-import json
 import logging
-import pkgutil
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -13,6 +11,19 @@ from typing import Any
 import click
 import redis
 
+from recovery.cli.clear import clear
+from recovery.cli.dead import dead
+from recovery.cli.launcher import launcher
+from recovery.cli.plan import plan
+from recovery.cli.produce import produce
+from recovery.cli.recover import recover
+from recovery.cli.runs import runs_cmd
+from recovery.cli.server import server
+from recovery.cli.status import status
+from recovery.cli.submit import submit
+from recovery.cli.topics import topics
+from recovery.cli.ui import ui
+from recovery.cli.validate import graph, properties, validate
 from recovery.errors import RecoveryError
 from recovery.visible import visible
 
@@ -85,22 +96,7 @@ def log_to_stderr(verbose: int) -> Callable[[], None]:
     return undo
 
 
-def redis_option(f):
-    """--redis URL (or RECOVERY_REDIS_URL); the embedded server when neither is given."""
-    return click.option("--redis", "redis_url", envvar="RECOVERY_REDIS_URL", default=None,
-                        metavar="URL", help="Redis URL (redis://, rediss://, unix://). "
-                        "Default: the embedded server under RECOVERY_HOME (.recovery/).")(f)
-
-
-def json_option(f):
-    return click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")(f)
-
-
-def echo_json(obj: Any) -> None:
-    click.echo(json.dumps(obj, indent=2, sort_keys=True, default=str))
-
-
-for _mod in pkgutil.iter_modules(__path__):
-    _m = importlib.import_module(f"{__name__}.{_mod.name}")
-    if hasattr(_m, "register"):
-        _m.register(main)
+# The commands, each a module-level click command of its own module.
+for _command in (validate, graph, properties, submit, runs_cmd, status, plan, recover, dead, clear, produce,
+                 topics, server, ui, launcher):
+    main.add_command(_command)

@@ -3,34 +3,34 @@ from __future__ import annotations
 
 import click
 
-from recovery.cli import common, echo_json, json_option, redis_option
+from recovery import run as api
+from recovery.cli import common
+from recovery.cli.options import echo_json, json_option, redis_option
 from recovery.cli.safe_text import plain
 from recovery.errors import RecoveryError
 from recovery.jobs import clear as jobs_clear
 
 
-def register(main: click.Group) -> None:
-    @main.command()
-    @click.argument("run_id", required=False, callback=common.run_id_arg)
-    @click.option("--all", "all_runs", is_flag=True, help="Every run this Redis knows.")
-    @click.option("--force", is_flag=True, help="Clear a run even if it is still running.")
-    @redis_option
-    @json_option
-    def clear(run_id: str | None, all_runs: bool, force: bool, redis_url: str | None, as_json: bool) -> None:
-        """Remove a run's cached state (every key of the run and nothing else)."""
-        if bool(run_id) == all_runs:
-            raise RecoveryError("give a RUN id or --all (not both)")
-        client, _ = common.client_for(redis_url)
-        if run_id is None:
-            cleared = jobs_clear.clear_all(client, force)
-        else:
-            cleared = {run_id: jobs_clear.clear(client, run_id, force)}
-        result = jobs_clear.report(cleared)
-        removed = result["removed"]
-        if as_json:
-            echo_json(result)
-            return
-        for rid, ks in removed.items():
-            click.echo(f"cleared {plain(rid)}: {len(ks)} keys")
-            for table in result["tables"].get(rid, []):   # a table sink's rows are never cleared
-                click.echo(f"  sink {plain(table['sink'])} ({plain(table['type'])}): {plain(table['note'])}")
+@click.command()
+@click.argument("run_id", required=False, callback=common.run_id_arg)
+@click.option("--all", "all_runs", is_flag=True, help="Every run this Redis knows.")
+@click.option("--force", is_flag=True, help="Clear a run even if it is still running.")
+@redis_option
+@json_option
+def clear(run_id: str | None, all_runs: bool, force: bool, redis_url: str | None, as_json: bool) -> None:
+    """Remove a run's cached state (every key of the run and nothing else)."""
+    if bool(run_id) == all_runs:
+        raise RecoveryError("give a RUN id or --all (not both)")
+    if run_id is None:
+        cleared = api.clear_all(redis=redis_url, force=force)
+    else:   # (keys a run left without its record are cleared too)
+        cleared = {run_id: api.Run.get(run_id, redis=redis_url, must_exist=False).clear(force)}
+    result = jobs_clear.report(cleared)
+    removed = result["removed"]
+    if as_json:
+        echo_json(result)
+        return
+    for rid, ks in removed.items():
+        click.echo(f"cleared {plain(rid)}: {len(ks)} keys")
+        for table in result["tables"].get(rid, []):   # a table sink's rows are never cleared
+            click.echo(f"  sink {plain(table['sink'])} ({plain(table['type'])}): {plain(table['note'])}")

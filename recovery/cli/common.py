@@ -1,46 +1,21 @@
-"""What the run commands share: the Redis client and Spark session they open, option
-callbacks, the progress bars and the run summary's tables."""
+"""What the run commands share: option callbacks, the progress bars and the run summary's
+tables."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from recovery.cli import echo_json
+from recovery.cli.options import echo_json
 from recovery.cli.safe_text import plain, rich_text
-from recovery.controlplane import connection
-from recovery.engine.session import is_local_master, session
 from recovery.engine.session import properties_file as session_properties
-from recovery.environment import environment
 from recovery.errors import RecoveryError
-from recovery.jobs import follow as follow_mod
+from recovery.jobs import summary as jobs_summary
 from recovery.jobs.summary import RunSummary
 from recovery.model.run import check_run_id
 
 if TYPE_CHECKING:
     from rich.progress import Progress
-
-
-def client_for(redis_url: str | None) -> tuple[Any, str]:
-    """A client of the given Redis (or the embedded server's) and its resolved URL."""
-    url = connection.resolve_url(redis_url)
-    return connection.connect(url), url
-
-
-def refuse_embedded_redis_on_cluster(redis_url: str | None, master: str | None) -> None:
-    """The embedded Redis listens on a unix socket under RECOVERY_HOME: executors on other
-    hosts cannot reach it. With a cluster's master, a Redis URL every executor reaches is
-    required (docs/cluster.md)."""
-    master = master or environment().spark_master
-    if master and not is_local_master(master) and not (redis_url or environment().redis_url):
-        raise RecoveryError(f"master {master} runs tasks on other hosts, which cannot reach the embedded Redis "
-                            "(a unix socket under RECOVERY_HOME): give --redis redis://HOST:PORT (or "
-                            f"${connection.URL_ENV}) of a Redis every executor reaches, its password in "
-                            f"${connection.PASSWORD_FILE_ENV} or ${connection.PASSWORD_ENV} (docs/cluster.md)")
-
-
-def spark_for(master: str | None, conf: dict[str, str]) -> Any:
-    return session(master, conf)
 
 
 def run_id_arg(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -75,7 +50,8 @@ def key_values(pairs: tuple[str, ...], what: str) -> dict[str, str]:
 
 
 class RoundProgress:
-    """Tasks committed / total, on stderr, while a round runs (quiet with --json)."""
+    """Tasks committed / total, on stderr, while a round runs (quiet with --json). The bars
+    start with the first round's first report, so a refusal before that prints nothing else."""
 
     def __init__(self, enabled: bool):
         self.enabled = enabled
@@ -83,7 +59,10 @@ class RoundProgress:
         self._tasks: dict[str, Any] = {}
 
     def __enter__(self) -> RoundProgress:
-        if self.enabled:
+        return self
+
+    def _bars(self) -> Progress | None:
+        if self.enabled and self._progress is None:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
             # a label holds component names: shown as text, never as markup
@@ -91,21 +70,22 @@ class RoundProgress:
                                       TextColumn("tasks"), TimeElapsedColumn(),
                                       console=Console(stderr=True), transient=False)
             self._progress.__enter__()
-        return self
+        return self._progress
 
     def __call__(self, label: str, done: int, total: int) -> None:
-        if self._progress is None:
+        progress = self._bars()
+        if progress is None:
             return
         if label not in self._tasks:
-            self._tasks[label] = self._progress.add_task(plain(label), total=total)
-        self._progress.update(self._tasks[label], completed=min(done, total), total=total)
+            self._tasks[label] = progress.add_task(plain(label), total=total)
+        progress.update(self._tasks[label], completed=min(done, total), total=total)
 
     def note(self, text: str) -> None:
-        """A line printed above the bars (so it lands in order with them)."""
-        if self._progress is not None:
-            self._progress.console.print(rich_text(text), highlight=False)
-        else:
-            click.echo(plain(text), err=True)
+        """A line printed above the bars (so it lands in order with them); none with --json
+        (spark-submit merges a command's stderr into the stdout that holds its JSON)."""
+        progress = self._bars()
+        if progress is not None:
+            progress.console.print(rich_text(text), highlight=False)
 
     def __exit__(self, *exc: Any) -> None:
         if self._progress is not None:
@@ -139,9 +119,6 @@ def print_summary(s: RunSummary) -> None:
     console = Console()
     console.print(Text.assemble("run ", rich_text(s.run_id, "bold"), "  status ", rich_text(s.status, "bold"),
                                 "  ", rich_text(counts_line(s))), highlight=False)
-    if s.dead_written or s.dead_dropped:
-        console.print(Text(f"dead letters: {s.dead_tuples} in Redis, {s.dead_written or 0} written to the "
-                           f"dead-letter sink, {s.dead_dropped or 0} dropped by recovery.dead.retention"))
     comps = s.components
     if comps:
         t = Table(title=components_title(s.components_rounds or [0]), show_edge=False)
@@ -167,5 +144,5 @@ def show(summary: RunSummary, as_json: bool) -> None:
         echo_json(summary.to_json())
         return
     print_summary(summary)
-    for line in follow_mod.report_lines(summary):
+    for line in jobs_summary.report_lines(summary):
         click.echo(plain(line))

@@ -3,13 +3,12 @@ from __future__ import annotations
 
 import click
 
-from recovery.cli import common, redis_option
+from recovery import run as api
+from recovery.cli import common
+from recovery.cli.options import redis_option
 from recovery.cli.safe_text import visible
 from recovery.errors import RecoveryError
-from recovery.jobs import reports
-from recovery.jobs import summary as jobs_summary
 from recovery.model import render
-from recovery.tracking import runs
 
 
 def _with_chains_comment(xml: str, chains: list[list[str]]) -> str:
@@ -25,23 +24,22 @@ def _with_chains_comment(xml: str, chains: list[list[str]]) -> str:
     return f"{comment}\n{xml}"
 
 
-def register(main: click.Group) -> None:
-    @main.command()
-    @click.argument("run_id", callback=common.run_id_arg)
-    @click.option("--format", "-f", "fmt", type=click.Choice(["xml", "text", "dot", "mermaid"]),
-                  default="xml", show_default=True)
-    @redis_option
-    def plan(run_id: str, fmt: str, redis_url: str | None) -> None:
-        """The recovery workflow `recover` would run next: as XML, or the original topology
-        drawn with the failed positions marked and the part that re-runs set apart."""
-        client, _ = common.client_for(redis_url)
-        p = reports.plan(client, run_id)
-        if fmt != "xml":
-            original = jobs_summary.original_workflow(runs.get(client, run_id))
-            dim = {c.id for c in original.components} - set(p["rerun"])
-            # component names and marks come from the run: escaped, the drawing's lines kept
-            click.echo(visible(render.render(original, fmt, p["marks"], dim, chains=p["chains"]), multiline=True))
-            return
-        if p["xml"] is None:
-            raise RecoveryError(f"run {run_id} has no failed positions: nothing to recover")
-        click.echo(visible(_with_chains_comment(p["xml"], p["chains"]), multiline=True))
+@click.command()
+@click.argument("run_id", callback=common.run_id_arg)
+@click.option("--format", "-f", "fmt", type=click.Choice(["xml", "text", "dot", "mermaid"]),
+              default="xml", show_default=True)
+@redis_option
+def plan(run_id: str, fmt: str, redis_url: str | None) -> None:
+    """The recovery workflow `recover` would run next: as XML, or the original topology
+    drawn with the failed positions marked and the part that re-runs set apart."""
+    run = api.Run.get(run_id, redis=redis_url)
+    p = run.plan()
+    if fmt != "xml":
+        original = run.workflow()
+        dim = {c.id for c in original.components} - set(p.rerun)
+        # component names and marks come from the run: escaped, the drawing's lines kept
+        click.echo(visible(render.render(original, fmt, p.marks, dim, chains=p.chains), multiline=True))
+        return
+    if p.xml is None:
+        raise RecoveryError(f"run {run_id} has no failed positions: nothing to recover")
+    click.echo(visible(_with_chains_comment(p.xml, p.chains), multiline=True))

@@ -3,28 +3,22 @@ reading its topics in micro-batches)."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
-from typing import Any
 
 import click
-from redis import Redis
 
-from recovery.cli import common, echo_json, json_option, metrics_server, redis_option
+from recovery import run as api
+from recovery.cli import common, metrics_server
+from recovery.cli.options import echo_json, json_option, redis_option
 from recovery.cli.safe_text import plain
-from recovery.environment import environment
 from recovery.errors import RecoveryError
 from recovery.jobs import follow as follow_mod
-from recovery.jobs import submit as jobs_submit
+from recovery.jobs import summary as jobs_summary
 from recovery.jobs.summary import RunSummary
-from recovery.model import config
-from recovery.model.xml import parse as workflow_xml
 
 
-def follow_and_report(plan: follow_mod.FollowPlan, client: Redis, url: str, make_spark: Callable[[], Any],
-                      max_batches: int | None, idle_exit: float | None, as_json: bool,
-                      also: follow_mod.Event | None = None) -> follow_mod.FollowOutcome:
-    """`submit --follow` (checked: `plan`): jobs.follow with its events printed to stderr (none
-    with --json), and given to `also`."""
+def follow_events(as_json: bool, also: follow_mod.Event | None = None) -> follow_mod.Event:
+    """`submit --follow`'s events (jobs.follow) printed to stderr (none with --json), and given
+    to `also`."""
 
     def echo(kind: str, info: dict) -> None:
         if also is not None:
@@ -55,90 +49,82 @@ def follow_and_report(plan: follow_mod.FollowPlan, client: Redis, url: str, make
                        err=True)
         sys.stderr.flush()
 
-    spark = make_spark()
-    return follow_mod.run(spark, client, url, plan, max_batches=max_batches, idle_exit=idle_exit, on_event=echo)
+    return echo
 
 
-def register(main: click.Group) -> None:
-    @main.command()
-    @click.argument("file")
-    @click.option("--master", default=None, help="Spark master URL (default local[*]).")
-    @click.option("--conf", "spark_conf", multiple=True, metavar="K=V", help="A Spark setting (repeatable).")
-    @click.option("--property", "-p", "props", multiple=True, metavar="K=V",
-                  help="Set a workflow config property (repeatable; `recovery properties` "
-                  "lists them), checked before anything runs.")
-    @click.option("--no-tracking", is_flag=True, help="Run without tracking (no recovery possible).")
-    @click.option("--run-id", default=None, callback=common.run_id_arg,
-                  help="Use this run id instead of a generated one (1 to 128 letters, digits, '.', "
-                  "'_' or '-', not starting with '.').")
-    @click.option("--spill-dir", default=None, metavar="DIR|URI",
-                  help="Where tasks spill in-flight outputs: a folder the driver and every executor "
-                  "reach, or a file://, hdfs:// or s3:// URI (default: recovery.spill.dir, else "
-                  "RECOVERY_HOME/spill). Kept in the run: recover and clear find it.")
-    # --- log source (recovery/jobs/follow.py): continuous runs over redis-stream topics ---
-    @click.option("--follow", is_flag=True, help="Keep reading the workflow's topics in micro-batches "
-                  "until Ctrl-C/SIGTERM (finishes and commits the batch under way).")
-    @click.option("--max-batches", type=click.IntRange(min=1), default=None, metavar="N",
-                  help="With --follow: stop after N batches.")
-    @click.option("--idle-exit", type=click.FloatRange(min=0), default=None, metavar="SECS",
-                  help="With --follow: stop after SECS seconds without a new message.")
-    @metrics_server.options
-    # --- end log source ---
-    @common.properties_file_option
-    @redis_option
-    @json_option
-    def submit(file: str, master: str | None, spark_conf: tuple[str, ...], props: tuple[str, ...],
-               no_tracking: bool, run_id: str | None, spill_dir: str | None, follow: bool,
-               max_batches: int | None, idle_exit: float | None, metrics_port: int | None, metrics_host: str,
-               metrics_allow_hosts: tuple[str, ...], metrics_token_file: str | None, properties_file: str | None,
-               redis_url: str | None, as_json: bool) -> None:
-        """Run the workflow FILE on Spark with every tuple tracked; prints a summary."""
-        spark_settings = common.spark_settings(spark_conf, properties_file)
-        metrics_token = metrics_server.check(follow, metrics_port, metrics_host, metrics_token_file,
-                                             metrics_allow_hosts)
-        wf = workflow_xml.load(file)
-        wf = wf.with_config(config.parse_assignments(props, "-p", dict(wf.config), [c.id for c in wf.components]))
-        with open(file, encoding="utf-8", errors="replace") as fh:
-            xml = fh.read()
-        common.refuse_embedded_redis_on_cluster(redis_url, master)
-        # every refusal before Spark starts (exit 2): first what the workflow and the options
-        # decide, then, connected, what Redis holds
-        if follow:   # --- log source (recovery/jobs/follow.py): continuous runs over topics ---
-            follow_plan = follow_mod.prepare(wf, xml, file, master or environment().spark_master, run_id,
-                                             not no_tracking)
-            if spill_dir is not None:
-                raise RecoveryError("--spill-dir does not apply to --follow runs: set the workflow "
-                                    "property recovery.spill.dir instead")
-            client, url = common.client_for(redis_url)
-            follow_mod.check_redis(client, follow_plan)
-            served = metrics_server.start(client, metrics_port, metrics_host, metrics_token, metrics_allow_hosts)
-            try:
-                outcome = follow_and_report(follow_plan, client, url, lambda: common.spark_for(master, spark_settings),
-                                            max_batches, idle_exit, as_json, served[1].on_event if served else None)
-            finally:
-                if served:
-                    served[0].close()
-            if as_json:
-                echo_json(outcome.to_json())
-            elif outcome.summary is not None:
-                common.print_summary(outcome.summary)
-                for line in follow_mod.report_lines(outcome):
-                    click.echo(plain(line))
-            else:
-                click.echo("no messages to read: no run was started")
-            return
-        plan = jobs_submit.prepare(wf, xml, file, tracking_on=not no_tracking,
-                                   master=master or environment().spark_master, run_id=run_id, spill_dir=spill_dir)
-        client, url = common.client_for(redis_url)
-        jobs_submit.check_redis(client, plan)
-        spark = common.spark_for(master, spark_settings)
+@click.command()
+@click.argument("file")
+@click.option("--master", default=None, help="Spark master URL (default local[*]).")
+@click.option("--conf", "spark_conf", multiple=True, metavar="K=V", help="A Spark setting (repeatable).")
+@click.option("--property", "-p", "props", multiple=True, metavar="K=V",
+              help="Set a workflow config property (repeatable; `recovery properties` "
+              "lists them), checked before anything runs.")
+@click.option("--no-tracking", is_flag=True, help="Run without tracking (no recovery possible).")
+@click.option("--run-id", default=None, callback=common.run_id_arg,
+              help="Use this run id instead of a generated one (1 to 128 letters, digits, '.', "
+              "'_' or '-', not starting with '.').")
+@click.option("--spill-dir", default=None, metavar="DIR|URI",
+              help="Where tasks spill in-flight outputs: a folder the driver and every executor "
+              "reach, or a file://, hdfs:// or s3:// URI (default: recovery.spill.dir, else "
+              "RECOVERY_HOME/spill). Kept in the run: recover and clear find it.")
+# --- log source (recovery/jobs/follow.py): continuous runs over redis-stream topics ---
+@click.option("--follow", is_flag=True, help="Keep reading the workflow's topics in micro-batches "
+              "until Ctrl-C/SIGTERM (finishes and commits the batch under way).")
+@click.option("--max-batches", type=click.IntRange(min=1), default=None, metavar="N",
+              help="With --follow: stop after N batches.")
+@click.option("--idle-exit", type=click.FloatRange(min=0), default=None, metavar="SECS",
+              help="With --follow: stop after SECS seconds without a new message.")
+@metrics_server.options
+# --- end log source ---
+@common.properties_file_option
+@redis_option
+@json_option
+def submit(file: str, master: str | None, spark_conf: tuple[str, ...], props: tuple[str, ...],
+           no_tracking: bool, run_id: str | None, spill_dir: str | None, follow: bool,
+           max_batches: int | None, idle_exit: float | None, metrics_port: int | None, metrics_host: str,
+           metrics_allow_hosts: tuple[str, ...], metrics_token_file: str | None, properties_file: str | None,
+           redis_url: str | None, as_json: bool) -> None:
+    """Run the workflow FILE on Spark with every tuple tracked; prints a summary."""
+    spark_conf_kv = common.spark_settings(spark_conf, properties_file)
+    metrics_token = metrics_server.check(follow, metrics_port, metrics_host, metrics_token_file,
+                                         metrics_allow_hosts)
+    if follow:   # --- log source (recovery/jobs/follow.py): continuous runs over topics ---
+        if spill_dir is not None:
+            raise RecoveryError("--spill-dir does not apply to --follow runs: set the workflow "
+                                "property recovery.spill.dir instead")
+        served = (metrics_server.start(api.client_for(redis_url)[0], metrics_port, metrics_host, metrics_token,
+                                     metrics_allow_hosts)
+                  if metrics_port is not None else None)
+        try:
+            run = api.submit(file, redis=redis_url, config=props, config_option="-p", follow=True, master=master,
+                             spark_conf=spark_conf_kv, run_id=run_id, tracking=not no_tracking,
+                             max_batches=max_batches, idle_exit=idle_exit,
+                             on_event=follow_events(as_json, served[1].on_event if served else None))
+        finally:
+            if served:
+                served[0].close()
+        outcome = run.follow_outcome
+        assert outcome is not None
+        if as_json:
+            echo_json(outcome.to_json())
+        elif outcome.summary is not None:
+            common.print_summary(outcome.summary)
+            for line in jobs_summary.report_lines(outcome):
+                click.echo(plain(line))
+        else:
+            click.echo("no messages to read: no run was started")
+        return
 
-        def resumed(summary: RunSummary) -> None:
-            click.echo(f"resumed crashed run {plain(summary.run_id)} of the same consumer first", err=True)
-        with common.RoundProgress(not as_json) as progress:
-            summary = follow_mod.submit_bounded(spark, client, url, plan, progress, resumed)
-        common.show(summary, as_json)
+    def resumed(summary: RunSummary) -> None:
         if not as_json:
-            if summary.failed_positions:
-                run = plain(summary.run_id)
-                click.echo(f"next: recovery plan {run}   then: recovery recover {run}")
+            click.echo(f"resumed crashed run {plain(summary.run_id)} of the same consumer first", err=True)
+    with common.RoundProgress(not as_json) as progress:
+        run = api.submit(file, redis=redis_url, config=props, config_option="-p", master=master,
+                         spark_conf=spark_conf_kv, run_id=run_id, tracking=not no_tracking, spill_dir=spill_dir,
+                         progress=progress, on_resumed=resumed)
+    summary = run.summary
+    assert summary is not None
+    common.show(summary, as_json)
+    if not as_json and summary.failed_positions:
+        rid = plain(summary.run_id)
+        click.echo(f"next: recovery plan {rid}   then: recovery recover {rid}")

@@ -6,7 +6,7 @@ import sys
 import click
 
 from recovery.api.runnable import validate_file
-from recovery.cli import echo_json
+from recovery.cli.options import echo_json
 from recovery.cli.safe_text import plain
 from recovery.errors import WorkflowError
 from recovery.model.config import describe
@@ -28,90 +28,89 @@ def _file_report(path: str) -> tuple[dict, WorkflowError | None]:
             "bolts": len(wf.bolts), "warnings": warnings}, None
 
 
-def register(main: click.Group) -> None:
-    @main.command()
-    @click.argument("files", nargs=-1, required=True, type=str)
-    @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-    @click.pass_context
-    def validate(ctx: click.Context, files: tuple[str, ...], as_json: bool) -> None:
-        """Check workflow FILES: XML, schema, graph, and that their classes import.
+@click.command()
+@click.argument("files", nargs=-1, required=True, type=str)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.pass_context
+def validate(ctx: click.Context, files: tuple[str, ...], as_json: bool) -> None:
+    """Check workflow FILES: XML, schema, graph, and that their classes import.
 
-        Prints `ok FILE (N components)` per good file and `warning: ...` for classes that
-        do not load; a bad file prints `error: FILE:LINE: message` and the exit code is 2.
-        """
+    Prints `ok FILE (N components)` per good file and `warning: ...` for classes that
+    do not load; a bad file prints `error: FILE:LINE: message` and the exit code is 2.
+    """
 
-        reports, failed = [], False
-        for path in files:
-            report, err = _file_report(path)
-            reports.append(report)
-            if err is not None:
-                failed = True
-                click.echo(f"error: {plain(err)}", err=True)
-            elif not as_json:
-                n = report["components"]
-                click.echo(f"ok {plain(path)} ({n} component{'s' if n != 1 else ''})")
-                for w in report["warnings"]:
-                    click.echo(f"warning: {plain(w)}")
-        if as_json:
-            echo_json({"ok": not failed, "files": reports})
-        if failed:
-            ctx.exit(2)
+    reports, failed = [], False
+    for path in files:
+        report, err = _file_report(path)
+        reports.append(report)
+        if err is not None:
+            failed = True
+            click.echo(f"error: {plain(err)}", err=True)
+        elif not as_json:
+            n = report["components"]
+            click.echo(f"ok {plain(path)} ({n} component{'s' if n != 1 else ''})")
+            for w in report["warnings"]:
+                click.echo(f"warning: {plain(w)}")
+    if as_json:
+        echo_json({"ok": not failed, "files": reports})
+    if failed:
+        ctx.exit(2)
 
-    @main.command()
-    @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-    def properties(as_json: bool) -> None:
-        """List the configuration properties recovery reads: name, accepted values, default.
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def properties(as_json: bool) -> None:
+    """List the configuration properties recovery reads: name, accepted values, default.
 
-        Set them in a workflow's <config> (a component's own <config> overrides), with
-        `submit -p KEY=VALUE`, or on a stored run with `recover RUN -p KEY=VALUE`. Other
-        names than these pass through to the components as text, except under recovery.*,
-        where an unknown name is an error."""
+    Set them in a workflow's <config> (a component's own <config> overrides), with
+    `submit -p KEY=VALUE`, or on a stored run with `recover RUN -p KEY=VALUE`. Other
+    names than these pass through to the components as text, except under recovery.*,
+    where an unknown name is an error."""
 
-        rows = describe()
-        if as_json:
-            echo_json({"properties": [{"name": n, "accepts": a, "default": d or None,
-                                       "help": h} for n, a, d, h in rows]})
-            return
-        for name, accepts, default, help_text in rows:
-            click.echo(f"{name}  ({accepts}{', default ' + default if default else ''})")
-            click.echo(f"    {help_text}")
+    rows = describe()
+    if as_json:
+        echo_json({"properties": [{"name": n, "accepts": a, "default": d or None,
+                                   "help": h} for n, a, d, h in rows]})
+        return
+    for name, accepts, default, help_text in rows:
+        click.echo(f"{name}  ({accepts}{', default ' + default if default else ''})")
+        click.echo(f"    {help_text}")
 
-    @main.command()
-    @click.argument("file", type=str)
-    @click.option("--format", "-f", "fmt", type=click.Choice(["text", "dot", "mermaid"]),
-                  default="text", show_default=True, help="Drawing format.")
-    @click.option("--ascii", "ascii_only", is_flag=True,
-                  help="Text format without box-drawing characters.")
-    @click.option("--color/--no-color", default=None,
-                  help="Colour the text format (default: when writing to a terminal).")
-    @click.option("--json", "as_json", is_flag=True,
-                  help="Print one JSON object: the drawing plus the graph's structure.")
-    def graph(file: str, fmt: str, ascii_only: bool, color: bool | None, as_json: bool) -> None:
-        """Draw the topology of workflow FILE (text, Graphviz DOT or Mermaid).
+@click.command()
+@click.argument("file", type=str)
+@click.option("--format", "-f", "fmt", type=click.Choice(["text", "dot", "mermaid"]),
+              default="text", show_default=True, help="Drawing format.")
+@click.option("--ascii", "ascii_only", is_flag=True,
+              help="Text format without box-drawing characters.")
+@click.option("--color/--no-color", default=None,
+              help="Colour the text format (default: when writing to a terminal).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object: the drawing plus the graph's structure.")
+def graph(file: str, fmt: str, ascii_only: bool, color: bool | None, as_json: bool) -> None:
+    """Draw the topology of workflow FILE (text, Graphviz DOT or Mermaid).
 
-        The file gets every check `validate` makes except that the files its sources read
-        need not exist yet. Pipe DOT to `dot -Tsvg`; paste Mermaid into Markdown.
-        """
+    The file gets every check `validate` makes except that the files its sources read
+    need not exist yet. Pipe DOT to `dot -Tsvg`; paste Mermaid into Markdown.
+    """
 
-        wf = load(file, check_paths=False)   # drawing needs no input data
-        if color is None:
-            color = fmt == "text" and not as_json and sys.stdout.isatty()
-        drawing = render(wf, fmt, color=color and fmt == "text", ascii_only=ascii_only)
-        if not as_json:
-            click.echo(drawing, nl=False, color=bool(color))
-            return
-        tasks = TaskMap.of(wf)
-        echo_json({
-            "workflow": wf.name, "file": file, "format": fmt, "drawing": drawing,
-            "order": topological_order(wf),
-            "components": [{"id": c.id, "kind": c.kind, "parallelism": c.parallelism,
-                            "implementation": c.impl.kind, "tasks": tasks.task_ids(c.id),
-                            "streams": [s.model_dump() for s in c.streams]}
-                           for c in wf.components],
-            "edges": [{"from": i.source, "to": c.id, "stream": i.stream,
-                       "grouping": i.grouping.value, "fields": list(i.fields)}
-                      for c in wf.components for i in c.inputs],
-            # the Spark stages a run makes: every component in one chain, most alone
-            "chains": [{"name": ch.name, "members": list(ch.members), "parallelism": ch.parallelism}
-                       for ch in ChainPlan.of_workflow(wf).chains if len(ch.members) > 1],
-        })
+    wf = load(file, check_paths=False)   # drawing needs no input data
+    if color is None:
+        color = fmt == "text" and not as_json and sys.stdout.isatty()
+    drawing = render(wf, fmt, color=color and fmt == "text", ascii_only=ascii_only)
+    if not as_json:
+        click.echo(drawing, nl=False, color=bool(color))
+        return
+    tasks = TaskMap.of(wf)
+    echo_json({
+        "workflow": wf.name, "file": file, "format": fmt, "drawing": drawing,
+        "order": topological_order(wf),
+        "components": [{"id": c.id, "kind": c.kind, "parallelism": c.parallelism,
+                        "implementation": c.impl.kind, "tasks": tasks.task_ids(c.id),
+                        "streams": [s.model_dump() for s in c.streams]}
+                       for c in wf.components],
+        "edges": [{"from": i.source, "to": c.id, "stream": i.stream,
+                   "grouping": i.grouping.value, "fields": list(i.fields)}
+                  for c in wf.components for i in c.inputs],
+        # the Spark stages a run makes: every component in one chain, most alone
+        "chains": [{"name": ch.name, "members": list(ch.members), "parallelism": ch.parallelism}
+                   for ch in ChainPlan.of_workflow(wf).chains if len(ch.members) > 1],
+    })

@@ -159,6 +159,21 @@ def session(master: str | None = None, conf: dict[str, str] | None = None, home:
     return LazySession(sc)
 
 
+def adopt(spark: Any) -> Any:
+    """A session the caller made (a notebook's, spark-submit's, a managed platform's), used as
+    it is: its master, settings and archives are left alone and it is never stopped here. On a
+    cluster its executors' Python is checked as for a session of ours (once per context)."""
+    sc = spark.sparkContext
+    if not is_local_master(str(sc.master)) and sc.applicationId not in _CHECKED_APPS:
+        python = sc.pythonExec or executors.workers_python(spark) or executors.SPARK_DEFAULT_PYTHON
+        executors.check(spark, python)
+        _CHECKED_APPS.add(sc.applicationId)
+    return spark
+
+
+_CHECKED_APPS: set[str] = set()   # the applications whose executors `adopt` checked
+
+
 def _settings(master: str, home: Path, app_name: str) -> Any:
     """The settings every session of ours has, local or not (a SparkConf)."""
     from pyspark import SparkConf

@@ -214,29 +214,6 @@ def _run_micro_batch(spark: SparkSession, client: Redis, wf: Workflow, spec: Run
         return settle.run_and_settle(spark, client, wf, spec)
 
 
-def enrich(client: Redis, summary: RunSummary, wf: Workflow | None = None) -> RunSummary:
-    """A run's summary with its topics' partitions (committed, end, lag) and, for a follow run,
-    roots counted over every batch (jobs.summarize counts round 0's)."""
-    rec = runs.get(client, summary.run_id)
-    wf = wf or jobs_summary.original_workflow(rec)
-    if not topics.log_spouts(wf):
-        return summary
-    summary.partitions = stream_report.partition_report(client, wf)
-    if rec.follow:
-        roots = rec.follow_messages
-        summary.batches = rec.follow_batches
-        if summary.counts_known:   # (a batch not settled: its counts stay unknown)
-            summary.roots = roots
-            summary.complete = max(0, roots - (summary.pending or 0) - (summary.dead or 0))
-    stats: dict[str, dict] = {}
-    for r in rec.rounds:
-        for comp, s in (r.get("components") or {}).items():
-            if s.get("trimmed"):
-                stats.setdefault(comp, {"trimmed": 0})["trimmed"] += s["trimmed"]
-    summary.warnings = [*(summary.warnings or []), *stream_report.warnings_for(wf, client, stats)]
-    return summary
-
-
 def submit_bounded(spark: SparkSession, client: Redis, redis_url: str, plan: SubmitPlan,
                    progress: Progress | None = None,
                    on_resumed: Callable[[RunSummary], None] | None = None) -> RunSummary:
@@ -250,17 +227,7 @@ def submit_bounded(spark: SparkSession, client: Redis, redis_url: str, plan: Sub
             if on_resumed is not None:
                 on_resumed(resumed)
     summary = submit.run(spark, client, redis_url, plan, progress)
-    return enrich(client, summary, wf) if wf.reads_topics else summary
-
-
-def report_lines(summary: RunSummary | FollowOutcome) -> list[str]:
-    """The warnings, and a topic-reading run's partitions, as lines under the summary's tables."""
-    lines = [f"warning: {w}" for w in summary.warnings or []]
-    parts = summary.partitions
-    if parts:
-        lines.append("partitions:")
-        lines += ["  " + line for line in stream_report.format_report(parts)]
-    return lines
+    return jobs_summary.with_topics(client, summary, wf=wf) if wf.reads_topics else summary
 
 
 def follow(spark: SparkSession, client: Redis, redis_url: str, wf: Workflow, xml: str, file: str | None,
@@ -386,7 +353,7 @@ def run(spark: SparkSession, client: Redis, redis_url: str, plan: FollowPlan, ma
     if not created:
         return FollowOutcome(None, follow, stream_report.partition_report(client, wf),
                              stream_report.warnings_for(wf, client))
-    summary = enrich(client, jobs_summary.summarize(client, run_id), wf)
+    summary = jobs_summary.with_topics(client, jobs_summary.summarize(client, run_id), wf=wf)
     runs.update(client, run_id, gen, follow_stopped=time.time(),
                 summary={k: v for k, v in summary.to_json().items() if k != "partitions"})
     return FollowOutcome(summary, follow, summary.partitions or [], summary.warnings or [])

@@ -116,6 +116,15 @@ def check_not_running(rec: RunRecord) -> None:
 
 
 @dataclass(frozen=True)
+class RecoveryRound:
+    """A recovery round that ended: its number, the queued tuples it replayed, and the run's
+    summary after it (what `recover` shows as each round ends)."""
+    round: int
+    replayed: int
+    summary: RunSummary
+
+
+@dataclass(frozen=True)
 class RecoverPlan:
     """A recover that `prepare` checked: the run as read then, and what `run` does with it."""
     record: RunRecord
@@ -176,7 +185,7 @@ def check_code(rec: RunRecord, code_changed: bool) -> str | None:
 
 def run(spark: SparkSession, client: Redis, redis_url: str, plan: RecoverPlan, max_rounds: int | None = None,
         strategy: str = "localized", progress: Progress | None = None,
-        on_round: Callable[[dict], None] | None = None) -> RunSummary:
+        on_round: Callable[[RecoveryRound], None] | None = None) -> RunSummary:
     """Run a prepared recover: take the run over (atomically: a driver that took it meanwhile
     refuses this one), resume a crashed round, then rounds until nothing is pending."""
     rec, run_id = plan.record, plan.record.run_id
@@ -200,7 +209,7 @@ def run(spark: SparkSession, client: Redis, redis_url: str, plan: RecoverPlan, m
 
 def recover(spark: SparkSession, client: Redis, redis_url: str, run_id: str, max_rounds: int | None = None,
             strategy: str = "localized", progress: Progress | None = None,
-            on_round: Callable[[dict], None] | None = None, force: bool = False,
+            on_round: Callable[[RecoveryRound], None] | None = None, force: bool = False,
             lease: runs.Lease | None = None, spill_dir: str | None = None) -> RunSummary:
     """Rounds until the failed set is empty (or max_rounds): each synthesizes a recovery
     workflow from the failed positions and runs it with the same tracking. A run whose driver
@@ -223,7 +232,7 @@ def recover(spark: SparkSession, client: Redis, redis_url: str, run_id: str, max
 
 def _recover(spark: SparkSession, client: Redis, redis_url: str, rec: RunRecord, gen: str | None,
              max_rounds: int | None, strategy: str, progress: Progress | None,
-             on_round: Callable[[dict], None] | None, resume: bool) -> RunSummary:
+             on_round: Callable[[RecoveryRound], None] | None, resume: bool) -> RunSummary:
     run_id = rec.run_id
     started = time.time()
     resumed = resume_if_crashed(spark, client, redis_url, run_id, progress, gen) if resume else None
@@ -276,7 +285,7 @@ def _recover(spark: SparkSession, client: Redis, redis_url: str, rec: RunRecord,
         rounds_run += 1
         ran.append(round_no)
         if on_round is not None:
-            on_round({"round": round_no, "replayed": queued, "summary": summary})
+            on_round(RecoveryRound(round_no, queued, summary))
     # (a round that raised left the run in `error` or, killed, `running`: the next recover
     # resumes exactly that round, so the status is only settled here, after a clean loop)
     final = summarize(client, run_id, settled=True)

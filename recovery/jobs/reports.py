@@ -9,11 +9,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from pydantic import BaseModel
 from redis import Redis
 
 from recovery.connectors.redis_stream import report as stream_reader
 from recovery.errors import NoSuchComponent, RecoveryError
-from recovery.jobs import follow, summary
+from recovery.jobs import summary
 from recovery.model.failed import FailedTuple
 from recovery.model.render import chains_of
 from recovery.model.synthesis import plan_marks, synthesize
@@ -46,32 +47,53 @@ def error_kind(error: str | None) -> str:
     return "exception"
 
 
-def runs_list(client: Redis, status: str | None = None) -> dict[str, Any]:
-    """Every run this Redis knows, newest first (`recovery runs --json`, /api/v1/runs). Each
-    row's status and counts come from `run_status`, so `runs` and `status` always agree."""
+class RunRow(BaseModel):
+    """One run as `recovery runs` lists it."""
+    run_id: str
+    workflow: str
+    status: str
+    round: int
+    started: str                 # local time, as shown
+    started_at: float
+    ended_at: float | None
+    duration: float | None
+    counts_known: bool
+    unsettled_round: int | None
+    roots: int | None
+    complete: int | None
+    pending: int | None
+    dead: int | None
+
+
+def run_rows(client: Redis, status: str | None = None) -> list[RunRow]:
+    """Every run this Redis knows, newest first. Each row's status and counts come from
+    `run_summary`, so `runs` and `status` always agree."""
     rows = []
     for rid in reversed(runs.list_ids(client)):
         try:
-            s = run_status(client, rid)
+            s = run_summary(client, rid)
         except RecoveryError:   # cleared while we listed
             continue
-        started = float(s.get("started") or 0)
-        ended = s.get("ended")
-        row = {"run_id": rid, "workflow": s.get("workflow"), "status": s["status"], "round": s["round"],
-               "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)),
-               "started_at": started, "ended_at": ended,
-               "duration": round(ended - started, 3) if ended else None,
-               "counts_known": s.get("counts_known", True), "unsettled_round": s.get("unsettled_round"),
-               "roots": s.get("roots"), "complete": s.get("complete"),
-               "pending": s.get("pending"), "dead": s.get("dead")}
-        if status is None or row["status"] == status:
+        row = RunRow(run_id=rid, workflow=s.workflow, status=s.status, round=s.round,
+                     started=time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.started)),
+                     started_at=s.started, ended_at=s.ended,
+                     duration=round(s.ended - s.started, 3) if s.ended else None,
+                     counts_known=s.counts_known, unsettled_round=s.unsettled_round,
+                     roots=s.roots, complete=s.complete, pending=s.pending, dead=s.dead)
+        if status is None or row.status == status:
             rows.append(row)
-    return {"runs": rows}
+    return rows
+
+
+def runs_list(client: Redis, status: str | None = None) -> dict[str, Any]:
+    """`run_rows` as JSON (`recovery runs --json`, /api/v1/runs)."""
+    return {"runs": [r.model_dump() for r in run_rows(client, status)]}
 
 
 def run_summary(client: Redis, run_id: str) -> summary.RunSummary:
-    """A run's summary with its topics' partitions (`recovery status`)."""
-    return follow.enrich(client, summary.summarize(client, run_id))
+    """A run's summary with its topics' partitions (`recovery status`): the run record read once."""
+    rec = runs.get(client, run_id)
+    return summary.with_topics(client, summary.summarize(client, run_id, rec=rec), rec)
 
 
 def run_status(client: Redis, run_id: str) -> dict[str, Any]:

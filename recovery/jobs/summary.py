@@ -2,11 +2,13 @@
 topological order, and the failed positions (`RunSummary`, built by `summarize`)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 from redis import Redis
 
+from recovery.connectors.redis_stream import report as stream_report
+from recovery.connectors.redis_stream import topics
 from recovery.model.graph import topological_order
 from recovery.model.record import RunRecord
 from recovery.model.workflow import Workflow
@@ -126,27 +128,33 @@ class RunSummary(BaseModel):
                 del out[name]
         return out
 
-    # Read as the JSON object reads (`summary["pending"]`), for code written against it.
-    def __getitem__(self, key: str) -> Any:
-        return self.to_json()[key]
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.to_json().get(key, default)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.to_json()
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> RunSummary:
+        """The summary `to_json` wrote (a run record's `summary`, a `--json` line)."""
+        return cls.model_validate(obj)
 
 
 _WHEN_SET = tuple(RunSummary.model_fields)[tuple(RunSummary.model_fields).index("warnings"):]
 
 
-def summarize(client: Redis, run_id: str, rounds: list | None = None, settled: bool = False
-              ) -> RunSummary:
+def stored_counts(rec: RunRecord) -> tuple[int | None, ledger.RootCounts | None]:
+    """The acker's counts the record holds (ledger.stored_counts, from the record already read):
+    (the round they are of, the counts), (None, None) when none are stored."""
+    values = (rec.roots_counted_round, rec.roots_pending, rec.roots_failed, rec.roots_dead)
+    if any(v is None for v in values):
+        return None, None
+    return rec.roots_counted_round, ledger.RootCounts(int(rec.roots_pending or 0), int(rec.roots_failed or 0),
+                                                      int(rec.roots_dead or 0))
+
+
+def summarize(client: Redis, run_id: str, rounds: list | None = None, settled: bool = False,
+              rec: RunRecord | None = None) -> RunSummary:
     """Roots complete / pending / failed / dead and the failed positions. `settled`: the
     caller just finished a round, so the status is the acker's verdict, not the record's.
     While a round is not settled (running, or its driver died in it) the root counts are in
-    flux: they are None and `counts_known` is false, never a guess."""
-    rec = runs.get(client, run_id)
+    flux: they are None and `counts_known` is false, never a guess. `rec`: the run record,
+    when the caller read it already (a report reads it once)."""
+    rec = rec if rec is not None else runs.get(client, run_id)
     original = original_workflow(rec)
     if rounds is None:
         rounds = rec.rounds
@@ -163,7 +171,7 @@ def summarize(client: Redis, run_id: str, rounds: list | None = None, settled: b
         out.warnings = [f"{dropped} dead letters were dropped from Redis by recovery.dead.retention "
                         "(oldest first); they are in no dead-letter sink"]
     round_no = out.round
-    counted_round, counts = ledger.stored_counts(client, run_id)
+    counted_round, counts = stored_counts(rec)
     if (not settled and not runs.round_settled(rec)) or counts is None or counted_round != round_no:
         # (no counts of this round stored: a run of an earlier version, never a guess either)
         out.counts_known, out.unsettled_round = False, round_no
@@ -198,3 +206,47 @@ def summarize(client: Redis, run_id: str, rounds: list | None = None, settled: b
 # --- the run's original workflow -------------------------------------------------------------
 def original_workflow(rec: RunRecord) -> Workflow:
     return Workflow.from_task_json(rec.workflow_json)
+
+
+# --- a workflow reading topics ---------------------------------------------------------------
+class HasPartitions(Protocol):
+    """A summary, or a follow run's outcome: what `report_lines` shows under it."""
+    @property
+    def warnings(self) -> list[str] | None: ...
+    @property
+    def partitions(self) -> list[dict[str, Any]] | None: ...
+
+
+def with_topics(client: Redis, summary: RunSummary, rec: RunRecord | None = None,
+                wf: Workflow | None = None) -> RunSummary:
+    """A run's summary with its topics' partitions (committed, end, lag) and, for a follow run,
+    roots counted over every batch (`summarize` counts round 0's). `rec`: the run record, when
+    the caller read it already."""
+    rec = rec if rec is not None else runs.get(client, summary.run_id)
+    wf = wf or original_workflow(rec)
+    if not topics.log_spouts(wf):
+        return summary
+    summary.partitions = stream_report.partition_report(client, wf)
+    if rec.follow:
+        roots = rec.follow_messages
+        summary.batches = rec.follow_batches
+        if summary.counts_known:   # (a batch not settled: its counts stay unknown)
+            summary.roots = roots
+            summary.complete = max(0, roots - (summary.pending or 0) - (summary.dead or 0))
+    stats: dict[str, dict] = {}
+    for r in rec.rounds:
+        for comp, s in (r.get("components") or {}).items():
+            if s.get("trimmed"):
+                stats.setdefault(comp, {"trimmed": 0})["trimmed"] += s["trimmed"]
+    summary.warnings = [*(summary.warnings or []), *stream_report.warnings_for(wf, client, stats)]
+    return summary
+
+
+def report_lines(summary: HasPartitions) -> list[str]:
+    """The warnings, and a topic-reading run's partitions, as lines under the summary's tables."""
+    lines = [f"warning: {w}" for w in summary.warnings or []]
+    parts = summary.partitions
+    if parts:
+        lines.append("partitions:")
+        lines += ["  " + line for line in stream_report.format_report(parts)]
+    return lines

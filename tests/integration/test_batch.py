@@ -36,13 +36,13 @@ def test_spark_task_retries_of_a_batch_task_change_no_result_and_no_ledger(spark
     out = lambda d: sink_records(tmp_path / d / "out" / "cdn_logs_batch")   # noqa: E731
     assert out("a") == out("b") and out("a")
     for k in ("roots", "complete", "pending", "failed"):
-        assert base[k] == crashed[k]
-    assert base["components"]["aggregate"]["failed"] > 0
-    assert ledger.pending_roots(redis_client, base["run_id"]) == ledger.pending_roots(redis_client, crashed["run_id"])
+        assert getattr(base, k) == getattr(crashed, k)
+    assert base.components["aggregate"]["failed"] > 0
+    assert ledger.pending_roots(redis_client, base.run_id) == ledger.pending_roots(redis_client, crashed.run_id)
     state = lambda rid: redis_client.hgetall(keys.state(rid, "aggregate"))   # noqa: E731
-    assert state(base["run_id"]) == state(crashed["run_id"])
-    for rid in (base["run_id"], crashed["run_id"]):
-        assert recover.recover(spark, redis_client, redis_url, rid)["status"] == "dead"   # the data's bad lines
+    assert state(base.run_id) == state(crashed.run_id)
+    for rid in (base.run_id, crashed.run_id):
+        assert recover.recover(spark, redis_client, redis_url, rid).status == "dead"   # the data's bad lines
     assert out("a") == out("b")
 
 
@@ -64,7 +64,7 @@ def test_kill_9_of_a_batch_run_then_recover_gives_what_the_row_workflow_gives(sp
                              "split being done")
     assert "output:0" not in done
     r = recover.recover(spark, redis_client, redis_url, run_id)
-    assert r["status"] == "dead" and r["pending"] == 0       # only the data's bad lines are dead
+    assert r.status == "dead" and r.pending == 0       # only the data's bad lines are dead
     assert sink_records(tmp_path / "batch" / "out" / "cdn_logs_batch") == want
     dead = lambda client, rid: sorted((d.component, d.id) for d in dead_letters.dead_letters(client, rid))  # noqa: E731
     assert dead(redis_client, run_id) == dead(row_client, row.run_id) and len(dead(redis_client, run_id)) == 20

@@ -45,7 +45,7 @@ def failure_free(dest: Path) -> tuple[dict, dict]:
     lines = pads.dataset(str(dest / "data" / "cdn_logs.parquet"), format="parquet").to_table().column("line")
     client = fakeredis.FakeRedis(server=fakeredis.FakeServer())
     run = testing.run_local(workflow_xml.load(xml), client, inputs={"logs": lines.to_pylist()}, list_sinks=False)
-    assert run.summary["failed"] == POISON and run.summary["components"]["aggregate"]["failed"] == 0
+    assert run.summary.failed == POISON and run.summary.components["aggregate"]["failed"] == 0
     return demo.table_records(dest / TABLE), demo.keyed_state(client, run.run_id, "aggregate")
 
 
@@ -59,14 +59,14 @@ def test_failures_at_a_bolt_then_recover_leave_exactly_a_failure_free_runs_recor
     assert partitions.getNumPartitions() == 4 and sorted(partitions.keys().collect()) == [0, 0, 1, 1]
     inject = {"recovery.inject.a.component": "aggregate", "recovery.inject.a.rate": "0.05", **FAST}
     s = submit(spark, redis_url, redis_client, xml, inject)
-    assert s["status"] == "pending"
-    assert {p["component"] for p in s["failed_positions"]} == {"split", "normalize", "aggregate"}
-    assert s["components"]["logs"]["emitted"] == 1000      # every row of the four part files
+    assert s.status == "pending"
+    assert {p["component"] for p in s.failed_positions} == {"split", "normalize", "aggregate"}
+    assert s.components["logs"]["emitted"] == 1000      # every row of the four part files
     assert sum(demo.table_records(tmp_path / "failing" / TABLE).values()) < sum(want.values())   # not all there yet
-    r = recover.recover(spark, redis_client, redis_url, s["run_id"])
-    assert r["status"] == "dead" and r["dead_tuples"] == POISON and r["recovered"] > 0
+    r = recover.recover(spark, redis_client, redis_url, s.run_id)
+    assert r.status == "dead" and r.dead_tuples == POISON and r.recovered > 0
     result = demo.compare(demo.table_records(tmp_path / "failing" / TABLE), want,
-                          demo.keyed_state(redis_client, s["run_id"], "aggregate"), want_state)
+                          demo.keyed_state(redis_client, s.run_id, "aggregate"), want_state)
     assert result.missing == result.extra == 0 and result.records == sum(want.values())
     assert result.same_state and result.same
 
@@ -93,6 +93,6 @@ def test_driver_killed_mid_submit_then_recover_leave_exactly_the_records_in_delt
     assert not sinks <= done, done      # the round was cut short: a sink task had not written its part
     assert runs.status_of(runs.get(redis_client, run_id)) == runs.CRASHED
     r = recover.recover(spark, redis_client, redis_url, run_id)
-    assert r["status"] == "dead" and r["dead_tuples"] == POISON, r
+    assert r.status == "dead" and r.dead_tuples == POISON, r
     assert demo.table_records(tmp_path / "run" / TABLE) == want
     assert postgres_rows(postgres_url, "cdn_requests") == want

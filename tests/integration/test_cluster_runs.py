@@ -65,7 +65,7 @@ def test_the_test_kit_runs_on_a_cluster_client(redis_client):
     from tests.unit.tracking.test_tracker import chain
     words = [f"w{i}" for i in range(300)]
     run = testing.run_local(chain(), redis_client, run_id="kit", inputs={"words": words})
-    assert run.summary["status"] == "completed" and sorted(r[0] for r in run.sinks["out"]) == sorted(words)
+    assert run.summary.status == "completed" and sorted(r[0] for r in run.sinks["out"]) == sorted(words)
     assert ledger.pending_roots(redis_client, "kit") == set()
 
 
@@ -90,8 +90,8 @@ def test_fanout_with_failures_on_three_masters_spreads_recovers_exactly_and_clea
         "recovery.inject.sq.component": "square", "recovery.inject.sq.rate": "0.05",
         "recovery.inject.cu.component": "cube", "recovery.inject.cu.rate": "0.05",
         "recovery.retry.delay.period.ms": "10"})
-    run_id = s["run_id"]
-    assert s["status"] == "pending" and {p["component"] for p in s["failed_positions"]} == {"square", "cube"}
+    run_id = s.run_id
+    assert s.status == "pending" and {p["component"] for p in s.failed_positions} == {"square", "cube"}
     # the run's keys, on every master: its ledger buckets and its queues are not in one slot
     per_master = [[k.decode() for k in ks] for ks in cluster.keys_per_master(keys.run_pattern(run_id))]
     assert all(per_master), per_master
@@ -102,7 +102,7 @@ def test_fanout_with_failures_on_three_masters_spreads_recovers_exactly_and_clea
     assert queues and len({keys.hash_slot(q) for q in queues}) == len(queues)
 
     r = recover.recover(spark, redis_client, redis_url, run_id)
-    assert r["status"] == "completed" and r["pending"] == 0 and r["dead"] == 0
+    assert r.status == "completed" and r.pending == 0 and r.dead == 0
     clean = test_engine.fanout_reference(tmp_path / "failing" / "data" / "numbers.txt")
     for sink, want in zip(("archive", "joined"), clean, strict=True):
         assert sink_records(tmp_path / "failing" / "out" / "fanout" / sink) == want, sink
@@ -150,7 +150,7 @@ def test_a_master_killed_mid_run_stops_it_in_one_line_and_recover_is_exact_once_
         rec = runs.get(client, run_id)
         assert rec.status in (runs.ERROR, runs.RUNNING), rec.status
         r = recover.recover(spark, client, redis_url, run_id)
-        assert r["status"] == "completed", r
+        assert r.status == "completed", r
         assert sink_records(tmp_path / "out" / "wordcount") == \
             test_engine.wordcount_reference(tmp_path / "data" / "sentences.txt")
     finally:
@@ -168,8 +168,8 @@ def test_a_cluster_with_a_replica_per_master_runs_and_clears(spark, tmp_path):
         try:
             xml = copy_workflow("wordcount", tmp_path / "wc")
             s = submit(spark, url, client, xml, {**test_recovery.TRANSIENT_SPLIT, **test_recovery.FAST_RETRY})
-            r = recover.recover(spark, client, url, s["run_id"])
-            assert r["status"] == "completed"
+            r = recover.recover(spark, client, url, s.run_id)
+            assert r.status == "completed"
             assert sink_records(tmp_path / "wc" / "out" / "wordcount") == \
                 test_engine.wordcount_reference(tmp_path / "wc" / "data" / "sentences.txt")
             code, _, err = cli("clear", "--all", "--redis", url)

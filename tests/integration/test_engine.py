@@ -40,21 +40,21 @@ def run_keys(client, run_id: str) -> set[str]:
 def test_failure_free_wordcount_equals_plain_python_and_leaves_no_tracking_keys(spark, redis_url, redis_client, tmp_path):
     xml = copy_workflow("wordcount", tmp_path)
     summary = submit(spark, redis_url, redis_client, xml)
-    assert summary["status"] == "completed"
-    assert summary["roots"] == summary["complete"] > 0
-    assert summary["pending"] == summary["dead"] == 0
+    assert summary.status == "completed"
+    assert summary.roots == summary.complete > 0
+    assert summary.pending == summary.dead == 0
     assert sink_records(tmp_path / "out" / "wordcount") == wordcount_reference(tmp_path / "data" / "sentences.txt")
     # only the run record, the runs index and the bolt's keyed state remain: no tracking keys
-    left = run_keys(redis_client, summary["run_id"])
-    assert left == {keys.state(summary["run_id"], "count")}
-    assert redis_client.exists(keys.run_record(summary["run_id"]))
+    left = run_keys(redis_client, summary.run_id)
+    assert left == {keys.state(summary.run_id, "count")}
+    assert redis_client.exists(keys.run_record(summary.run_id))
 
 
 def test_tracking_off_gives_the_same_sink(spark, redis_url, redis_client, tmp_path):
     xml = copy_workflow("wordcount", tmp_path)
     summary = submit(spark, redis_url, redis_client, xml, tracking=False)
     assert sink_records(tmp_path / "out" / "wordcount") == wordcount_reference(tmp_path / "data" / "sentences.txt")
-    assert run_keys(redis_client, summary["run_id"]) == set()
+    assert run_keys(redis_client, summary.run_id) == set()
 
 
 COMPONENTS = textwrap.dedent('''
@@ -93,13 +93,13 @@ def test_not_acked_tuples_fail_at_their_task(spark, redis_url, redis_client, tmp
       <bolt id="out"><sink type="jsonl" path="out"/><input from="check"/></bolt>''',
         ["good1", "bad1", "good2", "bad2", "good3"])
     s = submit(spark, redis_url, redis_client, xml)
-    assert s["roots"] == 5 and s["complete"] == 3 and s["failed"] == 2
-    assert {p["component"] for p in s["failed_positions"]} == {"check"}
-    assert all(p["sample_error"] == "not acked by check" for p in s["failed_positions"])
+    assert s.roots == 5 and s.complete == 3 and s.failed == 2
+    assert {p["component"] for p in s.failed_positions} == {"check"}
+    assert all(p["sample_error"] == "not acked by check" for p in s.failed_positions)
     assert sorted(r["word"] for r in json.loads("[" + ",".join(sink_records(tmp_path / "out")) + "]")) == ["GOOD1", "GOOD2", "GOOD3"]
     queued = []
-    for p in s["failed_positions"]:
-        for raw in redis_client.hvals(keys.queue(s["run_id"], p["component"], p["task"])):
+    for p in s.failed_positions:
+        for raw in redis_client.hvals(keys.queue(s.run_id, p["component"], p["task"])):
             queued.append(msgpack.unpackb(raw))
     assert sorted(q["values"][0] for q in queued) == ["bad1", "bad2"]
     assert all(q["src_component"] == "src" and q["attempt"] == 1 for q in queued)
@@ -115,14 +115,14 @@ def test_a_failed_tuple_emits_nothing_downstream_and_the_run_goes_on(spark, redi
     s = submit(spark, redis_url, redis_client, xml)
     words = sorted(json.loads(r)["word"] for r in sink_records(tmp_path / "out"))
     assert words == ["a", "b", "c"]          # no "half-emitted"
-    assert s["failed"] == 1 and s["complete"] == 3
-    [pos] = s["failed_positions"]
-    [raw] = redis_client.hvals(keys.queue(s["run_id"], "explodes", pos["task"]))
+    assert s.failed == 1 and s.complete == 3
+    [pos] = s.failed_positions
+    [raw] = redis_client.hvals(keys.queue(s.run_id, "explodes", pos["task"]))
     rec = msgpack.unpackb(raw)
     assert rec["values"] == ["boom"] and "RuntimeError: boom at explodes" in rec["error"]
     assert "Traceback" in rec["traceback"] and rec["task"] == pos["task"]
     # the root stays pending in the acker's ledger (exactly one root)
-    assert len(ledger.pending_roots(redis_client, s["run_id"])) == 1
+    assert len(ledger.pending_roots(redis_client, s.run_id)) == 1
 
 
 def test_undecodable_records_fail_at_the_spout_with_the_raw_record(spark, redis_url, redis_client, tmp_path):
@@ -133,11 +133,11 @@ def test_undecodable_records_fail_at_the_spout_with_the_raw_record(spark, redis_
       <spout id="src" parallelism="2"><source type="file" path="in.jsonl" format="jsonl"/><stream fields="word"/></spout>
       <bolt id="out"><sink type="jsonl" path="out"/><input from="src"/></bolt></workflow>''')
     s = submit(spark, redis_url, redis_client, xml)
-    assert s["roots"] == 6 and s["complete"] == 2 and s["failed"] == 4
+    assert s.roots == 6 and s.complete == 2 and s.failed == 4
     raws = []
-    for p in s["failed_positions"]:
+    for p in s.failed_positions:
         assert p["component"] == "src"
-        raws += [msgpack.unpackb(r)["raw"] for r in redis_client.hvals(keys.queue(s["run_id"], "src", p["task"]))]
+        raws += [msgpack.unpackb(r)["raw"] for r in redis_client.hvals(keys.queue(s.run_id, "src", p["task"]))]
     assert sorted(raws) == sorted([b"not json\n", b"\xff\xfe\n", b"[1, 2]\n", b'{"other": 1}\n'])
     assert sorted(json.loads(r)["word"] for r in sink_records(tmp_path / "out")) == ["ok1", "ok2"]
 
@@ -160,8 +160,8 @@ def test_spark_task_retries_change_no_result_and_no_ledger(spark, redis_url, red
     assert (tmp_path / "crashed").exists()      # the first attempt really died
     assert sink_records(tmp_path / "a" / "out" / "wordcount") == sink_records(tmp_path / "b" / "out" / "wordcount")
     for k in ("roots", "complete", "pending", "failed"):
-        assert base[k] == crashed[k]
-    assert ledger.pending_roots(redis_client, base["run_id"]) == ledger.pending_roots(redis_client, crashed["run_id"])
+        assert getattr(base, k) == getattr(crashed, k)
+    assert ledger.pending_roots(redis_client, base.run_id) == ledger.pending_roots(redis_client, crashed.run_id)
     state = lambda rid: redis_client.hgetall(keys.state(rid, "count"))
-    assert state(base["run_id"]) == state(crashed["run_id"])
-    assert base["components"]["count"]["executed"] == crashed["components"]["count"]["executed"]
+    assert state(base.run_id) == state(crashed.run_id)
+    assert base.components["count"]["executed"] == crashed.components["count"]["executed"]

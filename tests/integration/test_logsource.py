@@ -99,24 +99,24 @@ def test_bounded_run_from_a_topic_equals_its_input_and_status_shows_lag(spark, r
     wf = workflow_xml.load(xml)
 
     summary = submit.submit(spark, redis_client, redis_url, wf, COPY_XML, str(xml))
-    assert summary["status"] == "completed"
-    assert summary["roots"] == summary["complete"] == 500
+    assert summary.status == "completed"
+    assert summary.roots == summary.complete == 500
     assert _canon(read_jsonl_dir(str(tmp_path / "out" / "copy"))) == _canon(records)
     assert _committed_to_end(redis_client, wf)
     # the plan went into the run record: a resumed round would read the same ranges
-    rec = runs.get(redis_client, summary["run_id"])
+    rec = runs.get(redis_client, summary.run_id)
     plan = json.loads(json.loads(rec.current_spec or "{}")["source_json"])["events"]
     assert {int(p): r[1] for p, r in plan["ranges"].items()} == counts
 
     # 40 more messages: status shows them as lag, per partition
     more = [{"id": 500 + i, "word": f"w{i % 13}"} for i in range(40)]
     added = topics.produce(redis_client, "events", [(r["word"], json.dumps(r).encode()) for r in more])
-    res = CliRunner().invoke(main, ["status", summary["run_id"], "--json", "--redis", redis_url])
+    res = CliRunner().invoke(main, ["status", summary.run_id, "--json", "--redis", redis_url])
     assert res.exit_code == 0, res.output
     parts = json.loads(res.output)["partitions"]
     assert [(p["partition"], p["lag"]) for p in parts] == sorted(added.items())
     assert all(p["committed"] + p["lag"] == p["end"] and p["task_index"] == p["partition"] % 3 for p in parts)
-    res = CliRunner().invoke(main, ["status", summary["run_id"], "--redis", redis_url])
+    res = CliRunner().invoke(main, ["status", summary.run_id, "--redis", redis_url])
     assert res.exit_code == 0 and f"lag {added[0]}" in res.output and "events <- events[4]" in res.output
 
     # a second bounded run of the same consumer reads only the new messages (sink elsewhere)
@@ -125,7 +125,7 @@ def test_bounded_run_from_a_topic_equals_its_input_and_status_shows_lag(spark, r
     (again / "copy.xml").write_text(COPY_XML)
     s2 = submit.submit(spark, redis_client, redis_url, workflow_xml.load(again / "copy.xml"), COPY_XML,
                      str(again / "copy.xml"))
-    assert s2["roots"] == s2["complete"] == 40
+    assert s2.roots == s2.complete == 40
     assert _canon(read_jsonl_dir(str(again / "out" / "copy"))) == _canon(more)
     assert _committed_to_end(redis_client, wf)
 

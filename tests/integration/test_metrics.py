@@ -108,12 +108,12 @@ def test_a_follow_run_with_failures_scraped_during_the_run_and_after_recover(spa
             assert runs.status_of(runs.get(redis_client, run_id)) == runs.PENDING
 
             result = recover.recover(spark, redis_client, redis_url, run_id)
-            assert result["pending"] == 0
+            assert result.pending == 0
             for url in (own_url, ui_url):
                 after = check_against_status(_scrape(url), redis_client, run_id)
                 assert one(after, "recovery_run_roots", **labels, state="pending") == 0
                 assert one(after, "recovery_run_roots", **labels, state="complete") == 450
-                assert one(after, "recovery_recovery_rounds_total", **labels) == result["rounds"] >= 1
+                assert one(after, "recovery_recovery_rounds_total", **labels) == result.rounds >= 1
                 assert one(after, "recovery_recovery_round_seconds_total", **labels) > 0
                 assert "recovery_queued_tuples" not in after
                 assert reports.run_status(redis_client, run_id)["status"] == runs.COMPLETED

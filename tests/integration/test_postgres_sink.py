@@ -55,7 +55,7 @@ def columns(url: str, table: str, schema: str = "public") -> list[tuple[str, str
 def test_a_run_creates_the_table_from_the_values_and_writes_each_row_once(postgres_url, redis_client, tmp_path):
     wf = load(write_xml(tmp_path, postgres_bolt(postgres_url), n=N))
     r = run(wf, redis_client, run_id="p1")
-    assert r.summary["status"] == "completed"
+    assert r.summary.status == "completed"
     assert columns(postgres_url, "events") == [("n", "bigint"), ("word", "text"), ("score", "double precision"),
                                                ("even", "boolean"), ("tags", "jsonb"), ("info", "jsonb")]
     assert postgres_rows(postgres_url) == expected(N)
@@ -68,7 +68,7 @@ def test_a_run_creates_the_table_from_the_values_and_writes_each_row_once(postgr
 def test_batch_inputs_write_the_rows_row_inputs_write(postgres_url, redis_client, tmp_path):
     wf = load(write_xml(tmp_path, postgres_bolt(postgres_url), n=N, enrich="EnrichBatch"))
     assert batch_runtime.is_batch_sink(wf.component("pg"), wf)
-    assert run(wf, redis_client).summary["status"] == "completed"
+    assert run(wf, redis_client).summary.status == "completed"
     assert postgres_rows(postgres_url) == expected(N)
 
 
@@ -79,7 +79,7 @@ def test_a_schema_qualified_existing_table_with_a_run_column_gets_the_rows_and_t
         conn.execute('CREATE TABLE "Audit"."Events" (id serial PRIMARY KEY, n numeric, word varchar(20), score real, '
                      'even boolean, tags text, info json, run text, written timestamptz DEFAULT now())')
     wf = load(write_xml(tmp_path, postgres_bolt(postgres_url, "Audit.Events", extra=' run-column="run"'), n=N))
-    assert run(wf, redis_client, run_id="q1").summary["status"] == "completed"
+    assert run(wf, redis_client, run_id="q1").summary.status == "completed"
     got = postgres_rows(postgres_url, "Audit.Events", drop=("id", "run", "written"))
     # the table's own types: numeric, varchar, real, text holding the list as JSON, json
     with psycopg.connect(postgres_url) as conn:
@@ -176,7 +176,7 @@ def test_the_database_going_away_mid_run_fails_the_sinks_tuples_and_recover_writ
     try:
         r = run(wf, redis_client, run_id="gone")
         # the run went on; the sink's tuples failed at the sink, queued for recovery
-        assert r.summary["status"] == "pending"
+        assert r.summary.status == "pending"
         failed = r.failed_tuples()
         assert {t.component for t in failed} == {"pg"} and len(failed) == N
         assert all("sink 'pg' (postgres): cannot connect to" in t.error and "not currently accepting connections"
@@ -185,7 +185,7 @@ def test_the_database_going_away_mid_run_fails_the_sinks_tuples_and_recover_writ
         testing.recover_local(r)
     finally:
         set_connections(postgres_server, database, True)
-    assert r.summary["status"] == "completed"
+    assert r.summary.status == "completed"
     assert postgres_rows(postgres_url) == expected(N)
     assert {c[3] for c in commit_rows(postgres_url)} == {1}   # written by the recovery round
 
@@ -217,7 +217,7 @@ def test_clear_keeps_the_rows_drops_the_runs_commit_rows_and_a_rerun_of_the_id_w
         postgres_url, redis_url, redis_client, tmp_path):
     wf = load(write_xml(tmp_path, postgres_bolt(postgres_url) + delta_bolt(), n=N))
     other = run(wf, redis_client, run_id="other")
-    assert run(wf, redis_client, run_id="again").summary["status"] == other.summary["status"] == "completed"
+    assert run(wf, redis_client, run_id="again").summary.status == other.summary.status == "completed"
     assert sum(postgres_rows(postgres_url).values()) == 2 * N
     code, out, err = cli(redis_url, "clear", "again", "--json")
     assert code == 0, err
@@ -233,7 +233,7 @@ def test_clear_keeps_the_rows_drops_the_runs_commit_rows_and_a_rerun_of_the_id_w
     assert {c[0] for c in commit_rows(postgres_url)} == {"other"}
     # a rerun of the id writes again (here without the Delta sink, which refuses the id)
     pg_only = load(write_xml(tmp_path / "pg", postgres_bolt(postgres_url), n=N))
-    assert run(pg_only, redis_client, run_id="again").summary["status"] == "completed"
+    assert run(pg_only, redis_client, run_id="again").summary.status == "completed"
     assert sum(postgres_rows(postgres_url).values()) == 3 * N
     code, out, err = cli(redis_url, "clear", "again")
     assert code == 0 and out.startswith("cleared again: ") and "rows in table events kept" in out, (out, err)
@@ -243,7 +243,7 @@ def test_clear_keeps_the_rows_drops_the_runs_commit_rows_and_a_rerun_of_the_id_w
 def test_clear_refuses_while_the_database_cannot_be_reached_and_force_clears_the_keys_only(
         postgres_server, postgres_url, redis_url, redis_client, tmp_path):
     wf = load(write_xml(tmp_path, postgres_bolt(postgres_url), n=N))
-    assert run(wf, redis_client, run_id="far").summary["status"] == "completed"
+    assert run(wf, redis_client, run_id="far").summary.status == "completed"
     database = postgres_url.rsplit("/", 1)[1]
     before = {k: redis_client.dump(k) for k in redis_client.keys("*")}
     set_connections(postgres_server, database, False)
@@ -268,5 +268,5 @@ def test_clear_refuses_while_the_database_cannot_be_reached_and_force_clears_the
 def test_the_fields_are_the_columns_written(postgres_url, redis_client, tmp_path):
     """The columns a run writes are the input's fields (FIELDS), in that order, no more."""
     wf = load(write_xml(tmp_path, postgres_bolt(postgres_url), n=5))
-    assert run(wf, redis_client).summary["status"] == "completed"
+    assert run(wf, redis_client).summary.status == "completed"
     assert [c for c, _ in columns(postgres_url, "events")] == list(FIELDS)

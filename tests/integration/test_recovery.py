@@ -32,19 +32,19 @@ def final_counts(path: Path) -> dict[str, int]:
 def test_transient_failures_at_two_positions_on_one_path_recover_exactly(spark, redis_url, redis_client, tmp_path):
     xml = copy_workflow("wordcount", tmp_path)
     s = submit(spark, redis_url, redis_client, xml, {**TRANSIENT_SPLIT, **TRANSIENT_COUNT, **FAST_RETRY})
-    failed_components = {p["component"] for p in s["failed_positions"]}
-    assert failed_components == {"split", "count"} and s["status"] == "pending"
+    failed_components = {p["component"] for p in s.failed_positions}
+    assert failed_components == {"split", "count"} and s.status == "pending"
     out = tmp_path / "out" / "wordcount"
     assert sink_records(out) != wordcount_reference(tmp_path / "data" / "sentences.txt")
-    r = recover.recover(spark, redis_client, redis_url, s["run_id"])
-    assert r["status"] == "completed" and r["pending"] == 0 and r["dead"] == 0
-    assert r["rounds"] >= 2          # count's tuples fail their first two attempts
+    r = recover.recover(spark, redis_client, redis_url, s.run_id)
+    assert r.status == "completed" and r.pending == 0 and r.dead == 0
+    assert r.rounds >= 2          # count's tuples fail their first two attempts
     # nothing lost, nothing twice; the fields-grouped aggregate equals the failure-free one
     assert sink_records(out) == wordcount_reference(tmp_path / "data" / "sentences.txt")
-    assert redis_client.scard(keys.failed_set(s["run_id"])) == 0
-    assert run_keys(redis_client, s["run_id"]) == {keys.state(s["run_id"], "count")}
+    assert redis_client.scard(keys.failed_set(s.run_id)) == 0
+    assert run_keys(redis_client, s.run_id) == {keys.state(s.run_id, "count")}
     state = {msgpack.unpackb(k): msgpack.unpackb(v)
-             for k, v in redis_client.hgetall(keys.state(s["run_id"], "count")).items()}
+             for k, v in redis_client.hgetall(keys.state(s.run_id, "count")).items()}
     assert state == final_counts(out)
 
 
@@ -53,23 +53,23 @@ def test_permanent_failures_end_dead_after_max_attempts_and_recover_terminates(s
     s = submit(spark, redis_url, redis_client, xml, {
         "recovery.inject.p.component": "count", "recovery.inject.p.match": "acker",
         "recovery.inject.p.mode": "permanent", "recovery.max.attempts": "3", **FAST_RETRY})
-    n_failed = sum(p["count"] for p in s["failed_positions"])
+    n_failed = sum(p["count"] for p in s.failed_positions)
     assert n_failed > 0
-    r = recover.recover(spark, redis_client, redis_url, s["run_id"], max_rounds=10)
-    assert r["rounds"] == 2 and r["status"] == "dead"
-    assert r["dead_tuples"] == n_failed and r["pending"] == 0 and r["dead"] > 0
-    dead = dead_letters.dead_letters(redis_client, s["run_id"])
+    r = recover.recover(spark, redis_client, redis_url, s.run_id, max_rounds=10)
+    assert r.rounds == 2 and r.status == "dead"
+    assert r.dead_tuples == n_failed and r.pending == 0 and r.dead > 0
+    dead = dead_letters.dead_letters(redis_client, s.run_id)
     assert len(dead) == n_failed
     assert all(d.attempt == 3 and "injected permanent failure" in d.error for d in dead)
     assert all(d.values[0] == "acker" for d in dead)
     # a second recover has nothing to do and ends at once
-    again = recover.recover(spark, redis_client, redis_url, s["run_id"])
-    assert again["rounds"] == 0
+    again = recover.recover(spark, redis_client, redis_url, s.run_id)
+    assert again.rounds == 0
     # requeue after "fixing the cause" (here: nothing fixed, so they die again, attempts fresh)
-    assert dead_letters.requeue_dead(redis_client, s["run_id"]) == n_failed
-    assert summary.summarize(redis_client, s["run_id"])["failed"] > 0
-    third = recover.recover(spark, redis_client, redis_url, s["run_id"])
-    assert third["rounds"] == 3 and third["dead_tuples"] == n_failed
+    assert dead_letters.requeue_dead(redis_client, s.run_id) == n_failed
+    assert summary.summarize(redis_client, s.run_id).failed > 0
+    third = recover.recover(spark, redis_client, redis_url, s.run_id)
+    assert third.rounds == 3 and third.dead_tuples == n_failed
 
 
 def test_localized_recovery_writes_no_duplicates_where_root_replay_does(spark, redis_url, redis_client, tmp_path):
@@ -80,12 +80,12 @@ def test_localized_recovery_writes_no_duplicates_where_root_replay_does(spark, r
     for strategy in ("localized", "root-replay"):
         xml = copy_workflow("fanout", tmp_path / strategy)
         s = submit(spark, redis_url, redis_client, xml, inject)
-        assert {p["component"] for p in s["failed_positions"]} == {"cube"}
-        r = recover.recover(spark, redis_client, redis_url, s["run_id"], strategy=strategy)
-        assert r["status"] == "completed"
+        assert {p["component"] for p in s.failed_positions} == {"cube"}
+        r = recover.recover(spark, redis_client, redis_url, s.run_id, strategy=strategy)
+        assert r.status == "completed"
         results[strategy] = (sink_records(tmp_path / strategy / "out" / "fanout" / "archive"),
                              sink_records(tmp_path / strategy / "out" / "fanout" / "joined"))
-        n_failed = sum(p["count"] for p in s["failed_positions"])
+        n_failed = sum(p["count"] for p in s.failed_positions)
     clean_archive, clean_joined = fanout_reference(tmp_path / "localized" / "data" / "numbers.txt")
     assert results["localized"] == (clean_archive, clean_joined)
     archive_rr = results["root-replay"][0]
@@ -98,16 +98,16 @@ def test_clear_removes_every_key_of_the_run_and_nothing_else(spark, redis_url, r
     a = submit(spark, redis_url, redis_client, copy_workflow("wordcount", tmp_path / "a"), inject)
     b = submit(spark, redis_url, redis_client, copy_workflow("wordcount", tmp_path / "b"), inject)
     redis_client.set("unrelated:key", "1")
-    before_b = {k: redis_client.dump(k) for k in run_keys(redis_client, b["run_id"])}
-    assert len(run_keys(redis_client, a["run_id"])) > 2
-    removed = clear.clear(redis_client, a["run_id"]).keys
-    assert keys.run_record(a["run_id"]) in removed
-    assert run_keys(redis_client, a["run_id"]) == set()
-    assert not redis_client.exists(keys.run_record(a["run_id"]))
-    assert a["run_id"] not in runs.list_ids(redis_client)
-    assert {k: redis_client.dump(k) for k in run_keys(redis_client, b["run_id"])} == before_b
+    before_b = {k: redis_client.dump(k) for k in run_keys(redis_client, b.run_id)}
+    assert len(run_keys(redis_client, a.run_id)) > 2
+    removed = clear.clear(redis_client, a.run_id).keys
+    assert keys.run_record(a.run_id) in removed
+    assert run_keys(redis_client, a.run_id) == set()
+    assert not redis_client.exists(keys.run_record(a.run_id))
+    assert a.run_id not in runs.list_ids(redis_client)
+    assert {k: redis_client.dump(k) for k in run_keys(redis_client, b.run_id)} == before_b
     assert redis_client.get("unrelated:key") == b"1"
-    assert b["run_id"] in runs.list_ids(redis_client)
+    assert b.run_id in runs.list_ids(redis_client)
 
 
 def _spawn_submit(xml: Path, redis_url: str, run_id: str, props: dict[str, str]) -> subprocess.Popen:
@@ -144,7 +144,7 @@ def test_kill_9_of_the_driver_then_recover_gives_exact_output(spark, redis_url, 
     rec = runs.get(redis_client, run_id)
     assert rec.status == runs.RUNNING and runs.status_of(rec) == runs.CRASHED, rec
     r = recover.recover(spark, redis_client, redis_url, run_id)
-    assert r["status"] == "completed", r
+    assert r.status == "completed", r
     assert sink_records(tmp_path / "out" / "wordcount") == wordcount_reference(tmp_path / "data" / "sentences.txt")
     assert run_keys(redis_client, run_id) == {keys.state(run_id, "count")}
 
@@ -210,9 +210,9 @@ def test_root_replay_of_a_spout_class_replays_failed_roots_that_are_not_the_firs
     markers.mkdir()
     s = submit(spark, redis_url, redis_client, xml, {
         "test.fail.numbers": "13,17", "test.fail.markers": str(markers), **FAST_RETRY})
-    assert [p["component"] for p in s["failed_positions"]] == ["square"] * len(s["failed_positions"])
-    assert sum(p["count"] for p in s["failed_positions"]) == 2 and s["complete"] == 18
-    r = recover.recover(spark, redis_client, redis_url, s["run_id"], strategy="root-replay")
-    assert r["status"] == "completed" and r["rounds"] == 1
+    assert [p["component"] for p in s.failed_positions] == ["square"] * len(s.failed_positions)
+    assert sum(p["count"] for p in s.failed_positions) == 2 and s.complete == 18
+    r = recover.recover(spark, redis_client, redis_url, s.run_id, strategy="root-replay")
+    assert r.status == "completed" and r.rounds == 1
     expected = sorted(json.dumps({"n": n, "square": n * n}, sort_keys=True) for n in range(20))
     assert sink_records(tmp_path / "out" / "squares") == expected

@@ -160,7 +160,7 @@ def test_redis_dying_mid_submit_is_one_line_exit_2_and_the_run_resumes(spark, tm
         client = connect(url)
         assert runs.status_of(runs.get(client, "lost")) == runs.CRASHED
         r = jobs_recover.recover(spark, client, url, "lost")
-        assert r["status"] == "completed" and r["resumed"]
+        assert r.status == "completed" and r.resumed
         assert gate.output() == sorted(LINES)
     finally:
         server.kill()
@@ -205,8 +205,8 @@ def test_clear_force_under_a_running_recover_leaves_no_key(spark, redis_url, red
     gate = Gate(tmp_path)
     s = submit(spark, redis_url, redis_client, gate.xml, {
         "recovery.inject.g.component": "gate", "recovery.inject.g.rate": "0.2"})
-    run_id = s["run_id"]
-    assert s["status"] == "pending"
+    run_id = s.run_id
+    assert s.status == "pending"
     gate.arm()
     outcome: list[BaseException] = []
 

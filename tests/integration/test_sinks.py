@@ -25,7 +25,7 @@ def test_redis_hash_and_parquet_sinks_hold_every_tuple_once(spark, redis_url, re
       <bolt id="pq" parallelism="2"><sink type="parquet" path="out/pq"/><input from="src"/></bolt>
     </workflow>''')
     s = submit(spark, redis_url, redis_client, xml)
-    assert s["status"] == "completed" and s["roots"] == 200
+    assert s.status == "completed" and s.roots == 200
     got = {k.decode(): json.loads(v) for k, v in redis_client.hgetall("test:sink").items()}
     assert got == {f"key{i}": {"k": f"key{i}", "v": i} for i in range(200)}
     import pyarrow.parquet as pq
@@ -66,12 +66,12 @@ def test_a_second_submit_into_the_same_folder_is_refused_in_error_mode(spark, re
     xml = copy_workflow("wordcount", tmp_path)
     folder = tmp_path / "out" / "wordcount"
     first = submit(spark, redis_url, redis_client, xml)
-    assert first["status"] == "completed"
+    assert first.status == "completed"
     parts = sorted(os.listdir(folder))
     redis_before = {k: redis_client.dump(k) for k in redis_client.keys("*")}
     for attempt in ("again", "after clear"):
         if attempt == "after clear":
-            clear.clear(redis_client, first["run_id"])
+            clear.clear(redis_client, first.run_id)
             redis_before = {k: redis_client.dump(k) for k in redis_client.keys("*")}
         code, out, err = cli(redis_url, "submit", str(xml))
         assert code == 2, (attempt, out, err)
@@ -88,11 +88,11 @@ def test_recovery_rounds_of_a_run_in_error_mode_write_its_own_parts(spark, redis
     xml = copy_workflow("wordcount", tmp_path)
     folder = tmp_path / "out" / "wordcount"
     s = submit(spark, redis_url, redis_client, xml, TRANSIENT_COUNT)
-    assert s["status"] == "pending"
-    r = recover.recover(spark, redis_client, redis_url, s["run_id"])
-    assert r["status"] == "completed" and r["rounds"] >= 1
+    assert s.status == "pending"
+    r = recover.recover(spark, redis_client, redis_url, s.run_id)
+    assert r.status == "completed" and r.rounds >= 1
     assert any("-r0001-out-" in n for n in part_files(str(folder)))
-    assert runs_of(folder) == {s["run_id"]}
+    assert runs_of(folder) == {s.run_id}
     assert sink_records(folder) == wordcount_reference(tmp_path / "data" / "sentences.txt")
 
 
@@ -101,7 +101,7 @@ def test_overwrite_replaces_other_runs_parts_only_when_the_run_completes(spark, 
     folder = tmp_path / "out" / "wordcount"
     want = wordcount_reference(tmp_path / "data" / "sentences.txt")
     a = submit(spark, redis_url, redis_client, xml)
-    assert a["status"] == "completed"
+    assert a.status == "completed"
     set_mode(xml, "overwrite")
 
     # a run that fails in Spark (its spout cannot open) destroys nothing
@@ -113,15 +113,15 @@ def test_overwrite_replaces_other_runs_parts_only_when_the_run_completes(spark, 
     </workflow>''')
     with pytest.raises(RunError, match="cannot open the source"):
         submit(spark, redis_url, redis_client, broken)
-    assert runs_of(folder) == {a["run_id"]} and sink_records(folder) == want
+    assert runs_of(folder) == {a.run_id} and sink_records(folder) == want
 
     # a run with failures pending keeps the previous output beside its own until it completes
     b = submit(spark, redis_url, redis_client, xml, TRANSIENT_COUNT)
-    assert b["status"] == "pending"
-    assert runs_of(folder) == {a["run_id"], b["run_id"]}
-    r = recover.recover(spark, redis_client, redis_url, b["run_id"])
-    assert r["status"] == "completed"
-    assert runs_of(folder) == {b["run_id"]}
+    assert b.status == "pending"
+    assert runs_of(folder) == {a.run_id, b.run_id}
+    r = recover.recover(spark, redis_client, redis_url, b.run_id)
+    assert r.status == "completed"
+    assert runs_of(folder) == {b.run_id}
     assert sink_records(folder) == want                   # exactly one run's records
 
 
@@ -130,8 +130,8 @@ def test_append_keeps_every_runs_parts(spark, redis_url, redis_client, tmp_path)
     folder = tmp_path / "out" / "wordcount"
     a = submit(spark, redis_url, redis_client, xml)
     b = submit(spark, redis_url, redis_client, xml)
-    assert a["status"] == b["status"] == "completed"
-    assert runs_of(folder) == {a["run_id"], b["run_id"]}
+    assert a.status == b.status == "completed"
+    assert runs_of(folder) == {a.run_id, b.run_id}
     want = wordcount_reference(tmp_path / "data" / "sentences.txt")
     assert sink_records(folder) == sorted(want + want)
 
@@ -156,11 +156,11 @@ def test_cdn_logs_recovered_output_equals_a_failure_free_runs_record_for_record(
     want = demo.sink_records(tmp_path / "clean" / "out" / "cdn_logs")
     want_state = demo.keyed_state(clean_client, clean.run_id, "aggregate")
     s = submit(spark, redis_url, redis_client, copy_workflow("cdn_logs", tmp_path / "failing"), inject)
-    assert {p["component"] for p in s["failed_positions"]} == {"split", "normalize", "aggregate"}
-    r = recover.recover(spark, redis_client, redis_url, s["run_id"])
-    assert r["status"] == "dead" and r["dead_tuples"] == 20
+    assert {p["component"] for p in s.failed_positions} == {"split", "normalize", "aggregate"}
+    r = recover.recover(spark, redis_client, redis_url, s.run_id)
+    assert r.status == "dead" and r.dead_tuples == 20
     got = demo.sink_records(tmp_path / "failing" / "out" / "cdn_logs")
-    result = demo.compare(got, want, demo.keyed_state(redis_client, s["run_id"], "aggregate"), want_state)
+    result = demo.compare(got, want, demo.keyed_state(redis_client, s.run_id, "aggregate"), want_state)
     assert result.records == result.want_records == 980
     assert result.missing == result.extra == 0
     assert result.same_state and result.same and result.keys > 0

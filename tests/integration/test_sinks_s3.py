@@ -150,7 +150,7 @@ def test_kill_9_then_recover_with_source_sinks_and_spill_on_s3_is_exact_and_clea
     s3_bucket.put(f"out/j/{dead}", b'{"line": "LINE-0"}\n')
 
     r = recover.recover(spark, redis_client, redis_url, run_id)
-    assert r["status"] == "completed", r
+    assert r.status == "completed", r
     assert _jsonl_lines(jsonl) == _expected()
     assert _parquet_lines(parquet) == _expected()
     assert f"out/j/{dead}" in s3_bucket.files("out/j/")

@@ -144,7 +144,7 @@ def test_a_dataset_reaches_the_sink_whole_with_its_types(spark, redis_url, redis
     assert len(partitions) > 2, partitions            # more reader partitions than the 2 spout tasks
     assert all(task == p % 2 for p, task, _, _ in got)   # partition i -> task i mod parallelism
     s = submit(spark, redis_url, redis_client, xml)
-    assert s["status"] == "completed" and s["roots"] == len(ROWS)
+    assert s.status == "completed" and s.roots == len(ROWS)
     # ints, floats, strings, booleans, nulls and lists, as they were written
     assert sink_records(tmp_path / "out" / "events") == expected(fields)
 
@@ -153,7 +153,7 @@ def test_batch_components_take_a_spark_sources_rows(spark, redis_url, redis_clie
     source = f'<source type="spark" format="json" path="{rel(datasets / "json", tmp_path)}">{SPLITS}</source>'
     xml = workflow(tmp_path, source, "id host bytes ok tags maybe", pass_bolt="PassBatch")
     s = submit(spark, redis_url, redis_client, xml)
-    assert s["status"] == "completed" and s["components"]["pass"]["executed"] == len(ROWS)
+    assert s.status == "completed" and s.components["pass"]["executed"] == len(ROWS)
     assert sink_records(tmp_path / "out" / "events") == expected("id host bytes ok tags maybe")
 
 
@@ -250,7 +250,7 @@ def test_a_format_without_file_positions_needs_an_id_field(spark, redis_url, red
     assert runs.list_ids(redis_client) == []
     xml = workflow(tmp_path / "b", '<source type="spark" format="recovery_test_numbers" id-field="n"/>', "n square")
     s = submit(spark, redis_url, redis_client, xml)
-    assert s["status"] == "completed" and s["roots"] == 30
+    assert s.status == "completed" and s.roots == 30
     assert sink_records(tmp_path / "b" / "out" / "events") == sorted(
         json.dumps({"n": n, "square": n * n}, sort_keys=True) for n in range(30))
 
@@ -264,11 +264,11 @@ FAIL_PASS = {"recovery.inject.f.component": "pass", "recovery.inject.f.rate": "0
 def test_failures_at_a_bolt_then_recover_is_exact(spark, redis_url, redis_client, tmp_path, datasets, strategy):
     xml = workflow(tmp_path, parquet_source(datasets, tmp_path), FIELDS, pass_bolt="Pass")
     s = submit(spark, redis_url, redis_client, xml, FAIL_PASS)
-    assert s["status"] == "pending" and {p["component"] for p in s["failed_positions"]} == {"pass"}
+    assert s.status == "pending" and {p["component"] for p in s.failed_positions} == {"pass"}
     out = tmp_path / "out" / "events"
-    assert len(sink_records(out)) == len(ROWS) - s["failed"] > 0
-    r = recover.recover(spark, redis_client, redis_url, s["run_id"], strategy=strategy)
-    assert r["status"] == "completed" and r["pending"] == 0 and r["dead"] == 0
+    assert len(sink_records(out)) == len(ROWS) - s.failed > 0
+    r = recover.recover(spark, redis_client, redis_url, s.run_id, strategy=strategy)
+    assert r.status == "completed" and r.pending == 0 and r.dead == 0
     assert sink_records(out) == expected(FIELDS)      # nothing lost, nothing twice
 
 
@@ -281,7 +281,7 @@ def test_a_spark_retry_of_a_spout_task_changes_nothing(spark, redis_url, redis_c
         "recovery.inject.c.task": str(task), "recovery.inject.c.after": "30",
         "recovery.inject.c.marker": str(marker)})
     assert marker.exists()                         # the first attempt died after 30 rows
-    assert s["status"] == "completed" and s["roots"] == len(ROWS) and s["complete"] == len(ROWS)
+    assert s.status == "completed" and s.roots == len(ROWS) and s.complete == len(ROWS)
     assert sink_records(tmp_path / "out" / "events") == expected(FIELDS)
 
 
@@ -300,7 +300,7 @@ def test_kill_9_of_the_driver_mid_submit_then_recover_is_exact(spark, redis_url,
     assert not any(f.startswith("out:") for f in done), done
     assert runs.status_of(runs.get(redis_client, run_id)) == runs.CRASHED
     r = recover.recover(spark, redis_client, redis_url, run_id)
-    assert r["status"] == "completed" and r["pending"] == 0, r
+    assert r.status == "completed" and r.pending == 0, r
     assert sink_records(tmp_path / "out" / "events") == expected(FIELDS)
     assert not redis_client.exists(keys.failed_set(run_id))
 
@@ -327,6 +327,6 @@ def test_a_jdbc_read_from_postgresql(spark, redis_url, redis_client, tmp_path, p
     got = chunks(spark, xml)
     assert {p for p, *_ in got} == {0, 1, 2, 3} and all(task == p % 3 for p, task, _, _ in got)
     s = submit(spark, redis_url, redis_client, xml)
-    assert s["status"] == "completed" and s["roots"] == len(ROWS)
+    assert s.status == "completed" and s.roots == len(ROWS)
     assert sink_records(tmp_path / "out" / "events") == expected("id host bytes ok tags maybe")
 

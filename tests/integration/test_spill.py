@@ -102,7 +102,7 @@ def test_a_spark_retry_of_a_task_whose_file_was_half_written_is_exact(spark, red
     assert len(left) == 1 and left[0].stat().st_size > len(spill.MAGIC), left
     assert left[0].read_bytes()[-spill._TAIL.size - 4:-spill._TAIL.size] != b"\xff" * 4
     r = recover.recover(spark, redis_client, redis_url, run_id)
-    assert r["status"] == "completed", r
+    assert r.status == "completed", r
     assert sink_records(tmp_path / "out") == _expected()
     assert spill.SpillStore(str(spill_dir)).run_files(run_id) == []
 
@@ -143,7 +143,7 @@ def test_kill_9_after_commits_then_recover_is_exact_and_a_missing_or_corrupt_spi
     # back as it was: recover finishes exactly
     path.write_bytes(kept)
     r = recover.recover(spark, redis_client, redis_url, run_id)
-    assert r["status"] == "completed", r
+    assert r.status == "completed", r
     assert sink_records(tmp_path / "out") == _expected()
     assert run_keys(redis_client, run_id) == set()
     assert spill.SpillStore(str(spill_dir)).run_files(run_id) == []

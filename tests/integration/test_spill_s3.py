@@ -229,7 +229,7 @@ def test_kill_9_then_recover_with_spill_files_on_s3_is_exact(spark, redis_url, r
     assert runs.status_of(runs.get(redis_client, run_id)) == runs.CRASHED
     s3_bucket.put(key, kept)
     r = recover.recover(spark, redis_client, redis_url, run_id)
-    assert r["status"] == "completed", r
+    assert r.status == "completed", r
     assert sink_records(tmp_path / "out") == _expected()
     assert run_keys(redis_client, run_id) == set()
     assert s3_bucket.files(f"spill/{run_id}/") == []
@@ -252,6 +252,6 @@ def test_a_spark_retry_of_a_task_whose_object_was_half_written_is_exact(
     assert len(dead) == 1 and dead[0] != referenced, (dead, referenced)
     assert referenced in s3_bucket.files()
     r = recover.recover(spark, redis_client, redis_url, run_id)
-    assert r["status"] == "completed", r
+    assert r.status == "completed", r
     assert sink_records(tmp_path / "out") == _expected()
     assert s3_bucket.files(f"spill/{run_id}/") == []

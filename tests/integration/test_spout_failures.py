@@ -74,7 +74,7 @@ def test_a_shell_spout_that_gives_up_fails_the_round_and_recover_resumes_it(spar
 
     (tmp_path / "broken").unlink()                       # the cause, fixed
     r = jobs_submit.recover(spark, redis_client, redis_url, "dying")
-    assert r["resumed"] and r["status"] == runs.COMPLETED
-    assert (r["roots"], r["complete"], r["pending"]) == (5, 5, 0)
+    assert r.resumed and r.status == runs.COMPLETED
+    assert (r.roots, r.complete, r.pending) == (5, 5, 0)
     assert sink_records(tmp_path / "out" / "numbers") == sorted(
         json.dumps({"n": n}) for n in range(5))

@@ -42,19 +42,19 @@ def test_transient_failures_then_recover_fill_both_tables_with_exactly_a_failure
     # the failure-free run: the same workflow into other tables, on the engine in this process
     clean_wf = workflow_xml.load(write_xml(tmp_path / "clean", both_sinks(postgres_url, "clean"), n=N))
     clean = testing.run_local(clean_wf, fakeredis.FakeRedis(server=fakeredis.FakeServer()), list_sinks=False)
-    assert clean.summary["status"] == "completed"
+    assert clean.summary.status == "completed"
     failing = submit(spark, redis_url, redis_client, write_xml(tmp_path / "failing", both_sinks(postgres_url), n=N),
                      {**FAST, **TRANSIENT})
-    assert failing["status"] == "pending"
-    assert {p["component"] for p in failing["failed_positions"]} == {"enrich", "pg", "lake"}
+    assert failing.status == "pending"
+    assert {p["component"] for p in failing.failed_positions} == {"enrich", "pg", "lake"}
     assert sum(postgres_rows(postgres_url).values()) < N   # not all there yet
-    r = recover.recover(spark, redis_client, redis_url, failing["run_id"])
-    assert r["status"] == "completed" and r["pending"] == 0 and r["dead"] == 0
+    r = recover.recover(spark, redis_client, redis_url, failing.run_id)
+    assert r.status == "completed" and r.pending == 0 and r.dead == 0
     want = postgres_rows(postgres_url, "clean")
     assert want == expected(N) == delta_rows(tmp_path / "clean" / "out" / "events")
     assert postgres_rows(postgres_url) == want
     assert delta_rows(tmp_path / "failing" / "out" / "events") == want
-    assert {c[3] for c in commit_rows(postgres_url) if c[0] == failing["run_id"]} == {0, 1}   # submit, then round 1
+    assert {c[3] for c in commit_rows(postgres_url) if c[0] == failing.run_id} == {0, 1}   # submit, then round 1
 
 
 def _spawn_submit(xml: Path, redis_url: str, run_id: str, props: dict[str, str]) -> subprocess.Popen:
@@ -81,7 +81,7 @@ def test_kill_9_of_the_driver_mid_submit_then_recover_writes_every_row_once(spar
     rec = runs.get(redis_client, run_id)
     assert rec.status == runs.RUNNING and runs.status_of(rec) == runs.CRASHED, rec
     r = recover.recover(spark, redis_client, redis_url, run_id)
-    assert r["status"] == "completed", r
+    assert r.status == "completed", r
     assert postgres_rows(postgres_url) == expected(N)
     assert delta_rows(tmp_path / "out" / "events") == expected(N)
 
@@ -105,7 +105,7 @@ def test_a_sink_task_that_dies_after_writing_is_retried_by_spark_and_writes_noth
         text = text.replace(f"TASK_{sink_id}", str(tasks.task_ids(sink_id)[1]))
     xml.write_text(text)
     s = submit(spark, redis_url, redis_client, xml, FAST)
-    assert s["status"] == "completed"
+    assert s.status == "completed"
     assert (tmp_path / "died-pg").exists() and (tmp_path / "died-lake").exists()   # the first attempts died
     assert postgres_rows(postgres_url) == expected(N)
     commits = commit_rows(postgres_url)

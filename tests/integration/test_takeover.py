@@ -67,7 +67,7 @@ def failure_free(tmp_path_factory) -> dict[str, list[str]]:
     folder = tmp_path_factory.mktemp("failure-free")
     run = testing.run_local(workflow_xml.load(bench_pipeline(folder)),
                             fakeredis.FakeRedis(server=fakeredis.FakeServer()), list_sinks=False)
-    assert run.summary["status"] == "completed" and run.summary["complete"] == EVENTS
+    assert run.summary.status == "completed" and run.summary.complete == EVENTS
     return outputs(folder)
 
 
@@ -118,7 +118,7 @@ def test_a_forced_take_over_of_a_live_recovery_is_exact_and_stops_the_first_driv
     xml = bench_pipeline(tmp_path)
     run_id = f"takeover-{point}"
     s = submit(spark, redis_url, redis_client, xml, FAILING, run_id=run_id)
-    assert s["status"] == "pending" and {p["component"] for p in s["failed_positions"]} == {"enrich"}
+    assert s.status == "pending" and {p["component"] for p in s.failed_positions} == {"enrich"}
     first = spawn_recover(redis_url, run_id, *SLOW_FORMAT)
     try:
         def reached() -> bool:
@@ -134,10 +134,10 @@ def test_a_forced_take_over_of_a_live_recovery_is_exact_and_stops_the_first_driv
             first.kill()
             first.wait()
     # B: the run recovered to the end, exactly
-    assert second["status"] == "completed" and second["pending"] == 0 and second["in_flight"] == 0, second
+    assert second.status == "completed" and second.pending == 0 and second.in_flight == 0, second
     assert outputs(tmp_path) == failure_free
     final = summary.summarize(redis_client, run_id)
-    assert (final["status"], final["complete"], final["in_flight"]) == ("completed", EVENTS, 0)
+    assert (final.status, final.complete, final.in_flight) == ("completed", EVENTS, 0)
     assert ledger.pending_roots(redis_client, run_id) == set()
     assert run_keys(redis_client, run_id) == {keys.state(run_id, "aggregate")}
     assert json.loads(redis_client.hget(keys.run_record(run_id), "summary"))["status"] == "completed"

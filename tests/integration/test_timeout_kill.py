@@ -43,14 +43,14 @@ def test_a_tuple_stuck_in_c_fails_at_the_spark_retry_and_the_round_ends(spark, r
     xml = _stuck_xml(tmp_path, attempts=3)
     wf = workflow_xml.load(xml).model_copy(update={"base_dir": str(REPO)})   # workers import tests.unit
     s = submit.submit(spark, redis_client, redis_url, wf, xml.read_text(), str(xml))
-    assert s["status"] == "pending" and s["roots"] == 6 and s["complete"] == 5 and s["failed"] == 1
-    [pos] = s["failed_positions"]
+    assert s.status == "pending" and s.roots == 6 and s.complete == 5 and s.failed == 1
+    [pos] = s.failed_positions
     assert pos["component"] == "slow" and pos["count"] == 1
     assert pos["sample_error"] == "TupleTimeout: tuple timed out after 0.5s in slow (stuck: its worker was ended)"
-    slow = s["components"]["slow"]
+    slow = s.components["slow"]
     assert (slow["executed"], slow["acked"], slow["failed"]) == (6, 5, 1)
     # the retry committed the task, so its mark is gone
-    assert not list(redis_client.scan_iter(match=keys.run_key(s["run_id"], "timedout", "*")))
+    assert not list(redis_client.scan_iter(match=keys.run_key(s.run_id, "timedout", "*")))
 
 
 def test_where_spark_will_not_retry_the_round_fails_in_one_line_and_recover_ends_it(redis_url, tmp_path):

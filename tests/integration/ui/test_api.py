@@ -41,7 +41,7 @@ def api(redis_url, redis_client, tmp_path):
 
 def test_api_shapes_are_the_clis(spark, redis_url, redis_client, tmp_path, api):
     run = submit(spark, redis_url, redis_client, copy_workflow("cdn_logs", tmp_path),
-                 {"recovery.max.attempts": "2"})["run_id"]
+                 {"recovery.max.attempts": "2"}).run_id
     assert api.get("/api/v1/runs").json() == cli_json(redis_url, "runs")
     assert api.get("/api/v1/runs?status=pending").json()["runs"][0]["run_id"] == run
     assert api.get("/api/v1/runs?status=completed").json() == {"runs": []}
@@ -71,7 +71,7 @@ def test_api_shapes_are_the_clis(spark, redis_url, redis_client, tmp_path, api):
 
 def test_api_requeue_and_clear(spark, redis_url, redis_client, tmp_path, api):
     run = submit(spark, redis_url, redis_client, copy_workflow("cdn_logs", tmp_path),
-                 {"recovery.max.attempts": "1"})["run_id"]
+                 {"recovery.max.attempts": "1"}).run_id
     dead = api.get(f"/api/v1/runs/{run}/dead").json()["dead"]
     assert len(dead) >= 2
     first = dead[0]["key"]
@@ -106,7 +106,7 @@ def test_actions_refuse_what_the_cli_refuses(spark, redis_url, redis_client, tmp
     assert page.status_code == 404 and "no run &#39;no-such-run&#39;" in page.text
 
     # a run whose driver is alive (this process): recover, requeue and clear refuse as the CLI does
-    run = submit(spark, redis_url, redis_client, copy_workflow("wordcount", tmp_path))["run_id"]
+    run = submit(spark, redis_url, redis_client, copy_workflow("wordcount", tmp_path)).run_id
     pretend_running(redis_client, run)
     _, _, err = cli(redis_url, "dead", run, "--requeue")
     assert "still running" in err
@@ -145,7 +145,7 @@ def test_ui_on_a_port_in_use_is_one_line_and_exit_2(redis_url):
 
 def test_cli_requeues_one_dead_tuple_by_key(spark, redis_url, redis_client, tmp_path):
     run = submit(spark, redis_url, redis_client, copy_workflow("cdn_logs", tmp_path),
-                 {"recovery.max.attempts": "1"})["run_id"]
+                 {"recovery.max.attempts": "1"}).run_id
     dead = cli_json(redis_url, "dead", run)["dead"]
     key = dead[0]["key"]
     assert cli_json(redis_url, "dead", run, "--requeue", "--tuple", key) == {"run_id": run, "requeued": 1}

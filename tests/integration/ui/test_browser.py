@@ -34,7 +34,7 @@ def cli_json(redis_url: str, *args: str) -> dict:
 
 
 def test_runs_list_run_page_svg_and_component_table(spark, redis_url, redis_client, tmp_path, ui_server, page):
-    run = submit(spark, redis_url, redis_client, copy_workflow("cdn_logs", tmp_path), INJECTED)["run_id"]
+    run = submit(spark, redis_url, redis_client, copy_workflow("cdn_logs", tmp_path), INJECTED).run_id
     status = cli_json(redis_url, "status", run)
     assert status["status"] == "pending"
 
@@ -83,8 +83,8 @@ def test_recover_from_the_page_ends_completed_live(spark, redis_url, redis_clien
     summary = submit(spark, redis_url, redis_client, xml, {"recovery.inject.flaky.component": "count",
                                                            "recovery.inject.flaky.rate": "0.05",
                                                            "recovery.retry.delay.period.ms": "10"})
-    run = summary["run_id"]
-    assert summary["status"] == "pending" and summary["failed"] > 0
+    run = summary.run_id
+    assert summary.status == "pending" and summary.failed > 0
     page.goto(f"{ui_server.url}/runs/{run}")
     expect(page.locator("#run-status")).to_have_text("pending")
     expect(page.locator("[sse-connect]")).to_have_count(0)     # nothing to follow until Recover
@@ -113,7 +113,7 @@ def test_recover_from_the_page_ends_completed_live(spark, redis_url, redis_clien
 def test_requeue_from_the_dead_letters_page(spark, redis_url, redis_client, tmp_path, ui_server, page):
     # one attempt allowed: cdn_logs' poison lines are dead at once
     run = submit(spark, redis_url, redis_client, copy_workflow("cdn_logs", tmp_path),
-                 {"recovery.max.attempts": "1"})["run_id"]
+                 {"recovery.max.attempts": "1"}).run_id
     dead = cli_json(redis_url, "dead", run)["dead"]
     assert len(dead) >= 4
     page.goto(f"{ui_server.url}/runs/{run}/dead")
@@ -151,7 +151,7 @@ def test_requeue_from_the_dead_letters_page(spark, redis_url, redis_client, tmp_
 
 
 def test_clear_removes_the_run(spark, redis_url, redis_client, tmp_path, ui_server, page):
-    run = submit(spark, redis_url, redis_client, copy_workflow("wordcount", tmp_path))["run_id"]
+    run = submit(spark, redis_url, redis_client, copy_workflow("wordcount", tmp_path)).run_id
     page.goto(f"{ui_server.url}/runs/{run}")
     page.get_by_role("link", name="Clear…").click()
     expect(page.locator("h1")).to_contain_text(f"Clear {run}?")
@@ -175,7 +175,7 @@ def html_dead_run(spark, redis_url, redis_client, tmp_path) -> str:
     xml = copy_workflow("cdn_logs", tmp_path)
     with open(xml.parent / "data" / "cdn.log", "a") as log:
         log.write(XSS + "\n")
-    run = submit(spark, redis_url, redis_client, xml, {"recovery.max.attempts": "1"})["run_id"]
+    run = submit(spark, redis_url, redis_client, xml, {"recovery.max.attempts": "1"}).run_id
     assert cli_json(redis_url, "status", run)["status"] == "dead"
     assert any(d.get("values") == [XSS] for d in cli_json(redis_url, "dead", run)["dead"])
     return run

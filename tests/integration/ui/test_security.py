@@ -42,7 +42,7 @@ def dead_run(spark, redis_url, redis_client, tmp_path) -> str:
     xml = copy_workflow("cdn_logs", tmp_path)
     with open(xml.parent / "data" / "cdn.log", "a") as log:
         log.write(XSS + "\n")
-    run = submit(spark, redis_url, redis_client, xml, {"recovery.max.attempts": "1"})["run_id"]
+    run = submit(spark, redis_url, redis_client, xml, {"recovery.max.attempts": "1"}).run_id
     assert redis_client.hlen(keys.dead(run)) >= 2
     return run
 
@@ -312,7 +312,7 @@ def test_a_running_runs_page_follows_it_until_done(dead_run_app, redis_client):
 
 
 def test_recover_logs_are_private_whatever_the_umask(spark, redis_url, redis_client, tmp_path):
-    run = submit(spark, redis_url, redis_client, copy_workflow("wordcount", tmp_path))["run_id"]
+    run = submit(spark, redis_url, redis_client, copy_workflow("wordcount", tmp_path)).run_id
     log_dir = tmp_path / "home" / "ui"
     # the recover process fails at once (its Redis URL leads nowhere): only its log matters here
     app = create_app(redis_client, "redis://127.0.0.1:1/0", log_dir, port=PORT)
@@ -481,9 +481,9 @@ def test_pages_show_the_datas_control_characters_as_escapes(spark, redis_url, re
     """Errors holding terminal escapes: the pages show them as the CLI does (\\x1b), and the
     JSON API keeps them exact."""
     from tests.integration.test_cli_escaping import HOSTILE, hostile_workflow
-    pending = submit(spark, redis_url, redis_client, hostile_workflow(tmp_path / "a"))["run_id"]   # failed
+    pending = submit(spark, redis_url, redis_client, hostile_workflow(tmp_path / "a")).run_id   # failed
     dead = submit(spark, redis_url, redis_client, hostile_workflow(tmp_path / "b"),
-                  {"recovery.max.attempts": "1"})["run_id"]
+                  {"recovery.max.attempts": "1"}).run_id
     app = create_app(redis_client, redis_url, tmp_path / "ui-logs", port=PORT)
     with TestClient(app, base_url=OWN, headers={"X-Recovery-Token": app.state.token}) as client:
         for path in (f"/runs/{pending}", f"/runs/{dead}/dead"):

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from recovery.cli import common, main
+from recovery import run as api
+from recovery.cli import main
 from tests.unit.run_records import create_run
 
 WORKFLOWS = Path(__file__).resolve().parents[3] / "workflows"
@@ -31,8 +32,8 @@ def test_submit_refuses_relative_paths_with_the_environment_s_cluster_master(mon
 
 def test_recover_on_a_cluster_refuses_a_run_submitted_with_relative_paths(monkeypatch, fake_redis):
     create_run(fake_redis, "r1")
-    monkeypatch.setattr(common, "client_for", lambda url: (fake_redis, NOWHERE))
-    monkeypatch.setattr(common, "spark_for", lambda master, conf: (_ for _ in ()).throw(AssertionError("Spark")))
+    monkeypatch.setattr(api, "client_for", lambda url: (fake_redis, NOWHERE))
+    monkeypatch.setattr(api, "start_session", lambda master, conf: (_ for _ in ()).throw(AssertionError("Spark")))
     result = run("recover", "r1", "--force", "--master", "spark://head:7077", "--redis", NOWHERE)
     assert result.exit_code == 2, result.output
     [line] = [ln for ln in result.stderr.splitlines() if ln.startswith("error:")]
@@ -55,8 +56,8 @@ def test_recover_on_a_cluster_refuses_a_run_spilling_under_recovery_home(monkeyp
     from recovery.tracking import spill
     monkeypatch.setenv("RECOVERY_HOME", str(tmp_path / "home"))
     _absolute_paths_run(fake_redis, "r2", spill.location())
-    monkeypatch.setattr(common, "client_for", lambda url: (fake_redis, NOWHERE))
-    monkeypatch.setattr(common, "spark_for", lambda master, conf: (_ for _ in ()).throw(AssertionError("Spark")))
+    monkeypatch.setattr(api, "client_for", lambda url: (fake_redis, NOWHERE))
+    monkeypatch.setattr(api, "start_session", lambda master, conf: (_ for _ in ()).throw(AssertionError("Spark")))
     result = run("recover", "r2", "--force", "--master", "spark://head:7077", "--redis", NOWHERE)
     assert result.exit_code == 2, result.output
     [line] = [ln for ln in result.stderr.splitlines() if ln.startswith("error:")]

@@ -7,7 +7,7 @@ import logging
 import pytest
 from click.testing import CliRunner
 
-from recovery.cli import common as cli_run
+from recovery import run as api
 from recovery.cli import main
 from recovery.testing.local_spark import LocalSession
 
@@ -30,7 +30,7 @@ def echo_workflow(tmp_path, monkeypatch):
     (tmp_path / "lines.txt").write_text("a\nb\nc\n")
     xml = tmp_path / "echo.xml"
     xml.write_text(WORKFLOW)
-    monkeypatch.setattr(cli_run, "spark_for", lambda master, conf: LocalSession())
+    monkeypatch.setattr(api, "start_session", lambda master, conf: LocalSession())
     return str(xml)
 
 

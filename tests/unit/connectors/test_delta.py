@@ -73,7 +73,7 @@ def expected() -> collections.Counter:
 
 def test_a_run_writes_the_fields_as_columns_one_commit_per_part_read_by_deltalake_pyarrow_and_pandas(tmp_path):
     r = run(workflow(tmp_path), run_id="r1")
-    assert r.summary["status"] == "completed"
+    assert r.summary.status == "completed"
     table = tmp_path / "out" / "t"
     assert table_rows(table) == expected()
     dt = DeltaTable(str(table))
@@ -90,7 +90,7 @@ def test_batch_inputs_write_the_rows_row_inputs_write(tmp_path):
     wf = workflow(tmp_path / "batch", cls="EnrichBatch")
     assert batch_runtime.is_batch_sink(wf.component("out"), wf)
     r = run(wf)
-    assert r.summary["status"] == "completed"
+    assert r.summary.status == "completed"
     assert table_rows(tmp_path / "batch" / "out" / "t") == expected()
 
 
@@ -100,11 +100,11 @@ def test_transient_failures_then_recover_hold_exactly_a_failure_free_runs_rows(t
               "recovery.inject.o.component": "out", "recovery.inject.o.rate": "0.1",
               "recovery.inject.o.attempts": "2"}
     failing = run(workflow(tmp_path / "failing", config=inject), run_id="f1")
-    assert failing.summary["status"] == "pending"
-    assert {p["component"] for p in failing.summary["failed_positions"]} == {"enrich", "out"}
+    assert failing.summary.status == "pending"
+    assert {p["component"] for p in failing.summary.failed_positions} == {"enrich", "out"}
     testing.recover_local(failing)
-    assert clean.summary["status"] == failing.summary["status"] == "completed"
-    assert failing.summary["rounds"] >= 2
+    assert clean.summary.status == failing.summary.status == "completed"
+    assert failing.summary.rounds >= 2
     want = table_rows(tmp_path / "clean" / "out" / "t")
     assert want == expected()
     assert table_rows(tmp_path / "failing" / "out" / "t") == want
@@ -117,7 +117,7 @@ def test_a_driver_crash_mid_run_then_recover_writes_each_row_once(tmp_path):
     r = run(workflow(tmp_path, **{"run-column": "run_id"}), items, run_id="c1")
     assert r.interrupted == "crash"
     testing.recover_local(r)
-    assert r.summary["status"] == "completed"
+    assert r.summary.status == "completed"
     assert table_rows(tmp_path / "out" / "t", drop=("run_id",)) == expected()
     assert set(DeltaTable(str(tmp_path / "out" / "t")).to_pandas()["run_id"]) == {"c1"}
 
@@ -203,13 +203,13 @@ def test_a_sink_task_that_cannot_write_fails_its_tuples_and_recover_writes_them(
     enrich = wf.component("enrich").model_copy(update={"config": (("test.block", str(tmp_path / "blocked")),)})
     wf = wf.model_copy(update={"components": tuple(enrich if c.id == "enrich" else c for c in wf.components)})
     r = run(wf, run_id="b1")
-    assert r.summary["status"] == "pending"
+    assert r.summary.status == "pending"
     failed = r.failed_tuples()
     assert {(t.component, t.attempt) for t in failed} == {("out", 1)} and len(failed) == N
     assert all("sink 'out' (delta): cannot create Delta table" in t.error for t in failed)
     (tmp_path / "blocked").unlink()   # the cause gone: recover writes the part
     testing.recover_local(r)
-    assert r.summary["status"] == "completed"
+    assert r.summary.status == "completed"
     assert table_rows(tmp_path / "blocked" / "t") == expected()
 
 
@@ -231,7 +231,7 @@ def test_a_tables_types_are_kept_and_a_value_that_does_not_fit_fails_the_part(tm
 
 def test_a_run_id_whose_commits_the_table_holds_is_refused(tmp_path):
     r = run(workflow(tmp_path), run_id="again")
-    assert r.summary["status"] == "completed"
+    assert r.summary.status == "completed"
     check_folders(workflow(tmp_path), "other")
     check_folders(workflow(tmp_path), None)
     first = TaskMap.of(r.workflow).task_ids("out")[0]

@@ -23,7 +23,7 @@ def test_clear_finds_orphan_keys_of_a_run_without_record(fake_redis, monkeypatch
     _create(fake_redis, "kept")
     fake_redis.hset(keys.task_done("gone", 3), "mid:0", b"x")         # an orphan of a cleared run
     fake_redis.set("unrelated", "1")
-    monkeypatch.setattr("recovery.cli.common.client_for", lambda url: (fake_redis, "redis://fake"))
+    monkeypatch.setattr("recovery.run.client_for", lambda url: (fake_redis, "redis://fake"))
     r = CliRunner().invoke(main, ["clear", "--all", "--force", "--json"])
     assert r.exit_code == 0, r.stderr
     removed = json.loads(r.stdout)["removed"]

@@ -15,6 +15,7 @@ import pytest
 from recovery import BasicBolt, testing
 from recovery.jobs import dead_letters, reports, summary
 from recovery.jobs import recover as jobs_recover
+from recovery.jobs.summary import RunSummary
 from recovery.model.workflow import ClassImpl, Component, Input, StreamDef, Workflow
 from recovery.runtime import task
 from recovery.testing.local_spark import LocalSession
@@ -71,7 +72,7 @@ def submitted(n_words: int, inject: dict[str, str]) -> tuple[testing.LocalRun, f
     return run, server
 
 
-def driven(run: testing.LocalRun, driver: fakeredis.FakeRedis, **kwargs: Any) -> dict[str, Any]:
+def driven(run: testing.LocalRun, driver: fakeredis.FakeRedis, **kwargs: Any) -> RunSummary:
     """jobs.recover with `driver` as the driver's client; the tasks keep the run's own client."""
     with task.injected_client(run.redis_url, run.client):
         return jobs_recover.recover(cast(Any, LocalSession()), driver, run.redis_url, run.run_id, **kwargs)
@@ -116,7 +117,7 @@ def test_a_recovery_round_and_status_read_only_positions_and_counters(strategy):
         status = reports.run_status(driver, "r")
         assert (status["failed"], status["pending"], status["complete"]) == (n, n, 0)
         result = driven(run, driver, strategy=strategy)
-        assert result["status"] == runs.COMPLETED and result["complete"] == n
+        assert result.status == runs.COMPLETED and result.complete == n
         assert sorted(v[0] for v in run.sinks["out"]) == sorted(f"W{i}" for i in range(n))
         assert per_tuple_reads(log, "r") == []
         shapes.append(shape(log))
@@ -134,8 +135,8 @@ def recount(client: Any, run_id: str) -> dict[str, int]:
             "in_flight": len(pending) - dead - failed}
 
 
-def counted(s: dict[str, Any]) -> dict[str, int]:
-    return {k: s[k] for k in ("pending", "failed", "dead", "in_flight")}
+def counted(s: RunSummary) -> dict[str, int]:
+    return {k: getattr(s, k) for k in ("pending", "failed", "dead", "in_flight")}
 
 
 def test_stored_counts_equal_a_recount_after_submit_recover_and_requeue(fake_redis):
@@ -148,17 +149,17 @@ def test_stored_counts_equal_a_recount_after_submit_recover_and_requeue(fake_red
     run = testing.run_local(pipeline(), fake_redis, run_id="c", config={**NO_BACKOFF, **inject},
                             inputs={"words": [f"w{i}" for i in range(40)]})
     s = summary.summarize(fake_redis, "c")
-    assert s["counts_known"] and s["failed"] == 11 and counted(s) == recount(fake_redis, "c")
+    assert s.counts_known and s.failed == 11 and counted(s) == recount(fake_redis, "c")
     testing.recover_local(run)
     s = summary.summarize(fake_redis, "c")
-    assert s["status"] == runs.DEAD and s["dead"] == 11 and counted(s) == recount(fake_redis, "c")
+    assert s.status == runs.DEAD and s.dead == 11 and counted(s) == recount(fake_redis, "c")
     assert dead_letters.requeue_dead(fake_redis, "c", tuple_keys=[dead_letters.dead_key(d) for d in
                                                                   dead_letters.dead_letters(fake_redis, "c")[:4]]) == 4
     s = summary.summarize(fake_redis, "c")
-    assert (s["dead"], s["failed"]) == (7, 4) and counted(s) == recount(fake_redis, "c")
+    assert (s.dead, s.failed) == (7, 4) and counted(s) == recount(fake_redis, "c")
     assert dead_letters.requeue_dead(fake_redis, "c") == 7
     s = summary.summarize(fake_redis, "c")
-    assert (s["dead"], s["failed"]) == (0, 11) and counted(s) == recount(fake_redis, "c")
+    assert (s.dead, s.failed) == (0, 11) and counted(s) == recount(fake_redis, "c")
     testing.recover_local(run)
     s = summary.summarize(fake_redis, "c")
-    assert s["dead"] == 11 and counted(s) == recount(fake_redis, "c")
+    assert s.dead == 11 and counted(s) == recount(fake_redis, "c")

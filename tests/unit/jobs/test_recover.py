@@ -60,21 +60,21 @@ def test_root_replay_resumed_after_a_driver_killed_while_preparing_loses_and_dou
     Upper.SEEN.clear()          # every word fails once, at `upper`
     words = [f"w{i}" for i in range(30)]
     run = testing.run_local(pipeline(), fake_redis, run_id="rr", config=NO_BACKOFF, inputs={"words": words})
-    assert run.summary["failed"] == 30
+    assert run.summary.failed == 30
     if kill_point == "roots-superseded":
         monkeypatch.setattr(rounds, "supersede_failed_roots", _crash_after(rounds.supersede_failed_roots))
     else:
         monkeypatch.setattr(recover, "prepare_root_replay", _crash_after(recover.prepare_root_replay))
     testing.recover_local(run, strategy="root-replay")
     assert run.interrupted == "crash" and run.status == runs.CRASHED
-    assert run.summary["counts_known"] is False
+    assert run.summary.counts_known is False
     monkeypatch.undo()
     testing.recover_local(run, strategy="root-replay")
-    assert run.interrupted is None and run.summary["status"] == runs.COMPLETED
+    assert run.interrupted is None and run.summary.status == runs.COMPLETED
     # the killed round, resumed, did it all, and is counted
-    assert run.summary["resumed"] and run.summary["rounds"] == 1 and run.summary["recovered"] == 30
+    assert run.summary.resumed and run.summary.rounds == 1 and run.summary.recovered == 30
     assert sorted(v[0] for v in run.sinks["out"]) == sorted(w.upper() for w in words)
-    assert (run.summary["complete"], run.summary["pending"]) == (30, 0)
+    assert (run.summary.complete, run.summary.pending) == (30, 0)
     assert not fake_redis.exists(keys.root_replay_set("rr", 1))
 
 
@@ -130,7 +130,7 @@ def test_a_forced_take_over_fences_the_first_driver_and_the_second_finishes_exac
     it was taken over (never `completed`), and the sink holds exactly a failure-free run's
     records: nothing of A after the take-over lands, nothing B resumed is lost."""
     run = testing.run_local(shouting(), fake_redis, run_id="tk", config=TWO_ROUNDS, inputs={"words": WORDS})
-    assert run.summary["status"] == runs.PENDING and run.summary["failed"] > 0
+    assert run.summary.status == runs.PENDING and run.summary.failed > 0
     owner, name, when = TAKE_OVER_POINTS[point]
     original = getattr(owner, name)
     calls: list[int] = []
@@ -151,10 +151,10 @@ def test_a_forced_take_over_fences_the_first_driver_and_the_second_finishes_exac
     assert "summary" in second, f"the take-over point {point} was never reached"
     b = second["summary"]
     # (between rounds A had settled round 1: there is no round to resume)
-    assert b["status"] == runs.COMPLETED and b["resumed"] == (point != "between-rounds") and b["rounds"] >= 1, b
+    assert b.status == runs.COMPLETED and b.resumed == (point != "between-rounds") and b.rounds is not None and b.rounds >= 1, b
     s = summary.summarize(fake_redis, "tk")
-    assert (s["status"], s["pending"], s["in_flight"], s["complete"]) == (runs.COMPLETED, 0, 0, len(WORDS))
-    assert not s.get("warnings")
+    assert (s.status, s.pending, s.in_flight, s.complete) == (runs.COMPLETED, 0, 0, len(WORDS))
+    assert not s.warnings
     testing.assert_same_output(run, testing.failure_free_output(shouting(), inputs={"words": WORDS}))
     assert ledger.pending_roots(fake_redis, "tk") == set()
     assert not fake_redis.exists(keys.failed_set("tk"))
@@ -179,7 +179,7 @@ def test_a_resumed_crashed_round_is_counted_in_the_summary(fake_redis, monkeypat
 
     def crashed_in_round_1(run_id: str) -> tuple[testing.LocalRun, int]:
         run = testing.run_local(shouting(), fake_redis, run_id=run_id, inputs={"words": WORDS}, config=inject)
-        failed = run.summary["failed"]
+        failed = run.summary.failed
         with monkeypatch.context() as m:
             m.setattr(engine_rounds, "resolve_ledger", crash)
             testing.recover_local(run)
@@ -203,8 +203,8 @@ def test_a_resumed_crashed_round_is_counted_in_the_summary(fake_redis, monkeypat
 
 def _cli_on(monkeypatch: pytest.MonkeyPatch, client: Any, url: str) -> None:
     """The CLI's commands against `client` (fakeredis) and the test kit's in-process engine."""
-    monkeypatch.setattr("recovery.cli.common.client_for", lambda redis_url: (client, url))
-    monkeypatch.setattr("recovery.cli.common.spark_for", lambda master, conf: LocalSession())
+    monkeypatch.setattr("recovery.run.client_for", lambda redis_url: (client, url))
+    monkeypatch.setattr("recovery.run.start_session", lambda master, conf: LocalSession())
     monkeypatch.setattr("recovery.engine.rounds.connection.connect", lambda redis_url, start=False: client)
 
 
@@ -223,12 +223,12 @@ def test_roots_in_flight_with_nothing_queued_are_said_never_completed(fake_redis
     run = testing.run_local(shouting(), fake_redis, run_id="lost", inputs={"words": WORDS})
     monkeypatch.setattr(engine_rounds, "run_round", real_run_round)
     s = summary.summarize(fake_redis, "lost")
-    assert s["status"] != runs.COMPLETED and (s["in_flight"], s["failed"], s["dead"]) == (3, 0, 0)
-    assert "3 roots are in flight after round 0 settled" in s["warnings"][0]
+    assert s.status != runs.COMPLETED and (s.in_flight, s.failed, s.dead) == (3, 0, 0)
+    assert "3 roots are in flight after round 0 settled" in s.warnings[0]
     testing.recover_local(run)
     r = run.summary
-    assert r["status"] == runs.PENDING and r["rounds"] == 0 and r["in_flight"] == 3
-    assert "no task that will run them" in r["warnings"][0]
+    assert r.status == runs.PENDING and r.rounds == 0 and r.in_flight == 3
+    assert "no task that will run them" in r.warnings[0]
     _cli_on(monkeypatch, fake_redis, run.redis_url)
     with task.injected_client(run.redis_url, fake_redis):
         status = CliRunner().invoke(main, ["status", "lost"], catch_exceptions=False).stdout

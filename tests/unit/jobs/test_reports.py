@@ -167,7 +167,7 @@ def test_plan_shows_the_recovery_rounds_chains_in_its_report_drawings_and_xml(fa
     fake_redis.sadd(keys.failed_set(run_id), f"split:{task}")
     p = reports.plan(fake_redis, run_id)
     assert p["chains"] == [["split", "normalize"]]
-    monkeypatch.setattr("recovery.cli.common.client_for", lambda redis_url: (fake_redis, "redis://fake"))
+    monkeypatch.setattr("recovery.run.client_for", lambda redis_url: (fake_redis, "redis://fake"))
     xml = CliRunner().invoke(main, ["plan", run_id], catch_exceptions=False).stdout
     assert "chain: split -> normalize (one Spark stage)" in xml
     assert parse_string(xml).name == "cdn_logs.recovery"    # still a workflow file, comment and all

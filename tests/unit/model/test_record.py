@@ -95,7 +95,7 @@ def test_a_missing_field_is_named():
 def test_status_of_a_bad_record_is_one_line_and_exit_2(fake_redis, monkeypatch):
     create_run(fake_redis)
     fake_redis.hset(keys.run_record("r1"), "round", "three")
-    monkeypatch.setattr("recovery.cli.common.client_for", lambda url: (fake_redis, "redis://fake"))
+    monkeypatch.setattr("recovery.run.client_for", lambda url: (fake_redis, "redis://fake"))
     r = CliRunner().invoke(main, ["status", "r1"])
     assert r.exit_code == 2 and r.stderr.count("\n") == 1
     assert keys.run_record("r1") in r.stderr and "'round'" in r.stderr

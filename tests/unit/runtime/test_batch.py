@@ -120,7 +120,7 @@ def observed(run: testing.LocalRun) -> dict:
 
 
 def _stats(run: testing.LocalRun, component: str) -> dict:
-    return run.summary["components"][component]
+    return run.summary.components[component]
 
 
 def _run(wf: Workflow, items: list, recover: bool = False) -> testing.LocalRun:

@@ -129,7 +129,7 @@ def observed(run: testing.LocalRun) -> dict:
     sink = sorted((msgpack.unpackb(k), msgpack.unpackb(v)) for k, v in
                   run.client.hgetall(sink_key(run.run_id, "out")).items())
     return {"queued": rows(run.failed_tuples()), "dead": rows(run.dead_tuples()), "sink": sink,
-            "status": run.status, "roots": run.summary["roots"]}
+            "status": run.status, "roots": run.summary.roots}
 
 
 def _run(wf: Workflow) -> testing.LocalRun:

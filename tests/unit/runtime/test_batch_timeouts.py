@@ -99,7 +99,7 @@ def _run(wf: Workflow, **kw) -> testing.LocalRun:
 
 
 def _stats(run: testing.LocalRun, component: str) -> dict:
-    return run.summary["components"][component]
+    return run.summary.components[component]
 
 
 def _errors(run: testing.LocalRun) -> dict[int, str]:

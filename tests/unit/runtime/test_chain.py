@@ -49,8 +49,8 @@ def test_a_chained_run_equals_the_unchained_one_member_by_member(fake_redis):
     plain = testing.run_local(workflow(), fake_redis, inputs=WORDS, config={"recovery.chain": "false"})
     for comp in ("words", "upper", "flaky"):
         for k in ("executed", "acked", "failed", "emitted"):
-            assert chained.summary["components"][comp].get(k) == plain.summary["components"][comp].get(k), (comp, k)
-    assert chained.summary["components"]["flaky"]["failed"] == N // 10
+            assert chained.summary.components[comp].get(k) == plain.summary.components[comp].get(k), (comp, k)
+    assert chained.summary.components["flaky"]["failed"] == N // 10
     for run in (chained, plain):
         testing.recover_local(run)
         assert run.status == "completed"
@@ -192,7 +192,7 @@ def test_a_chain_task_writes_one_set_of_ledger_pieces_for_all_its_members(fake_r
     assert pieces.count("words") == 2
     plain = testing.run_local(workflow(), fake_redis, inputs=WORDS, run_id="pieces-unchained",
                               config={"recovery.chain": "false"})
-    assert chained.summary["roots"] == plain.summary["roots"]
+    assert chained.summary.roots == plain.summary.roots
     for run in (chained, plain):
         testing.recover_local(run)
         assert run.status == "completed"

@@ -170,7 +170,7 @@ def failures_by_component(run: testing.LocalRun) -> dict[str, list[str]]:
 def test_wordcount_counts_every_word(fake_redis):
     from wordcount.components import WORD
     run = testing.run_local(load(WORKFLOWS / "wordcount.xml"), fake_redis)
-    assert run.summary["status"] == "completed" and failures_by_component(run) == {}
+    assert run.summary.status == "completed" and failures_by_component(run) == {}
     text = (WORKFLOWS / "data" / "sentences.txt").read_text()
     expected = collections.Counter(WORD.findall(text.lower()))
     # running counts, one step at a time: each word's 1, 2, ..., n, in some order
@@ -186,8 +186,8 @@ def test_cdn_logs_fail_where_the_record_is_bad_and_aggregate_the_rest(fake_redis
     assert all(f.startswith("ValueError: unparsable log line") for f in failures["split"])
     assert failures["normalize"] == ["ValueError: invalid log: status code 0"] * 10
     assert set(failures) == {"split", "normalize"}
-    assert run.summary["components"]["aggregate"]["acked"] == 980
-    assert run.summary["failed"] == 20 and run.summary["status"] == "pending"
+    assert run.summary.components["aggregate"]["acked"] == 980
+    assert run.summary.failed == 20 and run.summary.status == "pending"
     # each request's share [key, 1, bytes]: summed per key, the aggregates
     assert all(requests == 1 for _, requests, _ in run.sinks["output"])
     totals: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0])
@@ -224,10 +224,10 @@ def test_example_sinks_hold_the_same_records_whatever_the_arrival_order(fake_red
 
 def test_fanout_joins_both_branches(fake_redis):
     run = testing.run_local(load(WORKFLOWS / "fanout.xml"), fake_redis)
-    assert run.summary["status"] == "completed" and failures_by_component(run) == {}
+    assert run.summary.status == "completed" and failures_by_component(run) == {}
     assert sorted(int(v[0]) for v in run.sinks["archive"]) == list(range(1, 301))
     assert sorted(run.sinks["out"]) == [[n, n * n, n ** 3] for n in range(1, 301)]
-    assert run.summary["components"]["join"]["acked"] == 600              # both halves acked
+    assert run.summary.components["join"]["acked"] == 600              # both halves acked
 
 
 def test_fanout_join_completes_from_state_when_one_side_is_replayed(fake_redis):
@@ -239,7 +239,7 @@ def test_fanout_join_completes_from_state_when_one_side_is_replayed(fake_redis):
     assert {p["component"] for p in run.failed_positions} == {"cube"}
     assert len(run.sinks["out"]) < 300
     testing.recover_local(run)
-    assert run.summary["status"] == "completed" and run.summary["recovered"] > 0
+    assert run.summary.status == "completed" and run.summary.recovered > 0
     testing.assert_same_output(run, testing.failure_free_output(wf, fake_redis))
 
 

@@ -54,9 +54,9 @@ def test_a_failure_free_run_completes_with_the_engines_summary(fake_redis):
     assert run.interrupted is None and run.status == runs.COMPLETED
     assert words(run) == ["A", "B", "C"]
     s = run.summary
-    assert (s["status"], s["roots"], s["complete"], s["pending"], s["failed_positions"]) == \
+    assert (s.status, s.roots, s.complete, s.pending, s.failed_positions) == \
         ("completed", 3, 3, 0, [])
-    assert s["components"]["upper"]["acked"] == 3 and s["components"]["words"]["roots"] == 3
+    assert s.components["upper"]["acked"] == 3 and s.components["words"]["roots"] == 3
     # the injected client is the run's only while it runs: nothing leaks into later tests
     assert run.redis_url not in task._clients
 
@@ -66,9 +66,9 @@ def test_abort_fails_the_spout_task_and_the_run_resumes_past_it(fake_redis):
     run = testing.run_local(pipeline(), fake_redis, inputs={"words": items})
     assert run.interrupted == "error" and run.status == runs.ERROR
     assert "TaskAborted: ABORT: TestingSpout 'words' reached its item 2" in run.error
-    assert run.summary["counts_known"] is False and run.sinks["out"] == []   # nothing committed
+    assert run.summary.counts_known is False and run.sinks["out"] == []   # nothing committed
     testing.recover_local(run)
-    assert run.interrupted is None and run.summary["resumed"] is True
+    assert run.interrupted is None and run.summary.resumed is True
     assert run.status == runs.COMPLETED and words(run) == ["A", "B", "C"]
     testing.assert_same_output(run, testing.failure_free_output(pipeline(), inputs={"words": items}))
 
@@ -90,10 +90,10 @@ def test_crash_stops_the_driver_mid_round_and_recover_resumes_it_exactly(fake_re
     assert run.status == runs.CRASHED
     done = fake_redis.hkeys(keys.task_done(run.run_id, 0))
     assert done == [b"words:0"]                      # what committed before the crash stays
-    assert run.summary["counts_known"] is False and run.summary["unsettled_round"] == 0
+    assert run.summary.counts_known is False and run.summary.unsettled_round == 0
     testing.recover_local(run)
-    assert run.summary["resumed"] is True and run.status == runs.COMPLETED
-    assert run.summary["roots"] == 3 and run.summary["complete"] == 3
+    assert run.summary.resumed is True and run.status == runs.COMPLETED
+    assert run.summary.roots == 3 and run.summary.complete == 3
     assert words(run) == ["A", "B", "C"]
     testing.assert_same_output(run, testing.failure_free_output(pipeline(2), inputs={"words": items}))
 
@@ -105,7 +105,7 @@ def test_run_local_with_recover_resumes_a_crash_by_itself(fake_redis):
 
 def test_eof_ends_the_spout_even_with_items_after_it(fake_redis):
     run = testing.run_local(pipeline(2), fake_redis, inputs={"words": ["a", "b", EOF, "c", "d"]})
-    assert run.status == runs.COMPLETED and run.summary["roots"] == 2
+    assert run.status == runs.COMPLETED and run.summary.roots == 2
     assert words(run) == ["A", "B"]
     # in every round: a recovery round never reads past it either
     assert testing.failure_free_output(pipeline(2), inputs={"words": ["a", "b", EOF, "c"]}) == \
@@ -116,11 +116,11 @@ def test_list_sink_keeps_each_record_once_across_recovery_rounds(fake_redis):
     # the sink itself fails its first attempt at "b": the record arrives in round 1, once
     faults = {"recovery.inject.s.component": "out", "recovery.inject.s.match": "B", **NO_BACKOFF}
     run = testing.run_local(pipeline(), fake_redis, inputs={"words": ["a", "b", "c"]}, config=faults)
-    assert run.summary["status"] == "pending" and words(run) == ["A", "C"]
+    assert run.summary.status == "pending" and words(run) == ["A", "C"]
     assert [(p["component"], p["count"]) for p in run.failed_positions] == [("out", 1)]
     assert run.failed_tuples()[0].values == ["B"]
     testing.recover_local(run)
-    assert run.summary["rounds"] == 1 and run.summary["recovered"] == 1
+    assert run.summary.rounds == 1 and run.summary.recovered == 1
     assert run.status == runs.COMPLETED and words(run) == ["A", "B", "C"]
 
 
@@ -134,7 +134,7 @@ def test_a_failure_upstream_is_recovered_exactly(fake_redis):
     faults = {"recovery.inject.u.component": "upper", "recovery.inject.u.rate": "0.5", **NO_BACKOFF}
     items = [f"w{i}" for i in range(40)]
     run = testing.run_local(pipeline(2), fake_redis, inputs={"words": items}, config=faults, recover=True)
-    assert run.summary["recovered"] > 0 and run.status == runs.COMPLETED
+    assert run.summary.recovered > 0 and run.status == runs.COMPLETED
     testing.assert_same_output(run, testing.failure_free_output(pipeline(2), inputs={"words": items}))
 
 
@@ -168,7 +168,7 @@ def test_arrival_permutes_each_bolt_tasks_input_tuple_by_tuple(fake_redis):
     assert sorted(in_order.sinks["out"]) == [[w, i] for i, w in enumerate(items)]
     assert sorted(shuffled.sinks["out"]) != sorted(in_order.sinks["out"])
     assert sorted(w for w, _ in shuffled.sinks["out"]) == items
-    assert shuffled.summary["components"]["upper"]["acked"] == 30
+    assert shuffled.summary.components["upper"]["acked"] == 30
 
 
 def readme_example() -> str:

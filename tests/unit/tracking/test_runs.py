@@ -46,11 +46,11 @@ def test_submit_run_id_check_uses_the_key_prefix(fake_redis, monkeypatch, tmp_pa
     """`submit --run-id X` of an existing X is refused before Spark starts, under any prefix."""
     monkeypatch.setenv("RECOVERY_KEY_PREFIX", "other:")
     _create(fake_redis, "dup")
-    monkeypatch.setattr("recovery.cli.common.client_for", lambda url: (fake_redis, "redis://fake"))
+    monkeypatch.setattr("recovery.run.client_for", lambda url: (fake_redis, "redis://fake"))
 
     def no_spark(*a, **k):
         raise AssertionError("Spark started for a run id that exists")
-    monkeypatch.setattr("recovery.cli.common.spark_for", no_spark)
+    monkeypatch.setattr("recovery.run.start_session", no_spark)
     xml = tmp_path / "wf.xml"
     (tmp_path / "in.txt").write_text("a\n")
     xml.write_text('<workflow xmlns="urn:recovery:workflow:1" name="wf">'

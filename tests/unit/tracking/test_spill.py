@@ -337,7 +337,7 @@ def test_a_missing_file_refuses_the_resume_with_its_line_and_the_run_resumes_onc
     testing.recover_local(run)
     assert run.status == runs.COMPLETED and words(run) == ["A", "B", "C"]
     assert spill.SpillStore(rec.spill_dir).run_files(run.run_id) == []
-    assert run.summary["spill_bytes"] > 0
+    assert run.summary.spill_bytes > 0
     clear.clear(fake_redis, run.run_id)
     assert not (spill.SpillStore(rec.spill_dir).files.root / spill.safe_name(run.run_id)).exists()
 

@@ -42,7 +42,7 @@ def test_a_chain_holds_at_most_32_ledger_bytes_per_root_in_flight(fake_redis, mo
     monkeypatch.setattr(tracker.TaskTracker, "commit", measured)
     n = 400
     run = testing.run_local(chain(), fake_redis, run_id="c", inputs={"words": [f"w{i}" for i in range(n)]})
-    assert run.summary["status"] == "completed" and len(run.sinks["out"]) == n
+    assert run.summary.status == "completed" and len(run.sinks["out"]) == n
     # 16 bytes (root, xor) for each root folded, plus the running stage's own blobs: was 16 per
     # stage that touched the root (6 x 16 = 96) until the fold at the end of the round
     assert peak[0] / n <= 32, peak[0] / n
