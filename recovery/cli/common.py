@@ -119,6 +119,9 @@ def print_summary(s: RunSummary) -> None:
     console = Console()
     console.print(Text.assemble("run ", rich_text(s.run_id, "bold"), "  status ", rich_text(s.status, "bold"),
                                 "  ", rich_text(counts_line(s))), highlight=False)
+    if s.dead_written or s.dead_dropped:
+        console.print(Text(f"dead letters: {s.dead_tuples} in Redis, {s.dead_written or 0} written to the "
+                           f"dead-letter sink, {s.dead_dropped or 0} dropped by recovery.dead.retention"))
     comps = s.components
     if comps:
         t = Table(title=components_title(s.components_rounds or [0]), show_edge=False)

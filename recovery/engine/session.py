@@ -53,6 +53,12 @@ def prepare_environment(home: Path) -> Path:
     return log4j
 
 
+def spark_home() -> str:
+    """The Spark whose launcher starts the driver: SPARK_HOME, else the installed PySpark's."""
+    import pyspark
+    return os.environ.get("SPARK_HOME") or os.path.dirname(os.path.abspath(pyspark.__file__))
+
+
 def driver_java_options(log4j: Path, spark_home: str) -> str:
     """The options our driver JVM starts with, before any the user gives: our log settings
     (unless the user has a Spark configuration folder of their own, whose settings stand) and
@@ -133,10 +139,9 @@ def session(master: str | None = None, conf: dict[str, str] | None = None, home:
     master = master or environment().spark_master
     conf = dict(conf or {})
     from pyspark import SparkContext  # lazy: commands that need no Spark never load it
-    from pyspark.find_spark_home import _find_spark_home
     _import_meanwhile(_FIRST_CALL_IMPORTS)
     # the user's own default options for the driver JVM come after ours (theirs win)
-    ours = driver_java_options(log4j, _find_spark_home())
+    ours = driver_java_options(log4j, spark_home())
     theirs = conf.pop(DRIVER_DEFAULT_JAVA_OPTIONS, "")
     if f"{ours} {theirs}".strip():
         conf[DRIVER_DEFAULT_JAVA_OPTIONS] = f"{ours} {theirs}".strip()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from recovery.cli import common, main
+from recovery.cli import main
 from recovery.engine import session
 from recovery.errors import RecoveryError
 from recovery.visible import visible
@@ -84,8 +84,8 @@ def test_submit_starts_spark_with_the_files_properties_and_conf_wins_and_nothing
         started.append(conf)
         raise _Started
 
-    monkeypatch.setattr(common, "spark_for", spark_for)
-    monkeypatch.setattr(common, "client_for", lambda url: (fake_redis, "redis://fake"))
+    monkeypatch.setattr("recovery.run.start_session", spark_for)
+    monkeypatch.setattr("recovery.run.client_for", lambda url: (fake_redis, "redis://fake"))
     monkeypatch.setenv("RECOVERY_HOME", str(tmp_path / "home"))
     workflow = ["cdn_logs_stream.xml", "--follow"] if follow else ["wordcount.xml"]
     if follow:

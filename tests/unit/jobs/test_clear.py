@@ -69,7 +69,7 @@ def test_a_runs_shipped_code_archive_goes_with_the_last_run_that_shipped_it(fake
     clear.clear(fake_redis, "r2")
     assert not os.path.exists(shared_zip)
     assert os.path.exists(alone_zip) and os.path.exists(stray_zip)
-    monkeypatch.setattr("recovery.cli.common.client_for", lambda url: (fake_redis, "redis://fake"))
+    monkeypatch.setattr("recovery.run.client_for", lambda url: (fake_redis, "redis://fake"))
     r = CliRunner().invoke(main, ["clear", "--all"])
     assert r.exit_code == 0, r.stderr
     assert not os.listdir(shipping.code_folder())      # r3's, and the one no run records
