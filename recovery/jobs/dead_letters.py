@@ -82,6 +82,8 @@ def requeue_dead(client: Redis, run_id: str, component: str | None = None,
             pipe.sadd(keys.failed_set(run_id), position)
             pipe.zadd(keys.queue_due(run_id), {position: 0}, lt=True)   # ready now
             pipe.hdel(dead_key, field)
+            if dead.gone:   # (a replay finds its message gone again, and says so again)
+                pipe.hdel(keys.gone(run_id), field)
             if tup.roots:
                 pipe.srem(dead_roots_key, *[str(r) for r in tup.roots])
             if seen["undead"] and counted:   # the stored counts stay exact without a recount

@@ -166,6 +166,7 @@ def summarize(client: Redis, run_id: str, rounds: list | None = None, settled: b
                      components=stats, components_rounds=[0] if stats else [], spill_bytes=spill_bytes(stats),
                      started=rec.started or 0.0, ended=rec.ended)
     round_no = out.round
+    out.warnings = gone_warnings(client, run_id) or None
     counted_round, counts = ledger.stored_counts(client, run_id)
     if (not settled and not runs.round_settled(rec)) or counts is None or counted_round != round_no:
         # (no counts of this round stored: a run of an earlier version, never a guess either)
@@ -189,13 +190,28 @@ def summarize(client: Redis, run_id: str, rounds: list | None = None, settled: b
         # store changed by hand). Said, never taken for complete; not replayed either: where
         # its tree stopped is unknown, and a replay from the spout would write twice what it
         # had written already.
-        out.warnings = [
+        out.warnings = [*(out.warnings or []),
             f"{in_flight} roots are in flight after round {round_no} settled, with no tuple "
             "queued for recovery and no task that will run them: their tuples were lost, and "
             "recovery cannot replay them without risking duplicates, so the run cannot complete "
             f"(see `recovery status {run_id} --json`; `recovery clear {run_id}` and a new submit "
             "start it over)"]
     return out
+
+
+def gone_warnings(client: Redis, run_id: str) -> list[str]:
+    """One line when roots are dead because their messages were gone from their source when a
+    replay re-read them (keys.gone): nothing of them was written, and nothing can replay them."""
+    n = cast(int, client.hlen(keys.gone(run_id)))
+    if not n:
+        return []
+    sample = next((cast(bytes, v).decode("utf-8", "replace") for _, v in client.hscan_iter(keys.gone(run_id), count=1)),
+                  "")
+    what = ("1 root is dead because its message was gone from the source when root replay read it"
+            if n == 1 else
+            f"{n} roots are dead because their messages were gone from the source when root replay read them")
+    return [f"{what} again (e.g. {sample}): nothing downstream of them was written; `recovery dead {run_id}` "
+            "lists each message"]
 
 
 # --- the run's original workflow -------------------------------------------------------------

@@ -106,6 +106,12 @@ class Settings(BaseModel):
         description="Where tasks spill their in-flight outputs: a folder the driver and every "
                     "executor reach, or a filesystem URI pyarrow.fs opens (file://, hdfs://, "
                     "s3://). Default RECOVERY_HOME/spill; --spill-dir wins.")
+    executors_wait_secs: float = Field(
+        120, alias="recovery.executors.wait.secs", gt=0, allow_inf_nan=False,
+        description="On a cluster (any master but local), a round left without a single executor "
+                    "(its workers lost) is said so on stderr and in `status` within seconds, and "
+                    "fails after this many seconds without one; `recover` resumes it once a "
+                    "worker is back.")
 
     @field_validator("*", mode="before")
     @classmethod

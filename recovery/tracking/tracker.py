@@ -218,7 +218,7 @@ class TaskTracker:
             record.task = self.task_id
         record.round = self.round
         record.time = time.time()
-        if record.attempt >= self.max_attempts:
+        if record.gone or record.attempt >= self.max_attempts:   # (a gone message never comes back)
             record.dead = True
         else:
             record.not_before = time.time() + backoff_ms(record.attempt, self.conf) / 1000.0
@@ -281,6 +281,8 @@ class TaskTracker:
                 comp, task, tid = rec.component, rec.task, rec.id
                 if rec.dead:
                     pipe.hset(keys.dead(rid), f"{comp}:{task}:{tid}", rec.pack())
+                    if rec.gone:
+                        pipe.hset(keys.gone(rid), f"{comp}:{task}:{tid}", rec.error)
                     if rec.roots:
                         pipe.sadd(keys.dead_roots(rid), *[str(r) for r in rec.roots])
                 else:
