@@ -11,6 +11,7 @@ The driver only sees counters: sources are read by tasks, tuples move through Sp
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
@@ -24,6 +25,8 @@ from recovery.api.components import Spout, Tuple
 from recovery.connectors import sources
 from recovery.controlplane import connection
 from recovery.engine import shipping
+from recovery.engine.executor_watch import ExecutorWatch, executor_ids
+from recovery.errors import ExecutorsLost
 from recovery.model.graph import ChainPlan, TaskContext
 from recovery.model.run import RunSpec
 from recovery.model.workflow import SourceImpl, Workflow
@@ -160,10 +163,19 @@ def run_round(spark: SparkSession, wf: Workflow, spec: RunSpec,
                     log.debug("progress of run %s: %s", spec.run_id, err)
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
+    tag = f"recovery-{spec.run_id}-round-{spec.round}"
+    executors = _executor_watch(sc, wf, spec, tag)
     try:
         sc.setJobDescription(f"recovery {spec.run_id} round {spec.round}")
-        (leaves[0] if len(leaves) == 1 else sc.union(leaves)).foreach(_noop)
+        sc.addJobTag(tag)
+        with executors or contextlib.nullcontext():
+            (leaves[0] if len(leaves) == 1 else sc.union(leaves)).foreach(_noop)
+    except Exception:
+        if executors is not None and executors.failure is not None:   # cancelled by the watch: say why
+            raise ExecutorsLost(executors.failure) from None
+        raise
     finally:
+        sc.removeJobTag(tag)
         stop.set()
         if watcher is not None:
             watcher.join()
@@ -171,6 +183,20 @@ def run_round(spark: SparkSession, wf: Workflow, spec: RunSpec,
             rdd.unpersist()
     if on_progress is not None:
         on_progress(total_tasks, total_tasks)
+
+
+def _executor_watch(sc: Any, wf: Workflow, spec: RunSpec, tag: str) -> ExecutorWatch | None:
+    """The watch of a round's executors on a cluster (engine/executor_watch.py); None in local
+    mode, whose executors are the driver's own threads."""
+    if sc.master == "local" or sc.master.startswith("local["):
+        return None
+    client = connection.connect(spec.redis_url, start=False) if spec.redis_url else None
+
+    def on_state(line: str | None) -> None:   # what `status` shows while the round waits
+        if client is not None:
+            runs.update(client, spec.run_id, spec.generation, executors_waiting=line or "")
+    return ExecutorWatch(f"run {spec.run_id} round {spec.round}", wf.settings().executors_wait_secs,
+                         lambda: executor_ids(sc), lambda: sc.cancelJobsWithTag(tag), on_state)
 
 
 def collect_stats(client: Redis, run_id: str, round_no: int) -> dict[str, dict]:

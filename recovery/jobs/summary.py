@@ -166,7 +166,7 @@ def summarize(client: Redis, run_id: str, rounds: list | None = None, settled: b
                      components=stats, components_rounds=[0] if stats else [], spill_bytes=spill_bytes(stats),
                      started=rec.started or 0.0, ended=rec.ended)
     round_no = out.round
-    out.warnings = gone_warnings(client, run_id) or None
+    out.warnings = [*round_warnings(rec, out.status), *gone_warnings(client, run_id)] or None
     counted_round, counts = ledger.stored_counts(client, run_id)
     if (not settled and not runs.round_settled(rec)) or counts is None or counted_round != round_no:
         # (no counts of this round stored: a run of an earlier version, never a guess either)
@@ -197,6 +197,16 @@ def summarize(client: Redis, run_id: str, rounds: list | None = None, settled: b
             f"(see `recovery status {run_id} --json`; `recovery clear {run_id}` and a new submit "
             "start it over)"]
     return out
+
+
+def round_warnings(rec: RunRecord, status: str) -> list[str]:
+    """What stops the current round, said: a live driver's round waiting without executors
+    (engine/executor_watch.py), or why the round failed (status `error`)."""
+    if status == runs.RUNNING and rec.executors_waiting:
+        return [rec.executors_waiting]
+    if status == runs.ERROR and rec.error:
+        return [f"round {rec.round} failed: {rec.error} (`recovery recover {rec.run_id}` resumes it)"]
+    return []
 
 
 def gone_warnings(client: Redis, run_id: str) -> list[str]:
