@@ -16,7 +16,10 @@ MAX_LINES = 500
 
 # Private names that stay legal: the library's own underscore API (lxml's element classes, the
 # process exit without clean-up a dying worker needs, a caller's frame).
-ALLOWED_PRIVATE = {("etree", "_Element"), ("etree", "_ElementTree"), ("os", "_exit"), ("sys", "_getframe")}
+# (sc._jsc: PySpark's JavaSparkContext, the documented way to the JVM for what PySpark has no
+# Python API for: the application's executor ids)
+ALLOWED_PRIVATE = {("etree", "_Element"), ("etree", "_ElementTree"), ("os", "_exit"), ("sys", "_getframe"),
+                   ("sc", "_jsc")}
 
 
 def modules() -> Iterator[tuple[str, Path]]:

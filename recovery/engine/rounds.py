@@ -24,7 +24,7 @@ from redis import Redis
 from recovery.api.components import Spout, Tuple
 from recovery.connectors import sources
 from recovery.controlplane import connection
-from recovery.engine import shipping
+from recovery.engine import session, shipping
 from recovery.engine.executor_watch import ExecutorWatch, executor_ids
 from recovery.errors import ExecutorsLost
 from recovery.model.graph import ChainPlan, TaskContext
@@ -163,11 +163,12 @@ def run_round(spark: SparkSession, wf: Workflow, spec: RunSpec,
                     log.debug("progress of run %s: %s", spec.run_id, err)
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
-    tag = f"recovery-{spec.run_id}-round-{spec.round}"
+    tag = f"recovery-{spec.run_id}-round-{spec.round}"   # what the executors' watch cancels
     executors = _executor_watch(sc, wf, spec, tag)
     try:
         sc.setJobDescription(f"recovery {spec.run_id} round {spec.round}")
-        sc.addJobTag(tag)
+        if executors is not None:
+            sc.addJobTag(tag)
         with executors or contextlib.nullcontext():
             (leaves[0] if len(leaves) == 1 else sc.union(leaves)).foreach(_noop)
     except Exception:
@@ -175,7 +176,8 @@ def run_round(spark: SparkSession, wf: Workflow, spec: RunSpec,
             raise ExecutorsLost(executors.failure) from None
         raise
     finally:
-        sc.removeJobTag(tag)
+        if executors is not None:
+            sc.removeJobTag(tag)
         stop.set()
         if watcher is not None:
             watcher.join()
@@ -188,7 +190,7 @@ def run_round(spark: SparkSession, wf: Workflow, spec: RunSpec,
 def _executor_watch(sc: Any, wf: Workflow, spec: RunSpec, tag: str) -> ExecutorWatch | None:
     """The watch of a round's executors on a cluster (engine/executor_watch.py); None in local
     mode, whose executors are the driver's own threads."""
-    if sc.master == "local" or sc.master.startswith("local["):
+    if session.is_local_master(sc.master):
         return None
     client = connection.connect(spec.redis_url, start=False) if spec.redis_url else None
 
