@@ -107,9 +107,9 @@ def test_a_worker_killed_mid_round_is_said_then_fails_the_round_in_one_line_and_
     xml = with_absolute_paths(copy_workflow("wordcount", tmp_path))
     run_id = "worker-lost"
     master = ["--master", standalone.url, "--conf", "spark.executor.memory=768m"]
-    # split is slowed (30 ms a sentence): the round runs long enough to lose its worker in it
+    # split is slowed (200 ms a sentence): the round is still running when its worker is lost
     slow = {"recovery.inject.s.component": "split", "recovery.inject.s.mode": "slow",
-            "recovery.inject.s.rate": "1", "recovery.inject.s.delay.ms": "30",
+            "recovery.inject.s.rate": "1", "recovery.inject.s.delay.ms": "200",
             "recovery.executors.wait.secs": str(WAIT_SECS)}
     cmd = [sys.executable, "-m", "recovery", "submit", str(xml), "--run-id", run_id, *master,
            "--spill-dir", str(tmp_path / "spill"),   # (a folder the executors reach: on this host)
