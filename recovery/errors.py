@@ -87,3 +87,8 @@ class SpillError(RunError):
     cannot be written: one line naming the file (or location) and the task. A run stopped by it
     is in `error`, and resumable once the file is back (a RunError: it stops the run, as a
     failed round does)."""
+
+
+class ExecutorsLost(RecoveryError):
+    """A round on a cluster had no executor for `recovery.executors.wait.secs` (its workers
+    lost): its jobs were cancelled (engine/executor_watch.py). The run is resumable."""

@@ -17,9 +17,11 @@ MAX_LINES = 500
 # Private names that stay legal: the library's own underscore API (lxml's element classes, the
 # process exit without clean-up a dying worker needs, a caller's frame).
 # (PySpark has no public handle on its gateway JVM's process, which the driver waits for
-# before keeping the JVM's class archive: engine/class_archive.py)
+# before keeping the JVM's class archive: engine/class_archive.py; sc._jsc: PySpark's
+# JavaSparkContext, the documented way to the JVM for what PySpark has no Python API for:
+# the application's executor ids)
 ALLOWED_PRIVATE = {("etree", "_Element"), ("etree", "_ElementTree"), ("os", "_exit"), ("sys", "_getframe"),
-                   ("SparkContext", "_active_spark_context"), ("SparkContext", "_gateway")}
+                   ("SparkContext", "_active_spark_context"), ("SparkContext", "_gateway"), ("sc", "_jsc")}
 
 
 def modules() -> Iterator[tuple[str, Path]]:

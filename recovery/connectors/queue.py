@@ -40,6 +40,9 @@ def queue_source(runner: SourceRunner) -> Iterator[None]:
                 decode = decoder(fmt, stream.fields)
                 raw = rec.raw
                 mid = tuple(rec.message_id) if isinstance(rec.message_id, list) else rec.message_id
+                if rec.gone:   # a requeued dead letter whose message was gone: it still is
+                    runner.message_gone(mid, rec.error, stream.id, fmt, attempt, replayed=True)
+                    continue
                 runner.spout_record(mid, functools.partial(decode, raw), raw, stream.id, fmt, attempt,
                                     replayed=True)
             else:

@@ -11,6 +11,7 @@ The driver only sees counters: sources are read by tasks, tuples move through Sp
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
@@ -23,7 +24,9 @@ from redis import Redis
 from recovery.api.components import Spout, Tuple
 from recovery.connectors import sources
 from recovery.controlplane import connection
-from recovery.engine import shipping
+from recovery.engine import session, shipping
+from recovery.engine.executor_watch import ExecutorWatch, executor_ids
+from recovery.errors import ExecutorsLost
 from recovery.model.graph import ChainPlan, TaskContext
 from recovery.model.run import RunSpec
 from recovery.model.workflow import SourceImpl, Workflow
@@ -161,10 +164,21 @@ def run_round(spark: SparkSession, wf: Workflow, spec: RunSpec,
                     log.debug("progress of run %s: %s", spec.run_id, err)
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
+    tag = f"recovery-{spec.run_id}-round-{spec.round}"   # what the executors' watch cancels
+    executors = _executor_watch(sc, wf, spec, tag)
     try:
         sc.setJobDescription(f"recovery {spec.run_id} round {spec.round}")
-        (leaves[0] if len(leaves) == 1 else sc.union(leaves)).foreach(_noop)
+        if executors is not None:
+            sc.addJobTag(tag)
+        with executors or contextlib.nullcontext():
+            (leaves[0] if len(leaves) == 1 else sc.union(leaves)).foreach(_noop)
+    except Exception:
+        if executors is not None and executors.failure is not None:   # cancelled by the watch: say why
+            raise ExecutorsLost(executors.failure) from None
+        raise
     finally:
+        if executors is not None:
+            sc.removeJobTag(tag)
         stop.set()
         if watcher is not None:
             watcher.join()
@@ -172,6 +186,20 @@ def run_round(spark: SparkSession, wf: Workflow, spec: RunSpec,
             rdd.unpersist()
     if on_progress is not None:
         on_progress(total_tasks, total_tasks)
+
+
+def _executor_watch(sc: Any, wf: Workflow, spec: RunSpec, tag: str) -> ExecutorWatch | None:
+    """The watch of a round's executors on a cluster (engine/executor_watch.py); None in local
+    mode, whose executors are the driver's own threads."""
+    if session.is_local_master(sc.master):
+        return None
+    client = connection.connect(spec.redis_url, start=False) if spec.redis_url else None
+
+    def on_state(line: str | None) -> None:   # what `status` shows while the round waits
+        if client is not None:
+            runs.update(client, spec.run_id, spec.generation, executors_waiting=line or "")
+    return ExecutorWatch(f"run {spec.run_id} round {spec.round}", wf.settings().executors_wait_secs,
+                         lambda: executor_ids(sc), lambda: sc.cancelJobsWithTag(tag), on_state)
 
 
 def collect_stats(client: Redis, run_id: str, round_no: int) -> dict[str, dict]:

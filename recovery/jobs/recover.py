@@ -272,9 +272,11 @@ def _recover(spark: SparkSession, client: Redis, redis_url: str, rec: RunRecord,
             log.info("run %s round %d: recovery workflow of %d components replaying %d failed tuples (%s)",
                      run_id, round_no, len(wf.components), queued,
                      ", ".join(f"{c} tasks {sorted(t)}" for c, t in sorted(failed.items())))
+            # (root_epoch: a queued spout record's root id is derived again, under the ids its
+            # round gave it: after a root replay, that round's)
             spec = RunSpec(run_id, round_no, wf.to_task_json(), redis_url, True,
                            original_json=rec.workflow_json, generation=gen,
-                           spill_dir=rec.spill_dir or None)
+                           spill_dir=rec.spill_dir or None, root_epoch=current.root_epoch)
         runs.update(client, run_id, gen, round=round_no, current_workflow=wf.to_task_json(),
                     current_spec=spec.round_json(), status=runs.RUNNING,
                     **({"root_epoch": round_no} if spec.root_replay else {}))

@@ -22,8 +22,9 @@ from recovery.model.xml.write import to_xml
 from recovery.tracking import queue as failed_queue
 from recovery.tracking import runs
 
-# How each failure's `error` text begins, by where it came from (runtime.py, multilang.py).
-ERROR_KINDS = ("exception", "fail", "not acked", "timeout", "shell process lost")
+# How each failure's `error` text begins, by where it came from (runtime.py, multilang.py);
+# "message gone": a dead root whose message its source no longer had when a replay re-read it.
+ERROR_KINDS = ("exception", "fail", "not acked", "timeout", "shell process lost", "message gone")
 # Tuples listed per failed position in `failed` (the count is always the queue's full size).
 FAILED_TUPLES_SHOWN = 50
 
@@ -139,7 +140,7 @@ def component(client: Redis, run_id: str, component_id: str) -> dict[str, Any]:
 def tuple_row(rec: FailedTuple) -> dict[str, Any]:
     """A failed tuple as shown: the fields its record holds, and its error's kind."""
     row = {k: _text(v) for k, v in rec.model_dump(exclude_unset=True).items()}
-    row["kind"] = error_kind(rec.error)
+    row["kind"] = "message gone" if rec.gone else error_kind(rec.error)
     return row
 
 

@@ -22,7 +22,7 @@ from recovery.connectors import sink_folders
 from recovery.connectors.redis_stream import offsets as stream_reader
 from recovery.controlplane import connection
 from recovery.engine import rounds as engine_rounds
-from recovery.errors import JobFailed, RecoveryError, RedisUnavailable, RunError, SpillError
+from recovery.errors import ExecutorsLost, JobFailed, RecoveryError, RedisUnavailable, RunError, SpillError
 from recovery.jobs import dead_sink
 from recovery.jobs.summary import RunSummary, in_topological_order, summarize
 from recovery.model.config import PropertyError
@@ -86,6 +86,11 @@ def run_and_settle(spark: SparkSession, client: redis.Redis, wf: Workflow, spec:
         _store_error(client, spec, reason)
         raise RunError(f"run {spec.run_id} round {spec.round} cannot start: {reason} (`recovery recover "
                        f"{spec.run_id} -p {err.property}=VALUE` mends it)") from None
+    except ExecutorsLost as lost:
+        # the cluster lost every worker: the run waits for `recover` (its lease goes with this driver)
+        _store_error(client, spec, str(lost))
+        raise RunError(f"run {spec.run_id} round {spec.round} failed: {lost}; once a worker is back, "
+                       f"`recovery recover {spec.run_id}` resumes it") from None
     except RecoveryError:
         raise   # already one line naming its cause (Redis lost, run cleared)
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):

@@ -171,6 +171,7 @@ def summarize(client: Redis, run_id: str, rounds: list | None = None, settled: b
         out.warnings = [f"{dropped} dead letters were dropped from Redis by recovery.dead.retention "
                         "(oldest first); they are in no dead-letter sink"]
     round_no = out.round
+    out.warnings = [*(out.warnings or []), *round_warnings(rec, out.status), *gone_warnings(client, run_id)] or None
     counted_round, counts = stored_counts(rec)
     if (not settled and not runs.round_settled(rec)) or counts is None or counted_round != round_no:
         # (no counts of this round stored: a run of an earlier version, never a guess either)
@@ -201,6 +202,29 @@ def summarize(client: Redis, run_id: str, rounds: list | None = None, settled: b
             f"(see `recovery status {run_id} --json`; `recovery clear {run_id}` and a new submit "
             "start it over)"]
     return out
+
+
+def round_warnings(rec: RunRecord, status: str) -> list[str]:
+    """What stops the current round, said: a live driver's round waiting without executors
+    (engine/executor_watch.py), or why the round failed (status `error`)."""
+    if status == runs.RUNNING and rec.executors_waiting:
+        return [rec.executors_waiting]
+    if status == runs.ERROR and rec.error:
+        return [f"round {rec.round} failed: {rec.error} (`recovery recover {rec.run_id}` resumes it)"]
+    return []
+
+
+def gone_warnings(client: Redis, run_id: str) -> list[str]:
+    """One line when roots are dead because their messages were gone from their source when a
+    replay re-read them (keys.gone): nothing of them was written, and nothing can replay them."""
+    n, sample = failed_queue.gone_roots(client, run_id)
+    if not n:
+        return []
+    what = ("1 root is dead because its message was gone from the source when root replay read it"
+            if n == 1 else
+            f"{n} roots are dead because their messages were gone from the source when root replay read them")
+    return [f"{what} again (e.g. {sample}): nothing downstream of them was written; `recovery dead {run_id}` "
+            "lists each message"]
 
 
 # --- the run's original workflow -------------------------------------------------------------

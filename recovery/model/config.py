@@ -118,6 +118,12 @@ class Settings(BaseModel):
                     "died within this age (30s, 15m, 12h, 7d); it drops the rest, oldest first, "
                     "and `status` counts them. With a dead-letter sink, only what the sink could "
                     "not take yet is in Redis to drop. Default: all are kept.")
+    executors_wait_secs: float = Field(
+        120, alias="recovery.executors.wait.secs", gt=0, allow_inf_nan=False,
+        description="On a cluster (any master but local), a round left without a single executor "
+                    "(its workers lost) is said so on stderr and in `status` within seconds, and "
+                    "fails after this many seconds without one; `recover` resumes it once a "
+                    "worker is back.")
 
     @field_validator("*", mode="before")
     @classmethod

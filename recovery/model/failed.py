@@ -39,6 +39,9 @@ class FailedTuple(BaseModel):
     round: int | None = None
     time: float | None = None
     dead: bool = False              # out of attempts: a dead letter
+    # its message was gone from the source when a replay re-read it (trimmed by retention,
+    # deleted): dead at once, since no attempt can read it back; `error` names the message
+    gone: bool = False
     not_before: float | None = None  # backoff: no replay before this time
 
     def pack(self) -> bytes:

@@ -42,6 +42,8 @@ class RunRecord(BaseModel):
     started: float | None = None         # epoch seconds
     ended: float | None = None           # of the last round that ended
     error: str | None = None             # why the last round failed (status `error`)
+    # while a round on a cluster has no executor: the line saying so (engine/executor_watch.py)
+    executors_waiting: str | None = None
     driver_pid: int | None = None        # the last driver, for people (its lease decides liveness)
     driver_host: str = ""
     # rounds: 0 is the submit (or a follow run's first batch), later ones recovery or batches

@@ -219,6 +219,26 @@ class TaskCollector:
         base = ids.derive3(root, self.router.salts.get(stream, 0), 0)
         self._emit(values, stream, (root,), base, None, hold=None, root_xor=root)
 
+    def message_gone(self, message_id: Any, reason: str, stream: str = "default", fmt: str = "",
+                     attempt: int = 1, replayed: bool = False) -> None:
+        """A message a replay needs can no longer be read (SourceRunner.message_gone): when it
+        is one the round re-emits (a root replay's failed root, a queued record), its root is
+        made pending and dead at once with `reason` as its error, never counted complete."""
+        roots = self.roots
+        if not roots.selected(message_id):
+            return
+        root = roots.root_id(message_id)
+        roots.count(replayed)
+        self.stats["failed"] += 1
+        self.stats["dead"] += 1
+        self.stats["gone"] = self.stats.get("gone", 0) + 1
+        if not replayed:   # (a queued record's root is pending already)
+            self.contrib[root] = self.contrib.get(root, 0) ^ root
+        if self.tracker is not None:
+            self.tracker.failure(FailedTuple(id=root, roots=[root], src_component=self.component_id,
+                                             src_task=self.task_id, stream=stream, message_id=message_id,
+                                             format=fmt, attempt=attempt, error=reason, gone=True))
+
     # -- what the task runner and the sources call -----------------------------------------
     def replay_to(self, component: str, task: int, rec: FailedTuple, attempt: int) -> None:
         """Send a cached failed tuple, unchanged but for its attempt, to the task it failed at."""

@@ -185,6 +185,7 @@ class TaskRunner:
         self.collector = self._make_collector()
         # a built-in source calls these per record (SourceRunner): the collector's, bound once
         self.spout_record = self.collector.spout_record
+        self.message_gone = self.collector.message_gone
         self.replay_to = self.collector.replay_to
         self.log = self.collector.log
 

@@ -110,6 +110,8 @@ class LocalRDD:
 
 
 class LocalContext:
+    master = "local"   # (its tasks run in this process: no executor to lose)
+
     def __init__(self, arrival: random.Random | None = None, wrap_failures: bool = True):
         self.arrival = arrival
         # a failed task fails the job as LocalJobFailed (what Spark raises has the same

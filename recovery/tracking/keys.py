@@ -267,6 +267,13 @@ def dead_flushes(run_id: str) -> str:
     return run_key(run_id, "deadflushes")
 
 
+def gone(run_id: str) -> str:
+    """Hash: "component:task:tuple id" (its dead letter's field) -> the error, for every dead
+    root whose message its source reported gone when a replay re-read it (`status` warns of
+    them). Written with the dead letter, removed with it by a requeue."""
+    return run_key(run_id, "gone")
+
+
 def task_spill(run_id: str, round_no: int) -> str:
     """Hash: "component:index" -> the committed task's spill file reference (tracking/spill.py):
     its in-flight output, replayed from the file if the task runs again, never recomputed;

@@ -45,7 +45,7 @@ from recovery.tracking.runs import fenced_transaction
 Position = tuple[str, int]
 #: The key builders of tracking/keys.py for what this module owns: no other module names them.
 OWNED_KEYS = ("failed_set", "queue", "queue_staged", "queue_due", "dead", "dead_roots", "dead_flush",
-              "dead_flushes")
+              "dead_flushes", "gone")
 #: (SMISMEMBER in batches of this many)
 READ_BATCH = 10_000
 
@@ -203,6 +203,8 @@ def record_failures(pipe: Any, run_id: str, failures: Iterable[FailedTuple]) -> 
     for rec in failures:
         if rec.dead:
             pipe.hset(keys.dead(run_id), dead_key(rec), rec.pack())
+            if rec.gone:   # its message was gone from its source when a replay re-read it
+                pipe.hset(keys.gone(run_id), dead_key(rec), rec.error)
             if rec.roots:
                 pipe.sadd(keys.dead_roots(run_id), *[str(r) for r in rec.roots])
         else:
@@ -372,6 +374,8 @@ def requeue(client: Redis, run_id: str, generation: str | None, component: str |
             pipe.sadd(keys.failed_set(run_id), position)
             pipe.zadd(keys.queue_due(run_id), {position: 0}, lt=True)   # ready now
             pipe.hdel(dead, field)
+            if was.gone:   # (a replay finds its message gone again, and says so again)
+                pipe.hdel(keys.gone(run_id), field)
             if tup.roots:
                 pipe.srem(dead_roots, *[str(r) for r in tup.roots])
             if seen["undead"] and adjust_counts is not None:
@@ -382,6 +386,17 @@ def requeue(client: Redis, run_id: str, generation: str | None, component: str |
         if seen.get("tuple") is not None:
             n += 1
     return n
+
+
+def gone_roots(client: Redis, run_id: str) -> tuple[int, str]:
+    """(how many dead letters are roots whose message was gone from its source when a replay
+    re-read it, the error of one of them)."""
+    n = int(cast(int, client.hlen(keys.gone(run_id))))
+    if not n:
+        return 0, ""
+    sample = next((cast(bytes, v).decode("utf-8", "replace") for _, v in client.hscan_iter(keys.gone(run_id), count=1)),
+                  "")
+    return n, sample
 
 
 # --- the dead-letter sink and the retention cap --------------------------------------------------------

@@ -191,7 +191,7 @@ class TaskTracker:
             record.task = self.task_id
         record.round = self.round
         record.time = time.time()
-        if record.attempt >= self.max_attempts:
+        if record.gone or record.attempt >= self.max_attempts:   # (a gone message never comes back)
             record.dead = True
         else:
             record.not_before = time.time() + backoff_ms(record.attempt, self.conf) / 1000.0

@@ -177,3 +177,148 @@ def test_retention_and_the_topic_listing_on_a_redis_cluster(redis_cluster, tmp_p
     assert t["topic"] == "events" and t["messages"] == 0 and t["retention"] == "committed"
     assert [c["consumer"] for c in t["consumers"]] == ["other:events", "retention_soak:events"]
     assert all(c["lag"] == 0 for c in t["consumers"])
+
+
+# --- root replay of a run whose topic was trimmed since it read it ------------------------------
+COPY_FAILING_ONCE = '''
+import os
+from recovery import BasicBolt
+
+
+class CopyFailingOnce(BasicBolt):
+    """Copies each record; fails each id of `test.fail.ids` the first time it sees it."""
+
+    def prepare(self, conf, context):
+        self.fail_on = {int(n) for n in conf["test.fail.ids"].split(",")}
+        self.markers = conf["test.fail.markers"]
+
+    def process(self, tup):
+        n = tup["id"]
+        marker = os.path.join(self.markers, str(n))
+        if n in self.fail_on and not os.path.exists(marker):
+            open(marker, "w").close()
+            raise RuntimeError(f"transient failure of {n}")
+        self.emit([n, tup["word"]])
+'''
+
+
+def _reader_xml(name: str, bolt: str, config: str = "") -> str:
+    return f"""<?xml version="1.0" encoding="UTF-8"?>
+<workflow xmlns="urn:recovery:workflow:1" name="{name}">
+  <config>{config}</config>
+  <spout id="events" parallelism="2">
+    <source type="redis-stream" topic="events" format="jsonl"/>
+    <stream fields="id word"/>
+  </spout>
+  {bolt}
+  <bolt id="out" parallelism="1">
+    <sink type="jsonl" path="out/{name}"/>
+    <input from="{'copy' if 'copy' in bolt else 'events'}" grouping="global"/>
+  </bolt>
+</workflow>
+"""
+
+
+def _cli(redis_url: str, *args: str) -> tuple[int, str, str]:
+    r = CliRunner().invoke(main, list(args), env={"RECOVERY_REDIS_URL": redis_url}, catch_exceptions=False)
+    return r.exit_code, r.stdout, r.stderr
+
+
+def test_root_replay_after_another_consumer_trimmed_the_topic_makes_the_gone_roots_dead_and_says_so(
+        spark, redis_url, redis_client, tmp_path):
+    """Two consumers of a topic kept to its last 10 messages per partition: `slow` has failed
+    roots pending when `fast`'s run commits, and the topic trims. Root replay of `slow` re-reads
+    what is left: the failed roots whose messages are gone are dead letters naming the message
+    (topic, partition, offset), never counted complete; `status` warns of them; the sink holds
+    every record but theirs, each once."""
+    (tmp_path / "copy_once.py").write_text(COPY_FAILING_ONCE)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    code, _, err = _cli(redis_url, "produce", "events", str(empty), "--partitions", "2", "--format", "jsonl")
+    assert code == 0, err
+    fast = tmp_path / "fast.xml"
+    fast.write_text(_reader_xml("fast", ""))
+    # `fast` reads the empty topic first: a known consumer from then on, its offsets at 0
+    code, out, err = _cli(redis_url, "submit", str(fast), "--json")
+    assert code == 0, err
+    records = [{"id": i, "word": f"w{i}"} for i in range(40)]
+    data = tmp_path / "events.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in records))
+    code, _, err = _cli(redis_url, "produce", "events", str(data), "--format", "jsonl", "--key-field", "word",
+                        "--retention", "10")
+    assert code == 0, err
+    # where each record is: (partition, offset); nothing trimmed yet (`fast` has read nothing)
+    where = {}
+    for p in range(2):
+        for eid, fields in redis_client.xrange(keys.topic_partition("events", p)):
+            where[json.loads(fields[b"v"])["id"]] = (p, int(eid.split(b"-")[0]))
+    assert len(where) == 40
+    # `slow` fails, once each, the first two and the last record of each partition
+    by_partition = {p: sorted(o for q, o in where.values() if q == p) for p in range(2)}
+    assert all(len(offs) > 12 for offs in by_partition.values())
+    chosen = {(p, o) for p, offs in by_partition.items() for o in (offs[0], offs[1], offs[-1])}
+    failing = sorted(i for i, pos in where.items() if pos in chosen)
+    slow = tmp_path / "slow.xml"
+    slow.write_text(_reader_xml(
+        "slow", """<bolt id="copy" parallelism="2" class="copy_once:CopyFailingOnce">
+    <input from="events" grouping="shuffle"/>
+    <stream fields="id word"/>
+  </bolt>""", f"""<property name="test.fail.ids" value="{','.join(map(str, failing))}"/>
+    <property name="test.fail.markers" value="{markers}"/>"""))
+    code, out, err = _cli(redis_url, "submit", str(slow), "--json")
+    assert code == 0, err
+    submitted = json.loads(out)
+    run_id = submitted["run_id"]
+    assert submitted["status"] == "pending" and submitted["failed"] == len(failing) == 6
+    assert sum(redis_client.xlen(keys.topic_partition("events", p)) for p in range(2)) == 40   # `fast` holds it
+    # `fast` reads and commits: the topic is trimmed to its last 10 messages per partition
+    code, out, err = _cli(redis_url, "submit", str(fast), "--json")
+    assert code == 0, err
+    kept = {(p, int(eid.split(b"-")[0])) for p in range(2)
+            for eid, _ in redis_client.xrange(keys.topic_partition("events", p))}
+    assert len(kept) == 20
+    gone = sorted(i for i in failing if where[i] not in kept)
+    assert len(gone) == 4   # the first two of each partition; the last ones are kept
+
+    code, out, err = _cli(redis_url, "recover", run_id, "--strategy", "root-replay", "--json")
+    assert code == 0, err
+    r = json.loads(out)
+    # never counted complete: dead, each with its message named
+    assert (r["status"], r["roots"], r["complete"], r["dead"], r["pending"]) == ("dead", 40, 36, 4, 0)
+    code, out, err = _cli(redis_url, "dead", run_id, "--json")
+    assert code == 0, err
+    letters = json.loads(out)["dead"]
+    assert sorted(tuple(d["message_id"]) for d in letters) == sorted(where[i] for i in gone)
+    for d in letters:
+        p, o = d["message_id"]
+        assert d["kind"] == "message gone" and d["component"] == "events"
+        assert d["error"] == (f"message gone: topic 'events' partition {p} offset {o} (entry id {o}-1) was "
+                              "trimmed from the stream (its retention, or XTRIM) before root replay read it "
+                              "again; it cannot be replayed")
+    # the sink: every record but the gone ones, each once
+    got = sorted(json.dumps(x, sort_keys=True) for x in read_jsonl_dir(str(tmp_path / "out" / "slow")))
+    assert got == sorted(json.dumps(x, sort_keys=True) for x in records if x["id"] not in gone)
+    # status says so, human and JSON
+    warning = ("4 roots are dead because their messages were gone from the source when root replay read "
+               "them again")
+    code, out, err = _cli(redis_url, "status", run_id, "--json")
+    assert code == 0, err
+    s = json.loads(out)
+    assert s["status"] == "dead" and s["complete"] == 36 and s["dead"] == 4
+    assert any(w.startswith(warning) and f"`recovery dead {run_id}`" in w for w in s["warnings"])
+    code, out, err = _cli(redis_url, "status", run_id)
+    assert code == 0, err
+    assert f"warning: {warning}" in out
+    # requeued, a gone message is still gone: the replay of its queued record makes it dead again
+    code, out, err = _cli(redis_url, "dead", run_id, "--requeue", "--json")
+    assert code == 0 and json.loads(out)["requeued"] == 4, err
+    code, out, err = _cli(redis_url, "recover", run_id, "--json")
+    assert code == 0, err
+    again = json.loads(out)
+    assert (again["status"], again["complete"], again["dead"]) == ("dead", 36, 4)
+    code, out, err = _cli(redis_url, "dead", run_id, "--json")
+    assert sorted(d["error"] for d in json.loads(out)["dead"]) == sorted(d["error"] for d in letters)
+    assert sum(w.startswith(warning) for w in again["warnings"]) == 1
+    assert sorted(json.dumps(x, sort_keys=True) for x in read_jsonl_dir(str(tmp_path / "out" / "slow"))) == got

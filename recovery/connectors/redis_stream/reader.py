@@ -11,7 +11,15 @@ from redis import Redis
 
 from recovery.connectors.files import decoder
 from recovery.connectors.redis_stream.offsets import assign_partitions, committed_offsets
-from recovery.connectors.redis_stream.topics import FIELD, MAX_SEQ, entry_offset, next_entry_id, text_of
+from recovery.connectors.redis_stream.topics import (
+    FIELD,
+    MAX_SEQ,
+    entry_id,
+    entry_offset,
+    next_entry_id,
+    partition_bounds,
+    text_of,
+)
 from recovery.connectors.runner import SourceRunner
 from recovery.tracking import keys
 
@@ -71,6 +79,23 @@ def read_range(client: Redis, topic: str, partition: int, start: int, end: int
         lo = next_entry_id(entries[-1][0])
 
 
+def gone_reason(topic: str, partition: int, offset: int, first: int | None) -> str:
+    """The error of a root whose message root replay found gone: trimmed (below the first offset
+    the partition still stores) or deleted."""
+    how = ("was trimmed from the stream (its retention, or XTRIM)" if first is None or offset < first
+           else "was deleted from the stream")
+    return (f"message gone: topic {topic!r} partition {partition} offset {offset} (entry id "
+            f"{entry_id(offset)}) {how} before root replay read it again; it cannot be replayed")
+
+
+def _report_gone(runner: SourceRunner, topic: str, partition: int, start: int, end: int, first: int | None,
+                 stream_id: str, fmt: str) -> None:
+    """Offsets [start, end) of a range the run read are no longer in the stream: each one's
+    root, when root replay re-emits it, is dead (SourceRunner.message_gone)."""
+    for offset in range(start, end):
+        runner.message_gone((partition, offset), gone_reason(topic, partition, offset, first), stream_id, fmt)
+
+
 def stream_source(runner: SourceRunner) -> Iterator[None]:
     """The spout task's partitions' planned ranges, read in XRANGE batches; each message a root
     tuple with message id (partition, offset)."""
@@ -115,14 +140,22 @@ def stream_source(runner: SourceRunner) -> Iterator[None]:
                            f"{start} were trimmed from the stream before they were read",
                            "warning")
             spans[p] = [[max(start, min(committed.get(p, 0), end)), end]]
+    # root replay: the first offset each partition still stores, to say why a message is gone
+    firsts = dict(enumerate(f for f, _ in partition_bounds(client, topic, n))) if replay else {}
     for p in mine:
         for start, end in spans.get(p, ()):
             have = 0
+            expected = start   # (root replay) the next offset the range should hold
             for batch in read_range(client, topic, p, start, end):
                 for offset, raw in batch:
+                    if replay and offset > expected:
+                        _report_gone(runner, topic, p, expected, offset, firsts.get(p), stream_id, fmt)
+                    expected = max(expected, offset + 1)
                     runner.spout_record((p, offset), functools.partial(decode, raw), raw, stream_id, fmt)
                 have += len(batch)
                 yield None
+            if replay and end > expected:
+                _report_gone(runner, topic, p, expected, end, firsts.get(p), stream_id, fmt)
             missing = (end - start) - have
             if missing > 0 and not replay:
                 runner.stats["trimmed"] = runner.stats.get("trimmed", 0) + missing

@@ -22,7 +22,8 @@ What recovery needs is not in the topic: a failed tuple's queue entry holds its 
 record that did not decode, its raw bytes), so recovering it reads no message. A crashed round
 is resumed on ranges at or after its consumer's committed offset, which trimming keeps.
 Root replay (`recover --strategy root-replay`, kept for comparison) re-reads the ranges a run
-read: messages trimmed since are reported as gone when read.
+read: a failed root whose message was trimmed since is reported gone (reader.py, through
+SourceRunner.message_gone) and is dead with that error, never counted complete.
 """
 from __future__ import annotations
 

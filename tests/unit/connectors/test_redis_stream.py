@@ -292,12 +292,16 @@ class StubRunner:
         self.stats: dict = {}
         self.logs: list[tuple[str, str]] = []
         self.records: list[tuple] = []
+        self.gone: list[tuple] = []
 
     def log(self, message: str, level: str = "info") -> None:
         self.logs.append((level, message))
 
     def spout_record(self, mid, decode, raw, stream="default", fmt=""):
         self.records.append((mid, decode(), raw, stream, fmt))
+
+    def message_gone(self, mid, reason, stream="default", fmt=""):
+        self.gone.append((mid, reason, stream, fmt))
 
 
 def _read(runner) -> StubRunner:
@@ -354,6 +358,27 @@ def test_root_replay_rereads_every_range_the_run_read(fake_redis):
     offsets.commit_ranges(fake_redis, wf, offsets.plan_ranges(fake_redis, wf, "run-1"))
     r = _read(StubRunner(fake_redis, wf, 0, "{}", replay=frozenset({1})))
     assert [m for m, *_ in r.records] == [(0, o) for o in range(5)]
+
+
+def test_root_replay_reports_each_message_of_its_ranges_that_is_gone_trimmed_or_deleted(fake_redis):
+    """The run read offsets 0..7; since then 0..2 were trimmed (XTRIM MINID, as retention does)
+    and 5 was deleted: each is reported gone (SourceRunner.message_gone) with a reason naming
+    topic, partition and offset, and the rest is read as before."""
+    wf = _wf(parallelism=1)
+    _fill(fake_redis, "t", 1, [8])
+    offsets.commit_ranges(fake_redis, wf, offsets.plan_ranges(fake_redis, wf, "run-1"))
+    part = keys.topic_partition("t", 0)
+    fake_redis.xtrim(part, minid="3-0", approximate=False)
+    fake_redis.xdel(part, "5-1")
+    r = _read(StubRunner(fake_redis, wf, 0, "{}", replay=frozenset({1})))
+    assert [m for m, *_ in r.records] == [(0, o) for o in (3, 4, 6, 7)]
+    assert [(m, stream, fmt) for m, _, stream, fmt in r.gone] == [((0, o), "default", "text") for o in (0, 1, 2, 5)]
+    reasons = {m[1]: reason for m, reason, *_ in r.gone}
+    assert reasons[0] == ("message gone: topic 't' partition 0 offset 0 (entry id 0-1) was trimmed from the "
+                          "stream (its retention, or XTRIM) before root replay read it again; it cannot be "
+                          "replayed")
+    assert "offset 5 (entry id 5-1) was deleted from the stream" in reasons[5]
+    assert not r.stats   # (gone on replay: reported per message, not counted as trimmed)
 
 
 def test_records_written_by_others_are_read_as_json_objects(fake_redis):

@@ -10,7 +10,7 @@ import msgpack
 import pytest
 
 from recovery.errors import RunError
-from recovery.jobs import dead_letters, reports
+from recovery.jobs import dead_letters, reports, summary
 from recovery.model.xml import parse as workflow_xml
 from recovery.tracking import keys, runs
 
@@ -173,3 +173,22 @@ def test_plan_shows_the_recovery_rounds_chains_in_its_report_drawings_and_xml(fa
     assert parse_string(xml).name == "cdn_logs.recovery"    # still a workflow file, comment and all
     text = CliRunner().invoke(main, ["plan", run_id, "-f", "text"], catch_exceptions=False).stdout
     assert "chain: split -> normalize" in text and "chain: logs -> split" not in text
+
+
+def test_a_dead_root_whose_message_was_gone_is_its_own_kind_warned_of_and_requeued_without_its_mark(fake_redis, run):
+    """A root replay found a failed root's message gone (SourceRunner.message_gone): its dead
+    letter is of kind "message gone", `status` warns of it, and a requeue takes its mark too
+    (a replay that finds it gone again marks it again)."""
+    error = "message gone: topic 'events' partition 1 offset 4 (entry id 4-1) was trimmed from the stream"
+    rec = {"id": 31, "roots": [31], "component": "sentences", "task": 1, "message_id": [1, 4], "attempt": 1,
+           "error": error, "gone": True, "dead": True}
+    fake_redis.hset(keys.dead(run), "sentences:1:31", msgpack.packb(rec))
+    fake_redis.sadd(keys.dead_roots(run), "31")
+    fake_redis.hset(keys.gone(run), "sentences:1:31", error)
+    row = next(r for r in dead_letters.dead(fake_redis, run)["dead"] if r["key"] == "sentences:1:31")
+    assert row["kind"] == "message gone" and row["gone"] is True
+    (warning,) = summary.summarize(fake_redis, run).warnings
+    assert warning.startswith("1 root is dead because its message was gone from the source when root "
+                              f"replay read it again (e.g. {error})")
+    assert dead_letters.requeue(fake_redis, run, tuple_keys=["sentences:1:31"])["requeued"] == 1
+    assert not fake_redis.exists(keys.gone(run)) and summary.summarize(fake_redis, run).warnings is None
