@@ -82,13 +82,18 @@ def register(main: click.Group) -> None:
                   help="With --follow: stop after N batches.")
     @click.option("--idle-exit", type=click.FloatRange(min=0), default=None, metavar="SECS",
                   help="With --follow: stop after SECS seconds without a new message.")
+    @click.option("--reset", type=click.Choice(["earliest", "latest"]), default=None,
+                  help="A kafka consumer whose committed offset is below its partition's log start "
+                  "(records removed by retention before they were read) goes on from the log start "
+                  "(earliest) or the end (latest); without it such a submit is refused.")
     @metrics_server.options
     # --- end log source ---
     @redis_option
     @json_option
     def submit(file: str, master: str | None, spark_conf: tuple[str, ...], props: tuple[str, ...],
                no_tracking: bool, run_id: str | None, spill_dir: str | None, follow: bool,
-               max_batches: int | None, idle_exit: float | None, metrics_port: int | None, metrics_host: str,
+               max_batches: int | None, idle_exit: float | None, reset: str | None, metrics_port: int | None,
+               metrics_host: str,
                metrics_token_file: str | None, redis_url: str | None, as_json: bool) -> None:
         """Run the workflow FILE on Spark with every tuple tracked; prints a summary."""
         metrics_token = metrics_server.check(follow, metrics_port, metrics_host, metrics_token_file)
@@ -101,7 +106,7 @@ def register(main: click.Group) -> None:
         # decide, then, connected, what Redis holds
         if follow:   # --- log source (recovery/jobs/follow.py): continuous runs over topics ---
             follow_plan = follow_mod.prepare(wf, xml, file, master or environment().spark_master, run_id,
-                                             not no_tracking)
+                                             not no_tracking, reset)
             if spill_dir is not None:
                 raise RecoveryError("--spill-dir does not apply to --follow runs: set the workflow "
                                     "property recovery.spill.dir instead")
@@ -125,7 +130,8 @@ def register(main: click.Group) -> None:
                 click.echo("no messages to read: no run was started")
             return
         plan = jobs_submit.prepare(wf, xml, file, tracking_on=not no_tracking,
-                                   master=master or environment().spark_master, run_id=run_id, spill_dir=spill_dir)
+                                   master=master or environment().spark_master, run_id=run_id, spill_dir=spill_dir,
+                                   reset=reset)
         client, url = common.client_for(redis_url)
         jobs_submit.check_redis(client, plan)
         spark = common.spark_for(master, common.key_values(spark_conf, "--conf"))

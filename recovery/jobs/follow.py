@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Any, cast
 from redis import Redis
 
 from recovery.api.runnable import check_runnable
-from recovery.connectors import files, sinks
-from recovery.connectors.redis_stream import offsets, topics
+from recovery.connectors import files, log_offsets, sinks
 from recovery.connectors.redis_stream import report as stream_report
+from recovery.connectors.redis_stream import topics
 from recovery.errors import RecoveryError, RunBusy
 from recovery.jobs import recover, settle, submit
 from recovery.jobs import summary as jobs_summary
@@ -92,9 +92,9 @@ class Stopper:
 def owner_runs(client: Redis, wf: Workflow) -> list[RunRecord]:
     """The run records that last read each of the workflow's consumers (distinct, existing)."""
     seen, out = set(), []
-    for spout in topics.log_spouts(wf):
-        topic = topics.source_param(spout, "topic") or ""
-        owner = client.get(keys.consumer_owner(topics.consumer_name(wf, spout.id), topic))
+    for spout in log_offsets.log_spouts(wf):
+        consumer, topic = log_offsets.consumer_of(wf, spout)
+        owner = client.get(keys.consumer_owner(consumer, topic))
         if owner is None or owner in seen:
             continue
         seen.add(owner)
@@ -122,8 +122,9 @@ def resume_crashed(spark: SparkSession, client: Redis, redis_url: str, wf: Workf
 
 def check_flags(wf: Workflow, follow: bool, tracking: bool = True) -> None:
     """`--follow` needs a spout reading a topic, and tracking."""
-    if follow and not topics.log_spouts(wf):
-        raise RecoveryError(f"--follow needs a spout reading a topic (<source type=\"redis-stream\">); "
+    if follow and not log_offsets.log_spouts(wf):
+        raise RecoveryError(f"--follow needs a spout reading a topic (<source type=\"redis-stream\"> or "
+                            f"<source type=\"kafka\">); "
                             f"workflow {wf.name!r} has none")
     if follow and not tracking:
         raise RecoveryError("--follow needs tracking (a crashed batch is resumed from it)")
@@ -154,10 +155,11 @@ class FollowPlan:
     file: str | None              # the workflow file, absolute; None: from code
     master: str
     run_id: str | None            # None: the consumer's run, or a new generated id
+    reset: str | None = None      # --reset: where a consumer goes on below the log's start
 
 
 def prepare(wf: Workflow, xml: str, file: str | None, master: str = "local[*]", run_id: str | None = None,
-            tracking: bool = True) -> FollowPlan:
+            tracking: bool = True, reset: str | None = None) -> FollowPlan:
     """Every refusal `submit --follow` makes from the workflow and its options alone (no Redis,
     no Spark): a `class=` that does not load (with `file` and a local master, a shell script that
     does not exist), a workflow without a topic, no tracking, a relative source or sink path
@@ -171,7 +173,7 @@ def prepare(wf: Workflow, xml: str, file: str | None, master: str = "local[*]", 
     spill.check_reaches_executors(None, wf.settings().spill_dir, master)
     if run_id is not None:
         check_run_id(run_id)
-    return FollowPlan(wf, xml, os.path.abspath(file) if file is not None else None, master, run_id)
+    return FollowPlan(wf, xml, os.path.abspath(file) if file is not None else None, master, run_id, reset)
 
 
 def check_redis(client: Redis, plan: FollowPlan) -> None:
@@ -216,7 +218,7 @@ def enrich(client: Redis, summary: RunSummary, wf: Workflow | None = None) -> Ru
     roots counted over every batch (jobs.summarize counts round 0's)."""
     rec = runs.get(client, summary.run_id)
     wf = wf or jobs_summary.original_workflow(rec)
-    if not topics.log_spouts(wf):
+    if not log_offsets.log_spouts(wf):
         return summary
     summary.partitions = stream_report.partition_report(client, wf)
     if rec.follow:
@@ -276,7 +278,7 @@ def run(spark: SparkSession, client: Redis, redis_url: str, plan: FollowPlan, ma
     """Read the workflow's topics in micro-batches until stopped (signal, max_batches, or
     idle_exit seconds without a message); returns the run's summary."""
     emit: Event = on_event or (lambda kind, info: None)
-    wf, xml, file, master, run_id = plan.workflow, plan.xml, plan.file, plan.master, plan.run_id
+    wf, xml, file, master, run_id, reset = plan.workflow, plan.xml, plan.file, plan.master, plan.run_id, plan.reset
     wf_json = wf.to_task_json()
     spill_dir = spill.location(None, wf.settings().spill_dir)   # (no --spill-dir here)
     resumed = resume_crashed(spark, client, redis_url, wf)
@@ -318,9 +320,9 @@ def run(spark: SparkSession, client: Redis, redis_url: str, plan: FollowPlan, ma
             if max_batches is not None and batches >= max_batches:
                 reason = "max-batches"
                 break
-            source_json = offsets.plan_ranges(client, wf, run_id, follow=True)
-            planned, trimmed = offsets.planned_messages(source_json)
-            for line in offsets.trimmed_lines(source_json):
+            source_json = log_offsets.plan_ranges(client, wf, run_id, follow=True, reset=reset)
+            planned, trimmed = log_offsets.planned_messages(source_json)
+            for line in log_offsets.trimmed_lines(source_json):
                 log.info("run %s: %s", run_id, line)
                 emit("trimmed", {"run_id": run_id, "line": line})
             active = False
@@ -343,7 +345,7 @@ def run(spark: SparkSession, client: Redis, redis_url: str, plan: FollowPlan, ma
                 summary = _run_batch(spark, client, wf, spec, stop, emit)
                 recover.prune_failed_set(client, run_id, gen)
                 stats = _round_stats(client, run_id, next_round)
-                spouts = {s.id for s in topics.log_spouts(wf)}
+                spouts = {s.id for s in log_offsets.log_spouts(wf)}
                 emit("batch", {"run_id": run_id, "round": next_round, "messages": planned,
                                "failed": sum(s.get("failed", 0) for s in stats.values()),
                                "trimmed": sum(stats.get(s, {}).get("trimmed", 0) for s in spouts),

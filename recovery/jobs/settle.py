@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from recovery.connectors import sink_folders
-from recovery.connectors.redis_stream import offsets as stream_reader
+from recovery.connectors import log_offsets, sink_folders
 from recovery.controlplane import connection
 from recovery.engine import rounds as engine_rounds
 from recovery.errors import JobFailed, RecoveryError, RedisUnavailable, RunError, SpillError
@@ -131,10 +130,14 @@ def run_and_settle(spark: SparkSession, client: redis.Redis, wf: Workflow, spec:
         # every root read in this round is now complete, queued or dead: commit past it.
         # (log source: committed before clear_round, so a driver dying in between resumes a
         # round whose tasks are all committed, or whose ranges are committed: no re-reading)
-        stream_reader.commit_ranges(client, wf, spec.source_json)
+        log_offsets.commit_ranges(client, wf, spec.source_json)
     # from here on the round is settled: a resumed driver must not execute it again (its done
     # markers and in-flight tuples are about to go)
     runs.update(client, spec.run_id, gen, settled_round=spec.round, **counts.record_fields(spec.round))
+    if wf.reads_topics and spec.tracking:
+        # (a Kafka group is told the prefix of complete or dead roots, after a batch as after
+        # a recovery round; a cluster out of reach is told at the next settle)
+        log_offsets.settled(client, wf, spec.run_id)
     if spec.tracking:
         # fenced: a driver taken over removes nothing (its successor may be resuming the round)
         engine_rounds.clear_round(client, spec.run_id, spec.round, spec.spill_dir, gen, spec.root_replay)

@@ -17,8 +17,7 @@ import redis
 
 from recovery.api.loader import check_classes as check
 from recovery.api.runnable import check_runnable
-from recovery.connectors import files, sinks, spark_source
-from recovery.connectors.redis_stream import offsets as stream_reader
+from recovery.connectors import files, log_offsets, sinks, spark_source
 from recovery.connectors.redis_stream import topics
 from recovery.errors import RecoveryError, WorkflowError
 from recovery.jobs.clear import clear
@@ -53,10 +52,11 @@ class SubmitPlan:
     master: str
     spill_location: str       # where its tasks spill (checked, not yet made)
     code_digest: str = ""     # the workflow's code shipped with its tasks (model/code.py)
+    reset: str | None = None  # --reset: where a consumer goes on when its offset is below the log's start
 
 
 def prepare(wf: Workflow, xml: str, file: str | None, tracking_on: bool = True, master: str = "local[*]",
-            run_id: str | None = None, spill_dir: str | None = None) -> SubmitPlan:
+            run_id: str | None = None, spill_dir: str | None = None, reset: str | None = None) -> SubmitPlan:
     """Every refusal a submit makes from the workflow and its options alone (no Redis, no
     Spark), in this order: a `class=` that does not load (and, with `file` and a local master,
     a shell script that does not exist: named by file and line), a bad property, a relative
@@ -76,7 +76,7 @@ def prepare(wf: Workflow, xml: str, file: str | None, tracking_on: bool = True, 
     location = spill.location(spill_dir, wf.settings().spill_dir)
     digest = code.bundle(wf).digest   # (an <include> that does not exist is refused here)
     return SubmitPlan(wf, xml, os.path.abspath(file) if file is not None else None, run_id,
-                      tracking_on, master, location, digest)
+                      tracking_on, master, location, digest, reset)
 
 
 def check_redis(client: redis.Redis, plan: SubmitPlan) -> None:
@@ -103,7 +103,7 @@ def run(spark: SparkSession, client: redis.Redis, redis_url: str, plan: SubmitPl
         source_json = "{}"
         if wf.reads_topics:   # a bounded run reads each partition up to its end now
             try:
-                source_json = stream_reader.plan_ranges(client, wf, run_id)
+                source_json = log_offsets.plan_ranges(client, wf, run_id, reset=plan.reset)
             except RecoveryError:
                 clear(client, run_id, force=True)   # nothing ran: as if never submitted
                 raise

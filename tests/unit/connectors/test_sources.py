@@ -7,6 +7,7 @@ import pytest
 
 from recovery.connectors import files, sources, spark_source
 from recovery.connectors.file_batches import file_source_batches
+from recovery.connectors.kafka.reader import kafka_source
 from recovery.connectors.queue import queue_source
 from recovery.connectors.redis_stream.reader import stream_source
 from recovery.model.xml.build import SINK_REQUIRED, SOURCE_REQUIRED
@@ -17,6 +18,7 @@ def test_every_source_type_the_parser_accepts_has_a_source_function():
     assert sources.source_for("file", []) is files.file_source
     assert sources.source_for("queue", []) is queue_source
     assert sources.source_for("redis-stream", []) is stream_source
+    assert sources.source_for("kafka", []) is kafka_source
 
 
 def test_a_spark_source_reads_the_chunks_of_its_task():
