@@ -134,10 +134,11 @@ def run_and_settle(spark: SparkSession, client: redis.Redis, wf: Workflow, spec:
     # from here on the round is settled: a resumed driver must not execute it again (its done
     # markers and in-flight tuples are about to go)
     runs.update(client, spec.run_id, gen, settled_round=spec.round, **counts.record_fields(spec.round))
-    if wf.reads_topics and spec.tracking:
-        # (a Kafka group is told the prefix of complete or dead roots, after a batch as after
-        # a recovery round; a cluster out of reach is told at the next settle)
-        log_offsets.settled(client, wf, spec.run_id)
+    # (a Kafka group is told the prefix of complete or dead roots, after a batch as after a
+    # recovery round, whose workflow reads queues: the submitted one reads the topics)
+    submitted = Workflow.from_task_json(spec.original_json) if spec.original_json else wf
+    if submitted.reads_topics and spec.tracking:
+        log_offsets.settled(client, submitted, spec.run_id)
     if spec.tracking:
         # fenced: a driver taken over removes nothing (its successor may be resuming the round)
         engine_rounds.clear_round(client, spec.run_id, spec.round, spec.spill_dir, gen, spec.root_replay)

@@ -118,8 +118,8 @@ def run(spark: SparkSession, client: redis.Redis, redis_url: str, plan: SubmitPl
 def submit(spark: SparkSession, client: redis.Redis, redis_url: str, wf: Workflow, xml: str, file: str | None,
            tracking_on: bool = True, master: str = "local[*]",
            progress: Progress | None = None, run_id: str | None = None,
-           spill_dir: str | None = None) -> RunSummary:
+           spill_dir: str | None = None, reset: str | None = None) -> RunSummary:
     """`prepare`, `check_redis`, then `run`: a workflow submitted and its first round's summary."""
-    plan = prepare(wf, xml, file, tracking_on, master, run_id, spill_dir)
+    plan = prepare(wf, xml, file, tracking_on, master, run_id, spill_dir, reset)
     check_redis(client, plan)
     return run(spark, client, redis_url, plan, progress)

