@@ -152,3 +152,77 @@ def test_a_bounded_submit_into_postgresql_then_recover_writes_each_row_once(
         rows = conn.execute("SELECT key, requests, bytes FROM cdn").fetchall()
     assert collections.Counter(tuple(r) for r in rows) == _expected(lines)
     assert kafka_broker.committed(group, topic, 3) == _ends(kafka_broker, topic, 3)
+
+
+# --- a follow run fed while it runs, its driver killed twice, restarted ---------------------------
+def _cli_env(redis_url: str, home: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({"RECOVERY_REDIS_URL": redis_url, "RECOVERY_HOME": str(home),
+                "PYTHONPATH": os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])})
+    return env
+
+
+def _kill_follow_when(xml: Path, redis_url: str, redis_client, home: Path, err: Path, what: str, reached) -> tuple:
+    """Start `submit --follow` of `xml` in a process of its own, SIGKILL it once `reached(record,
+    done markers)` holds for its run, and return (run id, round) then."""
+    cmd = [sys.executable, "-m", "recovery", "submit", str(xml), "--follow", "--json",
+           "-p", "topology.max.spout.pending=40", "-p", "recovery.auto=false"]
+    with open(err, "wb") as fh:
+        proc = subprocess.Popen(cmd, env=_cli_env(redis_url, home), stdout=subprocess.DEVNULL, stderr=fh,
+                                start_new_session=True)
+    killed = None
+
+    def point():
+        assert proc.poll() is None, "the follow driver ended before " + what + ": " + err.read_text()[-2000:]
+        for rid in runs.list_ids(redis_client):
+            rec = runs.get(redis_client, rid)
+            if rec.status == runs.RUNNING and reached(rec, redis_client.hlen(keys.task_done(rid, rec.round))):
+                return rid, rec.round
+        return None
+
+    try:
+        killed = wait_for(point, 240, what)
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        if proc.poll() is None and not killed:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    assert runs.status_of(runs.get(redis_client, killed[0])) == runs.CRASHED
+    return killed
+
+
+def test_a_follow_run_fed_while_running_killed_twice_then_restarted_is_exact(
+        spark, redis_url, redis_client, kafka_broker, tmp_path):
+    topic, group = _names()
+    kafka_broker.create_topic(topic, 4)
+    xml = _workflow(tmp_path, kafka_broker.bootstrap, topic, group)
+    fed = LINES[:200]
+    _feed(kafka_broker, topic, fed)
+    # 1: mid-batch, a batch after the first, some of its tasks committed
+    run_id, first = _kill_follow_when(xml, redis_url, redis_client, tmp_path / "home", tmp_path / "1.err",
+                                      "a batch after the first with a task committed",
+                                      lambda rec, done: rec.round >= 1 and done > 0)
+    more = LINES[200:400]
+    _feed(kafka_broker, topic, more)
+    fed += more
+    # 2: the restarted driver resumed the crashed batch and went on: killed in a later batch
+    # before any of its tasks committed
+    again, second = _kill_follow_when(xml, redis_url, redis_client, tmp_path / "home", tmp_path / "2.err",
+                                      "a later batch before its first task commits",
+                                      lambda rec, done: rec.round > first + 1 and done == 0)
+    assert again == run_id
+    last = LINES[400:480]
+    _feed(kafka_broker, topic, last)
+    fed += last
+    wf = _load(xml, {"topology.max.spout.pending": "40", "recovery.auto": "false"})
+    out = follow.follow(spark, redis_client, redis_url, wf, xml.read_text(), str(xml), idle_exit=2)
+    summary = out.to_json()
+    assert summary["run_id"] == run_id and summary["follow"]["resumed"] == [run_id]
+    assert summary["round"] > second
+    ends = _ends(kafka_broker, topic)
+    assert log_offsets.committed_offsets(redis_client, group, f"kafka.{topic}") == ends
+    assert summary["roots"] == len(fed)
+    rs = recover.recover(spark, redis_client, redis_url, run_id)
+    assert rs.pending == 0 and rs.dead == len(fed) - len(_valid(fed))
+    assert _got(read_jsonl_dir(str(tmp_path / "out" / "cdn_logs_kafka"))) == _expected(fed)
+    assert kafka_broker.committed(group, topic, 4) == ends
