@@ -77,9 +77,10 @@ class TopicView:
     bounds: Callable[[dict[int, int]], list[tuple[int | None, int]]]
     # where a partition with nothing committed starts (None: offset 0)
     first_start: Callable[[int, int | None, int], int] | None = None
-    # a committed offset below the first offset still stored: (partition, committed, first)
-    # -> where to read from instead (the transport may refuse: TopicError)
-    below_start: Callable[[int, int, int], int] | None = None
+    # where a partition with a committed offset goes on: (partition, committed, first, end) ->
+    # (start, messages gone before they were read); the transport may refuse (TopicError).
+    # None: from the committed offset, or from the first offset stored when that is later
+    resume: Callable[[int, int, int | None, int], tuple[int, int]] | None = None
     extra: dict[str, Any] = field(default_factory=dict)   # fields the transport's reader needs
     close: Callable[[], None] = lambda: None
 
@@ -223,14 +224,13 @@ def plan_spout(client: Redis, wf: Workflow, spout: Component, run_id: str | None
         committed = committed_offsets(client, view.consumer, view.store)
         ranges: dict[int, list[int]] = {}
         for p, (first, end) in enumerate(view.bounds(committed)):
-            lowest = end if first is None else first
-            start = committed[p] if p in committed else view.first_start(p, first, end) if view.first_start else 0
-            trimmed = 0
-            if lowest > start:        # gone (trimmed, retention) below where this consumer is
-                if view.below_start is not None and p in committed:
-                    moved = view.below_start(p, start, lowest)
-                    trimmed, start = max(0, min(moved, end) - start), moved
-                else:
+            if p in committed and view.resume is not None:
+                start, trimmed = view.resume(p, committed[p], first, end)
+            else:
+                start = committed[p] if p in committed else view.first_start(p, first, end) if view.first_start else 0
+                lowest = end if first is None else first
+                trimmed = 0
+                if lowest > start:        # gone (trimmed, retention) below where this consumer is
                     trimmed, start = lowest - start, lowest
             ranges[p] = [start, max(start, end), trimmed]
     finally:
@@ -249,6 +249,14 @@ def plan_spout(client: Redis, wf: Workflow, spout: Component, run_id: str | None
     if view.store != view.topic:
         plan["store"] = view.store
     return plan
+
+
+def check_plans(client: Redis, wf: Workflow, reset: str | None = None) -> None:
+    """Every log spout's next round can be planned (raises the first refusal: a topic that does
+    not exist, a cluster out of reach, a committed offset the log no longer holds...), without
+    claiming a consumer or writing anything: the checks a submit makes before Spark starts."""
+    for spout in log_spouts(wf):
+        plan_spout(client, wf, spout, None, False, reset)
 
 
 def store_topic(plan: dict[str, Any]) -> str:

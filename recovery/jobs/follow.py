@@ -31,7 +31,6 @@ from redis import Redis
 from recovery.api.runnable import check_runnable
 from recovery.connectors import files, log_offsets, sinks
 from recovery.connectors.redis_stream import report as stream_report
-from recovery.connectors.redis_stream import topics
 from recovery.errors import RecoveryError, RunBusy
 from recovery.jobs import recover, settle, submit
 from recovery.jobs import summary as jobs_summary
@@ -181,7 +180,7 @@ def check_redis(client: Redis, plan: FollowPlan) -> None:
     (the consumer's run goes on only without one), a topic that does not exist."""
     if plan.run_id is not None:
         runs.check_absent(client, plan.run_id)
-    topics.check_topics(client, plan.workflow)
+    log_offsets.check_plans(client, plan.workflow, plan.reset)
 
 
 def _due(client: Redis, run_id: str) -> bool:

@@ -18,7 +18,6 @@ import redis
 from recovery.api.loader import check_classes as check
 from recovery.api.runnable import check_runnable
 from recovery.connectors import files, log_offsets, sinks, spark_source
-from recovery.connectors.redis_stream import topics
 from recovery.errors import RecoveryError, WorkflowError
 from recovery.jobs.clear import clear
 from recovery.jobs.settle import Progress, redis_lost_is_resumable, run_and_settle
@@ -84,7 +83,7 @@ def check_redis(client: redis.Redis, plan: SubmitPlan) -> None:
     creates the run atomically in any case), a topic the workflow reads does not exist."""
     runs.check_absent(client, plan.run_id)
     if plan.workflow.reads_topics:
-        topics.check_topics(client, plan.workflow)
+        log_offsets.check_plans(client, plan.workflow, plan.reset)
 
 
 def run(spark: SparkSession, client: redis.Redis, redis_url: str, plan: SubmitPlan,

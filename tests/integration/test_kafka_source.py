@@ -226,3 +226,131 @@ def test_a_follow_run_fed_while_running_killed_twice_then_restarted_is_exact(
     assert rs.pending == 0 and rs.dead == len(fed) - len(_valid(fed))
     assert _got(read_jsonl_dir(str(tmp_path / "out" / "cdn_logs_kafka"))) == _expected(fed)
     assert kafka_broker.committed(group, topic, 4) == ends
+
+
+# --- bad input: one line, exit 2, nothing stored --------------------------------------------------
+def _refused(xml: Path, redis_url: str, home: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    out = subprocess.run([sys.executable, "-m", "recovery", "submit", str(xml), *args],
+                         env={**_cli_env(redis_url, home), **(env or {})}, capture_output=True, text=True,
+                         timeout=300)
+    lines = [x for x in out.stderr.splitlines() if x.strip()]
+    assert out.returncode == 2 and len(lines) == 1, (out.returncode, out.stderr)
+    assert not (xml.parent / "out").exists()
+    return lines[0]
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_an_unreachable_cluster_is_one_line_exit_2(redis_url, redis_client, tmp_path):
+    bootstrap = f"127.0.0.1:{_free_port()}"
+    xml = _workflow(tmp_path, bootstrap, "cdn_logs", "g-unreachable", timeout="2")
+    for extra in ([], ["--follow"]):
+        line = _refused(xml, redis_url, tmp_path / "home", *extra)
+        assert "cannot reach the cluster" in line and bootstrap in line and "'cdn_logs'" in line
+    assert runs.list_ids(redis_client) == []
+
+
+def test_a_missing_topic_is_one_line_exit_2_and_is_not_created(redis_url, redis_client, kafka_broker, tmp_path):
+    topic, group = _names()
+    xml = _workflow(tmp_path, kafka_broker.bootstrap, topic, group)
+    for extra in ([], ["--follow"]):
+        line = _refused(xml, redis_url, tmp_path / "home", *extra)
+        assert f"kafka topic {topic!r}" in line and "does not exist" in line
+    assert runs.list_ids(redis_client) == []
+
+
+def test_an_unknown_partition_is_one_line_exit_2(redis_url, redis_client, kafka_broker, tmp_path):
+    topic, group = _names()
+    kafka_broker.create_topic(topic, 2)
+    xml = _workflow(tmp_path, kafka_broker.bootstrap, topic, group)
+    redis_client.hset(keys.offsets(group, f"kafka.{topic}"), mapping={0: 0, 1: 0, 5: 3})
+    line = _refused(xml, redis_url, tmp_path / "home")
+    assert "has 2 partitions" in line and "partition 5" in line and repr(group) in line
+
+
+def test_an_authentication_failure_is_one_line_exit_2_and_the_secret_never_shows(
+        redis_url, redis_client, kafka_broker, tmp_path):
+    """Tansu speaks no SASL: a SASL client is refused at the handshake by its plaintext
+    listener (with Kafka, a wrong password is refused the same way: one line, exit 2)."""
+    topic, group = _names()
+    kafka_broker.create_topic(topic, 1)
+    xml = _workflow(tmp_path, kafka_broker.bootstrap, topic, group, timeout="3")
+    xml.write_text(xml.read_text().replace(
+        'decode="utf8"/>', 'decode="utf8">\n      <param name="kafka.security.protocol" value="SASL_PLAINTEXT"/>\n'
+        '      <param name="kafka.sasl.mechanism" value="PLAIN"/>\n      <param name="kafka.sasl.username" value="u"/>\n'
+        '      <param name="kafka.sasl.password" env="KAFKA_TEST_PASSWORD"/>\n    </source>'))
+    secret = "s3cr3t-" + secrets.token_hex(4)
+    out = subprocess.run([sys.executable, "-m", "recovery", "submit", str(xml), "-v"],
+                         env={**_cli_env(redis_url, tmp_path / "home"), "KAFKA_TEST_PASSWORD": secret},
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and secret not in out.stdout + out.stderr
+    line = _refused(xml, redis_url, tmp_path / "home", env={"KAFKA_TEST_PASSWORD": secret})
+    assert kafka_broker.bootstrap in line and "authentication failed" in line and secret not in line
+    # unset: the setting's variable is named, and nothing connects
+    line = _refused(xml, redis_url, tmp_path / "home")
+    assert "KAFKA_TEST_PASSWORD" in line and "not set" in line
+
+
+def test_a_committed_offset_the_log_no_longer_holds_is_refused_unless_reset_says_where_to_go(
+        redis_url, redis_client, kafka_broker, tmp_path):
+    """Tansu never removes records (no retention in memory storage, no DeleteRecords): the
+    committed offset is moved past the log's end here, as after a topic was deleted and created
+    again; one below the log's start takes the same path (unit: tests/unit/connectors/kafka)."""
+    topic, group = _names()
+    kafka_broker.create_topic(topic, 2)
+    _feed(kafka_broker, topic, LINES[:10], 2)
+    xml = _workflow(tmp_path, kafka_broker.bootstrap, topic, group)
+    redis_client.hset(keys.offsets(group, f"kafka.{topic}"), mapping={0: 50, 1: 5})
+    line = _refused(xml, redis_url, tmp_path / "home")
+    assert f"kafka topic {topic!r} partition 0" in line and "committed offset 50" in line
+    assert "--reset earliest" in line and "--reset latest" in line
+    wf = _load(xml)
+    plan = json.loads(log_offsets.plan_ranges(redis_client, wf, "run-reset", reset="earliest"))["logs"]
+    assert plan["ranges"] == {"0": [0, 5, 0], "1": [5, 5, 0]}
+    plan = json.loads(log_offsets.plan_ranges(redis_client, wf, "run-reset", reset="latest"))["logs"]
+    assert plan["ranges"] == {"0": [5, 5, 0], "1": [5, 5, 0]}
+
+
+# --- records that cannot be decoded: failed tuples, never a crash --------------------------------
+RECORDS_XML = """<?xml version="1.0" encoding="UTF-8"?>
+<workflow xmlns="urn:recovery:workflow:1" name="kafka_records">
+  <config><property name="recovery.retry.delay.period.ms" value="0"/></config>
+  <spout id="events" parallelism="2">
+    <source type="kafka" bootstrap="{bootstrap}" topic="{topic}" group="{group}" decode="json" max-bytes="200"/>
+    <stream fields="id word"/>
+  </spout>
+  <bolt id="out" parallelism="1">
+    <sink type="jsonl" path="out/records"/>
+    <input from="events" grouping="shuffle"/>
+  </bolt>
+</workflow>
+"""
+
+
+def test_undecodable_and_oversized_records_are_failed_tuples_then_dead_letters(
+        spark, redis_url, redis_client, kafka_broker, tmp_path):
+    topic, group = _names()
+    kafka_broker.create_topic(topic, 2)
+    good = [{"id": i, "word": f"w{i}"} for i in range(40)]
+    bad = [b"\xff\xfe not utf-8", b"not json", json.dumps({"id": 99, "word": "x" * 300}).encode(), b"[1, 2]"]
+    kafka_broker.produce(topic, [(i % 2, json.dumps(r).encode()) for i, r in enumerate(good)]
+                         + [(i % 2, b) for i, b in enumerate(bad)])
+    xml = tmp_path / "records.xml"
+    xml.write_text(RECORDS_XML.format(bootstrap=kafka_broker.bootstrap, topic=topic, group=group))
+    s = submit.submit(spark, redis_client, redis_url, _load(xml), xml.read_text(), str(xml))
+    assert s.roots == 44 and s.status != "crashed"
+    assert sum(p["count"] for p in s.failed_positions if p["component"] == "events") == 4
+    rs = recover.recover(spark, redis_client, redis_url, s.run_id)
+    assert rs.pending == 0 and rs.dead == 4
+    from recovery.jobs.dead_letters import dead_letters
+    errors = sorted(d.error for d in dead_letters(redis_client, s.run_id))
+    assert any("max-bytes" in e for e in errors), errors
+    assert any("utf-8" in e.lower() for e in errors) and any("JSON object" in e for e in errors)
+    got = sorted(json.dumps(r, sort_keys=True) for r in read_jsonl_dir(str(tmp_path / "out" / "records")))
+    assert got == sorted(json.dumps(r, sort_keys=True) for r in good)
+    assert kafka_broker.committed(group, topic, 2) == _ends(kafka_broker, topic, 2)

@@ -3,6 +3,8 @@ subscribed (as Spark's Kafka source does), and a partition's end is where librdk
 the partition EOF, never a ListOffsets answer."""
 from __future__ import annotations
 
+import logging
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -17,6 +19,26 @@ _AUTH = (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED, Kafk
          KafkaError.GROUP_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED, KafkaError._SSL)
 
 
+class ClientLog:
+    """librdkafka's log lines: kept at debug level (its connection retries are not the user's
+    errors), the last error remembered, since it names the cause a client error leaves out
+    (a refused SASL handshake, a certificate)."""
+
+    def __init__(self) -> None:
+        self.last_error: str | None = None
+
+    def log(self, level: int, fmt: str, *args: Any) -> None:
+        text = fmt % args if args else fmt
+        client_log.debug("%s", text)
+        if level >= logging.ERROR:
+            self.last_error = text
+
+
+_AUTH_TEXT = re.compile(r"SASL|SSL|authenticat", re.I)
+client_log = logging.getLogger("recovery.kafka.client")
+_LOGS: dict[int, ClientLog] = {}
+
+
 def error_line(src: KafkaSource, err: Any) -> str:
     """A client error's first line, the source's secrets masked."""
     if isinstance(err, KafkaException) and err.args:
@@ -25,20 +47,34 @@ def error_line(src: KafkaSource, err: Any) -> str:
     return src.mask((text or type(err).__name__).splitlines()[0])
 
 
-def refusal(src: KafkaSource, err: Any, doing: str) -> TopicError:
+def refusal(src: KafkaSource, err: Any, doing: str, c: Consumer | None = None) -> TopicError:
     code = err.args[0].code() if isinstance(err, KafkaException) and err.args and isinstance(err.args[0], KafkaError) \
         else err.code() if isinstance(err, KafkaError) else None
     why = "authentication or authorization failed" if code in _AUTH else "cannot reach the cluster" \
         if code in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN,
                     KafkaError._RESOLVE) else "the cluster refused"
-    return TopicError(f"kafka {src.where()}: {why} while {doing}: {error_line(src, err)}")
+    if c is not None:
+        c.poll(0)     # (serves the client's log lines queued so far: the cause, if it logged one)
+    last = _LOGS[id(c)].last_error if c is not None and id(c) in _LOGS else None
+    if last and _AUTH_TEXT.search(last):
+        why = "authentication failed"
+    cause = f" ({src.mask(last.splitlines()[0])})" if last else ""
+    return TopicError(f"kafka {src.where()}: {why} while {doing}: {error_line(src, err)}{cause}")
 
 
 def consumer(src: KafkaSource, **extra: Any) -> Consumer:
+    log = ClientLog()
     try:
-        return Consumer(src.config(**extra))
+        c = Consumer(src.config(logger=log, **extra))
     except KafkaException as err:
         raise TopicError(f"kafka {src.where()}: bad client settings: {error_line(src, err)}") from None
+    _LOGS[id(c)] = log
+    return c
+
+
+def close(c: Consumer) -> None:
+    _LOGS.pop(id(c), None)
+    c.close()
 
 
 def partition_count(src: KafkaSource, c: Consumer) -> int:
@@ -47,12 +83,12 @@ def partition_count(src: KafkaSource, c: Consumer) -> int:
     try:
         md = c.list_topics(src.topic, timeout=src.timeout)
     except KafkaException as err:
-        raise refusal(src, err, "reading the topic's metadata") from None
+        raise refusal(src, err, "reading the topic's metadata", c) from None
     t = md.topics.get(src.topic)
     if t is None or t.error is not None and t.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART or not t.partitions:
         raise TopicError(f"kafka topic {src.topic!r} (read by spout {src.spout!r}) does not exist at {src.bootstrap}")
     if t.error is not None:
-        raise refusal(src, t.error, "reading the topic's metadata")
+        raise refusal(src, t.error, "reading the topic's metadata", c)
     return len(t.partitions)
 
 
@@ -67,7 +103,7 @@ def _next_event(src: KafkaSource, c: Consumer, deadline: float, partition: int) 
             return m
         if err.code() == KafkaError._AUTO_OFFSET_RESET or err.code() == KafkaError.OFFSET_OUT_OF_RANGE:
             return m
-        raise refusal(src, err, f"reading partition {partition}")
+        raise refusal(src, err, f"reading partition {partition}", c)
     return None
 
 
@@ -158,9 +194,9 @@ def commit_group(src: KafkaSource, offsets: dict[int, int]) -> None:
     try:
         c.commit(offsets=[TopicPartition(src.topic, p, o) for p, o in sorted(offsets.items())], asynchronous=False)
     except KafkaException as err:
-        raise refusal(src, err, "committing the group's offsets") from None
+        raise refusal(src, err, "committing the group's offsets", c) from None
     finally:
-        c.close()
+        close(c)
 
 
 def offsets_for_time(src: KafkaSource, c: Consumer, partitions: int, ms: int) -> dict[int, int]:
@@ -168,5 +204,5 @@ def offsets_for_time(src: KafkaSource, c: Consumer, partitions: int, ms: int) ->
     try:
         got = c.offsets_for_times([TopicPartition(src.topic, p, ms) for p in range(partitions)], timeout=src.timeout)
     except KafkaException as err:
-        raise refusal(src, err, "looking up offsets by time") from None
+        raise refusal(src, err, "looking up offsets by time", c) from None
     return {tp.partition: tp.offset for tp in got}

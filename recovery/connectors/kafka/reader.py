@@ -44,7 +44,7 @@ class KafkaReader:
             yield out, gone
 
     def close(self) -> None:
-        self.consumer.close()
+        kafka.close(self.consumer)
 
 
 def kafka_source(runner: SourceRunner) -> Iterator[None]:

@@ -24,7 +24,7 @@ def partition_rows(client: Redis, wf: Workflow, spout: Component) -> list[dict[s
             n = kafka.partition_count(src, c)
             bounds = [kafka.bounds(src, c, p) for p in range(n)]
         finally:
-            c.close()
+            kafka.close(c)
     except TopicError as err:
         return [{"spout": spout.id, "topic": src.topic, "missing": True, "error": str(err)}]
     out = []

@@ -43,8 +43,7 @@ class KafkaSource:
     def config(self, **extra: Any) -> dict[str, Any]:
         """The librdkafka configuration, secrets read now (in the process that connects)."""
         conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "group.id": self.group,
-                                "socket.timeout.ms": int(self.timeout * 1000),
-                                "logger": logging.getLogger("recovery.kafka.client")}
+                                "socket.timeout.ms": int(self.timeout * 1000)}
         for name, how, what in self.settings:
             conf[name] = what if how == "value" else _secret(self.spout, name, how, what)
         conf.update(FIXED)

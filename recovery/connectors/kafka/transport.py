@@ -30,6 +30,27 @@ def group_key(group: str, topic: str) -> str:
     return keys.offsets(group, store_topic_of(topic)) + ":group"
 
 
+def resume_at(topic: str, group: str, partition: int, committed: int, first: int | None, end: int,
+              reset: str | None) -> tuple[int, int]:
+    """Where a partition whose group committed `committed` goes on, and how many records were
+    skipped unread: from `committed` when the log still holds it (first <= committed <= end);
+    otherwise only as `reset` (--reset earliest | latest) says, never silently."""
+    lowest = end if first is None else first
+    if lowest <= committed <= end:
+        return committed, 0
+    if committed < lowest:
+        what = (f"group {group!r} committed offset {committed}, but the log now starts at {lowest} "
+                f"(records were removed by the topic's retention before they were read)")
+    else:
+        what = (f"group {group!r} committed offset {committed}, but the partition ends at {end} "
+                f"(was the topic deleted and created again?)")
+    if reset is None:
+        raise TopicError(f"kafka topic {topic!r} partition {partition}: {what}; give --reset earliest "
+                         f"(read from offset {lowest}) or --reset latest (from the end, {end})")
+    start = lowest if reset == "earliest" else end
+    return start, max(0, min(start, end) - committed)
+
+
 class KafkaTransport:
     source_type = SOURCE_TYPE
 
@@ -52,7 +73,7 @@ class KafkaTransport:
                                  f"committed an offset for partition {unknown[0]} (was the topic "
                                  f"recreated? `recovery clear` the runs of this group to start over)")
         except BaseException:
-            c.close()
+            kafka.close(c)
             raise
         by_time: dict[int, int] | None = None
 
@@ -73,23 +94,12 @@ class KafkaTransport:
             got = by_time.get(p, -1)
             return end if got < 0 else min(got, end)
 
-        def below_start(p: int, committed_at: int, first: int) -> int:
-            if reset is None:
-                raise TopicError(f"kafka topic {src.topic!r} partition {p}: group {src.group!r} committed "
-                                 f"offset {committed_at}, but the log now starts at {first} (records were "
-                                 f"removed by the topic's retention before they were read); give "
-                                 f"--reset earliest (read on from {first}) or --reset latest (skip to the end)")
-            return first if reset == "earliest" else bounds_of[p][1]
-
-        bounds_of: list[tuple[int | None, int]] = []
-
-        def bounds_kept(committed_now: dict[int, int]) -> list[tuple[int | None, int]]:
-            bounds_of[:] = bounds(committed_now)
-            return bounds_of
+        def resume(p: int, committed_at: int, first: int | None, end: int) -> tuple[int, int]:
+            return resume_at(src.topic, src.group, p, committed_at, first, end, reset)
 
         return TopicView(topic=src.topic, store=store, consumer=src.group, partitions=n,
-                         format=FORMAT_OF[src.decode], bounds=bounds_kept, first_start=first_start,
-                         below_start=below_start, extra={"bootstrap": src.bootstrap}, close=c.close)
+                         format=FORMAT_OF[src.decode], bounds=bounds, first_start=first_start,
+                         resume=resume, extra={"bootstrap": src.bootstrap}, close=lambda: kafka.close(c))
 
     def claimed(self, client: Redis, view: TopicView) -> None:
         return None

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from recovery.errors import RecoveryError, WorkflowError
 from recovery.model import config as config_decl
+from recovery.model import kafka_source
 from recovery.model.config import PropertyError
 from recovery.model.workflow import (
     DEFAULT_STREAM,
@@ -36,7 +37,6 @@ from recovery.model.workflow import (
     Workflow,
     check_topic,
 )
-from recovery.model import kafka_source
 from recovery.model.xml.check import ElementLines, check_graph, check_source_paths, check_table_sinks
 from recovery.model.xml.document import children, local_name
 
