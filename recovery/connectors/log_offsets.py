@@ -189,7 +189,7 @@ def _claim(client: Redis, consumer: str, topic: str, run_id: str) -> None:
     client.transaction(check_and_take, key, driver)
 
 
-def _share(budget: int, lags: list[int]) -> list[int]:
+def share_budget(budget: int, lags: list[int]) -> list[int]:
     """Split a task's budget over its partitions' lags fairly (water-filling)."""
     take = [0] * len(lags)
     left = budget
@@ -240,7 +240,7 @@ def plan_spout(client: Redis, wf: Workflow, spout: Component, run_id: str | None
         if budget > 0:
             for index in range(spout.parallelism):
                 mine = assign_partitions(view.partitions, spout.parallelism, index)
-                takes = _share(budget, [ranges[p][1] - ranges[p][0] for p in mine])
+                takes = share_budget(budget, [ranges[p][1] - ranges[p][0] for p in mine])
                 for p, t in zip(mine, takes):
                     ranges[p][1] = ranges[p][0] + t
     plan = {"topic": view.topic, "consumer": view.consumer, "partitions": view.partitions,

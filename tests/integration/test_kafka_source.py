@@ -354,3 +354,20 @@ def test_undecodable_and_oversized_records_are_failed_tuples_then_dead_letters(
     got = sorted(json.dumps(r, sort_keys=True) for r in read_jsonl_dir(str(tmp_path / "out" / "records")))
     assert got == sorted(json.dumps(r, sort_keys=True) for r in good)
     assert kafka_broker.committed(group, topic, 2) == _ends(kafka_broker, topic, 2)
+
+
+# --- root replay: the failed roots re-read by offset ---------------------------------------------
+def test_root_replay_re_reads_the_failed_roots_by_offset(spark, redis_url, redis_client, kafka_broker, tmp_path):
+    """Transient failures only: a replayed root gets new ids, so the lines that never parse
+    are left to the localized strategy's dead-letter path."""
+    topic, group = _names()
+    kafka_broker.create_topic(topic, 2)
+    lines = [x for x in LINES if _valid([x])][:200]
+    _feed(kafka_broker, topic, lines, 2)
+    xml = _workflow(tmp_path, kafka_broker.bootstrap, topic, group)
+    s = submit.submit(spark, redis_client, redis_url, _load(xml, TRANSIENT), xml.read_text(), str(xml))
+    assert s.failed_positions
+    rs = recover.recover(spark, redis_client, redis_url, s.run_id, strategy="root-replay", max_rounds=4)
+    assert rs.pending == 0 and rs.dead == 0
+    assert _got(read_jsonl_dir(str(tmp_path / "out" / "cdn_logs_kafka"))) == _expected(lines)
+    assert kafka_broker.committed(group, topic, 2) == _ends(kafka_broker, topic, 2)

@@ -11,7 +11,6 @@ from redis import Redis
 
 from recovery.connectors import log_offsets
 from recovery.connectors.log_offsets import (  # noqa: F401  (the names this module always had)
-    _share,
     assign_partitions,
     commit_ranges,
     committed_offsets,
