@@ -24,8 +24,10 @@ import subprocess
 import time
 from collections.abc import Iterable
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from recovery.connectors.kafka.client import PARTITION_EOF
 
 
 def _free_port() -> int:
@@ -97,7 +99,7 @@ class Broker:
             while True:
                 m = c.poll(10)
                 assert m is not None, f"no end of {topic}[{partition}]"
-                if m.error() is not None and m.error().code() == KafkaError._PARTITION_EOF:
+                if m.error() is not None and m.error().code() == PARTITION_EOF:
                     return int(m.offset())
         finally:
             c.close()

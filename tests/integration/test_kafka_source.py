@@ -300,7 +300,7 @@ def test_a_committed_offset_the_log_no_longer_holds_is_refused_unless_reset_says
         redis_url, redis_client, kafka_broker, tmp_path):
     """Tansu never removes records (no retention in memory storage, no DeleteRecords): the
     committed offset is moved past the log's end here, as after a topic was deleted and created
-    again; one below the log's start takes the same path (unit: tests/unit/connectors/kafka)."""
+    again; one below the log's start takes the same path (unit: tests/unit/connectors/test_kafka.py)."""
     topic, group = _names()
     kafka_broker.create_topic(topic, 2)
     _feed(kafka_broker, topic, LINES[:10], 2)

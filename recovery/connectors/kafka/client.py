@@ -15,8 +15,17 @@ from recovery.connectors.kafka.settings import KafkaSource
 from recovery.connectors.log_offsets import TopicError
 
 POLL = 1.0      # seconds per poll while waiting for a record or the EOF
-_AUTH = (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError.TOPIC_AUTHORIZATION_FAILED,
-         KafkaError.GROUP_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED, KafkaError._SSL)
+
+
+def _local(name: str) -> int:
+    """librdkafka's local error codes (KafkaError's names that start with an underscore)."""
+    return int(getattr(KafkaError, "_" + name))
+
+
+PARTITION_EOF, AUTO_OFFSET_RESET = _local("PARTITION_EOF"), _local("AUTO_OFFSET_RESET")
+_AUTH = (_local("AUTHENTICATION"), KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError.TOPIC_AUTHORIZATION_FAILED,
+         KafkaError.GROUP_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED, _local("SSL"))
+_UNREACHABLE = tuple(_local(n) for n in ("TRANSPORT", "TIMED_OUT", "ALL_BROKERS_DOWN", "RESOLVE"))
 
 
 class ClientLog:
@@ -51,8 +60,7 @@ def refusal(src: KafkaSource, err: Any, doing: str, c: Consumer | None = None) -
     code = err.args[0].code() if isinstance(err, KafkaException) and err.args and isinstance(err.args[0], KafkaError) \
         else err.code() if isinstance(err, KafkaError) else None
     why = "authentication or authorization failed" if code in _AUTH else "cannot reach the cluster" \
-        if code in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN,
-                    KafkaError._RESOLVE) else "the cluster refused"
+        if code in _UNREACHABLE else "the cluster refused"
     if c is not None:
         c.poll(0)     # (serves the client's log lines queued so far: the cause, if it logged one)
     last = _LOGS[id(c)].last_error if c is not None and id(c) in _LOGS else None
@@ -99,9 +107,9 @@ def _next_event(src: KafkaSource, c: Consumer, deadline: float, partition: int) 
         if m is None:
             continue
         err = m.error()
-        if err is None or err.code() == KafkaError._PARTITION_EOF:
+        if err is None or err.code() == PARTITION_EOF:
             return m
-        if err.code() == KafkaError._AUTO_OFFSET_RESET or err.code() == KafkaError.OFFSET_OUT_OF_RANGE:
+        if err.code() == AUTO_OFFSET_RESET or err.code() == KafkaError.OFFSET_OUT_OF_RANGE:
             return m
         raise refusal(src, err, f"reading partition {partition}", c)
     return None
@@ -127,7 +135,7 @@ def bounds(src: KafkaSource, c: Consumer, partition: int) -> tuple[int | None, i
         at = first
         while True:
             m = _next_event(src, c, deadline, partition)
-            if m is None or m.error() is not None and m.error().code() != KafkaError._PARTITION_EOF:
+            if m is None or m.error() is not None and m.error().code() != PARTITION_EOF:
                 if at == first and hint is not None and hint - 1 > first:
                     # the hint led past the end (or nowhere): read on from the first record instead
                     hint = None
@@ -162,7 +170,7 @@ def read(src: KafkaSource, c: Consumer, partition: int, start: int, end: int,
                                  f"{expected} (planned up to {end})")
             deadline = time.monotonic() + src.timeout
             err = m.error()
-            if err is not None and err.code() != KafkaError._PARTITION_EOF:
+            if err is not None and err.code() != PARTITION_EOF:
                 # below the log's start: what is left starts later; the offsets before it are gone
                 gone_possible = True
                 c.assign([TopicPartition(src.topic, partition, OFFSET_BEGINNING)])
