@@ -100,6 +100,18 @@ def partition_count(src: KafkaSource, c: Consumer) -> int:
     return len(t.partitions)
 
 
+def offset_of(m: Message) -> int:
+    """A record's offset, or the end a partition EOF names (librdkafka sets both)."""
+    o = m.offset()
+    assert o is not None
+    return int(o)
+
+
+def is_eof(m: Message) -> bool:
+    err = m.error()
+    return err is not None and err.code() == PARTITION_EOF
+
+
 def _next_event(src: KafkaSource, c: Consumer, deadline: float, partition: int) -> Message | None:
     """The next record or partition EOF (None: nothing before the deadline). Errors raise."""
     while time.monotonic() < deadline:
@@ -127,15 +139,16 @@ def bounds(src: KafkaSource, c: Consumer, partition: int) -> tuple[int | None, i
             raise TopicError(f"kafka {src.where()}: partition {partition} reported neither a record nor its "
                              f"end within {src.timeout:g} s")
         if m.error() is not None:
-            return None, m.offset()      # EOF at once: nothing stored
-        first = m.offset()
-        _, hint = c.get_watermark_offsets(TopicPartition(src.topic, partition), cached=True)
+            return None, offset_of(m)      # EOF at once: nothing stored
+        first = offset_of(m)
+        _, high = c.get_watermark_offsets(TopicPartition(src.topic, partition), cached=True)
+        hint: int | None = int(high) if high is not None and high > 0 else None
         if hint is not None and hint - 1 > first:
             c.seek(TopicPartition(src.topic, partition, hint - 1))
         at = first
         while True:
             m = _next_event(src, c, deadline, partition)
-            if m is None or m.error() is not None and m.error().code() != PARTITION_EOF:
+            if m is None or m.error() is not None and not is_eof(m):
                 if at == first and hint is not None and hint - 1 > first:
                     # the hint led past the end (or nowhere): read on from the first record instead
                     hint = None
@@ -145,8 +158,8 @@ def bounds(src: KafkaSource, c: Consumer, partition: int) -> tuple[int | None, i
                 raise TopicError(f"kafka {src.where()}: partition {partition} reported no end within "
                                  f"{src.timeout:g} s")
             if m.error() is not None:
-                return first, m.offset()
-            at = m.offset()
+                return first, offset_of(m)
+            at = offset_of(m)
     finally:
         c.unassign()
 
@@ -175,7 +188,7 @@ def read(src: KafkaSource, c: Consumer, partition: int, start: int, end: int,
                 gone_possible = True
                 c.assign([TopicPartition(src.topic, partition, OFFSET_BEGINNING)])
                 continue
-            offset = m.offset()
+            offset = offset_of(m)
             gone = 0
             if gone_possible:
                 gone = max(0, min(offset, end) - expected)

@@ -38,9 +38,9 @@ class KafkaReader:
             for m in batch:
                 raw: Any = m.value() or b""
                 if len(raw) > self.src.max_bytes:
-                    out.append((m.offset(), raw[:KEPT_BYTES], _oversized(len(raw), self.src.max_bytes), OVERSIZED))
+                    out.append((kafka.offset_of(m), raw[:KEPT_BYTES], _oversized(len(raw), self.src.max_bytes), OVERSIZED))
                 else:
-                    out.append((m.offset(), raw, functools.partial(self.decode, raw), self.fmt))
+                    out.append((kafka.offset_of(m), raw, functools.partial(self.decode, raw), self.fmt))
             yield out, gone
 
     def close(self) -> None:
