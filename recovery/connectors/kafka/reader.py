@@ -38,7 +38,8 @@ class KafkaReader:
             for m in batch:
                 raw: Any = m.value() or b""
                 if len(raw) > self.src.max_bytes:
-                    out.append((kafka.offset_of(m), raw[:KEPT_BYTES], _oversized(len(raw), self.src.max_bytes), OVERSIZED))
+                    refuse = _oversized(len(raw), self.src.max_bytes)
+                    out.append((kafka.offset_of(m), raw[:KEPT_BYTES], refuse, OVERSIZED))
                 else:
                     out.append((kafka.offset_of(m), raw, functools.partial(self.decode, raw), self.fmt))
             yield out, gone
