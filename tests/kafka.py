@@ -11,8 +11,10 @@ do about it (the product relies on none of it):
 - a metadata request from an admin client creates a missing topic (as a broker with
   auto.create.topics.enable does): the source asks with allow.auto.create.topics=false, and the
   missing-topic test never lets an admin client ask for the topic;
-- it speaks no SASL: the authentication test shows a SASL client refused by a plaintext
-  listener (a handshake failure), not a wrong password;
+- ListOffsets by time (offsets_for_times) answers offset 0 for a time after the last record,
+  where Kafka answers that there is none: start= as a time is checked only with a past time;
+- started as here it has no SASL users: the authentication test shows a SASL client refused at
+  the handshake ("Unsupported SASL mechanism"), not a wrong password;
 - records are never removed (no retention, no DeleteRecords in memory storage): the tests of a
   committed offset below the log start move the committed offset in Redis past where the log
   was recreated instead.

@@ -76,6 +76,8 @@ def _workflow(dest: Path, bootstrap: str, topic: str, group: str, sink: str | No
     shutil.copytree(WORKFLOWS / "cdn_logs", dest / "cdn_logs", ignore=shutil.ignore_patterns("__pycache__"),
                     dirs_exist_ok=True)
     xml = (WORKFLOWS / "cdn_logs_kafka.xml").read_text()
+    if "start" in attrs:
+        xml = xml.replace(' start="earliest"', "")
     xml = xml.replace('bootstrap="127.0.0.1:9092" topic="cdn_logs" group="cdn_logs_kafka"',
                       f'bootstrap="{bootstrap}" topic="{topic}" group="{group}"'
                       + "".join(f' {k.replace("_", "-")}="{v}"' for k, v in attrs.items()))
@@ -269,8 +271,8 @@ def test_an_unknown_partition_is_one_line_exit_2(redis_url, redis_client, kafka_
 
 def test_an_authentication_failure_is_one_line_exit_2_and_the_secret_never_shows(
         redis_url, redis_client, kafka_broker, tmp_path):
-    """Tansu speaks no SASL: a SASL client is refused at the handshake by its plaintext
-    listener (with Kafka, a wrong password is refused the same way: one line, exit 2)."""
+    """Tansu, started as here, has no SASL users: a SASL client is refused at the handshake
+    (with Kafka, a wrong password is refused the same way: one line, exit 2)."""
     topic, group = _names()
     kafka_broker.create_topic(topic, 1)
     xml = _workflow(tmp_path, kafka_broker.bootstrap, topic, group, timeout="3")
@@ -365,3 +367,23 @@ def test_root_replay_re_reads_the_failed_roots_by_offset(spark, redis_url, redis
     assert rs.pending == 0 and rs.dead == 0
     assert _got(read_jsonl_dir(str(tmp_path / "out" / "cdn_logs_kafka"))) == _expected(lines)
     assert kafka_broker.committed(group, topic, 2) == _ends(kafka_broker, topic, 2)
+
+
+# --- where a new group starts ----------------------------------------------------------------------
+def test_a_new_group_starts_where_start_says(redis_client, kafka_broker, tmp_path):
+    """The plan a new group gets from start= (no Spark: the driver plans a round's ranges)."""
+    topic, _ = _names()
+    kafka_broker.create_topic(topic, 2)
+    _feed(kafka_broker, topic, LINES[:10], 2)
+
+    def ranges(start: str) -> dict[str, list[int]]:
+        xml = _workflow(tmp_path / start.replace(":", "-"), kafka_broker.bootstrap, topic, "g-" + secrets.token_hex(4),
+                        start=start)
+        return json.loads(log_offsets.plan_ranges(redis_client, _load(xml), "run-" + secrets.token_hex(4)))["logs"]["ranges"]
+
+    assert ranges("earliest") == {"0": [0, 5, 0], "1": [0, 5, 0]}
+    assert ranges("latest") == {"0": [5, 5, 0], "1": [5, 5, 0]}
+    assert ranges("3") == {"0": [3, 5, 0], "1": [3, 5, 0]}
+    assert ranges("2000-01-01T00:00:00") == {"0": [0, 5, 0], "1": [0, 5, 0]}
+    # (a time after the last record: Kafka answers "none" and the group starts at the end;
+    # Tansu answers offset 0, so that case is not checked here: tests/kafka.py)
