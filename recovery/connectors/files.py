@@ -176,6 +176,19 @@ def decoder(fmt: str, fields: tuple[str, ...]):
         def decode_text(raw: bytes) -> list:
             return [raw.rstrip(b"\r\n").decode("utf-8")]
         return decode_text
+    if fmt == "utf8":          # a kafka record's value, whole
+        def decode_utf8(raw: bytes) -> list:
+            return [bytes(raw).decode("utf-8")]
+        return decode_utf8
+    if fmt == "bytes":
+        def decode_bytes(raw: bytes) -> list:
+            return [bytes(raw)]
+        return decode_bytes
+    if fmt == "oversized":     # a kafka record over its source's max-bytes (only its first bytes kept)
+        def refuse(raw: bytes) -> list:
+            raise ValueError("the message was larger than its source's max-bytes (only its first "
+                             f"{len(raw)} bytes were kept)")
+        return refuse
     if fmt in ("jsonl", "json"):
         def decode_json(raw: bytes) -> list:
             obj = json.loads(raw.decode("utf-8"))

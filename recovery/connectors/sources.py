@@ -14,6 +14,7 @@ from typing import Any
 
 from recovery.connectors import files, spark_source
 from recovery.connectors.file_blocks import file_source_blocks
+from recovery.connectors.kafka.reader import kafka_source
 from recovery.connectors.queue import queue_source
 from recovery.connectors.redis_stream.reader import stream_source
 from recovery.connectors.runner import BatchSourceRunner, SourceRunner
@@ -25,6 +26,7 @@ SOURCES: dict[str, Callable[[Iterable[Any]], SourceFunction]] = {
     "file": lambda _: files.file_source,
     "queue": lambda _: queue_source,
     "redis-stream": lambda _: stream_source,
+    "kafka": lambda _: kafka_source,
     spark_source.SOURCE_TYPE: lambda chunks: functools.partial(spark_source.spark_source, chunks),
 }
 

@@ -29,8 +29,7 @@ from typing import TYPE_CHECKING, Any, cast
 from redis import Redis
 
 from recovery.api.runnable import check_runnable
-from recovery.connectors import files, sinks
-from recovery.connectors.redis_stream import offsets, topics
+from recovery.connectors import files, log_offsets, sinks
 from recovery.connectors.redis_stream import report as stream_report
 from recovery.errors import RecoveryError, RunBusy
 from recovery.jobs import dead_sink, recover, settle, submit
@@ -93,9 +92,9 @@ class Stopper:
 def owner_runs(client: Redis, wf: Workflow) -> list[RunRecord]:
     """The run records that last read each of the workflow's consumers (distinct, existing)."""
     seen, out = set(), []
-    for spout in topics.log_spouts(wf):
-        topic = topics.source_param(spout, "topic") or ""
-        owner = client.get(keys.consumer_owner(topics.consumer_name(wf, spout.id), topic))
+    for spout in log_offsets.log_spouts(wf):
+        consumer, topic = log_offsets.consumer_of(wf, spout)
+        owner = client.get(keys.consumer_owner(consumer, topic))
         if owner is None or owner in seen:
             continue
         seen.add(owner)
@@ -123,8 +122,9 @@ def resume_crashed(spark: SparkSession, client: Redis, redis_url: str, wf: Workf
 
 def check_flags(wf: Workflow, follow: bool, tracking: bool = True) -> None:
     """`--follow` needs a spout reading a topic, and tracking."""
-    if follow and not topics.log_spouts(wf):
-        raise RecoveryError(f"--follow needs a spout reading a topic (<source type=\"redis-stream\">); "
+    if follow and not log_offsets.log_spouts(wf):
+        raise RecoveryError(f"--follow needs a spout reading a topic (<source type=\"redis-stream\"> or "
+                            f"<source type=\"kafka\">); "
                             f"workflow {wf.name!r} has none")
     if follow and not tracking:
         raise RecoveryError("--follow needs tracking (a crashed batch is resumed from it)")
@@ -156,10 +156,11 @@ class FollowPlan:
     master: str
     run_id: str | None            # None: the consumer's run, or a new generated id
     code_digest: str = ""         # the workflow's code shipped with its tasks (model/code.py)
+    reset: str | None = None      # --reset: where a consumer goes on below the log's start
 
 
 def prepare(wf: Workflow, xml: str, file: str | None, master: str = "local[*]", run_id: str | None = None,
-            tracking: bool = True) -> FollowPlan:
+            tracking: bool = True, reset: str | None = None) -> FollowPlan:
     """Every refusal `submit --follow` makes from the workflow and its options alone (no Redis,
     no Spark): a `class=` that does not load (with `file` and a local master, a shell script that
     does not exist), a workflow without a topic, no tracking, a relative source or sink path
@@ -174,7 +175,7 @@ def prepare(wf: Workflow, xml: str, file: str | None, master: str = "local[*]", 
     if run_id is not None:
         check_run_id(run_id)
     digest = code.bundle(wf, file).digest   # (what ships refused here, as at submit)
-    return FollowPlan(wf, xml, os.path.abspath(file) if file is not None else None, master, run_id, digest)
+    return FollowPlan(wf, xml, os.path.abspath(file) if file is not None else None, master, run_id, digest, reset)
 
 
 def check_redis(client: Redis, plan: FollowPlan) -> None:
@@ -182,7 +183,7 @@ def check_redis(client: Redis, plan: FollowPlan) -> None:
     (the consumer's run goes on only without one), a topic that does not exist."""
     if plan.run_id is not None:
         runs.check_absent(client, plan.run_id)
-    topics.check_topics(client, plan.workflow)
+    log_offsets.check_plans(client, plan.workflow, plan.reset)
 
 
 def _due(client: Redis, run_id: str) -> bool:
@@ -246,7 +247,7 @@ def run(spark: SparkSession, client: Redis, redis_url: str, plan: FollowPlan, ma
     """Read the workflow's topics in micro-batches until stopped (signal, max_batches, or
     idle_exit seconds without a message); returns the run's summary."""
     emit: Event = on_event or (lambda kind, info: None)
-    wf, xml, file, master, run_id = plan.workflow, plan.xml, plan.file, plan.master, plan.run_id
+    wf, xml, file, master, run_id, reset = plan.workflow, plan.xml, plan.file, plan.master, plan.run_id, plan.reset
     wf_json = wf.to_task_json()
     spill_dir = spill.location(None, wf.settings().spill_dir)   # (no --spill-dir here)
     resumed = resume_crashed(spark, client, redis_url, wf)
@@ -288,9 +289,9 @@ def run(spark: SparkSession, client: Redis, redis_url: str, plan: FollowPlan, ma
             if max_batches is not None and batches >= max_batches:
                 reason = "max-batches"
                 break
-            source_json = offsets.plan_ranges(client, wf, run_id, follow=True)
-            planned, trimmed = offsets.planned_messages(source_json)
-            for line in offsets.trimmed_lines(source_json):
+            source_json = log_offsets.plan_ranges(client, wf, run_id, follow=True, reset=reset)
+            planned, trimmed = log_offsets.planned_messages(source_json)
+            for line in log_offsets.trimmed_lines(source_json):
                 log.info("run %s: %s", run_id, line)
                 emit("trimmed", {"run_id": run_id, "line": line})
             active = False
@@ -314,7 +315,7 @@ def run(spark: SparkSession, client: Redis, redis_url: str, plan: FollowPlan, ma
                 recover.prune_failed_set(client, run_id, gen)
                 dropped = dead_sink.enforce_retention(client, wf, run_id, gen)
                 stats = _round_stats(client, run_id, next_round)
-                spouts = {s.id for s in topics.log_spouts(wf)}
+                spouts = {s.id for s in log_offsets.log_spouts(wf)}
                 emit("batch", {"run_id": run_id, "round": next_round, "messages": planned,
                                "failed": sum(s.get("failed", 0) for s in stats.values()),
                                "trimmed": sum(stats.get(s, {}).get("trimmed", 0) for s in spouts),

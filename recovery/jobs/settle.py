@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from recovery.connectors import sink_folders
-from recovery.connectors.redis_stream import offsets as stream_reader
+from recovery.connectors import log_offsets, sink_folders
 from recovery.controlplane import connection
 from recovery.engine import rounds as engine_rounds
 from recovery.errors import ExecutorsLost, JobFailed, RecoveryError, RedisUnavailable, RunError, SpillError
@@ -137,10 +136,15 @@ def run_and_settle(spark: SparkSession, client: redis.Redis, wf: Workflow, spec:
         # every root read in this round is now complete, queued or dead: commit past it.
         # (log source: committed before clear_round, so a driver dying in between resumes a
         # round whose tasks are all committed, or whose ranges are committed: no re-reading)
-        stream_reader.commit_ranges(client, wf, spec.source_json)
+        log_offsets.commit_ranges(client, wf, spec.source_json)
     # from here on the round is settled: a resumed driver must not execute it again (its done
     # markers and in-flight tuples are about to go)
     runs.update(client, spec.run_id, gen, settled_round=spec.round, **counts.record_fields(spec.round))
+    # (a Kafka group is told the prefix of complete or dead roots, after a batch as after a
+    # recovery round, whose workflow reads queues: the submitted one reads the topics)
+    submitted = Workflow.from_task_json(spec.original_json) if spec.original_json else wf
+    if submitted.reads_topics and spec.tracking:
+        log_offsets.settled(client, submitted, spec.run_id)
     if spec.tracking:
         # fenced: a driver taken over removes nothing (its successor may be resuming the round)
         engine_rounds.clear_round(client, spec.run_id, spec.round, spec.spill_dir, gen, spec.root_replay)

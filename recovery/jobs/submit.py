@@ -17,9 +17,7 @@ import redis
 
 from recovery.api.loader import check_classes as check
 from recovery.api.runnable import check_runnable
-from recovery.connectors import files, sinks, spark_source
-from recovery.connectors.redis_stream import offsets as stream_reader
-from recovery.connectors.redis_stream import topics
+from recovery.connectors import files, log_offsets, sinks, spark_source
 from recovery.errors import RecoveryError, WorkflowError
 from recovery.jobs.clear import clear
 from recovery.jobs.settle import Progress, redis_lost_is_resumable, run_and_settle
@@ -53,10 +51,11 @@ class SubmitPlan:
     master: str
     spill_location: str       # where its tasks spill (checked, not yet made)
     code_digest: str = ""     # the workflow's code shipped with its tasks (model/code.py)
+    reset: str | None = None  # --reset: where a consumer goes on when its offset is below the log's start
 
 
 def prepare(wf: Workflow, xml: str, file: str | None, tracking_on: bool = True, master: str = "local[*]",
-            run_id: str | None = None, spill_dir: str | None = None) -> SubmitPlan:
+            run_id: str | None = None, spill_dir: str | None = None, reset: str | None = None) -> SubmitPlan:
     """Every refusal a submit makes from the workflow and its options alone (no Redis, no
     Spark), in this order: a `class=` that does not load (and, with `file` and a local master,
     a shell script that does not exist: named by file and line), a bad property, a relative
@@ -78,7 +77,7 @@ def prepare(wf: Workflow, xml: str, file: str | None, tracking_on: bool = True, 
     # recovery.ship.max.bytes are refused here, on any master: local runs behave as a cluster's)
     digest = code.bundle(wf, file).digest
     return SubmitPlan(wf, xml, os.path.abspath(file) if file is not None else None, run_id,
-                      tracking_on, master, location, digest)
+                      tracking_on, master, location, digest, reset)
 
 
 def check_redis(client: redis.Redis, plan: SubmitPlan) -> None:
@@ -86,7 +85,7 @@ def check_redis(client: redis.Redis, plan: SubmitPlan) -> None:
     creates the run atomically in any case), a topic the workflow reads does not exist."""
     runs.check_absent(client, plan.run_id)
     if plan.workflow.reads_topics:
-        topics.check_topics(client, plan.workflow)
+        log_offsets.check_plans(client, plan.workflow, plan.reset)
 
 
 def run(spark: SparkSession, client: redis.Redis, redis_url: str, plan: SubmitPlan,
@@ -105,7 +104,7 @@ def run(spark: SparkSession, client: redis.Redis, redis_url: str, plan: SubmitPl
         source_json = "{}"
         if wf.reads_topics:   # a bounded run reads each partition up to its end now
             try:
-                source_json = stream_reader.plan_ranges(client, wf, run_id)
+                source_json = log_offsets.plan_ranges(client, wf, run_id, reset=plan.reset)
             except RecoveryError:
                 clear(client, run_id, force=True)   # nothing ran: as if never submitted
                 raise
@@ -120,8 +119,8 @@ def run(spark: SparkSession, client: redis.Redis, redis_url: str, plan: SubmitPl
 def submit(spark: SparkSession, client: redis.Redis, redis_url: str, wf: Workflow, xml: str, file: str | None,
            tracking_on: bool = True, master: str = "local[*]",
            progress: Progress | None = None, run_id: str | None = None,
-           spill_dir: str | None = None) -> RunSummary:
+           spill_dir: str | None = None, reset: str | None = None) -> RunSummary:
     """`prepare`, `check_redis`, then `run`: a workflow submitted and its first round's summary."""
-    plan = prepare(wf, xml, file, tracking_on, master, run_id, spill_dir)
+    plan = prepare(wf, xml, file, tracking_on, master, run_id, spill_dir, reset)
     check_redis(client, plan)
     return run(spark, client, redis_url, plan, progress)

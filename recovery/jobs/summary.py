@@ -8,6 +8,7 @@ from pydantic import BaseModel
 from redis import Redis
 
 from recovery.connectors.redis_stream import report as stream_report
+from recovery.connectors import log_offsets
 from recovery.connectors.redis_stream import topics
 from recovery.model.graph import topological_order
 from recovery.model.record import RunRecord
@@ -248,7 +249,7 @@ def with_topics(client: Redis, summary: RunSummary, rec: RunRecord | None = None
     the caller read it already."""
     rec = rec if rec is not None else runs.get(client, summary.run_id)
     wf = wf or original_workflow(rec)
-    if not topics.log_spouts(wf):
+    if not log_offsets.log_spouts(wf):
         return summary
     summary.partitions = stream_report.partition_report(client, wf)
     if rec.follow:

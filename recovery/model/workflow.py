@@ -311,8 +311,8 @@ class Workflow(_Frozen):
 
     @property
     def reads_topics(self) -> bool:
-        """Some spout reads a Redis-stream topic (`<source type="redis-stream">`)."""
-        return any(isinstance(c.impl, SourceImpl) and c.impl.type == "redis-stream" for c in self.spouts)
+        """Some spout reads a topic (`<source type="redis-stream">` or `<source type="kafka">`)."""
+        return any(isinstance(c.impl, SourceImpl) and c.impl.type in ("redis-stream", "kafka") for c in self.spouts)
 
     def with_dead_letter_sink(self) -> Workflow:
         """This workflow with its dead-letter sink as a bolt (DEAD_LETTER_SINK_ID) reading the

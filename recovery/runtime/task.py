@@ -196,7 +196,7 @@ class TaskRunner:
     def _needs_redis(self) -> bool:
         impl = self.comp.impl
         return impl.kind == "sink" and impl.type == "redis" or (
-            impl.kind == "source" and impl.type in ("queue", "redis-stream"))
+            impl.kind == "source" and impl.type in ("queue", "redis-stream", "kafka"))
 
     # -- component set-up -----------------------------------------------------------------
     def _context(self) -> TaskContext:

@@ -15,10 +15,11 @@ Reading, as KafkaSpout does:
   root never holds its partition back: it is in the recovery queue, and the offset moves on
   (the stall of the CDN-log topology in docs/references.md cannot happen).
 
-A round's work is fixed before it starts: :func:`offsets.plan_ranges` decides each partition's
-``[start, end)`` and returns it as JSON that goes into ``RunSpec.source_json`` and the run
-record, so a crashed round that is resumed reads exactly the same messages; Spark tasks read
-their partitions' ranges with XRANGE in batches (:func:`reader.stream_source`, never through the
-driver); :func:`offsets.commit_ranges` commits the ends once the round settled.
+A round's work is fixed before it starts: connectors.log_offsets (the offset model this source
+shares with the kafka source; offsets.py is this transport's part of it) decides each
+partition's ``[start, end)`` and returns it as JSON that goes into ``RunSpec.source_json`` and
+the run record, so a crashed round that is resumed reads exactly the same messages; Spark tasks
+read their partitions' ranges with XRANGE in batches (:func:`reader.stream_source`, never
+through the driver); the ends are committed once the round settled.
 """
 

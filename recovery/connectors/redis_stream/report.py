@@ -6,6 +6,8 @@ from typing import Any
 
 from redis import Redis
 
+from recovery.connectors import log_offsets
+from recovery.connectors.kafka import report as kafka_report
 from recovery.connectors.redis_stream import retention
 from recovery.connectors.redis_stream.topics import (
     committed_offsets,
@@ -24,9 +26,13 @@ from recovery.tracking import keys
 
 # --- reporting ---------------------------------------------------------------------------------
 def partition_report(client: Redis, wf: Workflow) -> list[dict[str, Any]]:
-    """Per log spout and partition: committed offset, first offset still stored, end, lag."""
+    """Per log spout and partition: committed offset, first offset still stored, end, lag (a
+    kafka spout's rows: connectors.kafka.report)."""
     out = []
-    for spout in log_spouts(wf):
+    for spout in log_offsets.log_spouts(wf):
+        if spout.impl.kind == "source" and spout.impl.type == "kafka":
+            out += kafka_report.partition_rows(client, wf, spout)
+            continue
         topic = source_param(spout, "topic") or ""
         n = topic_partitions(client, topic)
         if n is None:
@@ -64,7 +70,7 @@ def format_report(rows: list[dict[str, Any]]) -> list[str]:
     lines = []
     for r in rows:
         if r.get("missing"):
-            lines.append(f"{r['spout']} <- topic {r['topic']}: does not exist")
+            lines.append(f"{r['spout']} <- topic {r['topic']}: {r.get('error') or 'does not exist'}")
             continue
         extra = f"  (trimmed {r['trimmed']})" if r.get("trimmed") else ""
         lines.append(f"{r['spout']} <- {r['topic']}[{r['partition']}]  task {r['task_index']}  "

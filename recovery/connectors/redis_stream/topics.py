@@ -1,4 +1,4 @@
-"""Topics: their partitions (one Redis stream each), formats, entry ids and offsets, and the
+"""Redis-stream topics: their partitions (one Redis stream each), formats, entry ids and offsets, and the
 producer (recovery produce)."""
 from __future__ import annotations
 
@@ -9,9 +9,14 @@ from typing import Any
 
 from redis import Redis
 
+from recovery.connectors.log_offsets import (  # noqa: F401  (names this module always had)
+    TopicError,
+    committed_offsets,
+    source_param,
+    text_of,
+)
 from recovery.controlplane.connection import is_cluster
-from recovery.errors import RecoveryError
-from recovery.model.workflow import Component, SourceImpl, Workflow
+from recovery.model.workflow import Component, Workflow
 from recovery.tracking import keys
 from recovery.tracking.ids import stable_hash
 
@@ -22,18 +27,10 @@ MAX_SEQ = (1 << 64) - 1
 FORMATS = ("text", "jsonl")
 
 
-class TopicError(RecoveryError):
-    """A topic that does not exist, or is used inconsistently (exit code 2)."""
-
-
 # --- names, assignment, entry ids ----------------------------------------------------------
 def log_spouts(wf: Workflow) -> list[Component]:
+    """The spouts reading Redis-stream topics (log_offsets.log_spouts: every log source)."""
     return [c for c in wf.spouts if c.impl.kind == "source" and c.impl.type == SOURCE_TYPE]
-
-
-def source_param(spout: Component, name: str) -> str | None:
-    """An attribute of a spout's <source> (None for a spout without one)."""
-    return spout.impl.param(name) if isinstance(spout.impl, SourceImpl) else None
 
 
 def consumer_name(wf: Workflow, spout_id: str) -> str:
@@ -60,10 +57,6 @@ def next_entry_id(eid: bytes | str) -> str:
 
 
 # --- topics ----------------------------------------------------------------------------------
-def text_of(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
 def topic_info(client: Redis, topic: str) -> dict[str, Any] | None:
     raw = client.hgetall(keys.topic_meta(topic))
     if not raw or b"partitions" not in raw:
@@ -71,10 +64,6 @@ def topic_info(client: Redis, topic: str) -> dict[str, Any] | None:
     info = {text_of(k): text_of(v) for k, v in raw.items()}
     return {"topic": topic, "partitions": int(info["partitions"]), "format": info.get("format", ""),
             "created": float(info.get("created") or 0)}
-
-
-def committed_offsets(client: Redis, consumer: str, topic: str) -> dict[int, int]:
-    return {int(k): int(v) for k, v in client.hgetall(keys.offsets(consumer, topic)).items()}
 
 
 def topic_partitions(client: Redis, topic: str) -> int | None:

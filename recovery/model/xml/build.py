@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from recovery.errors import RecoveryError, WorkflowError
 from recovery.model import config as config_decl
+from recovery.model import kafka_source
 from recovery.model.config import PropertyError
 from recovery.model.workflow import (
     DEAD_LETTER_SINK_ID,
@@ -48,6 +49,7 @@ SOURCE_REQUIRED: dict[str, tuple[str, ...]] = {
     "redis-stream": ("topic",),
     "queue": ("component", "tasks"),
     "spark": (),          # format, path / table, id-field: _spark_source checks them
+    "kafka": ("bootstrap", "topic"),
 }
 SINK_REQUIRED: dict[str, tuple[str, ...]] = {name: t.required for name, t in SINK_TYPES.items()}
 FILE_FORMATS = ("text", "jsonl")
@@ -130,6 +132,9 @@ def _options(source: etree._Element, what: str, typ: str, file: str | None) -> t
     """A source's <option name= value=> children, in order; only spark sources take them."""
     seen: dict[str, int | None] = {}
     out = []
+    for param in children(source, "param"):
+        raise WorkflowError(f'{what}: <source type="{typ}"> takes no <param> (only kafka sources pass '
+                            "settings to a client)", file, param.sourceline)
     for opt in children(source, "option"):
         if typ != "spark":
             raise WorkflowError(f'{what}: <source type="{typ}"> takes no <option> (only spark '
@@ -141,6 +146,34 @@ def _options(source: etree._Element, what: str, typ: str, file: str | None) -> t
         seen[name] = opt.sourceline
         out.append((name, _required(opt, "value")))
     return tuple(out)
+
+
+def _kafka_params(source: etree._Element, what: str, file: str | None) -> tuple[tuple[str, str], ...]:
+    """A kafka source's attributes checked, and its <param> children as options: a setting
+    given by file= or env= is kept under its name with kafka_source.FILE_SUFFIX / ENV_SUFFIX."""
+    attrs = {k: v for k, v in source.attrib.items() if k != "type"}
+    problem = kafka_source.settings_problem(attrs, [])
+    if problem:
+        raise WorkflowError(f'{what}: <source type="kafka"> {problem}', file, source.sourceline)
+    params = []
+    seen: dict[str, int | None] = {}
+    for opt in children(source):
+        if local_name(opt) != "param":
+            raise WorkflowError(f'{what}: <source type="kafka"> takes <param name="kafka.<setting>"> '
+                                f"children, not <{local_name(opt)}>", file, opt.sourceline)
+        name = _required(opt, "name")
+        if name in seen:
+            raise WorkflowError(f"{what}: param {name!r} is set twice (first on line {seen[name]})",
+                                file, opt.sourceline)
+        seen[name] = opt.sourceline
+        pattrs = {k: v for k, v in opt.attrib.items() if k != "name"}
+        problem = kafka_source.settings_problem(attrs, [(name, pattrs)])
+        if problem:
+            raise WorkflowError(f'{what}: <source type="kafka"> {problem}', file, opt.sourceline)
+        how = next(k for k in ("value", "file", "env") if k in pattrs)
+        suffix = {"value": "", "file": kafka_source.FILE_SUFFIX, "env": kafka_source.ENV_SUFFIX}[how]
+        params.append((name + suffix, pattrs[how]))
+    return tuple(params)
 
 
 def _spark_source(source: etree._Element, what: str, file: str | None) -> None:
@@ -264,8 +297,8 @@ def _build_component(el: etree._Element, file: str | None) -> tuple[Component, E
             if name == "source" and typ == "spark":
                 _spark_source(child, what, file)
             if name == "source":
-                impls.append(("<source>", line, SourceImpl(type=typ, params=_params(child),
-                                                           options=_options(child, what, typ, file))))
+                options = _kafka_params(child, what, file) if typ == "kafka" else _options(child, what, typ, file)
+                impls.append(("<source>", line, SourceImpl(type=typ, params=_params(child), options=options)))
             else:
                 impls.append(("<sink>", line, _sink(child, what, file)))
         elif name == "stream":

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from lxml import etree
 
 from recovery.errors import WorkflowError
+from recovery.model import kafka_source
 from recovery.model.workflow import (
     DEFAULT_STREAM,
     NAMESPACE,
@@ -67,7 +68,13 @@ def to_xml(wf: Workflow) -> str:
             elif isinstance(impl, SourceImpl):
                 source = _el(el, impl.kind, [("type", impl.type), *impl.params])
                 for name, value in impl.options:
-                    _el(source, "option", (("name", name), ("value", value)))
+                    if impl.type == kafka_source.SOURCE_TYPE:   # <param name= value=|file=|env=>
+                        how = "file" if name.endswith(kafka_source.FILE_SUFFIX) else \
+                            "env" if name.endswith(kafka_source.ENV_SUFFIX) else "value"
+                        bare = name.rsplit("#", 1)[0] if how != "value" else name
+                        _el(source, "param", (("name", bare), (how, value)))
+                    else:
+                        _el(source, "option", (("name", name), ("value", value)))
             elif isinstance(impl, SinkImpl):
                 mode = [("mode", impl.mode)] if impl.mode is not None else []
                 _el(el, impl.kind, [("type", impl.type), *impl.params, *mode])

@@ -9,6 +9,7 @@ import sys
 import pytest
 from click.testing import CliRunner
 
+from recovery.connectors import log_offsets
 from recovery.connectors.redis_stream import offsets, topics
 from recovery.connectors.redis_stream import reader as stream_reader
 from recovery.connectors.redis_stream import report as stream_report
@@ -196,11 +197,11 @@ def test_follow_plan_is_bounded_by_max_spout_pending_per_task_shared_fairly(fake
 
 
 def test_share_is_fair_and_never_exceeds_budget_or_lag():
-    assert offsets._share(10, [100, 100]) == [5, 5]
-    assert offsets._share(10, [2, 100]) == [2, 8]
-    assert offsets._share(7, [3, 3, 3]) == [3, 2, 2]
-    assert offsets._share(10, [0, 0]) == [0, 0]
-    assert offsets._share(0, [5]) == [0]
+    assert log_offsets.share_budget(10, [100, 100]) == [5, 5]
+    assert log_offsets.share_budget(10, [2, 100]) == [2, 8]
+    assert log_offsets.share_budget(7, [3, 3, 3]) == [3, 2, 2]
+    assert log_offsets.share_budget(10, [0, 0]) == [0, 0]
+    assert log_offsets.share_budget(0, [5]) == [0]
 
 
 def test_messages_trimmed_below_the_committed_offset_are_reported_not_waited_for(fake_redis):

@@ -8,6 +8,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from recovery.connectors import log_offsets
 from recovery.connectors.redis_stream import offsets, report, retention, topics
 from recovery.connectors.redis_stream.retention import AGE, COMMITTED, COUNT, Retention
 from recovery.connectors.redis_stream.topics import TopicError
@@ -201,7 +202,6 @@ def test_topics_without_any(fake_redis, cli_redis):
 def test_a_follow_runs_read_ranges_stay_one_entry_while_batches_read_on(fake_redis):
     """Root replay re-reads what a run read: contiguous batches are kept as one range per
     partition, not one list entry per batch; a gap (trimmed before it was read) starts a new one."""
-    from recovery.connectors.redis_stream import reader
 
     wf = _wf()
     _produce(fake_redis, 10, 2)
@@ -211,14 +211,14 @@ def test_a_follow_runs_read_ranges_stay_one_entry_while_batches_read_on(fake_red
     assert fake_redis.llen(keys.replay_ranges("run-1")) == 1
     ends = {p: e for p, (_, e) in enumerate(topics.partition_bounds(fake_redis, "t", 2))}
     read = offsets.committed_offsets(fake_redis, "wf:src", "t")
-    spans = reader._replay_plan(fake_redis, "run-1", "src")["spans"]
+    spans = log_offsets.replay_plan(fake_redis, "run-1", "src")["spans"]
     assert spans == {str(p): [[0, read[p]]] for p in range(2) if read[p]}
     assert sum(read.values()) == 50 and sum(ends.values()) == 60
     # a gap: the next batch starts above where the last one ended
     fake_redis.hset(keys.offsets("wf:src", "t"), mapping={str(p): ends[p] - 1 for p in range(2)})
     offsets.plan_ranges(fake_redis, wf, "run-1", follow=True)
     assert fake_redis.llen(keys.replay_ranges("run-1")) == 2
-    spans = reader._replay_plan(fake_redis, "run-1", "src")["spans"]
+    spans = log_offsets.replay_plan(fake_redis, "run-1", "src")["spans"]
     assert spans == {str(p): [[0, read[p]], [ends[p] - 1, ends[p]]] for p in range(2)}
 
 

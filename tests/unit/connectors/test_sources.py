@@ -7,6 +7,7 @@ import pytest
 
 from recovery.connectors import files, sources, spark_source
 from recovery.connectors.file_blocks import file_source_blocks
+from recovery.connectors.kafka.reader import kafka_source
 from recovery.connectors.queue import queue_source
 from recovery.connectors.redis_stream.reader import stream_source
 from recovery.model.xml.build import SINK_REQUIRED, SOURCE_REQUIRED
@@ -17,6 +18,7 @@ def test_every_source_type_the_parser_accepts_has_a_source_function():
     assert sources.source_for("file", []) is files.file_source
     assert sources.source_for("queue", []) is queue_source
     assert sources.source_for("redis-stream", []) is stream_source
+    assert sources.source_for("kafka", []) is kafka_source
 
 
 def test_a_spark_source_reads_the_chunks_of_its_task():
@@ -34,5 +36,5 @@ def test_a_file_source_reads_blocks_for_batch_consumers():
 
 def test_an_unknown_type_is_named():
     assert "jsonl" in SINK_REQUIRED   # a sink type is not a source type
-    with pytest.raises(ValueError, match=r"unknown source type 'jsonl' \(known: file, queue, redis-stream, spark\)"):
+    with pytest.raises(ValueError, match=r"unknown source type 'jsonl' \(known: file, queue, redis-stream, kafka, spark\)"):
         sources.source_for("jsonl", [])
