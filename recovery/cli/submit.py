@@ -86,8 +86,8 @@ def follow_events(as_json: bool, also: follow_mod.Event | None = None) -> follow
 def submit(file: str, master: str | None, spark_conf: tuple[str, ...], props: tuple[str, ...],
            no_tracking: bool, run_id: str | None, spill_dir: str | None, follow: bool,
            max_batches: int | None, idle_exit: float | None, reset: str | None, metrics_port: int | None,
-           metrics_host: str, metrics_allow_hosts: tuple[str, ...], metrics_token_file: str | None, properties_file: str | None,
-           redis_url: str | None, as_json: bool) -> None:
+           metrics_host: str, metrics_allow_hosts: tuple[str, ...], metrics_token_file: str | None,
+           properties_file: str | None, redis_url: str | None, as_json: bool) -> None:
     """Run the workflow FILE on Spark with every tuple tracked; prints a summary."""
     spark_conf_kv = common.spark_settings(spark_conf, properties_file)
     metrics_token = metrics_server.check(follow, metrics_port, metrics_host, metrics_token_file,

@@ -7,9 +7,8 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 from redis import Redis
 
-from recovery.connectors.redis_stream import report as stream_report
 from recovery.connectors import log_offsets
-from recovery.connectors.redis_stream import topics
+from recovery.connectors.redis_stream import report as stream_report
 from recovery.model.graph import topological_order
 from recovery.model.record import RunRecord
 from recovery.model.workflow import Workflow

@@ -392,11 +392,8 @@ def gone_roots(client: Redis, run_id: str) -> tuple[int, str]:
     """(how many dead letters are roots whose message was gone from its source when a replay
     re-read it, the error of one of them)."""
     n = int(cast(int, client.hlen(keys.gone(run_id))))
-    if not n:
-        return 0, ""
-    sample = next((cast(bytes, v).decode("utf-8", "replace") for _, v in client.hscan_iter(keys.gone(run_id), count=1)),
-                  "")
-    return n, sample
+    sample = next((cast(bytes, v) for _, v in client.hscan_iter(keys.gone(run_id), count=1)), b"") if n else b""
+    return n, sample.decode("utf-8", "replace")
 
 
 # --- the dead-letter sink and the retention cap --------------------------------------------------------
