@@ -176,6 +176,45 @@ class TaskCollector:
         else:
             self.log(f"tuple {tup.id:#x} failed: {error}", "error")
 
+    # -- a built-in sink's input (connectors.sink_base): no Tuple held per tuple written ---------
+    def detach(self, tup: Tuple) -> None:
+        """`tup` leaves `outstanding`, neither acked nor failed: a built-in sink that wrote it
+        keeps only its id and roots, and answers for it: `ack_many` after its commit, or
+        `attach` to hand it back (then it fails with the rest of what is outstanding)."""
+        self.outstanding.pop(tup.id, None)
+
+    def attach(self, tup: Tuple) -> None:
+        """`tup` outstanding again (a built-in sink's part that could not be committed)."""
+        self.outstanding[tup.id] = tup
+
+    def ack_many(self, tids: Any, root_off: Any, root_flat: Any) -> None:
+        """Ack tuples given by arrays, not Tuples: tuple i has id tids[i] and roots
+        root_flat[root_off[i]:root_off[i + 1]] (numpy uint64, int64, uint64), as `ack` acks
+        each. For tuples `detach`ed: no outstanding check."""
+        import numpy as np
+        n = len(tids)
+        if n == 0:
+            return
+        self.stats["acked"] += n
+        if self.tracker is not None:   # untracked, no ledger reads the contributions
+            per_root = np.repeat(tids, np.diff(root_off))
+            order = np.argsort(root_flat, kind="stable")
+            roots, xs = root_flat[order], per_root[order]
+            starts = np.flatnonzero(np.r_[True, roots[1:] != roots[:-1]])
+            contrib = self.contrib
+            for r, x in zip(roots[starts].tolist(), np.bitwise_xor.reduceat(xs, starts).tolist()):
+                contrib[r] = contrib.get(r, 0) ^ x
+            if self.replayed:
+                for tid in tids.tolist():
+                    if tid in self.replayed:
+                        self.tracker.replay_done(self.component_id, self.task_id, tid)
+        if self.held:
+            for tid in tids.tolist():
+                for entry in self.held.pop(tid, ()):
+                    entry[0] -= 1
+                    if entry[0] == 0 and not entry[2]:
+                        self._release(entry[1])
+
     def log(self, message: str, level: str = "info") -> None:
         running = self.timeouts.running
         if running is not None and timeouts.clock() > running[1]:
