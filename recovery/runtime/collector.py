@@ -142,6 +142,8 @@ class TaskCollector:
         tid = tup.id
         if self.outstanding.pop(tid, None) is None:
             return  # already acked or failed: Storm ignores it too
+        # no emit can anchor to it any more: its count goes, or the task would keep one per input
+        self.emit_counts.pop(tid, None)
         self.stats["acked"] += 1
         if self.tracker is not None:   # untracked, no ledger reads the contributions
             contrib = self.contrib
@@ -162,6 +164,7 @@ class TaskCollector:
             raise self.timeouts.expired()
         if self.outstanding.pop(tup.id, None) is None:
             return
+        self.emit_counts.pop(tup.id, None)
         self.stats["failed"] += 1
         for entry in self.held.pop(tup.id, ()):
             entry[2] = True   # nothing emitted on a failed tuple's behalf flows on
@@ -196,6 +199,9 @@ class TaskCollector:
         if n == 0:
             return
         self.stats["acked"] += n
+        if self.emit_counts:
+            for tid in tids.tolist():
+                self.emit_counts.pop(tid, None)
         if self.tracker is not None:   # untracked, no ledger reads the contributions
             per_root = np.repeat(tids, np.diff(root_off))
             order = np.argsort(root_flat, kind="stable")
