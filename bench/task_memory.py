@@ -18,7 +18,8 @@ Goals, each printed as met or not met with its figure:
   - peak worker RSS at 10M lines under 1 GB;
   - the 10M run's wall time within 1.1x of ten times the 1M run's (no tail on one core).
 A goal whose sizes were not run is not judged. Every figure also goes to JSON (--json PATH;
-default bench/results/task_memory.json), marked busy when other processes used the machine.
+by default into bench/results/, as task_memory.json), marked busy when other processes used
+the machine.
 Linux only (/proc, prctl).
 
     .venv/bin/python bench/task_memory.py [--lines 1000000,3000000,10000000] [--master local[2]]

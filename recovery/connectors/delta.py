@@ -112,11 +112,10 @@ class DeltaPart:
     transaction (`commit`). `done`: the table holds the part already, nothing is written."""
 
     def __init__(self, uri: str, app: str, version: int, what: str, first: Any):
-        from pyarrow import fs as pafs
-
         from deltalake import DeltaTable
         from deltalake.exceptions import CommitFailedError, DeltaError
         from deltalake.fs import DeltaStorageHandler
+        from pyarrow import fs as pafs
         self.uri, self.app, self.version, self.what = uri, app, version, what
         self.adds: list[Any] = []
         dt = open_table(uri)

@@ -93,7 +93,7 @@ class Journal:
 
     def add(self, piece: Any) -> None:
         if self._file is None:
-            self._file = tempfile.TemporaryFile(prefix="recovery-sink-")
+            self._file = tempfile.TemporaryFile(prefix="recovery-sink-")   # noqa: SIM115 (open until close())
         pickle.dump(piece, self._file, protocol=pickle.HIGHEST_PROTOCOL)
 
     def pieces(self) -> Iterator[Any]:
