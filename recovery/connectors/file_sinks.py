@@ -151,7 +151,7 @@ class ParquetSink(StreamingSink):
             return pa.concat_tables(tables).combine_chunks()
         return self.chunk_of([row for c in chunks for row in (c.to_pylist() if isinstance(c, pa.Table) else c)])
 
-    def open_part(self, chunk: Any) -> ParquetPart:
+    def open_part(self, chunk: Any) -> Any:
         file = FilePart(self, "parquet")
         try:
             return ParquetPart(file, chunk.schema)
@@ -159,7 +159,7 @@ class ParquetSink(StreamingSink):
             file.abort()
             raise
 
-    def write_chunk(self, part: ParquetPart, chunk: Any) -> None:
+    def write_chunk(self, part: Any, chunk: Any) -> None:
         import pyarrow as pa
         if chunk.schema != part.schema:
             try:
@@ -172,11 +172,11 @@ class ParquetSink(StreamingSink):
                 chunk = conformed(chunk, wider)
         part.writer.write_table(chunk)
 
-    def commit_part(self, part: ParquetPart) -> None:
+    def commit_part(self, part: Any) -> None:
         part.writer.close()
         part.file.commit(self.context.fence)
 
-    def abort_part(self, part: ParquetPart) -> None:
+    def abort_part(self, part: Any) -> None:
         try:
             part.writer.close()
         finally:

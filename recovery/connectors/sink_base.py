@@ -29,6 +29,7 @@ from recovery.model.workflow import SinkImpl
 # A chunk is written once it holds this many tuples or about this many bytes (their encodings').
 CHUNK_RECORDS = 16_384
 CHUNK_BYTES = 8 << 20
+SIZE_SAMPLE = 16   # one tuple in this many is measured (approx_size) for the chunk's bytes
 
 
 class SinkFolderError(RecoveryError):
@@ -68,6 +69,11 @@ class Written:
         self.ids.append(tid)
         self.counts.append(len(roots))
         self.roots.extend(roots)
+
+    def add_tuples(self, tuples: list[Tuple]) -> None:
+        self.ids.extend([t.id for t in tuples])
+        self.counts.extend([len(t.roots) for t in tuples])
+        self.roots.extend([r for t in tuples for r in t.roots])
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -114,11 +120,6 @@ class Journal:
             self._file = None
 
 
-def _tuple_record(tup: Tuple) -> tuple:
-    return (tup.id, tup.component, tup.stream, tup.task, tup.values, tup.fields, tup.roots, tup.source_task,
-            tup.attempt)
-
-
 class StreamingSink(Bolt):
     """A built-in sink: encodes each tuple as it arrives (an unencodable tuple fails there,
     alone), writes a chunk of encodings at a time into the task's part (`write_chunk`, into what
@@ -149,6 +150,8 @@ class StreamingSink(Bolt):
         self.part: Any = None                 # what this attempt writes into (open_part)
         # a chunk's write raised: the part is dropped, and every tuple of it fails at the end
         self.broken: BaseException | None = None
+        self._detach: Any = None
+        self._looked = False
 
     context: TaskContext   # (set by bind, before prepare)
 
@@ -158,12 +161,17 @@ class StreamingSink(Bolt):
             return
         encoded = self.encode(tup)   # an unencodable tuple fails here, alone
         self.encoded.append(encoded)
-        self.size += self.size_of(encoded)
-        detach = getattr(self._collector, "detach", None)
+        if not len(self.encoded) % SIZE_SAMPLE:   # the chunk's bytes, estimated from a sample
+            self.size += SIZE_SAMPLE * self.size_of(encoded)
+        detach = self._detach
+        if detach is None and not self._looked:
+            # the task's collector takes written tuples off its hands; another (a test harness's)
+            # keeps them, and they are held here until the commit acks them
+            detach, self._looked = getattr(self._collector, "detach", None), True
+            self._detach = detach
         if detach is not None:   # the task's collector holds it no more: its id and roots will do
             detach(tup)
             self.chunk_tuples.append(tup)
-            self.written.add(tup.id, tup.roots)
         else:
             self.held.append(tup)
         if len(self.encoded) >= self.chunk_records or self.size >= self.chunk_bytes:
@@ -182,8 +190,11 @@ class StreamingSink(Bolt):
         chunk = self.chunk_of(self.encoded)
         self.encoded, self.size = [], 0
         self._write(chunk)
-        if self.chunk_tuples:
-            self.journal.add([_tuple_record(t) for t in self.chunk_tuples])
+        tuples = self.chunk_tuples
+        if tuples:
+            self.written.add_tuples(tuples)
+            self.journal.add([(t.id, t.component, t.stream, t.task, t.values, t.fields, t.roots, t.source_task,
+                               t.attempt) for t in tuples])
             self.chunk_tuples = []
 
     def finish(self) -> None:
