@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from recovery.api.tuples import Tuple
 from recovery.model.failed import FailedTuple
 from recovery.runtime import timeouts, wire
-from recovery.tracking import ids
+from recovery.tracking import ids, ledger
 
 if TYPE_CHECKING:
     from recovery.model.graph import TaskMap
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from recovery.tracking.tracker import TaskTracker
 
 CHUNK = 2048          # tuples per blob
+ACK_FOLD_EVERY = 1 << 22   # ack_many's pending (root, id) pairs folded at once: 64 MB at most
 ERROR_CAP = 4000      # characters of an error/traceback kept with a failed tuple
 
 Output = tuple[tuple[str, int], wire.Chunk]   # ((consumer, consumer task index), chunk)
@@ -69,6 +70,10 @@ class TaskCollector:
         self.outstanding: dict[int, Tuple] = {}
         self.held: dict[int, list] = {}
         self.emit_counts: dict[int, int] = {}
+        # ack_many's contributions: (roots, ids) arrays, folded per root in bulk (not a dict
+        # entry of about 100 bytes per root: a sink task of 10M roots would hold a gigabyte)
+        self.acked_xors: list[tuple[Any, Any]] = []
+        self.acked_pending = 0
         self.unanchored_seq = 0
         self.spout_emits = 0          # emit calls of a spout, selected or not
         # in a chain (runtime.chain): chunks for `local` consumers stay in the stage, in memory,
@@ -203,13 +208,11 @@ class TaskCollector:
             for tid in tids.tolist():
                 self.emit_counts.pop(tid, None)
         if self.tracker is not None:   # untracked, no ledger reads the contributions
-            per_root = np.repeat(tids, np.diff(root_off))
-            order = np.argsort(root_flat, kind="stable")
-            roots, xs = root_flat[order], per_root[order]
-            starts = np.flatnonzero(np.r_[True, roots[1:] != roots[:-1]])
-            contrib = self.contrib
-            for r, x in zip(roots[starts].tolist(), np.bitwise_xor.reduceat(xs, starts).tolist()):
-                contrib[r] = contrib.get(r, 0) ^ x
+            self.acked_xors.append((root_flat, np.repeat(tids, np.diff(root_off))))
+            self.acked_pending += len(root_flat)
+            if self.acked_pending >= ACK_FOLD_EVERY:
+                self.acked_xors = [ledger.combine(self.acked_xors)]
+                self.acked_pending = len(self.acked_xors[0][0])
             if self.replayed:
                 for tid in tids.tolist():
                     if tid in self.replayed:
@@ -289,6 +292,8 @@ class TaskCollector:
 
     def contributions(self) -> dict[int, int] | tuple[Any, Any]:
         """The task's XOR contributions per root, as its commit stores them."""
+        if self.acked_xors:
+            return ledger.combine([self.contrib, *self.acked_xors])
         return self.contrib
 
     def seal(self, key: tuple[str, int]) -> None:
