@@ -6,17 +6,20 @@ opens (`file://`, `s3://`, `gs://`, `az://`, ...; object stores take their setti
 credentials from the environment, e.g. AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION,
 AWS_ENDPOINT_URL: never from the XML).
 
-Exactly-once: a sink task's part of a round is one Delta commit (an append) carrying the
-application transaction `app_id(run, sink, task)` = "<run id>:<sink id>:<task id>" at version =
-the round. Before writing, the task reads the table's last version for its app id: one at or
+Exactly-once: a sink task's part of a round is written as data files in the table's folder,
+one per chunk as its tuples come (invisible: no commit names them), then added in one Delta
+commit (an append) carrying the application transaction `app_id(run, sink, task)` = "<run
+id>:<sink id>:<task id>" at version = the round (`DeltaPart`). At the part's first chunk, and
+again before the commit, the task reads the table's last version for its app id: one at or
 past the round means the part is committed already (a Spark retry, a resumed crashed round, a
 repeated round) and nothing is written. The commit is made against the snapshot that check
 read, so a concurrent attempt of the same part (Spark speculation) that committed in between
 makes delta-rs refuse it (a concurrent-transaction conflict); concurrent appends of other tasks
-are retried by delta-rs, and any conflict by this sink, after reading the app id again
-(`commit_part`).
+are retried by delta-rs, and any conflict by this sink, after reading the app id again (only
+the commit is retried: its data files stay). A task that dies before its commit leaves its data
+files unreferenced: never read, removed by `DeltaTable.vacuum`.
 
-A missing table is created by the first part (its columns' types from that part's values, as
+A missing table is created by the first part (its columns' types from its first chunk's values, as
 a parquet sink's: int64, double, string, bool, lists and structs; a column of nulls only is a
 string); later parts are cast to the table's types (a value that does not fit fails the part).
 App transactions stay in the table's log for good: `recovery clear RUN` cannot drop them, so a

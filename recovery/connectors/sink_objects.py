@@ -2,8 +2,9 @@
 committed by marker, never by rename (an object store has none: S3's move is a copy, then a
 delete).
 
-Each attempt at a part writes an object of its own, under its final name from the start: the
-part's name with a token unique to the attempt. Once the object is whole (on an object store it
+Each attempt at a part writes an object of its own (`attempt`), under its final name from the
+start: the part's name with a token unique to the attempt, written as the part's chunks come
+(an object store uploads it in parts). Once the object is whole (on an object store it
 appears only when its upload completes), the attempt checks that its driver still owns the run,
 then writes the part's marker, `_committed/<part name>.d<N>`, whose content is the object's
 name. That one small write is the commit: a reader takes, for each part, the object its marker
