@@ -6,17 +6,20 @@ opens (`file://`, `s3://`, `gs://`, `az://`, ...; object stores take their setti
 credentials from the environment, e.g. AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION,
 AWS_ENDPOINT_URL: never from the XML).
 
-Exactly-once: a sink task's part of a round is one Delta commit (an append) carrying the
-application transaction `app_id(run, sink, task)` = "<run id>:<sink id>:<task id>" at version =
-the round. Before writing, the task reads the table's last version for its app id: one at or
+Exactly-once: a sink task's part of a round is written as data files in the table's folder,
+one per chunk as its tuples come (invisible: no commit names them), then added in one Delta
+commit (an append) carrying the application transaction `app_id(run, sink, task)` = "<run
+id>:<sink id>:<task id>" at version = the round (`DeltaPart`). At the part's first chunk, and
+again before the commit, the task reads the table's last version for its app id: one at or
 past the round means the part is committed already (a Spark retry, a resumed crashed round, a
 repeated round) and nothing is written. The commit is made against the snapshot that check
 read, so a concurrent attempt of the same part (Spark speculation) that committed in between
 makes delta-rs refuse it (a concurrent-transaction conflict); concurrent appends of other tasks
-are retried by delta-rs, and any conflict by this sink, after reading the app id again
-(`commit_part`).
+are retried by delta-rs, and any conflict by this sink, after reading the app id again (only
+the commit is retried: its data files stay). A task that dies before its commit leaves its data
+files unreferenced: never read, removed by `DeltaTable.vacuum`.
 
-A missing table is created by the first part (its columns' types from that part's values, as
+A missing table is created by the first part (its columns' types from its first chunk's values, as
 a parquet sink's: int64, double, string, bool, lists and structs; a column of nulls only is a
 string); later parts are cast to the table's types (a value that does not fit fails the part).
 App transactions stay in the table's log for good: `recovery clear RUN` cannot drop them, so a
@@ -106,42 +109,109 @@ def conform(part: Any, schema: Any, what: str, where: str) -> Any:
     return pa.table(columns, schema=schema)
 
 
-def commit_part(uri: str, part: Any, app: str, version: int, what: str,
-                metadata: dict[str, str] | None = None, fence: Callable[[], object] | None = None) -> bool:
-    """Append `part` in one commit carrying the app transaction (app, version), unless the table
-    holds that version of `app` already. True: written; False: committed before. `fence` (the
-    task context's) raises, before each commit, when the task's driver no longer owns the run."""
-    from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
-    from deltalake.exceptions import CommitFailedError, DeltaError
-    for attempt in range(COMMIT_ATTEMPTS):
+class DeltaPart:
+    """A part being written to a Delta table: its chunks as data files in the table's folder
+    (invisible: no commit names them), then one commit adding them all with the part's app
+    transaction (`commit`). `done`: the table holds the part already, nothing is written."""
+
+    def __init__(self, uri: str, app: str, version: int, what: str, first: Any):
+        from deltalake import DeltaTable
+        from deltalake.exceptions import CommitFailedError, DeltaError
+        from deltalake.fs import DeltaStorageHandler
+        from pyarrow import fs as pafs
+        self.uri, self.app, self.version, self.what = uri, app, version, what
+        self.adds: list[Any] = []
         dt = open_table(uri)
-        if dt is None:   # created empty first, so that the append below is checked against a snapshot
+        if dt is None:   # created empty first, so that the part's commit is checked against a snapshot
             try:
-                DeltaTable.create(uri, _new_table_types(part).schema, mode="ignore")
+                DeltaTable.create(uri, _new_table_types(first).schema, mode="ignore")
             except CommitFailedError as err:   # another task created it first
                 log.debug("%s: table %s created concurrently (%s)", what, uri, err)
             except (DeltaError, OSError) as err:
                 raise SinkTableError(f"{what}: cannot create Delta table {uri}: {_one_line(err)}") from None
-            continue
+            dt = open_table(uri)
         done = dt.transaction_version(app)
-        if done is not None and done >= version:   # (version 0 is falsy: compared, never tested)
+        self.done = done is not None and done >= version   # (version 0 is falsy: compared, never tested)
+        self.schema = table_schema(dt)
+        self.fs = pafs.PyFileSystem(DeltaStorageHandler(uri))
+
+    def write(self, chunk: Any) -> None:
+        """One data file of the chunk's rows, cast to the table's types."""
+        import json
+        import uuid
+
+        import pyarrow.parquet as pq
+        from deltalake.transaction import AddAction
+        if self.done or chunk.num_rows == 0:
+            return
+        data = conform(chunk, self.schema, self.what, self.uri)
+        name = f"part-{uuid.uuid4()}-c000.snappy.parquet"
+        with self.fs.open_output_stream(name) as stream:
+            pq.write_table(data, stream, compression="snappy")
+        size = self.fs.get_file_info(name).size
+        stats = {"numRecords": data.num_rows, "nullCount": {
+            f.name: data.column(f.name).null_count for f in data.schema if not _nested(f.type)}}
+        self.adds.append(AddAction(name, size, {}, int(time.time() * 1000), True, json.dumps(stats)))
+
+    def commit(self, metadata: dict[str, str] | None, fence: Callable[[], object] | None) -> bool:
+        """One commit of every data file with the app transaction (app, version), unless the
+        table holds that version of `app` already. True: committed; False: committed before.
+        `fence` raises, before each try, when the task's driver no longer owns the run."""
+        from deltalake import CommitProperties, Transaction
+        from deltalake.exceptions import CommitFailedError, DeltaError
+        if self.done:
             return False
-        data = conform(part, table_schema(dt), what, uri)
-        if fence is not None:
-            fence()
-        try:
-            # against `dt`, the snapshot read above: a commit of `app` since then is a conflict
-            write_deltalake(dt, data, mode="append", commit_properties=CommitProperties(
-                app_transactions=[Transaction(app_id=app, version=version)], custom_metadata=metadata))
-            return True
-        except CommitFailedError as err:
-            log.info("%s: commit of %s version %d conflicted (%s); reading the table again", what, app,
-                     version, str(err).splitlines()[0])
-            time.sleep(min(1.0, 0.01 * 2 ** min(attempt, 7)) * random.random())   # jittered backoff
-        except DeltaError as err:
-            raise SinkTableError(f"{what}: cannot write Delta table {uri}: {_one_line(err)}") from None
-    raise SinkTableError(f"{what}: Delta table {uri}: commit of {app} version {version} still conflicted "
-                         f"after {COMMIT_ATTEMPTS} attempts")
+        for attempt in range(COMMIT_ATTEMPTS):
+            dt = open_table(self.uri)
+            done = dt.transaction_version(self.app)
+            if done is not None and done >= self.version:
+                self.abort()   # another attempt's commit holds the part: ours are never read
+                return False
+            if fence is not None:
+                fence()
+            try:
+                # against `dt`, the snapshot read above: a commit of `app` since then is a conflict
+                dt.create_write_transaction(self.adds, "append", self.schema, commit_properties=CommitProperties(
+                    app_transactions=[Transaction(app_id=self.app, version=self.version)], custom_metadata=metadata))
+                return True
+            except CommitFailedError as err:
+                log.info("%s: commit of %s version %d conflicted (%s); reading the table again", self.what,
+                         self.app, self.version, str(err).splitlines()[0])
+                time.sleep(min(1.0, 0.01 * 2 ** min(attempt, 7)) * random.random())   # jittered backoff
+            except DeltaError as err:
+                raise SinkTableError(f"{self.what}: cannot write Delta table {self.uri}: {_one_line(err)}") from None
+        raise SinkTableError(f"{self.what}: Delta table {self.uri}: commit of {self.app} version {self.version} "
+                             f"still conflicted after {COMMIT_ATTEMPTS} attempts")
+
+    def abort(self) -> None:
+        """Best effort: the data files written, removed (no commit names them: never read;
+        DeltaTable.vacuum removes what is left)."""
+        for add in self.adds:
+            try:
+                self.fs.delete_file(add.path)
+            except OSError as err:
+                log.info("%s: data file %s of a dropped part not removed: %s", self.what, add.path, err)
+        self.adds = []
+
+
+def _nested(t: Any) -> bool:
+    import pyarrow as pa
+    return bool(pa.types.is_nested(t))
+
+
+def commit_part(uri: str, part: Any, app: str, version: int, what: str,
+                metadata: dict[str, str] | None = None, fence: Callable[[], object] | None = None) -> bool:
+    """Append `part` (one Arrow table) in one commit carrying the app transaction (app,
+    version), unless the table holds that version of `app` already. True: written; False:
+    committed before. `fence` (the task context's) raises, before the commit, when the task's
+    driver no longer owns the run."""
+    writing = DeltaPart(uri, app, version, what, part)
+    try:
+        writing.write(part)
+        return writing.commit(metadata, fence)
+    except BaseException:
+        writing.abort()
+        raise
 
 
 def _one_line(err: BaseException) -> str:
@@ -149,8 +219,9 @@ def _one_line(err: BaseException) -> str:
 
 
 class DeltaSink(ParquetSink):
-    """The parquet sink's encodings (rows and Arrow batches become one Arrow table per part),
-    written as one Delta commit with the part's app transaction (module doc)."""
+    """The parquet sink's encodings (rows and Arrow batches become Arrow tables, a chunk at a
+    time), written as data files and added in one Delta commit with the part's app
+    transaction (module doc)."""
 
     def __init__(self, impl: SinkImpl, base_dir: str):
         super().__init__(impl, base_dir)
@@ -162,26 +233,48 @@ class DeltaSink(ParquetSink):
             raise ValueError("a delta sink writes named fields: the input stream declares none")
         return tup.as_dict()
 
-    def write(self, encoded: list[dict]) -> None:
+    def chunk_of(self, encoded: list[dict]) -> Any:
         """Rows of several inputs may name different fields: every row gets every column."""
         import pyarrow as pa
         columns = list(dict.fromkeys(c for row in encoded for c in row))
-        self.write_table(pa.Table.from_pylist([{c: row.get(c) for c in columns} for row in encoded]))
+        return pa.Table.from_pylist([{c: row.get(c) for c in columns} for row in encoded])
 
-    def write_table(self, table: Any) -> None:
+    def _what(self) -> str:
+        return f"sink {self.context.component_id!r} (delta)"
+
+    def _with_run(self, chunk: Any) -> Any:
         import pyarrow as pa
-        ctx = self.context
-        run_id, round_no = ctx.run_id, ctx.round
-        what = f"sink {ctx.component_id!r} (delta)"
         if self.run_column:
-            table = table.append_column(self.run_column, pa.array([run_id] * table.num_rows, pa.string()))
-        app = app_id(run_id, ctx.component_id, ctx.task_id)
-        metadata = {"recovery_run": run_id, "recovery_sink": ctx.component_id,
-                    "recovery_task": str(ctx.task_id), "recovery_round": str(round_no)}
-        written = commit_part(self.uri, table, app, round_no, what, metadata, ctx.fence)
-        log.info("%s task %d round %d: %s", what, ctx.task_id, round_no,
-                 f"{table.num_rows} rows committed to {self.uri}" if written else
+            chunk = chunk.append_column(self.run_column, pa.array([self.context.run_id] * chunk.num_rows, pa.string()))
+        return chunk
+
+    def open_part(self, chunk: Any) -> DeltaPart:
+        ctx = self.context
+        from deltalake.exceptions import DeltaError
+        try:
+            return DeltaPart(self.uri, app_id(ctx.run_id, ctx.component_id, ctx.task_id), ctx.round, self._what(),
+                             self._with_run(chunk))
+        except (DeltaError, OSError) as err:
+            raise SinkTableError(f"{self._what()}: cannot open Delta table {self.uri}: {_one_line(err)}") from None
+
+    def write_chunk(self, part: DeltaPart, chunk: Any) -> None:
+        from deltalake.exceptions import DeltaError
+        try:
+            part.write(self._with_run(chunk))
+        except (DeltaError, OSError) as err:
+            raise SinkTableError(f"{self._what()}: cannot write Delta table {self.uri}: {_one_line(err)}") from None
+
+    def commit_part(self, part: DeltaPart) -> None:
+        ctx = self.context
+        metadata = {"recovery_run": ctx.run_id, "recovery_sink": ctx.component_id,
+                    "recovery_task": str(ctx.task_id), "recovery_round": str(ctx.round)}
+        written = part.commit(metadata, ctx.fence)
+        log.info("%s task %d round %d: %s", self._what(), ctx.task_id, ctx.round,
+                 f"{len(part.adds)} data files committed to {self.uri}" if written else
                  "part committed already (a retry or a resumed round): nothing written")
+
+    def abort_part(self, part: DeltaPart) -> None:
+        part.abort()
 
 
 # --- the driver's side -----------------------------------------------------------------------

@@ -1,19 +1,22 @@
 """The PostgreSQL sink: `<sink type="postgres" url="postgresql://user@host:port/db" table="[schema.]name"/>`.
 
 The input stream's fields go into the table's columns of the same names (plus, with
-`run-column="name"`, the run id into that column). A sink task buffers its part (its tuples of
-one round), then writes it with COPY in one database transaction that also inserts the part's
-row into the commit table `recovery_commits` (in the table's schema), keyed by (run, sink,
-task, round):
+`run-column="name"`, the run id into that column). A sink task writes its part (its tuples of
+one round) in one database transaction that also inserts the part's row into the commit table
+`recovery_commits` (in the table's schema), keyed by (run, sink, task, round):
 
-1. the commit row first (`INSERT ... ON CONFLICT DO NOTHING`): a concurrent attempt of the same
-   part (Spark speculation) blocks on the key until the first one commits or rolls back;
+1. at the part's first chunk, the commit row first (`INSERT ... ON CONFLICT DO NOTHING`): a
+   concurrent attempt of the same part (Spark speculation) blocks on the key until the first
+   one commits or rolls back;
 2. an existing row means the part is in the table already (a Spark retry, a resumed crashed
    round, a repeated round): nothing is written, the tuples are acked;
-3. otherwise COPY the rows, then COMMIT: rows and commit row are there together or not at all.
+3. otherwise each chunk is COPY'd into the transaction as it comes, and at the end of the
+   task's input the commit row gets the part's row count and the transaction COMMITs: rows and
+   commit row are there together or not at all.
 
-A missing table is created by the first part written, its column types from that part's values
-(`column_types`); a missing commit table too. Both under an advisory lock, so that concurrent
+A missing table is created by the first part written, its column types from that part's first
+chunk's values (`column_types`; a field no value of it names: text); a missing commit table
+too. Both under an advisory lock, so that concurrent
 tasks create each once. Identifiers are quoted (psycopg.sql), never formatted into SQL. The
 password comes from libpq's usual places (PGPASSWORD, ~/.pgpass, a service file): the XML
 never holds one (refused at validate, recovery/model/xml/build.py).
@@ -28,12 +31,12 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from recovery.api.tuples import Tuple
-from recovery.connectors.sink_base import BufferedSink, SinkTableError
+from recovery.connectors.sink_base import SinkTableError, StreamingSink
 from recovery.model.workflow import SinkImpl
 
 if TYPE_CHECKING:
@@ -270,8 +273,17 @@ def converter(type_name: str) -> Any:
 
 
 # --- the sink --------------------------------------------------------------------------------
-class PostgresSink(BufferedSink):
-    """One COPY per part, in the transaction that inserts the part's commit row (module doc)."""
+class PgPart:
+    """A part being written: its connection, inside the part's transaction once the commit row
+    is claimed (`claimed` False: the part is in the table already, nothing is written)."""
+
+    def __init__(self, stack: ExitStack, conn: psycopg.Connection, target: Resolved, claimed: bool):
+        self.stack, self.conn, self.target, self.claimed = stack, conn, target, claimed
+        self.rows = 0
+
+
+class PostgresSink(StreamingSink):
+    """The part's chunks COPY'd into the transaction that inserted its commit row (module doc)."""
 
     def __init__(self, impl: SinkImpl, base_dir: str):
         super().__init__(impl, base_dir)
@@ -290,53 +302,103 @@ class PostgresSink(BufferedSink):
     def _what(self) -> str:
         return f"sink {self.context.component_id!r} (postgres)"
 
-    def write(self, encoded: list[dict[str, Any]]) -> None:
-        if not encoded:
-            return
-        import psycopg
-        ctx = self.context
-        run_id, round_no = ctx.run_id, ctx.round
-        columns = list(dict.fromkeys(c for row in encoded for c in row))
-        what = self._what()
+    def _declared(self) -> list[str]:
+        """The fields the sink's inputs declare (a recovery round's queue inputs declare none)."""
+        wf = self.context.workflow
+        out: list[str] = []
         try:
-            with connect(self.url, what) as conn:
-                target = ensure_table(conn, self.table, encoded, columns, self.run_column)
-                ensure_commit_table(conn, target)
-                wanted = columns + ([self.run_column] if self.run_column else [])
-                missing = missing_columns(target, wanted)
-                if missing:
-                    raise columns_error(what, target, missing)
-                written = self._commit_part(conn, target, encoded, columns, run_id, round_no)
-        except psycopg.Error as err:
-            raise SinkTableError(f"{what}: cannot write table {self.table} at {self.url}: {one_line(err)}") from None
-        log.info("%s task %d round %d: %s", what, ctx.task_id, round_no,
-                 f"{len(encoded)} rows written to {self.table}" if written else
-                 "part committed already (a retry or a resumed round): nothing written")
+            inputs = wf.component(self.context.component_id).inputs
+        except KeyError:
+            return out
+        for inp in inputs:
+            try:
+                stream = wf.component(inp.source).stream(inp.stream)
+            except KeyError:
+                continue
+            out += stream.fields if stream else ()
+        return list(dict.fromkeys(out))
 
-    def _commit_part(self, conn: psycopg.Connection, target: Resolved, rows: list[dict[str, Any]],
-                     columns: list[str], run_id: str, round_no: int) -> bool:
+    def open_part(self, chunk: list[dict[str, Any]]) -> PgPart:
+        """Connected, the table and the commit table there, the part's transaction begun with
+        its commit row (the first chunk's values give a missing table its column types)."""
+        import psycopg
         from psycopg import sql
-        ctx = self.context
-        types = target.columns or {}
+        ctx, what = self.context, self._what()
+        stack = ExitStack()
+        try:
+            conn = stack.enter_context(connect(self.url, what))
+            columns = list(dict.fromkeys([*self._declared(), *(c for row in chunk for c in row)]))
+            target = ensure_table(conn, self.table, chunk, columns, self.run_column)
+            ensure_commit_table(conn, target)
+            conn.autocommit = False   # the part's transaction, from the commit row to COMMIT
+            claimed = conn.execute(sql.SQL(
+                "INSERT INTO {} (run_id, sink, task, round, target, rows) VALUES (%s, %s, %s, %s, %s, 0) "
+                "ON CONFLICT DO NOTHING RETURNING 1").format(target.commits()),
+                [ctx.run_id, ctx.component_id, ctx.task_id, ctx.round, str(target)]).fetchone()
+            return PgPart(stack, conn, target, claimed is not None)
+        except psycopg.Error as err:
+            stack.close()
+            raise SinkTableError(f"{what}: cannot write table {self.table} at {self.url}: {one_line(err)}") from None
+        except BaseException:
+            stack.close()
+            raise
+
+    def write_chunk(self, part: PgPart, chunk: list[dict[str, Any]]) -> None:
+        import psycopg
+        from psycopg import sql
+        if not part.claimed or not chunk:
+            return
+        what = self._what()
+        columns = list(dict.fromkeys(c for row in chunk for c in row))
+        missing = missing_columns(part.target, columns + ([self.run_column] if self.run_column else []))
+        if missing:
+            raise columns_error(what, part.target, missing)
+        types = part.target.columns or {}
         convert = [converter(types[c]) for c in columns]
         names = columns + ([self.run_column] if self.run_column else [])
-        extra = [run_id] if self.run_column else []
-        with conn.transaction():
-            claimed = conn.execute(sql.SQL(
-                "INSERT INTO {} (run_id, sink, task, round, target, rows) VALUES (%s, %s, %s, %s, %s, %s) "
-                "ON CONFLICT DO NOTHING RETURNING 1").format(target.commits()),
-                [run_id, ctx.component_id, ctx.task_id, round_no, str(target), len(rows)]).fetchone()
-            if claimed is None:
-                return False
-            with conn.cursor() as cur, cur.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(
-                    target.ident(), sql.SQL(", ").join(sql.Identifier(c) for c in names))) as copy:
-                for row in rows:
+        extra = [self.context.run_id] if self.run_column else []
+        try:
+            with part.conn.cursor() as cur, cur.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(
+                    part.target.ident(), sql.SQL(", ").join(sql.Identifier(c) for c in names))) as copy:
+                for row in chunk:
                     copy.write_row([f(row.get(c)) for f, c in zip(convert, columns)] + extra)
-            # last, before COMMIT: a task of a driver that lost the run (taken over, cleared)
-            # raises here and its transaction rolls back (the file sinks check before renaming)
-            if ctx.fence is not None:
-                ctx.fence()
-        return True
+        except psycopg.Error as err:
+            raise SinkTableError(f"{what}: cannot write table {self.table} at {self.url}: {one_line(err)}") from None
+        part.rows += len(chunk)
+
+    def commit_part(self, part: PgPart) -> None:
+        import psycopg
+        from psycopg import sql
+        ctx, what = self.context, self._what()
+        try:
+            if part.claimed:
+                part.conn.execute(sql.SQL(
+                    "UPDATE {} SET rows = %s WHERE run_id = %s AND sink = %s AND task = %s AND round = %s").format(
+                    part.target.commits()), [part.rows, ctx.run_id, ctx.component_id, ctx.task_id, ctx.round])
+                # last, before COMMIT: a task of a driver that lost the run (taken over, cleared)
+                # raises here and its transaction rolls back (the file sinks check before renaming)
+                if ctx.fence is not None:
+                    ctx.fence()
+                part.conn.commit()
+            else:
+                part.conn.rollback()
+        except psycopg.Error as err:
+            raise SinkTableError(f"{what}: cannot write table {self.table} at {self.url}: {one_line(err)}") from None
+        finally:
+            part.stack.close()
+        log.info("%s task %d round %d: %s", what, ctx.task_id, ctx.round,
+                 f"{part.rows} rows written to {self.table}" if part.claimed else
+                 "part committed already (a retry or a resumed round): nothing written")
+
+    def abort_part(self, part: PgPart) -> None:
+        """The part's transaction rolled back (closing the connection does it too)."""
+        import psycopg
+        try:
+            part.conn.rollback()
+        except psycopg.Error as err:
+            log.info("%s: rollback of a dropped part: %s", self._what(), one_line(err))
+        finally:
+            part.stack.close()
 
 
 # --- the driver's side -----------------------------------------------------------------------

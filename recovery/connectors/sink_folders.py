@@ -64,33 +64,49 @@ def folder_of(impl: SinkImpl, base_dir: str | None) -> str:
     return os.path.abspath(local) if local is not None else where
 
 
-def atomic_write(path: str, write: Callable[[Any], None], fence: Callable[[], object] | None = None) -> None:
-    """`write(file)` into a hidden temporary file of the part's folder, then rename it over the
-    part: a reader never sees half a part (readers skip names starting with "." or "_").
-    `fence` (the task context's) raises unless the task's driver still owns the run; it is
-    checked and the part renamed under a lock on the folder, so a task of a driver that was
-    taken over can never put its part over the one its successor's task wrote after it."""
+class StagedFile:
+    """A part being written into a local folder as its chunks come: a hidden temporary file of
+    the part's folder (readers skip names starting with "." or "_"), which `atomic_write`
+    renames over the part, or `discard` removes."""
+
+    def __init__(self, folder: str):
+        os.makedirs(folder, exist_ok=True)
+        fd, self.path = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+        self.file = os.fdopen(fd, "wb")
+
+    def discard(self) -> None:
+        self.file.close()
+        if os.path.exists(self.path):
+            os.unlink(self.path)
+
+
+def atomic_write(path: str, write: Callable[[Any], None] | StagedFile,
+                 fence: Callable[[], object] | None = None) -> None:
+    """`write(file)` into a hidden temporary file of the part's folder (or `write`, a staged
+    file the part was written into already), then rename it over the part: a reader never sees
+    half a part. `fence` (the task context's) raises unless the task's driver still owns the
+    run; it is checked and the part renamed under a lock on the folder, so a task of a driver
+    that was taken over can never put its part over the one its successor's task wrote after it."""
     folder = os.path.dirname(path)
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+    staged = write if isinstance(write, StagedFile) else StagedFile(folder)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
+        with staged.file as fh:
+            if not isinstance(write, StagedFile):
+                write(fh)
             fh.flush()
             os.fsync(fh.fileno())
         if fence is None:
-            os.replace(tmp, path)
+            os.replace(staged.path, path)
         else:
             lock = os.open(folder, os.O_RDONLY)
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX)
                 fence()
-                os.replace(tmp, path)
+                os.replace(staged.path, path)
             finally:
                 os.close(lock)   # (drops the lock)
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        staged.discard()
         raise
     _fsync_dir(folder)
 

@@ -2,8 +2,9 @@
 committed by marker, never by rename (an object store has none: S3's move is a copy, then a
 delete).
 
-Each attempt at a part writes an object of its own, under its final name from the start: the
-part's name with a token unique to the attempt. Once the object is whole (on an object store it
+Each attempt at a part writes an object of its own (`attempt`), under its final name from the
+start: the part's name with a token unique to the attempt, written as the part's chunks come
+(an object store uploads it in parts). Once the object is whole (on an object store it
 appears only when its upload completes), the attempt checks that its driver still owns the run,
 then writes the part's marker, `_committed/<part name>.d<N>`, whose content is the object's
 name. That one small write is the commit: a reader takes, for each part, the object its marker
@@ -130,28 +131,24 @@ class ObjectFolder:
 
     def commit(self, part: str, write: Callable[[Any], object],
                fence: Callable[[], int | None] | None) -> str:
-        """Write an attempt's object for `part`, then point the part's marker at it, after
-        `fence`, which raises unless the task's driver still owns the run and returns how many
-        drivers held it before. Returns the object's name. An attempt that fails before its
-        marker removes its object."""
-        name = attempt_name(part)
+        """Write an attempt's object for `part` at once (`write(stream)`), then commit it
+        (`Attempt.commit`). Returns the object's name."""
+        attempt = self.attempt(part)
         try:
-            self.files.prepare(COMMITTED)   # (folders on a filesystem that has them: HDFS)
-            with self.files.create(name) as fh:
-                write(fh)
-            drivers = int((fence() if fence is not None else 0) or 0)
-            marker = marker_name(part, drivers)
-            previous = self._read_marker(marker)
-            with self.files.create(f"{COMMITTED}/{marker}") as fh:
-                fh.write(name.encode())
+            write(attempt.stream)
         except BaseException:
-            self._remove_quietly(name)
+            attempt.abort()
             raise
-        if previous is not None and previous != name and ATTEMPT.match(previous) and part_of(previous) == part:
-            self._remove_quietly(previous)   # a retry's: no marker names it any more
-        return name
+        return attempt.commit(fence)
 
-    def _remove_quietly(self, name: str) -> None:
+    def attempt(self, part: str) -> Attempt:
+        """A new attempt at `part`: its object, open for writing as the part's chunks come (an
+        object store uploads it in parts: a multipart upload on S3)."""
+        name = attempt_name(part)
+        self.files.prepare(COMMITTED)   # (folders on a filesystem that has them: HDFS)
+        return Attempt(self, part, name, self.files.create(name))
+
+    def remove_quietly(self, name: str) -> None:
         """Best effort: an object left behind is never read, and `clear` removes it."""
         try:
             self.files.remove(name)
@@ -182,3 +179,37 @@ class ObjectFolder:
         for rel in losers + stale:
             self.files.remove(rel)
         return losers + stale
+
+
+class Attempt:
+    """One attempt's object at a part, being written: `stream` takes its bytes; `commit` ends
+    the upload (the object appears whole), then, after `fence`, which raises unless the task's
+    driver still owns the run and returns how many drivers held it before, points the part's
+    marker at it; `abort` drops it. Whatever fails before the marker removes the object."""
+
+    def __init__(self, folder: ObjectFolder, part: str, name: str, stream: Any):
+        self.folder, self.part, self.name, self.stream = folder, part, name, stream
+
+    def commit(self, fence: Callable[[], int | None] | None) -> str:
+        folder, part, name = self.folder, self.part, self.name
+        try:
+            self.stream.close()
+            drivers = int((fence() if fence is not None else 0) or 0)
+            marker = marker_name(part, drivers)
+            previous = folder._read_marker(marker)
+            with folder.files.create(f"{COMMITTED}/{marker}") as fh:
+                fh.write(name.encode())
+        except BaseException:
+            folder.remove_quietly(name)
+            raise
+        if previous is not None and previous != name and ATTEMPT.match(previous) and part_of(previous) == part:
+            folder.remove_quietly(previous)   # a retry's: no marker names it any more
+        return name
+
+    def abort(self) -> None:
+        """Best effort: the upload ended and the object removed (never read: no marker names it)."""
+        try:
+            self.stream.close()
+        except (OSError, ValueError) as err:
+            log.info("sink folder %s: %s not completed: %s", self.folder.shown, self.name, self.folder.why(err))
+        self.folder.remove_quietly(self.name)

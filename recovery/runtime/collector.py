@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from recovery.api.tuples import Tuple
 from recovery.model.failed import FailedTuple
 from recovery.runtime import timeouts, wire
-from recovery.tracking import ids
+from recovery.tracking import ids, ledger
 
 if TYPE_CHECKING:
     from recovery.model.graph import TaskMap
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from recovery.tracking.tracker import TaskTracker
 
 CHUNK = 2048          # tuples per blob
+ACK_FOLD_EVERY = 1 << 22   # ack_many's pending (root, id) pairs folded at once: 64 MB at most
 ERROR_CAP = 4000      # characters of an error/traceback kept with a failed tuple
 
 Output = tuple[tuple[str, int], wire.Chunk]   # ((consumer, consumer task index), chunk)
@@ -69,6 +70,10 @@ class TaskCollector:
         self.outstanding: dict[int, Tuple] = {}
         self.held: dict[int, list] = {}
         self.emit_counts: dict[int, int] = {}
+        # ack_many's contributions: (roots, ids) arrays, folded per root in bulk (not a dict
+        # entry of about 100 bytes per root: a sink task of 10M roots would hold a gigabyte)
+        self.acked_xors: list[tuple[Any, Any]] = []
+        self.acked_pending = 0
         self.unanchored_seq = 0
         self.spout_emits = 0          # emit calls of a spout, selected or not
         # in a chain (runtime.chain): chunks for `local` consumers stay in the stage, in memory,
@@ -142,6 +147,8 @@ class TaskCollector:
         tid = tup.id
         if self.outstanding.pop(tid, None) is None:
             return  # already acked or failed: Storm ignores it too
+        # no emit can anchor to it any more: its count goes, or the task would keep one per input
+        self.emit_counts.pop(tid, None)
         self.stats["acked"] += 1
         if self.tracker is not None:   # untracked, no ledger reads the contributions
             contrib = self.contrib
@@ -162,6 +169,7 @@ class TaskCollector:
             raise self.timeouts.expired()
         if self.outstanding.pop(tup.id, None) is None:
             return
+        self.emit_counts.pop(tup.id, None)
         self.stats["failed"] += 1
         for entry in self.held.pop(tup.id, ()):
             entry[2] = True   # nothing emitted on a failed tuple's behalf flows on
@@ -175,6 +183,46 @@ class TaskCollector:
                 self.stats["dead"] += 1
         else:
             self.log(f"tuple {tup.id:#x} failed: {error}", "error")
+
+    # -- a built-in sink's input (connectors.sink_base): no Tuple held per tuple written ---------
+    def detach(self, tup: Tuple) -> None:
+        """`tup` leaves `outstanding`, neither acked nor failed: a built-in sink that wrote it
+        keeps only its id and roots, and answers for it: `ack_many` after its commit, or
+        `attach` to hand it back (then it fails with the rest of what is outstanding)."""
+        self.outstanding.pop(tup.id, None)
+
+    def attach(self, tup: Tuple) -> None:
+        """`tup` outstanding again (a built-in sink's part that could not be committed)."""
+        self.outstanding[tup.id] = tup
+
+    def ack_many(self, tids: Any, root_off: Any, root_flat: Any) -> None:
+        """Ack tuples given by arrays, not Tuples: tuple i has id tids[i] and roots
+        root_flat[root_off[i]:root_off[i + 1]] (numpy uint64, int64, uint64), as `ack` acks
+        each. For tuples `detach`ed: no outstanding check."""
+        import numpy as np
+        n = len(tids)
+        if n == 0:
+            return
+        self.stats["acked"] += n
+        if self.emit_counts:
+            for tid in tids.tolist():
+                self.emit_counts.pop(tid, None)
+        if self.tracker is not None:   # untracked, no ledger reads the contributions
+            self.acked_xors.append((root_flat, np.repeat(tids, np.diff(root_off))))
+            self.acked_pending += len(root_flat)
+            if self.acked_pending >= ACK_FOLD_EVERY:
+                self.acked_xors = [ledger.combine(self.acked_xors)]
+                self.acked_pending = len(self.acked_xors[0][0])
+            if self.replayed:
+                for tid in tids.tolist():
+                    if tid in self.replayed:
+                        self.tracker.replay_done(self.component_id, self.task_id, tid)
+        if self.held:
+            for tid in tids.tolist():
+                for entry in self.held.pop(tid, ()):
+                    entry[0] -= 1
+                    if entry[0] == 0 and not entry[2]:
+                        self._release(entry[1])
 
     def log(self, message: str, level: str = "info") -> None:
         running = self.timeouts.running
@@ -264,6 +312,8 @@ class TaskCollector:
 
     def contributions(self) -> dict[int, int] | tuple[Any, Any]:
         """The task's XOR contributions per root, as its commit stores them."""
+        if self.acked_xors:
+            return ledger.combine([self.contrib, *self.acked_xors])
         return self.contrib
 
     def seal(self, key: tuple[str, int]) -> None:

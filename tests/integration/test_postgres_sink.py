@@ -270,3 +270,17 @@ def test_the_fields_are_the_columns_written(postgres_url, redis_client, tmp_path
     wf = load(write_xml(tmp_path, postgres_bolt(postgres_url), n=5))
     assert run(wf, redis_client).summary.status == "completed"
     assert [c for c, _ in columns(postgres_url, "events")] == list(FIELDS)
+
+
+def test_a_part_of_many_chunks_is_copied_in_its_one_transaction_and_counted_once(postgres_url, redis_client,
+                                                                                 tmp_path, monkeypatch):
+    """Chunks stream into the part's transaction as they come: the rows and the part's commit
+    row, with the part's whole row count, are committed together."""
+    from recovery.connectors.sink_base import StreamingSink
+    monkeypatch.setattr(StreamingSink, "chunk_records", 7)
+    wf = load(write_xml(tmp_path, postgres_bolt(postgres_url), n=N))
+    r = run(wf, redis_client, run_id="p7")
+    assert r.summary["status"] == "completed"
+    assert postgres_rows(postgres_url) == expected(N)
+    commits = commit_rows(postgres_url)
+    assert len(commits) == len(TaskMap.of(wf).task_ids("pg")) and sum(c[4] for c in commits) == N

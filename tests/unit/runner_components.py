@@ -185,3 +185,8 @@ class SameMessageIdTwice(Spout):
             return False
         self.emit([self.sent], tup_id=7)
         self.sent += 1
+
+
+class PassOn(BasicBolt):
+    def process(self, tup):
+        self.emit([tup["n"]])

@@ -99,3 +99,17 @@ def test_remove_parts_takes_the_markers_first_then_the_objects_and_missing_ones_
         [MARKER, f"{COMMITTED}/{marker_name(PART, 1)}", first, later, orphan])
     at.remove_parts(lambda p: p == PART, [orphan, first])
     assert files(tmp_path) == [] and at.named_by(PART) is None
+
+
+def test_an_attempt_written_in_pieces_is_named_by_no_marker_until_its_commit_and_an_abort_leaves_nothing(tmp_path):
+    at = folder(tmp_path)
+    attempt = at.attempt(PART)
+    for i in range(3):
+        attempt.stream.write(b'{"n": %d}\n' % i)
+        assert at.named_by(PART) is None          # a reader sees no part while it is written
+    name = attempt.commit(None)
+    assert at.named_by(PART) == name and (tmp_path / "out" / name).read_bytes() == b'{"n": 0}\n{"n": 1}\n{"n": 2}\n'
+    dropped = at.attempt(PART)
+    dropped.stream.write(b"half a part")
+    dropped.abort()
+    assert files(tmp_path) == sorted([name, MARKER]) and at.named_by(PART) == name

@@ -234,13 +234,13 @@ def test_a_batch_sink_write_that_published_in_time_stays_acked_when_it_returns_l
 
 def test_a_batch_redis_sink_write_past_the_timeout_sets_no_field(monkeypatch):
     from recovery.connectors import redis_sink
-    real_write = redis_sink.RedisHashSink.write_chunks
+    real_write = redis_sink.RedisHashSink.write_chunk
 
-    def slow_write(self, chunks):   # time spent before the HSET (encoding, a slow client)
+    def slow_write(self, part, chunk):   # time spent before the HSET (encoding, a slow client)
         CLOCK[0] += OVERRUN
-        real_write(self, chunks)
+        real_write(self, part, chunk)
 
-    monkeypatch.setattr(redis_sink.RedisHashSink, "write_chunks", slow_write)
+    monkeypatch.setattr(redis_sink.RedisHashSink, "write_chunk", slow_write)
     run = _run(workflow("Pass", SinkImpl(type="redis", params=(("key", "sunk"),))))
     assert run.client.hlen("sunk") == 0
     assert sorted(_errors(run)) == list(range(12))

@@ -428,3 +428,20 @@ def test_a_delta_sink_task_of_a_driver_taken_over_commits_nothing_to_its_table(m
     table = delta.open_table(str(tmp_path / "lake"))
     assert table is None or table.to_pyarrow_table().num_rows == 0
     assert fake_redis.hkeys(keys.task_done("r", 0)) == [b"src:0"]
+
+
+def test_a_bolt_task_keeps_no_emit_count_of_an_input_once_it_is_acked(fake_redis):
+    """Emit indexes are counted per anchor, and no emit can anchor to an acked tuple: a task
+    that kept each input's count would hold one entry per tuple of its partition."""
+    from recovery.runtime import wire
+    from recovery.runtime.task import TaskRunner, injected_client
+    wf = Workflow(name="w", components=(
+        Component(id="src", kind="spout", impl=ClassImpl(ref=REF + "Numbers"), streams=(StreamDef(fields=("n",)),)),
+        Component(id="pass", kind="bolt", impl=ClassImpl(ref=REF + "PassOn"), streams=(StreamDef(fields=("n",)),),
+                  inputs=(Input(source="src"),))))
+    spec = RunSpec("r", 0, wf.to_task_json(), "fake://", True)
+    records = [(("pass", 0), wire.pack_rows("src", 0, [[i + 1, (i + 1,), "default", [i]] for i in range(50)]))]
+    with injected_client("fake://", fake_redis):
+        runner = TaskRunner(spec, "pass", 0)
+        list(runner.run_bolt(records))
+    assert runner.stats["acked"] == 50 and runner.collector.emit_counts == {}
