@@ -8,6 +8,7 @@ in-flight tuples (tracking/spill.py).
 """
 from __future__ import annotations
 
+import functools
 import traceback
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -15,17 +16,19 @@ from typing import TYPE_CHECKING, Any
 from recovery.api.tuples import Tuple
 from recovery.model.failed import FailedTuple
 from recovery.runtime import timeouts, wire
-from recovery.tracking import ids
+from recovery.tracking import ids, ledger
 
 if TYPE_CHECKING:
     from recovery.model.graph import TaskMap
     from recovery.model.run import TaskIdentity
+    from recovery.runtime.chunks import RowEmits
     from recovery.runtime.roots import SpoutRoots
     from recovery.runtime.routing import Router
     from recovery.runtime.timeouts import MessageTimeouts
     from recovery.tracking.tracker import TaskTracker
 
 CHUNK = 2048          # tuples per blob
+FOLD_EVERY = 64       # chunks' contribution arrays kept before they are folded into one
 ERROR_CAP = 4000      # characters of an error/traceback kept with a failed tuple
 
 Output = tuple[tuple[str, int], wire.Chunk]   # ((consumer, consumer task index), chunk)
@@ -75,6 +78,10 @@ class TaskCollector:
         # and are never spilled; the others go to the chain's one spill file, `spill`'s
         self.local: frozenset[str] = frozenset()
         self.spill: TaskTracker | None = tracker
+        # the chunk path (runtime.chunks): while `rows` is set, a BasicBolt's input chunk runs
+        # as one unit; its emits wait in `rows` until the chunk ends
+        self.rows: RowEmits | None = None
+        self.contrib_parts: list[tuple[Any, Any]] = []   # (roots, xors) arrays of chunks
 
     # -- the OutputCollector protocol ----------------------------------------------------------
     def emit(self, component: Any, values: Any, stream: str, anchors: tuple, direct_task: int | None,
@@ -84,6 +91,9 @@ class TaskCollector:
             raise self.timeouts.expired()
         if type(values) is not list:
             values = list(values)
+        rows = self.rows
+        if rows is not None:
+            return rows.emit(values, stream, anchors, direct_task)
         if self.is_spout:
             return self._emit_root(values, stream, direct_task, message_id)
         if not anchors:
@@ -140,6 +150,11 @@ class TaskCollector:
         if running is not None and timeouts.clock() > running[1]:
             raise self.timeouts.expired()
         tid = tup.id
+        rows = self.rows
+        if rows is not None:
+            if rows.open and tid == rows.tid:
+                rows.open = False   # acked: what it emitted so far flows on at the chunk's end
+            return
         if self.outstanding.pop(tid, None) is None:
             return  # already acked or failed: Storm ignores it too
         self.stats["acked"] += 1
@@ -160,11 +175,22 @@ class TaskCollector:
         running = self.timeouts.running
         if running is not None and timeouts.clock() > running[1]:
             raise self.timeouts.expired()
+        rows = self.rows
+        if rows is not None:
+            if rows.open and tup.id == rows.tid:
+                rows.drop_row()   # nothing emitted on a failed tuple's behalf flows on
+                self.record_failure(tup, error, tb)
+            return
         if self.outstanding.pop(tup.id, None) is None:
             return
-        self.stats["failed"] += 1
         for entry in self.held.pop(tup.id, ()):
             entry[2] = True   # nothing emitted on a failed tuple's behalf flows on
+        self.record_failure(tup, error, tb)
+
+    def record_failure(self, tup: Tuple, error: str | None, tb: str) -> None:
+        """`tup` failed here: its failure record goes to the tracker (its queue and the failed
+        set, at the commit)."""
+        self.stats["failed"] += 1
         if self.tracker is not None:
             rec = FailedTuple(id=tup.id, roots=list(tup.roots), src_component=tup.component,
                               src_task=tup.source_task, stream=tup.stream, values=tup.values,
@@ -197,20 +223,11 @@ class TaskCollector:
             values = decode()
         # a record's decoder (JSON, text, a shell spout's refused emit) raises many types
         except Exception as err:   # broad-except: whatever it raises, this record fails
-            self.stats["failed"] += 1
             # The root stays pending: its "tuple" (the raw record) was created, never acked
             # (a replay that fails again was created already).
             if not replayed:
                 self.contrib[root] = self.contrib.get(root, 0) ^ root
-            msg, tb = format_error(err)
-            if self.tracker is not None:
-                rec = FailedTuple(id=root, roots=[root], src_component=self.component_id,
-                                  src_task=self.task_id, stream=stream, values=None,
-                                  raw=raw, message_id=message_id, format=fmt,
-                                  attempt=attempt, error=msg, traceback=tb)
-                self.tracker.failure(rec)
-                if rec.dead:
-                    self.stats["dead"] += 1
+            self.source_failure(root, message_id, raw, stream, fmt, attempt, err)
             return
         if replayed and self.tracker is not None:
             # a replayed spout record: its pending "raw tuple" is acked now
@@ -218,6 +235,32 @@ class TaskCollector:
             self.tracker.replay_done(self.component_id, self.task_id, root)
         base = ids.derive3(root, self.router.salts.get(stream, 0), 0)
         self._emit(values, stream, (root,), base, None, hold=None, root_xor=root)
+
+    def source_failure(self, root: int, message_id: Any, raw: Any, stream: str, fmt: str, attempt: int,
+                       err: Exception) -> None:
+        """A source's record that could not be decoded: a failure at the spout's position that
+        keeps the raw record."""
+        self.stats["failed"] += 1
+        msg, tb = format_error(err)
+        if self.tracker is not None:
+            rec = FailedTuple(id=root, roots=[root], src_component=self.component_id,
+                              src_task=self.task_id, stream=stream, values=None,
+                              raw=raw, message_id=message_id, format=fmt,
+                              attempt=attempt, error=msg, traceback=tb)
+            self.tracker.failure(rec)
+            if rec.dead:
+                self.stats["dead"] += 1
+
+    def spout_block(self, name: str, offsets: list[int], raws: list[bytes], decode: Callable[[bytes], list],
+                    stream: str = "default", fmt: str = "") -> None:
+        """Lines of a file source (message ids (name, offset)), as many `spout_record` calls,
+        their bookkeeping done once for the block (runtime.chunks)."""
+        from recovery.runtime import chunks  # (chunks builds on this module)
+        if not chunks.ENABLED:
+            for offset, raw in zip(offsets, raws):
+                self.spout_record((name, offset), functools.partial(decode, raw), raw, stream, fmt)
+            return
+        chunks.source_block(self, name, offsets, raws, decode, stream, fmt)
 
     # -- what the task runner and the sources call -----------------------------------------
     def replay_to(self, component: str, task: int, rec: FailedTuple, attempt: int) -> None:
@@ -244,7 +287,39 @@ class TaskCollector:
 
     def contributions(self) -> dict[int, int] | tuple[Any, Any]:
         """The task's XOR contributions per root, as its commit stores them."""
+        if self.contrib_parts:
+            return ledger.combine([self.contrib, *self.contrib_parts])
         return self.contrib
+
+    def add_contributions(self, roots: Any, xors: Any) -> None:
+        """XOR contributions of a chunk, as arrays (one entry per root of each row): folded
+        per root now and then, so that they stay about one entry per root."""
+        parts = self.contrib_parts
+        parts.append((roots, xors))
+        if len(parts) >= FOLD_EVERY:
+            self.contrib_parts = [ledger.combine(parts)]
+
+    def add_records(self, key: tuple[str, int], records: list) -> None:
+        """Records for consumer task `key`, in order, buffered and sealed CHUNK at a time,
+        as `_release` does them one by one."""
+        n = len(records)
+        if not n:
+            return
+        self.stats["emitted"] += n
+        out = self.out
+        buf = out.get(key)
+        if buf is None:
+            buf = out[key] = []
+        pos = 0
+        while n - pos >= CHUNK - len(buf):
+            take = CHUNK - len(buf)
+            buf.extend(records[pos:pos + take])
+            pos += take
+            self.seal(key)
+            if pos == n:
+                return
+            buf = out[key] = []
+        buf.extend(records[pos:])
 
     def seal(self, key: tuple[str, int]) -> None:
         """The records buffered for consumer task `key`, as one row chunk (unencoded for a

@@ -34,7 +34,7 @@ from recovery.model.graph import ChainPlan, TaskContext, TaskMap
 from recovery.model.run import RunSpec, TaskIdentity
 from recovery.model.workflow import Component, Workflow
 from recovery.multilang.bolt import ShellBolt
-from recovery.runtime import factory, timeouts, wire
+from recovery.runtime import chunks, factory, timeouts, wire
 from recovery.runtime.collector import Output, TaskCollector, format_error
 from recovery.runtime.roots import SpoutRoots
 from recovery.runtime.routing import Router
@@ -185,6 +185,7 @@ class TaskRunner:
         self.collector = self._make_collector()
         # a built-in source calls these per record (SourceRunner): the collector's, bound once
         self.spout_record = self.collector.spout_record
+        self.spout_block = self.collector.spout_block
         self.replay_to = self.collector.replay_to
         self.log = self.collector.log
 
@@ -255,6 +256,11 @@ class TaskRunner:
         self.timeouts.start(bolt)
         execute = self._executor(bolt, auto_ack)
         try:
+            if chunks.ENABLED and not ticks and not isinstance(bolt, ShellBolt):
+                # its input chunk by chunk, its bookkeeping once a chunk (a Bolt that holds a
+                # tuple goes on by the per-tuple path, `execute`)
+                yield from chunks.run_chunks(self, bolt, records, execute)
+                records = ()
             for _, blob in records:
                 src, src_task, recs = wire.unpack_rows(blob)
                 for rec in recs:
