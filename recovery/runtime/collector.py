@@ -93,7 +93,7 @@ class TaskCollector:
             values = list(values)
         rows = self.rows
         if rows is not None:
-            return rows.emit(values, stream, anchors, direct_task)
+            return rows.add(values, stream, anchors, direct_task)
         if self.is_spout:
             return self._emit_root(values, stream, direct_task, message_id)
         if not anchors:
