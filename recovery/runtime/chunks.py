@@ -16,23 +16,42 @@ path (runtime.task): both share the collector's buffers, ledger and failure reco
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import chain
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from recovery.api.components import Component
 from recovery.api.tuples import Tuple
 from recovery.runtime import timeouts, wire
+from recovery.runtime.blocks import Block, route_blocks
 from recovery.runtime.collector import Output, format_error
 from recovery.tracking import ids
 
 if TYPE_CHECKING:
     from recovery.runtime.collector import TaskCollector
     from recovery.runtime.routing import Router
-    from recovery.runtime.task import Records, TaskRunner
+    from recovery.runtime.timeouts import MessageTimeouts
+    from recovery.tracking.tracker import TaskTracker
 
 U64 = np.uint64
+Records = Iterable[tuple[Any, wire.Chunk]]   # a task's input: (key, chunk) pairs
+
+
+class ChunkHost(Protocol):
+    """What the chunk path uses of its task (runtime.task.TaskRunner)."""
+
+    collector: TaskCollector
+    timeouts: MessageTimeouts
+    tracker: TaskTracker | None
+    stats: dict[str, float]
+    component_id: str
+    task_id: int
+    injections: list[Any]
+    fields_of: dict[tuple[str, str], tuple[str, ...]]
+
+    def fields(self, src: str, stream: str) -> tuple[str, ...]: ...
 
 # The chunk path is on for every BasicBolt; off, every bolt takes the per-tuple path (what the
 # equivalence tests compare it with).
@@ -79,8 +98,8 @@ class EmitTargets(Sequence[int]):
 class RowEmits:
     """The emits of one input chunk's rows, by column, and the row being processed."""
 
-    __slots__ = ("router", "fixed", "direct", "tid", "open", "n", "mark", "row",
-                 "values", "streams", "rows", "ns", "directs", "failed", "basic", "escape", "collector", "timeouts", "ack", "fail", "log",
+    __slots__ = ("router", "fixed", "direct", "tid", "open", "n", "mark", "row", "values", "streams", "rows",
+                 "ns", "directs", "failed", "basic", "escape", "collector", "timeouts", "ack", "fail", "log",
                  "spout_record")
 
     def __init__(self, collector: TaskCollector, basic: bool, escape: Callable[[], None]):
@@ -180,7 +199,7 @@ class RowEmits:
         self.failed.append(self.row)
 
 
-def run_chunks(runner: TaskRunner, bolt: Any, records: Records,
+def run_chunks(runner: ChunkHost, bolt: Any, records: Records,
                execute: Callable[[str, int, list], None]) -> Iterator[Output]:
     """`bolt`'s process() over the task's input, chunk by chunk (the caller has started the
     message timeouts; the finish and the end of the task are its own). A Bolt that keeps a
@@ -192,7 +211,7 @@ def run_chunks(runner: TaskRunner, bolt: Any, records: Records,
 class ChunkLoop:
     """The chunk path's loop over one task's input."""
 
-    def __init__(self, runner: TaskRunner, bolt: Any, execute: Callable[[str, int, list], None]):
+    def __init__(self, runner: ChunkHost, bolt: Any, execute: Callable[[str, int, list], None]):
         self.runner = runner
         self.collector = runner.collector
         self.bolt = bolt
@@ -207,9 +226,9 @@ class ChunkLoop:
         collector = self.collector
         collector.rows = self.emits
         # the component's emits go straight to the chunk's columns (one call less per emit)
-        bound = getattr(self.bolt, "_collector", None) is collector
+        bound = isinstance(self.bolt, Component)
         if bound:
-            self.bolt._collector = self.emits
+            self.bolt.bind(self.emits, self.bolt.conf, self.bolt.context)
         try:
             for _, blob in records:
                 src, src_task, recs = wire.unpack_rows(blob)
@@ -230,7 +249,7 @@ class ChunkLoop:
             self.runner.timeouts.running = None
             collector.rows = None
             if bound:
-                self.bolt._collector = collector
+                self.bolt.bind(collector, self.bolt.conf, self.bolt.context)
 
     def per_tuple(self, src: str, src_task: int, recs: list) -> Iterator[Output]:
         collector, execute = self.collector, self.execute
@@ -252,12 +271,12 @@ class ChunkLoop:
         getrefcount = sys.getrefcount
         fields_of, fields = runner.fields_of, runner.fields
         auto_ack, outstanding = self.auto_ack, collector.outstanding
-        stream = None
+        stream = ""
         tup = self.tup = Tuple(0, src, "", task_id, [], (), (), src_task)
         baseline = getrefcount(tup)
         for i, rec in enumerate(recs):
             tid = rec[0]
-            if rec[2] != stream:
+            if rec[2] != stream or i == 0:
                 stream = rec[2]
                 f = fields_of.get((src, stream))
                 tup.stream, tup.fields = stream, f if f is not None else fields(src, stream)
@@ -331,8 +350,8 @@ class ChunkLoop:
             emits.failed.pop()
         flush(collector, emits, self.recs[:i])
         collector.rows = None
-        if self.bolt._collector is emits:
-            self.bolt._collector = collector
+        if isinstance(self.bolt, Component):
+            self.bolt.bind(collector, self.bolt.conf, self.bolt.context)
         self.escaped = True
         if row_failed:
             return
@@ -403,85 +422,6 @@ def _release(collector: TaskCollector, emits: RowEmits, recs: list, tids: np.nda
             plist = pos.tolist()
             groups.append((stream, pos, bases, [values[p] for p in plist], [recs[emits.rows[p]][1] for p in plist]))
     route_blocks(collector, groups, len(values), x_emit)
-
-
-# (stream, the emits' positions among all (None: all of them), their base ids, values, roots)
-Block = tuple[str, "np.ndarray | None", np.ndarray, list, list]
-
-
-def route_blocks(collector: TaskCollector, groups: list[Block], n: int, x_emit: np.ndarray) -> None:
-    """Emits routed with numpy (runtime.routing's route_many) and their records buffered per
-    consumer task in emit order, as the per-tuple path buffers them one by one; x_emit[i]
-    becomes the XOR of the ids of emit i's copies."""
-    router = collector.router
-    # per consumer task: (emit positions, records) parts, merged in emit order below
-    parts: dict[tuple[str, int], list[tuple[np.ndarray | None, list]]] = {}
-    for stream, pos, bases, g_values, g_roots in groups:
-        for keys, idx, oids in router.route_many(stream, bases, g_values):
-            if pos is None:
-                x_emit ^= oids
-            else:
-                x_emit[pos] ^= oids
-            oid_list = oids.tolist()
-            if len(keys) == 1:
-                recs_out = [[o, rt, stream, v] for o, rt, v in zip(oid_list, g_roots, g_values)]
-                parts.setdefault(keys[0], []).append((pos, recs_out))
-                continue
-            order = np.argsort(idx, kind="stable")
-            bounds = np.flatnonzero(np.diff(idx[order])) + 1
-            for sel in np.split(order, bounds):
-                if not len(sel):
-                    continue
-                recs_out = [[oid_list[j], g_roots[j], stream, g_values[j]] for j in sel.tolist()]
-                parts.setdefault(keys[int(idx[sel[0]])], []).append((sel if pos is None else pos[sel], recs_out))
-    for key, got in parts.items():
-        if len(got) == 1:
-            collector.add_records(key, got[0][1])
-            continue
-        where = np.concatenate([np.arange(n) if p is None else p for p, _ in got])
-        merged = [r for _, recs_out in got for r in recs_out]
-        collector.add_records(key, [merged[j] for j in np.argsort(where, kind="stable").tolist()])
-
-
-def source_block(collector: TaskCollector, name: str, offsets: list[int], raws: list[bytes],
-                 decode: Callable[[bytes], list], stream: str, fmt: str) -> None:
-    """A built-in file source's block of lines of file `name` (their byte offsets, message ids
-    (name, offset)): the root ids, decoding, failures, tuple ids, routes and ledger
-    contributions `spout_record` gives each line, the bookkeeping with numpy."""
-    roots = collector.roots
-    hashes = ids.position_hashes(name, np.asarray(offsets, dtype=U64))
-    chosen = roots.selected_many(hashes)
-    if chosen is not None:   # a root-replay round: the failed roots only
-        keep = np.flatnonzero(chosen).tolist()
-        offsets, raws, hashes = [offsets[j] for j in keep], [raws[j] for j in keep], hashes[chosen]
-    if not offsets:
-        return
-    root_arr = roots.root_ids(hashes)
-    root_list = root_arr.tolist()
-    roots.count(False, len(offsets))
-    values: list[list] = []
-    good: list[int] = []
-    bad: list[int] = []
-    for j, raw in enumerate(raws):
-        try:
-            values.append(decode(raw))
-            good.append(j)
-        # a record's decoder (JSON, text) raises many types
-        except Exception as err:   # broad-except: whatever it raises, this record fails
-            bad.append(j)
-            collector.source_failure(root_list[j], (name, offsets[j]), raw, stream, fmt, 1, err)
-    tracked = collector.tracker is not None
-    x_emit = np.zeros(len(good), dtype=U64)
-    if good:
-        g_roots = root_arr if not bad else root_arr[good]
-        bases = ids.derive_many(g_roots, collector.router.salts.get(stream, 0), 0)
-        route_blocks(collector, [(stream, None, bases, values, [(r,) for r in g_roots.tolist()])],
-                     len(good), x_emit)
-        if tracked:
-            collector.add_contributions(g_roots, x_emit)
-    if bad and tracked:   # an undecodable record's "raw tuple" stays pending
-        bad_roots = root_arr[bad]
-        collector.add_contributions(bad_roots, bad_roots.copy())
 
 
 def _release_one_by_one(collector: TaskCollector, emits: RowEmits, recs: list, x_emit: np.ndarray) -> None:

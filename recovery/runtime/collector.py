@@ -8,10 +8,9 @@ in-flight tuples (tracking/spill.py).
 """
 from __future__ import annotations
 
-import functools
 import traceback
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from recovery.api.tuples import Tuple
 from recovery.model.failed import FailedTuple
@@ -21,7 +20,6 @@ from recovery.tracking import ids, ledger
 if TYPE_CHECKING:
     from recovery.model.graph import TaskMap
     from recovery.model.run import TaskIdentity
-    from recovery.runtime.chunks import RowEmits
     from recovery.runtime.roots import SpoutRoots
     from recovery.runtime.routing import Router
     from recovery.runtime.timeouts import MessageTimeouts
@@ -32,6 +30,17 @@ FOLD_EVERY = 64       # chunks' contribution arrays kept before they are folded 
 ERROR_CAP = 4000      # characters of an error/traceback kept with a failed tuple
 
 Output = tuple[tuple[str, int], wire.Chunk]   # ((consumer, consumer task index), chunk)
+
+
+class Rows(Protocol):
+    """The chunk path's rows (runtime.chunks.RowEmits), as the collector sees them."""
+
+    tid: int     # the row's tuple id
+    open: bool   # the row is neither acked nor failed
+
+    def add(self, values: list, stream: str, anchors: tuple, direct_task: int | None) -> Sequence[int]: ...
+
+    def drop_row(self) -> None: ...
 
 
 def format_error(err: BaseException) -> tuple[str, str]:
@@ -80,12 +89,12 @@ class TaskCollector:
         self.spill: TaskTracker | None = tracker
         # the chunk path (runtime.chunks): while `rows` is set, a BasicBolt's input chunk runs
         # as one unit; its emits wait in `rows` until the chunk ends
-        self.rows: RowEmits | None = None
+        self.rows: Rows | None = None
         self.contrib_parts: list[tuple[Any, Any]] = []   # (roots, xors) arrays of chunks
 
     # -- the OutputCollector protocol ----------------------------------------------------------
     def emit(self, component: Any, values: Any, stream: str, anchors: tuple, direct_task: int | None,
-             message_id: Any) -> list[int]:
+             message_id: Any) -> Sequence[int]:
         running = self.timeouts.running
         if running is not None and timeouts.clock() > running[1]:
             raise self.timeouts.expired()
@@ -250,17 +259,6 @@ class TaskCollector:
             self.tracker.failure(rec)
             if rec.dead:
                 self.stats["dead"] += 1
-
-    def spout_block(self, name: str, offsets: list[int], raws: list[bytes], decode: Callable[[bytes], list],
-                    stream: str = "default", fmt: str = "") -> None:
-        """Lines of a file source (message ids (name, offset)), as many `spout_record` calls,
-        their bookkeeping done once for the block (runtime.chunks)."""
-        from recovery.runtime import chunks  # (chunks builds on this module)
-        if not chunks.ENABLED:
-            for offset, raw in zip(offsets, raws):
-                self.spout_record((name, offset), functools.partial(decode, raw), raw, stream, fmt)
-            return
-        chunks.source_block(self, name, offsets, raws, decode, stream, fmt)
 
     # -- what the task runner and the sources call -----------------------------------------
     def replay_to(self, component: str, task: int, rec: FailedTuple, attempt: int) -> None:

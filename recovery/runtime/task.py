@@ -12,6 +12,7 @@ its input and commits at the end.
 """
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 import os
@@ -34,7 +35,7 @@ from recovery.model.graph import ChainPlan, TaskContext, TaskMap
 from recovery.model.run import RunSpec, TaskIdentity
 from recovery.model.workflow import Component, Workflow
 from recovery.multilang.bolt import ShellBolt
-from recovery.runtime import chunks, factory, timeouts, wire
+from recovery.runtime import blocks, chunks, factory, timeouts, wire
 from recovery.runtime.collector import Output, TaskCollector, format_error
 from recovery.runtime.roots import SpoutRoots
 from recovery.runtime.routing import Router
@@ -185,7 +186,6 @@ class TaskRunner:
         self.collector = self._make_collector()
         # a built-in source calls these per record (SourceRunner): the collector's, bound once
         self.spout_record = self.collector.spout_record
-        self.spout_block = self.collector.spout_block
         self.replay_to = self.collector.replay_to
         self.log = self.collector.log
 
@@ -436,6 +436,16 @@ class TaskRunner:
                 spout.deactivate()
                 spout.close()
         yield from self.finish(started)
+
+    def spout_block(self, name: str, offsets: list[int], raws: list[bytes], decode: Callable[[bytes], list],
+                    stream: str = "default", fmt: str = "") -> None:
+        """Lines of a file source (message ids (name, offset)): what spout_record does for
+        each, the bookkeeping done once for the block (runtime.chunks)."""
+        if not chunks.ENABLED:
+            for offset, raw in zip(offsets, raws):
+                self.spout_record((name, offset), functools.partial(decode, raw), raw, stream, fmt)
+            return
+        blocks.source_block(self.collector, name, offsets, raws, decode, stream, fmt)
 
     def spout_step(self, spout: Any) -> Callable[[], Any]:
         """One step of a spout class: its next_tuple (runtime.batch's runner: a BatchSpout's
