@@ -84,7 +84,7 @@ LONG_FILES = {
     "integration/test_table_sinks.py": 13, "unit/multilang/test_multilang_misbehaviour.py": 12,
     "integration/test_chains.py": 12, "integration/test_embedded_server.py": 12,
     "integration/test_sinks_s3.py": 12, "integration/ui/test_security.py": 11,
-    "integration/test_topic_retention.py": 11,
+    "integration/test_topic_retention.py": 11, "unit/runtime/test_chunks.py": 15,
 }
 
 
