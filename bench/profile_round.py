@@ -48,6 +48,7 @@ PROFILE_GROUPS = (
                                                                              "bench_pipeline/")),
     ("regular expressions, strptime (called by those functions)", ("re/", "_strptime", "sre_", "<re.", "datetime")),
     ("tuples (recovery/api)", ("recovery/api/",)),
+    ("chunk path: the row loop, emits into columns, ids, routes and ledger by chunk", ("runtime/chunks.py",)),
     ("collector: emit, ack, anchoring, output buffers", ("runtime/collector.py",)),
     ("task loop: execute, unpack, chain transport", ("runtime/task.py", "runtime/chain.py", "runtime/wire.py",
                                                      "engine/rounds.py")),

@@ -86,6 +86,7 @@ LONG_FILES = {
     "integration/test_chains.py": 12, "integration/test_embedded_server.py": 12,
     "integration/test_sinks_s3.py": 12, "integration/ui/test_security.py": 11,
     "integration/test_topic_retention.py": 11, "integration/test_kafka_source.py": 40,
+    "unit/runtime/test_chunks.py": 15,
 }
 
 

@@ -17,7 +17,7 @@ class OutputCollector(Protocol):
     """What Spout, Bolt (and the multilang ShellSpout, ShellBolt) call."""
 
     def emit(self, component: Any, values: Sequence[Any], stream: str, anchors: tuple[Tuple, ...],
-             direct_task: int | None, message_id: Any) -> list[int]:
+             direct_task: int | None, message_id: Any) -> Sequence[int]:
         """Emit `values` on `stream` and return the task ids it was sent to (Storm's emit;
         [direct_task] for a direct emit). A spout's emit names its `message_id` (None: an
         unreliable tuple) and no anchors; a bolt's names its `anchors` (none: a BasicBolt's
@@ -62,7 +62,7 @@ class UnboundCollector:
                             "bind(collector, conf, context) before open/prepare")
 
     def emit(self, component: Any, values: Sequence[Any], stream: str, anchors: tuple[Tuple, ...],
-             direct_task: int | None, message_id: Any) -> list[int]:
+             direct_task: int | None, message_id: Any) -> Sequence[int]:
         raise self._unbound()
 
     def ack(self, tup: Tuple) -> None:

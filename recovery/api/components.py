@@ -67,7 +67,7 @@ class Spout(Component):
         pass
 
     def emit(self, values: Sequence[Any], stream: str = "default", tup_id: Any = None,
-             direct_task: int | None = None) -> list[int]:
+             direct_task: int | None = None) -> Sequence[int]:
         """Emit a root tuple; `tup_id` is the message id (derived from the position in the
         source when omitted, so a replay yields the same root id)."""
         return self._collector.emit(self, values, stream, (), direct_task, tup_id)
@@ -98,7 +98,7 @@ class Bolt(Component):
 
     def emit(self, values: Sequence[Any], stream: str = "default",
              anchors: Sequence[Tuple] | Tuple | None = None,
-             direct_task: int | None = None) -> list[int]:
+             direct_task: int | None = None) -> Sequence[int]:
         if anchors is None:   # a BasicBolt's emit: the runtime anchors it to the current tuple
             anchors = ()
         elif isinstance(anchors, Tuple):

@@ -11,7 +11,6 @@ opened as the spill store opens its location (recovery/tracking/spill_files.py).
 from __future__ import annotations
 
 import fnmatch
-import functools
 import glob
 import io
 import json
@@ -34,6 +33,7 @@ def resolve(path: str, base_dir: str | None) -> str:
 
 # the sources and sinks whose `path` the executors open (a file sink's defaults to "out")
 PATH_SOURCES = ("file", "spark")
+BLOCK = 1024   # lines a file source hands over at once (the task's collector, spout_block)
 PATH_SINKS = tuple(name for name, t in SINK_TYPES.items() if "path" in t.required)
 
 
@@ -211,14 +211,19 @@ def file_source(runner: SourceRunner) -> Iterator[None]:
     fmt = impl.param("format", "text")
     decode = decoder(fmt, stream.fields if stream else ())
     files = source_files(impl, runner.wf.base_dir)
-    n = 0
     for source in files:
         name = source.name
+        offsets: list[int] = []
+        raws: list[bytes] = []
         for offset, raw in _split_lines(source, runner.index, comp.parallelism):
             if not raw.strip():
                 continue
-            runner.spout_record((name, offset), functools.partial(decode, raw), raw, stream_id, fmt)
-            n += 1
-            if n % 1024 == 0:
+            offsets.append(offset)
+            raws.append(raw)
+            if len(raws) == BLOCK:
+                runner.spout_block(name, offsets, raws, decode, stream_id, fmt)
+                offsets, raws = [], []
                 yield None
+        if raws:
+            runner.spout_block(name, offsets, raws, decode, stream_id, fmt)
     yield None

@@ -203,7 +203,7 @@ class ShellBase:
         """The collector's emit, after checking that the values can be carried (JSON gives
         integers msgpack cannot encode: they would fail a whole chunk at the task's end)."""
         self._pack(values)
-        return self._collector.emit(self, values, stream, anchors, task, message_id)
+        return list(self._collector.emit(self, values, stream, anchors, task, message_id))
 
     def _log(self, message: str, level: str) -> None:
         self._collector.log(message, level)

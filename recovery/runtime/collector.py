@@ -9,8 +9,8 @@ in-flight tuples (tracking/spill.py).
 from __future__ import annotations
 
 import traceback
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from recovery.api.tuples import Tuple
 from recovery.model.failed import FailedTuple
@@ -27,9 +27,21 @@ if TYPE_CHECKING:
 
 CHUNK = 2048          # tuples per blob
 ACK_FOLD_EVERY = 1 << 22   # ack_many's pending (root, id) pairs folded at once: 64 MB at most
+FOLD_EVERY = 64       # chunks' contribution arrays kept before they are folded into one
 ERROR_CAP = 4000      # characters of an error/traceback kept with a failed tuple
 
 Output = tuple[tuple[str, int], wire.Chunk]   # ((consumer, consumer task index), chunk)
+
+
+class Rows(Protocol):
+    """The chunk path's rows (runtime.chunks.RowEmits), as the collector sees them."""
+
+    tid: int     # the row's tuple id
+    open: bool   # the row is neither acked nor failed
+
+    def add(self, values: list, stream: str, anchors: tuple, direct_task: int | None) -> Sequence[int]: ...
+
+    def drop_row(self) -> None: ...
 
 
 def format_error(err: BaseException) -> tuple[str, str]:
@@ -80,15 +92,22 @@ class TaskCollector:
         # and are never spilled; the others go to the chain's one spill file, `spill`'s
         self.local: frozenset[str] = frozenset()
         self.spill: TaskTracker | None = tracker
+        # the chunk path (runtime.chunks): while `rows` is set, a BasicBolt's input chunk runs
+        # as one unit; its emits wait in `rows` until the chunk ends
+        self.rows: Rows | None = None
+        self.contrib_parts: list[tuple[Any, Any]] = []   # (roots, xors) arrays of chunks
 
     # -- the OutputCollector protocol ----------------------------------------------------------
     def emit(self, component: Any, values: Any, stream: str, anchors: tuple, direct_task: int | None,
-             message_id: Any) -> list[int]:
+             message_id: Any) -> Sequence[int]:
         running = self.timeouts.running
         if running is not None and timeouts.clock() > running[1]:
             raise self.timeouts.expired()
         if type(values) is not list:
             values = list(values)
+        rows = self.rows
+        if rows is not None:
+            return rows.add(values, stream, anchors, direct_task)
         if self.is_spout:
             return self._emit_root(values, stream, direct_task, message_id)
         if not anchors:
@@ -145,6 +164,11 @@ class TaskCollector:
         if running is not None and timeouts.clock() > running[1]:
             raise self.timeouts.expired()
         tid = tup.id
+        rows = self.rows
+        if rows is not None:
+            if rows.open and tid == rows.tid:
+                rows.open = False   # acked: what it emitted so far flows on at the chunk's end
+            return
         if self.outstanding.pop(tid, None) is None:
             return  # already acked or failed: Storm ignores it too
         # no emit can anchor to it any more: its count goes, or the task would keep one per input
@@ -167,12 +191,23 @@ class TaskCollector:
         running = self.timeouts.running
         if running is not None and timeouts.clock() > running[1]:
             raise self.timeouts.expired()
+        rows = self.rows
+        if rows is not None:
+            if rows.open and tup.id == rows.tid:
+                rows.drop_row()   # nothing emitted on a failed tuple's behalf flows on
+                self.record_failure(tup, error, tb)
+            return
         if self.outstanding.pop(tup.id, None) is None:
             return
         self.emit_counts.pop(tup.id, None)
-        self.stats["failed"] += 1
         for entry in self.held.pop(tup.id, ()):
             entry[2] = True   # nothing emitted on a failed tuple's behalf flows on
+        self.record_failure(tup, error, tb)
+
+    def record_failure(self, tup: Tuple, error: str | None, tb: str) -> None:
+        """`tup` failed here: its failure record goes to the tracker (its queue and the failed
+        set, at the commit)."""
+        self.stats["failed"] += 1
         if self.tracker is not None:
             rec = FailedTuple(id=tup.id, roots=list(tup.roots), src_component=tup.component,
                               src_task=tup.source_task, stream=tup.stream, values=tup.values,
@@ -245,20 +280,11 @@ class TaskCollector:
             values = decode()
         # a record's decoder (JSON, text, a shell spout's refused emit) raises many types
         except Exception as err:   # broad-except: whatever it raises, this record fails
-            self.stats["failed"] += 1
             # The root stays pending: its "tuple" (the raw record) was created, never acked
             # (a replay that fails again was created already).
             if not replayed:
                 self.contrib[root] = self.contrib.get(root, 0) ^ root
-            msg, tb = format_error(err)
-            if self.tracker is not None:
-                rec = FailedTuple(id=root, roots=[root], src_component=self.component_id,
-                                  src_task=self.task_id, stream=stream, values=None,
-                                  raw=raw, message_id=message_id, format=fmt,
-                                  attempt=attempt, error=msg, traceback=tb)
-                self.tracker.failure(rec)
-                if rec.dead:
-                    self.stats["dead"] += 1
+            self.source_failure(root, message_id, raw, stream, fmt, attempt, err)
             return
         if replayed and self.tracker is not None:
             # a replayed spout record: its pending "raw tuple" is acked now
@@ -287,6 +313,21 @@ class TaskCollector:
                                              src_task=self.task_id, stream=stream, message_id=message_id,
                                              format=fmt, attempt=attempt, error=reason, gone=True))
 
+    def source_failure(self, root: int, message_id: Any, raw: Any, stream: str, fmt: str, attempt: int,
+                       err: Exception) -> None:
+        """A source's record that could not be decoded: a failure at the spout's position that
+        keeps the raw record."""
+        self.stats["failed"] += 1
+        msg, tb = format_error(err)
+        if self.tracker is not None:
+            rec = FailedTuple(id=root, roots=[root], src_component=self.component_id,
+                              src_task=self.task_id, stream=stream, values=None,
+                              raw=raw, message_id=message_id, format=fmt,
+                              attempt=attempt, error=msg, traceback=tb)
+            self.tracker.failure(rec)
+            if rec.dead:
+                self.stats["dead"] += 1
+
     # -- what the task runner and the sources call -----------------------------------------
     def replay_to(self, component: str, task: int, rec: FailedTuple, attempt: int) -> None:
         """Send a cached failed tuple, unchanged but for its attempt, to the task it failed at."""
@@ -312,9 +353,40 @@ class TaskCollector:
 
     def contributions(self) -> dict[int, int] | tuple[Any, Any]:
         """The task's XOR contributions per root, as its commit stores them."""
-        if self.acked_xors:
-            return ledger.combine([self.contrib, *self.acked_xors])
+        parts = [*self.acked_xors, *self.contrib_parts]
+        if parts:
+            return ledger.combine([self.contrib, *parts])
         return self.contrib
+
+    def add_contributions(self, roots: Any, xors: Any) -> None:
+        """XOR contributions of a chunk, as arrays (one entry per root of each row): folded
+        per root now and then, so that they stay about one entry per root."""
+        parts = self.contrib_parts
+        parts.append((roots, xors))
+        if len(parts) >= FOLD_EVERY:
+            self.contrib_parts = [ledger.combine(parts)]
+
+    def add_records(self, key: tuple[str, int], records: list) -> None:
+        """Records for consumer task `key`, in order, buffered and sealed CHUNK at a time,
+        as `_release` does them one by one."""
+        n = len(records)
+        if not n:
+            return
+        self.stats["emitted"] += n
+        out = self.out
+        buf = out.get(key)
+        if buf is None:
+            buf = out[key] = []
+        pos = 0
+        while n - pos >= CHUNK - len(buf):
+            take = CHUNK - len(buf)
+            buf.extend(records[pos:pos + take])
+            pos += take
+            self.seal(key)
+            if pos == n:
+                return
+            buf = out[key] = []
+        buf.extend(records[pos:])
 
     def seal(self, key: tuple[str, int]) -> None:
         """The records buffered for consumer task `key`, as one row chunk (unencoded for a

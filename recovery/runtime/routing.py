@@ -2,6 +2,8 @@
 them and the ids it creates can be XORed into the ledger."""
 from __future__ import annotations
 
+import numpy as np
+
 from recovery.model.graph import TaskMap, subscribers
 from recovery.model.workflow import Grouping, Workflow
 from recovery.tracking import ids
@@ -97,3 +99,49 @@ class Router:
                 ) -> list[tuple[str, int, int, int]]:
         """(consumer, index, task id, tuple id) for every copy of one emit."""
         return [(key[0], key[1], t, tid) for key, t, tid in self.route(stream, values, base, direct_task)]
+
+    def fixed_targets(self, stream: str) -> tuple[int, ...] | None:
+        """The task ids every emit on `stream` goes to when they depend on neither its id nor
+        its values (chained, global and all groupings only); None otherwise."""
+        routes = self.routes.get(stream)
+        if routes is None:
+            return None
+        out: list[int] = []
+        for r in routes:
+            if r.kind == LOCAL:
+                out.append(r.first + r.local)
+            elif r.kind == _GLOBAL:
+                out.append(r.first)
+            elif r.kind == _ALL:
+                out.extend(r.first + i for i in range(r.p))
+            else:
+                return None
+        return tuple(out)
+
+    def route_many(self, stream: str, bases: np.ndarray, values: list[list]
+                   ) -> list[tuple[tuple[tuple[str, int], ...], np.ndarray, np.ndarray]]:
+        """`route` for many emits on `stream` at once (none of them direct): for every copy
+        each emit makes, (the route's output keys, the index of each emit's key in them, each
+        emit's copy id), the same tasks and ids as `route` gives emit by emit."""
+        routes = self.routes.get(stream)
+        if routes is None:
+            raise ValueError(f"{self.component!r} emitted on undeclared stream {stream!r}")
+        n = len(bases)
+        out: list[tuple[tuple[tuple[str, int], ...], np.ndarray, np.ndarray]] = []
+        for r in routes:
+            kind = r.kind
+            if kind == _ALL:
+                for i, key in enumerate(r.keys):
+                    out.append(((key,), np.zeros(n, dtype=np.intp), ids.derive_many(bases, r.first + i)))
+                continue
+            if kind == _SPREAD:
+                idx = (bases % np.uint64(r.p)).astype(np.intp)
+            elif kind == _FIELDS:
+                columns = [[v[j] for v in values] for j in r.idx]
+                idx = (ids.fields_hash_many(columns) % np.uint64(r.p)).astype(np.intp)
+            else:   # chained or global: one task
+                one = r.local if kind == LOCAL else 0
+                out.append(((r.keys[one],), np.zeros(n, dtype=np.intp), ids.derive_many(bases, r.first + one)))
+                continue
+            out.append((r.keys, idx, ids.derive_many(bases, idx.astype(np.uint64) + np.uint64(r.first))))
+        return out

@@ -12,6 +12,7 @@ its input and commits at the end.
 """
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 import os
@@ -34,7 +35,7 @@ from recovery.model.graph import ChainPlan, TaskContext, TaskMap
 from recovery.model.run import RunSpec, TaskIdentity
 from recovery.model.workflow import Component, Workflow
 from recovery.multilang.bolt import ShellBolt
-from recovery.runtime import factory, timeouts, wire
+from recovery.runtime import blocks, chunks, factory, timeouts, wire
 from recovery.runtime.collector import Output, TaskCollector, format_error
 from recovery.runtime.roots import SpoutRoots
 from recovery.runtime.routing import Router
@@ -256,6 +257,11 @@ class TaskRunner:
         self.timeouts.start(bolt)
         execute = self._executor(bolt, auto_ack)
         try:
+            if chunks.ENABLED and not ticks and not isinstance(bolt, ShellBolt):
+                # its input chunk by chunk, its bookkeeping once a chunk (a Bolt that holds a
+                # tuple goes on by the per-tuple path, `execute`)
+                yield from chunks.run_chunks(self, bolt, records, execute)
+                records = ()
             for _, blob in records:
                 src, src_task, recs = wire.unpack_rows(blob)
                 for rec in recs:
@@ -431,6 +437,16 @@ class TaskRunner:
                 spout.deactivate()
                 spout.close()
         yield from self.finish(started)
+
+    def spout_block(self, name: str, offsets: list[int], raws: list[bytes], decode: Callable[[bytes], list],
+                    stream: str = "default", fmt: str = "") -> None:
+        """Lines of a file source (message ids (name, offset)): what spout_record does for
+        each, the bookkeeping done once for the block (runtime.chunks)."""
+        if not chunks.ENABLED:
+            for offset, raw in zip(offsets, raws):
+                self.spout_record((name, offset), functools.partial(decode, raw), raw, stream, fmt)
+            return
+        blocks.source_block(self.collector, name, offsets, raws, decode, stream, fmt)
 
     def spout_step(self, spout: Any) -> Callable[[], Any]:
         """One step of a spout class: its next_tuple (runtime.batch's runner: a BatchSpout's

@@ -1,0 +1,437 @@
+"""The chunk path: a BasicBolt runs an input chunk of tuples as one unit.
+
+A BasicBolt's contract (each input anchors what process() emits for it and is acked when
+process() returns, failed when it raises) lets the runtime keep the per-emit bookkeeping out of
+the loop. process() is called row by row with one reused Tuple (a new one only when the
+component kept a reference to the last); an emit appends its values, stream, row and emit index
+to the chunk's `RowEmits`; a row that fails drops what it emitted (its emits are the tail of the
+lists). When the chunk ends, numpy derives every emit's ids by the per-tuple derivation, bit for
+bit (tracking.ids), routes them (runtime.routing's route_many), XORs the ledger contributions per
+root, and the output records are buffered per consumer task as the per-tuple path buffers them:
+the same ids, routes, chunks, contributions, failures and queues.
+
+A Bolt (explicit anchors and acks), a shell bolt, a bolt with tick tuples keep the per-tuple
+path (runtime.task): both share the collector's buffers, ledger and failure records.
+"""
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import chain
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from recovery.api.components import Component
+from recovery.api.tuples import Tuple
+from recovery.runtime import timeouts, wire
+from recovery.runtime.blocks import Block, route_blocks
+from recovery.runtime.collector import Output, format_error
+from recovery.tracking import ids
+
+if TYPE_CHECKING:
+    from recovery.runtime.collector import TaskCollector
+    from recovery.runtime.routing import Router
+    from recovery.runtime.timeouts import MessageTimeouts
+    from recovery.tracking.tracker import TaskTracker
+
+U64 = np.uint64
+Records = Iterable[tuple[Any, wire.Chunk]]   # a task's input: (key, chunk) pairs
+
+
+class ChunkHost(Protocol):
+    """What the chunk path uses of its task (runtime.task.TaskRunner)."""
+
+    collector: TaskCollector
+    timeouts: MessageTimeouts
+    tracker: TaskTracker | None
+    stats: dict[str, float]
+    component_id: str
+    task_id: int
+    injections: list[Any]
+    fields_of: dict[tuple[str, str], tuple[str, ...]]
+
+    def fields(self, src: str, stream: str) -> tuple[str, ...]: ...
+
+# The chunk path is on for every BasicBolt; off, every bolt takes the per-tuple path (what the
+# equivalence tests compare it with).
+ENABLED = True
+_UNDECLARED: Any = object()
+
+
+class EmitTargets(Sequence[int]):
+    """What an emit on the chunk path returns: the task ids it goes to (Storm's emit), worked
+    out only when read (its id is derived at the chunk's end)."""
+
+    __slots__ = ("_args", "_tasks")
+
+    def __init__(self, router: Router, stream: str, values: list, anchor: int, n: int):
+        self._args: tuple[Router, str, list, int, int] | None = (router, stream, values, anchor, n)
+        self._tasks: list[int] = []
+
+    def _get(self) -> list[int]:
+        if self._args is not None:
+            router, stream, values, anchor, n = self._args
+            self._args = None
+            base = ids.derive3(anchor, router.salts.get(stream, 0), n)
+            self._tasks = [t for _, t, _ in router.route(stream, values, base, None)]
+        return self._tasks
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._get()[i]
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._get())
+
+    def __eq__(self, other: object) -> bool:
+        return list(self._get()) == (list(other) if isinstance(other, Sequence) else other)
+
+    __hash__ = None   # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(self._get())
+
+
+class RowEmits:
+    """The emits of one input chunk's rows, by column, and the row being processed."""
+
+    __slots__ = ("router", "fixed", "direct", "tid", "open", "n", "mark", "row", "values", "streams", "rows",
+                 "ns", "directs", "failed", "basic", "escape", "collector", "timeouts", "ack", "fail", "log",
+                 "spout_record")
+
+    def __init__(self, collector: TaskCollector, basic: bool, escape: Callable[[], None]):
+        self.collector = collector
+        self.router = router = collector.router
+        self.timeouts = collector.timeouts
+        # the rest of the OutputCollector protocol: the collector's own (it knows the row)
+        self.ack, self.fail, self.log = collector.ack, collector.fail, collector.log
+        self.spout_record = collector.spout_record
+        self.basic = basic    # a BasicBolt: its emits are anchored to the row, always
+        # a Bolt's emit that is not anchored to its row alone: the task takes the per-tuple
+        # path from there on (escape() moves the row there), and that emit goes it too
+        self.escape = escape
+        self.fixed = {s: router.fixed_targets(s) for s in router.routes}
+        self.direct = router.direct
+        self.tid = 0          # the row's tuple id
+        self.open = False     # neither acked nor failed yet
+        self.n = 0            # the row's emits so far (its next emit's index)
+        self.mark = 0         # where its emits start in the columns
+        self.row = 0
+        self.values: list[list] = []
+        self.streams: list[str] = []
+        self.rows: list[int] = []
+        self.ns: list[int] = []
+        self.directs: dict[int, int] = {}   # emit position -> its direct task
+        self.failed: list[int] = []         # rows failed
+
+    def clear(self) -> None:
+        self.values, self.streams, self.rows, self.ns = [], [], [], []
+        self.directs, self.failed = {}, []
+
+    def emit(self, component: Any, values: Any, stream: str, anchors: tuple, direct_task: int | None,
+             message_id: Any) -> Sequence[int]:
+        """The OutputCollector's emit, the component's while its chunk runs."""
+        running = self.timeouts.running
+        if running is not None and timeouts.clock() > running[1]:
+            raise self.timeouts.expired()
+        if type(values) is not list:
+            values = list(values)
+        return self.add(values, stream, anchors, direct_task)
+
+    def add(self, values: list, stream: str, anchors: tuple, direct_task: int | None) -> Sequence[int]:
+        """An emit during the row: appended to the columns (its ids and routes come at the
+        chunk's end), or, for a Bolt's emit not anchored to its row, the per-tuple path."""
+        n = self.n
+        self.n = n + 1
+        fixed = self.fixed.get(stream, _UNDECLARED)
+        if direct_task is None and self.open and fixed is not _UNDECLARED and (
+                (self.basic and not anchors) or (len(anchors) == 1 and anchors[0].id == self.tid)):
+            self.values.append(values)
+            self.streams.append(stream)
+            self.rows.append(self.row)
+            self.ns.append(n)
+            if fixed is not None:
+                return list(fixed)
+            return EmitTargets(self.router, stream, values, self.tid, n)
+        tid = self.tid
+        if fixed is _UNDECLARED:
+            raise ValueError(f"{self.router.component!r} emitted on undeclared stream {stream!r}")
+        if direct_task is not None and direct_task not in self.direct[stream]:
+            raise ValueError(f"task {direct_task} does not subscribe to {self.router.component!r} "
+                             f"stream {stream!r} with a direct grouping")
+        for a in anchors:
+            if a.id != tid:
+                if self.basic:   # every tuple before this one was acked or failed
+                    raise ValueError(f"emit anchored to tuple {a.id:#x}, which was already acked or failed")
+                self.n = n
+                return self._escaped(values, stream, anchors, direct_task)
+        if not anchors and not self.basic:   # a Bolt's unanchored emit
+            self.n = n
+            return self._escaped(values, stream, anchors, direct_task)
+        if not self.open:
+            raise ValueError(f"emit anchored to tuple {tid:#x}, which was already acked or failed")
+        if direct_task is not None:
+            self.directs[len(self.values)] = direct_task
+        self.values.append(values)
+        self.streams.append(stream)
+        self.rows.append(self.row)
+        self.ns.append(n)
+        if direct_task is not None:
+            return [direct_task]
+        if fixed is not None:
+            return list(fixed)
+        return EmitTargets(self.router, stream, values, tid, n)
+
+    def _escaped(self, values: list, stream: str, anchors: tuple, direct_task: int | None) -> Any:
+        self.escape()
+        return self.collector.emit(None, values, stream, anchors, direct_task, None)
+
+    def drop_row(self) -> None:
+        """The row failed: nothing it emitted flows on."""
+        mark = self.mark
+        del self.values[mark:], self.streams[mark:], self.rows[mark:], self.ns[mark:]
+        if self.directs:
+            self.directs = {p: t for p, t in self.directs.items() if p < mark}
+        self.open = False
+        self.failed.append(self.row)
+
+
+def run_chunks(runner: ChunkHost, bolt: Any, records: Records,
+               execute: Callable[[str, int, list], None]) -> Iterator[Output]:
+    """`bolt`'s process() over the task's input, chunk by chunk (the caller has started the
+    message timeouts; the finish and the end of the task are its own). A Bolt that keeps a
+    tuple unacked past its process(), or emits other than anchored to it, goes on by the
+    per-tuple path (`execute`) from that tuple on."""
+    yield from ChunkLoop(runner, bolt, execute).run(records)
+
+
+class ChunkLoop:
+    """The chunk path's loop over one task's input."""
+
+    def __init__(self, runner: ChunkHost, bolt: Any, execute: Callable[[str, int, list], None]):
+        self.runner = runner
+        self.collector = runner.collector
+        self.bolt = bolt
+        self.execute = execute
+        self.auto_ack = bool(getattr(bolt, "auto_ack", False))
+        self.emits = RowEmits(self.collector, self.collector.auto_anchor, self.escape)
+        self.escaped = False
+        self.recs: list = []
+        self.tup: Tuple | None = None
+
+    def run(self, records: Records) -> Iterator[Output]:
+        collector = self.collector
+        collector.rows = self.emits
+        # the component's emits go straight to the chunk's columns (one call less per emit)
+        bound = isinstance(self.bolt, Component)
+        if bound:
+            self.bolt.bind(self.emits, self.bolt.conf, self.bolt.context)
+        try:
+            for _, blob in records:
+                src, src_task, recs = wire.unpack_rows(blob)
+                if self.escaped:
+                    yield from self.per_tuple(src, src_task, recs)
+                    continue
+                self.recs = recs
+                done = self.chunk(src, src_task, recs)
+                if done < len(recs):   # escaped at row `done`: the rest goes by the per-tuple path
+                    yield from self.per_tuple(src, src_task, recs[done + 1:])
+                elif not self.escaped:
+                    self.runner.stats["executed"] += len(recs)
+                    self.runner.stats["acked"] += len(recs) - len(self.emits.failed)
+                    flush(collector, self.emits, recs)
+                if collector.ready:
+                    yield from collector.take_ready()
+        finally:
+            self.runner.timeouts.running = None
+            collector.rows = None
+            if bound:
+                self.bolt.bind(collector, self.bolt.conf, self.bolt.context)
+
+    def per_tuple(self, src: str, src_task: int, recs: list) -> Iterator[Output]:
+        collector, execute = self.collector, self.execute
+        for rec in recs:
+            execute(src, src_task, rec)
+            if collector.ready:
+                yield from collector.take_ready()
+
+    def chunk(self, src: str, src_task: int, recs: list) -> int:
+        """The rows of one chunk; returns where it escaped to the per-tuple path (that row
+        finished there), or len(recs)."""
+        runner, collector, emits = self.runner, self.collector, self.emits
+        limits, tracker = runner.timeouts, runner.tracker
+        component_id, task_id = runner.component_id, runner.task_id
+        inject = runner.injections
+        timed, timeout, timed_out = limits.timed, limits.timeout, limits.timed_out
+        process = self.bolt.process
+        clock = timeouts.clock
+        getrefcount = sys.getrefcount
+        fields_of, fields = runner.fields_of, runner.fields
+        auto_ack, outstanding = self.auto_ack, collector.outstanding
+        stream = ""
+        tup = self.tup = Tuple(0, src, "", task_id, [], (), (), src_task)
+        baseline = getrefcount(tup)
+        for i, rec in enumerate(recs):
+            tid = rec[0]
+            if rec[2] != stream or i == 0:
+                stream = rec[2]
+                f = fields_of.get((src, stream))
+                tup.stream, tup.fields = stream, f if f is not None else fields(src, stream)
+            tup.id, tup.values, tup.roots = tid, rec[3], tuple(rec[1])
+            replayed = len(rec) > 4   # replayed from a failed position's queue
+            tup.attempt = rec[4] if replayed else 1
+            emits.row, emits.tid, emits.open, emits.n, emits.mark = i, tid, True, 0, len(emits.values)
+            if timed_out and tid in timed_out:
+                # an earlier attempt of this task was killed running it (MessageTimeouts'
+                # watchdog): it fails with the timeout it had, and is not run again
+                collector.fail(tup, f"TupleTimeout: {limits.text()} (stuck: its worker was ended)")
+                continue
+            running = limits.running = (tid, clock() + timeout) if timed else None
+            try:
+                if inject:
+                    for inj in inject:
+                        inj.before_process(tup)
+                process(tup)
+            # user code (process) can raise anything: a bolt's bug fails its tuple, never the task
+            except (Exception, SystemExit) as err:  # broad-except: user code
+                limits.running = None
+                msg, tb = format_error(err)
+                if (tid in outstanding) if self.escaped else emits.open:
+                    collector.fail(tup, msg, tb)
+                else:   # acked (or failed) before: as in Storm, that stands
+                    collector.log(f"{component_id}.process raised {msg} after tuple {tid:#x} was "
+                                  "acked or failed", "warn")
+            else:
+                limits.running = None
+                is_open = (tid in outstanding) if self.escaped else emits.open
+                if running is not None and clock() > running[1]:
+                    # it returned late without a collector call to raise at (between tuples)
+                    if is_open:
+                        collector.fail(tup, f"TupleTimeout: {limits.text()}")
+                    else:   # acked (or failed) in time: as in Storm, that stands
+                        collector.log(f"tuple {tid:#x} was acked, then {component_id}.process "
+                                      f"ran past the {timeout:g}s timeout", "warn")
+                elif is_open and not auto_ack and not self.escaped:
+                    self.escape()   # a Bolt holds it past process(): it waits for its ack as before
+                elif is_open and auto_ack:
+                    if self.escaped:
+                        collector.ack(tup)
+                    else:
+                        emits.open = False
+            if self.escaped:
+                return i
+            if replayed and tracker is not None and (not emits.failed or emits.failed[-1] != i):
+                tracker.replay_done(component_id, task_id, tid)
+            if getrefcount(tup) > baseline:   # the bolt kept it: the next row gets its own
+                tup = self.tup = Tuple(0, src, stream, task_id, [], tup.fields, (), src_task)
+        limits.running = None
+        return len(recs)
+
+    def escape(self) -> None:
+        """From the row in process() on, the per-tuple path: the rows before it are flushed,
+        the row becomes an outstanding tuple with its emits held (their ids as before)."""
+        collector, emits, runner = self.collector, self.emits, self.runner
+        tup = self.tup
+        assert tup is not None
+        i, mark, tid = emits.row, emits.mark, emits.tid
+        mine = [(v, s, n, emits.directs.get(mark + k)) for k, (v, s, n) in
+                enumerate(zip(emits.values[mark:], emits.streams[mark:], emits.ns[mark:]))]
+        row_open, count = emits.open, emits.n
+        row_failed = bool(emits.failed) and emits.failed[-1] == i
+        del emits.values[mark:], emits.streams[mark:], emits.rows[mark:], emits.ns[mark:]
+        emits.directs = {p: t for p, t in emits.directs.items() if p < mark}
+        failed_before = len(emits.failed) - row_failed
+        runner.stats["executed"] += i + 1
+        runner.stats["acked"] += i - failed_before
+        if row_failed:
+            emits.failed.pop()
+        flush(collector, emits, self.recs[:i])
+        collector.rows = None
+        if isinstance(self.bolt, Component):
+            self.bolt.bind(collector, self.bolt.conf, self.bolt.context)
+        self.escaped = True
+        if row_failed:
+            return
+        # the row as the per-tuple path has it: outstanding (acked at once if it was), its
+        # emits so far held for it, with the emit indexes they had
+        recs = self.recs
+        if len(recs[i]) > 4:
+            collector.replayed.add(tid)
+        collector.outstanding[tid] = tup
+        for values, stream, n, direct in mine:
+            collector.emit_counts[tid] = n
+            collector.emit(None, values, stream, (tup,), direct, None)
+        collector.emit_counts[tid] = count
+        if not row_open:
+            collector.ack(tup)
+
+
+def flush(collector: TaskCollector, emits: RowEmits, recs: list) -> None:
+    """A chunk's end: its emits' ids derived and routed, their records buffered per consumer
+    task, and (tracked) the XOR of every id made and acked, per root."""
+    tracked = collector.tracker is not None
+    n_emits = len(emits.values)
+    if not recs or (not n_emits and not tracked):
+        emits.clear()
+        return
+    tids = np.fromiter([rec[0] for rec in recs], dtype=U64, count=len(recs))
+    x_emit = np.zeros(n_emits, dtype=U64)
+    if n_emits:
+        if emits.directs:
+            _release_one_by_one(collector, emits, recs, x_emit)
+        else:
+            _release(collector, emits, recs, tids, x_emit)
+    if tracked:
+        ok = np.ones(len(recs), dtype=bool)
+        if emits.failed:
+            ok[emits.failed] = False
+        x_row = np.where(ok, tids, U64(0))
+        if n_emits:
+            np.bitwise_xor.at(x_row, np.asarray(emits.rows, dtype=np.intp), x_emit)
+        lens = [len(rec[1]) for rec in recs]
+        if min(lens) == 1 == max(lens):
+            roots = np.fromiter([rec[1][0] for rec in recs], dtype=U64, count=len(recs))
+        else:
+            counts = np.asarray(lens, dtype=np.intp)
+            roots = np.fromiter(chain.from_iterable(rec[1] for rec in recs), dtype=U64, count=int(counts.sum()))
+            x_row, ok = np.repeat(x_row, counts), np.repeat(ok, counts)
+        collector.add_contributions(roots[ok], x_row[ok])
+    emits.clear()
+
+
+def _release(collector: TaskCollector, emits: RowEmits, recs: list, tids: np.ndarray, x_emit: np.ndarray) -> None:
+    """The chunk's emits (none direct) routed with numpy and buffered per consumer task in
+    emit order."""
+    router = collector.router
+    streams, values = emits.streams, emits.values
+    rows = np.asarray(emits.rows, dtype=np.intp)
+    ns = np.asarray(emits.ns, dtype=U64)
+    first = streams[0]
+    groups: list[Block] = []
+    if streams.count(first) == len(streams):
+        bases = ids.derive_many(tids[rows], router.salts.get(first, 0), ns)
+        groups.append((first, None, bases, values, [recs[r][1] for r in emits.rows]))
+    else:
+        names = np.asarray(streams, dtype=object)
+        for stream in dict.fromkeys(streams):
+            pos = np.flatnonzero(names == stream)
+            bases = ids.derive_many(tids[rows[pos]], router.salts.get(stream, 0), ns[pos])
+            plist = pos.tolist()
+            groups.append((stream, pos, bases, [values[p] for p in plist], [recs[emits.rows[p]][1] for p in plist]))
+    route_blocks(collector, groups, len(values), x_emit)
+
+
+def _release_one_by_one(collector: TaskCollector, emits: RowEmits, recs: list, x_emit: np.ndarray) -> None:
+    """A chunk with direct emits: routed emit by emit, as the per-tuple path does."""
+    router = collector.router
+    for e, (values, stream, row, n) in enumerate(zip(emits.values, emits.streams, emits.rows, emits.ns)):
+        rec = recs[row]
+        base = ids.derive3(rec[0], router.salts.get(stream, 0), n)
+        x = 0
+        for key, _, tid in router.route(stream, values, base, emits.directs.get(e)):
+            collector.add_records(key, [[tid, rec[1], stream, values]])
+            x ^= tid
+        x_emit[e] = x
