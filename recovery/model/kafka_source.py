@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
+from recovery.errors import RecoveryError
 from recovery.model.workflow import check_topic
 
 SOURCE_TYPE = "kafka"
@@ -38,7 +39,7 @@ def settings_problem(attrs: dict[str, str], params: list[tuple[str, dict[str, st
             return f"needs a non-empty {attr}= attribute"
     try:
         check_topic(attrs["topic"])
-    except Exception as err:
+    except RecoveryError as err:
         return str(err)
     for hp in attrs["bootstrap"].split(","):
         host, _, port = hp.strip().rpartition(":")

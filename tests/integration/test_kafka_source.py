@@ -24,6 +24,7 @@ from recovery.connectors import log_offsets
 from recovery.connectors.kafka.transport import group_key
 from recovery.connectors.sink_folders import read_jsonl_dir
 from recovery.jobs import follow, recover, submit
+from recovery.jobs import summary as jobs_summary
 from recovery.model.xml import parse as workflow_xml
 from recovery.tracking import keys, runs
 from tests.helpers import wait_for
@@ -128,7 +129,7 @@ def test_a_bounded_submit_with_failures_then_recover_is_exact_and_the_group_show
     # a second bounded submit reads only what came since, and the lag shows it first
     more = LINES[400:480]
     _feed(kafka_broker, topic, more)
-    parts = follow.enrich(redis_client, s).partitions
+    parts = jobs_summary.with_topics(redis_client, s).partitions
     assert sum(p["lag"] for p in parts) == 80 and all(p["topic"] == topic for p in parts)
     again = tmp_path / "again"
     xml2 = _workflow(again, kafka_broker.bootstrap, topic, group)

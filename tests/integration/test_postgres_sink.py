@@ -280,7 +280,7 @@ def test_a_part_of_many_chunks_is_copied_in_its_one_transaction_and_counted_once
     monkeypatch.setattr(StreamingSink, "chunk_records", 7)
     wf = load(write_xml(tmp_path, postgres_bolt(postgres_url), n=N))
     r = run(wf, redis_client, run_id="p7")
-    assert r.summary["status"] == "completed"
+    assert r.summary.status == "completed"
     assert postgres_rows(postgres_url) == expected(N)
     commits = commit_rows(postgres_url)
     assert len(commits) == len(TaskMap.of(wf).task_ids("pg")) and sum(c[4] for c in commits) == N
