@@ -150,8 +150,6 @@ class StreamingSink(Bolt):
         self.part: Any = None                 # what this attempt writes into (open_part)
         # a chunk's write raised: the part is dropped, and every tuple of it fails at the end
         self.broken: BaseException | None = None
-        self._detach: Any = None
-        self._looked = False
 
     context: TaskContext   # (set by bind, before prepare)
 
@@ -163,12 +161,10 @@ class StreamingSink(Bolt):
         self.encoded.append(encoded)
         if not len(self.encoded) % SIZE_SAMPLE:   # the chunk's bytes, estimated from a sample
             self.size += SIZE_SAMPLE * self.size_of(encoded)
-        detach = self._detach
-        if detach is None and not self._looked:
-            # the task's collector takes written tuples off its hands; another (a test harness's)
-            # keeps them, and they are held here until the commit acks them
-            detach, self._looked = getattr(self._collector, "detach", None), True
-            self._detach = detach
+        # the task's collector takes written tuples off its hands; another (a test harness's)
+        # keeps them, and they are held here until the commit acks them (looked up each time:
+        # the runtime may bind the sink to another collector between tuples)
+        detach = getattr(self._collector, "detach", None)
         if detach is not None:   # the task's collector holds it no more: its id and roots will do
             detach(tup)
             self.chunk_tuples.append(tup)

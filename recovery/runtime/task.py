@@ -257,7 +257,8 @@ class TaskRunner:
         self.timeouts.start(bolt)
         execute = self._executor(bolt, auto_ack)
         try:
-            if chunks.ENABLED and not ticks and not isinstance(bolt, ShellBolt):
+            # a built-in sink holds every tuple until its commit: the per-tuple path from the start
+            if chunks.ENABLED and not ticks and not isinstance(bolt, ShellBolt) and self.comp.impl.kind != "sink":
                 # its input chunk by chunk, its bookkeeping once a chunk (a Bolt that holds a
                 # tuple goes on by the per-tuple path, `execute`)
                 yield from chunks.run_chunks(self, bolt, records, execute)

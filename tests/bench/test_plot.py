@@ -188,7 +188,8 @@ def _busy(monkeypatch, share: float) -> None:
 def _results(tmp_path, monkeypatch, *flags: str) -> C.Results:
     import argparse
     monkeypatch.setattr("sys.argv", ["bench/x.py", *flags])
-    monkeypatch.setattr(C, "RESULTS", tmp_path / "results")
+    # (where Results reads it; _common only re-exports it)
+    monkeypatch.setattr("bench._results.RESULTS", tmp_path / "results")
     ap = argparse.ArgumentParser()
     C.add_result_args(ap, "x")
     return C.Results("x", ap.parse_args(flags), {})
