@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import _common as C  # noqa: E402
 from recovery.api.components import Bolt, Tuple  # noqa: E402
-from recovery.model.graph import TaskContext  # noqa: E402
+from recovery.model.graph import ComponentContext  # noqa: E402
 from recovery.model.workflow import Component, Input, ShellImpl, StreamDef, Workflow  # noqa: E402
 from recovery.multilang.bolt import ShellBolt  # noqa: E402
 
@@ -70,7 +70,7 @@ def run(bolt, wf: Workflow, tuples: list[Tuple]) -> tuple[float, float, float]:
     this process (all its threads) and its children (the shell program) spent."""
     harness = Harness()
     bolt._collector = harness
-    bolt.prepare(wf.conf("pass"), TaskContext(wf, "pass", 1))
+    bolt.prepare(wf.conf("pass"), ComponentContext(wf, "pass", 1))
     host0, child0 = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     for tup in tuples:

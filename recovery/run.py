@@ -34,7 +34,7 @@ from recovery.jobs import reports
 from recovery.jobs import submit as jobs_submit
 from recovery.jobs.recover import RecoveryRound
 from recovery.jobs.settle import Progress
-from recovery.jobs.summary import RunSummary, original_workflow
+from recovery.jobs.summary import ComponentStats, RunSummary, original_workflow
 from recovery.model import config as config_decl
 from recovery.model.failed import FailedTuple
 from recovery.model.run import check_run_id
@@ -67,7 +67,7 @@ class RoundRecord(BaseModel):
     `replayed` the queued tuples it replayed, `recovered` those that no longer failed, `failed`
     and `dead` its failures and the tuples that ran out of attempts."""
     round: int
-    components: dict[str, dict[str, Any]] = {}
+    components: dict[str, ComponentStats] = {}
     replayed: int = 0
     recovered: int = 0
     failed: int = 0
@@ -338,7 +338,7 @@ def run_html(s: RunSummary, wf: Workflow, dead: list[FailedTuple]) -> str:
         return html.escape("" if value is None else str(value))
     failed: dict[str, dict[int, int]] = {}
     for p in s.failed_positions:
-        failed.setdefault(str(p["component"]), {})[int(p["task"])] = int(p["count"])
+        failed.setdefault(p.component, {})[p.task] = p.count
     dead_by: dict[str, int] = {}
     for d in dead:
         dead_by[d.component] = dead_by.get(d.component, 0) + 1
@@ -351,14 +351,14 @@ def run_html(s: RunSummary, wf: Workflow, dead: list[FailedTuple]) -> str:
         parts.append('<table class="components"><tr><th>component</th>'
                      + "".join(f"<th>{c}</th>" for c in cols) + "</tr>")
         for name, c in s.components.items():
-            parts.append(f"<tr><td>{e(name)}</td>" + "".join(f"<td>{e(c.get(k, 0))}</td>" for k in cols) + "</tr>")
+            parts.append(f"<tr><td>{e(name)}</td>" + "".join(f"<td>{e(getattr(c, k))}</td>" for k in cols) + "</tr>")
         parts.append("</table>")
     if s.failed_positions:
         parts.append('<table class="failed"><tr><th>component</th><th>task</th><th>tuples</th>'
                      "<th>sample error</th></tr>")
         for p in s.failed_positions:
-            parts.append(f"<tr><td>{e(p['component'])}</td><td>{e(p['task'])}</td><td>{e(p['count'])}</td>"
-                         f"<td>{e((p.get('sample_error') or '')[:200])}</td></tr>")
+            parts.append(f"<tr><td>{e(p.component)}</td><td>{e(p.task)}</td><td>{e(p.count)}</td>"
+                         f"<td>{e((p.sample_error or '')[:200])}</td></tr>")
         parts.append("</table>")
     parts.append(svg.topology(wf, svg.Marks(failed=failed, dead=dead_by)))
     parts.append("</div>")

@@ -14,25 +14,27 @@ from typing import Any
 
 from recovery.api.collector import UNBOUND, OutputCollector
 from recovery.api.tuples import HEARTBEAT_STREAM, SYSTEM_COMPONENT, TICK_STREAM, Tuple
+from recovery.model.graph import ComponentContext
 
 # Tuple and the system streams live in recovery.api.tuples (the collector protocol needs Tuple,
 # and this module needs the protocol); they stay importable from here, the API users write to.
-__all__ = ["HEARTBEAT_STREAM", "SYSTEM_COMPONENT", "TICK_STREAM", "BasicBolt", "Bolt", "Component", "Spout",
-           "Tuple"]
+__all__ = ["HEARTBEAT_STREAM", "SYSTEM_COMPONENT", "TICK_STREAM", "BasicBolt", "Bolt", "Component",
+           "ComponentContext", "Spout", "Tuple"]
 
 class Component:
     """What spouts and bolts share: the collector, config, context and keyed state."""
 
     _collector: OutputCollector = UNBOUND
     conf: dict = {}
-    context: Any = None
+    # where this task sits in the run (set by bind, before open/prepare; None until then)
+    context: ComponentContext = None  # type: ignore[assignment]
     # Keyed state that outlives the Spark task and the run (a recovery.state.KeyedState);
     # installed by the runtime before prepare/open.
     state: Any = None
 
-    def bind(self, collector: OutputCollector, conf: dict, context: Any) -> None:
+    def bind(self, collector: OutputCollector, conf: dict, context: ComponentContext) -> None:
         """Attach the collector this component's emits, acks, fails and logs go to, with
-        its configuration and task context (the runtime calls it before open/prepare)."""
+        its configuration and its ComponentContext (the runtime calls it before open/prepare)."""
         self._collector = collector
         self.conf = conf
         self.context = context
@@ -45,7 +47,7 @@ class Spout(Component):
     """A source of root tuples. In a bounded run the spout is exhausted when `next_tuple`
     returns without emitting (or returns False)."""
 
-    def open(self, conf: dict, context: Any) -> None:
+    def open(self, conf: dict, context: ComponentContext) -> None:
         pass
 
     def next_tuple(self) -> Any:
@@ -80,7 +82,7 @@ class Bolt(Component):
     auto_anchor = False
     auto_ack = False
 
-    def prepare(self, conf: dict, context: Any) -> None:
+    def prepare(self, conf: dict, context: ComponentContext) -> None:
         pass
 
     def process(self, tup: Tuple) -> None:

@@ -128,16 +128,16 @@ def print_summary(s: RunSummary) -> None:
         for col in ("component", "executed", "acked", "failed", "emitted", "roots", "seconds"):
             t.add_column(col, justify="left" if col == "component" else "right")
         for name, c in comps.items():
-            t.add_row(rich_text(name),
-                      *(rich_text(c.get(k, 0)) for k in ("executed", "acked", "failed", "emitted", "roots", "seconds")))
+            t.add_row(rich_text(name), rich_text(c.executed), rich_text(c.acked), rich_text(c.failed),
+                      rich_text(c.emitted), rich_text(c.roots), rich_text(c.seconds))
         console.print(t)
     if s.failed_positions:
         t = Table(title="failed positions", show_edge=False)
         for col in ("component", "task", "tuples", "sample error"):
             t.add_column(col)
         for p in s.failed_positions:
-            t.add_row(rich_text(p["component"]), rich_text(p["task"]), rich_text(p["count"]),
-                      rich_text(plain(p.get("sample_error") or "")[:100]))
+            t.add_row(rich_text(p.component), rich_text(p.task), rich_text(p.count),
+                      rich_text(plain(p.sample_error or "")[:100]))
         console.print(t)
 
 

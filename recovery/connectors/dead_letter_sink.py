@@ -17,7 +17,7 @@ from recovery.api.tuples import Tuple
 from recovery.connectors.sink_base import BufferedSink
 from recovery.connectors.sinks import make_sink
 from recovery.model.failed import DEAD_LETTER_FIELDS, FailedTuple
-from recovery.model.graph import TaskContext, TaskMap
+from recovery.model.graph import ComponentContext, TaskMap
 from recovery.model.run import TaskIdentity
 from recovery.model.workflow import DEAD_LETTER_SINK_ID, Workflow
 from recovery.tracking.tracker import TaskTracker
@@ -41,7 +41,7 @@ def write_part(client: Redis, wf: Workflow, run_id: str, generation: str | None,
     task_id = task_map.task_id(DEAD_LETTER_SINK_ID, 0)
     conf = full.conf(DEAD_LETTER_SINK_ID)
     fence = TaskTracker(client, TaskIdentity(run_id, flush, DEAD_LETTER_SINK_ID, 0, task_id), conf, generation)
-    context = TaskContext(full, DEAD_LETTER_SINK_ID, task_id, task_map, run_id=run_id, round=flush, redis=client,
+    context = ComponentContext(full, DEAD_LETTER_SINK_ID, task_id, task_map, run_id=run_id, round=flush, redis=client,
                           fence=fence.check_fence)
     sink = cast(BufferedSink, make_sink(wf.dead_letters, full.base_dir or "."))   # (every built-in sink is one)
     sink.bind(_NoCollector(), conf, context)

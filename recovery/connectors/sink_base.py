@@ -23,7 +23,7 @@ from recovery.api.components import Bolt
 from recovery.api.tuples import Tuple
 from recovery.connectors.arrow_encoding import python_rows
 from recovery.errors import RecoveryError
-from recovery.model.graph import TaskContext
+from recovery.model.graph import ComponentContext
 from recovery.model.workflow import SinkImpl
 
 # A chunk is written once it holds this many tuples or about this many bytes (their encodings').
@@ -151,7 +151,7 @@ class StreamingSink(Bolt):
         # a chunk's write raised: the part is dropped, and every tuple of it fails at the end
         self.broken: BaseException | None = None
 
-    context: TaskContext   # (set by bind, before prepare)
+    context: ComponentContext   # (set by bind, before prepare)
 
     # -- the row path -------------------------------------------------------------------------
     def process(self, tup: Tuple) -> None:

@@ -34,7 +34,7 @@ from typing import Any
 from recovery.connectors.files import resolve
 from recovery.connectors.sink_base import SinkFolderError
 from recovery.connectors.sink_objects import ObjectFolder
-from recovery.model.graph import TaskContext
+from recovery.model.graph import ComponentContext
 from recovery.model.workflow import FILE_SINK_TYPES, SinkImpl, Workflow
 from recovery.tracking.spill_files import error_text, local_path, location_secrets, redact
 
@@ -51,7 +51,7 @@ def part_name(run_id: str, round_no: int, component_id: str, task_id: int, ext: 
     return f"part-{run_id}-r{round_no:04d}-{component_id}-t{task_id:04d}.{ext}"
 
 
-def part_name_of(context: TaskContext, ext: str) -> str:
+def part_name_of(context: ComponentContext, ext: str) -> str:
     """The part name of a sink task (its task context's run, round, component and task)."""
     return part_name(context.run_id, context.round, context.component_id, context.task_id, ext)
 

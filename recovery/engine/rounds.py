@@ -27,7 +27,7 @@ from recovery.controlplane import connection
 from recovery.engine import session, shipping
 from recovery.engine.executor_watch import ExecutorWatch, executor_ids
 from recovery.errors import ExecutorsLost
-from recovery.model.graph import ChainPlan, TaskContext
+from recovery.model.graph import ChainPlan, ComponentContext
 from recovery.model.run import RunSpec
 from recovery.model.workflow import SourceImpl, Workflow
 from recovery.runtime import batch, factory, task
@@ -304,7 +304,7 @@ def _tell_spout(spec: RunSpec, component_id: str, field: str) -> int:
     waiting, told = [], 0
     index = int(field.split(":")[1])
     spout = cast(Spout, factory.build(wf.component(component_id), wf))   # a <spout>: a Spout
-    context = TaskContext(wf, component_id, tm.task_id(component_id, index), tm)
+    context = ComponentContext(wf, component_id, tm.task_id(component_id, index), tm)
     spout.bind(_FateCollector(), wf.conf(component_id), context)
     spout.open(spout.conf, spout.context)
     try:

@@ -192,10 +192,10 @@ def _due(client: Redis, run_id: str) -> bool:
     return queued and jobs_summary.earliest_not_before(client, run_id) <= time.time()
 
 
-def _round_stats(client: Redis, run_id: str, round_no: int) -> dict[str, dict]:
+def _round_stats(client: Redis, run_id: str, round_no: int) -> dict[str, jobs_summary.ComponentStats]:
     for r in runs.get(client, run_id).rounds:
         if r.get("round") == round_no:
-            return r.get("components") or {}
+            return jobs_summary.round_components(r)
     return {}
 
 
@@ -317,9 +317,9 @@ def run(spark: SparkSession, client: Redis, redis_url: str, plan: FollowPlan, ma
                 stats = _round_stats(client, run_id, next_round)
                 spouts = {s.id for s in log_offsets.log_spouts(wf)}
                 emit("batch", {"run_id": run_id, "round": next_round, "messages": planned,
-                               "failed": sum(s.get("failed", 0) for s in stats.values()),
-                               "trimmed": sum(stats.get(s, {}).get("trimmed", 0) for s in spouts),
-                               "roots": sum(stats.get(s, {}).get("roots", 0) for s in spouts),
+                               "failed": sum(s.failed for s in stats.values()),
+                               "trimmed": sum(stats[s].trimmed for s in spouts if s in stats),
+                               "roots": sum(stats[s].roots for s in spouts if s in stats),
                                "pending": summary.pending, "dead": summary.dead, "dead_dropped": dropped,
                                "seconds": round(time.time() - started, 3)})
                 batches += 1

@@ -126,39 +126,39 @@ class _Families:
 def is_recovery_round(round_record: dict[str, Any], original_ids: set[str]) -> bool:
     """A round that replayed queued tuples (its queue sources are not in the original workflow)
     or failed roots; round 0 and a follow run's batches read their sources."""
-    comps = round_record.get("components") or {}
+    comps = summary.round_components(round_record)
     return bool(round_record.get("round")) and (
-        any(c not in original_ids for c in comps) or any(s.get("replayed_roots") for s in comps.values()))
+        any(c not in original_ids for c in comps) or any(s.replayed_roots for s in comps.values()))
 
 
 def _collect_run(client: Redis, run_id: str, fam: _Families) -> None:
-    status = reports.run_status(client, run_id)
     rec = runs.get(client, run_id)
+    status = reports.run_summary(client, run_id, rec)
     original = summary.original_workflow(rec)
-    labels = [run_id, str(status.get("workflow") or original.name)]
-    fam.status.add_metric([*labels, str(status["status"])], 1)
-    fam.round.add_metric(labels, float(status.get("round") or 0))
-    fam.started.add_metric(labels, float(status.get("started") or 0))
-    known = bool(status.get("counts_known", True))
-    fam.counts_known.add_metric(labels, 1 if known else 0)
-    if known:
-        fam.roots_total.add_metric(labels, float(status.get("roots") or 0))
+    labels = [run_id, status.workflow or original.name]
+    fam.status.add_metric([*labels, status.status], 1)
+    fam.round.add_metric(labels, float(status.round))
+    fam.started.add_metric(labels, status.started)
+    fam.counts_known.add_metric(labels, 1 if status.counts_known else 0)
+    if status.counts_known:
+        fam.roots_total.add_metric(labels, float(status.roots or 0))
         for state in ROOT_STATES:
-            if status.get(state) is not None:
-                fam.roots.add_metric([*labels, state], float(status[state]))
+            value = getattr(status, state)
+            if value is not None:
+                fam.roots.add_metric([*labels, state], float(value))
     totals = summary.sum_components(rec.rounds, original)
     for comp, st in totals.items():
         for k in TUPLE_COUNTERS:
-            fam.tuples[k].add_metric([*labels, comp], float(st.get(k, 0)))
+            fam.tuples[k].add_metric([*labels, comp], float(getattr(st, k)))
     by_comp: dict[str, list[int]] = {}
-    for p in status.get("failed_positions") or []:
-        n = by_comp.setdefault(p["component"], [0, 0])
+    for p in status.failed_positions:
+        n = by_comp.setdefault(p.component, [0, 0])
         n[0] += 1
-        n[1] += int(p["count"])
+        n[1] += p.count
     for comp, (positions, queued) in sorted(by_comp.items()):
         fam.positions.add_metric([*labels, comp], positions)
         fam.queued.add_metric([*labels, comp], queued)
-    fam.dead.add_metric(labels, float(status.get("dead_tuples") or 0))
+    fam.dead.add_metric(labels, float(status.dead_tuples))
     ids = {c.id for c in original.components}
     recovery = [r for r in rec.rounds if is_recovery_round(r, ids)]
     fam.recovery_rounds.add_metric(labels, len(recovery))
@@ -166,21 +166,21 @@ def _collect_run(client: Redis, run_id: str, fam: _Families) -> None:
                                                for r in recovery if r.get("started") and r.get("ended")))
     last = max((float(r.get("ended") or 0) for r in recovery), default=0.0)
     fam.last_recovery.add_metric(labels, last or float(rec.started or 0))
-    for p in status.get("partitions") or []:
-        part = [*labels, str(p["topic"]), str(p["partition"])]
-        fam.lag.add_metric(part, float(p["lag"]))
-        fam.committed.add_metric(part, float(p["committed"]))
-        fam.end.add_metric(part, float(p["end"]))
-    used = run_bytes(client, run_id, status.get("failed_positions") or [])
+    for offsets in status.partitions or []:
+        part = [*labels, str(offsets["topic"]), str(offsets["partition"])]
+        fam.lag.add_metric(part, float(offsets["lag"]))
+        fam.committed.add_metric(part, float(offsets["committed"]))
+        fam.end.add_metric(part, float(offsets["end"]))
+    used = run_bytes(client, run_id, status.failed_positions)
     if used is not None:
         fam.bytes.add_metric(labels, used)
 
 
-def run_bytes(client: Redis, run_id: str, positions: list[dict[str, Any]]) -> float | None:
+def run_bytes(client: Redis, run_id: str, positions: list[summary.FailedPosition]) -> float | None:
     """MEMORY USAGE of the keys that hold the bulk of a run: a few commands plus one per failed
     position, never a SCAN. None where the server refuses MEMORY USAGE."""
     names = [keys.run_record(run_id), *(keys.ledger(run_id, b) for b in range(ledger.LEDGER_BUCKETS)),
-             *failed_queue.storage_keys(run_id, [(p["component"], int(p["task"])) for p in positions])]
+             *failed_queue.storage_keys(run_id, [(p.component, p.task) for p in positions])]
     total = 0
     for name in names:
         try:

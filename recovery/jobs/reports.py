@@ -16,6 +16,7 @@ from recovery.connectors.redis_stream import report as stream_reader
 from recovery.errors import NoSuchComponent, RecoveryError
 from recovery.jobs import summary
 from recovery.model.failed import FailedTuple
+from recovery.model.record import RunRecord
 from recovery.model.render import chains_of
 from recovery.model.synthesis import plan_marks, synthesize
 from recovery.model.xml.write import to_xml
@@ -91,9 +92,10 @@ def runs_list(client: Redis, status: str | None = None) -> dict[str, Any]:
     return {"runs": [r.model_dump() for r in run_rows(client, status)]}
 
 
-def run_summary(client: Redis, run_id: str) -> summary.RunSummary:
-    """A run's summary with its topics' partitions (`recovery status`): the run record read once."""
-    rec = runs.get(client, run_id)
+def run_summary(client: Redis, run_id: str, rec: RunRecord | None = None) -> summary.RunSummary:
+    """A run's summary with its topics' partitions (`recovery status`): the run record read once
+    (`rec`: when the caller read it already)."""
+    rec = rec if rec is not None else runs.get(client, run_id)
     return summary.with_topics(client, summary.summarize(client, run_id, rec=rec), rec)
 
 
@@ -133,8 +135,8 @@ def component(client: Redis, run_id: str, component_id: str) -> dict[str, Any]:
                  for r in rounds(client, run_id)["rounds"]]
     return {"run_id": run_id, "component": component_id, "kind": c.kind,
             "parallelism": c.parallelism, "rounds": per_round,
-            "failed_positions": [p for p in summary.failed_positions(client, run_id)
-                                 if p["component"] == component_id and p["count"]]}
+            "failed_positions": [p.model_dump() for p in summary.failed_positions(client, run_id)
+                                 if p.component == component_id and p.count]}
 
 
 def tuple_row(rec: FailedTuple) -> dict[str, Any]:
@@ -150,12 +152,12 @@ def failed(client: Redis, run_id: str, limit: int = FAILED_TUPLES_SHOWN) -> dict
     runs.get(client, run_id)
     positions = []
     for p in summary.failed_positions(client, run_id):
-        if not p["count"]:
+        if not p.count:
             continue
-        tuples = [tuple_row(t) for t in failed_queue.sample(client, run_id, p["component"], p["task"], limit)]
+        tuples = [tuple_row(t) for t in failed_queue.sample(client, run_id, p.component, p.task, limit)]
         tuples.sort(key=lambda t: t.get("id", 0))
         kinds = sorted({t["kind"] for t in tuples})
-        positions.append({**p, "kind": ", ".join(kinds), "tuples": tuples})
+        positions.append({**p.model_dump(), "kind": ", ".join(kinds), "tuples": tuples})
     return {"run_id": run_id, "failed_positions": positions}
 
 
@@ -165,8 +167,7 @@ def plan(client: Redis, run_id: str) -> dict[str, Any]:
     marked with, and the synthesized workflow as XML (None when nothing failed)."""
     rec = runs.get(client, run_id)
     original = summary.original_workflow(rec)
-    counts = {(p["component"], p["task"]): p["count"]
-              for p in summary.failed_positions(client, run_id) if p["count"]}
+    counts = {(p.component, p.task): p.count for p in summary.failed_positions(client, run_id) if p.count}
     marks, dim = plan_marks(original, counts)
     failed_tasks: dict[str, list[int]] = {}
     for comp, task in sorted(counts):

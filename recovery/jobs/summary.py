@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from pydantic import BaseModel
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 from redis import Redis
 
 from recovery.connectors import log_offsets
@@ -16,6 +23,75 @@ from recovery.tracking import ledger, runs
 from recovery.tracking import queue as failed_queue
 
 
+class ComponentStats(BaseModel):
+    """One component's counters, added up over its tasks (and, in `recover`'s summary, over
+    its rounds). A task reports the first six; the others when they apply: `seconds` its time
+    (the slowest task's), `spill_bytes` what it wrote to the spill store, `replayed_roots` the
+    roots a root replay re-emitted, `trimmed` and `idle_tasks` a log source's messages gone
+    before they were read and its tasks with nothing to read, `gone` the roots whose message
+    was gone at replay, `bisect_*` a batch bolt's bisection. Counters a newer task reports are
+    kept as they are. Its JSON holds the counters reported, in the order reported."""
+
+    model_config = ConfigDict(extra="allow")
+
+    executed: int = 0
+    acked: int = 0
+    failed: int = 0
+    emitted: int = 0
+    roots: int = 0
+    dead: int = 0
+    seconds: float = 0.0
+    spill_bytes: int = 0
+    replayed_roots: int = 0
+    trimmed: int = 0
+    idle_tasks: int = 0
+    gone: int = 0
+    bisect_runs: int = 0
+    bisect_rows: int = 0
+    bisect_isolated: int = 0
+    _reported: tuple[str, ...] = PrivateAttr(default=())   # the counters given, in their order
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _keep_order(cls, data: Any, handler: Any) -> ComponentStats:
+        out = handler(data)
+        if isinstance(data, dict):
+            out._reported = tuple(data)
+        return out
+
+    @model_serializer(mode="wrap")
+    def _as_reported(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        names = [*self._reported, *sorted(self.model_fields_set - set(self._reported))]
+        return {k: data[k] for k in names if k in data}
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump()
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> ComponentStats:
+        return cls.model_validate(obj)
+
+
+class FailedPosition(BaseModel):
+    """A task position holding queued failed tuples: how many, and the first one's error."""
+
+    component: str
+    task: int
+    count: int
+    sample_error: str | None = None
+
+
+def components_of(stats: dict[str, dict[str, Any]]) -> dict[str, ComponentStats]:
+    """Per-component counters from their JSON (the run record stores them so)."""
+    return {c: ComponentStats.from_json(s) for c, s in stats.items()}
+
+
+def round_components(round_record: dict[str, Any]) -> dict[str, ComponentStats]:
+    """A round record's per-component counters."""
+    return components_of(round_record.get("components") or {})
+
+
 def in_topological_order(stats: dict[str, Any], wf: Workflow) -> dict[str, Any]:
     """Per-component counters in the workflow's stage order (components a recovery workflow
     added, such as its queue sources, first: they feed the rest)."""
@@ -24,16 +100,16 @@ def in_topological_order(stats: dict[str, Any], wf: Workflow) -> dict[str, Any]:
             **{c: stats[c] for c in order if c in stats}}
 
 
-def sum_components(rounds: list[dict[str, Any]], wf: Workflow) -> dict[str, Any]:
+def sum_components(rounds: list[dict[str, Any]], wf: Workflow) -> dict[str, ComponentStats]:
     """Counters of several rounds added up, per component (seconds too: time spent)."""
     total: dict[str, dict[str, Any]] = {}
     for r in rounds:
-        for comp, st in (r.get("components") or {}).items():
+        for comp, st in round_components(r).items():
             agg = total.setdefault(comp, {})
-            for k, v in st.items():
+            for k, v in st.to_json().items():
                 if isinstance(v, (int, float)):
                     agg[k] = round(agg.get(k, 0) + v, 3)
-    return in_topological_order(total, wf)
+    return in_topological_order({c: ComponentStats.from_json(agg) for c, agg in total.items()}, wf)
 
 
 def round_outcome(round_record: dict[str, Any], original: Workflow) -> dict[str, int]:
@@ -41,21 +117,21 @@ def round_outcome(round_record: dict[str, Any], original: Workflow) -> dict[str,
     queue spouts emitted (a root replay: the roots it re-emitted), `recovered` those of them
     that no longer fail (replayed - failed), `failed` and `dead` the failures and the tuples that
     ran out of attempts. Round 0 (the submit) replays nothing."""
-    comps = round_record.get("components") or {}
+    comps = round_components(round_record)
     ids = {c.id for c in original.components}   # queue spouts: what the original has not
-    replayed = sum(c.get("emitted", 0) for cid, c in comps.items() if cid not in ids)
-    replayed += sum(c.get("replayed_roots", 0) for c in comps.values())
-    failed = sum(c.get("failed", 0) for c in comps.values())
-    dead = sum(c.get("dead", 0) for c in comps.values())
+    replayed = sum(c.emitted for cid, c in comps.items() if cid not in ids)
+    replayed += sum(c.replayed_roots for c in comps.values())
+    failed = sum(c.failed for c in comps.values())
+    dead = sum(c.dead for c in comps.values())
     if not round_record.get("round"):
         replayed = 0
     return {"replayed": replayed, "recovered": max(0, replayed - failed) if replayed else 0,
             "failed": failed, "dead": dead}
 
 
-def spill_bytes(components: dict[str, Any]) -> int:
+def spill_bytes(components: dict[str, ComponentStats]) -> int:
     """Bytes the tasks of these per-component counters wrote to the spill store."""
-    return int(sum(c.get("spill_bytes", 0) for c in components.values()))
+    return sum(c.spill_bytes for c in components.values())
 
 
 def position_counts(client: Redis, run_id: str) -> list[tuple[str, int, int]]:
@@ -69,12 +145,12 @@ def earliest_not_before(client: Redis, run_id: str) -> float:
     return failed_queue.earliest_due(client, run_id)
 
 
-def failed_positions(client: Redis, run_id: str) -> list[dict[str, Any]]:
+def failed_positions(client: Redis, run_id: str) -> list[FailedPosition]:
     out = []
     for comp, task, count in position_counts(client, run_id):
         first = failed_queue.sample(client, run_id, comp, task, 1)
         sample = first[0].error if first else None
-        out.append({"component": comp, "task": task, "count": count, "sample_error": sample})
+        out.append(FailedPosition(component=comp, task=task, count=count, sample_error=sample))
     return out
 
 
@@ -95,8 +171,8 @@ class RunSummary(BaseModel):
     counts_known: bool = True
     unsettled_round: int | None = None
     dead_tuples: int = 0
-    failed_positions: list[dict[str, Any]] = []
-    components: dict[str, dict[str, Any]] = {}
+    failed_positions: list[FailedPosition] = []
+    components: dict[str, ComponentStats] = {}
     components_rounds: list[int] = []      # the rounds `components` adds up
     spill_bytes: int = 0
     started: float = 0.0
@@ -159,8 +235,8 @@ def summarize(client: Redis, run_id: str, rounds: list | None = None, settled: b
     if rounds is None:
         rounds = rec.rounds
     first = next((r for r in rounds if r.get("round") == 0), None)
-    stats = in_topological_order(first["components"] if first else rec.stats, original)
-    positions = [p for p in failed_positions(client, run_id) if p["count"] > 0]
+    stats = in_topological_order(round_components(first) if first else components_of(rec.stats), original)
+    positions = [p for p in failed_positions(client, run_id) if p.count > 0]
     out = RunSummary(run_id=run_id, workflow=original.name, status=runs.status_of(rec), round=rec.round,
                      dead_tuples=failed_queue.dead_count(client, run_id), failed_positions=positions,
                      components=stats, components_rounds=[0] if stats else [], spill_bytes=spill_bytes(stats),
@@ -179,9 +255,9 @@ def summarize(client: Redis, run_id: str, rounds: list | None = None, settled: b
         return out
     # every round's new roots (continuous runs read new messages in later rounds; replays
     # are counted apart by the tasks)
-    roots = sum(c.get("roots", 0) for r in rounds for c in (r.get("components") or {}).values())
+    roots = sum(c.roots for r in rounds for c in round_components(r).values())
     if not rounds:
-        roots = sum(s.get("roots", 0) for s in stats.values())
+        roots = sum(s.roots for s in stats.values())
     # the acker's counts of the settled round, stored by the tasks that folded the ledger
     in_flight = counts.pending - counts.dead - counts.failed
     if settled:
@@ -259,9 +335,9 @@ def with_topics(client: Redis, summary: RunSummary, rec: RunRecord | None = None
             summary.complete = max(0, roots - (summary.pending or 0) - (summary.dead or 0))
     stats: dict[str, dict] = {}
     for r in rec.rounds:
-        for comp, s in (r.get("components") or {}).items():
-            if s.get("trimmed"):
-                stats.setdefault(comp, {"trimmed": 0})["trimmed"] += s["trimmed"]
+        for comp, s in round_components(r).items():
+            if s.trimmed:
+                stats.setdefault(comp, {"trimmed": 0})["trimmed"] += s.trimmed
     summary.warnings = [*(summary.warnings or []), *stream_report.warnings_for(wf, client, stats)]
     return summary
 

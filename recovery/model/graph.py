@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from recovery.model.workflow import Component, Grouping, Input, Workflow
 
@@ -257,10 +257,11 @@ class TaskMap:
 
 
 @dataclass
-class TaskContext:
-    """What `prepare`/`open` receive as `context` (Storm's TopologyContext, reduced), and what
-    a task of a run adds for the built-in sources and sinks (runtime.task.TaskRunner sets them;
-    a component run outside a run keeps the defaults)."""
+class ComponentContext:
+    """What `prepare`/`open` receive as `context`, also `self.context` (Storm's
+    TopologyContext, reduced), and what a task of a run adds for the built-in sources and sinks
+    (runtime.task.TaskRunner sets them; a component run outside a run keeps the defaults).
+    Named apart from `pyspark.TaskContext`, which is Spark's view of a Spark task."""
     workflow: Workflow
     component_id: str
     task_id: int
@@ -313,6 +314,20 @@ class TaskContext:
             "source->stream->grouping": sources,
             "source->stream->fields": _source_fields(wf, me),
         }
+
+
+def __getattr__(name: str) -> Any:
+    # The context's former name, kept for code written against it; it clashed with pyspark's.
+    if name == "TaskContext":
+        import warnings
+        warnings.warn("recovery.model.graph.TaskContext is deprecated: use recovery.ComponentContext",
+                      DeprecationWarning, stacklevel=2)
+        return ComponentContext
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+if TYPE_CHECKING:
+    TaskContext = ComponentContext   # deprecated: use ComponentContext
 
 
 def _source_fields(wf: Workflow, me: Component) -> dict[str, dict[str, list[str]]]:

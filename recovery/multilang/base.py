@@ -16,7 +16,7 @@ import msgpack
 from recovery.api.collector import OutputCollector
 from recovery.errors import RecoveryError
 from recovery.model import config as config_decl
-from recovery.model.graph import TaskContext
+from recovery.model.graph import ComponentContext
 from recovery.model.workflow import ShellImpl
 from recovery.multilang import process
 from recovery.multilang.process import ChildProcess
@@ -101,7 +101,7 @@ class ShellBase:
             timeout = min(timeout, 0.9 * message_timeout)
         self._timeout = timeout
         # a task's context, or (a component run by hand) Storm's context as a dict, or None
-        task_context = context if isinstance(context, TaskContext) else None
+        task_context = context if isinstance(context, ComponentContext) else None
         if task_context is not None:
             self._storm_context = task_context.to_storm()
         else:
@@ -124,7 +124,7 @@ class ShellBase:
                                  f"not found in {self.base_dir}")
 
     def _component_id(self) -> str:
-        if isinstance(self.context, TaskContext):
+        if isinstance(self.context, ComponentContext):
             return self.context.component_id
         return self._storm_context.get("componentid") or self.label
 

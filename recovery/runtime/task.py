@@ -31,7 +31,7 @@ from recovery.api.tuples import SYSTEM_COMPONENT, TICK_STREAM, Tuple
 from recovery.controlplane import connection
 from recovery.faults import injections
 from recovery.model import config as config_decl
-from recovery.model.graph import ChainPlan, TaskContext, TaskMap
+from recovery.model.graph import ChainPlan, ComponentContext, TaskMap
 from recovery.model.run import RunSpec, TaskIdentity
 from recovery.model.workflow import Component, Workflow
 from recovery.multilang.bolt import ShellBolt
@@ -200,8 +200,8 @@ class TaskRunner:
             impl.kind == "source" and impl.type in ("queue", "redis-stream", "kafka"))
 
     # -- component set-up -----------------------------------------------------------------
-    def _context(self) -> TaskContext:
-        return TaskContext(self.wf, self.component_id, self.task_id, self.tm, run_id=self.spec.run_id,
+    def _context(self) -> ComponentContext:
+        return ComponentContext(self.wf, self.component_id, self.task_id, self.tm, run_id=self.spec.run_id,
                            round=self.spec.round, redis=self.client,
                            fence=self.tracker.check_fence if self.tracker is not None else None)
 

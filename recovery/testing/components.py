@@ -10,7 +10,7 @@ import msgpack
 from redis import Redis
 
 from recovery.api.components import Bolt, Spout, Tuple
-from recovery.model.graph import TaskContext
+from recovery.model.graph import ComponentContext
 from recovery.tracking import keys
 
 ITEMS_PROPERTY = "testing.items"   # a TestingSpout's items, JSON, in its component's config
@@ -91,7 +91,7 @@ class TestingSpout(Spout):
 
     __test__ = False   # not a pytest test class, whatever its name
 
-    def open(self, conf: dict, context: TaskContext) -> None:
+    def open(self, conf: dict, context: ComponentContext) -> None:
         text = conf.get(ITEMS_PROPERTY)
         if text is None:
             raise ValueError(f"TestingSpout {context.component_id!r} has no {ITEMS_PROPERTY!r} property "

@@ -110,15 +110,15 @@ class LocalRun:
                 for c in self.workflow.components if c.impl.kind == "class" and c.impl.ref == LIST_SINK}
 
     @property
-    def failed_positions(self) -> list[dict[str, Any]]:
+    def failed_positions(self) -> list[jobs_summary.FailedPosition]:
         """The run's failed positions holding queued tuples (`jobs.failed_positions`)."""
-        return [p for p in jobs_summary.failed_positions(self.client, self.run_id) if p["count"] > 0]
+        return [p for p in jobs_summary.failed_positions(self.client, self.run_id) if p.count > 0]
 
     def failed_tuples(self) -> list[FailedTuple]:
         """Every tuple queued for recovery (component, task, values, error, attempt, ...)."""
         # a test kit reads them all (a small test's failures); the engine's driver never does
         return [t for p in self.failed_positions
-                for t in failed_queue.sample(self.client, self.run_id, p["component"], p["task"])]
+                for t in failed_queue.sample(self.client, self.run_id, p.component, p.task)]
 
     def dead_tuples(self) -> list[FailedTuple]:
         """Every tuple that ran out of attempts (the dead letters)."""

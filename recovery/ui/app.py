@@ -106,8 +106,9 @@ class UI:
         from recovery.model.graph import topological_order
         from recovery.model.synthesis import synthesize
         client = self.client
-        summary = reports.run_status(client, run_id)
-        original = jobs_summary.original_workflow(runs.get(client, run_id))
+        rec = runs.get(client, run_id)
+        summary = reports.run_summary(client, run_id, rec)
+        original = jobs_summary.original_workflow(rec)
         failed = reports.failed(client, run_id)["failed_positions"]
         dead = dead_letters.dead(client, run_id)["dead"]
         plan = reports.plan(client, run_id)
@@ -116,8 +117,8 @@ class UI:
         for r in rounds:   # the table lists components as the topology does (queue spouts first)
             r["components"] = dict(sorted(r["components"].items(), key=lambda kv: order.get(kv[0], -1)))
         failed_by_component: dict[str, dict[int, int]] = {}
-        for p in failed:
-            failed_by_component.setdefault(p["component"], {})[p["task"]] = p["count"]
+        for p in summary.failed_positions:
+            failed_by_component.setdefault(p.component, {})[p.task] = p.count
         dead_by_component: dict[str, int] = {}
         for d in dead:
             dead_by_component[d["component"]] = dead_by_component.get(d["component"], 0) + 1
@@ -133,7 +134,7 @@ class UI:
                 "tasks_label": {c.id: f"{c.kind} ×{c.parallelism}" for c in original.components},
                 "rounds": rounds, "topology_svg": svg.topology(original, marks),
                 "plan_svg": plan_svg, "chart_svg": svg.rounds_chart(rounds),
-                "process": process, "live": self.live(summary["status"], process)}
+                "process": process, "live": self.live(summary.status, process)}
 
     @staticmethod
     def live(status: str, process: dict[str, Any] | None) -> bool:
@@ -245,7 +246,7 @@ def dead_page(request: Request) -> Response:
         by_position.setdefault((r["component"], r["task"]), []).append(r)
     return ui.templates.TemplateResponse(request, "dead.html", {
         "run_id": run_id, "positions": sorted(by_position.items()), "count": len(rows),
-        "component": component, "summary": reports.run_status(ui.client, run_id),
+        "component": component, "summary": reports.run_summary(ui.client, run_id),
         "message": request.query_params.get("message")})
 
 
@@ -253,7 +254,7 @@ def clear_page(request: Request) -> Response:
     ui = _ui(request)
     run_id = request.path_params["run_id"]
     return ui.templates.TemplateResponse(request, "clear.html", {
-        "run_id": run_id, "summary": reports.run_status(ui.client, run_id)})
+        "run_id": run_id, "summary": reports.run_summary(ui.client, run_id)})
 
 
 # --- actions (HTML forms; htmx posts get a fragment, plain posts a redirect) ----------------

@@ -37,7 +37,7 @@ def test_spark_task_retries_of_a_batch_task_change_no_result_and_no_ledger(spark
     assert out("a") == out("b") and out("a")
     for k in ("roots", "complete", "pending", "failed"):
         assert getattr(base, k) == getattr(crashed, k)
-    assert base.components["aggregate"]["failed"] > 0
+    assert base.components["aggregate"].failed > 0
     assert ledger.pending_roots(redis_client, base.run_id) == ledger.pending_roots(redis_client, crashed.run_id)
     state = lambda rid: redis_client.hgetall(keys.state(rid, "aggregate"))   # noqa: E731
     assert state(base.run_id) == state(crashed.run_id)

@@ -113,14 +113,14 @@ def test_a_batch_spout_feeds_a_batch_bolt_whose_late_batch_fails_alone_and_recov
     assert s.roots == COUNT and s.status == "pending"
     [pos] = s.failed_positions
     # the batch holding 77 failed whole at its task, with the row path's timeout error
-    assert pos["component"] == "slow" and 1 <= pos["count"] <= 16
-    assert pos["sample_error"].startswith("TupleTimeout: tuple timed out after 1s in slow")
-    assert s.complete == COUNT - pos["count"] and s.components["slow"]["bisect_runs"] == 0
+    assert pos.component == "slow" and 1 <= pos.count <= 16
+    assert pos.sample_error.startswith("TupleTimeout: tuple timed out after 1s in slow")
+    assert s.complete == COUNT - pos.count and s.components["slow"].bisect_runs == 0
     written = [json.loads(r)["n"] for r in sink_records(tmp_path / "out" / "bspout")]
-    assert 77 not in written and len(written) == COUNT - pos["count"]
+    assert 77 not in written and len(written) == COUNT - pos.count
     # the spout was told the fates known: every complete root acked, by its message id
     acked = _fates(fates, "ack")
-    assert len(acked) == COUNT - pos["count"] and "n77" not in acked and _fates(fates, "fail") == []
+    assert len(acked) == COUNT - pos.count and "n77" not in acked and _fates(fates, "fail") == []
 
     r = recover.recover(spark, redis_client, redis_url, s.run_id)
     assert r.status == "completed" and r.pending == 0

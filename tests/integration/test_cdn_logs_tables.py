@@ -45,7 +45,7 @@ def failure_free(dest: Path) -> tuple[dict, dict]:
     lines = pads.dataset(str(dest / "data" / "cdn_logs.parquet"), format="parquet").to_table().column("line")
     client = fakeredis.FakeRedis(server=fakeredis.FakeServer())
     run = testing.run_local(workflow_xml.load(xml), client, inputs={"logs": lines.to_pylist()}, list_sinks=False)
-    assert run.summary.failed == POISON and run.summary.components["aggregate"]["failed"] == 0
+    assert run.summary.failed == POISON and run.summary.components["aggregate"].failed == 0
     return demo.table_records(dest / TABLE), demo.keyed_state(client, run.run_id, "aggregate")
 
 
@@ -60,8 +60,8 @@ def test_failures_at_a_bolt_then_recover_leave_exactly_a_failure_free_runs_recor
     inject = {"recovery.inject.a.component": "aggregate", "recovery.inject.a.rate": "0.05", **FAST}
     s = submit(spark, redis_url, redis_client, xml, inject)
     assert s.status == "pending"
-    assert {p["component"] for p in s.failed_positions} == {"split", "normalize", "aggregate"}
-    assert s.components["logs"]["emitted"] == 1000      # every row of the four part files
+    assert {p.component for p in s.failed_positions} == {"split", "normalize", "aggregate"}
+    assert s.components["logs"].emitted == 1000      # every row of the four part files
     assert sum(demo.table_records(tmp_path / "failing" / TABLE).values()) < sum(want.values())   # not all there yet
     r = recover.recover(spark, redis_client, redis_url, s.run_id)
     assert r.status == "dead" and r.dead_tuples == POISON and r.recovered > 0

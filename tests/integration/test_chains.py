@@ -69,19 +69,19 @@ def test_a_chained_run_writes_counts_fails_and_recovers_what_the_unchained_run_d
     # per member counters, and failures localized to the member's tasks, as without chaining
     for comp in ("logs", "split", "normalize", "aggregate", "output"):
         for k in ("executed", "acked", "failed", "emitted"):
-            assert chained.components[comp].get(k) == plain.components[comp].get(k), (comp, k)
-    positions = lambda s: {p["component"] for p in s.failed_positions}   # noqa: E731
+            assert getattr(chained.components[comp], k) == getattr(plain.components[comp], k), (comp, k)
+    positions = lambda s: {p.component for p in s.failed_positions}   # noqa: E731
     # (the data's status-0 lines fail at normalize)
     assert positions(chained) == positions(plain) == {"split", "normalize"}
     queued = lambda s, comp: sorted(   # noqa: E731
-        json.dumps(rec["values"]) for p in s.failed_positions if p["component"] == comp
-        for rec in map(_unpack, redis_client.hvals(keys.queue(s.run_id, comp, p["task"]))))
+        json.dumps(rec["values"]) for p in s.failed_positions if p.component == comp
+        for rec in map(_unpack, redis_client.hvals(keys.queue(s.run_id, comp, p.task))))
     for comp in ("split", "normalize"):
         assert queued(chained, comp) == queued(plain, comp) != []
     # a recovery round of split's failures alone: split fed from its queue, chained again with
     # normalize; with normalize's failures too, normalize reads its queue as well: not chained
     wf = workflow_xml.load(tmp_path / "chained" / "cdn_logs.xml").with_config(TRANSIENT_SPLIT)
-    failed = {c: sorted({p["task"] for p in chained.failed_positions if p["component"] == c})
+    failed = {c: sorted({p.task for p in chained.failed_positions if p.component == c})
               for c in ("split", "normalize")}
     assert [c.members for c in ChainPlan.of_workflow(synthesize(wf, {"split": failed["split"]})).chained] == [
         ("split", "normalize")]
@@ -109,10 +109,10 @@ def test_a_failure_at_the_second_member_of_a_chain_is_recovered_from_its_queue_e
     inject = {"recovery.inject.s.component": "split", "recovery.inject.s.rate": "0.05",
               "recovery.inject.s.attempts": "2", **CHAIN_SHUFFLE, **FAST_RETRY}
     s = submit(spark, redis_url, redis_client, xml, inject)
-    assert {p["component"] for p in s.failed_positions} == {"split"} and s.status == "pending"
+    assert {p.component for p in s.failed_positions} == {"split"} and s.status == "pending"
     wf = workflow_xml.load(xml).with_config(inject)
     assert [c.members for c in ChainPlan.of_workflow(wf).chained] == [("sentences", "split")]
-    failed = {"split": sorted({p["task"] for p in s.failed_positions})}
+    failed = {"split": sorted({p.task for p in s.failed_positions})}
     plan = ChainPlan.of_workflow(synthesize(wf, failed))
     assert plan.chained == []    # split is fed by its queue spout (direct): nothing to chain
     r = recover.recover(spark, redis_client, redis_url, s.run_id)
@@ -164,7 +164,7 @@ def test_spark_retries_of_a_chain_task_change_no_result_and_no_ledger(spark, red
         assert getattr(base, k) == getattr(crashed, k)
     assert base.failed > 0
     for comp in ("sentences", "split", "count"):
-        assert base.components[comp]["executed"] == crashed.components[comp]["executed"]
+        assert base.components[comp].executed == crashed.components[comp].executed
     assert ledger.pending_roots(redis_client, base.run_id) == ledger.pending_roots(redis_client, crashed.run_id)
     state = lambda rid: redis_client.hgetall(keys.state(rid, "count"))   # noqa: E731
     assert state(base.run_id) == state(crashed.run_id)

@@ -91,7 +91,7 @@ def test_fanout_with_failures_on_three_masters_spreads_recovers_exactly_and_clea
         "recovery.inject.cu.component": "cube", "recovery.inject.cu.rate": "0.05",
         "recovery.retry.delay.period.ms": "10"})
     run_id = s.run_id
-    assert s.status == "pending" and {p["component"] for p in s.failed_positions} == {"square", "cube"}
+    assert s.status == "pending" and {p.component for p in s.failed_positions} == {"square", "cube"}
     # the run's keys, on every master: its ledger buckets and its queues are not in one slot
     per_master = [[k.decode() for k in ks] for ks in cluster.keys_per_master(keys.run_pattern(run_id))]
     assert all(per_master), per_master

@@ -94,12 +94,12 @@ def test_not_acked_tuples_fail_at_their_task(spark, redis_url, redis_client, tmp
         ["good1", "bad1", "good2", "bad2", "good3"])
     s = submit(spark, redis_url, redis_client, xml)
     assert s.roots == 5 and s.complete == 3 and s.failed == 2
-    assert {p["component"] for p in s.failed_positions} == {"check"}
-    assert all(p["sample_error"] == "not acked by check" for p in s.failed_positions)
+    assert {p.component for p in s.failed_positions} == {"check"}
+    assert all(p.sample_error == "not acked by check" for p in s.failed_positions)
     assert sorted(r["word"] for r in json.loads("[" + ",".join(sink_records(tmp_path / "out")) + "]")) == ["GOOD1", "GOOD2", "GOOD3"]
     queued = []
     for p in s.failed_positions:
-        for raw in redis_client.hvals(keys.queue(s.run_id, p["component"], p["task"])):
+        for raw in redis_client.hvals(keys.queue(s.run_id, p.component, p.task)):
             queued.append(msgpack.unpackb(raw))
     assert sorted(q["values"][0] for q in queued) == ["bad1", "bad2"]
     assert all(q["src_component"] == "src" and q["attempt"] == 1 for q in queued)
@@ -117,10 +117,10 @@ def test_a_failed_tuple_emits_nothing_downstream_and_the_run_goes_on(spark, redi
     assert words == ["a", "b", "c"]          # no "half-emitted"
     assert s.failed == 1 and s.complete == 3
     [pos] = s.failed_positions
-    [raw] = redis_client.hvals(keys.queue(s.run_id, "explodes", pos["task"]))
+    [raw] = redis_client.hvals(keys.queue(s.run_id, "explodes", pos.task))
     rec = msgpack.unpackb(raw)
     assert rec["values"] == ["boom"] and "RuntimeError: boom at explodes" in rec["error"]
-    assert "Traceback" in rec["traceback"] and rec["task"] == pos["task"]
+    assert "Traceback" in rec["traceback"] and rec["task"] == pos.task
     # the root stays pending in the acker's ledger (exactly one root)
     assert len(ledger.pending_roots(redis_client, s.run_id)) == 1
 
@@ -136,8 +136,8 @@ def test_undecodable_records_fail_at_the_spout_with_the_raw_record(spark, redis_
     assert s.roots == 6 and s.complete == 2 and s.failed == 4
     raws = []
     for p in s.failed_positions:
-        assert p["component"] == "src"
-        raws += [msgpack.unpackb(r)["raw"] for r in redis_client.hvals(keys.queue(s.run_id, "src", p["task"]))]
+        assert p.component == "src"
+        raws += [msgpack.unpackb(r)["raw"] for r in redis_client.hvals(keys.queue(s.run_id, "src", p.task))]
     assert sorted(raws) == sorted([b"not json\n", b"\xff\xfe\n", b"[1, 2]\n", b'{"other": 1}\n'])
     assert sorted(json.loads(r)["word"] for r in sink_records(tmp_path / "out")) == ["ok1", "ok2"]
 
@@ -164,4 +164,4 @@ def test_spark_task_retries_change_no_result_and_no_ledger(spark, redis_url, red
     assert ledger.pending_roots(redis_client, base.run_id) == ledger.pending_roots(redis_client, crashed.run_id)
     state = lambda rid: redis_client.hgetall(keys.state(rid, "count"))
     assert state(base.run_id) == state(crashed.run_id)
-    assert base.components["count"]["executed"] == crashed.components["count"]["executed"]
+    assert base.components["count"].executed == crashed.components["count"].executed

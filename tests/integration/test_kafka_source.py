@@ -341,7 +341,7 @@ def test_undecodable_and_oversized_records_are_failed_tuples_then_dead_letters(
     xml.write_text(RECORDS_XML.format(bootstrap=kafka_broker.bootstrap, topic=topic, group=group))
     s = submit.submit(spark, redis_client, redis_url, _load(xml), xml.read_text(), str(xml))
     assert s.roots == 44 and s.status != "crashed"
-    assert sum(p["count"] for p in s.failed_positions if p["component"] == "events") == 4
+    assert sum(p.count for p in s.failed_positions if p.component == "events") == 4
     rs = recover.recover(spark, redis_client, redis_url, s.run_id)
     assert rs.pending == 0 and rs.dead == 4
     from recovery.jobs.dead_letters import dead_letters

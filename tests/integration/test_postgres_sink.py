@@ -20,7 +20,7 @@ from recovery.cli import main
 from recovery.connectors.postgres import PostgresSink
 from recovery.connectors.sink_base import SinkTableError
 from recovery.connectors.sinks import check_folders
-from recovery.model.graph import TaskContext, TaskMap
+from recovery.model.graph import ComponentContext, TaskMap
 from recovery.model.workflow import SinkImpl, Workflow
 from recovery.model.xml import parse as workflow_xml
 from recovery.runtime import batch as batch_runtime
@@ -98,7 +98,7 @@ def commit_rows_exist(url: str, schema: str) -> bool:
 
 def a_part(url: str, n: int) -> PostgresSink:
     sink = PostgresSink(SinkImpl(type="postgres", params=(("url", url), ("table", "events"))), ".")
-    sink.context = TaskContext(Workflow(name="pg"), "pg", 7, TaskMap({"pg": 7}, {"pg": 1}), run_id="c1", round=0)
+    sink.context = ComponentContext(Workflow(name="pg"), "pg", 7, TaskMap({"pg": 7}, {"pg": 1}), run_id="c1", round=0)
     sink.encoded = [sink.encode(Tuple(i, "enrich", "default", 1, [i, "w"], ("n", "word"), ())) for i in range(n)]
     return sink
 

@@ -32,7 +32,7 @@ def final_counts(path: Path) -> dict[str, int]:
 def test_transient_failures_at_two_positions_on_one_path_recover_exactly(spark, redis_url, redis_client, tmp_path):
     xml = copy_workflow("wordcount", tmp_path)
     s = submit(spark, redis_url, redis_client, xml, {**TRANSIENT_SPLIT, **TRANSIENT_COUNT, **FAST_RETRY})
-    failed_components = {p["component"] for p in s.failed_positions}
+    failed_components = {p.component for p in s.failed_positions}
     assert failed_components == {"split", "count"} and s.status == "pending"
     out = tmp_path / "out" / "wordcount"
     assert sink_records(out) != wordcount_reference(tmp_path / "data" / "sentences.txt")
@@ -53,7 +53,7 @@ def test_permanent_failures_end_dead_after_max_attempts_and_recover_terminates(s
     s = submit(spark, redis_url, redis_client, xml, {
         "recovery.inject.p.component": "count", "recovery.inject.p.match": "acker",
         "recovery.inject.p.mode": "permanent", "recovery.max.attempts": "3", **FAST_RETRY})
-    n_failed = sum(p["count"] for p in s.failed_positions)
+    n_failed = sum(p.count for p in s.failed_positions)
     assert n_failed > 0
     r = recover.recover(spark, redis_client, redis_url, s.run_id, max_rounds=10)
     assert r.rounds == 2 and r.status == "dead"
@@ -80,12 +80,12 @@ def test_localized_recovery_writes_no_duplicates_where_root_replay_does(spark, r
     for strategy in ("localized", "root-replay"):
         xml = copy_workflow("fanout", tmp_path / strategy)
         s = submit(spark, redis_url, redis_client, xml, inject)
-        assert {p["component"] for p in s.failed_positions} == {"cube"}
+        assert {p.component for p in s.failed_positions} == {"cube"}
         r = recover.recover(spark, redis_client, redis_url, s.run_id, strategy=strategy)
         assert r.status == "completed"
         results[strategy] = (sink_records(tmp_path / strategy / "out" / "fanout" / "archive"),
                              sink_records(tmp_path / strategy / "out" / "fanout" / "joined"))
-        n_failed = sum(p["count"] for p in s.failed_positions)
+        n_failed = sum(p.count for p in s.failed_positions)
     clean_archive, clean_joined = fanout_reference(tmp_path / "localized" / "data" / "numbers.txt")
     assert results["localized"] == (clean_archive, clean_joined)
     archive_rr = results["root-replay"][0]
@@ -210,8 +210,8 @@ def test_root_replay_of_a_spout_class_replays_failed_roots_that_are_not_the_firs
     markers.mkdir()
     s = submit(spark, redis_url, redis_client, xml, {
         "test.fail.numbers": "13,17", "test.fail.markers": str(markers), **FAST_RETRY})
-    assert [p["component"] for p in s.failed_positions] == ["square"] * len(s.failed_positions)
-    assert sum(p["count"] for p in s.failed_positions) == 2 and s.complete == 18
+    assert [p.component for p in s.failed_positions] == ["square"] * len(s.failed_positions)
+    assert sum(p.count for p in s.failed_positions) == 2 and s.complete == 18
     r = recover.recover(spark, redis_client, redis_url, s.run_id, strategy="root-replay")
     assert r.status == "completed" and r.rounds == 1
     expected = sorted(json.dumps({"n": n, "square": n * n}, sort_keys=True) for n in range(20))

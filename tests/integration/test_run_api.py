@@ -41,7 +41,7 @@ def test_submit_recover_status_in_the_callers_session_exact(spark, redis_url, re
     status = run.status()
     assert isinstance(status, RunSummary) and status.run_id == run.id
     assert status.status == "pending" and status.roots == 1000
-    assert {p["component"] for p in status.failed_positions} == {"split", "normalize", "aggregate"}
+    assert {p.component for p in status.failed_positions} == {"split", "normalize", "aggregate"}
     as_json = json.loads(json.dumps(status.to_json()))   # what `status --json` prints
     assert {k: getattr(status, k) for k in as_json} == as_json   # each key is a field of the same name
     assert sink_records(out) != reference

@@ -36,10 +36,10 @@ def test_a_tuple_failed_in_a_shell_bolt_is_recovered_by_a_fresh_process(spark, r
     s = submit(spark, redis_url, redis_client, xml, {
         "wordcount_shell.fail.word": "acker", "wordcount_shell.fail.markers": str(markers),
         "wordcount_shell.fates": str(fates), "recovery.retry.delay.period.ms": "10"})
-    assert {p["component"] for p in s.failed_positions} == {"split"}
-    n = sum(p["count"] for p in s.failed_positions)
+    assert {p.component for p in s.failed_positions} == {"split"}
+    n = sum(p.count for p in s.failed_positions)
     assert n == len(list(markers.iterdir())) > 0
-    assert all("transient failure" in p["sample_error"] for p in s.failed_positions)
+    assert all("transient failure" in p.sample_error for p in s.failed_positions)
     # the spout heard "ack" for every complete root, and nothing yet for the pending ones
     lines = [l.split() for l in fates.read_text().splitlines()]
     assert all(what == "ack" for what, _ in lines) and len(lines) == s.complete

@@ -156,7 +156,7 @@ def test_cdn_logs_recovered_output_equals_a_failure_free_runs_record_for_record(
     want = demo.sink_records(tmp_path / "clean" / "out" / "cdn_logs")
     want_state = demo.keyed_state(clean_client, clean.run_id, "aggregate")
     s = submit(spark, redis_url, redis_client, copy_workflow("cdn_logs", tmp_path / "failing"), inject)
-    assert {p["component"] for p in s.failed_positions} == {"split", "normalize", "aggregate"}
+    assert {p.component for p in s.failed_positions} == {"split", "normalize", "aggregate"}
     r = recover.recover(spark, redis_client, redis_url, s.run_id)
     assert r.status == "dead" and r.dead_tuples == 20
     got = demo.sink_records(tmp_path / "failing" / "out" / "cdn_logs")

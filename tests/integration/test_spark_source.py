@@ -153,7 +153,7 @@ def test_batch_components_take_a_spark_sources_rows(spark, redis_url, redis_clie
     source = f'<source type="spark" format="json" path="{rel(datasets / "json", tmp_path)}">{SPLITS}</source>'
     xml = workflow(tmp_path, source, "id host bytes ok tags maybe", pass_bolt="PassBatch")
     s = submit(spark, redis_url, redis_client, xml)
-    assert s.status == "completed" and s.components["pass"]["executed"] == len(ROWS)
+    assert s.status == "completed" and s.components["pass"].executed == len(ROWS)
     assert sink_records(tmp_path / "out" / "events") == expected("id host bytes ok tags maybe")
 
 
@@ -264,7 +264,7 @@ FAIL_PASS = {"recovery.inject.f.component": "pass", "recovery.inject.f.rate": "0
 def test_failures_at_a_bolt_then_recover_is_exact(spark, redis_url, redis_client, tmp_path, datasets, strategy):
     xml = workflow(tmp_path, parquet_source(datasets, tmp_path), FIELDS, pass_bolt="Pass")
     s = submit(spark, redis_url, redis_client, xml, FAIL_PASS)
-    assert s.status == "pending" and {p["component"] for p in s.failed_positions} == {"pass"}
+    assert s.status == "pending" and {p.component for p in s.failed_positions} == {"pass"}
     out = tmp_path / "out" / "events"
     assert len(sink_records(out)) == len(ROWS) - s.failed > 0
     r = recover.recover(spark, redis_client, redis_url, s.run_id, strategy=strategy)

@@ -46,7 +46,7 @@ def test_transient_failures_then_recover_fill_both_tables_with_exactly_a_failure
     failing = submit(spark, redis_url, redis_client, write_xml(tmp_path / "failing", both_sinks(postgres_url), n=N),
                      {**FAST, **TRANSIENT})
     assert failing.status == "pending"
-    assert {p["component"] for p in failing.failed_positions} == {"enrich", "pg", "lake"}
+    assert {p.component for p in failing.failed_positions} == {"enrich", "pg", "lake"}
     assert sum(postgres_rows(postgres_url).values()) < N   # not all there yet
     r = recover.recover(spark, redis_client, redis_url, failing.run_id)
     assert r.status == "completed" and r.pending == 0 and r.dead == 0

@@ -118,7 +118,7 @@ def test_a_forced_take_over_of_a_live_recovery_is_exact_and_stops_the_first_driv
     xml = bench_pipeline(tmp_path)
     run_id = f"takeover-{point}"
     s = submit(spark, redis_url, redis_client, xml, FAILING, run_id=run_id)
-    assert s.status == "pending" and {p["component"] for p in s.failed_positions} == {"enrich"}
+    assert s.status == "pending" and {p.component for p in s.failed_positions} == {"enrich"}
     first = spawn_recover(redis_url, run_id, *SLOW_FORMAT)
     try:
         def reached() -> bool:

@@ -16,7 +16,7 @@ COUNTS = ("status", "roots", "complete", "pending", "failed", "in_flight", "dead
 
 def _counters(summary: RunSummary) -> dict:
     """Per-component counters without the wall-clock ones."""
-    return {c: {k: v for k, v in st.items() if k != "seconds"} for c, st in summary.components.items()}
+    return {c: {k: v for k, v in st.to_json().items() if k != "seconds"} for c, st in summary.components.items()}
 
 
 def test_run_local_agrees_with_a_spark_submit(spark, redis_url, redis_client, tmp_path: Path):

@@ -45,10 +45,10 @@ def test_a_tuple_stuck_in_c_fails_at_the_spark_retry_and_the_round_ends(spark, r
     s = submit.submit(spark, redis_client, redis_url, wf, xml.read_text(), str(xml))
     assert s.status == "pending" and s.roots == 6 and s.complete == 5 and s.failed == 1
     [pos] = s.failed_positions
-    assert pos["component"] == "slow" and pos["count"] == 1
-    assert pos["sample_error"] == "TupleTimeout: tuple timed out after 0.5s in slow (stuck: its worker was ended)"
+    assert pos.component == "slow" and pos.count == 1
+    assert pos.sample_error == "TupleTimeout: tuple timed out after 0.5s in slow (stuck: its worker was ended)"
     slow = s.components["slow"]
-    assert (slow["executed"], slow["acked"], slow["failed"]) == (6, 5, 1)
+    assert (slow.executed, slow.acked, slow.failed) == (6, 5, 1)
     # the retry committed the task, so its mark is gone
     assert not list(redis_client.scan_iter(match=keys.run_key(s.run_id, "timedout", "*")))
 

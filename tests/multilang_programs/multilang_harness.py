@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from recovery.api.components import Tuple
-from recovery.model.graph import TaskContext
+from recovery.model.graph import ComponentContext
 from recovery.model.workflow import Component, Input, ShellImpl, StreamDef, Workflow
 from recovery.multilang.bolt import ShellBolt
 from recovery.multilang.spout import ShellSpout
@@ -149,7 +149,7 @@ class Shells:
         harness = harness or Harness()
         bolt._collector = harness
         self.made.append((bolt, harness))
-        bolt.prepare(wf.conf("bolt"), TaskContext(wf, "bolt", 1))
+        bolt.prepare(wf.conf("bolt"), ComponentContext(wf, "bolt", 1))
         return bolt, harness
 
     def spout(self, script: str, *args: str, config: dict[str, str] | None = None,
@@ -160,7 +160,7 @@ class Shells:
         harness = harness or Harness()
         spout._collector = harness
         self.made.append((spout, harness))
-        spout.open(wf.conf("spout"), TaskContext(wf, "spout", 2))
+        spout.open(wf.conf("spout"), ComponentContext(wf, "spout", 2))
         return spout, harness
 
     def close(self) -> None:

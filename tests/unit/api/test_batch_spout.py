@@ -11,7 +11,7 @@ import recovery
 from recovery import BatchSpout, Spout
 from recovery.api.batch import message_ids_as_list
 from recovery.api.loader import ClassLoadError, load_class
-from recovery.model.graph import TaskContext, TaskMap
+from recovery.model.graph import ComponentContext, TaskMap
 from recovery.model.workflow import ClassImpl, Component, StreamDef, Workflow
 
 HERE = __name__ + ":"
@@ -49,7 +49,7 @@ def test_a_row_runtime_emits_a_batch_spouts_rows_one_by_one():
                   streams=(StreamDef(fields=("n", "word")),)),))
     tm = TaskMap.of(wf)
     spout = Pairs()
-    spout.bind(Collector(), {}, TaskContext(wf, "s", tm.task_ids("s")[1], tm))
+    spout.bind(Collector(), {}, ComponentContext(wf, "s", tm.task_ids("s")[1], tm))
     spout.open({}, spout.context)
     while True:
         before = len(emitted)

@@ -101,7 +101,7 @@ def test_transient_failures_then_recover_hold_exactly_a_failure_free_runs_rows(t
               "recovery.inject.o.attempts": "2"}
     failing = run(workflow(tmp_path / "failing", config=inject), run_id="f1")
     assert failing.summary.status == "pending"
-    assert {p["component"] for p in failing.summary.failed_positions} == {"enrich", "out"}
+    assert {p.component for p in failing.summary.failed_positions} == {"enrich", "out"}
     testing.recover_local(failing)
     assert clean.summary.status == failing.summary.status == "completed"
     assert failing.summary.rounds >= 2

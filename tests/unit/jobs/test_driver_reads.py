@@ -111,7 +111,7 @@ def test_a_recovery_round_and_status_read_only_positions_and_counters(strategy):
     shapes = []
     for n in (8, 300):
         run, server = submitted(n, {})
-        assert sum(p["count"] for p in run.failed_positions) == n
+        assert sum(p.count for p in run.failed_positions) == n
         log: list[tuple[bytes, ...]] = []
         driver = recording_client(server, log)
         status = reports.run_status(driver, "r")

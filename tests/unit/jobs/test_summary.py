@@ -56,10 +56,41 @@ def test_component_tables_are_in_topological_order(fake_redis):
     rounds = [{"round": 1, "components": {"mid": {"executed": 2, "seconds": 0.5}, "q": {"emitted": 2}}},
               {"round": 2, "components": {"mid": {"executed": 1, "seconds": 0.25}}}]
     total = summary.sum_components(rounds, WF)
-    assert list(total) == ["q", "mid"] and total["mid"] == {"executed": 3, "seconds": 0.75}
+    assert list(total) == ["q", "mid"] and total["mid"].to_json() == {"executed": 3, "seconds": 0.75}
 
 
 def test_recover_summary_table_is_labelled_by_its_rounds():
     from recovery.cli.common import components_title
     assert components_title([0]) == "components (round 0)"
     assert components_title([1, 2]) == "components (rounds 1-2, added up)"
+
+
+def test_component_stats_and_failed_positions_are_typed_and_keep_their_json_as_reported():
+    # counters as a task reports them: the first six, then those that applied, in that order,
+    # and one this version does not know (kept as it is)
+    reported = {"executed": 3, "acked": 2, "failed": 1, "emitted": 4, "roots": 3, "dead": 0,
+                "bisect_runs": 2, "seconds": 0.25, "newer_counter": 7, "spill_bytes": 512}
+    position = {"component": "split", "task": 2, "count": 5, "sample_error": None}
+    s = summary.RunSummary(run_id="r", workflow="w", status="pending", round=1,
+                           components={"split": reported, "other": {"seconds": 1.5, "executed": 2}},
+                           failed_positions=[position])
+    stats, pos = s.components["split"], s.failed_positions[0]
+    assert isinstance(stats, summary.ComponentStats) and isinstance(pos, summary.FailedPosition)
+    assert (stats.executed, stats.bisect_runs, stats.seconds, stats.spill_bytes, stats.trimmed) == (3, 2, 0.25, 512, 0)
+    assert (pos.component, pos.task, pos.count, pos.sample_error) == ("split", 2, 5, None)
+    out = json.dumps(s.to_json())
+    assert json.dumps(s.to_json()["components"]) == json.dumps({"split": reported,
+                                                              "other": {"seconds": 1.5, "executed": 2}})
+    assert s.to_json()["failed_positions"] == [position]
+    assert json.dumps(summary.RunSummary.from_json(json.loads(out)).to_json()) == out
+
+
+def test_summed_counters_are_typed_and_spill_bytes_adds_them_up():
+    wf = WF
+    rounds = [{"round": 1, "components": {c.id: {"executed": 2, "seconds": 0.5, "spill_bytes": 10}
+                                          for c in wf.components}},
+              {"round": 2, "components": {wf.components[0].id: {"executed": 1, "seconds": 0.25}}}]
+    total = summary.sum_components(rounds, wf)
+    first = total[wf.components[0].id]
+    assert (first.executed, first.seconds, first.spill_bytes) == (3, 0.75, 10)
+    assert summary.spill_bytes(total) == 10 * len(wf.components)

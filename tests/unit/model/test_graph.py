@@ -1,12 +1,20 @@
 """recovery.model.graph: topological order, downstream/upstream closure, Storm's task numbering,
-the task context a component (and a multilang program) is given."""
+the context a component (and a multilang program) is given."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 
-from recovery.model.graph import ChainPlan, TaskContext, TaskMap, downstream, subscribers, topological_order, upstream
+from recovery.model.graph import (
+    ChainPlan,
+    ComponentContext,
+    TaskMap,
+    downstream,
+    subscribers,
+    topological_order,
+    upstream,
+)
 from recovery.model.workflow import ClassImpl, Component, Grouping, Input, StreamDef, Workflow
 from recovery.model.xml.parse import load
 
@@ -108,7 +116,7 @@ def test_task_map_of_the_fanout_example(fanout):
 
 
 def test_task_context(fanout):
-    ctx = TaskContext(fanout, "join", 7)
+    ctx = ComponentContext(fanout, "join", 7)
     assert ctx.task_index == 1
     assert ctx.component_tasks == [6, 7]
     storm = ctx.to_storm()
@@ -122,14 +130,14 @@ def test_task_context(fanout):
     assert storm["source->stream->fields"] == {"square": {"default": ["n", "square"]},
                                                "cube": {"default": ["n", "cube"]}}
     assert storm["stream->target->grouping"] == {"default": {"out": {"type": "GLOBAL"}}}
-    fork = TaskContext(fanout, "fork", 4).to_storm()
+    fork = ComponentContext(fanout, "fork", 4).to_storm()
     assert fork["stream->target->grouping"] == {"left": {"square": {"type": "SHUFFLE"}},
                                                 "right": {"cube": {"type": "SHUFFLE"}}}
 
 
 def test_task_context_for_a_task_of_another_component(fanout):
     with pytest.raises(KeyError):
-        TaskContext(fanout, "join", 1).task_index
+        ComponentContext(fanout, "join", 1).task_index
 
 
 def test_grouping_values_are_storms_names():
@@ -197,3 +205,14 @@ def test_the_examples_chain_where_storm_users_write_local_or_shuffle():
     for name in ("cdn_logs", "cdn_logs_batch"):
         wf = load(WORKFLOWS / f"{name}.xml", check_paths=False)
         assert [c.members for c in ChainPlan.of_workflow(wf).chained] == [("logs", "split", "normalize")]
+
+
+def test_component_context_is_exported_and_its_former_name_still_works_with_a_warning():
+    import recovery
+    from recovery.api import components
+    assert recovery.ComponentContext is components.ComponentContext is ComponentContext
+    import recovery.model.graph as graph
+    with pytest.warns(DeprecationWarning, match="ComponentContext"):
+        assert graph.TaskContext is ComponentContext
+    with pytest.raises(AttributeError):
+        graph.NoSuchName  # noqa: B018

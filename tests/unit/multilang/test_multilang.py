@@ -286,7 +286,7 @@ def test_spout_next_ack_fail_and_exhaustion(shells):
 def test_start_errors_name_the_component_and_raise_from_prepare(shells, tmp_path):
     from multilang_harness import workflow
 
-    from recovery.model.graph import TaskContext
+    from recovery.model.graph import ComponentContext
     from recovery.model.workflow import ShellImpl
 
     impl = ShellImpl(command=sys.executable, script="no_such_script.py")
@@ -294,11 +294,11 @@ def test_start_errors_name_the_component_and_raise_from_prepare(shells, tmp_path
     bolt = ShellBolt(impl, str(tmp_path))
     bolt._collector = Harness()
     with pytest.raises(ShellError, match=r"'bolt'.*no_such_script\.py.*not found"):
-        bolt.prepare(wf.conf("bolt"), TaskContext(wf, "bolt", 1))
+        bolt.prepare(wf.conf("bolt"), ComponentContext(wf, "bolt", 1))
     assert issubclass(ShellError, RecoveryError)
 
     impl = ShellImpl(command="/nonexistent/interpreter", script=None)
     bolt = ShellBolt(impl, str(tmp_path))
     bolt._collector = Harness()
     with pytest.raises(ShellError, match="cannot start"):
-        bolt.prepare(wf.conf("bolt"), TaskContext(wf, "bolt", 1))
+        bolt.prepare(wf.conf("bolt"), ComponentContext(wf, "bolt", 1))

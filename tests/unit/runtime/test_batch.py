@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from recovery import BasicBolt, BatchBolt, testing
+from recovery.jobs.summary import ComponentStats
 from recovery.model.workflow import ClassImpl, Component, Grouping, Input, StreamDef, Workflow
 from recovery.testing.components import sink_key
 from recovery.tracking import ledger
@@ -114,12 +115,12 @@ def observed(run: testing.LocalRun) -> dict:
     sinks = {c.id: sorted((msgpack.unpackb(k), msgpack.unpackb(v)) for k, v in
                           run.client.hgetall(sink_key(run.run_id, c.id)).items())
              for c in run.workflow.components if c.id == "out"}
-    positions = sorted((p["component"], p["task"], p["count"]) for p in run.failed_positions)
+    positions = sorted((p.component, p.task, p.count) for p in run.failed_positions)
     return {"positions": positions, "queued": queued, "dead": dead, "sinks": sinks,
             "status": run.status}
 
 
-def _stats(run: testing.LocalRun, component: str) -> dict:
+def _stats(run: testing.LocalRun, component: str) -> ComponentStats:
     return run.summary.components[component]
 
 
@@ -162,18 +163,18 @@ def test_bisection_isolates_k_poison_rows_and_counts_its_reexecutions(n, bad):
     run = _run(double("BatchDouble", poison=set(bad), batch_size=1024, parallelism=1), list(range(n)))
     stats = _stats(run, "dbl")
     assert sorted(q[4][0] for q in observed(run)["queued"]) == bad
-    assert stats["failed"] == len(bad) and stats["acked"] == n - len(bad) and stats["executed"] == n
-    assert stats["bisect_isolated"] == (len(bad) if n > 1 else 0)
+    assert stats.failed == len(bad) and stats.acked == n - len(bad) and stats.executed == n
+    assert stats.bisect_isolated == (len(bad) if n > 1 else 0)
     # each isolated row costs at most 2 runs per halving: <= 2 * k * ceil(log2 n) re-executions
     depth = int(np.ceil(np.log2(n))) if n > 1 else 0
-    assert 0 < stats["bisect_runs"] <= 2 * len(bad) * depth or n == 1
-    assert stats["bisect_rows"] <= n * depth     # each halving level runs at most the batch again
+    assert 0 < stats.bisect_runs <= 2 * len(bad) * depth or n == 1
+    assert stats.bisect_rows <= n * depth     # each halving level runs at most the batch again
 
 
 def test_without_a_failure_a_batch_runs_once():
     run = _run(double("BatchDouble", batch_size=16, parallelism=1), list(range(40)))
     stats = _stats(run, "dbl")
-    assert stats["bisect_runs"] == 0 and stats["acked"] == 40
+    assert stats.bisect_runs == 0 and stats.acked == 40
 
 
 @pytest.mark.parametrize("kinds", [("row", "batch"), ("batch", "row"), ("batch", "batch"),

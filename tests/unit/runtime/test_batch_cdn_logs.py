@@ -80,7 +80,7 @@ def test_the_file_source_feeding_batch_bolts_reads_in_blocks_and_gives_the_row_i
         runs[name] = testing.run_local(wf.model_copy(update={"name": "cdn"}), fake_redis, run_id=f"f-{name}")
     row, batch = (_observed(runs[n]) for n in ("cdn_logs", "cdn_logs_batch"))
     assert len(row["queued"]) == 20 and len(row["sink"]) == 980 and batch == row
-    assert runs["cdn_logs_batch"].summary.components["logs"]["roots"] == 1000
+    assert runs["cdn_logs_batch"].summary.components["logs"].roots == 1000
     for run in runs.values():
         testing.recover_local(run)
     row, batch = (_observed(runs[n]) for n in ("cdn_logs", "cdn_logs_batch"))

@@ -152,7 +152,7 @@ def test_a_value_json_cannot_encode_fails_alone_with_the_row_sinks_error(tmp_pat
     assert failures(got) == failures(row)
     assert [f[5] for f in failures(row)] == ["TypeError: Object of type bytes is not JSON serializable"] * 2
     assert sorted(f[4] for f in failures(row)) == ["[1, b'poison']", "[4, b'poison2']"]
-    assert got.summary.components["out"]["failed"] == 2 and got.summary.components["out"]["acked"] == 15
+    assert got.summary.components["out"].failed == 2 and got.summary.components["out"].acked == 15
     if sink == "jsonl":
         assert parts(tmp_path, "batch") == parts(tmp_path, "row")
         assert sum(p.count(b"\n") for p in parts(tmp_path, "batch").values()) == 15

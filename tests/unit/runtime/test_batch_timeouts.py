@@ -17,6 +17,7 @@ import pytest
 
 from recovery import BatchBolt, testing
 from recovery.connectors import file_sinks, sink_folders
+from recovery.jobs.summary import ComponentStats
 from recovery.model.run import RunSpec
 from recovery.model.workflow import ClassImpl, Component, Input, SinkImpl, StreamDef, Workflow
 from recovery.runtime import timeouts
@@ -98,7 +99,7 @@ def _run(wf: Workflow, **kw) -> testing.LocalRun:
                              list_sinks=False, **kw)
 
 
-def _stats(run: testing.LocalRun, component: str) -> dict:
+def _stats(run: testing.LocalRun, component: str) -> ComponentStats:
     return run.summary.components[component]
 
 
@@ -117,13 +118,13 @@ def test_a_batch_over_the_message_timeout_fails_its_rows_alone_and_recovery_comp
     # the batch holding 3 (4 rows) failed with the row path's timeout error, at its position
     assert 3 in errors and len(errors) == 4
     assert set(errors.values()) == {f"TupleTimeout: tuple timed out after {TIMEOUT:g}s in slow"}
-    assert [(p["component"], p["count"]) for p in run.failed_positions] == [("slow", 4)]
+    assert [(p.component, p.count) for p in run.failed_positions] == [("slow", 4)]
     # nothing it emitted flowed on, nothing it wrote to keyed state stayed; the others' did
     others = sorted(set(range(12)) - set(errors))
     assert sorted(n for n, _ in run.sinks["out"]) == others
     assert _state(run) == {str(n) for n in others}
     stats = _stats(run, "slow")
-    assert (stats["executed"], stats["acked"], stats["failed"], stats["bisect_runs"]) == (12, 8, 4, 0)
+    assert (stats.executed, stats.acked, stats.failed, stats.bisect_runs) == (12, 8, 4, 0)
     assert ledger.pending_roots(run.client, "r") == {r for t in run.failed_tuples() for r in t.roots}
     testing.recover_local(run)       # the batch is not slow again: its rows complete
     assert run.status == "completed" and ledger.pending_roots(run.client, "r") == set()
@@ -217,7 +218,7 @@ def test_a_batch_sink_write_past_the_timeout_publishes_nothing_and_recovery_writ
     errors = _errors(run)
     assert sorted(errors) == list(range(12))
     assert set(errors.values()) == {f"TupleTimeout: tuple timed out after {TIMEOUT:g}s in out"}
-    assert [(p["component"], p["count"]) for p in run.failed_positions] == [("out", 12)]
+    assert [(p.component, p.count) for p in run.failed_positions] == [("out", 12)]
     testing.recover_local(run)
     assert run.status == "completed" and _written(tmp_path) == list(range(12))
 

@@ -49,8 +49,8 @@ def test_a_chained_run_equals_the_unchained_one_member_by_member(fake_redis):
     plain = testing.run_local(workflow(), fake_redis, inputs=WORDS, config={"recovery.chain": "false"})
     for comp in ("words", "upper", "flaky"):
         for k in ("executed", "acked", "failed", "emitted"):
-            assert chained.summary.components[comp].get(k) == plain.summary.components[comp].get(k), (comp, k)
-    assert chained.summary.components["flaky"]["failed"] == N // 10
+            assert getattr(chained.summary.components[comp], k) == getattr(plain.summary.components[comp], k), (comp, k)
+    assert chained.summary.components["flaky"].failed == N // 10
     for run in (chained, plain):
         testing.recover_local(run)
         assert run.status == "completed"
@@ -60,7 +60,7 @@ def test_a_chained_run_equals_the_unchained_one_member_by_member(fake_redis):
 
 def test_a_failure_at_a_chain_member_is_queued_at_that_members_task(fake_redis):
     run = testing.run_local(workflow(), fake_redis, inputs=WORDS, run_id="member-fails")
-    assert {p["component"] for p in run.failed_positions} == {"flaky"}
+    assert {p.component for p in run.failed_positions} == {"flaky"}
     # a chained edge sends task i's tuples to task i: each failed word is queued at the flaky
     # task with the index of the upper task that emitted it
     tm = TaskMap.of(run.workflow)

@@ -186,7 +186,7 @@ def test_cdn_logs_fail_where_the_record_is_bad_and_aggregate_the_rest(fake_redis
     assert all(f.startswith("ValueError: unparsable log line") for f in failures["split"])
     assert failures["normalize"] == ["ValueError: invalid log: status code 0"] * 10
     assert set(failures) == {"split", "normalize"}
-    assert run.summary.components["aggregate"]["acked"] == 980
+    assert run.summary.components["aggregate"].acked == 980
     assert run.summary.failed == 20 and run.summary.status == "pending"
     # each request's share [key, 1, bytes]: summed per key, the aggregates
     assert all(requests == 1 for _, requests, _ in run.sinks["output"])
@@ -227,7 +227,7 @@ def test_fanout_joins_both_branches(fake_redis):
     assert run.summary.status == "completed" and failures_by_component(run) == {}
     assert sorted(int(v[0]) for v in run.sinks["archive"]) == list(range(1, 301))
     assert sorted(run.sinks["out"]) == [[n, n * n, n ** 3] for n in range(1, 301)]
-    assert run.summary.components["join"]["acked"] == 600              # both halves acked
+    assert run.summary.components["join"].acked == 600              # both halves acked
 
 
 def test_fanout_join_completes_from_state_when_one_side_is_replayed(fake_redis):
@@ -236,7 +236,7 @@ def test_fanout_join_completes_from_state_when_one_side_is_replayed(fake_redis):
     wf = load(WORKFLOWS / "fanout.xml")
     faults = {"recovery.inject.c.component": "cube", "recovery.inject.c.rate": "0.2", **NO_BACKOFF}
     run = testing.run_local(wf, fake_redis, config=faults)
-    assert {p["component"] for p in run.failed_positions} == {"cube"}
+    assert {p.component for p in run.failed_positions} == {"cube"}
     assert len(run.sinks["out"]) < 300
     testing.recover_local(run)
     assert run.summary.status == "completed" and run.summary.recovered > 0

@@ -56,7 +56,7 @@ def test_a_failure_free_run_completes_with_the_engines_summary(fake_redis):
     s = run.summary
     assert (s.status, s.roots, s.complete, s.pending, s.failed_positions) == \
         ("completed", 3, 3, 0, [])
-    assert s.components["upper"]["acked"] == 3 and s.components["words"]["roots"] == 3
+    assert s.components["upper"].acked == 3 and s.components["words"].roots == 3
     # the injected client is the run's only while it runs: nothing leaks into later tests
     assert run.redis_url not in task._clients
 
@@ -117,7 +117,7 @@ def test_list_sink_keeps_each_record_once_across_recovery_rounds(fake_redis):
     faults = {"recovery.inject.s.component": "out", "recovery.inject.s.match": "B", **NO_BACKOFF}
     run = testing.run_local(pipeline(), fake_redis, inputs={"words": ["a", "b", "c"]}, config=faults)
     assert run.summary.status == "pending" and words(run) == ["A", "C"]
-    assert [(p["component"], p["count"]) for p in run.failed_positions] == [("out", 1)]
+    assert [(p.component, p.count) for p in run.failed_positions] == [("out", 1)]
     assert run.failed_tuples()[0].values == ["B"]
     testing.recover_local(run)
     assert run.summary.rounds == 1 and run.summary.recovered == 1
@@ -168,7 +168,7 @@ def test_arrival_permutes_each_bolt_tasks_input_tuple_by_tuple(fake_redis):
     assert sorted(in_order.sinks["out"]) == [[w, i] for i, w in enumerate(items)]
     assert sorted(shuffled.sinks["out"]) != sorted(in_order.sinks["out"])
     assert sorted(w for w, _ in shuffled.sinks["out"]) == items
-    assert shuffled.summary.components["upper"]["acked"] == 30
+    assert shuffled.summary.components["upper"].acked == 30
 
 
 def readme_example() -> str:
