@@ -278,7 +278,7 @@ class _FateCollector:
 
     def spout_record(self, message_id: Any, decode: Callable[[], list | None], raw: Any,
                      stream: str = "default", fmt: str = "", attempt: int = 1,
-                     replayed: bool = False) -> None:
+                     replayed: bool = False, root: int | None = None) -> None:
         pass
 
 

@@ -44,11 +44,13 @@ class SpoutRoots:
         read from the round's replay set once per task (it holds failed roots only)."""
         if not self.spec.root_replay:
             return True
-        old = ids.root_id(self.salt(self.spec.filter_epoch), message_id)
-        if old not in self.replay_set():
-            return False
-        self.count_attempts({self.root_id(message_id): old})
-        return True
+        replay = self.replay_set()
+        for epoch in (self.spec.filter_epoch, *self.spec.old_epochs):
+            old = ids.root_id(self.salt(epoch), message_id)
+            if old in replay:
+                self.count_attempts({self.root_id(message_id): old})
+                return True
+        return False
 
     def replay_set(self) -> frozenset[int]:
         """The failed roots a root-replay round re-emits (its replay set, read once per task)."""
@@ -85,9 +87,15 @@ class SpoutRoots:
         re-emits, as a bool mask; None when every one is emitted (not a root replay)."""
         if not self.spec.root_replay:
             return None
-        old = ids.derive_many(self.salt(self.spec.filter_epoch), hashes)
         replay = self.replay_set()
-        mask = np.isin(old, np.fromiter(replay, dtype=np.uint64, count=len(replay)))
+        members = np.fromiter(replay, dtype=np.uint64, count=len(replay))
+        old = ids.derive_many(self.salt(self.spec.filter_epoch), hashes)
+        mask = np.isin(old, members)
+        for epoch in self.spec.old_epochs:   # (selected by the first epoch whose id is in the set)
+            older = ids.derive_many(self.salt(epoch), hashes)
+            found = ~mask & np.isin(older, members)
+            old[found] = older[found]
+            mask |= found
         if mask.any():
             self.count_attempts(dict(zip(self.root_ids(hashes[mask]).tolist(), old[mask].tolist())))
         return mask

@@ -305,3 +305,41 @@ def test_permanent_failures_end_dead_after_max_attempts_and_recover_terminates_w
     assert run.summary.failed == len([line for line in PARSE_LINES if not line.startswith("ok")])
     testing.recover_local(run, strategy=strategy, max_rounds=10)
     check_permanent_failures_dead_after_three_attempts(run)
+
+
+def json_parsing(base_dir: Any, lines: list[str]) -> Workflow:
+    """lines (a JSON-lines file source: a line that is not JSON fails at the spout) -> parse
+    -> out (ListSink)."""
+    (base_dir / "in.jsonl").write_text("\n".join(lines) + "\n")
+    wf = parsing(base_dir)
+    spout = wf.component("lines").model_copy(update={"impl": SourceImpl(type="file", params=(
+        ("path", "in.jsonl"), ("format", "json")))})
+    return wf.model_copy(update={"components": (spout, *wf.components[1:])})
+
+
+@pytest.mark.parametrize("strategy", ["localized", "root-replay"])
+def test_a_spout_record_dead_before_a_root_replay_and_requeued_after_it_is_replayed_under_its_own_root(
+        strategy, fake_redis, tmp_path):
+    """A line that is not JSON dies at the spout under the first ids; a root replay then runs
+    (new root ids); the dead letter, requeued, is replayed under the root id its queue entry
+    has (localized), or selected by it (root replay), so it dies again and `recover` ends,
+    rather than queueing it under another id forever or dropping it unread."""
+    from recovery.jobs import dead_letters
+    Parse.SEEN.clear()
+    lines = ['{"line": "ok1"}', "not json", '{"line": "flaky2"}', '{"line": "ok3"}']
+    run = testing.run_local(json_parsing(tmp_path, lines), fake_redis, run_id="sp",
+                            config={"recovery.max.attempts": "1", "recovery.retry.delay.period.ms": "0"})
+    spout_letter, flaky = sorted(run.dead_tuples(), key=lambda d: d.component)
+    assert (spout_letter.component, spout_letter.raw, flaky.values) == ("lines", b"not json\n", ["flaky2"])
+    assert dead_letters.requeue_dead(fake_redis, "sp", component="parse") == 1
+    testing.recover_local(run, strategy="root-replay")          # flaky2 passes, under new root ids
+    assert run.summary.rounds == 1 and runs.get(fake_redis, "sp").root_epoch == 1
+    assert dead_letters.requeue_dead(fake_redis, "sp") == 1
+    testing.recover_local(run, strategy=strategy, max_rounds=5)
+    r = run.summary
+    assert (r.status, r.rounds, r.pending, r.dead) == (runs.DEAD, 1, 0, 1), r
+    [again] = run.dead_tuples()
+    assert (again.component, again.raw, again.attempt) == ("lines", b"not json\n", 1)
+    # localized: replayed under its own root; root replay: re-read, under the round's new id
+    assert (again.id == spout_letter.id) == (strategy == "localized")
+    assert sorted(v[0] for v in run.sinks["out"]) == ["FLAKY2", "OK1", "OK3"]
