@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 from redis import Redis
+from redis.typing import EncodableT, FieldT
 
 from recovery.model.run import RunSpec
 from recovery.tracking import ids, keys
@@ -68,7 +69,7 @@ class SpoutRoots:
         before the root is emitted, so that a task failing one of its tuples in this round
         (tracking.tracker.TaskTracker.failure) counts that attempt, and after the bound makes
         it dead, as a localized replay does."""
-        attempts = {new: self._failed_at.get(old, 1) + 1 for new, old in renamed.items()}
+        attempts: dict[FieldT, EncodableT] = {new: self._failed_at.get(old, 1) + 1 for new, old in renamed.items()}
         if attempts:
             self.replay_client().hset(keys.root_replay_attempts(self.spec.run_id, self.spec.round),
                                       mapping=attempts)

@@ -20,7 +20,9 @@ import numpy as np
 from redis import Redis
 
 from recovery.tracking import keys
-from recovery.tracking.queue import dead_among, forget_dead_roots, queued_root_attempts, queued_roots  # noqa: F401 (importable from here, as they were)
+from recovery.tracking.queue import dead_among, forget_dead_roots, queued_roots  # noqa: F401 (importable from here, as they were)
+from recovery.tracking.queue import positions as queue_positions
+from recovery.tracking.queue import read as read_queue
 from recovery.tracking.runs import fenced_transaction  # noqa: F401 (importable from here, as it was)
 
 log = logging.getLogger(__name__)
@@ -294,6 +296,18 @@ def counted_round(client: Redis, run_id: str, round_no: int, generation: str | N
     if held != (generation or ""):
         return None
     return RootCounts(pending, failed, dead)
+
+
+def queued_root_attempts(client: Redis, run_id: str, bucket: int) -> dict[int, int]:
+    """The roots of one bucket's queued tuples, each with the highest attempt among its queued
+    tuples: the attempt a root replay counts it failed at."""
+    out: dict[int, int] = {}
+    for comp, task in queue_positions(client, run_id):
+        for rec in read_queue(client, run_id, comp, task):
+            for r in rec.roots:
+                if r % LEDGER_BUCKETS == bucket:
+                    out[r] = max(out.get(r, 0), rec.attempt)
+    return out
 
 
 def supersede_bucket(client: Redis, run_id: str, bucket: int, round_no: int,

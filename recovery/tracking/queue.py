@@ -19,8 +19,8 @@ A *position* is a task where tuples failed, `(component, task id)`. Stored in Re
 The interface, by who calls it:
 
 - reading (reports, status, metrics, the web view): `positions`, `counts`, `read`, `sample`,
-  `earliest_due`, `queued_roots`, `queued_root_attempts`, `dead_count`, `dead_letters`,
-  `dead_among`, `storage_keys`, `fingerprint`;
+  `earliest_due`, `queued_roots`, `dead_count`, `dead_letters`, `dead_among`, `storage_keys`,
+  `fingerprint`;
 - a task's commit (tracking/tracker.py): `staged_writes` and `stage` (step 1), `record_failures`
   (at the commit point: a tuple into the failed set, or *moved to dead*), `apply_staged` (step 3);
 - the queue source of a recovery round: `read`, then `reset_due`;
@@ -117,20 +117,12 @@ def earliest_due(client: Redis, run_id: str) -> float:
 def queued_roots(client: Redis, run_id: str, bucket: int | None = None) -> set[int]:
     """The roots of every queued failed tuple (of one ledger bucket): read by Spark tasks, one
     per bucket; O(queued tuples), which grows with failures only."""
-    return set(queued_root_attempts(client, run_id, bucket))
-
-
-def queued_root_attempts(client: Redis, run_id: str, bucket: int | None = None) -> dict[int, int]:
-    """The roots of every queued failed tuple (of one ledger bucket), each with the highest
-    attempt among its queued tuples: what root replay counts a root's attempts by."""
-    out: dict[int, int] = {}
+    out: set[int] = set()
     for comp, task in positions(client, run_id):
         for _, raw in client.hscan_iter(keys.queue(run_id, comp, task), count=1000):
-            entry = msgpack.unpackb(raw, strict_map_key=False)
-            attempt = int(entry.get("attempt", 1))
-            for r in entry.get("roots") or ():
+            for r in msgpack.unpackb(raw, strict_map_key=False).get("roots") or ():
                 if bucket is None or r % keys.LEDGER_BUCKETS == bucket:
-                    out[int(r)] = max(out.get(int(r), 0), attempt)
+                    out.add(int(r))
     return out
 
 

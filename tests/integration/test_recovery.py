@@ -224,7 +224,12 @@ def test_root_replay_of_lines_that_never_parse_ends_them_dead_and_writes_every_o
     replay of a root is an attempt of it: two rounds, the lines that never parse dead with
     their error at attempt 3, every other line once in the sink, nothing left queued."""
     from recovery import testing
-    from tests.unit.jobs.test_recover import THREE_ATTEMPTS, Parse, check_permanent_failures_dead_after_three_attempts, parsing
+    from tests.unit.jobs.test_recover import (
+        THREE_ATTEMPTS,
+        Parse,
+        check_permanent_failures_dead_after_three_attempts,
+        parsing,
+    )
     Parse.SEEN.clear()
     run = testing.run_local(parsing(tmp_path), redis_client, run_id="never-parse", config=THREE_ATTEMPTS)
     assert run.summary.status == "pending"
