@@ -37,7 +37,7 @@ class OutputCollector(Protocol):
 
     def spout_record(self, message_id: Any, decode: Callable[[], list | None], raw: Any,
                      stream: str = "default", fmt: str = "", attempt: int = 1,
-                     replayed: bool = False) -> None:
+                     replayed: bool = False, root: int | None = None) -> None:
         """One record of a spout: a root tuple of `decode()`'s values, or, when `decode`
         raises, a failure at the spout's position that keeps the raw record (a built-in
         source's undecodable line, a shell spout's refused emit)."""
@@ -76,7 +76,7 @@ class UnboundCollector:
 
     def spout_record(self, message_id: Any, decode: Callable[[], list | None], raw: Any,
                      stream: str = "default", fmt: str = "", attempt: int = 1,
-                     replayed: bool = False) -> None:
+                     replayed: bool = False, root: int | None = None) -> None:
         raise self._unbound()
 
 

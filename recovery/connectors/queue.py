@@ -40,11 +40,13 @@ def queue_source(runner: SourceRunner) -> Iterator[None]:
                 decode = decoder(fmt, stream.fields)
                 raw = rec.raw
                 mid = tuple(rec.message_id) if isinstance(rec.message_id, list) else rec.message_id
+                # (its own root id: a dead letter requeued after a root replay was made under
+                # another epoch's ids than the run's current one, and its entry is under it)
                 if rec.gone:   # a requeued dead letter whose message was gone: it still is
-                    runner.message_gone(mid, rec.error, stream.id, fmt, attempt, replayed=True)
+                    runner.message_gone(mid, rec.error, stream.id, fmt, attempt, replayed=True, root=rec.id)
                     continue
                 runner.spout_record(mid, functools.partial(decode, raw), raw, stream.id, fmt, attempt,
-                                    replayed=True)
+                                    replayed=True, root=rec.id)
             else:
                 runner.replay_to(target, task, rec, attempt)
         # the position's earliest time is now exactly that of the tuples left waiting (the

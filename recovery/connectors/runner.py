@@ -25,17 +25,19 @@ class SourceRunner(Protocol):
 
     def spout_record(self, message_id: Any, decode: Callable[[], list | None], raw: Any,
                      stream: str = "default", fmt: str = "", attempt: int = 1,
-                     replayed: bool = False) -> None: ...
+                     replayed: bool = False, root: int | None = None) -> None: ...
 
     def message_gone(self, message_id: Any, reason: str, stream: str = "default", fmt: str = "",
-                     attempt: int = 1, replayed: bool = False) -> None:
+                     attempt: int = 1, replayed: bool = False, root: int | None = None) -> None:
         """A message the source was to read again can no longer be read: a replay (root replay,
         or a queued record of the spout) found it gone from the source (trimmed by retention,
         deleted). `reason` is the one line a user reads in its dead letter: what is gone and
         where (topic, partition, offset or id). When the round re-emits that message (a failed
         root of a root replay; every queued record), its root is dead at once, never counted
         complete; other messages are ignored. A message that was gone before it was ever read
-        made no root: the source counts it (stats["trimmed"]) instead of calling this."""
+        made no root: the source counts it (stats["trimmed"]) instead of calling this. `root`:
+        the root id a queued record was made with (spout_record's too), kept by its replay
+        whatever root ids the run's rounds derive since (a root replay's)."""
         ...
 
     def spout_block(self, name: str, offsets: list[int], raws: list[bytes], decode: Callable[[bytes], list],

@@ -245,7 +245,7 @@ def _per_bucket(spark: SparkSession, each: Callable[[int], Any]) -> list[Any]:
 def clear_round(client: Redis, run_id: str, round_no: int, spill_dir: str | None = None,
                 generation: str | None = None, root_replay: bool = False) -> None:
     """A settled round's in-flight tuples and done markers are no longer needed: its spill
-    references, done markers, the counts its last task stored (and a root replay's replay set)
+    references, done markers, the counts its last task stored (and a root replay's replay set and attempts)
     go in one transaction fenced by the run's `generation`, and only once that proved this
     driver still owns the run does its spill folder go (orphans of dead attempts included). A
     driver taken over (or a run cleared) meanwhile removes nothing: RunTakenOver (RunCleared).
@@ -254,7 +254,7 @@ def clear_round(client: Redis, run_id: str, round_no: int, spill_dir: str | None
         pipe.delete(keys.task_spill(run_id, round_no), keys.task_done(run_id, round_no),
                     keys.task_commits(run_id, round_no), keys.round_counts(run_id, round_no))
         if root_replay:   # its spouts read it; nothing does once the round is settled
-            pipe.delete(keys.root_replay_set(run_id, round_no))
+            pipe.delete(keys.root_replay_set(run_id, round_no), keys.root_replay_attempts(run_id, round_no))
     if not ledger.fenced_transaction(client, run_id, generation, drop):
         raise runs.fenced_out(client, run_id, generation)
     spill.SpillStore.at(spill_dir).remove_round(run_id, round_no)
@@ -278,7 +278,7 @@ class _FateCollector:
 
     def spout_record(self, message_id: Any, decode: Callable[[], list | None], raw: Any,
                      stream: str = "default", fmt: str = "", attempt: int = 1,
-                     replayed: bool = False) -> None:
+                     replayed: bool = False, root: int | None = None) -> None:
         pass
 
 

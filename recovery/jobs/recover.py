@@ -259,10 +259,13 @@ def _recover(spark: SparkSession, client: Redis, redis_url: str, rec: RunRecord,
             # Storm's behaviour, for comparison: replay every failed root from its spout, under
             # a new root id (as Storm's acker would see a re-emitted message); the old roots are
             # superseded and their queues dropped (prepare_root_replay, once the round is recorded)
+            # (a root queued under an older epoch's id, a dead letter requeued since, is
+            # selected by that id: old_epochs)
             wf = original
             spec = RunSpec(run_id, round_no, original.to_task_json(), redis_url, True, root_replay=True,
                            root_epoch=round_no, filter_epoch=current.root_epoch,
-                           generation=gen, spill_dir=rec.spill_dir or None)
+                           old_epochs=tuple(current.root_epochs), generation=gen,
+                           spill_dir=rec.spill_dir or None)
         else:
             failed: dict[str, list[int]] = {}
             for comp, task, n in counts:
@@ -279,7 +282,8 @@ def _recover(spark: SparkSession, client: Redis, redis_url: str, rec: RunRecord,
                            spill_dir=rec.spill_dir or None, root_epoch=current.root_epoch)
         runs.update(client, run_id, gen, round=round_no, current_workflow=wf.to_task_json(),
                     current_spec=spec.round_json(), status=runs.RUNNING,
-                    **({"root_epoch": round_no} if spec.root_replay else {}))
+                    **({"root_epoch": round_no, "root_epochs": [*current.root_epochs, current.root_epoch]}
+                       if spec.root_replay else {}))
         if spec.root_replay:
             prepare_root_replay(spark, client, spec)
         summary = run_and_settle(spark, client, wf, spec, progress)

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from recovery.errors import RunError
 
 # Fields stored as JSON text (a dict or list in the model).
-JSON_FIELDS = ("stats", "rounds", "summary")
+JSON_FIELDS = ("stats", "rounds", "summary", "root_epochs")
 # Read with the record, not stored in its hash: the driver's lease as read at the same moment.
 LEASE_FIELDS = ("lease_holder", "lease_ms")
 
@@ -50,6 +50,9 @@ class RunRecord(BaseModel):
     round: int = 0                       # the current (or last) round
     settled_round: int | None = None     # the last round whose acker verdict was taken
     root_epoch: int = 0                  # root replay: the round whose root ids are current
+    # every root epoch before it (0 included, once a root replay ran): a requeued dead letter's
+    # root may carry the ids of any of them
+    root_epochs: list[int] = []
     current_workflow: str | None = None  # the current round's workflow (JSON)
     current_spec: str | None = None      # the current round's RunSpec extras (RunSpec.round_json)
     stats: dict[str, Any] = {}           # round 0's counters per component

@@ -62,6 +62,8 @@ class RunSpec:
                                                     # the round's replay set (in Redis, not here)
     root_epoch: int = 0                             # root-replay gives replayed roots new ids
     filter_epoch: int = 0                           # ... and selects them by their old ids
+    old_epochs: tuple[int, ...] = ()                # ... or by their ids of an older epoch (a
+                                                    # dead letter requeued since)
     original_json: str | None = None                # the submitted workflow: task numbering
     source_json: str = "{}"                         # per-round source settings (e.g. offset ranges)
     generation: str | None = None                   # the run's record generation: commits check it
@@ -75,7 +77,7 @@ class RunSpec:
         `current_spec`): the root-replay settings and the sources' per-round settings."""
         return json.dumps({"root_replay": self.root_replay,
                            "root_epoch": self.root_epoch, "filter_epoch": self.filter_epoch,
-                           "source_json": self.source_json})
+                           "old_epochs": list(self.old_epochs), "source_json": self.source_json})
 
     @classmethod
     def from_round_json(cls, round_json: str | None, run_id: str, round: int, workflow_json: str,
@@ -86,5 +88,6 @@ class RunSpec:
         return cls(run_id, round, workflow_json, redis_url, True,
                    root_replay=bool(extra.get("root_replay")),
                    root_epoch=extra.get("root_epoch", 0), filter_epoch=extra.get("filter_epoch", 0),
+                   old_epochs=tuple(extra.get("old_epochs") or ()),
                    original_json=original_json, source_json=extra.get("source_json") or "{}",
                    generation=generation, spill_dir=spill_dir)

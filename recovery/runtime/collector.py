@@ -268,13 +268,15 @@ class TaskCollector:
 
     def spout_record(self, message_id: Any, decode: Callable[[], list | None], raw: Any,
                      stream: str = "default", fmt: str = "", attempt: int = 1,
-                     replayed: bool = False) -> None:
+                     replayed: bool = False, root: int | None = None) -> None:
         """One record of a built-in source: a root tuple, or a failure at the spout position
-        with the raw record kept when it cannot be decoded."""
+        with the raw record kept when it cannot be decoded. `root`: a queued record's own root
+        id (the one its queue entry is under), else derived from the message id."""
         roots = self.roots
         if not roots.selected(message_id):
             return
-        root = roots.root_id(message_id)
+        if root is None:
+            root = roots.root_id(message_id)
         roots.count(replayed)
         try:
             values = decode()
@@ -294,14 +296,15 @@ class TaskCollector:
         self._emit(values, stream, (root,), base, None, hold=None, root_xor=root)
 
     def message_gone(self, message_id: Any, reason: str, stream: str = "default", fmt: str = "",
-                     attempt: int = 1, replayed: bool = False) -> None:
+                     attempt: int = 1, replayed: bool = False, root: int | None = None) -> None:
         """A message a replay needs can no longer be read (SourceRunner.message_gone): when it
         is one the round re-emits (a root replay's failed root, a queued record), its root is
         made pending and dead at once with `reason` as its error, never counted complete."""
         roots = self.roots
         if not roots.selected(message_id):
             return
-        root = roots.root_id(message_id)
+        if root is None:
+            root = roots.root_id(message_id)
         roots.count(replayed)
         self.stats["failed"] += 1
         self.stats["dead"] += 1

@@ -175,7 +175,8 @@ class TaskRunner:
         if self.tracking and client is not None:   # tracking always has a client
             self.tracker = TaskTracker(client, self.task, self.conf, generation=spec.generation,
                                        spill_dir=spec.spill_dir, parallelism=self.comp.parallelism,
-                                       round_tasks=sum(c.parallelism for c in self.wf.components))
+                                       round_tasks=sum(c.parallelism for c in self.wf.components),
+                                       root_replay=spec.root_replay)
         self.injections = injections(self.conf, component_id)
         self.stats: dict[str, float] = {"executed": 0, "acked": 0, "failed": 0, "emitted": 0, "roots": 0, "dead": 0}
         self.fields_of: dict[tuple[str, str], tuple[str, ...]] = {}

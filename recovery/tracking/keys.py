@@ -241,6 +241,13 @@ def root_replay_set(run_id: str, round_no: int) -> str:
     return run_key(run_id, "rootreplay", round_no)
 
 
+def root_replay_attempts(run_id: str, round_no: int) -> str:
+    """Hash: root id -> the attempt of its message a root-replay round is at. The round's
+    supersede tasks write its failed roots' (the attempt they failed at), its spout tasks each
+    re-emitted root's (one more), read by its tasks' failures; dropped once it is settled."""
+    return run_key(run_id, "rootreplay", round_no, "attempts")
+
+
 def replay_ranges(run_id: str) -> str:
     """List: every log-source plan a run read, for root replay (cleared with the run)."""
     return run_key(run_id, "logsource", "plans")

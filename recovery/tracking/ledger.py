@@ -21,6 +21,8 @@ from redis import Redis
 
 from recovery.tracking import keys
 from recovery.tracking.queue import dead_among, forget_dead_roots, queued_roots  # noqa: F401 (importable from here, as they were)
+from recovery.tracking.queue import positions as queue_positions
+from recovery.tracking.queue import read as read_queue
 from recovery.tracking.runs import fenced_transaction  # noqa: F401 (importable from here, as it was)
 
 log = logging.getLogger(__name__)
@@ -296,11 +298,24 @@ def counted_round(client: Redis, run_id: str, round_no: int, generation: str | N
     return RootCounts(pending, failed, dead)
 
 
+def queued_root_attempts(client: Redis, run_id: str, bucket: int) -> dict[int, int]:
+    """The roots of one bucket's queued tuples, each with the highest attempt among its queued
+    tuples: the attempt a root replay counts it failed at."""
+    out: dict[int, int] = {}
+    for comp, task in queue_positions(client, run_id):
+        for rec in read_queue(client, run_id, comp, task):
+            for r in rec.roots:
+                if r % LEDGER_BUCKETS == bucket:
+                    out[r] = max(out.get(r, 0), rec.attempt)
+    return out
+
+
 def supersede_bucket(client: Redis, run_id: str, bucket: int, round_no: int,
                      generation: str | None = None) -> int:
     """Root replay, in the task of one bucket: the queued tuples' roots of this bucket go into
     round `round_no`'s replay set, and their pending XORs are cancelled by a
-    `superseded:<round>` blob (the replay re-emits them under new ids). Two steps, each in one
+    `superseded:<round>` blob (the replay re-emits them under new ids), each with the attempt
+    it failed at (keys.root_replay_attempts: its replay is its next attempt). Two steps, each in one
     slot: the replay set (and the dead roots' removal) in the run's home slot, then the blob in
     the bucket's, the mark that the bucket is done. Done once per bucket and round: a bucket
     holding that blob is skipped, so a retried task or a resumed driver never cancels twice
@@ -309,13 +324,16 @@ def supersede_bucket(client: Redis, run_id: str, bucket: int, round_no: int,
     field = f"superseded:{round_no}"
     if client.hexists(key, field):
         return 0
-    old = sorted(queued_roots(client, run_id, bucket))
+    failed_at = queued_root_attempts(client, run_id, bucket)
+    old = sorted(failed_at)
     if not old:
         return 0
 
     def select(pipe: Any) -> None:
         for batch in _batches(old):
             pipe.sadd(keys.root_replay_set(run_id, round_no), *batch)
+            # the attempt each failed there: its replay is the next one (runtime.roots)
+            pipe.hset(keys.root_replay_attempts(run_id, round_no), mapping={r: failed_at[r] for r in batch})
             # a superseded root is pending no more (its replay is a new root), so it is not
             # dead either: the dead-roots set stays within the pending roots, which is what
             # lets requeue_dead adjust the stored counts by what its SREM removes

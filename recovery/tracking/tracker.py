@@ -77,8 +77,10 @@ class TaskTracker:
     transaction with the task's done marker."""
 
     def __init__(self, client: Redis, task: TaskIdentity, conf: dict[str, str], generation: str | None = None,
-                 spill_dir: str | None = None, parallelism: int = 0, round_tasks: int = 0):
+                 spill_dir: str | None = None, parallelism: int = 0, round_tasks: int = 0,
+                 root_replay: bool = False):
         self.client = client
+        self.root_replay = root_replay   # a root-replay round: a root's attempt is its message's
         self.parallelism = parallelism   # the component's tasks (0: unknown, no early fold)
         self.round_tasks = round_tasks   # every component's tasks in the round (0: unknown, not counted)
         self.generation = generation
@@ -191,11 +193,19 @@ class TaskTracker:
             record.task = self.task_id
         record.round = self.round
         record.time = time.time()
+        if self.root_replay and record.roots:
+            record.attempt = max(record.attempt, self.root_attempt(record.roots))
         if record.gone or record.attempt >= self.max_attempts:   # (a gone message never comes back)
             record.dead = True
         else:
             record.not_before = time.time() + backoff_ms(record.attempt, self.conf) / 1000.0
         self.failures.append(record)
+
+    def root_attempt(self, roots: list[int]) -> int:
+        """The attempt a root-replay round is at for these roots (their messages' replays so
+        far, the first run included: runtime.roots.SpoutRoots.count_attempts), 1 when unknown."""
+        found = self.client.hmget(keys.root_replay_attempts(self.run_id, self.round), [str(r) for r in roots])
+        return max((int(a) for a in found if a is not None), default=1)
 
     def replay_done(self, component: str, task: int, tuple_id: int) -> None:
         """A tuple replayed from a queue was acked here: its queue entry goes at commit."""

@@ -216,3 +216,25 @@ def test_root_replay_of_a_spout_class_replays_failed_roots_that_are_not_the_firs
     assert r.status == "completed" and r.rounds == 1
     expected = sorted(json.dumps({"n": n, "square": n * n}, sort_keys=True) for n in range(20))
     assert sink_records(tmp_path / "out" / "squares") == expected
+
+
+def test_root_replay_of_lines_that_never_parse_ends_them_dead_and_writes_every_other_line_once(redis_client, tmp_path):
+    """`recover --strategy root-replay` on a real Redis, through the test kit: a file source,
+    a bolt that never parses some lines and fails others once, recovery.max.attempts=3. Each
+    replay of a root is an attempt of it: two rounds, the lines that never parse dead with
+    their error at attempt 3, every other line once in the sink, nothing left queued."""
+    from recovery import testing
+    from tests.unit.jobs.test_recover import (
+        THREE_ATTEMPTS,
+        Parse,
+        check_permanent_failures_dead_after_three_attempts,
+        parsing,
+    )
+    Parse.SEEN.clear()
+    run = testing.run_local(parsing(tmp_path), redis_client, run_id="never-parse", config=THREE_ATTEMPTS)
+    assert run.summary.status == "pending"
+    testing.recover_local(run, strategy="root-replay", max_rounds=10)
+    check_permanent_failures_dead_after_three_attempts(run)
+    assert redis_client.scard(keys.failed_set("never-parse")) == 0
+    # every round's replay set and attempts went with the round
+    assert not list(redis_client.scan_iter(match=keys.run_key("never-parse", "rootreplay", "*")))

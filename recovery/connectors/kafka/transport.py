@@ -113,7 +113,8 @@ class KafkaTransport:
         last one committed, so lag tools follow the run; a cluster that cannot be reached now
         is told at the next settle)."""
         rec = runs.get(client, run_id)
-        epochs = sorted({0, rec.root_epoch})
+        # (a queued root may carry the ids of any root epoch: a dead letter requeued since)
+        epochs = sorted({0, rec.root_epoch, *rec.root_epochs})
         for spout in log_offsets.log_spouts(wf):
             if log_offsets.transport_of(spout) is not self:
                 continue

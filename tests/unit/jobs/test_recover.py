@@ -14,7 +14,7 @@ from recovery.cli import main
 from recovery.engine import rounds as engine_rounds
 from recovery.errors import RunError, RunTakenOver
 from recovery.jobs import recover, summary
-from recovery.model.workflow import ClassImpl, Component, Input, StreamDef, Workflow
+from recovery.model.workflow import ClassImpl, Component, Input, SourceImpl, StreamDef, Workflow
 from recovery.runtime import task
 from recovery.testing.local_spark import LocalSession
 from recovery.tracking import keys, ledger, runs
@@ -248,3 +248,98 @@ def test_prune_failed_set_of_a_driver_taken_over_removes_no_position(fake_redis)
     assert fake_redis.smembers(keys.failed_set("r1")) == {b"out:1"}
     recover.prune_failed_set(fake_redis, "r1", new.generation)
     assert not fake_redis.exists(keys.failed_set("r1"))
+
+
+# --- root replay and permanent failures ------------------------------------------
+class Parse(BasicBolt):
+    """Never parses a line starting with "bad"; fails a line starting with "flaky" the first
+    time it sees it (in this process: the test kit's tasks)."""
+    SEEN: set[str] = set()
+
+    def process(self, tup):
+        line = tup["line"]
+        if line.startswith("bad"):
+            raise ValueError(f"cannot parse {line!r}")
+        if line.startswith("flaky") and line not in Parse.SEEN:
+            Parse.SEEN.add(line)
+            raise RuntimeError(f"flaky {line!r}")
+        self.emit([line.upper()])
+
+
+PARSE_LINES = [f"bad{i}" if i % 7 == 0 else f"flaky{i}" if i % 5 == 0 else f"ok{i}" for i in range(40)]
+THREE_ATTEMPTS = {"recovery.max.attempts": "3", "recovery.retry.delay.period.ms": "0"}
+
+
+def parsing(base_dir: Any) -> Workflow:
+    """lines (a file source over PARSE_LINES) -> parse (2 tasks) -> out (ListSink)."""
+    (base_dir / "in.txt").write_text("\n".join(PARSE_LINES) + "\n")
+    return Workflow(name="parsing", base_dir=str(base_dir), components=(
+        Component(id="lines", kind="spout", impl=SourceImpl(type="file", params=(("path", "in.txt"),)),
+                  streams=(StreamDef(fields=("line",)),)),
+        Component(id="parse", kind="bolt", parallelism=2, impl=ClassImpl(ref=f"{__name__}:Parse"),
+                  streams=(StreamDef(fields=("line",)),), inputs=(Input(source="lines"),)),
+        Component(id="out", kind="bolt", impl=ClassImpl(ref=testing.LIST_SINK), inputs=(Input(source="parse"),))))
+
+
+def check_permanent_failures_dead_after_three_attempts(run: testing.LocalRun) -> None:
+    """After `recover` of a `parsing` run: two rounds (attempts 2 and 3), the lines that never
+    parse dead at attempt 3 with their error, every other line once in the sink."""
+    r = run.summary
+    bad = sorted(line for line in PARSE_LINES if line.startswith("bad"))
+    assert (r.status, r.rounds, r.pending, r.dead) == (runs.DEAD, 2, 0, len(bad)), r
+    dead = run.dead_tuples()
+    assert sorted(d.values[0] for d in dead) == bad
+    assert all(d.attempt == 3 and d.error == f"ValueError: cannot parse {d.values[0]!r}" for d in dead)
+    assert sorted(v[0] for v in run.sinks["out"]) == sorted(line.upper() for line in PARSE_LINES if line not in bad)
+    assert not run.failed_positions
+
+
+@pytest.mark.parametrize("strategy", ["localized", "root-replay"])
+def test_permanent_failures_end_dead_after_max_attempts_and_recover_terminates_whatever_the_strategy(
+        strategy, fake_redis, tmp_path):
+    """Root replay re-emits a failed root under a new id each round; each replay is an attempt
+    of that root, so a line that never parses is dead after recovery.max.attempts, as under
+    localized recovery, and `recover` ends: no round past the last attempt."""
+    Parse.SEEN.clear()
+    run = testing.run_local(parsing(tmp_path), fake_redis, run_id="perm", config=THREE_ATTEMPTS)
+    assert run.summary.failed == len([line for line in PARSE_LINES if not line.startswith("ok")])
+    testing.recover_local(run, strategy=strategy, max_rounds=10)
+    check_permanent_failures_dead_after_three_attempts(run)
+
+
+def json_parsing(base_dir: Any, lines: list[str]) -> Workflow:
+    """lines (a JSON-lines file source: a line that is not JSON fails at the spout) -> parse
+    -> out (ListSink)."""
+    (base_dir / "in.jsonl").write_text("\n".join(lines) + "\n")
+    wf = parsing(base_dir)
+    spout = wf.component("lines").model_copy(update={"impl": SourceImpl(type="file", params=(
+        ("path", "in.jsonl"), ("format", "json")))})
+    return wf.model_copy(update={"components": (spout, *wf.components[1:])})
+
+
+@pytest.mark.parametrize("strategy", ["localized", "root-replay"])
+def test_a_spout_record_dead_before_a_root_replay_and_requeued_after_it_is_replayed_under_its_own_root(
+        strategy, fake_redis, tmp_path):
+    """A line that is not JSON dies at the spout under the first ids; a root replay then runs
+    (new root ids); the dead letter, requeued, is replayed under the root id its queue entry
+    has (localized), or selected by it (root replay), so it dies again and `recover` ends,
+    rather than queueing it under another id forever or dropping it unread."""
+    from recovery.jobs import dead_letters
+    Parse.SEEN.clear()
+    lines = ['{"line": "ok1"}', "not json", '{"line": "flaky2"}', '{"line": "ok3"}']
+    run = testing.run_local(json_parsing(tmp_path, lines), fake_redis, run_id="sp",
+                            config={"recovery.max.attempts": "1", "recovery.retry.delay.period.ms": "0"})
+    spout_letter, flaky = sorted(run.dead_tuples(), key=lambda d: d.component)
+    assert (spout_letter.component, spout_letter.raw, flaky.values) == ("lines", b"not json\n", ["flaky2"])
+    assert dead_letters.requeue_dead(fake_redis, "sp", component="parse") == 1
+    testing.recover_local(run, strategy="root-replay")          # flaky2 passes, under new root ids
+    assert run.summary.rounds == 1 and runs.get(fake_redis, "sp").root_epoch == 1
+    assert dead_letters.requeue_dead(fake_redis, "sp") == 1
+    testing.recover_local(run, strategy=strategy, max_rounds=5)
+    r = run.summary
+    assert (r.status, r.rounds, r.pending, r.dead) == (runs.DEAD, 1, 0, 1), r
+    [again] = run.dead_tuples()
+    assert (again.component, again.raw, again.attempt) == ("lines", b"not json\n", 1)
+    # localized: replayed under its own root; root replay: re-read, under the round's new id
+    assert (again.id == spout_letter.id) == (strategy == "localized")
+    assert sorted(v[0] for v in run.sinks["out"]) == ["FLAKY2", "OK1", "OK3"]

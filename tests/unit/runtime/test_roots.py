@@ -45,3 +45,26 @@ def test_outside_root_replay_every_record_is_selected_and_counted_as_a_root():
     roots.count(False, 2)
     roots.count(True)      # a record replayed from a queue
     assert stats == {"roots": 2, "replayed_roots": 1}
+
+
+def test_a_root_replay_counts_each_re_emitted_root_one_attempt_past_the_one_it_failed_at(fake_redis):
+    """The round's supersede tasks say the attempt each failed root failed at; the spout writes
+    its re-emitted root's attempt (one more, under the new id), row by row and by array alike,
+    before emitting it: what a task failing one of its tuples in that round counts."""
+    first, _ = _roots(RunSpec("r", 0, "{}", None))
+    failed = {2: 1, 5: 2, 9: 0}   # offset -> the attempt it failed at (0: a requeued dead letter)
+    for off, attempt in failed.items():
+        old = first.root_id(("in.txt", off))
+        fake_redis.sadd(keys.root_replay_set("r", 1), old)
+        fake_redis.hset(keys.root_replay_attempts("r", 1), str(old), attempt)
+    spec = RunSpec("r", 1, "{}", None, root_replay=True, root_epoch=1, filter_epoch=0)
+    by_row, _ = _roots(spec, fake_redis)
+    assert [off for off in range(12) if by_row.selected(("in.txt", off))] == sorted(failed)
+    written = {int(k): int(v) for k, v in fake_redis.hgetall(keys.root_replay_attempts("r", 1)).items()}
+    assert {off: written[by_row.root_id(("in.txt", off))] for off in failed} == {2: 2, 5: 3, 9: 1}
+    fake_redis.delete(keys.root_replay_attempts("r", 1))
+    for off, attempt in failed.items():
+        fake_redis.hset(keys.root_replay_attempts("r", 1), str(first.root_id(("in.txt", off))), attempt)
+    by_array, _ = _roots(spec, fake_redis)
+    by_array.selected_many(ids.position_hashes("in.txt", np.arange(12, dtype=np.uint64)))
+    assert {int(k): int(v) for k, v in fake_redis.hgetall(keys.root_replay_attempts("r", 1)).items()} == written
