@@ -24,7 +24,7 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-POLL_SECS = 1.0
+POLL_SECS = 0.5
 #: How long a round may be without executors before it is said (a worker that restarts its
 #: executor at once is not worth a warning).
 NOTICE_SECS = 3.0
@@ -101,11 +101,14 @@ class ExecutorWatch:
             log.info("%s: the run record's executor line was not written: %s", self.what, err)
 
     def _loop(self) -> None:
-        while not self._stop.wait(POLL_SECS):
+        # a first look as the round starts: the executors it has then are the ones it can lose
+        while True:
             try:
                 self.poll()
             except Exception as err:   # broad-except: a context stopping under the watcher; the round reports it
                 log.debug("%s: executors not read: %s", self.what, err)
+            if self._stop.wait(POLL_SECS):
+                return
 
     def __enter__(self) -> ExecutorWatch:
         self._thread = threading.Thread(target=self._loop, name="recovery-executors", daemon=True)

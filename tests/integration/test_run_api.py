@@ -43,7 +43,9 @@ def test_submit_recover_status_in_the_callers_session_exact(spark, redis_url, re
     assert status.status == "pending" and status.roots == 1000
     assert {p.component for p in status.failed_positions} == {"split", "normalize", "aggregate"}
     as_json = json.loads(json.dumps(status.to_json()))   # what `status --json` prints
-    assert {k: getattr(status, k) for k in as_json} == as_json   # each key is a field of the same name
+    # each key is a field of the same name (models, such as the failed positions, as their JSON)
+    assert {k: json.loads(json.dumps(getattr(status, k), default=lambda m: m.to_json() if hasattr(m, "to_json") else m.model_dump()))
+            for k in as_json} == as_json
     assert sink_records(out) != reference
     plan = run.plan()
     assert set(plan.failed) == {"split", "normalize", "aggregate"} and plan.xml and 'type="queue"' in plan.xml
