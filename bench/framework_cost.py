@@ -34,6 +34,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -95,29 +96,25 @@ def run_variants(spark, client, url, xml: Path, repeats: int, label: str,
                 else:
                     summary, secs = C.submit(spark, client, url, xml, config, tracking=(variant == "tracked"))
             if variant != "plain":
-                if summary["status"] != "completed":
-                    print(f"warning: {label} {variant} run ended {summary['status']}", file=sys.stderr)
+                if summary.status != "completed":
+                    print(f"warning: {label} {variant} run ended {summary.status}", file=sys.stderr)
                 done = _executed(summary)
                 if executions and done is not None and done != executions:
                     print(f"warning: {label} {variant} run executed {done:,} tuples, "
                           f"not {executions:,}", file=sys.stderr)
-                clear.clear(client, summary["run_id"])
+                clear.clear(client, summary.run_id)
             cpus[variant].append(cpu.seconds)
             print(f"{label} repeat {rep + 1}/{repeats}  {variant:<9} {secs:7.2f}s wall "
                   f"{cpu.seconds:7.2f}s cpu  (load average {os.getloadavg()[0]:.1f})", file=sys.stderr)
     return cpus
 
 
-def _executed(summary: dict) -> int | None:
+def _executed(summary: Any) -> int | None:
     """Bolt executions of a submit's round 0, when its summary says."""
-    comps = summary.get("components") or summary.get("stats")
-    if not isinstance(comps, dict):
+    comps = summary.components
+    if not comps:
         return None
-    total = 0
-    for name, stats in comps.items():
-        if isinstance(stats, dict) and name.startswith("pass"):
-            total += int(stats.get("executed", 0))
-    return total or None
+    return sum(int(stats.executed or 0) for name, stats in comps.items() if name.startswith("pass"))
 
 
 def per_repeat_ratios(cpus: dict[str, list[float]], a: str, b: str) -> list[float]:
@@ -166,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
             from recovery.jobs import clear
             warm = copy_chain(folder / "warm", 2000)
             s, _ = C.submit(spark, client, url, warm, tracking=True)
-            clear.clear(client, s["run_id"])
+            clear.clear(client, s.run_id)
             C.run_plain(spark, C.load_workflow(warm))
             by_mode = {m: run_variants(spark, client, url, xml, args.repeats, WORKFLOW, executions, m)
                        for m in MODES}

@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
             C.copy_workflow("cdn_logs", warm)
             generate_input("cdn_logs", warm, 2000, 0.0)
             s, _ = C.submit(spark, client, url, warm / "cdn_logs.xml", tracking=True)
-            clear.clear(client, s["run_id"])
+            clear.clear(client, s.run_id)
             for n in args.roots:
                 folder = home / f"wf-{n}"
                 xml = C.copy_workflow("cdn_logs", folder)
@@ -259,9 +259,9 @@ def main(argv: list[str] | None = None) -> int:
                             with C.CpuMeter(client) as meter:
                                 summary, wall = C.submit(spark, client, url, xml, tracking=True)
                             cpu = meter.seconds
-                            if summary["status"] != "completed":
-                                print(f"warning: recovery's run ended {summary['status']}", file=sys.stderr)
-                            clear.clear(client, summary["run_id"])
+                            if summary.status != "completed":
+                                print(f"warning: recovery's run ended {summary.status}", file=sys.stderr)
+                            clear.clear(client, summary.run_id)
                             where = out_dir
                         else:
                             wall, cpu = run_bytewax(data, bytewax_out, folder, home, variant == PROCESSES)

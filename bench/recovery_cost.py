@@ -119,18 +119,18 @@ def batch_variant(args: argparse.Namespace, results: C.Results) -> int:
         rows = []
         with C.redis_for(home, args.redis) as (client, url), C.spark_session(home) as spark:
             warm, _ = C.submit(spark, client, url, folder("cdn_logs_batch", "warm"), inject)
-            recover.recover(spark, client, url, warm["run_id"])
-            clear.clear(client, warm["run_id"])
+            recover.recover(spark, client, url, warm.run_id)
+            clear.clear(client, warm.run_id)
             for workflow in ("cdn_logs_batch", "cdn_logs"):
                 s, clean_secs = C.submit(spark, client, url, folder(workflow, f"{workflow}-clean"),
                                          run_id=f"bench-{workflow}-clean")
-                clear.clear(client, s["run_id"])
+                clear.clear(client, s.run_id)
                 ref = sink(f"{workflow}-clean", workflow)
                 run_id = f"bench-{workflow}-failing"
                 s, fail_secs = C.submit(spark, client, url, folder(workflow, f"{workflow}-failing"), inject,
                                         run_id=run_id)
-                failed = sum(p["count"] for p in s["failed_positions"])
-                agg = s["components"]["aggregate"]
+                failed = sum(p.count for p in s.failed_positions)
+                agg = s.components["aggregate"].to_json()
                 t0 = time.perf_counter()
                 r = recover.recover(spark, client, url, run_id)
                 rec_secs = time.perf_counter() - t0
@@ -213,12 +213,12 @@ def main(argv: list[str] | None = None) -> int:
             small = home / "warm.csv"
             generate(str(small), 2000)
             s, _ = C.submit(spark, client, url, folder("warm", small), inject)
-            recover.recover(spark, client, url, s["run_id"])
-            clear.clear(client, s["run_id"])
+            recover.recover(spark, client, url, s.run_id)
+            clear.clear(client, s.run_id)
 
             # the reference: a failure-free run
             s, clean_secs = C.submit(spark, client, url, folder("clean"), run_id="bench-clean")
-            assert s["status"] == "completed", s["status"]
+            assert s.status == "completed", s.status
             ref = sinks_of(home / "clean")
             print(f"failure-free run: {clean_secs:.2f}s, "
                   f"{executions(runs.get(client, 'bench-clean'), False):,} executions", file=sys.stderr)
@@ -229,10 +229,10 @@ def main(argv: list[str] | None = None) -> int:
             strategies = ("localized",) if args.no_root_replay else ("localized", "root-replay")
             for name in (*strategies, "full-rerun"):
                 s, secs = C.submit(spark, client, url, folder(name), inject, run_id=f"bench-{name}")
-                failed = sum(p["count"] for p in s["failed_positions"])
-                where = sorted({p["component"] for p in s["failed_positions"]})
+                failed = sum(p.count for p in s.failed_positions)
+                where = sorted({p.component for p in s.failed_positions})
                 failing[name] = {"secs": secs, "failed": failed, "where": where,
-                                 "status": s["status"]}
+                                 "status": s.status}
                 print(f"failing run for {name}: {secs:.2f}s, {failed:,} tuples failed at "
                       f"{', '.join(where)}", file=sys.stderr)
             counts = {f["failed"] for f in failing.values()}
@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
             dupes, missing = diff(sinks_of(home / "full-rerun"), ref)
             own_dupes, own_missing = diff(sinks_of(home / "full-rerun", "bench-full-rerun-2"), ref)
             results_by_strategy["full rerun"] = {"secs": secs, "exec": executions(rec, False), "rounds": 1,
-                                     "status": s["status"], "dupes": dupes, "missing": missing}
+                                     "status": s.status, "dupes": dupes, "missing": missing}
             print(f"full rerun: {secs:.2f}s", file=sys.stderr)
             for run_id in ("bench-full-rerun", "bench-full-rerun-2"):
                 clear.clear(client, run_id)

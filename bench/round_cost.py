@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
                 config = C.CHAINING["unchained"] if args.unchained else {}
                 s, _ = C.submit(spark, client, url, xml, config)   # warm-up: Python workers started
                 shutil.rmtree(out, ignore_errors=True)
-                clear.clear(client, s["run_id"])
+                clear.clear(client, s.run_id)
                 spent: dict[str, float] = collections.defaultdict(float)
                 ledger_job = [False]
                 instrument(spent, ledger_job)
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
                         walls[variant].append(wall)
                         for phase in PHASES:
                             per_phase[variant][phase].append(spent[phase] - before.get(phase, 0.0))
-                        clear.clear(client, s["run_id"])
+                        clear.clear(client, s.run_id)
                         shutil.rmtree(out, ignore_errors=True)
                         print(f"repeat {rep + 1}/{args.repeats}{' (ledger job)' if variant else ''}: "
                               f"{wall:.2f}s, {jobs[variant][-1]} Spark jobs "

@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
                 C.copy_workflow("cdn_logs", warm)
             warm_data = generate_input(args.workflow, warm, min(args.tuples, 2000), args.invalid)
             s, _ = C.submit(spark, client, url, warm / f"{args.workflow}.xml", tracking=True)
-            clear.clear(client, s["run_id"])
+            clear.clear(client, s.run_id)
             if not batch:
                 C.run_plain(spark, C.load_workflow(warm / f"{args.workflow}.xml"))
             if HAND in kinds:
@@ -229,9 +229,9 @@ def main(argv: list[str] | None = None) -> int:
                     if kind not in (COMPONENTS, HAND):
                         if kind in ("tracked", "row"):
                             redis_peak = max(redis_peak, mem.peak)
-                            if summary["status"] != "completed" and not args.invalid:
-                                print(f"warning: tracked run ended {summary['status']}", file=sys.stderr)
-                        clear.clear(client, summary["run_id"])
+                            if summary.status != "completed" and not args.invalid:
+                                print(f"warning: tracked run ended {summary.status}", file=sys.stderr)
+                        clear.clear(client, summary.run_id)
                     times[variant].append(secs)
                     cpus[variant].append(cpu.seconds)
                     this[variant] = (secs, cpu.seconds)
