@@ -153,7 +153,13 @@ def one_round(wf: Workflow, chunked: bool, monkeypatch: pytest.MonkeyPatch) -> t
         seen = Observed(m)
         client = fakeredis.FakeRedis()
         received = execute_round(wf, RunSpec("r", 0, wf.model_dump_json(), "fake://", True), client)
-        chunks_in = {key: [wire.unpack_rows(b) for b in blobs] for key, blobs in received.items()}
+        # what each consumer task received, as a multiset of (producer, its task, record): the
+        # members of a chain run a chunk at a time on the chunk path, so a consumer fed by two of
+        # them gets their records interleaved otherwise than tuple by tuple (no order holds
+        # between different producers; each producer's own output is compared by `sealed`)
+        chunks_in = {key: sorted((repr((src, src_task, rec)) for b in blobs
+                                  for src, src_task, recs in [wire.unpack_rows(b)] for rec in recs))
+                     for key, blobs in received.items()}
         return seen, chunks_in, stored(client, "r")
 
 
