@@ -60,6 +60,7 @@ from bench._machine import (  # noqa: F401 (the benches' names, importable from 
 from bench._meters import (  # noqa: F401 (the benches' names, importable from here)
     CpuMeter,
     MemorySampler,
+    Poller,
     redis_cpu_seconds,
     redis_used_memory,
     tree_cpu_seconds,

@@ -71,6 +71,31 @@ def redis_used_memory(client: Any) -> int:
         return 0
 
 
+class Poller:
+    """A thread that calls `sample()` every `every` seconds while inside `with`, until exit."""
+
+    def __init__(self, every: float, name: str):
+        import threading
+        self.every = every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def sample(self) -> None:
+        raise NotImplementedError
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            self.sample()
+
+    def __enter__(self) -> Any:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 class MemorySampler:
     """Peak of Redis's used_memory above its level at start, sampled every `every` seconds
     on a thread with its own connection (INFO's own peak cannot be reset on 6.2)."""

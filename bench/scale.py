@@ -50,11 +50,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -197,11 +196,12 @@ def redis_cpu_seconds(info: dict[str, Any]) -> float:
                                                 "used_cpu_sys_children", "used_cpu_user_children"))
 
 
-class Sampler:
+class Sampler(C.Poller):
     """Polls, every POLL_SECONDS while a driver runs: the driver's VmHWM, Redis's used_memory
     (peak above `baseline`) and its append-only file sizes."""
 
     def __init__(self, pid: int, client: Any, baseline: int):
+        super().__init__(POLL_SECONDS, "scale-sampler")
         self.pid, self.client, self.baseline = pid, client, baseline
         self.driver_peak = 0
         self.redis_peak = 0
@@ -209,8 +209,6 @@ class Sampler:
         self.aof_enabled = False
         self.forks0 = self.forks = 0
         self.auto_reaped: dict[tuple[int, str], float] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="scale-sampler", daemon=True)
         self._first: dict[str, Any] = client.info() if client is not None else {}
         if self._first:
             self.aof_enabled = bool(int(self._first.get("aof_enabled", 0)))
@@ -231,17 +229,8 @@ class Sampler:
             self.aof.update(int(info.get("aof_current_size", 0)), int(info.get("aof_base_size", 0)))
         self.forks = int(info.get("total_forks", self.forks))
 
-    def _run(self) -> None:
-        while not self._stop.wait(POLL_SECONDS):
-            self.sample()
-
-    def __enter__(self) -> Self:
-        self._thread.start()
-        return self
-
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+        super().__exit__(*exc)
         self.sample()                   # the last AOF and memory readings
 
 

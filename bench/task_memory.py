@@ -35,7 +35,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -75,15 +74,14 @@ def _cmdline(pid: int) -> bytes:
         return b""
 
 
-class WorkerSampler:
+class WorkerSampler(C.Poller):
     """Polls, every POLL_SECONDS while a driver runs, the peak RSS (VmHWM) of every Spark
     Python daemon and worker below it (or reparented to this bench, its subreaper)."""
 
     def __init__(self, driver: int):
+        super().__init__(POLL_SECONDS, "worker-sampler")
         self.driver = driver
         self.peaks: dict[tuple[int, str], int] = {}   # (pid, start time) -> VmHWM bytes
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="worker-sampler", daemon=True)
 
     def sample(self) -> None:
         fields = C.process_table()
@@ -103,18 +101,6 @@ class WorkerSampler:
     @property
     def peak(self) -> int:
         return max(self.peaks.values(), default=0)
-
-    def _run(self) -> None:
-        while not self._stop.wait(POLL_SECONDS):
-            self.sample()
-
-    def __enter__(self) -> WorkerSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 # --------------------------------------------------------------------------- a case
