@@ -57,7 +57,8 @@ def test_kill_9_of_a_batch_run_then_recover_gives_what_the_row_workflow_gives(sp
 
     run_id = "batch-crash"
     slow = {"recovery.inject.z.component": "aggregate", "recovery.inject.z.mode": "slow",
-            "recovery.inject.z.delay.ms": "5", **TRANSIENT}
+            "recovery.inject.z.delay.ms": "5", "recovery.inject.z.rate": "1",
+            **TRANSIENT}
     proc = _spawn_submit(batch_copy(tmp_path / "batch"), redis_url, run_id, slow)
 
     done = kill_when_round_0(proc, redis_client, run_id, lambda done: {"split:0", "split:1"} <= done,

@@ -125,7 +125,8 @@ def test_kill_9_of_a_chained_run_then_recover_is_exact_and_members_commit_togeth
     xml = copy_workflow("wordcount", tmp_path)
     run_id = "chain-crash"
     slow = {"recovery.inject.z.component": "count", "recovery.inject.z.mode": "slow",
-            "recovery.inject.z.delay.ms": "2", "recovery.inject.s.component": "split",
+            "recovery.inject.z.delay.ms": "2", "recovery.inject.z.rate": "1",
+            "recovery.inject.s.component": "split",
             "recovery.inject.s.rate": "0.03", **CHAIN_SHUFFLE, **FAST_RETRY}
     proc = _spawn_submit(xml, redis_url, run_id, slow)
     seen: list[set[str]] = []

@@ -135,7 +135,8 @@ def test_kill_9_of_the_driver_then_recover_gives_exact_output(spark, redis_url, 
     xml = copy_workflow("wordcount", tmp_path)
     run_id = "crash-mid-round-0"
     slow = {"recovery.inject.z.component": "count", "recovery.inject.z.mode": "slow",
-            "recovery.inject.z.delay.ms": "2", **TRANSIENT_SPLIT, **FAST_RETRY}
+            "recovery.inject.z.delay.ms": "2", "recovery.inject.z.rate": "1",
+            **TRANSIENT_SPLIT, **FAST_RETRY}
     proc = _spawn_submit(xml, redis_url, run_id, slow)
 
     # the kill lands mid-run: the round's last task did not commit and the run is crashed

@@ -289,6 +289,7 @@ def test_kill_9_of_the_driver_mid_submit_then_recover_is_exact(spark, redis_url,
     xml = workflow(tmp_path, parquet_source(datasets, tmp_path), FIELDS, pass_bolt="Pass")
     run_id = "spark-source-crash"
     props = {"recovery.inject.z.component": "pass", "recovery.inject.z.mode": "slow",
+             "recovery.inject.z.rate": "1",
              "recovery.inject.z.delay.ms": "25", **FAIL_PASS}
     cmd = [sys.executable, "-m", "recovery", "submit", str(xml), "--run-id", run_id, "--json"]
     for k, v in props.items():

@@ -57,7 +57,7 @@ def _expected() -> list[str]:
 
 # `out` is slowed down, so that the driver is killed well before it can commit
 SLOW_OUT = {"recovery.inject.z.component": "out", "recovery.inject.z.mode": "slow",
-            "recovery.inject.z.delay.ms": "1"}
+            "recovery.inject.z.rate": "1", "recovery.inject.z.delay.ms": "0.25"}
 
 
 def _crashed_submit(tmp_path: Path, redis_url: str, client, run_id: str, spill_dir: Path | str,

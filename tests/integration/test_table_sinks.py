@@ -73,6 +73,7 @@ def test_kill_9_of_the_driver_mid_submit_then_recover_writes_every_row_once(spar
     xml = write_xml(tmp_path, both_sinks(postgres_url), n=N)
     run_id = "tables-crash"
     slow = {"recovery.inject.z.component": "lake", "recovery.inject.z.mode": "slow", "recovery.inject.z.delay.ms": "15",
+            "recovery.inject.z.rate": "1",
             "recovery.inject.e.component": "enrich", "recovery.inject.e.rate": "0.05", **FAST}
     proc = _spawn_submit(xml, redis_url, run_id, slow)
     done = kill_when_round_0(proc, redis_client, run_id, lambda d: any(f.startswith("pg:") for f in d),
