@@ -8,6 +8,8 @@ do about it (the product relies on none of it):
 - a consumer that `subscribe`s with a group receives nothing: the source assigns partitions,
   and these helpers read the group's offsets back with `committed()`;
 - read_committed still returns aborted transactions: no test reads transactionally;
+- a fetch is held for fetch.wait.max.ms even when records are there (Kafka answers once
+  fetch.min.bytes are): only slower, the same records;
 - a metadata request from an admin client creates a missing topic (as a broker with
   auto.create.topics.enable does): the source asks with allow.auto.create.topics=false, and the
   missing-topic test never lets an admin client ask for the topic;
@@ -95,7 +97,7 @@ class Broker:
     def end(self, topic: str, partition: int) -> int:
         """A partition's end: where the partition EOF is reported."""
         c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "tests-end", "enable.partition.eof": True,
-                      "enable.auto.commit": False})
+                      "enable.auto.commit": False, "fetch.wait.max.ms": 10})
         try:
             c.assign([TopicPartition(topic, partition, -2)])
             while True:

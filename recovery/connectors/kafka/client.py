@@ -200,6 +200,9 @@ def read(src: KafkaSource, c: Consumer, partition: int, start: int, end: int,
                 continue
             expected = offset + 1
             out.append(m)
+            if expected >= end:     # the planned end: no need to wait for the fetch after it
+                yield out, gone
+                return
             if gone or len(out) >= batch:
                 yield out, gone
                 out = []

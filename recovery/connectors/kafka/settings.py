@@ -28,6 +28,13 @@ from recovery.tracking.spill_files import MASK
 log = logging.getLogger(__name__)
 
 
+# How long the broker may hold a fetch that finds nothing new. A round reads each partition up
+# to its end and learns where the end is from the empty fetch there, so this wait is paid per
+# partition and round: librdkafka's 500 ms default would cost seconds on a topic of a few
+# partitions. A <param name="kafka.fetch.wait.max.ms"> overrides it.
+FETCH_WAIT_MS = 50
+
+
 @dataclass(frozen=True)
 class KafkaSource:
     spout: str
@@ -43,7 +50,8 @@ class KafkaSource:
     def config(self, **extra: Any) -> dict[str, Any]:
         """The librdkafka configuration, secrets read now (in the process that connects)."""
         conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "group.id": self.group,
-                                "socket.timeout.ms": int(self.timeout * 1000)}
+                                "socket.timeout.ms": int(self.timeout * 1000),
+                                "fetch.wait.max.ms": FETCH_WAIT_MS}
         for name, how, what in self.settings:
             conf[name] = what if how == "value" else _secret(self.spout, name, how, what)
         conf.update(FIXED)
