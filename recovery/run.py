@@ -37,7 +37,6 @@ from recovery.jobs.settle import Progress
 from recovery.jobs.summary import ComponentStats, RunSummary, original_workflow
 from recovery.model import config as config_decl
 from recovery.model.failed import FailedTuple
-from recovery.model.run import check_run_id
 from recovery.model.workflow import Workflow
 from recovery.model.xml import parse as workflow_xml
 from recovery.topology import Topology
@@ -250,7 +249,7 @@ class Run:
         """The run `run_id` (RunNotFound when this Redis has none, unless not `must_exist`:
         `clear` removes what a run left without its record too). `spark`, `master` and
         `spark_conf` are for `recover`, as at `submit`."""
-        check_run_id(run_id)
+        keys.check_run_id(run_id)
         client, url = client_for(redis)
         if must_exist and not client.exists(keys.run_record(run_id)):   # (a report reads the record itself)
             raise runs.not_found(run_id)

@@ -27,7 +27,6 @@ from recovery.controlplane.connection import scan_keys
 from recovery.engine import shipping
 from recovery.errors import RunBusy, RunError
 from recovery.model.record import RunRecord
-from recovery.model.run import is_run_id
 from recovery.model.workflow import Workflow
 from recovery.tracking import keys, runs, spill
 
@@ -123,7 +122,7 @@ def clear_all(client: Redis, force: bool = False) -> dict[str, Cleared]:
     listed = runs.list_ids(client)
     # an id no command accepts (stored by a version before run ids were checked): its keys go
     # as orphans below, its index entry here
-    unsafe = [rid for rid in listed if not is_run_id(rid)]
+    unsafe = [rid for rid in listed if not keys.is_run_id(rid)]
     for rid in listed:   # every run's databases answer before any run is cleared
         if rid in unsafe:
             continue
@@ -139,7 +138,7 @@ def clear_all(client: Redis, force: bool = False) -> dict[str, Cleared]:
     if unsafe:
         client.zrem(keys.runs_index(), *unsafe)
         removed.update({rid: [] for rid in unsafe})
-    known = [rid for rid in runs.list_ids(client) if is_run_id(rid)]   # runs created meanwhile stay
+    known = [rid for rid in runs.list_ids(client) if keys.is_run_id(rid)]   # runs created meanwhile stay
     orphans: dict[str, list[str]] = {}
     for raw in scan_keys(client, keys.runs_pattern()):
         name = raw.decode()

@@ -39,7 +39,7 @@ from recovery.jobs.submit import SubmitPlan, check_classes
 from recovery.jobs.summary import RunSummary
 from recovery.model import code
 from recovery.model.record import RunRecord
-from recovery.model.run import RunSpec, check_run_id
+from recovery.model.run import RunSpec
 from recovery.model.workflow import Workflow
 from recovery.tracking import keys, runs, spill
 
@@ -173,7 +173,7 @@ def prepare(wf: Workflow, xml: str, file: str | None, master: str = "local[*]", 
     files.check_paths_reach_executors(wf, master, file)   # a cluster's executors: no relative path
     spill.check_reaches_executors(None, wf.settings().spill_dir, master)
     if run_id is not None:
-        check_run_id(run_id)
+        keys.check_run_id(run_id)
     digest = code.bundle(wf, file).digest   # (what ships refused here, as at submit)
     return FollowPlan(wf, xml, os.path.abspath(file) if file is not None else None, master, run_id, digest, reset)
 

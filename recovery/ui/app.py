@@ -34,7 +34,6 @@ from recovery.errors import BadRequest, NotFound, RecoveryError
 from recovery.jobs import clear as jobs_clear
 from recovery.jobs import dead_letters, metrics, reports
 from recovery.jobs import summary as jobs_summary
-from recovery.model.run import check_run_id
 from recovery.tracking import keys, runs
 from recovery.tracking import queue as failed_queue
 from recovery.ui import svg
@@ -426,7 +425,7 @@ def _checking_run_id(endpoint: Any) -> Any:
     async def checked(request: Request) -> Response:
         run_id = request.path_params.get("run_id")
         if run_id is not None:
-            check_run_id(run_id)   # RunIdError: a BadRequest (400)
+            keys.check_run_id(run_id)   # RunIdError: a BadRequest (400)
         if is_async:
             return await endpoint(request)
         return await run_in_threadpool(endpoint, request)
