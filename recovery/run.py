@@ -34,7 +34,7 @@ from recovery.jobs import reports
 from recovery.jobs import submit as jobs_submit
 from recovery.jobs.recover import RecoveryRound
 from recovery.jobs.settle import Progress
-from recovery.jobs.summary import ComponentStats, RunSummary, original_workflow
+from recovery.jobs.summary import ComponentStats, RunSummary
 from recovery.model import config as config_decl
 from recovery.model.failed import FailedTuple
 from recovery.model.workflow import Workflow
@@ -277,7 +277,7 @@ class Run:
         return jobs_dead.dead_letters(self.client, self.id, component)
 
     def workflow(self) -> Workflow:
-        return original_workflow(runs.get(self.client, self.id))
+        return runs.get(self.client, self.id).original_workflow()
 
     # --- actions ----------------------------------------------------------------------------
     def recover(self, *, max_rounds: int | None = None, strategy: str = "localized",
@@ -292,7 +292,7 @@ class Run:
         master = self._spark.effective_master
         refuse_embedded_redis_on_cluster(self._redis_given, master)
         plan = jobs_recover.prepare(self.client, self.id, force, spill_dir, code_changed)
-        original = original_workflow(plan.record)
+        original = plan.record.original_workflow()
         # a run submitted locally, recovered on a cluster: its relative paths are the driver's
         files.check_paths_reach_executors(original, master, plan.record.file)
         # and its spill folder: under RECOVERY_HOME on this host, unless spill_dir moves it

@@ -8,13 +8,11 @@ recovery workflows. Each function takes a Redis client and, where it runs Spark,
 from __future__ import annotations
 
 import logging
-import os
 import re
-import socket
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import redis
 
@@ -48,12 +46,6 @@ def redis_lost_is_resumable(run_id: str, redis_url: str | None) -> Iterator[None
         raise RedisUnavailable(
             f"lost Redis ({connection.describe(redis_url)}) during run {run_id}: {reason}; the run is "
             f"resumable: `recovery recover {run_id}` once Redis is back") from None
-
-
-def claim_run(client: redis.Redis, run_id: str, generation: str | None, **fields: Any) -> None:
-    """This process is now the run's driver (it holds the run's lease; pid and host for people)."""
-    runs.update(client, run_id, generation, driver_pid=os.getpid(), driver_host=socket.gethostname(),
-                **fields)
 
 
 def _store_error(client: redis.Redis, spec: RunSpec, reason: str) -> None:
@@ -152,7 +144,7 @@ def run_and_settle(spark: SparkSession, client: redis.Redis, wf: Workflow, spec:
         # the round's dead letters, out of Redis into the run's dead-letter sink (if it has one)
         dead_sink.flush(client, Workflow.from_task_json(spec.original_json) if spec.original_json else wf,
                         spec.run_id, gen)
-    summary = summarize(client, spec.run_id, rounds=rounds, settled=True)
+    summary = summarize(client, runs.get(client, spec.run_id), rounds=rounds, settled=True)
     if summary.status in (runs.COMPLETED, runs.DEAD):   # complete: overwrite sinks drop other runs' parts
         runs.check_generation(client, spec.run_id, gen)     # (only while this driver owns the run)
         sink_folders.replace_other_runs(wf, spec.run_id, spec.original_json)

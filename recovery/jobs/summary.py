@@ -129,25 +129,28 @@ def round_outcome(round_record: dict[str, Any], original: Workflow) -> dict[str,
             "failed": failed, "dead": dead}
 
 
+def with_own_rounds(summary: RunSummary, rounds: list[dict[str, Any]], original: Workflow) -> RunSummary:
+    """A recover's summary with what its own rounds did (their round records; a resumed one's
+    included): their counters added up (the table under the summary, not round 0's), the
+    tuples they recovered and those that died."""
+    outcomes = [round_outcome(r, original) for r in rounds]
+    summary.components = sum_components(rounds, original)
+    summary.components_rounds = [r["round"] for r in rounds]
+    summary.recovered = sum(o["recovered"] for o in outcomes)
+    summary.newly_dead = sum(o["dead"] for o in outcomes)
+    summary.spill_bytes = spill_bytes(summary.components)
+    return summary
+
+
 def spill_bytes(components: dict[str, ComponentStats]) -> int:
     """Bytes the tasks of these per-component counters wrote to the spill store."""
     return sum(c.spill_bytes for c in components.values())
 
 
-def position_counts(client: Redis, run_id: str) -> list[tuple[str, int, int]]:
-    """(component, task, queued tuples) of every failed position, sorted (tracking.queue.counts)."""
-    return failed_queue.counts(client, run_id)
-
-
-def earliest_not_before(client: Redis, run_id: str) -> float:
-    """When the next queued tuple may be replayed (0: now, or nothing recorded), from the
-    positions' earliest times, not from the tuples."""
-    return failed_queue.earliest_due(client, run_id)
-
-
 def failed_positions(client: Redis, run_id: str) -> list[FailedPosition]:
+    """Every failed position (an emptied queue too, until pruned), with its first tuple's error."""
     out = []
-    for comp, task, count in position_counts(client, run_id):
+    for comp, task, count in failed_queue.counts(client, run_id):
         first = failed_queue.sample(client, run_id, comp, task, 1)
         sample = first[0].error if first else None
         out.append(FailedPosition(component=comp, task=task, count=count, sample_error=sample))
@@ -223,31 +226,35 @@ def stored_counts(rec: RunRecord) -> tuple[int | None, ledger.RootCounts | None]
                                                       int(rec.roots_dead or 0))
 
 
-def summarize(client: Redis, run_id: str, rounds: list | None = None, settled: bool = False,
-              rec: RunRecord | None = None) -> RunSummary:
-    """Roots complete / pending / failed / dead and the failed positions. `settled`: the
+def summarize(client: Redis, rec: RunRecord, rounds: list | None = None, settled: bool = False) -> RunSummary:
+    """Roots complete / pending / failed / dead and the failed positions, from the run record
+    as read (`rec`: a report reads it once) and the run's queue (read here). `settled`: the
     caller just finished a round, so the status is the acker's verdict, not the record's.
     While a round is not settled (running, or its driver died in it) the root counts are in
-    flux: they are None and `counts_known` is false, never a guess. `rec`: the run record,
-    when the caller read it already (a report reads it once)."""
-    rec = rec if rec is not None else runs.get(client, run_id)
-    original = original_workflow(rec)
+    flux: they are None and `counts_known` is false, never a guess."""
+    run_id = rec.run_id
+    # the queue's positions and counters (one tuple per position), read together
+    positions = [p for p in failed_positions(client, run_id) if p.count > 0]
+    dead_tuples = failed_queue.dead_count(client, run_id)
+    written, dropped = failed_queue.dead_totals(client, run_id)
+    gone, gone_sample = failed_queue.gone_roots(client, run_id)
+    status = runs.status_of(rec)
+    original = rec.original_workflow()
     if rounds is None:
         rounds = rec.rounds
     first = next((r for r in rounds if r.get("round") == 0), None)
     stats = in_topological_order(round_components(first) if first else components_of(rec.stats), original)
-    positions = [p for p in failed_positions(client, run_id) if p.count > 0]
-    out = RunSummary(run_id=run_id, workflow=original.name, status=runs.status_of(rec), round=rec.round,
-                     dead_tuples=failed_queue.dead_count(client, run_id), failed_positions=positions,
+    out = RunSummary(run_id=run_id, workflow=original.name, status=status, round=rec.round,
+                     dead_tuples=dead_tuples, failed_positions=positions,
                      components=stats, components_rounds=[0] if stats else [], spill_bytes=spill_bytes(stats),
                      started=rec.started or 0.0, ended=rec.ended)
-    written, dropped = failed_queue.dead_totals(client, run_id)
     out.dead_written, out.dead_dropped = written or None, dropped or None
     if dropped:
         out.warnings = [f"{dropped} dead letters were dropped from Redis by recovery.dead.retention "
                         "(oldest first); they are in no dead-letter sink"]
     round_no = out.round
-    out.warnings = [*(out.warnings or []), *round_warnings(rec, out.status), *gone_warnings(client, run_id)] or None
+    out.warnings = [*(out.warnings or []), *round_warnings(rec, out.status),
+                    *gone_warnings(run_id, gone, gone_sample)] or None
     counted_round, counts = stored_counts(rec)
     if (not settled and not runs.round_settled(rec)) or counts is None or counted_round != round_no:
         # (no counts of this round stored: a run of an earlier version, never a guess either)
@@ -290,10 +297,10 @@ def round_warnings(rec: RunRecord, status: str) -> list[str]:
     return []
 
 
-def gone_warnings(client: Redis, run_id: str) -> list[str]:
-    """One line when roots are dead because their messages were gone from their source when a
-    replay re-read them (keys.gone): nothing of them was written, and nothing can replay them."""
-    n, sample = failed_queue.gone_roots(client, run_id)
+def gone_warnings(run_id: str, n: int, sample: str) -> list[str]:
+    """One line when `n` roots are dead because their messages were gone from their source when
+    a replay re-read them (`sample`: one's error; queue.gone_roots): nothing of them was
+    written, and nothing can replay them."""
     if not n:
         return []
     what = ("1 root is dead because its message was gone from the source when root replay read it"
@@ -301,11 +308,6 @@ def gone_warnings(client: Redis, run_id: str) -> list[str]:
             f"{n} roots are dead because their messages were gone from the source when root replay read them")
     return [f"{what} again (e.g. {sample}): nothing downstream of them was written; `recovery dead {run_id}` "
             "lists each message"]
-
-
-# --- the run's original workflow -------------------------------------------------------------
-def original_workflow(rec: RunRecord) -> Workflow:
-    return Workflow.from_task_json(rec.workflow_json)
 
 
 # --- a workflow reading topics ---------------------------------------------------------------
@@ -317,13 +319,11 @@ class HasPartitions(Protocol):
     def partitions(self) -> list[dict[str, Any]] | None: ...
 
 
-def with_topics(client: Redis, summary: RunSummary, rec: RunRecord | None = None,
-                wf: Workflow | None = None) -> RunSummary:
+def with_topics(client: Redis, summary: RunSummary, rec: RunRecord, wf: Workflow | None = None) -> RunSummary:
     """A run's summary with its topics' partitions (committed, end, lag) and, for a follow run,
-    roots counted over every batch (`summarize` counts round 0's). `rec`: the run record, when
-    the caller read it already."""
-    rec = rec if rec is not None else runs.get(client, summary.run_id)
-    wf = wf or original_workflow(rec)
+    roots counted over every batch (`summarize` counts round 0's); `rec`: the run record the
+    summary was made of."""
+    wf = wf or rec.original_workflow()
     if not log_offsets.log_spouts(wf):
         return summary
     summary.partitions = stream_report.partition_report(client, wf)

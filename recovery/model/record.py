@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from recovery.errors import RunError
+from recovery.model.workflow import Workflow
 
 # Fields stored as JSON text (a dict or list in the model).
 JSON_FIELDS = ("stats", "rounds", "summary", "root_epochs")
@@ -108,6 +109,10 @@ class RunRecord(BaseModel):
                                "`recovery submit`?)") from None
             raise RunError(f"{where}: field {name!r}: {first['msg']}: "
                            f"{_short(fields.get(str(first['loc'][0])))}") from None
+
+    def original_workflow(self) -> Workflow:
+        """The workflow as submitted (every round's task numbering; what `recover -p` sets)."""
+        return Workflow.from_task_json(self.workflow_json)
 
     def to_hash(self) -> dict[str, str | int | float]:
         """The fields as stored (the lease is not: it has its own key)."""

@@ -34,8 +34,8 @@ from recovery.testing.components import (
     read_list_sink,
 )
 from recovery.testing.local_spark import LocalSession
-from recovery.tracking import queue as failed_queue
 from recovery.tracking import keys, runs
+from recovery.tracking import queue as failed_queue
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -145,7 +145,7 @@ def _drive(run: LocalRun, action: Any) -> LocalRun:
             if runs.status_of(runs.get(run.client, run.run_id)) != runs.ERROR:
                 raise   # not a failed round: a refused submit, a cleared run...
             run.interrupted, run.error = "error", str(err)
-    run.summary = jobs_summary.summarize(run.client, run.run_id)
+    run.summary = jobs_summary.summarize(run.client, runs.get(run.client, run.run_id))
     return run
 
 

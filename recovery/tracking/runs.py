@@ -216,6 +216,12 @@ def update(client: redis.Redis, run_id: str, generation: str | None = None, **fi
         raise fenced_out(client, run_id, generation)
 
 
+def claim(client: redis.Redis, run_id: str, generation: str | None, **fields: Any) -> None:
+    """This process is now the run's driver (it holds the run's lease; pid and host for
+    people), with `fields` set in the same update."""
+    update(client, run_id, generation, driver_pid=os.getpid(), driver_host=socket.gethostname(), **fields)
+
+
 def increment(client: redis.Redis, run_id: str, generation: str | None = None, **amounts: int) -> None:
     """HINCRBY fields of an existing record, fenced as `update` is."""
     args: list[Any] = [generation or ""]
@@ -279,6 +285,13 @@ def status_of(rec: RunRecord) -> str:
     if rec.status == RUNNING and not driver_alive(rec):
         return CRASHED
     return rec.status
+
+
+def check_not_running(rec: RunRecord) -> None:
+    """Refuse to act on a run whose driver is alive (recover, requeue; the web view too)."""
+    if status_of(rec) == RUNNING:
+        raise RunBusy(f"run {rec.run_id} is still running ({describe_driver(rec)}); wait for "
+                      f"it, or take it over with `recovery recover {rec.run_id} --force`")
 
 
 def describe_driver(rec: RunRecord) -> str:

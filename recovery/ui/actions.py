@@ -16,7 +16,6 @@ from redis import Redis
 
 from recovery.errors import RunBusy, RunError
 from recovery.home import private_dir, private_file
-from recovery.jobs import recover
 from recovery.tracking import keys, runs
 
 log = logging.getLogger(__name__)
@@ -39,7 +38,7 @@ class RecoverProcesses:
         log_path = self.log_path(run_id)
         with self._lock:
             rec = runs.get(client, run_id)
-            recover.check_not_running(rec)
+            runs.check_not_running(rec)
             known = self._procs.get(run_id)
             if known is not None and known[0].poll() is None:
                 raise RunBusy(f"run {run_id} is being recovered already (recover pid {known[0].pid}, "

@@ -148,18 +148,18 @@ def test_stored_counts_equal_a_recount_after_submit_recover_and_requeue(fake_red
     Upper.SEEN.update(f"w{i}" for i in range(40))    # (no first-sight failure here)
     run = testing.run_local(pipeline(), fake_redis, run_id="c", config={**NO_BACKOFF, **inject},
                             inputs={"words": [f"w{i}" for i in range(40)]})
-    s = summary.summarize(fake_redis, "c")
+    s = summary.summarize(fake_redis, runs.get(fake_redis, "c"))
     assert s.counts_known and s.failed == 11 and counted(s) == recount(fake_redis, "c")
     testing.recover_local(run)
-    s = summary.summarize(fake_redis, "c")
+    s = summary.summarize(fake_redis, runs.get(fake_redis, "c"))
     assert s.status == runs.DEAD and s.dead == 11 and counted(s) == recount(fake_redis, "c")
     assert dead_letters.requeue_dead(fake_redis, "c", tuple_keys=[dead_letters.dead_key(d) for d in
                                                                   dead_letters.dead_letters(fake_redis, "c")[:4]]) == 4
-    s = summary.summarize(fake_redis, "c")
+    s = summary.summarize(fake_redis, runs.get(fake_redis, "c"))
     assert (s.dead, s.failed) == (7, 4) and counted(s) == recount(fake_redis, "c")
     assert dead_letters.requeue_dead(fake_redis, "c") == 7
-    s = summary.summarize(fake_redis, "c")
+    s = summary.summarize(fake_redis, runs.get(fake_redis, "c"))
     assert (s.dead, s.failed) == (0, 11) and counted(s) == recount(fake_redis, "c")
     testing.recover_local(run)
-    s = summary.summarize(fake_redis, "c")
+    s = summary.summarize(fake_redis, runs.get(fake_redis, "c"))
     assert s.dead == 11 and counted(s) == recount(fake_redis, "c")
