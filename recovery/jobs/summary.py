@@ -236,7 +236,6 @@ def summarize(client: Redis, rec: RunRecord, rounds: list | None = None, settled
     # the queue's positions and counters (one tuple per position), read together
     positions = [p for p in failed_positions(client, run_id) if p.count > 0]
     dead_tuples = failed_queue.dead_count(client, run_id)
-    written, dropped = failed_queue.dead_totals(client, run_id)
     gone, gone_sample = failed_queue.gone_roots(client, run_id)
     status = runs.status_of(rec)
     original = rec.original_workflow()
@@ -248,9 +247,9 @@ def summarize(client: Redis, rec: RunRecord, rounds: list | None = None, settled
                      dead_tuples=dead_tuples, failed_positions=positions,
                      components=stats, components_rounds=[0] if stats else [], spill_bytes=spill_bytes(stats),
                      started=rec.started or 0.0, ended=rec.ended)
-    out.dead_written, out.dead_dropped = written or None, dropped or None
-    if dropped:
-        out.warnings = [f"{dropped} dead letters were dropped from Redis by recovery.dead.retention "
+    out.dead_written, out.dead_dropped = rec.dead_written or None, rec.dead_dropped or None
+    if rec.dead_dropped:
+        out.warnings = [f"{rec.dead_dropped} dead letters were dropped from Redis by recovery.dead.retention "
                         "(oldest first); they are in no dead-letter sink"]
     round_no = out.round
     out.warnings = [*(out.warnings or []), *round_warnings(rec, out.status),

@@ -76,6 +76,10 @@ class RunRecord(BaseModel):
     roots_failed: int | None = None
     roots_dead: int | None = None
     root_replay_prepared: int | None = None
+    # dead letters written to the dead-letter sink, and dropped by the retention cap, so far
+    # (tracking.queue counts them in its transactions)
+    dead_written: int = 0
+    dead_dropped: int = 0
     # the lease, read with the record: "host:pid:token", and ms left (-2: no lease)
     lease_holder: str | None = None
     lease_ms: int = -2

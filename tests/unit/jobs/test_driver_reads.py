@@ -163,3 +163,15 @@ def test_stored_counts_equal_a_recount_after_submit_recover_and_requeue(fake_red
     testing.recover_local(run)
     s = summary.summarize(fake_redis, runs.get(fake_redis, "c"))
     assert s.dead == 11 and counted(s) == recount(fake_redis, "c")
+
+
+def test_status_reads_the_run_record_once():
+    """`recovery status` (the run API's `status`): one HGETALL of the record, whatever the
+    summary, its warnings and its topics take from it."""
+    run, server = submitted(8, {})
+    log: list[tuple[bytes, ...]] = []
+    driver = recording_client(server, log)
+    status = reports.run_summary(driver, "r")
+    assert status.failed == 8 and status.warnings is None
+    record = keys.run_record("r").encode()
+    assert [c[0].upper() for c in log if len(c) > 1 and c[1] == record] == [b"HGETALL"]
