@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 
 from redis import Redis
 
-from recovery.engine import rounds as engine_rounds
 from recovery.errors import RunBusy, RunError
 from recovery.jobs.settle import Progress, redis_lost_is_resumable, run_and_settle
 from recovery.jobs.summary import RunSummary, summarize, with_own_rounds
@@ -19,8 +18,8 @@ from recovery.model.record import RunRecord
 from recovery.model.run import RunSpec
 from recovery.model.synthesis import synthesize
 from recovery.model.workflow import Workflow
-from recovery.tracking import keys, ledger, runs, spill, tracker
 from recovery.tracking import queue as failed_queue
+from recovery.tracking import runs, spill, tracker
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession  # lazy at run time: pyspark costs seconds to import
@@ -40,27 +39,6 @@ def reconfigure(client: Redis, run_id: str, overrides: dict[str, str]) -> None:
         current = Workflow.from_task_json(rec.current_workflow)
         fields["current_workflow"] = current.with_config(overrides).to_task_json()
     runs.update(client, run_id, **fields)
-
-
-def prepare_root_replay(spark: SparkSession, client: Redis, spec: RunSpec) -> None:
-    """Before a root-replay round runs: its tasks select the failed roots (the queued tuples'
-    roots, superseded in the ledger, into the round's replay set), then the driver drops the
-    queues by key. Once per round (a record field says it was done): a driver killed in the
-    middle does it again on resume, which the per-bucket tasks make idempotent; after the drop
-    no queue entry of the round's own failures can be taken for an old one."""
-    record = keys.run_record(spec.run_id)
-    if client.hget(record, "root_replay_prepared") == str(spec.round).encode():
-        return
-    added = engine_rounds.supersede_failed_roots(spark, spec)
-
-    # the queues first (each in its own slot), then, in the run's slot, the failed set and the
-    # mark that this is done: a driver killed in between does both again (the queues' roots
-    # are superseded already, so the per-bucket tasks skip them)
-    dropped = failed_queue.clear(client, spec.run_id, spec.generation,
-                                 also=lambda pipe: pipe.hset(record, "root_replay_prepared", spec.round))
-    log.info("run %s round %d: root replay of %d failed roots (selected by %d ledger tasks); "
-             "%d failed positions' queues dropped", spec.run_id, spec.round, added,
-             ledger.LEDGER_BUCKETS, dropped)
 
 
 def resume_if_crashed(spark: SparkSession, client: Redis, redis_url: str, rec: RunRecord,
@@ -85,8 +63,6 @@ def resume_if_crashed(spark: SparkSession, client: Redis, redis_url: str, rec: R
                                    original_json=rec.workflow_json if round_no else None,
                                    generation=generation, spill_dir=rec.spill_dir or None)
     settled = rec.settled_round == round_no
-    if spec.root_replay and not settled:
-        prepare_root_replay(spark, client, spec)
     summary = run_and_settle(spark, client, wf, spec, progress, execute=not settled)
     failed_queue.prune_empty(client, run_id, generation)
     summary.resumed_round = round_no
@@ -230,7 +206,7 @@ def _recover(spark: SparkSession, client: Redis, redis_url: str, rec: RunRecord,
         if strategy == "root-replay":
             # Storm's behaviour, for comparison: replay every failed root from its spout, under
             # a new root id (as Storm's acker would see a re-emitted message); the old roots are
-            # superseded and their queues dropped (prepare_root_replay, once the round is recorded)
+            # superseded and their queues dropped (engine.rounds.prepare_root_replay, once the round is recorded)
             # (a root queued under an older epoch's id, a dead letter requeued since, is
             # selected by that id: old_epochs)
             wf = original
@@ -256,8 +232,6 @@ def _recover(spark: SparkSession, client: Redis, redis_url: str, rec: RunRecord,
                     current_spec=spec.round_json(), status=runs.RUNNING,
                     **({"root_epoch": round_no, "root_epochs": [*current.root_epochs, current.root_epoch]}
                        if spec.root_replay else {}))
-        if spec.root_replay:
-            prepare_root_replay(spark, client, spec)
         summary = run_and_settle(spark, client, wf, spec, progress)
         failed_queue.prune_empty(client, run_id, gen)
         rounds_run += 1

@@ -67,6 +67,8 @@ def run_and_settle(spark: SparkSession, client: redis.Redis, wf: Workflow, spec:
     log.info("run %s %s: %s (%d components, %d tasks)", spec.run_id, label,
              "starting" if execute else "settling (its tasks all ran)", len(wf.components),
              sum(c.parallelism for c in wf.components))
+    if execute and spec.root_replay:   # its roots selected and its queues dropped, once
+        engine_rounds.prepare_root_replay(spark, client, spec)
     try:
         if execute:
             engine_rounds.run_round(spark, wf, spec, (lambda d, t: progress(label, d, t)) if progress else None)

@@ -70,7 +70,7 @@ class RunRecord(BaseModel):
     code_digest: str | None = None
     # the acker's counts, stored when a round settles (tracking.ledger.RootCounts; the
     # ledger reads and writes these fields itself, in its transactions) and the root-replay
-    # round whose roots were selected (jobs.recover.prepare_root_replay)
+    # round whose roots were selected (engine.rounds.prepare_root_replay)
     roots_counted_round: int | None = None
     roots_pending: int | None = None
     roots_failed: int | None = None

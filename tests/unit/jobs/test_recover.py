@@ -65,7 +65,7 @@ def test_root_replay_resumed_after_a_driver_killed_while_preparing_loses_and_dou
     if kill_point == "roots-superseded":
         monkeypatch.setattr(rounds, "supersede_failed_roots", _crash_after(rounds.supersede_failed_roots))
     else:
-        monkeypatch.setattr(recover, "prepare_root_replay", _crash_after(recover.prepare_root_replay))
+        monkeypatch.setattr(rounds, "prepare_root_replay", _crash_after(rounds.prepare_root_replay))
     testing.recover_local(run, strategy="root-replay")
     assert run.interrupted == "crash" and run.status == runs.CRASHED
     assert run.summary.counts_known is False
