@@ -21,8 +21,9 @@ from recovery.controlplane import connection
 from recovery.engine import rounds as engine_rounds
 from recovery.errors import ExecutorsLost, JobFailed, RecoveryError, RedisUnavailable, RunError, SpillError
 from recovery.jobs import dead_sink
-from recovery.jobs.summary import RunSummary, in_topological_order, summarize
+from recovery.jobs.summary import RunSummary, summarize
 from recovery.model.config import PropertyError
+from recovery.model.graph import in_stage_order
 from recovery.model.run import RunSpec
 from recovery.model.workflow import Workflow
 from recovery.tracking import keys, ledger, runs, spill, tracker
@@ -114,7 +115,7 @@ def run_and_settle(spark: SparkSession, client: redis.Redis, wf: Workflow, spec:
     if spec.tracking:   # what a task killed after its commit point left staged (tracker module doc)
         tracker.apply_round(client, spec.run_id, spec.round, gen)
     stats = engine_rounds.collect_stats(client, spec.run_id, spec.round) if spec.tracking else {}
-    stats = in_topological_order(stats, wf)
+    stats = in_stage_order(stats, wf)
     rec = runs.get(client, spec.run_id)
     rounds = rec.rounds
     if stats or execute:   # (a settle-only resume after the markers went keeps what was recorded)

@@ -16,7 +16,7 @@ from redis import Redis
 
 from recovery.connectors import log_offsets
 from recovery.connectors.redis_stream import report as stream_report
-from recovery.model.graph import topological_order
+from recovery.model.graph import in_stage_order
 from recovery.model.record import RunRecord
 from recovery.model.workflow import Workflow
 from recovery.tracking import ledger, runs
@@ -92,14 +92,6 @@ def round_components(round_record: dict[str, Any]) -> dict[str, ComponentStats]:
     return components_of(round_record.get("components") or {})
 
 
-def in_topological_order(stats: dict[str, Any], wf: Workflow) -> dict[str, Any]:
-    """Per-component counters in the workflow's stage order (components a recovery workflow
-    added, such as its queue sources, first: they feed the rest)."""
-    order = topological_order(wf)
-    return {**{c: stats[c] for c in stats if c not in order},
-            **{c: stats[c] for c in order if c in stats}}
-
-
 def sum_components(rounds: list[dict[str, Any]], wf: Workflow) -> dict[str, ComponentStats]:
     """Counters of several rounds added up, per component (seconds too: time spent)."""
     total: dict[str, dict[str, Any]] = {}
@@ -109,7 +101,7 @@ def sum_components(rounds: list[dict[str, Any]], wf: Workflow) -> dict[str, Comp
             for k, v in st.to_json().items():
                 if isinstance(v, (int, float)):
                     agg[k] = round(agg.get(k, 0) + v, 3)
-    return in_topological_order({c: ComponentStats.from_json(agg) for c, agg in total.items()}, wf)
+    return in_stage_order({c: ComponentStats.from_json(agg) for c, agg in total.items()}, wf)
 
 
 def round_outcome(round_record: dict[str, Any], original: Workflow) -> dict[str, int]:
@@ -242,7 +234,7 @@ def summarize(client: Redis, rec: RunRecord, rounds: list | None = None, settled
     if rounds is None:
         rounds = rec.rounds
     first = next((r for r in rounds if r.get("round") == 0), None)
-    stats = in_topological_order(round_components(first) if first else components_of(rec.stats), original)
+    stats = in_stage_order(round_components(first) if first else components_of(rec.stats), original)
     out = RunSummary(run_id=run_id, workflow=original.name, status=status, round=rec.round,
                      dead_tuples=dead_tuples, failed_positions=positions,
                      components=stats, components_rounds=[0] if stats else [], spill_bytes=spill_bytes(stats),
