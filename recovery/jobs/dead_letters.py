@@ -29,7 +29,7 @@ def requeue_dead(client: Redis, run_id: str, component: str | None = None,
     runs.check_not_running(rec)
     gen = rec.generation
     record = keys.run_record(run_id)
-    counted = ledger.stored_counts(client, run_id)[1] is not None
+    counted = ledger.stored_counts(rec)[1] is not None
 
     def adjust_counts(pipe: Any, undead: int) -> None:
         if counted:   # the stored counts stay exact without a recount

@@ -145,8 +145,7 @@ def run_and_settle(spark: SparkSession, client: redis.Redis, wf: Workflow, spec:
         engine_rounds.clear_round(client, spec.run_id, spec.round, spec.spill_dir, gen, spec.root_replay)
         engine_rounds.tell_spouts(spark, client, spec)
         # the round's dead letters, out of Redis into the run's dead-letter sink (if it has one)
-        dead_sink.flush(client, Workflow.from_task_json(spec.original_json) if spec.original_json else wf,
-                        spec.run_id, gen)
+        dead_sink.flush(client, submitted, spec.run_id, gen)
     summary = summarize(client, runs.get(client, spec.run_id), rounds=rounds, settled=True)
     if summary.status in (runs.COMPLETED, runs.DEAD):   # complete: overwrite sinks drop other runs' parts
         runs.check_generation(client, spec.run_id, gen)     # (only while this driver owns the run)

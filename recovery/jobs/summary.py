@@ -208,16 +208,6 @@ class RunSummary(BaseModel):
 _WHEN_SET = tuple(RunSummary.model_fields)[tuple(RunSummary.model_fields).index("warnings"):]
 
 
-def stored_counts(rec: RunRecord) -> tuple[int | None, ledger.RootCounts | None]:
-    """The acker's counts the record holds (ledger.stored_counts, from the record already read):
-    (the round they are of, the counts), (None, None) when none are stored."""
-    values = (rec.roots_counted_round, rec.roots_pending, rec.roots_failed, rec.roots_dead)
-    if any(v is None for v in values):
-        return None, None
-    return rec.roots_counted_round, ledger.RootCounts(int(rec.roots_pending or 0), int(rec.roots_failed or 0),
-                                                      int(rec.roots_dead or 0))
-
-
 def summarize(client: Redis, rec: RunRecord, rounds: list | None = None, settled: bool = False) -> RunSummary:
     """Roots complete / pending / failed / dead and the failed positions, from the run record
     as read (`rec`: a report reads it once) and the run's queue (read here). `settled`: the
@@ -246,7 +236,7 @@ def summarize(client: Redis, rec: RunRecord, rounds: list | None = None, settled
     round_no = out.round
     out.warnings = [*(out.warnings or []), *round_warnings(rec, out.status),
                     *gone_warnings(run_id, gone, gone_sample)] or None
-    counted_round, counts = stored_counts(rec)
+    counted_round, counts = ledger.stored_counts(rec)
     if (not settled and not runs.round_settled(rec)) or counts is None or counted_round != round_no:
         # (no counts of this round stored: a run of an earlier version, never a guess either)
         out.counts_known, out.unsettled_round = False, round_no
