@@ -1,5 +1,7 @@
 """Recovering a run: rounds that replay its failed positions (or its failed roots, root replay)
-until nothing is pending, resuming a crashed round first; dead letters and their requeue."""
+until nothing is pending, resuming a crashed round first. Each round is run and settled by
+jobs/settle.py; the run record, the queue and the spill files are read and written through
+tracking/ (runs, queue, tracker, spill), each call doing its whole step."""
 from __future__ import annotations
 
 import logging
