@@ -208,9 +208,9 @@ def _recover(spark: SparkSession, client: Redis, redis_url: str, rec: RunRecord,
         if strategy == "root-replay":
             # Storm's behaviour, for comparison: replay every failed root from its spout, under
             # a new root id (as Storm's acker would see a re-emitted message); the old roots are
-            # superseded and their queues dropped (engine.rounds.prepare_root_replay, once the round is recorded)
-            # (a root queued under an older epoch's id, a dead letter requeued since, is
-            # selected by that id: old_epochs)
+            # superseded and their queues dropped when the round starts (run_and_settle:
+            # engine.rounds.prepare_root_replay) (a root queued under an older epoch's id, a
+            # dead letter requeued since, is selected by that id: old_epochs)
             wf = original
             spec = RunSpec(run_id, round_no, original.to_task_json(), redis_url, True, root_replay=True,
                            root_epoch=round_no, filter_epoch=current.root_epoch,
