@@ -34,10 +34,9 @@ from recovery.jobs import reports
 from recovery.jobs import submit as jobs_submit
 from recovery.jobs.recover import RecoveryRound
 from recovery.jobs.settle import Progress
-from recovery.jobs.summary import ComponentStats, RunSummary, original_workflow
+from recovery.jobs.summary import ComponentStats, RunSummary
 from recovery.model import config as config_decl
 from recovery.model.failed import FailedTuple
-from recovery.model.run import check_run_id
 from recovery.model.workflow import Workflow
 from recovery.model.xml import parse as workflow_xml
 from recovery.topology import Topology
@@ -250,7 +249,7 @@ class Run:
         """The run `run_id` (RunNotFound when this Redis has none, unless not `must_exist`:
         `clear` removes what a run left without its record too). `spark`, `master` and
         `spark_conf` are for `recover`, as at `submit`."""
-        check_run_id(run_id)
+        keys.check_run_id(run_id)
         client, url = client_for(redis)
         if must_exist and not client.exists(keys.run_record(run_id)):   # (a report reads the record itself)
             raise runs.not_found(run_id)
@@ -278,7 +277,7 @@ class Run:
         return jobs_dead.dead_letters(self.client, self.id, component)
 
     def workflow(self) -> Workflow:
-        return original_workflow(runs.get(self.client, self.id))
+        return runs.get(self.client, self.id).original_workflow()
 
     # --- actions ----------------------------------------------------------------------------
     def recover(self, *, max_rounds: int | None = None, strategy: str = "localized",
@@ -293,7 +292,7 @@ class Run:
         master = self._spark.effective_master
         refuse_embedded_redis_on_cluster(self._redis_given, master)
         plan = jobs_recover.prepare(self.client, self.id, force, spill_dir, code_changed)
-        original = original_workflow(plan.record)
+        original = plan.record.original_workflow()
         # a run submitted locally, recovered on a cluster: its relative paths are the driver's
         files.check_paths_reach_executors(original, master, plan.record.file)
         # and its spill folder: under RECOVERY_HOME on this host, unless spill_dir moves it

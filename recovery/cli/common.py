@@ -12,7 +12,7 @@ from recovery.engine.session import properties_file as session_properties
 from recovery.errors import RecoveryError
 from recovery.jobs import summary as jobs_summary
 from recovery.jobs.summary import RunSummary
-from recovery.model.run import check_run_id
+from recovery.tracking.keys import check_run_id
 
 if TYPE_CHECKING:
     from rich.progress import Progress

@@ -236,6 +236,27 @@ def supersede_failed_roots(spark: SparkSession, spec: RunSpec) -> int:
     return sum(_per_bucket(spark, functools.partial(_supersede_bucket, spec)))
 
 
+def prepare_root_replay(spark: SparkSession, client: Redis, spec: RunSpec) -> None:
+    """Before a root-replay round runs: its tasks select the failed roots (the queued tuples'
+    roots, superseded in the ledger, into the round's replay set), then the driver drops the
+    queues by key. Once per round (a record field says it was done): a driver killed in the
+    middle does it again on resume, which the per-bucket tasks make idempotent; after the drop
+    no queue entry of the round's own failures can be taken for an old one."""
+    record = keys.run_record(spec.run_id)
+    if client.hget(record, "root_replay_prepared") == str(spec.round).encode():
+        return
+    added = supersede_failed_roots(spark, spec)
+
+    # the queues first (each in its own slot), then, in the run's slot, the failed set and the
+    # mark that this is done: a driver killed in between does both again (the queues' roots
+    # are superseded already, so the per-bucket tasks skip them)
+    dropped = failed_queue.clear(client, spec.run_id, spec.generation,
+                                 also=lambda pipe: pipe.hset(record, "root_replay_prepared", spec.round))
+    log.info("run %s round %d: root replay of %d failed roots (selected by %d ledger tasks); "
+             "%d failed positions' queues dropped", spec.run_id, spec.round, added,
+             ledger.LEDGER_BUCKETS, dropped)
+
+
 def _per_bucket(spark: SparkSession, each: Callable[[int], Any]) -> list[Any]:
     """`each(bucket)` in one Spark task per ledger bucket; their results, in bucket order."""
     n = ledger.LEDGER_BUCKETS

@@ -27,27 +27,10 @@ from recovery.controlplane.connection import scan_keys
 from recovery.engine import shipping
 from recovery.errors import RunBusy, RunError
 from recovery.model.record import RunRecord
-from recovery.model.run import is_run_id
 from recovery.model.workflow import Workflow
 from recovery.tracking import keys, runs, spill
 
 log = logging.getLogger(__name__)
-
-
-def spill_location(rec: RunRecord | None) -> str:
-    """Where a run's spill files are: its record's location, else its workflow's
-    recovery.spill.dir, else the default (a record from before the spill store, or none)."""
-    if rec is None:
-        return spill.location()
-    if rec.spill_dir:
-        return rec.spill_dir
-    try:
-        configured = Workflow.from_task_json(rec.workflow_json).settings().spill_dir
-    except (KeyError, ValueError) as err:   # a damaged record: the default location
-        log.info("run %s: no workflow in its record (%s); its spill files are looked for at the "
-                 "default location", rec.run_id, err)
-        configured = None
-    return spill.location(None, configured)
 
 
 @dataclass
@@ -62,7 +45,7 @@ def _table_sinks_of(rec: RunRecord | None) -> Workflow | None:
         return None
     try:
         # (its dead-letter sink's commit rows go as well)
-        return Workflow.from_task_json(rec.workflow_json).with_dead_letter_sink()
+        return rec.original_workflow().with_dead_letter_sink()
     except ValueError as err:   # a damaged record: no table sink is known
         log.warning("run %s: no workflow in its record (%s); its table sinks (if any) are not cleared",
                     rec.run_id, err)
@@ -106,7 +89,7 @@ def clear(client: Redis, run_id: str, force: bool = False, code_archives: bool =
         client.delete(*removed[i:i + 500])
     client.zrem(keys.runs_index(), run_id)
     # the files after the keys: a task still writing finds its run gone and removes its own file
-    spill.SpillStore.at(spill_location(rec)).remove_run(run_id)
+    spill.SpillStore.at(spill.run_location(rec)).remove_run(run_id)
     if wf is not None:   # URI sink folders: the run's objects no marker names (its output stays)
         sink_folders.remove_uncommitted(wf, run_id)
     if code_archives and rec is not None and rec.code_digest:   # its code's zip, unless another run shipped it too
@@ -123,7 +106,7 @@ def clear_all(client: Redis, force: bool = False) -> dict[str, Cleared]:
     listed = runs.list_ids(client)
     # an id no command accepts (stored by a version before run ids were checked): its keys go
     # as orphans below, its index entry here
-    unsafe = [rid for rid in listed if not is_run_id(rid)]
+    unsafe = [rid for rid in listed if not keys.is_run_id(rid)]
     for rid in listed:   # every run's databases answer before any run is cleared
         if rid in unsafe:
             continue
@@ -139,7 +122,7 @@ def clear_all(client: Redis, force: bool = False) -> dict[str, Cleared]:
     if unsafe:
         client.zrem(keys.runs_index(), *unsafe)
         removed.update({rid: [] for rid in unsafe})
-    known = [rid for rid in runs.list_ids(client) if is_run_id(rid)]   # runs created meanwhile stay
+    known = [rid for rid in runs.list_ids(client) if keys.is_run_id(rid)]   # runs created meanwhile stay
     orphans: dict[str, list[str]] = {}
     for raw in scan_keys(client, keys.runs_pattern()):
         name = raw.decode()

@@ -7,7 +7,6 @@ from typing import Any
 
 from redis import Redis
 
-from recovery.jobs.recover import check_not_running
 from recovery.jobs.reports import tuple_row
 from recovery.model.failed import FailedTuple
 from recovery.tracking import keys, ledger, runs
@@ -27,10 +26,10 @@ def requeue_dead(client: Redis, run_id: str, component: str | None = None,
     keys), each in one transaction that moves it only if it is still dead and the run was not
     cleared (tracking.queue.requeue). The run's stored root counts follow, without a recount."""
     rec = runs.get(client, run_id)
-    check_not_running(rec)
+    runs.check_not_running(rec)
     gen = rec.generation
     record = keys.run_record(run_id)
-    counted = ledger.stored_counts(client, run_id)[1] is not None
+    counted = ledger.stored_counts(rec)[1] is not None
 
     def adjust_counts(pipe: Any, undead: int) -> None:
         if counted:   # the stored counts stay exact without a recount

@@ -19,7 +19,6 @@ import contextlib
 import logging
 import os
 import signal
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -39,9 +38,10 @@ from recovery.jobs.submit import SubmitPlan, check_classes
 from recovery.jobs.summary import RunSummary
 from recovery.model import code
 from recovery.model.record import RunRecord
-from recovery.model.run import RunSpec, check_run_id
+from recovery.model.run import RunSpec
 from recovery.model.workflow import Workflow
 from recovery.tracking import keys, runs, spill
+from recovery.tracking import queue as failed_queue
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession  # lazy at run time: pyspark costs seconds to import
@@ -113,8 +113,9 @@ def resume_crashed(spark: SparkSession, client: Redis, redis_url: str, wf: Workf
     for rec in owner_runs(client, wf):
         if runs.status_of(rec) == runs.CRASHED:
             with runs.take_over(client, rec) as lease, settle.redis_lost_is_resumable(rec.run_id, redis_url):
-                summary = recover.resume_if_crashed(spark, client, redis_url, rec.run_id, progress,
-                                                    lease.generation)
+                # read again: the record as the previous driver left it at the take-over
+                summary = recover.resume_if_crashed(spark, client, redis_url, runs.get(client, rec.run_id),
+                                                    progress, lease.generation)
             if summary is not None:
                 out.append(summary)
     return out
@@ -173,7 +174,7 @@ def prepare(wf: Workflow, xml: str, file: str | None, master: str = "local[*]", 
     files.check_paths_reach_executors(wf, master, file)   # a cluster's executors: no relative path
     spill.check_reaches_executors(None, wf.settings().spill_dir, master)
     if run_id is not None:
-        check_run_id(run_id)
+        keys.check_run_id(run_id)
     digest = code.bundle(wf, file).digest   # (what ships refused here, as at submit)
     return FollowPlan(wf, xml, os.path.abspath(file) if file is not None else None, master, run_id, digest, reset)
 
@@ -188,8 +189,8 @@ def check_redis(client: Redis, plan: FollowPlan) -> None:
 
 def _due(client: Redis, run_id: str) -> bool:
     """A queued tuple may be replayed now (from positions and their earliest times only)."""
-    queued = any(n for _, _, n in jobs_summary.position_counts(client, run_id))
-    return queued and jobs_summary.earliest_not_before(client, run_id) <= time.time()
+    queued = any(n for _, _, n in failed_queue.counts(client, run_id))
+    return queued and failed_queue.earliest_due(client, run_id) <= time.time()
 
 
 def _round_stats(client: Redis, run_id: str, round_no: int) -> dict[str, jobs_summary.ComponentStats]:
@@ -228,7 +229,9 @@ def submit_bounded(spark: SparkSession, client: Redis, redis_url: str, plan: Sub
             if on_resumed is not None:
                 on_resumed(resumed)
     summary = submit.run(spark, client, redis_url, plan, progress)
-    return jobs_summary.with_topics(client, summary, wf=wf) if wf.reads_topics else summary
+    if not wf.reads_topics:
+        return summary
+    return jobs_summary.with_topics(client, summary, runs.get(client, summary.run_id), wf)
 
 
 def follow(spark: SparkSession, client: Redis, redis_url: str, wf: Workflow, xml: str, file: str | None,
@@ -273,7 +276,7 @@ def run(spark: SparkSession, client: Redis, redis_url: str, plan: FollowPlan, ma
     if current is not None:   # created
         lease = held.enter_context(runs.take_over(client, current))
         gen = lease.generation
-        runs.update(client, run_id, gen, driver_pid=os.getpid(), driver_host=socket.gethostname())
+        runs.claim(client, run_id, gen)
         emit("continue", {"run_id": run_id, "round": current.round})
     next_round = current.round + 1 if current else 0
     auto = wf.settings().auto
@@ -305,14 +308,13 @@ def run(spark: SparkSession, client: Redis, redis_url: str, plan: FollowPlan, ma
                     emit("run", {"run_id": run_id})
                 spec = RunSpec(run_id, next_round, wf_json, redis_url, True, source_json=source_json,
                                generation=gen, spill_dir=spill_dir)
-                runs.update(client, run_id, gen, round=next_round, current_workflow=wf_json,
-                            current_spec=spec.round_json(), status=runs.RUNNING,
-                            driver_pid=os.getpid(), driver_host=socket.gethostname())
+                runs.claim(client, run_id, gen, round=next_round, current_workflow=wf_json,
+                           current_spec=spec.round_json(), status=runs.RUNNING)
                 # counted when the batch starts: a resumed batch is not counted twice
                 runs.increment(client, run_id, gen, follow_batches=1, follow_messages=planned)
                 started = time.time()
                 summary = _run_micro_batch(spark, client, wf, spec, stop, emit)
-                recover.prune_failed_set(client, run_id, gen)
+                failed_queue.prune_empty(client, run_id, gen)
                 dropped = dead_sink.enforce_retention(client, wf, run_id, gen)
                 stats = _round_stats(client, run_id, next_round)
                 spouts = {s.id for s in log_offsets.log_spouts(wf)}
@@ -354,7 +356,8 @@ def run(spark: SparkSession, client: Redis, redis_url: str, plan: FollowPlan, ma
     if not created:
         return FollowOutcome(None, follow, stream_report.partition_report(client, wf),
                              stream_report.warnings_for(wf, client))
-    summary = jobs_summary.with_topics(client, jobs_summary.summarize(client, run_id), wf=wf)
+    rec = runs.get(client, run_id)
+    summary = jobs_summary.with_topics(client, jobs_summary.summarize(client, rec), rec, wf)
     runs.update(client, run_id, gen, follow_stopped=time.time(),
                 summary={k: v for k, v in summary.to_json().items() if k != "partitions"})
     return FollowOutcome(summary, follow, summary.partitions or [], summary.warnings or [])

@@ -134,7 +134,7 @@ def is_recovery_round(round_record: dict[str, Any], original_ids: set[str]) -> b
 def _collect_run(client: Redis, run_id: str, fam: _Families) -> None:
     rec = runs.get(client, run_id)
     status = reports.run_summary(client, run_id, rec)
-    original = summary.original_workflow(rec)
+    original = rec.original_workflow()
     labels = [run_id, status.workflow or original.name]
     fam.status.add_metric([*labels, status.status], 1)
     fam.round.add_metric(labels, float(status.round))

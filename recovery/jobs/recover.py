@@ -1,36 +1,27 @@
 """Recovering a run: rounds that replay its failed positions (or its failed roots, root replay)
-until nothing is pending, resuming a crashed round first; dead letters and their requeue."""
+until nothing is pending, resuming a crashed round first. Each round is run and settled by
+jobs/settle.py; the run record, the queue and the spill files are read and written through
+tracking/ (runs, queue, tracker, spill), each call doing its whole step."""
 from __future__ import annotations
 
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from redis import Redis
 
-from recovery.engine import rounds as engine_rounds
 from recovery.errors import RunBusy, RunError
-from recovery.jobs.clear import spill_location
-from recovery.jobs.settle import Progress, claim_run, redis_lost_is_resumable, run_and_settle
-from recovery.jobs.summary import (
-    RunSummary,
-    earliest_not_before,
-    original_workflow,
-    position_counts,
-    round_outcome,
-    spill_bytes,
-    sum_components,
-    summarize,
-)
+from recovery.jobs.settle import Progress, redis_lost_is_resumable, run_and_settle
+from recovery.jobs.summary import RunSummary, summarize, with_own_rounds
 from recovery.model import code
 from recovery.model.record import RunRecord
 from recovery.model.run import RunSpec
 from recovery.model.synthesis import synthesize
 from recovery.model.workflow import Workflow
-from recovery.tracking import keys, ledger, runs, spill
 from recovery.tracking import queue as failed_queue
+from recovery.tracking import runs, spill, tracker
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession  # lazy at run time: pyspark costs seconds to import
@@ -45,74 +36,39 @@ def reconfigure(client: Redis, run_id: str, overrides: dict[str, str]) -> None:
     if runs.status_of(rec) == runs.RUNNING:
         raise RunBusy(f"run {run_id} is still running (driver pid {rec.driver_pid} on "
                        f"{rec.driver_host}): its configuration cannot change now")
-    fields = {"workflow_json": original_workflow(rec).with_config(overrides).to_task_json()}
+    fields = {"workflow_json": rec.original_workflow().with_config(overrides).to_task_json()}
     if rec.current_workflow:
         current = Workflow.from_task_json(rec.current_workflow)
         fields["current_workflow"] = current.with_config(overrides).to_task_json()
     runs.update(client, run_id, **fields)
 
 
-def prune_failed_set(client: Redis, run_id: str, generation: str | None = None) -> None:
-    """A position leaves the failed set once its queue is empty (tracking.queue.prune_empty)."""
-    failed_queue.prune_empty(client, run_id, generation)
-
-
-def prepare_root_replay(spark: SparkSession, client: Redis, spec: RunSpec) -> None:
-    """Before a root-replay round runs: its tasks select the failed roots (the queued tuples'
-    roots, superseded in the ledger, into the round's replay set), then the driver drops the
-    queues by key. Once per round (a record field says it was done): a driver killed in the
-    middle does it again on resume, which the per-bucket tasks make idempotent; after the drop
-    no queue entry of the round's own failures can be taken for an old one."""
-    record = keys.run_record(spec.run_id)
-    if client.hget(record, "root_replay_prepared") == str(spec.round).encode():
-        return
-    added = engine_rounds.supersede_failed_roots(spark, spec)
-
-    # the queues first (each in its own slot), then, in the run's slot, the failed set and the
-    # mark that this is done: a driver killed in between does both again (the queues' roots
-    # are superseded already, so the per-bucket tasks skip them)
-    dropped = failed_queue.clear(client, spec.run_id, spec.generation,
-                                 also=lambda pipe: pipe.hset(record, "root_replay_prepared", spec.round))
-    log.info("run %s round %d: root replay of %d failed roots (selected by %d ledger tasks); "
-             "%d failed positions' queues dropped", spec.run_id, spec.round, added,
-             ledger.LEDGER_BUCKETS, dropped)
-
-
-def resume_if_crashed(spark: SparkSession, client: Redis, redis_url: str, run_id: str,
+def resume_if_crashed(spark: SparkSession, client: Redis, redis_url: str, rec: RunRecord,
                       progress: Progress | None = None, generation: str | None = None
                       ) -> RunSummary | None:
     """A run whose driver died (or was taken over, --force) mid-round, or whose round failed:
     run that round again, or only settle it when its driver got that far. Committed tasks
     replay their stored output instead of executing, so only what was in flight is processed.
-    The caller holds the run's lease (runs.take_over) under `generation`, so the record is read
-    here, after the take-over: what the previous driver did up to then is in it (it may have
-    settled the round meanwhile), and nothing of it writes from then on. Returns the resumed
-    round's summary, or None when no round was under way."""
-    rec = runs.get(client, run_id)
+    The caller holds the run's lease (runs.take_over) under `generation`, and `rec` is the
+    record read after the take-over: what the previous driver did up to then is in it (it may
+    have settled the round meanwhile), and nothing of it writes from then on. Returns the
+    resumed round's summary, or None when no round was under way."""
     # (stored `running`: the previous driver was in a round or between two; its lease is ours now)
     if rec.status not in (runs.RUNNING, runs.ERROR):
         return None
+    run_id = rec.run_id
     generation = generation or rec.generation
-    claim_run(client, run_id, generation)
+    runs.claim(client, run_id, generation)
     wf = Workflow.from_task_json(rec.current_workflow or rec.workflow_json)
     round_no = rec.round
     spec = RunSpec.from_round_json(rec.current_spec, run_id, round_no, wf.to_task_json(), redis_url,
                                    original_json=rec.workflow_json if round_no else None,
                                    generation=generation, spill_dir=rec.spill_dir or None)
     settled = rec.settled_round == round_no
-    if spec.root_replay and not settled:
-        prepare_root_replay(spark, client, spec)
     summary = run_and_settle(spark, client, wf, spec, progress, execute=not settled)
-    prune_failed_set(client, run_id, generation)
+    failed_queue.prune_empty(client, run_id, generation)
     summary.resumed_round = round_no
     return summary
-
-
-def check_not_running(rec: RunRecord) -> None:
-    """Refuse to act on a run whose driver is alive (recover, requeue; the web view too)."""
-    if runs.status_of(rec) == runs.RUNNING:
-        raise RunBusy(f"run {rec.run_id} is still running ({runs.describe_driver(rec)}); wait for "
-                       f"it, or take it over with `recovery recover {rec.run_id} --force`")
 
 
 @dataclass(frozen=True)
@@ -146,23 +102,14 @@ def prepare(client: Redis, run_id: str, force: bool = False, spill_dir: str | No
     `code_changed` says it is meant). Writes nothing."""
     rec = runs.get(client, run_id)
     if not force:
-        check_not_running(rec)
+        runs.check_not_running(rec)
     if not rec.tracking:
         raise RunError(f"run {run_id} ran with tracking off: there is nothing to recover from")
     location = spill.location(spill_dir) if spill_dir is not None else None
     if rec.status in (runs.RUNNING, runs.ERROR) and rec.settled_round != rec.round:   # a round to resume
-        _check_spill_files(client, spill.SpillStore.at(location or spill_location(rec)), run_id, rec.round)
+        tracker.check_spill_files(client, spill.SpillStore.at(location or spill.run_location(rec)), run_id, rec.round)
     new_digest = check_code(rec, code_changed)
     return RecoverPlan(rec, force, location, new_digest)
-
-
-def _check_spill_files(client: Redis, store: spill.SpillStore, run_id: str, round_no: int) -> None:
-    """Every spill file the committed tasks of a round reference (`keys.task_spill`): resumed,
-    the round replays them instead of running those tasks again, so one gone is refused here
-    rather than by a Spark task."""
-    for field, raw in cast(dict[bytes, bytes], client.hgetall(keys.task_spill(run_id, round_no))).items():
-        component, _, index = field.decode().rpartition(":")
-        spill.check_file(store, run_id, spill.SpillRef.unpack(raw), spill.task_label(component, int(index), round_no))
 
 
 def check_code(rec: RunRecord, code_changed: bool) -> str | None:
@@ -172,7 +119,7 @@ def check_code(rec: RunRecord, code_changed: bool) -> str | None:
     them, unless the change is what the user meant (a bug fixed)."""
     if not rec.code_digest:
         return None
-    wf = original_workflow(rec)
+    wf = rec.original_workflow()
     now = code.bundle(wf, rec.file).digest
     if now == rec.code_digest:
         return None
@@ -194,13 +141,16 @@ def run(spark: SparkSession, client: Redis, redis_url: str, plan: RecoverPlan, m
         spill.SpillStore.at(plan.spill_location).ensure_run_dir(run_id)
     lease = runs.take_over(client, rec, force=plan.force)
     with lease, redis_lost_is_resumable(run_id, redis_url):
+        moved: dict[str, str] = {}
         if plan.spill_location is not None:
-            runs.update(client, run_id, lease.generation, spill_dir=plan.spill_location)
+            moved["spill_dir"] = plan.spill_location
         if plan.new_code_digest is not None:
-            runs.update(client, run_id, lease.generation, code_digest=plan.new_code_digest)
+            moved["code_digest"] = plan.new_code_digest
             log.warning("run %s: the workflow's code changed since it was submitted (sha256 %s then); "
                         "recovering with the new code (sha256 %s)", run_id, (rec.code_digest or "")[:12],
                         plan.new_code_digest[:12])
+        if moved:
+            runs.update(client, run_id, lease.generation, **moved)
         # read again: the record as the previous driver left it at the take-over
         rec = runs.get(client, run_id)
         return _recover(spark, client, redis_url, rec, lease.generation, max_rounds, strategy,
@@ -235,21 +185,21 @@ def _recover(spark: SparkSession, client: Redis, redis_url: str, rec: RunRecord,
              on_round: Callable[[RecoveryRound], None] | None, resume: bool) -> RunSummary:
     run_id = rec.run_id
     started = time.time()
-    resumed = resume_if_crashed(spark, client, redis_url, run_id, progress, gen) if resume else None
+    resumed = resume_if_crashed(spark, client, redis_url, rec, progress, gen) if resume else None
     # the rounds this recover ran: a resumed one too (its tuples were replayed by this driver)
     ran = [resumed.resumed_round] if resumed is not None and resumed.resumed_round is not None else []
-    claim_run(client, run_id, gen, status=runs.RUNNING)
-    original = original_workflow(rec)
+    runs.claim(client, run_id, gen, status=runs.RUNNING)
+    original = rec.original_workflow()
     rounds_run = 0
     while True:
         # only positions, their counts and their earliest times: the queue sources (Spark
         # tasks) read the queued tuples
-        prune_failed_set(client, run_id, gen)
-        counts = position_counts(client, run_id)
+        failed_queue.prune_empty(client, run_id, gen)
+        counts = failed_queue.counts(client, run_id)
         queued = sum(n for _, _, n in counts)
         if not queued or (max_rounds is not None and rounds_run >= max_rounds):
             break
-        wait = earliest_not_before(client, run_id) - time.time()
+        wait = failed_queue.earliest_due(client, run_id) - time.time()
         if wait > 0:   # every queued tuple is still backing off
             log.info("run %s: every queued tuple is backing off; waiting up to %.1fs", run_id, wait)
             time.sleep(min(wait, original.settings().retry_max_delay_ms / 1000))
@@ -258,9 +208,9 @@ def _recover(spark: SparkSession, client: Redis, redis_url: str, rec: RunRecord,
         if strategy == "root-replay":
             # Storm's behaviour, for comparison: replay every failed root from its spout, under
             # a new root id (as Storm's acker would see a re-emitted message); the old roots are
-            # superseded and their queues dropped (prepare_root_replay, once the round is recorded)
-            # (a root queued under an older epoch's id, a dead letter requeued since, is
-            # selected by that id: old_epochs)
+            # superseded and their queues dropped when the round starts (run_and_settle:
+            # engine.rounds.prepare_root_replay) (a root queued under an older epoch's id, a
+            # dead letter requeued since, is selected by that id: old_epochs)
             wf = original
             spec = RunSpec(run_id, round_no, original.to_task_json(), redis_url, True, root_replay=True,
                            root_epoch=round_no, filter_epoch=current.root_epoch,
@@ -284,29 +234,21 @@ def _recover(spark: SparkSession, client: Redis, redis_url: str, rec: RunRecord,
                     current_spec=spec.round_json(), status=runs.RUNNING,
                     **({"root_epoch": round_no, "root_epochs": [*current.root_epochs, current.root_epoch]}
                        if spec.root_replay else {}))
-        if spec.root_replay:
-            prepare_root_replay(spark, client, spec)
         summary = run_and_settle(spark, client, wf, spec, progress)
-        prune_failed_set(client, run_id, gen)
+        failed_queue.prune_empty(client, run_id, gen)
         rounds_run += 1
         ran.append(round_no)
         if on_round is not None:
             on_round(RecoveryRound(round_no, queued, summary))
     # (a round that raised left the run in `error` or, killed, `running`: the next recover
     # resumes exactly that round, so the status is only settled here, after a clean loop)
-    final = summarize(client, run_id, settled=True)
+    settled = runs.get(client, run_id)
+    final = summarize(client, settled, settled=True)
     runs.update(client, run_id, gen, status=final.status, summary=final.to_json(), ended=time.time())
     for warning in final.warnings or []:
         log.warning("run %s: %s", run_id, warning)
-    # what this recover's rounds did (a resumed round's included), as their round records say:
-    # the table under the summary (not round 0's), the tuples recovered and those that died
-    ran_rounds = [r for r in runs.get(client, run_id).rounds if r.get("round") in ran]
-    outcomes = [round_outcome(r, original) for r in ran_rounds]
+    # what this recover's rounds did (a resumed round's included), as their round records say
+    final = with_own_rounds(final, [r for r in settled.rounds if r.get("round") in ran], original)
     final.rounds, final.resumed = len(ran), resumed is not None
-    final.components = sum_components(ran_rounds, original)
-    final.components_rounds = [r["round"] for r in ran_rounds]
-    final.recovered = sum(o["recovered"] for o in outcomes)
-    final.newly_dead = sum(o["dead"] for o in outcomes)
     final.duration, final.strategy = round(time.time() - started, 3), strategy
-    final.spill_bytes = spill_bytes(final.components)   # this recover's rounds, as its table
     return final

@@ -96,7 +96,7 @@ def run_summary(client: Redis, run_id: str, rec: RunRecord | None = None) -> sum
     """A run's summary with its topics' partitions (`recovery status`): the run record read once
     (`rec`: when the caller read it already)."""
     rec = rec if rec is not None else runs.get(client, run_id)
-    return summary.with_topics(client, summary.summarize(client, run_id, rec=rec), rec)
+    return summary.with_topics(client, summary.summarize(client, rec), rec)
 
 
 def run_status(client: Redis, run_id: str) -> dict[str, Any]:
@@ -109,7 +109,7 @@ def rounds(client: Redis, run_id: str) -> dict[str, Any]:
     Round 0 is the submit; a recovery round's `replayed` counts the queued tuples its queue
     spouts emitted, `recovered` those of them acked, `dead` the tuples that ran out of attempts."""
     rec = runs.get(client, run_id)
-    original = summary.original_workflow(rec)
+    original = rec.original_workflow()
     out = []
     previous_end = rec.started or 0.0
     for r in sorted(rec.rounds, key=lambda r: r.get("round", 0)):
@@ -127,7 +127,7 @@ def rounds(client: Redis, run_id: str) -> dict[str, Any]:
 def component(client: Redis, run_id: str, component_id: str) -> dict[str, Any]:
     """One component: its counters per round and its failed positions (/api/v1/runs/ID/components/C)."""
     rec = runs.get(client, run_id)
-    wf = summary.original_workflow(rec)
+    wf = rec.original_workflow()
     if component_id not in {c.id for c in wf.components}:
         raise NoSuchComponent(f"run {run_id}: no component {component_id!r} in workflow {wf.name!r}")
     c = wf.component(component_id)
@@ -166,7 +166,7 @@ def plan(client: Redis, run_id: str) -> dict[str, Any]:
     the failed tasks per component, the components that run again, what each failed one is
     marked with, and the synthesized workflow as XML (None when nothing failed)."""
     rec = runs.get(client, run_id)
-    original = summary.original_workflow(rec)
+    original = rec.original_workflow()
     counts = {(p.component, p.task): p.count for p in summary.failed_positions(client, run_id) if p.count}
     marks, dim = plan_marks(original, counts)
     failed_tasks: dict[str, list[int]] = {}
@@ -183,5 +183,5 @@ def plan(client: Redis, run_id: str) -> dict[str, Any]:
 
 def partitions(client: Redis, run_id: str) -> dict[str, Any]:
     """Per log spout and topic partition: committed offset, end, lag (/api/v1/runs/ID/partitions)."""
-    wf = summary.original_workflow(runs.get(client, run_id))
+    wf = runs.get(client, run_id).original_workflow()
     return {"run_id": run_id, "partitions": stream_reader.partition_report(client, wf)}

@@ -8,13 +8,11 @@ recovery workflows. Each function takes a Redis client and, where it runs Spark,
 from __future__ import annotations
 
 import logging
-import os
 import re
-import socket
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import redis
 
@@ -23,8 +21,9 @@ from recovery.controlplane import connection
 from recovery.engine import rounds as engine_rounds
 from recovery.errors import ExecutorsLost, JobFailed, RecoveryError, RedisUnavailable, RunError, SpillError
 from recovery.jobs import dead_sink
-from recovery.jobs.summary import RunSummary, in_topological_order, summarize
+from recovery.jobs.summary import RunSummary, summarize
 from recovery.model.config import PropertyError
+from recovery.model.graph import in_stage_order
 from recovery.model.run import RunSpec
 from recovery.model.workflow import Workflow
 from recovery.tracking import keys, ledger, runs, spill, tracker
@@ -50,12 +49,6 @@ def redis_lost_is_resumable(run_id: str, redis_url: str | None) -> Iterator[None
             f"resumable: `recovery recover {run_id}` once Redis is back") from None
 
 
-def claim_run(client: redis.Redis, run_id: str, generation: str | None, **fields: Any) -> None:
-    """This process is now the run's driver (it holds the run's lease; pid and host for people)."""
-    runs.update(client, run_id, generation, driver_pid=os.getpid(), driver_host=socket.gethostname(),
-                **fields)
-
-
 def _store_error(client: redis.Redis, spec: RunSpec, reason: str) -> None:
     """The run left in `error` with its reason (fenced by the round's generation); a run cleared
     or taken over meanwhile says that instead, without the failure it replaces as its context."""
@@ -75,6 +68,8 @@ def run_and_settle(spark: SparkSession, client: redis.Redis, wf: Workflow, spec:
     log.info("run %s %s: %s (%d components, %d tasks)", spec.run_id, label,
              "starting" if execute else "settling (its tasks all ran)", len(wf.components),
              sum(c.parallelism for c in wf.components))
+    if execute and spec.root_replay:   # its roots selected and its queues dropped, once
+        engine_rounds.prepare_root_replay(spark, client, spec)
     try:
         if execute:
             engine_rounds.run_round(spark, wf, spec, (lambda d, t: progress(label, d, t)) if progress else None)
@@ -120,7 +115,7 @@ def run_and_settle(spark: SparkSession, client: redis.Redis, wf: Workflow, spec:
     if spec.tracking:   # what a task killed after its commit point left staged (tracker module doc)
         tracker.apply_round(client, spec.run_id, spec.round, gen)
     stats = engine_rounds.collect_stats(client, spec.run_id, spec.round) if spec.tracking else {}
-    stats = in_topological_order(stats, wf)
+    stats = in_stage_order(stats, wf)
     rec = runs.get(client, spec.run_id)
     rounds = rec.rounds
     if stats or execute:   # (a settle-only resume after the markers went keeps what was recorded)
@@ -150,9 +145,8 @@ def run_and_settle(spark: SparkSession, client: redis.Redis, wf: Workflow, spec:
         engine_rounds.clear_round(client, spec.run_id, spec.round, spec.spill_dir, gen, spec.root_replay)
         engine_rounds.tell_spouts(spark, client, spec)
         # the round's dead letters, out of Redis into the run's dead-letter sink (if it has one)
-        dead_sink.flush(client, Workflow.from_task_json(spec.original_json) if spec.original_json else wf,
-                        spec.run_id, gen)
-    summary = summarize(client, spec.run_id, rounds=rounds, settled=True)
+        dead_sink.flush(client, submitted, spec.run_id, gen)
+    summary = summarize(client, runs.get(client, spec.run_id), rounds=rounds, settled=True)
     if summary.status in (runs.COMPLETED, runs.DEAD):   # complete: overwrite sinks drop other runs' parts
         runs.check_generation(client, spec.run_id, gen)     # (only while this driver owns the run)
         sink_folders.replace_other_runs(wf, spec.run_id, spec.original_json)

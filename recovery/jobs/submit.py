@@ -23,9 +23,9 @@ from recovery.jobs.clear import clear
 from recovery.jobs.settle import Progress, redis_lost_is_resumable, run_and_settle
 from recovery.jobs.summary import RunSummary
 from recovery.model import code
-from recovery.model.run import RunSpec, check_run_id
+from recovery.model.run import RunSpec
 from recovery.model.workflow import Workflow
-from recovery.tracking import runs, spill
+from recovery.tracking import keys, runs, spill
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession  # lazy at run time: pyspark costs seconds to import
@@ -68,7 +68,7 @@ def prepare(wf: Workflow, xml: str, file: str | None, tracking_on: bool = True, 
         check_classes(wf)
     wf.check_config()   # as validate does (a workflow or its properties may come from code)
     files.check_paths_reach_executors(wf, master, file)   # a cluster's executors: no relative path
-    run_id = runs.new_run_id(wf.name) if run_id is None else check_run_id(run_id)
+    run_id = runs.new_run_id(wf.name) if run_id is None else keys.check_run_id(run_id)
     sinks.check_folders(wf, run_id)     # mode="error" sinks refuse another run's output
     if tracking_on:   # (an untracked run spills nothing)
         spill.check_reaches_executors(spill_dir, wf.settings().spill_dir, master)

@@ -16,7 +16,7 @@ from redis import Redis
 
 from recovery.connectors import log_offsets
 from recovery.connectors.redis_stream import report as stream_report
-from recovery.model.graph import topological_order
+from recovery.model.graph import in_stage_order
 from recovery.model.record import RunRecord
 from recovery.model.workflow import Workflow
 from recovery.tracking import ledger, runs
@@ -92,14 +92,6 @@ def round_components(round_record: dict[str, Any]) -> dict[str, ComponentStats]:
     return components_of(round_record.get("components") or {})
 
 
-def in_topological_order(stats: dict[str, Any], wf: Workflow) -> dict[str, Any]:
-    """Per-component counters in the workflow's stage order (components a recovery workflow
-    added, such as its queue sources, first: they feed the rest)."""
-    order = topological_order(wf)
-    return {**{c: stats[c] for c in stats if c not in order},
-            **{c: stats[c] for c in order if c in stats}}
-
-
 def sum_components(rounds: list[dict[str, Any]], wf: Workflow) -> dict[str, ComponentStats]:
     """Counters of several rounds added up, per component (seconds too: time spent)."""
     total: dict[str, dict[str, Any]] = {}
@@ -109,7 +101,7 @@ def sum_components(rounds: list[dict[str, Any]], wf: Workflow) -> dict[str, Comp
             for k, v in st.to_json().items():
                 if isinstance(v, (int, float)):
                     agg[k] = round(agg.get(k, 0) + v, 3)
-    return in_topological_order({c: ComponentStats.from_json(agg) for c, agg in total.items()}, wf)
+    return in_stage_order({c: ComponentStats.from_json(agg) for c, agg in total.items()}, wf)
 
 
 def round_outcome(round_record: dict[str, Any], original: Workflow) -> dict[str, int]:
@@ -129,25 +121,28 @@ def round_outcome(round_record: dict[str, Any], original: Workflow) -> dict[str,
             "failed": failed, "dead": dead}
 
 
+def with_own_rounds(summary: RunSummary, rounds: list[dict[str, Any]], original: Workflow) -> RunSummary:
+    """A recover's summary with what its own rounds did (their round records; a resumed one's
+    included): their counters added up (the table under the summary, not round 0's), the
+    tuples they recovered and those that died."""
+    outcomes = [round_outcome(r, original) for r in rounds]
+    summary.components = sum_components(rounds, original)
+    summary.components_rounds = [r["round"] for r in rounds]
+    summary.recovered = sum(o["recovered"] for o in outcomes)
+    summary.newly_dead = sum(o["dead"] for o in outcomes)
+    summary.spill_bytes = spill_bytes(summary.components)
+    return summary
+
+
 def spill_bytes(components: dict[str, ComponentStats]) -> int:
     """Bytes the tasks of these per-component counters wrote to the spill store."""
     return sum(c.spill_bytes for c in components.values())
 
 
-def position_counts(client: Redis, run_id: str) -> list[tuple[str, int, int]]:
-    """(component, task, queued tuples) of every failed position, sorted (tracking.queue.counts)."""
-    return failed_queue.counts(client, run_id)
-
-
-def earliest_not_before(client: Redis, run_id: str) -> float:
-    """When the next queued tuple may be replayed (0: now, or nothing recorded), from the
-    positions' earliest times, not from the tuples."""
-    return failed_queue.earliest_due(client, run_id)
-
-
 def failed_positions(client: Redis, run_id: str) -> list[FailedPosition]:
+    """Every failed position (an emptied queue too, until pruned), with its first tuple's error."""
     out = []
-    for comp, task, count in position_counts(client, run_id):
+    for comp, task, count in failed_queue.counts(client, run_id):
         first = failed_queue.sample(client, run_id, comp, task, 1)
         sample = first[0].error if first else None
         out.append(FailedPosition(component=comp, task=task, count=count, sample_error=sample))
@@ -213,42 +208,35 @@ class RunSummary(BaseModel):
 _WHEN_SET = tuple(RunSummary.model_fields)[tuple(RunSummary.model_fields).index("warnings"):]
 
 
-def stored_counts(rec: RunRecord) -> tuple[int | None, ledger.RootCounts | None]:
-    """The acker's counts the record holds (ledger.stored_counts, from the record already read):
-    (the round they are of, the counts), (None, None) when none are stored."""
-    values = (rec.roots_counted_round, rec.roots_pending, rec.roots_failed, rec.roots_dead)
-    if any(v is None for v in values):
-        return None, None
-    return rec.roots_counted_round, ledger.RootCounts(int(rec.roots_pending or 0), int(rec.roots_failed or 0),
-                                                      int(rec.roots_dead or 0))
-
-
-def summarize(client: Redis, run_id: str, rounds: list | None = None, settled: bool = False,
-              rec: RunRecord | None = None) -> RunSummary:
-    """Roots complete / pending / failed / dead and the failed positions. `settled`: the
+def summarize(client: Redis, rec: RunRecord, rounds: list | None = None, settled: bool = False) -> RunSummary:
+    """Roots complete / pending / failed / dead and the failed positions, from the run record
+    as read (`rec`: a report reads it once) and the run's queue (read here). `settled`: the
     caller just finished a round, so the status is the acker's verdict, not the record's.
     While a round is not settled (running, or its driver died in it) the root counts are in
-    flux: they are None and `counts_known` is false, never a guess. `rec`: the run record,
-    when the caller read it already (a report reads it once)."""
-    rec = rec if rec is not None else runs.get(client, run_id)
-    original = original_workflow(rec)
+    flux: they are None and `counts_known` is false, never a guess."""
+    run_id = rec.run_id
+    # the queue's positions and counters (one tuple per position), read together
+    positions = [p for p in failed_positions(client, run_id) if p.count > 0]
+    dead_tuples = failed_queue.dead_count(client, run_id)
+    gone, gone_sample = failed_queue.gone_roots(client, run_id)
+    status = runs.status_of(rec)
+    original = rec.original_workflow()
     if rounds is None:
         rounds = rec.rounds
     first = next((r for r in rounds if r.get("round") == 0), None)
-    stats = in_topological_order(round_components(first) if first else components_of(rec.stats), original)
-    positions = [p for p in failed_positions(client, run_id) if p.count > 0]
-    out = RunSummary(run_id=run_id, workflow=original.name, status=runs.status_of(rec), round=rec.round,
-                     dead_tuples=failed_queue.dead_count(client, run_id), failed_positions=positions,
+    stats = in_stage_order(round_components(first) if first else components_of(rec.stats), original)
+    out = RunSummary(run_id=run_id, workflow=original.name, status=status, round=rec.round,
+                     dead_tuples=dead_tuples, failed_positions=positions,
                      components=stats, components_rounds=[0] if stats else [], spill_bytes=spill_bytes(stats),
                      started=rec.started or 0.0, ended=rec.ended)
-    written, dropped = failed_queue.dead_totals(client, run_id)
-    out.dead_written, out.dead_dropped = written or None, dropped or None
-    if dropped:
-        out.warnings = [f"{dropped} dead letters were dropped from Redis by recovery.dead.retention "
+    out.dead_written, out.dead_dropped = rec.dead_written or None, rec.dead_dropped or None
+    if rec.dead_dropped:
+        out.warnings = [f"{rec.dead_dropped} dead letters were dropped from Redis by recovery.dead.retention "
                         "(oldest first); they are in no dead-letter sink"]
     round_no = out.round
-    out.warnings = [*(out.warnings or []), *round_warnings(rec, out.status), *gone_warnings(client, run_id)] or None
-    counted_round, counts = stored_counts(rec)
+    out.warnings = [*(out.warnings or []), *round_warnings(rec, out.status),
+                    *gone_warnings(run_id, gone, gone_sample)] or None
+    counted_round, counts = ledger.stored_counts(rec)
     if (not settled and not runs.round_settled(rec)) or counts is None or counted_round != round_no:
         # (no counts of this round stored: a run of an earlier version, never a guess either)
         out.counts_known, out.unsettled_round = False, round_no
@@ -290,10 +278,10 @@ def round_warnings(rec: RunRecord, status: str) -> list[str]:
     return []
 
 
-def gone_warnings(client: Redis, run_id: str) -> list[str]:
-    """One line when roots are dead because their messages were gone from their source when a
-    replay re-read them (keys.gone): nothing of them was written, and nothing can replay them."""
-    n, sample = failed_queue.gone_roots(client, run_id)
+def gone_warnings(run_id: str, n: int, sample: str) -> list[str]:
+    """One line when `n` roots are dead because their messages were gone from their source when
+    a replay re-read them (`sample`: one's error; queue.gone_roots): nothing of them was
+    written, and nothing can replay them."""
     if not n:
         return []
     what = ("1 root is dead because its message was gone from the source when root replay read it"
@@ -301,11 +289,6 @@ def gone_warnings(client: Redis, run_id: str) -> list[str]:
             f"{n} roots are dead because their messages were gone from the source when root replay read them")
     return [f"{what} again (e.g. {sample}): nothing downstream of them was written; `recovery dead {run_id}` "
             "lists each message"]
-
-
-# --- the run's original workflow -------------------------------------------------------------
-def original_workflow(rec: RunRecord) -> Workflow:
-    return Workflow.from_task_json(rec.workflow_json)
 
 
 # --- a workflow reading topics ---------------------------------------------------------------
@@ -317,13 +300,11 @@ class HasPartitions(Protocol):
     def partitions(self) -> list[dict[str, Any]] | None: ...
 
 
-def with_topics(client: Redis, summary: RunSummary, rec: RunRecord | None = None,
-                wf: Workflow | None = None) -> RunSummary:
+def with_topics(client: Redis, summary: RunSummary, rec: RunRecord, wf: Workflow | None = None) -> RunSummary:
     """A run's summary with its topics' partitions (committed, end, lag) and, for a follow run,
-    roots counted over every batch (`summarize` counts round 0's). `rec`: the run record, when
-    the caller read it already."""
-    rec = rec if rec is not None else runs.get(client, summary.run_id)
-    wf = wf or original_workflow(rec)
+    roots counted over every batch (`summarize` counts round 0's); `rec`: the run record the
+    summary was made of."""
+    wf = wf or rec.original_workflow()
     if not log_offsets.log_spouts(wf):
         return summary
     summary.partitions = stream_report.partition_report(client, wf)

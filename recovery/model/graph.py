@@ -5,14 +5,24 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from recovery.model.workflow import Component, Grouping, Input, Workflow
+
+V = TypeVar("V")
 
 
 def subscribers(wf: Workflow, component_id: str) -> list[tuple[Component, Input]]:
     """(consumer, input) for every input that reads from `component_id`, in XML order."""
     return [(c, i) for c in wf.components for i in c.inputs if i.source == component_id]
+
+
+def in_stage_order(per_component: dict[str, V], wf: Workflow) -> dict[str, V]:
+    """Per-component values (a round's counters) in the workflow's topological order; those of
+    components it does not have (a recovery workflow's queue sources) first: they feed the rest."""
+    order = topological_order(wf)
+    return {**{c: per_component[c] for c in per_component if c not in order},
+            **{c: per_component[c] for c in order if c in per_component}}
 
 
 def topological_order(wf: Workflow) -> list[str]:

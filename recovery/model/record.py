@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from recovery.errors import RunError
+from recovery.model.workflow import Workflow
 
 # Fields stored as JSON text (a dict or list in the model).
 JSON_FIELDS = ("stats", "rounds", "summary", "root_epochs")
@@ -69,12 +70,16 @@ class RunRecord(BaseModel):
     code_digest: str | None = None
     # the acker's counts, stored when a round settles (tracking.ledger.RootCounts; the
     # ledger reads and writes these fields itself, in its transactions) and the root-replay
-    # round whose roots were selected (jobs.recover.prepare_root_replay)
+    # round whose roots were selected (engine.rounds.prepare_root_replay)
     roots_counted_round: int | None = None
     roots_pending: int | None = None
     roots_failed: int | None = None
     roots_dead: int | None = None
     root_replay_prepared: int | None = None
+    # dead letters written to the dead-letter sink, and dropped by the retention cap, so far
+    # (tracking.queue counts them in its transactions)
+    dead_written: int = 0
+    dead_dropped: int = 0
     # the lease, read with the record: "host:pid:token", and ms left (-2: no lease)
     lease_holder: str | None = None
     lease_ms: int = -2
@@ -108,6 +113,10 @@ class RunRecord(BaseModel):
                                "`recovery submit`?)") from None
             raise RunError(f"{where}: field {name!r}: {first['msg']}: "
                            f"{_short(fields.get(str(first['loc'][0])))}") from None
+
+    def original_workflow(self) -> Workflow:
+        """The workflow as submitted (every round's task numbering; what `recover -p` sets)."""
+        return Workflow.from_task_json(self.workflow_json)
 
     def to_hash(self) -> dict[str, str | int | float]:
         """The fields as stored (the lease is not: it has its own key)."""

@@ -1,41 +1,9 @@
 """A run's round as its Spark tasks receive it: plain data (the workflow as JSON, not data), and
-what of it a run record keeps to resume the round; and what a run id may be."""
+what of it a run record keeps to resume the round (what a run id may be: tracking/keys.py)."""
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
-
-from recovery.errors import BadRequest, RunError
-
-# A run id names the run's Redis keys, its spill folder and its sinks' part files, so it is
-# one safe path segment and one key segment: letters, digits, ".", "_", "-" (no "/", no ":"
-# to split keys on, no "{" or "}" to make a Redis Cluster hash tag, no glob character for a
-# SCAN pattern), not starting with "." (no "..", no hidden file), 1 to 128 characters.
-RUN_ID_MAX = 128
-RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,%d}" % (RUN_ID_MAX - 1))
-
-
-class RunIdError(RunError, BadRequest):
-    """A run id outside the allowed alphabet (`check_run_id`)."""
-
-
-def check_run_id(run_id: str) -> str:
-    """`run_id` if it is a valid run id, else RunIdError (exit 2) saying what a run id may be.
-    Every command and job that takes a run id checks it here, through tracking/keys.py (every
-    key of a run is built there), before anything is read or written."""
-    if not isinstance(run_id, str) or not run_id:
-        raise RunIdError("a run id cannot be empty")
-    if not is_run_id(run_id):
-        shown = run_id if len(run_id) <= 60 else run_id[:57] + "..."
-        raise RunIdError(f"invalid run id {shown!r}: use 1 to {RUN_ID_MAX} letters, digits, '.', '_' "
-                         "or '-', not starting with '.'")
-    return run_id
-
-
-def is_run_id(run_id: str) -> bool:
-    """Whether `check_run_id` accepts `run_id`."""
-    return isinstance(run_id, str) and RUN_ID_PATTERN.fullmatch(run_id) is not None
 
 
 @dataclass(frozen=True)

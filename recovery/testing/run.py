@@ -20,7 +20,7 @@ from recovery.jobs import recover as jobs_recover
 from recovery.jobs import summary as jobs_summary
 from recovery.jobs.summary import RunSummary
 from recovery.model.failed import FailedTuple
-from recovery.model.run import RunSpec, check_run_id
+from recovery.model.run import RunSpec
 from recovery.model.workflow import ClassImpl, Component, Workflow
 from recovery.model.xml.write import to_xml
 from recovery.runtime import task
@@ -34,8 +34,8 @@ from recovery.testing.components import (
     read_list_sink,
 )
 from recovery.testing.local_spark import LocalSession
+from recovery.tracking import keys, runs
 from recovery.tracking import queue as failed_queue
-from recovery.tracking import runs
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -145,7 +145,7 @@ def _drive(run: LocalRun, action: Any) -> LocalRun:
             if runs.status_of(runs.get(run.client, run.run_id)) != runs.ERROR:
                 raise   # not a failed round: a refused submit, a cleared run...
             run.interrupted, run.error = "error", str(err)
-    run.summary = jobs_summary.summarize(run.client, run.run_id)
+    run.summary = jobs_summary.summarize(run.client, runs.get(run.client, run.run_id))
     return run
 
 
@@ -168,7 +168,7 @@ def run_local(workflow: Workflow, redis_client: Redis, *, inputs: dict[str, list
         # a ListSink's records are its keyed state, which only tracking stores
         raise ValueError("run_local: ListSinks need tracking on; pass list_sinks=False (and no "
                          "ListSink in the workflow) to run with tracking off")
-    run_id = runs.new_run_id(wf.name) if run_id is None else check_run_id(run_id)
+    run_id = runs.new_run_id(wf.name) if run_id is None else keys.check_run_id(run_id)
     # (the summary until the submit returns one)
     before = RunSummary(run_id=run_id, workflow=wf.name, status=runs.RUNNING, round=0, counts_known=False)
     run = LocalRun(wf, redis_client, run_id, _url(redis_client), before, arrival=arrival)

@@ -30,7 +30,7 @@ Lua script touches the keys of one slot only, chosen by a hash tag (the part bet
   `{<consumer>:<topic>}` (offsets, owner and claimer: the claim is one WATCHed transaction).
 - `<prefix>runs`, the index, is a slot of its own.
 
-What goes into a key is checked here, once: a run id (model/run.py check_run_id), a topic
+What goes into a key is checked here, once: a run id (`check_run_id`, below), a topic
 (model/workflow.py check_topic); component ids and stream ids are checked where a workflow is
 read (the schema's id pattern, and the model's). None of them can hold ":" (two keys could
 collide: topic "a:1" and partition 1 of topic "a"), "{" or "}" (a Redis Cluster hash tag:
@@ -41,10 +41,41 @@ from __future__ import annotations
 
 import binascii
 import functools
+import re
 
 from recovery.environment import environment
-from recovery.model.run import check_run_id
+from recovery.errors import BadRequest, RunError
 from recovery.model.workflow import check_topic
+
+# A run id names the run's Redis keys, its spill folder and its sinks' part files, so it is
+# one safe path segment and one key segment: letters, digits, ".", "_", "-" (no "/", no ":"
+# to split keys on, no "{" or "}" to make a Redis Cluster hash tag, no glob character for a
+# SCAN pattern), not starting with "." (no "..", no hidden file), 1 to 128 characters.
+RUN_ID_MAX = 128
+RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,%d}" % (RUN_ID_MAX - 1))
+
+
+class RunIdError(RunError, BadRequest):
+    """A run id outside the allowed alphabet (`check_run_id`)."""
+
+
+def check_run_id(run_id: str) -> str:
+    """`run_id` if it is a valid run id, else RunIdError (exit 2) saying what a run id may be.
+    Every key of a run is built here, so every command and job that takes a run id is refused
+    here before anything is read or written; the CLI, the run API and the web view check it as
+    it comes in."""
+    if not isinstance(run_id, str) or not run_id:
+        raise RunIdError("a run id cannot be empty")
+    if not is_run_id(run_id):
+        shown = run_id if len(run_id) <= 60 else run_id[:57] + "..."
+        raise RunIdError(f"invalid run id {shown!r}: use 1 to {RUN_ID_MAX} letters, digits, '.', '_' "
+                         "or '-', not starting with '.'")
+    return run_id
+
+
+def is_run_id(run_id: str) -> bool:
+    """Whether `check_run_id` accepts `run_id`."""
+    return isinstance(run_id, str) and RUN_ID_PATTERN.fullmatch(run_id) is not None
 
 
 def prefix() -> str:

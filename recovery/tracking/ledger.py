@@ -19,6 +19,7 @@ import msgpack
 import numpy as np
 from redis import Redis
 
+from recovery.model.record import RunRecord
 from recovery.tracking import keys
 from recovery.tracking.queue import dead_among, forget_dead_roots, queued_roots  # noqa: F401 (importable from here, as they were)
 from recovery.tracking.queue import positions as queue_positions
@@ -224,14 +225,13 @@ class RootCounts:
         return {COUNTS_ROUND: round_no, **{f: getattr(self, k) for k, f in COUNT_FIELDS.items()}}
 
 
-def stored_counts(client: Redis, run_id: str) -> tuple[int | None, RootCounts | None]:
+def stored_counts(rec: RunRecord) -> tuple[int | None, RootCounts | None]:
     """(the round the record's counts are of, the counts), (None, None) when none are stored."""
-    names = [COUNTS_ROUND, *COUNT_FIELDS.values()]
-    raw = client.hmget(keys.run_record(run_id), names)
-    if any(v is None or v == b"" for v in raw):
+    values = (rec.roots_counted_round, rec.roots_pending, rec.roots_failed, rec.roots_dead)
+    if any(v is None for v in values):
         return None, None
-    values = [int(cast(bytes, v)) for v in raw]
-    return values[0], RootCounts(*values[1:])
+    return rec.roots_counted_round, RootCounts(int(rec.roots_pending or 0), int(rec.roots_failed or 0),
+                                               int(rec.roots_dead or 0))
 
 
 def _batches(items: list[Any], n: int = READ_BATCH) -> Iterator[list[Any]]:

@@ -32,7 +32,6 @@ from recovery.controlplane.connection import is_cluster
 from recovery.environment import environment
 from recovery.errors import RunBusy, RunCleared, RunExists, RunFenced, RunNotFound, RunTakenOver
 from recovery.model.record import RunRecord, encode
-from recovery.model.run import RUN_ID_MAX
 from recovery.tracking import keys
 
 log = logging.getLogger(__name__)
@@ -113,7 +112,7 @@ return 0
 
 def new_run_id(name: str) -> str:
     """<workflow name>-<date>-<time>-<4 hex digits>, the name cut to keep it a valid run id."""
-    return f"{name[:RUN_ID_MAX - 21]}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+    return f"{name[:keys.RUN_ID_MAX - 21]}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
 
 
 def _dec(v: Any) -> Any:
@@ -129,9 +128,10 @@ def fenced_out(client: redis.Redis, run_id: str, generation: str | None) -> RunF
     """Why a write of `generation` into the run was refused, as the error to raise: the run was
     taken over by another driver (`generation` is one the record retired), or it was cleared
     (or created anew)."""
+    record, lease = keys.run_record(run_id), keys.lease(run_id)
     with client.pipeline(transaction=False) as pipe:
-        pipe.hmget(keys.run_record(run_id), ["generation", "retired_generations"])
-        pipe.get(keys.lease(run_id))
+        pipe.hmget(record, ["generation", "retired_generations"])
+        pipe.get(lease)
         (current, retired), holder = pipe.execute()
     if generation and current is not None and generation in (_dec(retired) or "").split():
         who = "another driver"
@@ -194,14 +194,15 @@ def check_absent(client: redis.Redis, run_id: str) -> None:
 def get(client: redis.Redis, run_id: str) -> RunRecord:
     """The record, with its lease as read now (`lease_holder`, `lease_ms`: -2 when none).
     Raises RunNotFound for a run this Redis does not know, or a record that does not parse."""
+    record, lease = keys.run_record(run_id), keys.lease(run_id)
     with client.pipeline(transaction=False) as pipe:
-        pipe.hgetall(keys.run_record(run_id))
-        pipe.get(keys.lease(run_id))
-        pipe.pttl(keys.lease(run_id))
+        pipe.hgetall(record)
+        pipe.get(lease)
+        pipe.pttl(lease)
         raw, holder, ttl = pipe.execute()
     if not raw:
         raise not_found(run_id)
-    return RunRecord.from_hash(raw, keys.run_record(run_id), lease_holder=_dec(holder),
+    return RunRecord.from_hash(raw, record, lease_holder=_dec(holder),
                                lease_ms=int(ttl) if holder is not None else -2)
 
 
@@ -213,6 +214,12 @@ def update(client: redis.Redis, run_id: str, generation: str | None = None, **fi
         args += [k, encode(v)]
     if client.register_script(_UPDATE)(keys=[keys.run_record(run_id)], args=args) != 1:
         raise fenced_out(client, run_id, generation)
+
+
+def claim(client: redis.Redis, run_id: str, generation: str | None, **fields: Any) -> None:
+    """This process is now the run's driver (it holds the run's lease; pid and host for
+    people), with `fields` set in the same update."""
+    update(client, run_id, generation, driver_pid=os.getpid(), driver_host=socket.gethostname(), **fields)
 
 
 def increment(client: redis.Redis, run_id: str, generation: str | None = None, **amounts: int) -> None:
@@ -278,6 +285,13 @@ def status_of(rec: RunRecord) -> str:
     if rec.status == RUNNING and not driver_alive(rec):
         return CRASHED
     return rec.status
+
+
+def check_not_running(rec: RunRecord) -> None:
+    """Refuse to act on a run whose driver is alive (recover, requeue; the web view too)."""
+    if status_of(rec) == RUNNING:
+        raise RunBusy(f"run {rec.run_id} is still running ({describe_driver(rec)}); wait for "
+                      f"it, or take it over with `recovery recover {rec.run_id} --force`")
 
 
 def describe_driver(rec: RunRecord) -> str:

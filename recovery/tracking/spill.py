@@ -50,6 +50,7 @@ import zstandard
 
 from recovery import home
 from recovery.errors import RecoveryError, SpillError
+from recovery.model.record import RunRecord
 from recovery.tracking.spill_files import (  # noqa: F401 (redact & co. are used as spill.redact)
     MASK,
     Files,
@@ -85,6 +86,22 @@ def location(explicit: str | None = None, configured: str | None = None) -> str:
     if "://" in chosen:
         return chosen
     return str(Path(chosen).expanduser().absolute())
+
+
+def run_location(rec: RunRecord | None) -> str:
+    """Where a run's spill files are: its record's location, else its workflow's
+    recovery.spill.dir, else the default (a record from before the spill store, or none)."""
+    if rec is None:
+        return location()
+    if rec.spill_dir:
+        return rec.spill_dir
+    try:
+        configured = rec.original_workflow().settings().spill_dir
+    except (KeyError, ValueError) as err:   # a damaged record: the default location
+        log.info("run %s: no workflow in its record (%s); its spill files are looked for at the "
+                 "default location", rec.run_id, err)
+        configured = None
+    return location(None, configured)
 
 
 def check_reaches_executors(explicit: str | None, configured: str | None, master: str) -> None:

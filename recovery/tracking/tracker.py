@@ -44,7 +44,7 @@ from recovery.tracking.ledger import (
     resolve_bucket,
 )
 from recovery.tracking.queue import apply_staged
-from recovery.tracking.spill import SpillRef, SpillStore, SpillWriter, location, task_label
+from recovery.tracking.spill import SpillRef, SpillStore, SpillWriter, check_file, location, task_label
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,15 @@ def apply_round(client: Redis, run_id: str, round_no: int, generation: str | Non
         if positions:
             n += apply_staged(client, run_id, round_no, token, [(c, int(t)) for c, t in positions])
     return n
+
+
+def check_spill_files(client: Redis, store: SpillStore, run_id: str, round_no: int) -> None:
+    """Every spill file the committed tasks of a round reference (`keys.task_spill`): resumed,
+    the round replays them instead of running those tasks again, so one gone is refused (by
+    the driver, before Spark starts) rather than by a Spark task."""
+    for field, raw in cast(dict[bytes, bytes], client.hgetall(keys.task_spill(run_id, round_no))).items():
+        component, _, index = field.decode().rpartition(":")
+        check_file(store, run_id, SpillRef.unpack(raw), task_label(component, int(index), round_no))
 
 
 def backoff_ms(attempt: int, conf: dict[str, str]) -> float:

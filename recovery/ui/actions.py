@@ -16,9 +16,7 @@ from redis import Redis
 
 from recovery.errors import RunBusy, RunError
 from recovery.home import private_dir, private_file
-from recovery.jobs import recover
-from recovery.model.run import check_run_id
-from recovery.tracking import runs
+from recovery.tracking import keys, runs
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +38,7 @@ class RecoverProcesses:
         log_path = self.log_path(run_id)
         with self._lock:
             rec = runs.get(client, run_id)
-            recover.check_not_running(rec)
+            runs.check_not_running(rec)
             known = self._procs.get(run_id)
             if known is not None and known[0].poll() is None:
                 raise RunBusy(f"run {run_id} is being recovered already (recover pid {known[0].pid}, "
@@ -63,7 +61,7 @@ class RecoverProcesses:
 
     def log_path(self, run_id: str) -> Path:
         """`run_id`'s recover log: a file directly in the log folder, whatever the run id."""
-        path = self.log_dir / f"{check_run_id(run_id)}.recover.log"
+        path = self.log_dir / f"{keys.check_run_id(run_id)}.recover.log"
         if path.parent != self.log_dir:   # (a valid run id has no "/": never reached)
             raise RunError(f"run id {run_id!r} makes no file name in {self.log_dir}")
         return path

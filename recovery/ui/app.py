@@ -33,8 +33,6 @@ from recovery.environment import environment
 from recovery.errors import BadRequest, NotFound, RecoveryError
 from recovery.jobs import clear as jobs_clear
 from recovery.jobs import dead_letters, metrics, reports
-from recovery.jobs import summary as jobs_summary
-from recovery.model.run import check_run_id
 from recovery.tracking import keys, runs
 from recovery.tracking import queue as failed_queue
 from recovery.ui import svg
@@ -108,7 +106,7 @@ class UI:
         client = self.client
         rec = runs.get(client, run_id)
         summary = reports.run_summary(client, run_id, rec)
-        original = jobs_summary.original_workflow(rec)
+        original = rec.original_workflow()
         failed = reports.failed(client, run_id)["failed_positions"]
         dead = dead_letters.dead(client, run_id)["dead"]
         plan = reports.plan(client, run_id)
@@ -426,7 +424,7 @@ def _checking_run_id(endpoint: Any) -> Any:
     async def checked(request: Request) -> Response:
         run_id = request.path_params.get("run_id")
         if run_id is not None:
-            check_run_id(run_id)   # RunIdError: a BadRequest (400)
+            keys.check_run_id(run_id)   # RunIdError: a BadRequest (400)
         if is_async:
             return await endpoint(request)
         return await run_in_threadpool(endpoint, request)

@@ -9,7 +9,6 @@ import pytest
 
 from recovery.errors import RunError
 from recovery.jobs import clear, submit
-from recovery.jobs import summary as jobs_summary
 from recovery.model.xml import parse as workflow_xml
 from recovery.tracking import runs, spill
 from tests.integration.conftest import copy_workflow
@@ -63,7 +62,7 @@ def test_recover_p_mends_a_run_stored_with_a_bad_value(spark, redis_url, redis_c
     assert summary["status"] == "completed" and summary["resumed"] is True
     assert summary["roots"] == 500 and summary["complete"] == 500
     rec = runs.get(redis_client, run_id)
-    assert jobs_summary.original_workflow(rec).settings().max_attempts == 2
+    assert rec.original_workflow().settings().max_attempts == 2
     clear.clear(redis_client, run_id)
 
 

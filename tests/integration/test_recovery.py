@@ -67,7 +67,7 @@ def test_permanent_failures_end_dead_after_max_attempts_and_recover_terminates(s
     assert again.rounds == 0
     # requeue after "fixing the cause" (here: nothing fixed, so they die again, attempts fresh)
     assert dead_letters.requeue_dead(redis_client, s.run_id) == n_failed
-    assert summary.summarize(redis_client, s.run_id).failed > 0
+    assert summary.summarize(redis_client, runs.get(redis_client, s.run_id)).failed > 0
     third = recover.recover(spark, redis_client, redis_url, s.run_id)
     assert third.rounds == 3 and third.dead_tuples == n_failed
 

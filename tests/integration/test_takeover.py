@@ -136,7 +136,7 @@ def test_a_forced_take_over_of_a_live_recovery_is_exact_and_stops_the_first_driv
     # B: the run recovered to the end, exactly
     assert second.status == "completed" and second.pending == 0 and second.in_flight == 0, second
     assert outputs(tmp_path) == failure_free
-    final = summary.summarize(redis_client, run_id)
+    final = summary.summarize(redis_client, runs.get(redis_client, run_id))
     assert (final.status, final.complete, final.in_flight) == ("completed", EVENTS, 0)
     assert ledger.pending_roots(redis_client, run_id) == set()
     assert run_keys(redis_client, run_id) == {keys.state(run_id, "aggregate")}

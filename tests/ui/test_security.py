@@ -11,7 +11,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from recovery.errors import RecoveryError
-from recovery.model.run import is_run_id
+from recovery.tracking.keys import is_run_id
 from recovery.ui.access import check_token, is_wildcard, read_token_file, split_authority
 from recovery.ui.app import create_app
 from recovery.ui.security import Guard, local_target

@@ -89,7 +89,7 @@ def test_a_round_settles_with_the_counts_the_per_bucket_job_would_count(attempts
     run = testing.run_local(shouting(), fake_redis, run_id="c", inputs={"words": WORDS},
                             config={**FAILING, "recovery.max.attempts": attempts})
     assert jobs == ([] if last_task_counts else [1])
-    _, stored = ledger.stored_counts(fake_redis, "c")
+    _, stored = ledger.stored_counts(runs.get(fake_redis, "c"))
     assert stored == _per_bucket_counts(fake_redis, "c", runs.get(fake_redis, "c").generation)
     assert stored is not None and stored.pending > 0
     assert (stored.failed, stored.dead) == ((stored.pending, 0) if attempts == "3" else (0, stored.pending))

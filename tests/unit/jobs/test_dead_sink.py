@@ -16,6 +16,7 @@ from recovery.model.config import PropertyError, check_property
 from recovery.model.failed import DEAD_LETTER_FIELDS
 from recovery.model.workflow import ClassImpl, Component, Input, SinkImpl, StreamDef, Workflow
 from recovery.tracking import queue as failed_queue
+from recovery.tracking import runs
 
 POISON = [f"w1{i}" for i in range(6)]     # the words the injection fails for good
 WORDS = [f"w{i}" for i in range(20, 40)] + POISON
@@ -52,7 +53,7 @@ def test_dead_letters_leave_redis_for_the_sink_each_written_once(fake_redis, tmp
     assert dead_words(rows) == sorted(POISON) and set(rows[0]) == set(DEAD_LETTER_FIELDS)
     assert {r["component"] for r in rows} == {"upper"} and all(r["error"] and r["attempt"] == 1 for r in rows)
     assert failed_queue.dead_count(fake_redis, "d") == 0 and dead_letters.dead_letters(fake_redis, "d") == []
-    s = summary.summarize(fake_redis, "d")
+    s = summary.summarize(fake_redis, runs.get(fake_redis, "d"))
     assert s.dead_written == len(POISON) and s.dead == len(POISON) and s.dead_dropped is None
     assert sorted(v[0] for v in run.sinks["out"]) == sorted(w.upper() for w in WORDS if w not in POISON)
     # a flush has nothing left to write: the sink is unchanged
@@ -84,14 +85,14 @@ def test_the_retention_cap_drops_the_oldest_and_the_summary_says_how_many(fake_r
     newest = sorted(held, key=lambda d: (d.time or 0.0, failed_queue.dead_key(d)))[-2:]
     assert dead_sink.enforce_retention(fake_redis, wf.with_config({"recovery.dead.retention": "2"}), "r", None) == 4
     assert dead_letters.dead_letters(fake_redis, "r") == sorted(newest, key=failed_queue.dead_key)
-    s = summary.summarize(fake_redis, "r")
+    s = summary.summarize(fake_redis, runs.get(fake_redis, "r"))
     assert s.dead_dropped == 4 and s.dead_tuples == 2 and s.dead == len(POISON)   # the roots stay dead
     assert any("4 dead letters were dropped" in w for w in s.warnings or [])
     # an age: everything that died more than a day before `now` goes
     later = max(d.time or 0.0 for d in held) + 86400 + 1
     assert dead_sink.enforce_retention(fake_redis, wf.with_config({"recovery.dead.retention": "1d"}), "r", None,
                                        now=later) == 2
-    assert summary.summarize(fake_redis, "r").dead_dropped == len(POISON)
+    assert summary.summarize(fake_redis, runs.get(fake_redis, "r")).dead_dropped == len(POISON)
 
 
 def test_requeue_works_on_what_redis_holds_after_a_cap(fake_redis, tmp_path):

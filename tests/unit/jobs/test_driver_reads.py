@@ -148,18 +148,30 @@ def test_stored_counts_equal_a_recount_after_submit_recover_and_requeue(fake_red
     Upper.SEEN.update(f"w{i}" for i in range(40))    # (no first-sight failure here)
     run = testing.run_local(pipeline(), fake_redis, run_id="c", config={**NO_BACKOFF, **inject},
                             inputs={"words": [f"w{i}" for i in range(40)]})
-    s = summary.summarize(fake_redis, "c")
+    s = summary.summarize(fake_redis, runs.get(fake_redis, "c"))
     assert s.counts_known and s.failed == 11 and counted(s) == recount(fake_redis, "c")
     testing.recover_local(run)
-    s = summary.summarize(fake_redis, "c")
+    s = summary.summarize(fake_redis, runs.get(fake_redis, "c"))
     assert s.status == runs.DEAD and s.dead == 11 and counted(s) == recount(fake_redis, "c")
     assert dead_letters.requeue_dead(fake_redis, "c", tuple_keys=[dead_letters.dead_key(d) for d in
                                                                   dead_letters.dead_letters(fake_redis, "c")[:4]]) == 4
-    s = summary.summarize(fake_redis, "c")
+    s = summary.summarize(fake_redis, runs.get(fake_redis, "c"))
     assert (s.dead, s.failed) == (7, 4) and counted(s) == recount(fake_redis, "c")
     assert dead_letters.requeue_dead(fake_redis, "c") == 7
-    s = summary.summarize(fake_redis, "c")
+    s = summary.summarize(fake_redis, runs.get(fake_redis, "c"))
     assert (s.dead, s.failed) == (0, 11) and counted(s) == recount(fake_redis, "c")
     testing.recover_local(run)
-    s = summary.summarize(fake_redis, "c")
+    s = summary.summarize(fake_redis, runs.get(fake_redis, "c"))
     assert s.dead == 11 and counted(s) == recount(fake_redis, "c")
+
+
+def test_status_reads_the_run_record_once():
+    """`recovery status` (the run API's `status`): one HGETALL of the record, whatever the
+    summary, its warnings and its topics take from it."""
+    run, server = submitted(8, {})
+    log: list[tuple[bytes, ...]] = []
+    driver = recording_client(server, log)
+    status = reports.run_summary(driver, "r")
+    assert status.failed == 8 and status.warnings is None
+    record = keys.run_record("r").encode()
+    assert [c[0].upper() for c in log if len(c) > 1 and c[1] == record] == [b"HGETALL"]

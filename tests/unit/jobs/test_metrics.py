@@ -63,7 +63,7 @@ def check_against_status(got: dict, client, run_id: str) -> dict:
         assert one(got, "recovery_partition_end_offset", **part) == p["end"]
     per_round = reports.rounds(client, run_id)["rounds"]
     total = summary.sum_components([{"components": r["components"]} for r in per_round],
-                                   summary.original_workflow(runs.get(client, run_id)))
+                                   runs.get(client, run_id).original_workflow())
     for comp, st in total.items():
         for k in metrics.TUPLE_COUNTERS:
             assert one(got, f"recovery_tuples_{k}_total", **run, component=comp) == getattr(st, k)

@@ -18,6 +18,7 @@ from recovery.model.workflow import ClassImpl, Component, Input, SourceImpl, Str
 from recovery.runtime import task
 from recovery.testing.local_spark import LocalSession
 from recovery.tracking import keys, ledger, runs
+from recovery.tracking import queue as failed_queue
 from tests.unit.run_records import create_run as _create
 from tests.unit.run_records import ledger_pending
 
@@ -64,7 +65,7 @@ def test_root_replay_resumed_after_a_driver_killed_while_preparing_loses_and_dou
     if kill_point == "roots-superseded":
         monkeypatch.setattr(rounds, "supersede_failed_roots", _crash_after(rounds.supersede_failed_roots))
     else:
-        monkeypatch.setattr(recover, "prepare_root_replay", _crash_after(recover.prepare_root_replay))
+        monkeypatch.setattr(rounds, "prepare_root_replay", _crash_after(rounds.prepare_root_replay))
     testing.recover_local(run, strategy="root-replay")
     assert run.interrupted == "crash" and run.status == runs.CRASHED
     assert run.summary.counts_known is False
@@ -119,7 +120,7 @@ TAKE_OVER_POINTS = {
     "round-ran": (engine_rounds, "resolve_ledger", lambda *a, **k: _first_driver_round(a, k) == 1),
     "round-settled": (engine_rounds, "clear_round", lambda client, run_id, round_no, *a, **k: round_no == 1),
     "telling-spouts": (engine_rounds, "tell_spouts", lambda *a, **k: _first_driver_round(a, k) == 1),
-    "between-rounds": (recover, "prune_failed_set", None),
+    "between-rounds": (failed_queue, "prune_empty", None),
 }
 
 
@@ -152,7 +153,7 @@ def test_a_forced_take_over_fences_the_first_driver_and_the_second_finishes_exac
     b = second["summary"]
     # (between rounds A had settled round 1: there is no round to resume)
     assert b.status == runs.COMPLETED and b.resumed == (point != "between-rounds") and b.rounds is not None and b.rounds >= 1, b
-    s = summary.summarize(fake_redis, "tk")
+    s = summary.summarize(fake_redis, runs.get(fake_redis, "tk"))
     assert (s.status, s.pending, s.in_flight, s.complete) == (runs.COMPLETED, 0, 0, len(WORDS))
     assert not s.warnings
     testing.assert_same_output(run, testing.failure_free_output(shouting(), inputs={"words": WORDS}))
@@ -222,7 +223,7 @@ def test_roots_in_flight_with_nothing_queued_are_said_never_completed(fake_redis
     monkeypatch.setattr(engine_rounds, "run_round", losing)
     run = testing.run_local(shouting(), fake_redis, run_id="lost", inputs={"words": WORDS})
     monkeypatch.setattr(engine_rounds, "run_round", real_run_round)
-    s = summary.summarize(fake_redis, "lost")
+    s = summary.summarize(fake_redis, runs.get(fake_redis, "lost"))
     assert s.status != runs.COMPLETED and (s.in_flight, s.failed, s.dead) == (3, 0, 0)
     assert "3 roots are in flight after round 0 settled" in s.warnings[0]
     testing.recover_local(run)
@@ -239,14 +240,14 @@ def test_roots_in_flight_with_nothing_queued_are_said_never_completed(fake_redis
         assert "completed" not in flat
 
 
-def test_prune_failed_set_of_a_driver_taken_over_removes_no_position(fake_redis):
+def test_pruning_the_failed_set_of_a_driver_taken_over_removes_no_position(fake_redis):
     old = _create(fake_redis)
     fake_redis.sadd(keys.failed_set("r1"), "out:1")           # its queue is empty: prunable
     new = runs.take_over(fake_redis, runs.get(fake_redis, "r1"), force=True)
     with pytest.raises(RunTakenOver):
-        recover.prune_failed_set(fake_redis, "r1", old.generation)
+        failed_queue.prune_empty(fake_redis, "r1", old.generation)
     assert fake_redis.smembers(keys.failed_set("r1")) == {b"out:1"}
-    recover.prune_failed_set(fake_redis, "r1", new.generation)
+    failed_queue.prune_empty(fake_redis, "r1", new.generation)
     assert not fake_redis.exists(keys.failed_set("r1"))
 
 

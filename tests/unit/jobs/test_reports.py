@@ -187,8 +187,8 @@ def test_a_dead_root_whose_message_was_gone_is_its_own_kind_warned_of_and_requeu
     fake_redis.hset(keys.gone(run), "sentences:1:31", error)
     row = next(r for r in dead_letters.dead(fake_redis, run)["dead"] if r["key"] == "sentences:1:31")
     assert row["kind"] == "message gone" and row["gone"] is True
-    (warning,) = summary.summarize(fake_redis, run).warnings
+    (warning,) = summary.summarize(fake_redis, runs.get(fake_redis, run)).warnings
     assert warning.startswith("1 root is dead because its message was gone from the source when root "
                               f"replay read it again (e.g. {error})")
     assert dead_letters.requeue(fake_redis, run, tuple_keys=["sentences:1:31"])["requeued"] == 1
-    assert not fake_redis.exists(keys.gone(run)) and summary.summarize(fake_redis, run).warnings is None
+    assert not fake_redis.exists(keys.gone(run)) and summary.summarize(fake_redis, runs.get(fake_redis, run)).warnings is None

@@ -1,7 +1,7 @@
 """Every job that takes a run id refuses an unsafe one before it reads or writes anything:
 submit (the test kit's too), recover, status, plan, dead, requeue, clear.
-The check lives below the jobs (model/run.py check_run_id, applied where tracking/keys.py
-builds a run's keys), so the CLI, the web view and the test kit all get it."""
+The check lives below the jobs (tracking/keys.py check_run_id, applied where it builds a
+run's keys), so the CLI, the web view and the test kit all get it."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,7 +13,6 @@ from recovery.jobs import clear as jobs_clear
 from recovery.jobs import dead_letters, reports
 from recovery.jobs import recover as jobs_recover
 from recovery.jobs import submit as jobs_submit
-from recovery.model.run import RunIdError
 from recovery.model.xml.parse import parse_string
 from recovery.tracking import keys, runs
 from tests.unit.run_records import create_run
@@ -59,7 +58,7 @@ def test_each_job_refuses_an_unsafe_run_id_and_changes_nothing(fake_redis, job, 
     create_run(fake_redis, "victim")
     fake_redis.hset(keys.queue("victim", "out", 1), "7", b"a queued tuple")
     before = snapshot(fake_redis)
-    with pytest.raises(RunIdError):
+    with pytest.raises(keys.RunIdError):
         job(fake_redis, run_id)
     # `clear '*'` used to match every run's keys (a SCAN pattern) and remove them all
     assert snapshot(fake_redis) == before
@@ -69,7 +68,7 @@ def test_each_job_refuses_an_unsafe_run_id_and_changes_nothing(fake_redis, job, 
 def test_submit_through_the_test_kit_refuses_an_unsafe_run_id_and_writes_no_file(fake_redis, tmp_path, run_id):
     wf = parse_string(XML, base_dir=str(tmp_path / "flows"))
     (tmp_path / "flows").mkdir()
-    with pytest.raises(RunIdError):
+    with pytest.raises(keys.RunIdError):
         # the trial's `a/../../b` wrote its part two folders above the sink's, and a `part-a/` in it
         testing.run_local(wf, fake_redis, inputs={"words": ["x", "y"]}, list_sinks=False, run_id=run_id)
     assert files_under(tmp_path) == {"flows"}
@@ -78,7 +77,7 @@ def test_submit_through_the_test_kit_refuses_an_unsafe_run_id_and_writes_no_file
 
 def test_submit_refuses_an_empty_run_id_instead_of_making_one_up(fake_redis, tmp_path):
     wf = parse_string(XML, base_dir=str(tmp_path))
-    with pytest.raises(RunIdError, match="cannot be empty"):
+    with pytest.raises(keys.RunIdError, match="cannot be empty"):
         jobs_submit.submit(None, fake_redis, "redis://unused", wf, XML, None, run_id="")
     assert fake_redis.keys("*") == [] and files_under(tmp_path) == set()
 

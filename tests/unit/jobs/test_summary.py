@@ -18,7 +18,7 @@ def test_a_crashed_unsettled_round_has_unknown_counts_never_negative(fake_redis)
     _create(fake_redis)
     fake_redis.delete(keys.lease("r1"))             # the driver died in round 0
     _ledger_pending(fake_redis, "r1", range(1, 5001))
-    s = summary.summarize(fake_redis, "r1")
+    s = summary.summarize(fake_redis, runs.get(fake_redis, "r1"))
     assert s.status == runs.CRASHED
     assert s.counts_known is False and s.unsettled_round == 0
     assert all(getattr(s, k) is None for k in ("roots", "complete", "pending", "failed", "in_flight", "dead"))
@@ -43,7 +43,7 @@ def test_a_crashed_unsettled_round_has_unknown_counts_never_negative(fake_redis)
 def test_status_and_runs_agree_on_a_run_that_failed_in_spark(fake_redis):
     _create(fake_redis)
     runs.update(fake_redis, "r1", status=runs.ERROR, error="RuntimeError: open failed")
-    s = summary.summarize(fake_redis, "r1")
+    s = summary.summarize(fake_redis, runs.get(fake_redis, "r1"))
     assert s.status == runs.status_of(runs.get(fake_redis, "r1")) == runs.ERROR
 
 
@@ -52,7 +52,7 @@ def test_component_tables_are_in_topological_order(fake_redis):
     stats = {"out": {"executed": 1}, "mid": {"executed": 1}, "src": {"roots": 1}}
     runs.update(fake_redis, "r1", lease.generation, stats=stats, settled_round=0, status=runs.COMPLETED,
                 rounds=[{"round": 0, "components": stats}])
-    assert list(summary.summarize(fake_redis, "r1").components) == ["src", "out", "mid"]
+    assert list(summary.summarize(fake_redis, runs.get(fake_redis, "r1")).components) == ["src", "out", "mid"]
     rounds = [{"round": 1, "components": {"mid": {"executed": 2, "seconds": 0.5}, "q": {"emitted": 2}}},
               {"round": 2, "components": {"mid": {"executed": 1, "seconds": 0.25}}}]
     total = summary.sum_components(rounds, WF)

@@ -216,7 +216,7 @@ PROGRAMS = Path(__file__).resolve().parents[2] / "multilang_programs"
 
 
 def _replay_spec(wf: Workflow, spout: str, message_ids: list[int], client) -> RunSpec:
-    """A root-replay round (jobs.recover.prepare_root_replay): the spout re-reads its input and
+    """A root-replay round (engine.rounds.prepare_root_replay): the spout re-reads its input and
     emits only the roots of the round's replay set (these messages' round-0 ids), under
     epoch-1 ids."""
     client.sadd(keys.root_replay_set("r", 1), *[ids.root_id(ids.name_salt(spout), m) for m in message_ids])

@@ -9,7 +9,6 @@ import pytest
 from redis.crc import key_slot
 
 from recovery.errors import RecoveryError
-from recovery.model.run import RunIdError
 from recovery.tracking import keys
 
 
@@ -17,7 +16,7 @@ from recovery.tracking import keys
                                    lambda r: keys.queue(r, "c", 1), lambda r: keys.task_done(r, 0)])
 @pytest.mark.parametrize("run_id", ["a/../../b", "*", "a:b", "x{y}", "", ".x"])
 def test_run_keys_refuse_an_unsafe_run_id(build, run_id):
-    with pytest.raises(RunIdError):
+    with pytest.raises(keys.RunIdError):
         build(run_id)
 
 

@@ -1,11 +1,11 @@
-"""recovery.model.run: what a run id may be. A run id names a run's Redis keys,
+"""recovery.tracking.keys: what a run id may be. A run id names a run's Redis keys,
 its spill folder and its sinks' part files, so it must be one safe path and key segment."""
 from __future__ import annotations
 
 import pytest
 
 from recovery.errors import RecoveryError, RunError
-from recovery.model.run import RUN_ID_MAX, RunIdError, check_run_id, is_run_id
+from recovery.tracking.keys import RUN_ID_MAX, RunIdError, check_run_id, is_run_id
 
 GOOD = ["a", "A", "0", "run-1", "cdn_logs-20261122-101833-e043", "a.b", "a..b", "-x", "_x", "x" * RUN_ID_MAX]
 BAD = [
