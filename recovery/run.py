@@ -19,8 +19,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel
-
 from recovery.connectors import files
 from recovery.controlplane import connection
 from recovery.engine.session import adopt, is_local_master, session
@@ -33,8 +31,9 @@ from recovery.jobs import recover as jobs_recover
 from recovery.jobs import reports
 from recovery.jobs import submit as jobs_submit
 from recovery.jobs.recover import RecoveryRound
+from recovery.jobs.reports import RecoveryPlan, RoundReport
 from recovery.jobs.settle import Progress
-from recovery.jobs.summary import ComponentStats, RunSummary, original_workflow
+from recovery.jobs.summary import RunSummary, original_workflow
 from recovery.model import config as config_decl
 from recovery.model.failed import FailedTuple
 from recovery.model.run import check_run_id
@@ -46,34 +45,7 @@ from recovery.tracking import keys, runs, spill
 if TYPE_CHECKING:
     from redis import Redis
 
-__all__ = ["RecoveryPlan", "RoundRecord", "Run", "clear_all", "runs_list", "submit"]
-
-
-class RecoveryPlan(BaseModel):
-    """What the next recovery round would run (`recovery plan`): the failed tasks per
-    component, the components that run again, the marks per component, its chains and the
-    synthesized workflow's XML (None when nothing failed)."""
-    run_id: str
-    workflow: str
-    failed: dict[str, list[int]]
-    marks: dict[str, str]
-    rerun: list[str]
-    chains: list[list[str]]
-    xml: str | None
-
-
-class RoundRecord(BaseModel):
-    """One round of a run: 0 is the submit, later ones recovery (or a follow run's batches).
-    `replayed` the queued tuples it replayed, `recovered` those that no longer failed, `failed`
-    and `dead` its failures and the tuples that ran out of attempts."""
-    round: int
-    components: dict[str, ComponentStats] = {}
-    replayed: int = 0
-    recovered: int = 0
-    failed: int = 0
-    dead: int = 0
-    ended: float | None = None
-    duration: float | None = None
+__all__ = ["RecoveryPlan", "RoundReport", "Run", "clear_all", "runs_list", "submit"]
 
 
 def client_for(redis_url: str | None) -> tuple[Redis, str]:
@@ -268,10 +240,11 @@ class Run:
 
     def plan(self) -> RecoveryPlan:
         """The recovery workflow the next `recover` round would run."""
-        return RecoveryPlan.model_validate(reports.plan(self.client, self.id))
+        return reports.plan(self.client, self.id)
 
-    def rounds(self) -> list[RoundRecord]:
-        return [RoundRecord.model_validate(r) for r in reports.rounds(self.client, self.id)["rounds"]]
+    def rounds(self) -> list[RoundReport]:
+        """Every round of the run, oldest first: its counters and what it replayed and recovered."""
+        return reports.rounds(self.client, self.id).rounds
 
     def dead_letters(self, component: str | None = None) -> list[FailedTuple]:
         """Tuples that exhausted their retries, with their errors (`recovery dead`)."""

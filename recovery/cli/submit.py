@@ -3,6 +3,7 @@ reading its topics in micro-batches)."""
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
@@ -20,7 +21,7 @@ def follow_events(as_json: bool, also: follow_mod.Event | None = None) -> follow
     """`submit --follow`'s events (jobs.follow) printed to stderr (none with --json), and given
     to `also`."""
 
-    def echo(kind: str, info: dict) -> None:
+    def echo(kind: str, info: dict[str, Any]) -> None:
         if also is not None:
             also(kind, info)
         if as_json:

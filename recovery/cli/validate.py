@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
@@ -15,7 +16,7 @@ from recovery.model.render import render
 from recovery.model.xml.parse import load
 
 
-def _file_report(path: str) -> tuple[dict, WorkflowError | None]:
+def _file_report(path: str) -> tuple[dict[str, Any], WorkflowError | None]:
 
     try:
         wf, warnings = validate_file(path)

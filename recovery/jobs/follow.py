@@ -38,7 +38,7 @@ from recovery.jobs.settle import Progress
 from recovery.jobs.submit import SubmitPlan, check_classes
 from recovery.jobs.summary import RunSummary
 from recovery.model import code
-from recovery.model.record import RunRecord
+from recovery.model.record import ComponentStats, RunRecord
 from recovery.model.run import RunSpec, check_run_id
 from recovery.model.workflow import Workflow
 from recovery.tracking import keys, runs, spill
@@ -48,7 +48,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Event = Callable[[str, dict], None]
+# a follow run's event: its kind and what it says (a JSON object: `submit --follow --json` prints them)
+Event = Callable[[str, dict[str, Any]], None]
 
 
 class Stopper:
@@ -192,10 +193,10 @@ def _due(client: Redis, run_id: str) -> bool:
     return queued and jobs_summary.earliest_not_before(client, run_id) <= time.time()
 
 
-def _round_stats(client: Redis, run_id: str, round_no: int) -> dict[str, jobs_summary.ComponentStats]:
+def _round_stats(client: Redis, run_id: str, round_no: int) -> dict[str, ComponentStats]:
     for r in runs.get(client, run_id).rounds:
-        if r.get("round") == round_no:
-            return jobs_summary.round_components(r)
+        if r.round == round_no:
+            return r.components
     return {}
 
 

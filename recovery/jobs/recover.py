@@ -300,13 +300,13 @@ def _recover(spark: SparkSession, client: Redis, redis_url: str, rec: RunRecord,
         log.warning("run %s: %s", run_id, warning)
     # what this recover's rounds did (a resumed round's included), as their round records say:
     # the table under the summary (not round 0's), the tuples recovered and those that died
-    ran_rounds = [r for r in runs.get(client, run_id).rounds if r.get("round") in ran]
+    ran_rounds = [r for r in runs.get(client, run_id).rounds if r.round in ran]
     outcomes = [round_outcome(r, original) for r in ran_rounds]
     final.rounds, final.resumed = len(ran), resumed is not None
     final.components = sum_components(ran_rounds, original)
-    final.components_rounds = [r["round"] for r in ran_rounds]
-    final.recovered = sum(o["recovered"] for o in outcomes)
-    final.newly_dead = sum(o["dead"] for o in outcomes)
+    final.components_rounds = [r.round for r in ran_rounds]
+    final.recovered = sum(o.recovered for o in outcomes)
+    final.newly_dead = sum(o.dead for o in outcomes)
     final.duration, final.strategy = round(time.time() - started, 3), strategy
     final.spill_bytes = spill_bytes(final.components)   # this recover's rounds, as its table
     return final
