@@ -38,6 +38,7 @@ from recovery.jobs.settle import Progress
 from recovery.jobs.submit import SubmitPlan, check_classes
 from recovery.jobs.summary import RunSummary
 from recovery.model import code
+from recovery.model.partition import PartitionRow
 from recovery.model.record import ComponentStats, RunRecord
 from recovery.model.run import RunSpec, check_run_id
 from recovery.model.workflow import Workflow
@@ -137,14 +138,15 @@ class FollowOutcome:
     started), the follow's own figures, and the topics' partitions and warnings."""
     summary: RunSummary | None
     follow: dict[str, Any]   # batches, messages, recovery_rounds, resumed (run ids), stopped (why)
-    partitions: list[dict[str, Any]]
+    partitions: list[PartitionRow]
     warnings: list[str]
 
     def to_json(self) -> dict[str, Any]:
         """`submit --follow --json`: the run's summary with `follow`, or without a run its id None."""
         if self.summary is not None:
             return {**self.summary.to_json(), "follow": self.follow}
-        return {"run_id": None, "batches": 0, "partitions": self.partitions, "warnings": self.warnings,
+        return {"run_id": None, "batches": 0, "partitions": [p.to_json() for p in self.partitions],
+                "warnings": self.warnings,
                 "follow": self.follow}
 
 

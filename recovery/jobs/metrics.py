@@ -168,10 +168,12 @@ def _collect_run(client: Redis, run_id: str, fam: _Families) -> None:
     last = max((r.ended or 0.0 for r in recovery), default=0.0)
     fam.last_recovery.add_metric(labels, last or float(rec.started or 0))
     for offsets in status.partitions or []:
-        part = [*labels, str(offsets["topic"]), str(offsets["partition"])]
-        fam.lag.add_metric(part, float(offsets["lag"]))
-        fam.committed.add_metric(part, float(offsets["committed"]))
-        fam.end.add_metric(part, float(offsets["end"]))
+        if offsets.missing:   # (a topic that does not exist has no partition to measure)
+            continue
+        part = [*labels, offsets.topic, str(offsets.partition)]
+        fam.lag.add_metric(part, float(offsets.lag))
+        fam.committed.add_metric(part, float(offsets.committed))
+        fam.end.add_metric(part, float(offsets.end))
     used = run_bytes(client, run_id, status.failed_positions)
     if used is not None:
         fam.bytes.add_metric(labels, used)

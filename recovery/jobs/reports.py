@@ -16,6 +16,7 @@ from recovery.connectors.redis_stream import report as stream_reader
 from recovery.errors import NoSuchComponent, RecoveryError
 from recovery.jobs import summary
 from recovery.model.failed import FailedTuple
+from recovery.model.partition import PartitionRow
 from recovery.model.record import ComponentStats, RunRecord
 from recovery.model.render import chains_of
 from recovery.model.synthesis import plan_marks, synthesize
@@ -263,7 +264,7 @@ def plan(client: Redis, run_id: str) -> RecoveryPlan:
 class PartitionsReport(Report):
     """A topic-reading run's partitions (`partitions`)."""
     run_id: str
-    partitions: list[dict[str, Any]]
+    partitions: list[PartitionRow]
 
 
 def partitions(client: Redis, run_id: str) -> PartitionsReport:

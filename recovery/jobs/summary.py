@@ -11,6 +11,7 @@ from redis import Redis
 from recovery.connectors import log_offsets
 from recovery.connectors.redis_stream import report as stream_report
 from recovery.model.graph import topological_order
+from recovery.model.partition import PartitionRow
 from recovery.model.record import ComponentStats, RoundRecord, RunRecord
 from recovery.model.workflow import Workflow
 from recovery.tracking import ledger, runs
@@ -135,7 +136,7 @@ class RunSummary(BaseModel):
     warnings: list[str] | None = None
     dead_written: int | None = None        # dead letters written to the dead-letter sink (out of Redis)
     dead_dropped: int | None = None        # dead letters dropped by recovery.dead.retention
-    partitions: list[dict[str, Any]] | None = None
+    partitions: list[PartitionRow] | None = None
     batches: int | None = None
     resumed_round: int | None = None
     rounds: int | None = None              # recover: the rounds it ran (a resumed one included)
@@ -262,7 +263,7 @@ class HasPartitions(Protocol):
     @property
     def warnings(self) -> list[str] | None: ...
     @property
-    def partitions(self) -> list[dict[str, Any]] | None: ...
+    def partitions(self) -> list[PartitionRow] | None: ...
 
 
 def with_topics(client: Redis, summary: RunSummary, rec: RunRecord | None = None,

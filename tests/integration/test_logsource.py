@@ -85,7 +85,7 @@ def _assert_aggregates_exactly_once(sink: list[dict], valid: list[list]) -> None
 
 
 def _committed_to_end(client, wf) -> bool:
-    return all(r["committed"] == r["end"] for r in stream_report.partition_report(client, wf))
+    return all(r.committed == r.end for r in stream_report.partition_report(client, wf))
 
 
 # --- bounded ----------------------------------------------------------------------------------

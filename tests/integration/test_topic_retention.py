@@ -113,7 +113,7 @@ def test_a_topic_fed_without_end_keeps_redis_memory_flat_and_the_output_exact(sp
                 stop.request("done")
 
     def _all_read() -> bool:
-        return all(r["lag"] == 0 for r in report.partition_report(redis_client, wf))
+        return all(r.lag == 0 for r in report.partition_report(redis_client, wf))
 
     outcome = follow.follow(spark, redis_client, redis_url, wf, SOAK_XML, str(xml), on_event=on_event, stop=stop)
 
