@@ -297,8 +297,7 @@ async def requeue_action(request: Request) -> Response:
         if not selected:
             return RedirectResponse(f"/runs/{quote(run_id)}/dead?" + urlencode(
                 {"message": "nothing selected: tick the tuples to requeue"}), status_code=303)
-    result = await anyio.to_thread.run_sync(lambda: dead_letters.requeue(ui.client, run_id, None, selected))
-    n = result["requeued"]
+    n = await anyio.to_thread.run_sync(lambda: dead_letters.requeue_dead(ui.client, run_id, None, selected))
     message = (f"requeued {n} dead tuple{'s' if n != 1 else ''}: recover the run to replay "
                f"{'them' if n != 1 else 'it'}")
     return RedirectResponse(f"/runs/{quote(run_id)}/dead?" + urlencode({"message": message}), status_code=303)
@@ -311,9 +310,8 @@ async def clear_action(request: Request) -> Response:
     if form.get("confirm") != [run_id]:
         return RedirectResponse(f"/runs/{quote(run_id)}/clear", status_code=303)
     cleared = await anyio.to_thread.run_sync(lambda: jobs_clear.clear(ui.client, run_id, False))
-    result = jobs_clear.report({run_id: cleared})
     ui.processes.forget(run_id)
-    n = len(result["removed"][run_id])
+    n = len(cleared.keys)
     return RedirectResponse("/?" + urlencode({"message": f"cleared {run_id}: {n} keys"}), status_code=303)
 
 
