@@ -154,21 +154,39 @@ def rounds(client: Redis, run_id: str) -> RoundsReport:
     return RoundsReport(run_id=run_id, rounds=out)
 
 
-def component(client: Redis, run_id: str, component_id: str) -> dict[str, Any]:
+class ComponentRound(BaseModel):
+    """A component's counters in one round. Its JSON: the round, then the counters reported."""
+    round: int
+    stats: ComponentStats | None = None    # None: the component did not run in that round
+
+    @model_serializer
+    def to_json(self) -> dict[str, Any]:
+        return {"round": self.round, **(self.stats.to_json() if self.stats is not None else {})}
+
+
+class ComponentReport(Report):
+    """One component of a run: its kind and tasks, its counters per round, its failed positions."""
+    run_id: str
+    component: str
+    kind: str
+    parallelism: int
+    rounds: list[ComponentRound]
+    failed_positions: list[summary.FailedPosition]
+
+
+def component(client: Redis, run_id: str, component_id: str) -> ComponentReport:
     """One component: its counters per round and its failed positions (/api/v1/runs/ID/components/C)."""
     rec = runs.get(client, run_id)
     wf = summary.original_workflow(rec)
     if component_id not in {c.id for c in wf.components}:
         raise NoSuchComponent(f"run {run_id}: no component {component_id!r} in workflow {wf.name!r}")
     c = wf.component(component_id)
-    per_round = []
-    for r in rounds(client, run_id).rounds:
-        stats = r.components.get(component_id)
-        per_round.append({"round": r.round, **(stats.to_json() if stats is not None else {})})
-    return {"run_id": run_id, "component": component_id, "kind": c.kind,
-            "parallelism": c.parallelism, "rounds": per_round,
-            "failed_positions": [p.model_dump() for p in summary.failed_positions(client, run_id)
-                                 if p.component == component_id and p.count]}
+    return ComponentReport(
+        run_id=run_id, component=component_id, kind=c.kind, parallelism=c.parallelism,
+        rounds=[ComponentRound(round=r.round, stats=r.components.get(component_id))
+                for r in rounds(client, run_id).rounds],
+        failed_positions=[p for p in summary.failed_positions(client, run_id)
+                          if p.component == component_id and p.count])
 
 
 class ShownTuple(BaseModel):
@@ -195,11 +213,6 @@ class ShownTuple(BaseModel):
         if self.key is not None:
             row["key"] = self.key
         return row
-
-
-def tuple_row(rec: FailedTuple) -> dict[str, Any]:
-    """A failed tuple as shown: the fields its record holds, and its error's kind."""
-    return ShownTuple.of(rec).to_json()
 
 
 class FailedPositionReport(summary.FailedPosition):

@@ -344,7 +344,7 @@ def _api_report(build: Callable[[Redis, str], reports.Report]) -> Callable[[Requ
 
 def api_component(request: Request) -> Response:
     p = request.path_params
-    return _json(reports.component(_ui(request).client, p["run_id"], p["component"]))
+    return _json(reports.component(_ui(request).client, p["run_id"], p["component"]).to_json())
 
 
 def api_dead(request: Request) -> Response:

@@ -9,7 +9,7 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from recovery.errors import RunError
+from recovery.errors import RecoveryError, RunError
 from recovery.jobs import dead_letters, reports, summary
 from recovery.model.xml import parse as workflow_xml
 from recovery.tracking import keys, runs
@@ -202,3 +202,18 @@ def test_a_dead_root_whose_message_was_gone_is_its_own_kind_warned_of_and_requeu
                               f"replay read it again (e.g. {error})")
     assert dead_letters.requeue(fake_redis, run, tuple_keys=["sentences:1:31"])["requeued"] == 1
     assert not fake_redis.exists(keys.gone(run)) and summary.summarize(fake_redis, run).warnings is None
+
+
+def test_component_report_lists_its_counters_per_round_and_its_failed_positions(fake_redis, run):
+    runs.update(fake_redis, run, rounds=[
+        {"round": 0, "components": {"count": {"executed": 10, "failed": 2}}, "started": 100.0, "ended": 104.0},
+        {"round": 1, "components": {"replay-count": {"emitted": 2}}, "started": 130.0, "ended": 131.5}])
+    report = reports.component(fake_redis, run, "count")
+    assert [(r.round, r.stats.executed if r.stats else None) for r in report.rounds] == [(0, 10), (1, None)]
+    assert [(p.component, p.task, p.count) for p in report.failed_positions] == [("count", 2, 1)]
+    # its JSON (/api/v1/runs/ID/components/C): each round's number, then the counters reported
+    shown = report.to_json()
+    assert shown["rounds"] == [{"round": 0, "executed": 10, "failed": 2}, {"round": 1}]
+    assert (shown["kind"], shown["failed_positions"][0]["count"]) == ("bolt", 1)
+    with pytest.raises(RecoveryError, match="no component 'nope'"):
+        reports.component(fake_redis, run, "nope")
