@@ -240,11 +240,13 @@ STRICT_FLAGS = ("disallow_any_generics", "disallow_subclassing_any", "disallow_u
                 "disallow_untyped_decorators", "warn_unused_ignores", "warn_return_any",
                 "no_implicit_reexport", "strict_equality", "extra_checks")
 STRICT_PACKAGES = ("recovery.jobs", "recovery.cli", "recovery.ui")
+STRICT_GLOBAL_FLAGS = ("warn_unused_configs", "warn_redundant_casts", "warn_unused_ignores")
 
 
 def test_mypy_is_strict_on_the_jobs_the_command_line_and_the_web_view():
     import tomllib
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mypy"]
+    assert all(config.get(flag) is True for flag in STRICT_GLOBAL_FLAGS)
     strict: dict[str, set[str]] = {}
     for override in config.get("overrides", []):
         names = override["module"] if isinstance(override["module"], list) else [override["module"]]
