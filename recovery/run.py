@@ -27,8 +27,8 @@ from recovery.errors import RecoveryError
 from recovery.jobs import clear as jobs_clear
 from recovery.jobs import dead_letters as jobs_dead
 from recovery.jobs import follow as follow_mod
+from recovery.jobs import follow_events, reports
 from recovery.jobs import recover as jobs_recover
-from recovery.jobs import reports
 from recovery.jobs import submit as jobs_submit
 from recovery.jobs.recover import RecoveryRound
 from recovery.jobs.reports import RecoveryPlan, RoundReport
@@ -142,7 +142,7 @@ def submit(workflow: Topology | Workflow | str | os.PathLike[str], *, spark: Any
            spill_dir: str | None = None, progress: Progress | None = None,
            on_resumed: Callable[[RunSummary], None] | None = None,
            max_batches: int | None = None, idle_exit: float | None = None,
-           on_event: follow_mod.Event | None = None, config_option: str = "config",
+           on_event: follow_events.Event | None = None, config_option: str = "config",
            reset: str | None = None) -> Run:
     """Run `workflow` (a Topology, or the path of a workflow file) on Spark with every tuple
     tracked, and return its `Run` once its first round settled (`run.summary`). `config`:

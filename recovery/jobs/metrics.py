@@ -34,7 +34,7 @@ from prometheus_client.registry import Collector
 from redis import Redis
 
 from recovery.errors import RecoveryError
-from recovery.jobs import reports, summary
+from recovery.jobs import follow_events, reports, summary
 from recovery.model.record import RoundRecord
 from recovery.tracking import keys, ledger, runs
 from recovery.tracking import queue as failed_queue
@@ -291,6 +291,6 @@ class RunWatch:
     def ids(self) -> list[str]:
         return [self.run_id] if self.run_id else []
 
-    def on_event(self, kind: str, info: dict[str, Any]) -> None:
-        if kind in ("run", "continue") and info.get("run_id"):
-            self.run_id = info["run_id"]
+    def on_event(self, event: follow_events.FollowEvent) -> None:
+        if isinstance(event, follow_events.Started | follow_events.Continued):
+            self.run_id = event.run_id

@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 
 from recovery import testing
 from recovery.errors import RecoveryError
-from recovery.jobs import clear, metrics, reports, summary
+from recovery.jobs import clear, follow_events, metrics, reports, summary
 from recovery.model.record import RoundRecord
 from recovery.tracking import runs
 from recovery.ui.access import HostRule
@@ -158,7 +158,7 @@ def test_the_follow_runs_server_needs_its_token_when_it_has_one(fake_redis):
         assert _get(url, "wrong")[0] == 401
         status, body = _get(url, TOKEN)
         assert status == 200 and 'run="s1"' not in body and "recovery_redis_up 1.0" in body
-        watch.on_event("run", {"run_id": "s1"})          # the follow run names its run
+        watch.on_event(follow_events.Started("s1"))          # the follow run names its run
         status, body = _get(url, TOKEN)
         assert status == 200 and 'recovery_run_round{run="s1",workflow="shouting"}' in body
     finally:
