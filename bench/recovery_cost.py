@@ -71,8 +71,8 @@ def executions(rec: RunRecord, recovery_rounds: bool) -> int:
     """Sum of `executed` over components: round 0 only, or every round after it."""
     total = 0
     for r in rec.rounds:
-        if (r.get("round", 0) > 0) == recovery_rounds:
-            total += sum(int(c.get("executed", 0)) for c in r.get("components", {}).values())
+        if (r.round > 0) == recovery_rounds:
+            total += sum(c.executed for c in r.components.values())
     return total
 
 

@@ -19,8 +19,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel
-
 from recovery.connectors import files
 from recovery.controlplane import connection
 from recovery.engine.session import adopt, is_local_master, session
@@ -29,12 +27,13 @@ from recovery.errors import RecoveryError
 from recovery.jobs import clear as jobs_clear
 from recovery.jobs import dead_letters as jobs_dead
 from recovery.jobs import follow as follow_mod
+from recovery.jobs import follow_events, reports
 from recovery.jobs import recover as jobs_recover
-from recovery.jobs import reports
 from recovery.jobs import submit as jobs_submit
 from recovery.jobs.recover import RecoveryRound
+from recovery.jobs.reports import RecoveryPlan, RoundReport
 from recovery.jobs.settle import Progress
-from recovery.jobs.summary import ComponentStats, RunSummary
+from recovery.jobs.summary import RunSummary
 from recovery.model import config as config_decl
 from recovery.model.failed import FailedTuple
 from recovery.model.workflow import Workflow
@@ -45,34 +44,7 @@ from recovery.tracking import keys, runs, spill
 if TYPE_CHECKING:
     from redis import Redis
 
-__all__ = ["RecoveryPlan", "RoundRecord", "Run", "clear_all", "runs_list", "submit"]
-
-
-class RecoveryPlan(BaseModel):
-    """What the next recovery round would run (`recovery plan`): the failed tasks per
-    component, the components that run again, the marks per component, its chains and the
-    synthesized workflow's XML (None when nothing failed)."""
-    run_id: str
-    workflow: str
-    failed: dict[str, list[int]]
-    marks: dict[str, str]
-    rerun: list[str]
-    chains: list[list[str]]
-    xml: str | None
-
-
-class RoundRecord(BaseModel):
-    """One round of a run: 0 is the submit, later ones recovery (or a follow run's batches).
-    `replayed` the queued tuples it replayed, `recovered` those that no longer failed, `failed`
-    and `dead` its failures and the tuples that ran out of attempts."""
-    round: int
-    components: dict[str, ComponentStats] = {}
-    replayed: int = 0
-    recovered: int = 0
-    failed: int = 0
-    dead: int = 0
-    ended: float | None = None
-    duration: float | None = None
+__all__ = ["RecoveryPlan", "RoundReport", "Run", "clear_all", "runs_list", "submit"]
 
 
 def client_for(redis_url: str | None) -> tuple[Redis, str]:
@@ -169,7 +141,7 @@ def submit(workflow: Topology | Workflow | str | os.PathLike[str], *, spark: Any
            spill_dir: str | None = None, progress: Progress | None = None,
            on_resumed: Callable[[RunSummary], None] | None = None,
            max_batches: int | None = None, idle_exit: float | None = None,
-           on_event: follow_mod.Event | None = None, config_option: str = "config",
+           on_event: follow_events.Event | None = None, config_option: str = "config",
            reset: str | None = None) -> Run:
     """Run `workflow` (a Topology, or the path of a workflow file) on Spark with every tuple
     tracked, and return its `Run` once its first round settled (`run.summary`). `config`:
@@ -267,10 +239,11 @@ class Run:
 
     def plan(self) -> RecoveryPlan:
         """The recovery workflow the next `recover` round would run."""
-        return RecoveryPlan.model_validate(reports.plan(self.client, self.id))
+        return reports.plan(self.client, self.id)
 
-    def rounds(self) -> list[RoundRecord]:
-        return [RoundRecord.model_validate(r) for r in reports.rounds(self.client, self.id)["rounds"]]
+    def rounds(self) -> list[RoundReport]:
+        """Every round of the run, oldest first: its counters and what it replayed and recovered."""
+        return reports.rounds(self.client, self.id).rounds
 
     def dead_letters(self, component: str | None = None) -> list[FailedTuple]:
         """Tuples that exhausted their retries, with their errors (`recovery dead`)."""

@@ -232,3 +232,28 @@ def test_only_the_queue_module_names_the_queue_and_dead_letter_keys():
     uses = [u for name, path in modules() if name not in (QUEUE_OWNER, "recovery/tracking/keys.py")
             for u in queue_key_uses_in(name, path.read_text(encoding="utf-8"), queue.OWNED_KEYS)]
     assert uses == []
+
+
+# The flags mypy's --strict turns on (mypy cannot set `strict` per module).
+STRICT_FLAGS = ("disallow_any_generics", "disallow_subclassing_any", "disallow_untyped_calls",
+                "disallow_untyped_defs", "disallow_incomplete_defs", "check_untyped_defs",
+                "disallow_untyped_decorators", "warn_unused_ignores", "warn_return_any",
+                "no_implicit_reexport", "strict_equality", "extra_checks")
+STRICT_PACKAGES = ("recovery.jobs", "recovery.cli", "recovery.ui")
+STRICT_GLOBAL_FLAGS = ("warn_unused_configs", "warn_redundant_casts", "warn_unused_ignores")
+
+
+def test_mypy_is_strict_on_the_jobs_the_command_line_and_the_web_view():
+    import tomllib
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mypy"]
+    assert all(config.get(flag) is True for flag in STRICT_GLOBAL_FLAGS)
+    strict: dict[str, set[str]] = {}
+    for override in config.get("overrides", []):
+        names = override["module"] if isinstance(override["module"], list) else [override["module"]]
+        on = {flag for flag in STRICT_FLAGS if override.get(flag) is True}
+        for name in names:
+            strict.setdefault(name, set()).update(on)
+        assert not any(override.get(flag) is False for flag in STRICT_FLAGS), override
+    for package in STRICT_PACKAGES:
+        assert strict.get(package + ".*") == set(STRICT_FLAGS), package
+        assert (PACKAGE / package.split(".")[1]).is_dir()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TextIO
 
 import click
 import redis
@@ -59,15 +59,19 @@ def main(ctx: click.Context, verbose: int) -> None:
     ctx.call_on_close(log_to_stderr(verbose))
 
 
-class _StderrHandler(logging.StreamHandler):
+class _StderrHandler(logging.StreamHandler[TextIO]):
     """Writes to sys.stderr as it is at each record (click's test runner swaps it)."""
 
     def __init__(self) -> None:
         logging.Handler.__init__(self)
 
     @property
-    def stream(self) -> Any:
+    def stream(self) -> TextIO:
         return sys.stderr
+
+    @stream.setter
+    def stream(self, value: TextIO) -> None:
+        """(Always sys.stderr as it is at each record, whatever stream is set.)"""
 
 
 class _VisibleFormatter(logging.Formatter):

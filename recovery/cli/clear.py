@@ -25,12 +25,10 @@ def clear(run_id: str | None, all_runs: bool, force: bool, redis_url: str | None
         cleared = api.clear_all(redis=redis_url, force=force)
     else:   # (keys a run left without its record are cleared too)
         cleared = {run_id: api.Run.get(run_id, redis=redis_url, must_exist=False).clear(force)}
-    result = jobs_clear.report(cleared)
-    removed = result["removed"]
     if as_json:
-        echo_json(result)
+        echo_json(jobs_clear.report(cleared))
         return
-    for rid, ks in removed.items():
-        click.echo(f"cleared {plain(rid)}: {len(ks)} keys")
-        for table in result["tables"].get(rid, []):   # a table sink's rows are never cleared
-            click.echo(f"  sink {plain(table['sink'])} ({plain(table['type'])}): {plain(table['note'])}")
+    for rid, c in cleared.items():
+        click.echo(f"cleared {plain(rid)}: {len(c.keys)} keys")
+        for table in c.tables:   # a table sink's rows are never cleared
+            click.echo(f"  sink {plain(table.component)} ({plain(table.type)}): {plain(table.note)}")

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from recovery.cli.options import echo_json
+from recovery.cli.options import Command, echo_json
 from recovery.cli.safe_text import plain, rich_text
 from recovery.engine.session import properties_file as session_properties
 from recovery.errors import RecoveryError
@@ -23,7 +23,7 @@ def run_id_arg(ctx: click.Context, param: click.Parameter, value: str | None) ->
     return value if value is None else check_run_id(value)
 
 
-def properties_file_option(f):
+def properties_file_option(f: Command) -> Command:
     """--properties-file FILE: Spark properties from a private file, as spark-submit takes them."""
     return click.option("--properties-file", default=None, metavar="FILE",
                         help="Spark properties, one a line (`spark.NAME VALUE` or `spark.NAME=VALUE`), "

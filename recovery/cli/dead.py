@@ -8,7 +8,9 @@ from recovery.cli import common
 from recovery.cli.options import echo_json, json_option, redis_option
 from recovery.cli.safe_text import plain
 from recovery.errors import RecoveryError
-from recovery.jobs import dead_letters, reports
+from recovery.jobs import dead_letters
+from recovery.jobs.dead_letters import DeadReport
+from recovery.jobs.reports import ShownTuple
 
 
 @click.command()
@@ -34,8 +36,8 @@ def dead(run_id: str, requeue: bool, component: str | None, tuple_keys: tuple[st
         return
     letters = run.dead_letters(component)
     if as_json:
-        echo_json({"run_id": run_id, "dead": [{**reports.tuple_row(r), "key": dead_letters.dead_key(r)}
-                                              for r in letters]})
+        echo_json(DeadReport(run_id=run_id, dead=[ShownTuple.of(r, dead_letters.dead_key(r))
+                                                  for r in letters]).to_json())
         return
     if not letters:
         click.echo("no dead tuples")

@@ -6,12 +6,12 @@ from typing import Any
 import click
 import redis
 
-from recovery.cli.options import echo_json, json_option, redis_option
+from recovery.cli.options import Command, echo_json, json_option, redis_option
 from recovery.cli.safe_text import plain
 from recovery.controlplane import connection, embedded
 
 
-def _home_option(f):
+def _home_option(f: Command) -> Command:
     return click.option("--home", "home", default=None, metavar="DIR",
                         help="State folder (default: $RECOVERY_HOME, else .recovery/ here).")(f)
 

@@ -11,42 +11,41 @@ from recovery.cli import common, metrics_server
 from recovery.cli.options import echo_json, json_option, redis_option
 from recovery.cli.safe_text import plain
 from recovery.errors import RecoveryError
-from recovery.jobs import follow as follow_mod
+from recovery.jobs import follow_events as events
 from recovery.jobs import summary as jobs_summary
 from recovery.jobs.summary import RunSummary
 
 
-def follow_events(as_json: bool, also: follow_mod.Event | None = None) -> follow_mod.Event:
-    """`submit --follow`'s events (jobs.follow) printed to stderr (none with --json), and given
-    to `also`."""
+def echo_events(as_json: bool, also: events.Event | None = None) -> events.Event:
+    """`submit --follow`'s events (jobs.follow_events) printed to stderr (none with --json), and
+    given to `also`."""
 
-    def echo(kind: str, info: dict) -> None:
+    def echo(event: events.FollowEvent) -> None:
         if also is not None:
-            also(kind, info)
+            also(event)
         if as_json:
             return
-        if kind == "resumed":
-            click.echo(plain(f"resumed crashed run {info['run_id']} (round {info.get('resumed_round')}): "
-                       f"pending {info['pending']}, dead {info['dead']}"), err=True)
-        elif kind == "continue":
-            click.echo(plain(f"continuing run {info['run_id']} after round {info['round']}"), err=True)
-        elif kind == "run":
-            click.echo(plain(f"run {info['run_id']}"), err=True)
-        elif kind == "batch":
-            extra = f", trimmed {info['trimmed']}" if info["trimmed"] else ""
-            click.echo(plain(f"batch round {info['round']}: {info['messages']} messages, failed "
-                       f"{info['failed']}{extra}; run pending {info['pending']}, dead {info['dead']} "
-                       f"({info['seconds']:.1f}s)"), err=True)
-        elif kind == "recovery":
-            click.echo(plain(f"recovery: {info['rounds']} round(s); pending {info['pending']}, dead "
-                       f"{info['dead']}"), err=True)
-        elif kind == "trimmed":
-            click.echo(plain(f"warning: {info['line']}"), err=True)
-        elif kind == "stopping":
-            click.echo(plain(f"{info['signal']}: stopping after this batch (again to abort)"), err=True)
-        elif kind == "retry":
-            click.echo(plain(f"round {info['round']} was interrupted ({info['error']}): finishing it"),
-                       err=True)
+        if isinstance(event, events.Resumed):
+            s = event.summary
+            line = (f"resumed crashed run {s.run_id} (round {s.resumed_round}): "
+                    f"pending {s.pending}, dead {s.dead}")
+        elif isinstance(event, events.Continued):
+            line = f"continuing run {event.run_id} after round {event.round}"
+        elif isinstance(event, events.Started):
+            line = f"run {event.run_id}"
+        elif isinstance(event, events.Batch):
+            extra = f", trimmed {event.trimmed}" if event.trimmed else ""
+            line = (f"batch round {event.round}: {event.messages} messages, failed {event.failed}{extra}; "
+                    f"run pending {event.pending}, dead {event.dead} ({event.seconds:.1f}s)")
+        elif isinstance(event, events.Recovered):
+            line = f"recovery: {event.rounds} round(s); pending {event.pending}, dead {event.dead}"
+        elif isinstance(event, events.Trimmed):
+            line = f"warning: {event.line}"
+        elif isinstance(event, events.Stopping):
+            line = f"{event.signal}: stopping after this batch (again to abort)"
+        else:
+            line = f"round {event.round} was interrupted ({event.error}): finishing it"
+        click.echo(plain(line), err=True)
         sys.stderr.flush()
 
     return echo
@@ -103,7 +102,7 @@ def submit(file: str, master: str | None, spark_conf: tuple[str, ...], props: tu
             run = api.submit(file, redis=redis_url, config=props, config_option="-p", follow=True, master=master,
                              spark_conf=spark_conf_kv, run_id=run_id, tracking=not no_tracking,
                              max_batches=max_batches, idle_exit=idle_exit, reset=reset,
-                             on_event=follow_events(as_json, served[1].on_event if served else None))
+                             on_event=echo_events(as_json, served[1].on_event if served else None))
         finally:
             if served:
                 served[0].close()

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass, field
+from typing import Any
 
 import click
 
@@ -12,20 +14,36 @@ from recovery.errors import WorkflowError
 from recovery.model.config import describe
 from recovery.model.graph import ChainPlan, TaskMap, topological_order
 from recovery.model.render import render
+from recovery.model.workflow import Workflow
 from recovery.model.xml.parse import load
 
 
-def _file_report(path: str) -> tuple[dict, WorkflowError | None]:
+@dataclass(frozen=True)
+class FileCheck:
+    """One file as `validate` checked it: its workflow and the warnings, or the error."""
+    path: str
+    workflow: Workflow | None = None
+    warnings: list[str] = field(default_factory=list)
+    error: WorkflowError | None = None
 
-    try:
-        wf, warnings = validate_file(path)
-    except WorkflowError as err:
-        return {"file": path, "ok": False,
-                "error": {"message": err.message, "file": err.file, "line": err.line,
-                          "text": str(err)}}, err
-    return {"file": path, "ok": True, "workflow": wf.name,
-            "components": len(wf.components), "spouts": len(wf.spouts),
-            "bolts": len(wf.bolts), "warnings": warnings}, None
+    @classmethod
+    def of(cls, path: str) -> FileCheck:
+        try:
+            wf, warnings = validate_file(path)
+        except WorkflowError as err:
+            return cls(path, error=err)
+        return cls(path, wf, warnings)
+
+    def to_json(self) -> dict[str, Any]:
+        """The file's entry in `validate --json`."""
+        if self.workflow is None:
+            err = self.error
+            assert err is not None
+            return {"file": self.path, "ok": False,
+                    "error": {"message": err.message, "file": err.file, "line": err.line, "text": str(err)}}
+        wf = self.workflow
+        return {"file": self.path, "ok": True, "workflow": wf.name, "components": len(wf.components),
+                "spouts": len(wf.spouts), "bolts": len(wf.bolts), "warnings": self.warnings}
 
 
 @click.command()
@@ -39,20 +57,20 @@ def validate(ctx: click.Context, files: tuple[str, ...], as_json: bool) -> None:
     do not load; a bad file prints `error: FILE:LINE: message` and the exit code is 2.
     """
 
-    reports, failed = [], False
+    checks, failed = [], False
     for path in files:
-        report, err = _file_report(path)
-        reports.append(report)
-        if err is not None:
+        check = FileCheck.of(path)
+        checks.append(check)
+        if check.error is not None:
             failed = True
-            click.echo(f"error: {plain(err)}", err=True)
-        elif not as_json:
-            n = report["components"]
+            click.echo(f"error: {plain(check.error)}", err=True)
+        elif not as_json and check.workflow is not None:
+            n = len(check.workflow.components)
             click.echo(f"ok {plain(path)} ({n} component{'s' if n != 1 else ''})")
-            for w in report["warnings"]:
+            for w in check.warnings:
                 click.echo(f"warning: {plain(w)}")
     if as_json:
-        echo_json({"ok": not failed, "files": reports})
+        echo_json({"ok": not failed, "files": [c.to_json() for c in checks]})
     if failed:
         ctx.exit(2)
 

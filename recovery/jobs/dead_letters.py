@@ -7,7 +7,7 @@ from typing import Any
 
 from redis import Redis
 
-from recovery.jobs.reports import tuple_row
+from recovery.jobs.reports import Report, ShownTuple
 from recovery.model.failed import FailedTuple
 from recovery.tracking import keys, ledger, runs
 from recovery.tracking import queue as failed_queue
@@ -44,10 +44,16 @@ def requeue_dead(client: Redis, run_id: str, component: str | None = None,
 dead_key = failed_queue.dead_key
 
 
-def dead(client: Redis, run_id: str, component: str | None = None) -> dict[str, Any]:
+class DeadReport(Report):
+    """A run's dead letters with their errors and keys (`dead`)."""
+    run_id: str
+    dead: list[ShownTuple]
+
+
+def dead(client: Redis, run_id: str, component: str | None = None) -> DeadReport:
     """Dead letters with their errors (`recovery dead --json`, /api/v1/runs/ID/dead)."""
-    return {"run_id": run_id, "dead": [{**tuple_row(r), "key": dead_key(r)}
-                                       for r in dead_letters(client, run_id, component)]}
+    return DeadReport(run_id=run_id, dead=[ShownTuple.of(r, dead_key(r))
+                                           for r in dead_letters(client, run_id, component)])
 
 
 def requeue(client: Redis, run_id: str, component: str | None = None,

@@ -32,12 +32,15 @@ from recovery.connectors import files, log_offsets, sinks
 from recovery.connectors.redis_stream import report as stream_report
 from recovery.errors import RecoveryError, RunBusy
 from recovery.jobs import dead_sink, recover, settle, submit
+from recovery.jobs import follow_events as events
 from recovery.jobs import summary as jobs_summary
+from recovery.jobs.follow_events import Event
 from recovery.jobs.settle import Progress
 from recovery.jobs.submit import SubmitPlan, check_classes
 from recovery.jobs.summary import RunSummary
 from recovery.model import code
-from recovery.model.record import RunRecord
+from recovery.model.partition import PartitionRow
+from recovery.model.record import ComponentStats, RunRecord
 from recovery.model.run import RunSpec
 from recovery.model.workflow import Workflow
 from recovery.tracking import keys, runs, spill
@@ -48,7 +51,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Event = Callable[[str, dict], None]
 
 
 class Stopper:
@@ -137,14 +139,15 @@ class FollowOutcome:
     started), the follow's own figures, and the topics' partitions and warnings."""
     summary: RunSummary | None
     follow: dict[str, Any]   # batches, messages, recovery_rounds, resumed (run ids), stopped (why)
-    partitions: list[dict[str, Any]]
+    partitions: list[PartitionRow]
     warnings: list[str]
 
     def to_json(self) -> dict[str, Any]:
         """`submit --follow --json`: the run's summary with `follow`, or without a run its id None."""
         if self.summary is not None:
             return {**self.summary.to_json(), "follow": self.follow}
-        return {"run_id": None, "batches": 0, "partitions": self.partitions, "warnings": self.warnings,
+        return {"run_id": None, "batches": 0, "partitions": [p.to_json() for p in self.partitions],
+                "warnings": self.warnings,
                 "follow": self.follow}
 
 
@@ -193,10 +196,10 @@ def _due(client: Redis, run_id: str) -> bool:
     return queued and failed_queue.earliest_due(client, run_id) <= time.time()
 
 
-def _round_stats(client: Redis, run_id: str, round_no: int) -> dict[str, jobs_summary.ComponentStats]:
+def _round_stats(client: Redis, run_id: str, round_no: int) -> dict[str, ComponentStats]:
     for r in runs.get(client, run_id).rounds:
-        if r.get("round") == round_no:
-            return jobs_summary.round_components(r)
+        if r.round == round_no:
+            return r.components
     return {}
 
 
@@ -212,7 +215,7 @@ def _run_micro_batch(spark: SparkSession, client: Redis, wf: Workflow, spec: Run
             raise
         log.debug("run %s batch round %d failed under a stop request; running it again", spec.run_id,
                   spec.round, exc_info=err)
-        emit("retry", {"round": spec.round, "error": f"{type(err).__name__}"})
+        emit(events.Retry(spec.round, type(err).__name__))
         return settle.run_and_settle(spark, client, wf, spec)
 
 
@@ -249,13 +252,13 @@ def run(spark: SparkSession, client: Redis, redis_url: str, plan: FollowPlan, ma
         stop: Stopper | None = None) -> FollowOutcome:
     """Read the workflow's topics in micro-batches until stopped (signal, max_batches, or
     idle_exit seconds without a message); returns the run's summary."""
-    emit: Event = on_event or (lambda kind, info: None)
+    emit: Event = on_event or (lambda event: None)
     wf, xml, file, master, run_id, reset = plan.workflow, plan.xml, plan.file, plan.master, plan.run_id, plan.reset
     wf_json = wf.to_task_json()
     spill_dir = spill.location(None, wf.settings().spill_dir)   # (no --spill-dir here)
     resumed = resume_crashed(spark, client, redis_url, wf)
     for s in resumed:
-        emit("resumed", s.to_json())
+        emit(events.Resumed(s))
     # Continue the consumer's follow run when it ran this very workflow: its keyed state and
     # round numbers go on (sink part files are named by round, so nothing is overwritten).
     current = None
@@ -277,13 +280,13 @@ def run(spark: SparkSession, client: Redis, redis_url: str, plan: FollowPlan, ma
         lease = held.enter_context(runs.take_over(client, current))
         gen = lease.generation
         runs.claim(client, run_id, gen)
-        emit("continue", {"run_id": run_id, "round": current.round})
+        emit(events.Continued(run_id, current.round))
     next_round = current.round + 1 if current else 0
     auto = wf.settings().auto
     batches = messages = recovery_rounds = 0
     reason = "signal"
     last_activity = time.monotonic()
-    stop = stop or Stopper(lambda why: emit("stopping", {"signal": why}))
+    stop = stop or Stopper(lambda why: emit(events.Stopping(why)))
     with held, stop:
         while True:
             if stop.requested:
@@ -296,7 +299,7 @@ def run(spark: SparkSession, client: Redis, redis_url: str, plan: FollowPlan, ma
             planned, trimmed = log_offsets.planned_messages(source_json)
             for line in log_offsets.trimmed_lines(source_json):
                 log.info("run %s: %s", run_id, line)
-                emit("trimmed", {"run_id": run_id, "line": line})
+                emit(events.Trimmed(run_id, line))
             active = False
             if planned or trimmed:
                 if not created:
@@ -305,7 +308,7 @@ def run(spark: SparkSession, client: Redis, redis_url: str, plan: FollowPlan, ma
                     runs.update(client, run_id, gen, follow=True, follow_batches=0, follow_messages=0,
                                 spill_dir=spill_dir, code_digest=plan.code_digest)
                     created = True
-                    emit("run", {"run_id": run_id})
+                    emit(events.Started(run_id))
                 spec = RunSpec(run_id, next_round, wf_json, redis_url, True, source_json=source_json,
                                generation=gen, spill_dir=spill_dir)
                 runs.claim(client, run_id, gen, round=next_round, current_workflow=wf_json,
@@ -318,12 +321,12 @@ def run(spark: SparkSession, client: Redis, redis_url: str, plan: FollowPlan, ma
                 dropped = dead_sink.enforce_retention(client, wf, run_id, gen)
                 stats = _round_stats(client, run_id, next_round)
                 spouts = {s.id for s in log_offsets.log_spouts(wf)}
-                emit("batch", {"run_id": run_id, "round": next_round, "messages": planned,
-                               "failed": sum(s.failed for s in stats.values()),
-                               "trimmed": sum(stats[s].trimmed for s in spouts if s in stats),
-                               "roots": sum(stats[s].roots for s in spouts if s in stats),
-                               "pending": summary.pending, "dead": summary.dead, "dead_dropped": dropped,
-                               "seconds": round(time.time() - started, 3)})
+                emit(events.Batch(run_id=run_id, round=next_round, messages=planned,
+                                  failed=sum(s.failed for s in stats.values()),
+                                  trimmed=sum(stats[s].trimmed for s in spouts if s in stats),
+                                  roots=sum(stats[s].roots for s in spouts if s in stats),
+                                  pending=summary.pending, dead=summary.dead, dead_dropped=dropped,
+                                  seconds=round(time.time() - started, 3)))
                 batches += 1
                 messages += planned
                 next_round += 1
@@ -342,7 +345,7 @@ def run(spark: SparkSession, client: Redis, redis_url: str, plan: FollowPlan, ma
                 recovery_rounds += rs.rounds or 0
                 dead_sink.enforce_retention(client, wf, run_id, gen)
                 next_round = runs.get(client, run_id).round + 1
-                emit("recovery", {"run_id": run_id, "rounds": rs.rounds, "pending": rs.pending, "dead": rs.dead})
+                emit(events.Recovered(run_id, rs.rounds, rs.pending, rs.dead))
                 active = active or bool(rs.rounds)
             if active:
                 last_activity = time.monotonic()

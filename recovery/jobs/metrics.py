@@ -34,7 +34,8 @@ from prometheus_client.registry import Collector
 from redis import Redis
 
 from recovery.errors import RecoveryError
-from recovery.jobs import reports, summary
+from recovery.jobs import follow_events, reports, summary
+from recovery.model.record import RoundRecord
 from recovery.tracking import keys, ledger, runs
 from recovery.tracking import queue as failed_queue
 
@@ -123,11 +124,11 @@ class _Families:
                 self.recovery_seconds, self.last_recovery, self.lag, self.committed, self.end, self.bytes]
 
 
-def is_recovery_round(round_record: dict[str, Any], original_ids: set[str]) -> bool:
+def is_recovery_round(round_record: RoundRecord, original_ids: set[str]) -> bool:
     """A round that replayed queued tuples (its queue sources are not in the original workflow)
     or failed roots; round 0 and a follow run's batches read their sources."""
-    comps = summary.round_components(round_record)
-    return bool(round_record.get("round")) and (
+    comps = round_record.components
+    return bool(round_record.round) and (
         any(c not in original_ids for c in comps) or any(s.replayed_roots for s in comps.values()))
 
 
@@ -162,15 +163,17 @@ def _collect_run(client: Redis, run_id: str, fam: _Families) -> None:
     ids = {c.id for c in original.components}
     recovery = [r for r in rec.rounds if is_recovery_round(r, ids)]
     fam.recovery_rounds.add_metric(labels, len(recovery))
-    fam.recovery_seconds.add_metric(labels, sum(max(0.0, float(r.get("ended") or 0) - float(r.get("started") or 0))
-                                               for r in recovery if r.get("started") and r.get("ended")))
-    last = max((float(r.get("ended") or 0) for r in recovery), default=0.0)
+    fam.recovery_seconds.add_metric(labels, sum(max(0.0, r.ended - r.started)
+                                               for r in recovery if r.started and r.ended))
+    last = max((r.ended or 0.0 for r in recovery), default=0.0)
     fam.last_recovery.add_metric(labels, last or float(rec.started or 0))
     for offsets in status.partitions or []:
-        part = [*labels, str(offsets["topic"]), str(offsets["partition"])]
-        fam.lag.add_metric(part, float(offsets["lag"]))
-        fam.committed.add_metric(part, float(offsets["committed"]))
-        fam.end.add_metric(part, float(offsets["end"]))
+        if offsets.missing:   # (a topic that does not exist has no partition to measure)
+            continue
+        part = [*labels, offsets.topic, str(offsets.partition)]
+        fam.lag.add_metric(part, float(offsets.lag))
+        fam.committed.add_metric(part, float(offsets.committed))
+        fam.end.add_metric(part, float(offsets.end))
     used = run_bytes(client, run_id, status.failed_positions)
     if used is not None:
         fam.bytes.add_metric(labels, used)
@@ -242,7 +245,8 @@ class MetricsServer:
 
     def __init__(self, registry: CollectorRegistry, host: str, port: int, token: str | None,
                  hosts: Callable[[int], HostCheck] | None = None):
-        exposition = make_wsgi_app(registry)
+        # (prometheus_client declares its WSGI app as a bare Callable: this is the WSGI shape)
+        exposition: Callable[[dict[str, Any], Any], Iterable[bytes]] = make_wsgi_app(registry)
         rule: list[HostCheck] = []     # set once the port is known, before the first request is served
 
         def app(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
@@ -287,6 +291,6 @@ class RunWatch:
     def ids(self) -> list[str]:
         return [self.run_id] if self.run_id else []
 
-    def on_event(self, kind: str, info: dict) -> None:
-        if kind in ("run", "continue") and info.get("run_id"):
-            self.run_id = info["run_id"]
+    def on_event(self, event: follow_events.FollowEvent) -> None:
+        if isinstance(event, follow_events.Started | follow_events.Continued):
+            self.run_id = event.run_id

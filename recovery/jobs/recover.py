@@ -248,7 +248,7 @@ def _recover(spark: SparkSession, client: Redis, redis_url: str, rec: RunRecord,
     for warning in final.warnings or []:
         log.warning("run %s: %s", run_id, warning)
     # what this recover's rounds did (a resumed round's included), as their round records say
-    final = with_own_rounds(final, [r for r in settled.rounds if r.get("round") in ran], original)
+    final = with_own_rounds(final, [r for r in settled.rounds if r.round in ran], original)
     final.rounds, final.resumed = len(ran), resumed is not None
     final.duration, final.strategy = round(time.time() - started, 3), strategy
     return final

@@ -9,14 +9,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, model_serializer
 from redis import Redis
 
 from recovery.connectors.redis_stream import report as stream_reader
 from recovery.errors import NoSuchComponent, RecoveryError
 from recovery.jobs import summary
 from recovery.model.failed import FailedTuple
-from recovery.model.record import RunRecord
+from recovery.model.partition import PartitionRow
+from recovery.model.record import ComponentStats, RunRecord
 from recovery.model.render import chains_of
 from recovery.model.synthesis import plan_marks, synthesize
 from recovery.model.xml.write import to_xml
@@ -47,6 +48,13 @@ def error_kind(error: str | None) -> str:
     if e.startswith("failed by "):
         return "fail"
     return "exception"
+
+
+class Report(BaseModel):
+    """A report whose JSON `--json` prints and /api/v1 returns (`to_json`)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump()
 
 
 class RunRow(BaseModel):
@@ -104,7 +112,28 @@ def run_status(client: Redis, run_id: str) -> dict[str, Any]:
     return run_summary(client, run_id).to_json()
 
 
-def rounds(client: Redis, run_id: str) -> dict[str, Any]:
+class RoundReport(BaseModel):
+    """One round of a run as reported (/api/v1/runs/ID/rounds, `Run.rounds()`): 0 is the
+    submit, later ones recovery (or a follow run's batches). `replayed` the queued tuples it
+    replayed, `recovered` those that no longer failed, `failed` and `dead` its failures and the
+    tuples that ran out of attempts."""
+    round: int
+    components: dict[str, ComponentStats] = {}
+    replayed: int = 0
+    recovered: int = 0
+    failed: int = 0
+    dead: int = 0
+    ended: float | None = None
+    duration: float | None = None
+
+
+class RoundsReport(Report):
+    """A run's rounds, oldest first (`rounds`)."""
+    run_id: str
+    rounds: list[RoundReport]
+
+
+def rounds(client: Redis, run_id: str) -> RoundsReport:
     """Per round: its components' counters, what it replayed, recovered and lost, its duration.
     Round 0 is the submit; a recovery round's `replayed` counts the queued tuples its queue
     spouts emitted, `recovered` those of them acked, `dead` the tuples that ran out of attempts."""
@@ -112,41 +141,93 @@ def rounds(client: Redis, run_id: str) -> dict[str, Any]:
     original = rec.original_workflow()
     out = []
     previous_end = rec.started or 0.0
-    for r in sorted(rec.rounds, key=lambda r: r.get("round", 0)):
-        ended = float(r.get("ended") or 0)
+    for r in sorted(rec.rounds, key=lambda r: r.round):
+        ended = r.ended or 0.0
         # rounds recorded before rounds had a start: from the end of the round before
-        started = float(r.get("started") or previous_end or 0)
-        out.append({"round": r.get("round", 0), "components": r.get("components") or {},
-                    **summary.round_outcome(r, original),
-                    "ended": ended or None,
-                    "duration": round(ended - started, 3) if ended and started else None})
+        started = r.started or previous_end or 0.0
+        outcome = summary.round_outcome(r, original)
+        out.append(RoundReport(round=r.round, components=r.components, replayed=outcome.replayed,
+                               recovered=outcome.recovered, failed=outcome.failed, dead=outcome.dead,
+                               ended=ended or None,
+                               duration=round(ended - started, 3) if ended and started else None))
         previous_end = ended or previous_end
-    return {"run_id": run_id, "rounds": out}
+    return RoundsReport(run_id=run_id, rounds=out)
 
 
-def component(client: Redis, run_id: str, component_id: str) -> dict[str, Any]:
+class ComponentRound(BaseModel):
+    """A component's counters in one round. Its JSON: the round, then the counters reported."""
+    round: int
+    stats: ComponentStats | None = None    # None: the component did not run in that round
+
+    @model_serializer
+    def to_json(self) -> dict[str, Any]:
+        return {"round": self.round, **(self.stats.to_json() if self.stats is not None else {})}
+
+
+class ComponentReport(Report):
+    """One component of a run: its kind and tasks, its counters per round, its failed positions."""
+    run_id: str
+    component: str
+    kind: str
+    parallelism: int
+    rounds: list[ComponentRound]
+    failed_positions: list[summary.FailedPosition]
+
+
+def component(client: Redis, run_id: str, component_id: str) -> ComponentReport:
     """One component: its counters per round and its failed positions (/api/v1/runs/ID/components/C)."""
     rec = runs.get(client, run_id)
     wf = rec.original_workflow()
     if component_id not in {c.id for c in wf.components}:
         raise NoSuchComponent(f"run {run_id}: no component {component_id!r} in workflow {wf.name!r}")
     c = wf.component(component_id)
-    per_round = [{"round": r["round"], **(r["components"].get(component_id) or {})}
-                 for r in rounds(client, run_id)["rounds"]]
-    return {"run_id": run_id, "component": component_id, "kind": c.kind,
-            "parallelism": c.parallelism, "rounds": per_round,
-            "failed_positions": [p.model_dump() for p in summary.failed_positions(client, run_id)
-                                 if p.component == component_id and p.count]}
+    return ComponentReport(
+        run_id=run_id, component=component_id, kind=c.kind, parallelism=c.parallelism,
+        rounds=[ComponentRound(round=r.round, stats=r.components.get(component_id))
+                for r in rounds(client, run_id).rounds],
+        failed_positions=[p for p in summary.failed_positions(client, run_id)
+                          if p.component == component_id and p.count])
 
 
-def tuple_row(rec: FailedTuple) -> dict[str, Any]:
-    """A failed tuple as shown: the fields its record holds, and its error's kind."""
-    row = {k: _text(v) for k, v in rec.model_dump(exclude_unset=True).items()}
-    row["kind"] = "message gone" if rec.gone else error_kind(rec.error)
-    return row
+class ShownTuple(BaseModel):
+    """A queued failed tuple or a dead letter as reported: its record, its error's kind and,
+    for a dead letter, its key (what `dead --requeue --tuple` takes). Its JSON is the fields its
+    record holds (a spout's raw bytes as text), then `kind` (and `key`)."""
+    record: FailedTuple
+    kind: str
+    key: str | None = None
+
+    @classmethod
+    def of(cls, rec: FailedTuple, key: str | None = None) -> ShownTuple:
+        return cls(record=rec, kind="message gone" if rec.gone else error_kind(rec.error), key=key)
+
+    @property
+    def shown_values(self) -> Any:
+        """Its values, or for a record that did not decode, that record (as text)."""
+        return _text(self.record.values if self.record.values is not None else self.record.raw)
+
+    @model_serializer
+    def to_json(self) -> dict[str, Any]:
+        row = {k: _text(v) for k, v in self.record.model_dump(exclude_unset=True).items()}
+        row["kind"] = self.kind
+        if self.key is not None:
+            row["key"] = self.key
+        return row
 
 
-def failed(client: Redis, run_id: str, limit: int = FAILED_TUPLES_SHOWN) -> dict[str, Any]:
+class FailedPositionReport(summary.FailedPosition):
+    """A failed position with its queued tuples (at most `FAILED_TUPLES_SHOWN`) and their kinds."""
+    kind: str
+    tuples: list[ShownTuple]
+
+
+class FailedReport(Report):
+    """A run's failed positions with their queued tuples (`failed`)."""
+    run_id: str
+    failed_positions: list[FailedPositionReport]
+
+
+def failed(client: Redis, run_id: str, limit: int = FAILED_TUPLES_SHOWN) -> FailedReport:
     """Failed positions with their queued tuples' full errors and tracebacks (/api/v1/runs/ID/failed).
     Each position lists at most `limit` tuples; `count` is always the whole queue."""
     runs.get(client, run_id)
@@ -154,14 +235,27 @@ def failed(client: Redis, run_id: str, limit: int = FAILED_TUPLES_SHOWN) -> dict
     for p in summary.failed_positions(client, run_id):
         if not p.count:
             continue
-        tuples = [tuple_row(t) for t in failed_queue.sample(client, run_id, p.component, p.task, limit)]
-        tuples.sort(key=lambda t: t.get("id", 0))
-        kinds = sorted({t["kind"] for t in tuples})
-        positions.append({**p.model_dump(), "kind": ", ".join(kinds), "tuples": tuples})
-    return {"run_id": run_id, "failed_positions": positions}
+        tuples = [ShownTuple.of(t) for t in failed_queue.sample(client, run_id, p.component, p.task, limit)]
+        tuples.sort(key=lambda t: t.record.id)
+        kinds = sorted({t.kind for t in tuples})
+        positions.append(FailedPositionReport(**p.model_dump(), kind=", ".join(kinds), tuples=tuples))
+    return FailedReport(run_id=run_id, failed_positions=positions)
 
 
-def plan(client: Redis, run_id: str) -> dict[str, Any]:
+class RecoveryPlan(Report):
+    """What the next recovery round would run (`recovery plan`): the failed tasks per
+    component, the components that run again, the marks per component, its chains and the
+    synthesized workflow's XML (None when nothing failed)."""
+    run_id: str
+    workflow: str
+    failed: dict[str, list[int]]
+    marks: dict[str, str]
+    rerun: list[str]
+    chains: list[list[str]]
+    xml: str | None
+
+
+def plan(client: Redis, run_id: str) -> RecoveryPlan:
     """The recovery workflow the next round would run (`recovery plan`, /api/v1/runs/ID/plan):
     the failed tasks per component, the components that run again, what each failed one is
     marked with, and the synthesized workflow as XML (None when nothing failed)."""
@@ -176,12 +270,17 @@ def plan(client: Redis, run_id: str) -> dict[str, Any]:
     xml = to_xml(recovery_wf) if recovery_wf is not None else None
     # the recovery round's chains (one Spark stage each), as `recovery graph` shows a run's
     chains = [list(c) for c in chains_of(recovery_wf)] if recovery_wf is not None else []
-    return {"run_id": run_id, "workflow": original.name, "failed": failed_tasks,
-            "marks": marks, "rerun": [c.id for c in original.components if c.id not in dim],
-            "chains": chains, "xml": xml}
+    return RecoveryPlan(run_id=run_id, workflow=original.name, failed=failed_tasks, marks=marks,
+                        rerun=[c.id for c in original.components if c.id not in dim], chains=chains, xml=xml)
 
 
-def partitions(client: Redis, run_id: str) -> dict[str, Any]:
+class PartitionsReport(Report):
+    """A topic-reading run's partitions (`partitions`)."""
+    run_id: str
+    partitions: list[PartitionRow]
+
+
+def partitions(client: Redis, run_id: str) -> PartitionsReport:
     """Per log spout and topic partition: committed offset, end, lag (/api/v1/runs/ID/partitions)."""
     wf = runs.get(client, run_id).original_workflow()
-    return {"run_id": run_id, "partitions": stream_reader.partition_report(client, wf)}
+    return PartitionsReport(run_id=run_id, partitions=stream_reader.partition_report(client, wf))

@@ -21,9 +21,10 @@ from recovery.controlplane import connection
 from recovery.engine import rounds as engine_rounds
 from recovery.errors import ExecutorsLost, JobFailed, RecoveryError, RedisUnavailable, RunError, SpillError
 from recovery.jobs import dead_sink
-from recovery.jobs.summary import RunSummary, summarize
+from recovery.jobs.summary import RunSummary, components_of, summarize
 from recovery.model.config import PropertyError
 from recovery.model.graph import in_stage_order
+from recovery.model.record import RoundRecord
 from recovery.model.run import RunSpec
 from recovery.model.workflow import Workflow
 from recovery.tracking import keys, ledger, runs, spill, tracker
@@ -119,8 +120,9 @@ def run_and_settle(spark: SparkSession, client: redis.Redis, wf: Workflow, spec:
     rec = runs.get(client, spec.run_id)
     rounds = rec.rounds
     if stats or execute:   # (a settle-only resume after the markers went keeps what was recorded)
-        rounds = [r for r in rounds if r.get("round") != spec.round]
-        rounds.append({"round": spec.round, "components": stats, "started": started, "ended": time.time()})
+        rounds = [r for r in rounds if r.round != spec.round]
+        rounds.append(RoundRecord(round=spec.round, components=components_of(stats), started=started,
+                                  ended=time.time()))
         runs.update(client, spec.run_id, gen, rounds=rounds, **({"stats": stats} if spec.round == 0 else {}))
     # the acker's counts (those the round's last task counted, else by Spark tasks, one per
     # ledger bucket): stored with the settle

@@ -2,75 +2,22 @@
 topological order, and the failed positions (`RunSummary`, built by `summarize`)."""
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import Mapping
+from typing import Any, NamedTuple, Protocol, TypeVar
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    PrivateAttr,
-    SerializerFunctionWrapHandler,
-    model_serializer,
-    model_validator,
-)
+from pydantic import BaseModel
 from redis import Redis
 
 from recovery.connectors import log_offsets
 from recovery.connectors.redis_stream import report as stream_report
 from recovery.model.graph import in_stage_order
-from recovery.model.record import RunRecord
+from recovery.model.partition import PartitionRow
+from recovery.model.record import ComponentStats, RoundRecord, RunRecord
 from recovery.model.workflow import Workflow
 from recovery.tracking import ledger, runs
 from recovery.tracking import queue as failed_queue
 
-
-class ComponentStats(BaseModel):
-    """One component's counters, added up over its tasks (and, in `recover`'s summary, over
-    its rounds). A task reports the first six; the others when they apply: `seconds` its time
-    (the slowest task's), `spill_bytes` what it wrote to the spill store, `replayed_roots` the
-    roots a root replay re-emitted, `trimmed` and `idle_tasks` a log source's messages gone
-    before they were read and its tasks with nothing to read, `gone` the roots whose message
-    was gone at replay, `bisect_*` a batch bolt's bisection. Counters a newer task reports are
-    kept as they are. Its JSON holds the counters reported, in the order reported."""
-
-    model_config = ConfigDict(extra="allow")
-
-    executed: int = 0
-    acked: int = 0
-    failed: int = 0
-    emitted: int = 0
-    roots: int = 0
-    dead: int = 0
-    seconds: float = 0.0
-    spill_bytes: int = 0
-    replayed_roots: int = 0
-    trimmed: int = 0
-    idle_tasks: int = 0
-    gone: int = 0
-    bisect_runs: int = 0
-    bisect_rows: int = 0
-    bisect_isolated: int = 0
-    _reported: tuple[str, ...] = PrivateAttr(default=())   # the counters given, in their order
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _keep_order(cls, data: Any, handler: Any) -> ComponentStats:
-        out = handler(data)
-        if isinstance(data, dict):
-            out._reported = tuple(data)
-        return out
-
-    @model_serializer(mode="wrap")
-    def _as_reported(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data = handler(self)
-        names = [*self._reported, *sorted(self.model_fields_set - set(self._reported))]
-        return {k: data[k] for k in names if k in data}
-
-    def to_json(self) -> dict[str, Any]:
-        return self.model_dump()
-
-    @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> ComponentStats:
-        return cls.model_validate(obj)
+T = TypeVar("T")
 
 
 class FailedPosition(BaseModel):
@@ -82,21 +29,16 @@ class FailedPosition(BaseModel):
     sample_error: str | None = None
 
 
-def components_of(stats: dict[str, dict[str, Any]]) -> dict[str, ComponentStats]:
-    """Per-component counters from their JSON (the run record stores them so)."""
+def components_of(stats: Mapping[str, Mapping[str, Any]]) -> dict[str, ComponentStats]:
+    """Per-component counters from their JSON (what a round's tasks report)."""
     return {c: ComponentStats.from_json(s) for c, s in stats.items()}
 
 
-def round_components(round_record: dict[str, Any]) -> dict[str, ComponentStats]:
-    """A round record's per-component counters."""
-    return components_of(round_record.get("components") or {})
-
-
-def sum_components(rounds: list[dict[str, Any]], wf: Workflow) -> dict[str, ComponentStats]:
+def sum_components(rounds: list[RoundRecord], wf: Workflow) -> dict[str, ComponentStats]:
     """Counters of several rounds added up, per component (seconds too: time spent)."""
     total: dict[str, dict[str, Any]] = {}
     for r in rounds:
-        for comp, st in round_components(r).items():
+        for comp, st in r.components.items():
             agg = total.setdefault(comp, {})
             for k, v in st.to_json().items():
                 if isinstance(v, (int, float)):
@@ -104,32 +46,39 @@ def sum_components(rounds: list[dict[str, Any]], wf: Workflow) -> dict[str, Comp
     return in_stage_order({c: ComponentStats.from_json(agg) for c, agg in total.items()}, wf)
 
 
-def round_outcome(round_record: dict[str, Any], original: Workflow) -> dict[str, int]:
+class RoundOutcome(NamedTuple):
+    """What one round did (`round_outcome`)."""
+    replayed: int
+    recovered: int
+    failed: int
+    dead: int
+
+
+def round_outcome(round_record: RoundRecord, original: Workflow) -> RoundOutcome:
     """What one recovery round did, from its record's counters: `replayed` the queued tuples its
     queue spouts emitted (a root replay: the roots it re-emitted), `recovered` those of them
     that no longer fail (replayed - failed), `failed` and `dead` the failures and the tuples that
     ran out of attempts. Round 0 (the submit) replays nothing."""
-    comps = round_components(round_record)
+    comps = round_record.components
     ids = {c.id for c in original.components}   # queue spouts: what the original has not
     replayed = sum(c.emitted for cid, c in comps.items() if cid not in ids)
     replayed += sum(c.replayed_roots for c in comps.values())
     failed = sum(c.failed for c in comps.values())
     dead = sum(c.dead for c in comps.values())
-    if not round_record.get("round"):
+    if not round_record.round:
         replayed = 0
-    return {"replayed": replayed, "recovered": max(0, replayed - failed) if replayed else 0,
-            "failed": failed, "dead": dead}
+    return RoundOutcome(replayed, max(0, replayed - failed) if replayed else 0, failed, dead)
 
 
-def with_own_rounds(summary: RunSummary, rounds: list[dict[str, Any]], original: Workflow) -> RunSummary:
+def with_own_rounds(summary: RunSummary, rounds: list[RoundRecord], original: Workflow) -> RunSummary:
     """A recover's summary with what its own rounds did (their round records; a resumed one's
     included): their counters added up (the table under the summary, not round 0's), the
     tuples they recovered and those that died."""
     outcomes = [round_outcome(r, original) for r in rounds]
     summary.components = sum_components(rounds, original)
-    summary.components_rounds = [r["round"] for r in rounds]
-    summary.recovered = sum(o["recovered"] for o in outcomes)
-    summary.newly_dead = sum(o["dead"] for o in outcomes)
+    summary.components_rounds = [r.round for r in rounds]
+    summary.recovered = sum(o.recovered for o in outcomes)
+    summary.newly_dead = sum(o.dead for o in outcomes)
     summary.spill_bytes = spill_bytes(summary.components)
     return summary
 
@@ -182,7 +131,7 @@ class RunSummary(BaseModel):
     warnings: list[str] | None = None
     dead_written: int | None = None        # dead letters written to the dead-letter sink (out of Redis)
     dead_dropped: int | None = None        # dead letters dropped by recovery.dead.retention
-    partitions: list[dict[str, Any]] | None = None
+    partitions: list[PartitionRow] | None = None
     batches: int | None = None
     resumed_round: int | None = None
     rounds: int | None = None              # recover: the rounds it ran (a resumed one included)
@@ -208,7 +157,8 @@ class RunSummary(BaseModel):
 _WHEN_SET = tuple(RunSummary.model_fields)[tuple(RunSummary.model_fields).index("warnings"):]
 
 
-def summarize(client: Redis, rec: RunRecord, rounds: list | None = None, settled: bool = False) -> RunSummary:
+def summarize(client: Redis, rec: RunRecord, rounds: list[RoundRecord] | None = None,
+              settled: bool = False) -> RunSummary:
     """Roots complete / pending / failed / dead and the failed positions, from the run record
     as read (`rec`: a report reads it once) and the run's queue (read here). `settled`: the
     caller just finished a round, so the status is the acker's verdict, not the record's.
@@ -223,8 +173,8 @@ def summarize(client: Redis, rec: RunRecord, rounds: list | None = None, settled
     original = rec.original_workflow()
     if rounds is None:
         rounds = rec.rounds
-    first = next((r for r in rounds if r.get("round") == 0), None)
-    stats = in_stage_order(round_components(first) if first else components_of(rec.stats), original)
+    first = next((r for r in rounds if r.round == 0), None)
+    stats = in_stage_order(first.components if first else rec.stats, original)
     out = RunSummary(run_id=run_id, workflow=original.name, status=status, round=rec.round,
                      dead_tuples=dead_tuples, failed_positions=positions,
                      components=stats, components_rounds=[0] if stats else [], spill_bytes=spill_bytes(stats),
@@ -243,7 +193,7 @@ def summarize(client: Redis, rec: RunRecord, rounds: list | None = None, settled
         return out
     # every round's new roots (continuous runs read new messages in later rounds; replays
     # are counted apart by the tasks)
-    roots = sum(c.roots for r in rounds for c in round_components(r).values())
+    roots = sum(c.roots for r in rounds for c in r.components.values())
     if not rounds:
         roots = sum(s.roots for s in stats.values())
     # the acker's counts of the settled round, stored by the tasks that folded the ledger
@@ -297,7 +247,7 @@ class HasPartitions(Protocol):
     @property
     def warnings(self) -> list[str] | None: ...
     @property
-    def partitions(self) -> list[dict[str, Any]] | None: ...
+    def partitions(self) -> list[PartitionRow] | None: ...
 
 
 def with_topics(client: Redis, summary: RunSummary, rec: RunRecord, wf: Workflow | None = None) -> RunSummary:
@@ -314,12 +264,12 @@ def with_topics(client: Redis, summary: RunSummary, rec: RunRecord, wf: Workflow
         if summary.counts_known:   # (a batch not settled: its counts stay unknown)
             summary.roots = roots
             summary.complete = max(0, roots - (summary.pending or 0) - (summary.dead or 0))
-    stats: dict[str, dict] = {}
+    trimmed: dict[str, int] = {}
     for r in rec.rounds:
-        for comp, s in round_components(r).items():
+        for comp, s in r.components.items():
             if s.trimmed:
-                stats.setdefault(comp, {"trimmed": 0})["trimmed"] += s.trimmed
-    summary.warnings = [*(summary.warnings or []), *stream_report.warnings_for(wf, client, stats)]
+                trimmed[comp] = trimmed.get(comp, 0) + s.trimmed
+    summary.warnings = [*(summary.warnings or []), *stream_report.warnings_for(wf, client, trimmed)]
     return summary
 
 

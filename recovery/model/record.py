@@ -11,7 +11,16 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from recovery.errors import RunError
 from recovery.model.workflow import Workflow
@@ -20,6 +29,77 @@ from recovery.model.workflow import Workflow
 JSON_FIELDS = ("stats", "rounds", "summary", "root_epochs")
 # Read with the record, not stored in its hash: the driver's lease as read at the same moment.
 LEASE_FIELDS = ("lease_holder", "lease_ms")
+
+
+class ComponentStats(BaseModel):
+    """One component's counters, added up over its tasks (and, in `recover`'s summary, over
+    its rounds). A task reports the first six; the others when they apply: `seconds` its time
+    (the slowest task's), `spill_bytes` what it wrote to the spill store, `replayed_roots` the
+    roots a root replay re-emitted, `trimmed` and `idle_tasks` a log source's messages gone
+    before they were read and its tasks with nothing to read, `gone` the roots whose message
+    was gone at replay, `bisect_*` a batch bolt's bisection. Counters a newer task reports are
+    kept as they are. Its JSON holds the counters reported, in the order reported."""
+
+    model_config = ConfigDict(extra="allow")
+
+    executed: int = 0
+    acked: int = 0
+    failed: int = 0
+    emitted: int = 0
+    roots: int = 0
+    dead: int = 0
+    seconds: float = 0.0
+    spill_bytes: int = 0
+    replayed_roots: int = 0
+    trimmed: int = 0
+    idle_tasks: int = 0
+    gone: int = 0
+    bisect_runs: int = 0
+    bisect_rows: int = 0
+    bisect_isolated: int = 0
+    _reported: tuple[str, ...] = PrivateAttr(default=())   # the counters given, in their order
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _keep_order(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> ComponentStats:
+        out = handler(data)
+        assert isinstance(out, ComponentStats)
+        if isinstance(data, dict):
+            out._reported = tuple(data)
+        return out
+
+    @model_serializer(mode="wrap")
+    def _as_reported(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        names = [*self._reported, *sorted(self.model_fields_set - set(self._reported))]
+        return {k: data[k] for k in names if k in data}
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump()
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> ComponentStats:
+        return cls.model_validate(obj)
+
+
+class RoundRecord(BaseModel):
+    """One round as the run record keeps it: its number (0: the submit, or a follow run's
+    first batch), its components' counters, when it started and ended (epoch seconds; a
+    record of an older version may lack its start)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    round: int = 0
+    components: dict[str, ComponentStats] = {}
+    started: float | None = None
+    ended: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump()
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> RoundRecord:
+        return cls.model_validate(obj)
 
 
 class RunRecord(BaseModel):
@@ -56,8 +136,8 @@ class RunRecord(BaseModel):
     root_epochs: list[int] = []
     current_workflow: str | None = None  # the current round's workflow (JSON)
     current_spec: str | None = None      # the current round's RunSpec extras (RunSpec.round_json)
-    stats: dict[str, Any] = {}           # round 0's counters per component
-    rounds: list[dict[str, Any]] = []    # per round: round, components, started, ended
+    stats: dict[str, ComponentStats] = {}  # round 0's counters per component
+    rounds: list[RoundRecord] = []       # per round: round, components, started, ended
     summary: dict[str, Any] | None = None  # the last summary (jobs.summary.summarize)
     # a follow run (`submit --follow`): batches and messages read so far, when it stopped
     follow: bool = False
@@ -127,9 +207,16 @@ def encode(value: Any) -> str | int | float:
     """A field's value as the hash stores it (redis-py writes numbers as their text)."""
     if isinstance(value, bool):
         return int(value)
-    if isinstance(value, (dict, list)):
-        return json.dumps(value)
+    if isinstance(value, (dict, list, BaseModel)):
+        return json.dumps(value, default=_model_json)
     return "" if value is None else value
+
+
+def _model_json(value: Any) -> Any:
+    """A model inside a field's value as its JSON (a round's record, its counters)."""
+    if isinstance(value, BaseModel):
+        return value.model_dump()
+    raise TypeError(f"{type(value).__name__} is not JSON")
 
 
 def _short(value: Any) -> str:

@@ -128,9 +128,9 @@ def queued_roots(client: Redis, run_id: str, bucket: int | None = None) -> set[i
 
 def dead_count(client: Redis, run_id: str) -> int:
     """The dead letters Redis holds (those being written to the dead-letter sink included)."""
-    n = int(cast(int, client.hlen(keys.dead(run_id))))
+    n = int(client.hlen(keys.dead(run_id)))
     for flush_key in _flush_keys(client, run_id):
-        n += int(cast(int, client.hlen(flush_key)))
+        n += int(client.hlen(flush_key))
     return n
 
 
@@ -391,7 +391,7 @@ def requeue(client: Redis, run_id: str, generation: str | None, component: str |
 def gone_roots(client: Redis, run_id: str) -> tuple[int, str]:
     """(how many dead letters are roots whose message was gone from its source when a replay
     re-read it, the error of one of them)."""
-    n = int(cast(int, client.hlen(keys.gone(run_id))))
+    n = int(client.hlen(keys.gone(run_id)))
     sample = next((cast(bytes, v) for _, v in client.hscan_iter(keys.gone(run_id), count=1)), b"") if n else b""
     return n, sample.decode("utf-8", "replace")
 

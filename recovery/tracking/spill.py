@@ -42,7 +42,7 @@ import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, cast
+from typing import BinaryIO
 from urllib.parse import quote
 
 import msgpack
@@ -140,7 +140,7 @@ class SpillRef:
     crc: int
 
     def pack(self) -> bytes:
-        return cast(bytes, msgpack.packb([self.path, self.size, self.chunks, self.crc]))
+        return msgpack.packb([self.path, self.size, self.chunks, self.crc])
 
     @classmethod
     def unpack(cls, raw: bytes) -> SpillRef:
@@ -273,7 +273,7 @@ class SpillWriter:
                 self.store.files.prepare(self.rel_dir)
                 self._fh = self.store.files.create(self._file)
                 self._write(MAGIC)
-            frame = self._compressor.compress(cast(bytes, msgpack.packb(self._pending)))
+            frame = self._compressor.compress(msgpack.packb(self._pending))
             self._write(_LEN.pack(len(frame)) + frame)
         except (OSError, ValueError) as err:
             self.error = self._failed("write", self._file, err)

@@ -9,8 +9,8 @@ import os
 import subprocess
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from redis import Redis
 
@@ -23,13 +23,24 @@ log = logging.getLogger(__name__)
 LOG_LINES = 12
 
 
+@dataclass(frozen=True)
+class RecoverProcess:
+    """A recover this server started: pid, running, exit code (None while it runs), the last
+    lines of its output and its log file."""
+    pid: int
+    running: bool
+    exit_code: int | None
+    output: list[str]
+    log: str
+
+
 class RecoverProcesses:
     """The `recovery recover` processes this server started, by run id."""
 
     def __init__(self, redis_url: str, log_dir: Path):
         self.redis_url = redis_url
         self.log_dir = log_dir
-        self._procs: dict[str, tuple[subprocess.Popen, Path]] = {}
+        self._procs: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}
         self._lock = threading.Lock()
 
     def start(self, client: Redis, run_id: str) -> int:
@@ -73,7 +84,7 @@ class RecoverProcesses:
         for log_path in self.log_dir.glob("*.recover.log"):
             private_file(log_path, "recover log")
 
-    def state(self, run_id: str) -> dict[str, Any] | None:
+    def state(self, run_id: str) -> RecoverProcess | None:
         """The last recover this server started for `run_id`: pid, running, exit code, the
         last lines of its output; None when it started none."""
         with self._lock:
@@ -88,8 +99,8 @@ class RecoverProcesses:
             lines = [f"(cannot read {log_path}: {err})"]
         # rich redraws its progress bar with carriage returns: keep what is on screen last
         lines = [line.rsplit("\r", 1)[-1] for line in lines if line.strip()]
-        return {"pid": proc.pid, "running": code is None, "exit_code": code,
-                "output": lines[-LOG_LINES:], "log": str(log_path)}
+        return RecoverProcess(pid=proc.pid, running=code is None, exit_code=code, output=lines[-LOG_LINES:],
+                              log=str(log_path))
 
     def forget(self, run_id: str) -> None:
         with self._lock:

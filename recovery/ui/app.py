@@ -7,11 +7,12 @@ headers); the login page is the one page served without them."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import inspect
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from html import escape
 from pathlib import Path
 from typing import Any, cast
@@ -37,7 +38,7 @@ from recovery.tracking import keys, runs
 from recovery.tracking import queue as failed_queue
 from recovery.ui import svg
 from recovery.ui.access import check_token
-from recovery.ui.actions import RecoverProcesses
+from recovery.ui.actions import RecoverProcess, RecoverProcesses
 from recovery.ui.login import login_action, login_page
 from recovery.ui.security import (
     CSRF_FIELD,
@@ -107,25 +108,25 @@ class UI:
         rec = runs.get(client, run_id)
         summary = reports.run_summary(client, run_id, rec)
         original = rec.original_workflow()
-        failed = reports.failed(client, run_id)["failed_positions"]
-        dead = dead_letters.dead(client, run_id)["dead"]
+        failed = reports.failed(client, run_id).failed_positions
+        dead = dead_letters.dead(client, run_id).dead
         plan = reports.plan(client, run_id)
-        rounds = reports.rounds(client, run_id)["rounds"]
+        rounds = reports.rounds(client, run_id).rounds
         order = {cid: i for i, cid in enumerate(topological_order(original))}
         for r in rounds:   # the table lists components as the topology does (queue spouts first)
-            r["components"] = dict(sorted(r["components"].items(), key=lambda kv: order.get(kv[0], -1)))
+            r.components = dict(sorted(r.components.items(), key=lambda kv: order.get(kv[0], -1)))
         failed_by_component: dict[str, dict[int, int]] = {}
         for p in summary.failed_positions:
             failed_by_component.setdefault(p.component, {})[p.task] = p.count
         dead_by_component: dict[str, int] = {}
         for d in dead:
-            dead_by_component[d["component"]] = dead_by_component.get(d["component"], 0) + 1
+            dead_by_component[d.record.component] = dead_by_component.get(d.record.component, 0) + 1
         marks = svg.Marks(failed=failed_by_component, dead=dead_by_component,
-                          rerun=plan["rerun"] if plan["failed"] else None)
+                          rerun=plan.rerun if plan.failed else None)
         process = self.processes.state(run_id)
         plan_svg = ""
-        if plan["failed"]:
-            recovery_wf = synthesize(original, plan["failed"])
+        if plan.failed:
+            recovery_wf = synthesize(original, plan.failed)
             plan_svg = svg.topology(recovery_wf, title=f"recovery workflow {recovery_wf.name}")
         return {"run_id": run_id, "summary": summary, "workflow": original, "failed": failed,
                 "dead_count": len(dead), "dead_by_component": dead_by_component, "plan": plan,
@@ -135,10 +136,10 @@ class UI:
                 "process": process, "live": self.live(summary.status, process)}
 
     @staticmethod
-    def live(status: str, process: dict[str, Any] | None) -> bool:
+    def live(status: str, process: RecoverProcess | None) -> bool:
         """Whether the run page follows the run: while it runs, or a recover this server
         started for it runs. Otherwise nothing changes it but a click, and no stream is open."""
-        return status == runs.RUNNING or bool(process and process["running"])
+        return status == runs.RUNNING or (process is not None and process.running)
 
     def is_live(self, run_id: str) -> bool:
         return self.live(runs.status_of(runs.get(self.client, run_id)), self.processes.state(run_id))
@@ -149,8 +150,9 @@ class UI:
                    self.client.hmget(keys.run_record(run_id), "status", "round", "summary", "ended", "rounds"))
         if rec[0] is None:
             runs.get(self.client, run_id)   # raises: the run is gone
+        process = self.processes.state(run_id)
         parts = [*(v or b"" for v in rec), *failed_queue.fingerprint(self.client, run_id),
-                 json.dumps(self.processes.state(run_id), sort_keys=True).encode()]
+                 json.dumps(dataclasses.asdict(process) if process else None, sort_keys=True).encode()]
         return hashlib.sha256(b"\0".join(parts)).hexdigest()
 
     def render_run_body(self, run_id: str) -> str:
@@ -163,7 +165,8 @@ class UI:
 
 
 def _ui(request: Request) -> UI:
-    return request.app.state.ui
+    ui: UI = request.app.state.ui
+    return ui
 
 
 async def _form(request: Request) -> dict[str, list[str]]:
@@ -181,7 +184,7 @@ def _wants_fragment(request: Request) -> bool:
 def runs_page(request: Request) -> Response:
     ui = _ui(request)
     status = request.query_params.get("status") or None
-    rows = reports.runs_list(ui.client, status)["runs"]
+    rows = reports.run_rows(ui.client, status)
     name = "_runs_table.html" if request.query_params.get("fragment") else "runs.html"
     return ui.templates.TemplateResponse(request, name, {
         "rows": rows, "status": status, "message": request.query_params.get("message"),
@@ -238,10 +241,10 @@ def dead_page(request: Request) -> Response:
     ui = _ui(request)
     run_id = request.path_params["run_id"]
     component = request.query_params.get("component") or None
-    rows = dead_letters.dead(ui.client, run_id, component)["dead"]
-    by_position: dict[tuple[str, int], list[dict]] = {}
+    rows = dead_letters.dead(ui.client, run_id, component).dead
+    by_position: dict[tuple[str, int], list[reports.ShownTuple]] = {}
     for r in rows:
-        by_position.setdefault((r["component"], r["task"]), []).append(r)
+        by_position.setdefault((r.record.component, r.record.task), []).append(r)
     return ui.templates.TemplateResponse(request, "dead.html", {
         "run_id": run_id, "positions": sorted(by_position.items()), "count": len(rows),
         "component": component, "summary": reports.run_summary(ui.client, run_id),
@@ -292,8 +295,7 @@ async def requeue_action(request: Request) -> Response:
         if not selected:
             return RedirectResponse(f"/runs/{quote(run_id)}/dead?" + urlencode(
                 {"message": "nothing selected: tick the tuples to requeue"}), status_code=303)
-    result = await anyio.to_thread.run_sync(lambda: dead_letters.requeue(ui.client, run_id, None, selected))
-    n = result["requeued"]
+    n = await anyio.to_thread.run_sync(lambda: dead_letters.requeue_dead(ui.client, run_id, None, selected))
     message = (f"requeued {n} dead tuple{'s' if n != 1 else ''}: recover the run to replay "
                f"{'them' if n != 1 else 'it'}")
     return RedirectResponse(f"/runs/{quote(run_id)}/dead?" + urlencode({"message": message}), status_code=303)
@@ -306,9 +308,8 @@ async def clear_action(request: Request) -> Response:
     if form.get("confirm") != [run_id]:
         return RedirectResponse(f"/runs/{quote(run_id)}/clear", status_code=303)
     cleared = await anyio.to_thread.run_sync(lambda: jobs_clear.clear(ui.client, run_id, False))
-    result = jobs_clear.report({run_id: cleared})
     ui.processes.forget(run_id)
-    n = len(result["removed"][run_id])
+    n = len(cleared.keys)
     return RedirectResponse("/?" + urlencode({"message": f"cleared {run_id}: {n} keys"}), status_code=303)
 
 
@@ -333,20 +334,20 @@ def api_run(request: Request) -> Response:
     return _json(reports.run_status(_ui(request).client, request.path_params["run_id"]))
 
 
-def _api_report(build: Any) -> Any:
+def _api_report(build: Callable[[Redis, str], reports.Report]) -> Callable[[Request], Response]:
     def endpoint(request: Request) -> Response:
-        return _json(build(_ui(request).client, request.path_params["run_id"]))
+        return _json(build(_ui(request).client, request.path_params["run_id"]).to_json())
     return endpoint
 
 
 def api_component(request: Request) -> Response:
     p = request.path_params
-    return _json(reports.component(_ui(request).client, p["run_id"], p["component"]))
+    return _json(reports.component(_ui(request).client, p["run_id"], p["component"]).to_json())
 
 
 def api_dead(request: Request) -> Response:
     return _json(dead_letters.dead(_ui(request).client, request.path_params["run_id"],
-                              request.query_params.get("component") or None))
+                                   request.query_params.get("component") or None).to_json())
 
 
 async def api_requeue(request: Request) -> Response:
@@ -416,7 +417,10 @@ def _refusal(ui: UI, path: str, status: int, message: str) -> Response:
     return HTMLResponse(html, status_code=status)
 
 
-def _checking_run_id(endpoint: Any) -> Any:
+Endpoint = Callable[[Request], Response] | Callable[[Request], Awaitable[Response]]
+
+
+def _checking_run_id(endpoint: Endpoint) -> Callable[[Request], Awaitable[Response]]:
     """`endpoint`, refusing a run id path parameter outside the run-id alphabet (400) before
     it reads or writes anything: a run id becomes part of file names (the recover log)."""
     is_async = inspect.iscoroutinefunction(endpoint)
@@ -426,12 +430,12 @@ def _checking_run_id(endpoint: Any) -> Any:
         if run_id is not None:
             keys.check_run_id(run_id)   # RunIdError: a BadRequest (400)
         if is_async:
-            return await endpoint(request)
-        return await run_in_threadpool(endpoint, request)
+            return await cast(Callable[[Request], Awaitable[Response]], endpoint)(request)
+        return await run_in_threadpool(cast(Callable[[Request], Response], endpoint), request)
     return checked
 
 
-def _route(path: str, endpoint: Any, methods: list[str] | None = None) -> Route:
+def _route(path: str, endpoint: Endpoint, methods: list[str] | None = None) -> Route:
     return Route(path, _checking_run_id(endpoint), methods=methods, name=endpoint.__name__)
 
 

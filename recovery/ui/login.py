@@ -6,6 +6,7 @@ from urllib.parse import parse_qs
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
+from starlette.templating import Jinja2Templates
 
 from recovery.ui.security import TOKEN_FIELD, local_target
 
@@ -29,5 +30,5 @@ async def login_action(request: Request) -> Response:
 
 
 def _login(request: Request, target: str, error: str | None = None, status: int = 200) -> Response:
-    return request.app.state.ui.templates.TemplateResponse(
-        request, "login.html", {"next": target, "error": error}, status_code=status)
+    templates: Jinja2Templates = request.app.state.ui.templates
+    return templates.TemplateResponse(request, "login.html", {"next": target, "error": error}, status_code=status)

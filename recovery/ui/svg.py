@@ -9,9 +9,10 @@ there, `data-failed` / `data-dead` counts, so that tests and stylesheets can fin
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from recovery.jobs.reports import RoundReport
 from recovery.model.render import chains_of, describe_impl, edge_label, stages
 from recovery.model.synthesis import is_queue_spout
 from recovery.model.workflow import SinkImpl, Workflow
@@ -154,13 +155,14 @@ def _fit(text: str, n: int) -> str:
     return text if len(text) <= n else text[:n - 1] + "…"
 
 
-def rounds_chart(rounds: list[dict]) -> str:
+def rounds_chart(rounds: list[RoundReport]) -> str:
     """Recovery rounds as grouped bars: replayed, recovered and dead tuples per round."""
-    rows = [r for r in rounds if r.get("round")]
+    rows = [r for r in rounds if r.round]
     if not rows:
         return ""
-    series = (("replayed", "replayed"), ("recovered", "recovered"), ("dead", "dead"))
-    top = max(max(r.get(k, 0) for k, _ in series) for r in rows) or 1
+    series: tuple[tuple[str, Callable[[RoundReport], int]], ...] = (
+        ("replayed", lambda r: r.replayed), ("recovered", lambda r: r.recovered), ("dead", lambda r: r.dead))
+    top = max(max(value(r) for _, value in series) for r in rows) or 1
     bar, gap, h, left, bottom = 16, 22, 120, 40, 22
     width = left + len(rows) * (bar * len(series) + gap) + 120
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" role="img" '
@@ -171,16 +173,16 @@ def rounds_chart(rounds: list[dict]) -> str:
            f'<text class="tick" x="{left - 8}" y="{h + 5}" text-anchor="end">0</text>']
     for i, r in enumerate(rows):
         x0 = left + i * (bar * len(series) + gap)
-        for j, (key, cls) in enumerate(series):
-            v = int(r.get(key, 0))
+        for j, (key, value) in enumerate(series):
+            v = value(r)
             bh = round(v / top * (h - 10), 1)
-            out.append(f'<rect class="{cls}" x="{x0 + j * bar}" y="{h + 5 - bh}" width="{bar - 2}" '
-                       f'height="{bh}"><title>round {r["round"]}: {v} {key}</title></rect>')
+            out.append(f'<rect class="{key}" x="{x0 + j * bar}" y="{h + 5 - bh}" width="{bar - 2}" '
+                       f'height="{bh}"><title>round {r.round}: {v} {key}</title></rect>')
         out.append(f'<text class="tick" x="{x0 + bar * len(series) / 2}" y="{h + bottom}" '
-                   f'text-anchor="middle">round {r["round"]}</text>')
+                   f'text-anchor="middle">round {r.round}</text>')
     lx = width - 110
-    for j, (key, cls) in enumerate(series):
-        out.append(f'<rect class="{cls}" x="{lx}" y="{10 + j * 20}" width="12" height="12"/>'
+    for j, (key, _) in enumerate(series):
+        out.append(f'<rect class="{key}" x="{lx}" y="{10 + j * 20}" width="12" height="12"/>'
                    f'<text class="tick" x="{lx + 18}" y="{20 + j * 20}">{key}</text>')
     out.append("</svg>")
     return "".join(out)

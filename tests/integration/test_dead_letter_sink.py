@@ -17,6 +17,7 @@ from recovery.cli import main
 from recovery.connectors.redis_stream import topics
 from recovery.connectors.sink_folders import read_jsonl_dir
 from recovery.jobs import dead_sink, follow
+from recovery.jobs import follow_events as events
 from recovery.model.workflow import ClassImpl, Component, Input, SinkImpl, StreamDef, Workflow
 from recovery.model.xml import parse as workflow_xml
 from recovery.tracking import queue as failed_queue
@@ -63,8 +64,8 @@ def test_a_follow_run_writes_each_poison_record_to_its_dead_letter_sink_once(spa
                         dead='  <dead-letters><sink type="jsonl" path="out/dead"/></dead-letters>\n')
     _produce(redis_client, "dlq_jsonl", range(0, 50), _poison(0))
 
-    def on_event(kind: str, info: dict) -> None:
-        if kind == "batch" and info["round"] == 0:   # a second batch, with poison of its own
+    def on_event(event: events.FollowEvent) -> None:
+        if isinstance(event, events.Batch) and event.round == 0:   # a second batch, with poison of its own
             _produce(redis_client, "dlq_jsonl", range(50, 80), _poison(1), partitions=None)
 
     outcome = follow.follow(spark, redis_client, redis_url, wf, xml.read_text(), str(xml), max_batches=2,

@@ -129,8 +129,8 @@ def test_a_bounded_submit_with_failures_then_recover_is_exact_and_the_group_show
     # a second bounded submit reads only what came since, and the lag shows it first
     more = LINES[400:480]
     _feed(kafka_broker, topic, more)
-    parts = jobs_summary.with_topics(redis_client, s, runs.get(redis_client, s.run_id)).partitions
-    assert sum(p["lag"] for p in parts) == 80 and all(p["topic"] == topic for p in parts)
+    parts = jobs_summary.with_topics(redis_client, s, runs.get(redis_client, s.run_id)).partitions or []
+    assert sum(p.lag for p in parts) == 80 and all(p.topic == topic for p in parts)
     again = tmp_path / "again"
     xml2 = _workflow(again, kafka_broker.bootstrap, topic, group)
     s2 = submit.submit(spark, redis_client, redis_url, _load(xml2, FAST), xml2.read_text(), str(xml2))

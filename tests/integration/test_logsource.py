@@ -24,6 +24,7 @@ from recovery.connectors.redis_stream import offsets, topics
 from recovery.connectors.redis_stream import report as stream_report
 from recovery.connectors.sink_folders import read_jsonl_dir
 from recovery.jobs import follow, submit
+from recovery.jobs import follow_events as events
 from recovery.model.xml import parse as workflow_xml
 from recovery.tracking import keys, runs
 from tests.helpers import wait_for
@@ -85,7 +86,7 @@ def _assert_aggregates_exactly_once(sink: list[dict], valid: list[list]) -> None
 
 
 def _committed_to_end(client, wf) -> bool:
-    return all(r["committed"] == r["end"] for r in stream_report.partition_report(client, wf))
+    return all(r.committed == r.end for r in stream_report.partition_report(client, wf))
 
 
 # --- bounded ----------------------------------------------------------------------------------
@@ -178,11 +179,11 @@ def test_a_poison_message_at_the_head_of_a_partition_does_not_hold_the_stream(sp
     after_poison = redis_client.xlen(keys.topic_partition("cdn_logs", 0)) - 1
     assert after_poison > 100
 
-    batches: list[dict] = []
+    batches: list[events.Batch] = []
 
-    def on_event(kind: str, info: dict) -> None:
-        if kind == "batch":
-            batches.append(info)
+    def on_event(event: events.FollowEvent) -> None:
+        if isinstance(event, events.Batch):
+            batches.append(event)
             if len(batches) == 1:   # the partitions were read to their ends, the poison included
                 assert _committed_to_end(redis_client, wf)
                 topics.produce(redis_client, "cdn_logs", [(x, x.encode()) for x in second])
@@ -191,11 +192,11 @@ def test_a_poison_message_at_the_head_of_a_partition_does_not_hold_the_stream(sp
                             max_batches=2, on_event=on_event)
     # batch 1 processed every message after the poison (in both partitions alike): it read all
     # of them, and only the poison is not complete
-    assert [b["messages"] for b in batches] == [1 + len(first), len(second)]
-    assert batches[0]["roots"] == 1 + len(first) and batches[0]["failed"] == 1
-    assert batches[0]["pending"] == 1
+    assert [b.messages for b in batches] == [1 + len(first), len(second)]
+    assert batches[0].roots == 1 + len(first) and batches[0].failed == 1
+    assert batches[0].pending == 1
     # the poison was retried between batches and is dead; batch 2 read only new messages
-    assert batches[1]["roots"] == len(second) and batches[1]["failed"] == 0
+    assert batches[1].roots == len(second) and batches[1].failed == 0
     assert outcome.summary is not None and outcome.summary.dead == 1 and outcome.summary.pending == 0
     assert outcome.follow["recovery_rounds"] >= 1
     assert _committed_to_end(redis_client, wf)

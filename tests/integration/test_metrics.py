@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from recovery.cli import main
 from recovery.connectors.redis_stream import topics
 from recovery.jobs import follow, metrics, recover, reports
+from recovery.jobs import follow_events as events
 from recovery.model.xml import parse as workflow_xml
 from recovery.tracking import runs
 from tests.ui_server import BackgroundServer
@@ -71,17 +72,17 @@ def test_a_follow_run_with_failures_scraped_during_the_run_and_after_recover(spa
     during: list[tuple[str, dict]] = []
     lags: list[float] = []
 
-    def on_event(kind: str, info: dict) -> None:
-        watch.on_event(kind, info)
-        if kind == "batch":
+    def on_event(event: events.FollowEvent) -> None:
+        watch.on_event(event)
+        if isinstance(event, events.Batch):
             # the batch settled: the endpoint's figures are the status command's now
             got = _scrape(own_url)
-            check_against_status(got, redis_client, info["run_id"])
-            during.append((info["run_id"], got))
+            check_against_status(got, redis_client, event.run_id)
+            during.append((event.run_id, got))
             if len(during) == 1:
                 topics.produce(redis_client, "events", _records(400, 50))
                 lagged = _scrape(own_url)      # 50 messages the run has not read: its lag
-                check_against_status(lagged, redis_client, info["run_id"])
+                check_against_status(lagged, redis_client, event.run_id)
                 lags.append(sum(lagged["recovery_partition_lag"].values()))
 
     try:

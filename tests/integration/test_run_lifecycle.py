@@ -249,7 +249,7 @@ def test_tables_in_stage_order_and_recover_shows_its_own_rounds(spark, redis_url
     assert code == 0, err
     assert "components (rounds 1-2, added up)" in out and "first round" not in out
     rec = runs.get(redis_client, s["run_id"])
-    recovery_rounds = [r for r in rec.rounds if r["round"] > 0]
-    executed = sum(c.get("executed", 0) for r in recovery_rounds for c in r["components"].values())
-    round0 = sum(c.get("executed", 0) for c in rec.rounds[0]["components"].values())
+    recovery_rounds = [r for r in rec.rounds if r.round > 0]
+    executed = sum(c.executed for r in recovery_rounds for c in r.components.values())
+    round0 = sum(c.executed for c in rec.rounds[0].components.values())
     assert 0 < executed < round0

@@ -13,6 +13,7 @@ from recovery.cli import main
 from recovery.connectors.redis_stream import report, retention, topics
 from recovery.connectors.sink_folders import read_jsonl_dir
 from recovery.jobs import follow
+from recovery.jobs import follow_events as events
 from recovery.model.failed import FailedTuple
 from recovery.model.xml import parse as workflow_xml
 from recovery.tracking import keys
@@ -93,27 +94,27 @@ def test_a_topic_fed_without_end_keeps_redis_memory_flat_and_the_output_exact(sp
     queued_after_trim: list[FailedTuple] = []
     trimmed_lines: list[str] = []
 
-    def on_event(kind: str, info: dict) -> None:
+    def on_event(event: events.FollowEvent) -> None:
         nonlocal produced
-        if kind == "batch":
+        if isinstance(event, events.Batch):
             # the batch committed: retention trimmed every message it read
             lens.append(sum(redis_client.xlen(k) for k in _stream_keys()))
             used.append(int(redis_client.info("memory")["used_memory"]))
             topic_bytes.append(_topic_bytes(redis_client))
-            if info["pending"] and not queued_after_trim:
-                queued_after_trim.extend(_queued(redis_client, info["run_id"]))
+            if event.pending and not queued_after_trim:
+                queued_after_trim.extend(_queued(redis_client, event.run_id))
             if produced < CHUNKS:
                 topics.produce(redis_client, "events",
                                [(r["word"], json.dumps(r).encode()) for r in _chunk(produced)])
                 produced += 1
-        if kind == "trimmed":
-            trimmed_lines.append(info["line"])
-        if kind in ("batch", "recovery"):
-            if produced == CHUNKS and info["pending"] == 0 and _all_read():
+        if isinstance(event, events.Trimmed):
+            trimmed_lines.append(event.line)
+        if isinstance(event, events.Batch | events.Recovered):
+            if produced == CHUNKS and event.pending == 0 and _all_read():
                 stop.request("done")
 
     def _all_read() -> bool:
-        return all(r["lag"] == 0 for r in report.partition_report(redis_client, wf))
+        return all(r.lag == 0 for r in report.partition_report(redis_client, wf))
 
     outcome = follow.follow(spark, redis_client, redis_url, wf, SOAK_XML, str(xml), on_event=on_event, stop=stop)
 

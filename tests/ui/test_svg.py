@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from xml.etree import ElementTree
 
+from recovery.jobs.reports import RoundReport
 from recovery.model.synthesis import recovery_components, synthesize
 from recovery.model.xml import parse as workflow_xml
 from recovery.ui import svg
@@ -45,9 +46,9 @@ def test_edges_are_labelled_with_grouping_and_stream_and_queue_spouts_drawn():
 
 
 def test_rounds_chart():
-    assert svg.rounds_chart([{"round": 0}]) == ""
-    chart = svg.rounds_chart([{"round": 0}, {"round": 1, "replayed": 41, "recovered": 21, "dead": 0},
-                              {"round": 2, "replayed": 20, "recovered": 0, "dead": 20}])
+    assert svg.rounds_chart([RoundReport(round=0)]) == ""
+    chart = svg.rounds_chart([RoundReport(round=0), RoundReport(round=1, replayed=41, recovered=21, dead=0),
+                              RoundReport(round=2, replayed=20, recovered=0, dead=20)])
     titles = [t.text for t in ElementTree.fromstring(chart).iterfind(".//s:rect/s:title", NS)]
     assert titles == ["round 1: 41 replayed", "round 1: 21 recovered", "round 1: 0 dead",
                       "round 2: 20 replayed", "round 2: 0 recovered", "round 2: 20 dead"]

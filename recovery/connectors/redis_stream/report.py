@@ -2,6 +2,7 @@
 (`recovery topics`)."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from redis import Redis
@@ -20,12 +21,13 @@ from recovery.connectors.redis_stream.topics import (
     topic_partitions,
 )
 from recovery.controlplane.connection import scan_keys
+from recovery.model.partition import PartitionRow
 from recovery.model.workflow import Workflow
 from recovery.tracking import keys
 
 
 # --- reporting ---------------------------------------------------------------------------------
-def partition_report(client: Redis, wf: Workflow) -> list[dict[str, Any]]:
+def partition_report(client: Redis, wf: Workflow) -> list[PartitionRow]:
     """Per log spout and partition: committed offset, first offset still stored, end, lag (a
     kafka spout's rows: connectors.kafka.report)."""
     out = []
@@ -36,21 +38,23 @@ def partition_report(client: Redis, wf: Workflow) -> list[dict[str, Any]]:
         topic = source_param(spout, "topic") or ""
         n = topic_partitions(client, topic)
         if n is None:
-            out.append({"spout": spout.id, "topic": topic, "missing": True})
+            out.append(PartitionRow(spout=spout.id, topic=topic, missing=True))
             continue
         consumer = consumer_name(wf, spout.id)
         committed = committed_offsets(client, consumer, topic)
         for p, (first, end) in enumerate(partition_bounds(client, topic, n)):
             c = committed.get(p, 0)
-            out.append({"spout": spout.id, "topic": topic, "consumer": consumer, "partition": p,
-                        "task_index": p % spout.parallelism, "committed": c, "first": first,
-                        "end": end, "lag": max(0, end - c),
-                        "trimmed": max(0, (end if first is None else first) - c)})
+            out.append(PartitionRow(spout=spout.id, topic=topic, consumer=consumer, partition=p,
+                                    task_index=p % spout.parallelism, committed=c, first=first,
+                                    end=end, lag=max(0, end - c),
+                                    trimmed=max(0, (end if first is None else first) - c)))
     return out
 
 
-def warnings_for(wf: Workflow, client: Redis | None = None, stats: dict | None = None) -> list[str]:
-    """One line per condition a user should know about: idle spout tasks, trimmed messages."""
+def warnings_for(wf: Workflow, client: Redis | None = None, trimmed_by_spout: Mapping[str, int] | None = None
+                 ) -> list[str]:
+    """One line per condition a user should know about: idle spout tasks, trimmed messages
+    (`trimmed_by_spout`: the messages each spout found trimmed, over the run's rounds)."""
     out = []
     for spout in log_spouts(wf):
         topic = source_param(spout, "topic") or ""
@@ -59,22 +63,22 @@ def warnings_for(wf: Workflow, client: Redis | None = None, stats: dict | None =
             out.append(f"spout {spout.id!r} has more tasks than topic {topic!r} has partitions "
                        f"(tasks: {spout.parallelism}; partitions: {n}): "
                        f"{spout.parallelism - n} tasks are idle")
-        trimmed = ((stats or {}).get(spout.id) or {}).get("trimmed", 0)
+        trimmed = (trimmed_by_spout or {}).get(spout.id, 0)
         if trimmed:
             out.append(f"spout {spout.id!r}: {trimmed} messages of topic {topic!r} were trimmed "
                        "from the stream before they were read (not waited for)")
     return out
 
 
-def format_report(rows: list[dict[str, Any]]) -> list[str]:
+def format_report(rows: list[PartitionRow]) -> list[str]:
     lines = []
     for r in rows:
-        if r.get("missing"):
-            lines.append(f"{r['spout']} <- topic {r['topic']}: {r.get('error') or 'does not exist'}")
+        if r.missing:
+            lines.append(f"{r.spout} <- topic {r.topic}: {r.error or 'does not exist'}")
             continue
-        extra = f"  (trimmed {r['trimmed']})" if r.get("trimmed") else ""
-        lines.append(f"{r['spout']} <- {r['topic']}[{r['partition']}]  task {r['task_index']}  "
-                     f"committed {r['committed']}  end {r['end']}  lag {r['lag']}{extra}")
+        extra = f"  (trimmed {r.trimmed})" if r.trimmed else ""
+        lines.append(f"{r.spout} <- {r.topic}[{r.partition}]  task {r.task_index}  "
+                     f"committed {r.committed}  end {r.end}  lag {r.lag}{extra}")
     return lines
 
 

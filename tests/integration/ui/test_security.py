@@ -321,7 +321,7 @@ def test_recover_logs_are_private_whatever_the_umask(spark, redis_url, redis_cli
         with TestClient(app, base_url=OWN, headers={"X-Recovery-Token": app.state.token}) as client:
             r = client.post(f"/api/v1/runs/{run}/recover")
             assert r.status_code == 202, r.text
-            wait_for(lambda: not app.state.ui.processes.state(run)["running"], 120, "the recover process to exit")
+            wait_for(lambda: not app.state.ui.processes.state(run).running, 120, "the recover process to exit")
     finally:
         os.umask(old)
     log = log_dir / f"{run}.recover.log"

@@ -215,7 +215,10 @@ def test_messages_trimmed_below_the_committed_offset_are_reported_not_waited_for
     assert r == {0: [6, 10, 4], 1: [10, 10, 10]}
     assert offsets.planned_messages(offsets.plan_ranges(fake_redis, wf, "run-1")) == (4, 14)
     rows = stream_report.partition_report(fake_redis, wf)
-    assert [(x["committed"], x["end"], x["lag"], x["trimmed"]) for x in rows] == [(2, 10, 8, 4), (0, 10, 10, 10)]
+    assert [(x.committed, x.end, x.lag, x.trimmed) for x in rows] == [(2, 10, 8, 4), (0, 10, 10, 10)]
+    # its JSON (`status --json`'s partitions): the fields of a stream's row, `first` None when empty
+    assert rows[1].to_json() == {"spout": "src", "topic": "t", "consumer": "wf:src", "partition": 1,
+                                 "task_index": 1, "committed": 0, "first": None, "end": 10, "lag": 10, "trimmed": 10}
 
 
 def test_a_topic_that_does_not_exist_is_a_one_line_error_naming_it(fake_redis):

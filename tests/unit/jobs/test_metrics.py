@@ -13,7 +13,8 @@ from starlette.testclient import TestClient
 
 from recovery import testing
 from recovery.errors import RecoveryError
-from recovery.jobs import clear, metrics, reports, summary
+from recovery.jobs import clear, follow_events, metrics, reports, summary
+from recovery.model.record import RoundRecord
 from recovery.tracking import runs
 from recovery.ui.access import HostRule
 from tests.unit.jobs.test_recover import WORDS, shouting
@@ -61,13 +62,13 @@ def check_against_status(got: dict, client, run_id: str) -> dict:
         assert one(got, "recovery_partition_lag", **part) == p["lag"]
         assert one(got, "recovery_partition_committed_offset", **part) == p["committed"]
         assert one(got, "recovery_partition_end_offset", **part) == p["end"]
-    per_round = reports.rounds(client, run_id)["rounds"]
-    total = summary.sum_components([{"components": r["components"]} for r in per_round],
+    per_round = reports.rounds(client, run_id).rounds
+    total = summary.sum_components([RoundRecord(round=r.round, components=r.components) for r in per_round],
                                    runs.get(client, run_id).original_workflow())
     for comp, st in total.items():
         for k in metrics.TUPLE_COUNTERS:
             assert one(got, f"recovery_tuples_{k}_total", **run, component=comp) == getattr(st, k)
-    recovery_rounds = [r for r in per_round if r["replayed"] or any(c.startswith("replay-") for c in r["components"])]
+    recovery_rounds = [r for r in per_round if r.replayed or any(c.startswith("replay-") for c in r.components)]
     assert one(got, "recovery_recovery_rounds_total", **run) == len(recovery_rounds)
     # (fakeredis has no MEMORY USAGE: the series is left out; a real Redis is in the integration test)
     assert "recovery_run_redis_bytes" not in got or one(got, "recovery_run_redis_bytes", **run) > 0
@@ -157,7 +158,7 @@ def test_the_follow_runs_server_needs_its_token_when_it_has_one(fake_redis):
         assert _get(url, "wrong")[0] == 401
         status, body = _get(url, TOKEN)
         assert status == 200 and 'run="s1"' not in body and "recovery_redis_up 1.0" in body
-        watch.on_event("run", {"run_id": "s1"})          # the follow run names its run
+        watch.on_event(follow_events.Started("s1"))          # the follow run names its run
         status, body = _get(url, TOKEN)
         assert status == 200 and 'recovery_run_round{run="s1",workflow="shouting"}' in body
     finally:

@@ -195,7 +195,7 @@ def test_a_resumed_crashed_round_is_counted_in_the_summary(fake_redis, monkeypat
     r = json.loads(result.stdout)
     assert r["status"] == runs.COMPLETED and r["resumed"]
     assert (r["rounds"], r["recovered"], r["newly_dead"]) == (1, n, 0)
-    assert [(x["replayed"], x["recovered"]) for x in reports.rounds(fake_redis, "cr")["rounds"]][1:] == [(n, n)]
+    assert [(x.replayed, x.recovered) for x in reports.rounds(fake_redis, "cr").rounds][1:] == [(n, n)]
     run, n = crashed_in_round_1("cr2")
     with task.injected_client(run.redis_url, fake_redis):
         text = CliRunner().invoke(main, ["recover", "cr2"], catch_exceptions=False).stdout

@@ -9,7 +9,7 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from recovery.errors import RunError
+from recovery.errors import RecoveryError, RunError
 from recovery.jobs import dead_letters, reports, summary
 from recovery.model.xml import parse as workflow_xml
 from recovery.tracking import keys, runs
@@ -64,7 +64,7 @@ def test_runs_list_newest_first_with_workflow_and_duration(fake_redis, run):
 
 
 def test_dead_report_is_json_with_keys_and_kinds(fake_redis, run):
-    rows = dead_letters.dead(fake_redis, run)["dead"]
+    rows = dead_letters.dead(fake_redis, run).to_json()["dead"]
     assert [r["key"] for r in rows] == ["count:1:13", "split:6:11", "split:7:12"]
     assert [r["kind"] for r in rows] == ["fail", "exception", "not acked"]
     assert rows[0]["raw"] == "raw line\n"           # bytes become text
@@ -72,15 +72,20 @@ def test_dead_report_is_json_with_keys_and_kinds(fake_redis, run):
 
 
 def test_failed_report_has_full_errors(fake_redis, run):
-    (pos,) = reports.failed(fake_redis, run)["failed_positions"]
-    assert (pos["component"], pos["task"], pos["count"], pos["kind"]) == ("count", 2, 1, "shell process lost")
-    assert pos["tuples"][0]["traceback"] == "" and pos["tuples"][0]["error"].startswith("shell process")
+    report = reports.failed(fake_redis, run)
+    (pos,) = report.failed_positions
+    assert (pos.component, pos.task, pos.count, pos.kind) == ("count", 2, 1, "shell process lost")
+    assert pos.tuples[0].record.traceback == "" and pos.tuples[0].record.error.startswith("shell process")
+    # its JSON (/api/v1/runs/ID/failed): the position's fields, then the tuples' own
+    (shown,) = report.to_json()["failed_positions"]
+    assert shown["kind"] == "shell process lost" and shown["tuples"][0]["error"] == pos.tuples[0].record.error
 
 
 def test_plan_report(fake_redis, run):
     p = reports.plan(fake_redis, run)
-    assert p["failed"] == {"count": [2]} and p["rerun"] == ["count", "out"]
-    assert 'type="queue"' in p["xml"] and "FAILED task 2: 1 tuple" in p["marks"]["count"]
+    assert p.failed == {"count": [2]} and p.rerun == ["count", "out"]
+    assert p.xml is not None and 'type="queue"' in p.xml and "FAILED task 2: 1 tuple" in p.marks["count"]
+    assert p.to_json()["failed"] == {"count": [2]}
 
 
 def test_requeue_one_then_a_selection(fake_redis, run):
@@ -89,23 +94,23 @@ def test_requeue_one_then_a_selection(fake_redis, run):
     assert msgpack.unpackb(fake_redis.hget(keys.queue(run, "split", 7), "12"))["attempt"] == 0
     assert not fake_redis.sismember(keys.dead_roots(run), "12")
     assert fake_redis.sismember(keys.failed_set(run), "split:7")
-    assert sorted(r["key"] for r in dead_letters.dead(fake_redis, run)["dead"]) == ["count:1:13", "split:6:11"]
+    assert sorted(r.key or "" for r in dead_letters.dead(fake_redis, run).dead) == ["count:1:13", "split:6:11"]
     assert dead_letters.requeue(fake_redis, run, tuple_keys=["count:1:13", "split:6:11"])["requeued"] == 2
-    assert dead_letters.dead(fake_redis, run)["dead"] == []
+    assert dead_letters.dead(fake_redis, run).dead == []
     assert runs.get(fake_redis, run).status == runs.PENDING
 
 
 def test_requeue_an_unknown_tuple_names_it_and_moves_nothing(fake_redis, run):
     with pytest.raises(RunError, match="no dead tuple 'split:9:99'"):
         dead_letters.requeue(fake_redis, run, tuple_keys=["split:6:11", "split:9:99"])
-    assert len(dead_letters.dead(fake_redis, run)["dead"]) == 3
+    assert len(dead_letters.dead(fake_redis, run).dead) == 3
 
 
 def test_requeue_refuses_a_running_run(fake_redis, run):
     runs.update(fake_redis, run, status=runs.RUNNING, driver_pid=os.getpid())
     with pytest.raises(RunError, match="still running"):
         dead_letters.requeue(fake_redis, run)
-    assert len(dead_letters.dead(fake_redis, run)["dead"]) == 3
+    assert len(dead_letters.dead(fake_redis, run).dead) == 3
 
 
 class _Interleaved:
@@ -143,10 +148,15 @@ def test_rounds_replayed_recovered_dead_and_duration(fake_redis, run):
         {"round": 0, "components": {"split": {"executed": 10, "failed": 2}}, "started": 100.0, "ended": 104.0},
         {"round": 1, "components": {"replay-split": {"emitted": 2}, "split": {"executed": 2, "failed": 1, "dead": 1}},
          "started": 130.0, "ended": 131.5}])
-    r0, r1 = reports.rounds(fake_redis, run)["rounds"]
-    assert (r0["replayed"], r0["duration"]) == (0, 4.0)
+    report = reports.rounds(fake_redis, run)
+    r0, r1 = report.rounds
+    assert (r0.replayed, r0.duration) == (0, 4.0)
     # the idle time between the submit and the recover is not the round's
-    assert (r1["replayed"], r1["recovered"], r1["dead"], r1["duration"]) == (2, 1, 1, 1.5)
+    assert (r1.replayed, r1.recovered, r1.dead, r1.duration) == (2, 1, 1, 1.5)
+    # its JSON (/api/v1/runs/ID/rounds): each round's counters as its tasks reported them
+    assert report.to_json()["rounds"][1] == {
+        "round": 1, "components": {"replay-split": {"emitted": 2}, "split": {"executed": 2, "failed": 1, "dead": 1}},
+        "replayed": 2, "recovered": 1, "failed": 1, "dead": 1, "ended": 131.5, "duration": 1.5}
 
 
 def test_plan_shows_the_recovery_rounds_chains_in_its_report_drawings_and_xml(fake_redis, monkeypatch):
@@ -166,7 +176,7 @@ def test_plan_shows_the_recovery_rounds_chains_in_its_report_drawings_and_xml(fa
     fake_redis.hset(keys.queue(run_id, "split", task), "31", msgpack.packb(queued))
     fake_redis.sadd(keys.failed_set(run_id), f"split:{task}")
     p = reports.plan(fake_redis, run_id)
-    assert p["chains"] == [["split", "normalize"]]
+    assert p.chains == [["split", "normalize"]]
     monkeypatch.setattr("recovery.run.client_for", lambda redis_url: (fake_redis, "redis://fake"))
     xml = CliRunner().invoke(main, ["plan", run_id], catch_exceptions=False).stdout
     assert "chain: split -> normalize (one Spark stage)" in xml
@@ -185,10 +195,25 @@ def test_a_dead_root_whose_message_was_gone_is_its_own_kind_warned_of_and_requeu
     fake_redis.hset(keys.dead(run), "sentences:1:31", msgpack.packb(rec))
     fake_redis.sadd(keys.dead_roots(run), "31")
     fake_redis.hset(keys.gone(run), "sentences:1:31", error)
-    row = next(r for r in dead_letters.dead(fake_redis, run)["dead"] if r["key"] == "sentences:1:31")
+    row = next(r for r in dead_letters.dead(fake_redis, run).to_json()["dead"] if r["key"] == "sentences:1:31")
     assert row["kind"] == "message gone" and row["gone"] is True
     (warning,) = summary.summarize(fake_redis, runs.get(fake_redis, run)).warnings
     assert warning.startswith("1 root is dead because its message was gone from the source when root "
                               f"replay read it again (e.g. {error})")
     assert dead_letters.requeue(fake_redis, run, tuple_keys=["sentences:1:31"])["requeued"] == 1
     assert not fake_redis.exists(keys.gone(run)) and summary.summarize(fake_redis, runs.get(fake_redis, run)).warnings is None
+
+
+def test_component_report_lists_its_counters_per_round_and_its_failed_positions(fake_redis, run):
+    runs.update(fake_redis, run, rounds=[
+        {"round": 0, "components": {"count": {"executed": 10, "failed": 2}}, "started": 100.0, "ended": 104.0},
+        {"round": 1, "components": {"replay-count": {"emitted": 2}}, "started": 130.0, "ended": 131.5}])
+    report = reports.component(fake_redis, run, "count")
+    assert [(r.round, r.stats.executed if r.stats else None) for r in report.rounds] == [(0, 10), (1, None)]
+    assert [(p.component, p.task, p.count) for p in report.failed_positions] == [("count", 2, 1)]
+    # its JSON (/api/v1/runs/ID/components/C): each round's number, then the counters reported
+    shown = report.to_json()
+    assert shown["rounds"] == [{"round": 0, "executed": 10, "failed": 2}, {"round": 1}]
+    assert (shown["kind"], shown["failed_positions"][0]["count"]) == ("bolt", 1)
+    with pytest.raises(RecoveryError, match="no component 'nope'"):
+        reports.component(fake_redis, run, "nope")

@@ -8,6 +8,7 @@ from click.testing import CliRunner
 
 from recovery.cli import main
 from recovery.jobs import summary
+from recovery.model.record import RoundRecord
 from recovery.tracking import keys, runs
 from tests.unit.run_records import WF
 from tests.unit.run_records import create_run as _create
@@ -55,7 +56,7 @@ def test_component_tables_are_in_topological_order(fake_redis):
     assert list(summary.summarize(fake_redis, runs.get(fake_redis, "r1")).components) == ["src", "out", "mid"]
     rounds = [{"round": 1, "components": {"mid": {"executed": 2, "seconds": 0.5}, "q": {"emitted": 2}}},
               {"round": 2, "components": {"mid": {"executed": 1, "seconds": 0.25}}}]
-    total = summary.sum_components(rounds, WF)
+    total = summary.sum_components([RoundRecord.from_json(r) for r in rounds], WF)
     assert list(total) == ["q", "mid"] and total["mid"].to_json() == {"executed": 3, "seconds": 0.75}
 
 
@@ -90,7 +91,7 @@ def test_summed_counters_are_typed_and_spill_bytes_adds_them_up():
     rounds = [{"round": 1, "components": {c.id: {"executed": 2, "seconds": 0.5, "spill_bytes": 10}
                                           for c in wf.components}},
               {"round": 2, "components": {wf.components[0].id: {"executed": 1, "seconds": 0.25}}}]
-    total = summary.sum_components(rounds, wf)
+    total = summary.sum_components([RoundRecord.from_json(r) for r in rounds], wf)
     first = total[wf.components[0].id]
     assert (first.executed, first.seconds, first.spill_bytes) == (3, 0.75, 10)
     assert summary.spill_bytes(total) == 10 * len(wf.components)

@@ -7,7 +7,7 @@ from click.testing import CliRunner
 
 from recovery.cli import main
 from recovery.errors import RunError
-from recovery.model.record import RunRecord
+from recovery.model.record import ComponentStats, RoundRecord, RunRecord
 from recovery.tracking import keys, runs
 from tests.unit.run_records import create_run
 
@@ -32,7 +32,9 @@ def test_a_real_record_hash_reads_typed_and_encodes_back_to_the_same_strings(fak
     assert rec.tracking is True and rec.follow is True and (rec.follow_batches, rec.follow_messages) == (1, 3)
     assert isinstance(rec.started, float) and rec.ended == 1700000000.25
     assert rec.file is None and rec.error is None and rec.root_epoch == 0   # stored as "" / never written
-    assert rec.rounds == ROUNDS and rec.stats == ROUNDS[0]["components"]
+    assert [r.to_json() for r in rec.rounds] == ROUNDS
+    assert {c: s.to_json() for c, s in rec.stats.items()} == ROUNDS[0]["components"]
+    assert isinstance(rec.rounds[0], RoundRecord) and isinstance(rec.stats["src"], ComponentStats)
     assert rec.summary == {"status": "pending", "pending": 2}
     assert rec.generation and isinstance(rec.driver_pid, int) and rec.driver_host
     assert rec.current_spec == '{"root_epoch": 0}' and rec.model_extra == {}

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from recovery import BasicBolt, BatchBolt, testing
-from recovery.jobs.summary import ComponentStats
+from recovery.model.record import ComponentStats
 from recovery.model.workflow import ClassImpl, Component, Grouping, Input, StreamDef, Workflow
 from recovery.testing.components import sink_key
 from recovery.tracking import ledger

@@ -17,7 +17,7 @@ import pytest
 
 from recovery import BatchBolt, testing
 from recovery.connectors import file_sinks, sink_folders
-from recovery.jobs.summary import ComponentStats
+from recovery.model.record import ComponentStats
 from recovery.model.run import RunSpec
 from recovery.model.workflow import ClassImpl, Component, Input, SinkImpl, StreamDef, Workflow
 from recovery.runtime import timeouts
