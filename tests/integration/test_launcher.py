@@ -1,6 +1,7 @@
 """`spark-submit [flags] $(recovery launcher) submit ...`, then `recover` the same way: the
-command line inside spark-submit's own session (here a `local-cluster` master: a master, a
-worker and an executor JVM, all on this host), with failures and a recovery, exact."""
+command line inside spark-submit's own session (the submit on a `local-cluster` master: a master,
+a worker and an executor JVM, all on this host; the recover in local mode), with failures and a
+recovery, exact."""
 from __future__ import annotations
 
 import json
@@ -20,12 +21,12 @@ INJECT = {"recovery.inject.a.component": "aggregate", "recovery.inject.a.rate": 
           "recovery.retry.delay.period.ms": "10"}
 
 
-def spark_submit(launcher: str, redis_url: str, *args: str) -> subprocess.CompletedProcess:
+def spark_submit(launcher: str, redis_url: str, *args: str, master: str = "local-cluster[1,1,1024]") -> subprocess.CompletedProcess:
     import pyspark
     spark_submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
     env.pop("PYSPARK_SUBMIT_ARGS", None)   # (the test session's own, for its pyspark-shell)
-    cmd = [str(spark_submit), "--master", "local-cluster[1,1,1024]", "--conf", "spark.ui.enabled=false",
+    cmd = [str(spark_submit), "--master", master, "--conf", "spark.ui.enabled=false",
            launcher, *args, "--redis", redis_url]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
 
@@ -50,7 +51,9 @@ def test_spark_submit_runs_submit_then_recover_in_its_own_session_exact(spark, r
     # the run was made by spark-submit's session: its master, not one of ours
     assert runs.get(redis_client, s["run_id"]).master == "local-cluster[1,1,1024]"
 
-    done = spark_submit(launcher, redis_url, "recover", s["run_id"], "--json")
+    # recover in a session spark-submit makes on another master (local mode: no cluster to start
+    # again); the run's own master is only what it was submitted on
+    done = spark_submit(launcher, redis_url, "recover", s["run_id"], "--json", master="local[2]")
     assert done.returncode == 0, done.stderr[-3000:]
     r = json.loads(done.stdout)
     assert r["status"] == "dead" and r["pending"] == 0 and r["dead"] == 20 and r["complete"] == 980
