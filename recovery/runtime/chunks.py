@@ -56,6 +56,9 @@ class ChunkHost(Protocol):
 # The chunk path is on for every BasicBolt; off, every bolt takes the per-tuple path (what the
 # equivalence tests compare it with).
 ENABLED = True
+# A chunk of fewer rows goes by the per-tuple path: numpy's fixed cost per chunk is
+# more than that path's cost for a few rows (a recovery round's replays arrive a few at a time).
+SMALL_CHUNK = 8
 _UNDECLARED: Any = object()
 
 
@@ -235,6 +238,9 @@ class ChunkLoop:
                 if self.escaped:
                     yield from self.per_tuple(src, src_task, recs)
                     continue
+                if len(recs) < SMALL_CHUNK:
+                    yield from self.small(src, src_task, recs)
+                    continue
                 self.recs = recs
                 done = self.chunk(src, src_task, recs)
                 if done < len(recs):   # escaped at row `done`: the rest goes by the per-tuple path
@@ -250,6 +256,23 @@ class ChunkLoop:
             collector.rows = None
             if bound:
                 self.bolt.bind(collector, self.bolt.conf, self.bolt.context)
+
+    def small(self, src: str, src_task: int, recs: list) -> Iterator[Output]:
+        """A small chunk by the per-tuple path (its emits go to the collector, the component is
+        bound to it meanwhile). The chunk path resumes at the next chunk unless a Bolt still
+        holds a tuple: then, as after an escape, the per-tuple path goes on."""
+        collector, bolt = self.collector, self.bolt
+        bound = isinstance(bolt, Component)
+        collector.rows = None
+        if bound:
+            bolt.bind(collector, bolt.conf, bolt.context)
+        yield from self.per_tuple(src, src_task, recs)
+        if collector.outstanding:
+            self.escaped = True
+            return
+        collector.rows = self.emits
+        if bound:
+            bolt.bind(self.emits, bolt.conf, bolt.context)
 
     def per_tuple(self, src: str, src_task: int, recs: list) -> Iterator[Output]:
         collector, execute = self.collector, self.execute

@@ -150,6 +150,7 @@ def one_round(wf: Workflow, chunked: bool, monkeypatch: pytest.MonkeyPatch) -> t
     with monkeypatch.context() as m:
         m.setattr(chunks, "ENABLED", chunked)
         m.setattr(collector, "CHUNK", 5)   # small chunks: sealing boundaries are compared too
+        m.setattr(chunks, "SMALL_CHUNK", 3)   # a chunk's tail of 1 or 2 rows by the per-tuple path
         seen = Observed(m)
         client = fakeredis.FakeRedis()
         received = execute_round(wf, RunSpec("r", 0, wf.model_dump_json(), "fake://", True), client)
@@ -184,6 +185,7 @@ def test_a_run_and_its_recovery_end_the_same_on_both_paths(monkeypatch: pytest.M
     for chunked in (False, True):
         with monkeypatch.context() as m:
             m.setattr(chunks, "ENABLED", chunked)
+            m.setattr(chunks, "SMALL_CHUNK", 3)
             client = fakeredis.FakeRedis()
             run = run_local(wf, client, list_sinks=False, run_id="r")
             recover_local(run, max_rounds=4)
