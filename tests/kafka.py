@@ -10,6 +10,8 @@ do about it (the product relies on none of it):
 - read_committed still returns aborted transactions: no test reads transactionally;
 - a fetch is held for fetch.wait.max.ms even when records are there (Kafka answers once
   fetch.min.bytes are): only slower, the same records;
+- a fetch past a partition's end gets no answer, where Kafka answers OFFSET_OUT_OF_RANGE: the
+  source reads on from the first record either way, here after its timeout;
 - a metadata request from an admin client creates a missing topic (as a broker with
   auto.create.topics.enable does): the source asks with allow.auto.create.topics=false, and the
   missing-topic test never lets an admin client ask for the topic;

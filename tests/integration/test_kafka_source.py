@@ -19,8 +19,11 @@ import sys
 from pathlib import Path
 
 import psycopg
+import pytest
 
 from recovery.connectors import log_offsets
+from recovery.connectors.kafka import client as kafka_client
+from recovery.connectors.kafka.settings import KafkaSource
 from recovery.connectors.kafka.transport import group_key
 from recovery.connectors.sink_folders import read_jsonl_dir
 from recovery.jobs import follow, recover, submit
@@ -388,3 +391,39 @@ def test_a_new_group_starts_where_start_says(redis_client, kafka_broker, tmp_pat
     assert ranges("2000-01-01T00:00:00") == {"0": [0, 5, 0], "1": [0, 5, 0]}
     # (a time after the last record: Kafka answers "none" and the group starts at the end;
     # Tansu answers offset 0, so that case is not checked here: tests/kafka.py)
+
+
+# --- where each partition ends -------------------------------------------------------------------
+class _HintPastTheEnd:
+    """A consumer whose cached high watermark says a partition ends later than it does (what a
+    stale fetch response can say): the source must still find the true end by partition EOF."""
+
+    def __init__(self, consumer, extra: int):
+        self._consumer, self._extra = consumer, extra
+
+    def get_watermark_offsets(self, tp, cached=False):
+        low, high = self._consumer.get_watermark_offsets(tp, cached=cached)
+        return low, high + self._extra
+
+    def __getattr__(self, name):
+        return getattr(self._consumer, name)
+
+
+@pytest.mark.parametrize("extra", [0, 50])
+def test_every_partition_s_first_offset_and_end_are_found_together(kafka_broker, extra):
+    """Partitions of different lengths and an empty one, read at once to their ends; a high
+    watermark past a partition's end (50) only makes the source read on from its first record
+    (Kafka answers a fetch there with an offset out of range; Tansu answers nothing, and the
+    source reads on once its timeout, 3 s here, has passed)."""
+    topic, group = _names()
+    kafka_broker.create_topic(topic, 5)
+    counts = {0: 30, 1: 1, 2: 200, 3: 0, 4: 7}
+    kafka_broker.produce(topic, [(p, f"{p}-{i}".encode()) for p, n in counts.items() for i in range(n)])
+    src = KafkaSource(spout="logs", bootstrap=kafka_broker.bootstrap, topic=topic, group=group, start="earliest",
+                      decode="utf8", max_bytes=1 << 20, timeout=3.0, settings=())
+    consumer = kafka_client.consumer(src, **{"auto.offset.reset": "error"})
+    try:
+        got = kafka_client.bounds(src, _HintPastTheEnd(consumer, extra), 5)
+    finally:
+        kafka_client.close(consumer)
+    assert got == [(0 if n else None, n) for n in counts.values()]

@@ -112,7 +112,7 @@ def is_eof(m: Message) -> bool:
     return err is not None and err.code() == PARTITION_EOF
 
 
-def _next_event(src: KafkaSource, c: Consumer, deadline: float, partition: int) -> Message | None:
+def _next_event(src: KafkaSource, c: Consumer, deadline: float, partition: int | None = None) -> Message | None:
     """The next record or partition EOF (None: nothing before the deadline). Errors raise."""
     while time.monotonic() < deadline:
         m = c.poll(min(POLL, max(0.01, deadline - time.monotonic())))
@@ -123,45 +123,70 @@ def _next_event(src: KafkaSource, c: Consumer, deadline: float, partition: int) 
             return m
         if err.code() == AUTO_OFFSET_RESET or err.code() == KafkaError.OFFSET_OUT_OF_RANGE:
             return m
-        raise refusal(src, err, f"reading partition {partition}", c)
+        raise refusal(src, err, f"reading partition {m.partition() if partition is None else partition}", c)
     return None
 
 
-def bounds(src: KafkaSource, c: Consumer, partition: int) -> tuple[int | None, int]:
-    """(first offset stored or None when the partition holds nothing, end), the end being where
-    the partition EOF is reported now. The high watermark of the first fetch only says where to
-    look: the end is the offset the EOF names, after the record before it was read."""
+def bounds(src: KafkaSource, c: Consumer, partitions: int) -> list[tuple[int | None, int]]:
+    """Per partition (0 .. partitions-1): (first offset stored or None when it holds nothing,
+    end), the end being where the partition EOF is reported now. Every partition is read at
+    once, so a topic's partitions cost one wait for their ends, not one each. The high
+    watermark of a partition's first fetch only says where to look: the end is the offset its
+    EOF names, after the record before it was read."""
+    topic = src.topic
+    first: dict[int, int] = {}
+    at: dict[int, int] = {}
+    hinted: set[int] = set()     # sent to their high watermark's last record
+    out: dict[int, tuple[int | None, int]] = {}
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
     deadline = time.monotonic() + src.timeout
-    c.assign([TopicPartition(src.topic, partition, OFFSET_BEGINNING)])
     try:
-        m = _next_event(src, c, deadline, partition)
-        if m is None:
-            raise TopicError(f"kafka {src.where()}: partition {partition} reported neither a record nor its "
-                             f"end within {src.timeout:g} s")
-        if m.error() is not None:
-            return None, offset_of(m)      # EOF at once: nothing stored
-        first = offset_of(m)
-        _, high = c.get_watermark_offsets(TopicPartition(src.topic, partition), cached=True)
-        hint: int | None = int(high) if high is not None and high > 0 else None
-        if hint is not None and hint - 1 > first:
-            c.seek(TopicPartition(src.topic, partition, hint - 1))
-        at = first
-        while True:
-            m = _next_event(src, c, deadline, partition)
-            if m is None or m.error() is not None and not is_eof(m):
-                if at == first and hint is not None and hint - 1 > first:
-                    # the hint led past the end (or nowhere): read on from the first record instead
-                    hint = None
-                    c.seek(TopicPartition(src.topic, partition, first + 1))
+        while len(out) < partitions:
+            m = _next_event(src, c, deadline)
+            if m is None:
+                stuck = [p for p in sorted(hinted) if p not in out and at[p] == first[p]]
+                if stuck:
+                    # a hint that led nowhere: read on from the first record instead
+                    for p in stuck:
+                        hinted.discard(p)
+                        c.seek(TopicPartition(topic, p, first[p] + 1))
                     deadline = time.monotonic() + src.timeout
                     continue
-                raise TopicError(f"kafka {src.where()}: partition {partition} reported no end within "
-                                 f"{src.timeout:g} s")
+                p = min(q for q in range(partitions) if q not in out)
+                what = "no end" if p in first else "neither a record nor its end"
+                raise TopicError(f"kafka {src.where()}: partition {p} reported {what} within {src.timeout:g} s")
+            pid = m.partition()
+            if pid is None:
+                continue
+            p = pid
+            if p in out:
+                continue     # produced since its end was seen: the round ends where it saw it
+            if p not in first:
+                if m.error() is not None:
+                    out[p] = (None, offset_of(m))      # its end at once: nothing stored
+                    c.pause([TopicPartition(topic, p)])
+                    continue
+                first[p] = at[p] = offset_of(m)
+                _, high = c.get_watermark_offsets(TopicPartition(topic, p), cached=True)
+                if high is not None and high - 1 > first[p]:
+                    c.seek(TopicPartition(topic, p, int(high) - 1))
+                    hinted.add(p)
+                continue
+            if m.error() is not None and not is_eof(m):
+                if p in hinted and at[p] == first[p]:
+                    # the hint led past the end: read on from the first record instead
+                    hinted.discard(p)
+                    c.seek(TopicPartition(topic, p, first[p] + 1))
+                    continue
+                raise TopicError(f"kafka {src.where()}: partition {p} reported no end within {src.timeout:g} s")
             if m.error() is not None:
-                return first, offset_of(m)
-            at = offset_of(m)
+                out[p] = (first[p], offset_of(m))
+                c.pause([TopicPartition(topic, p)])
+                continue
+            at[p] = offset_of(m)
     finally:
         c.unassign()
+    return [out[p] for p in range(partitions)]
 
 
 def read(src: KafkaSource, c: Consumer, partition: int, start: int, end: int,

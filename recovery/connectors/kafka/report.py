@@ -21,7 +21,7 @@ def partition_rows(client: Redis, wf: Workflow, spout: Component) -> list[Partit
         c = kafka.consumer(src, **{"auto.offset.reset": "error"})
         try:
             n = kafka.partition_count(src, c)
-            bounds = [kafka.bounds(src, c, p) for p in range(n)]
+            bounds = kafka.bounds(src, c, n)
         finally:
             kafka.close(c)
     except TopicError as err:

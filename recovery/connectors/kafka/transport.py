@@ -78,7 +78,7 @@ class KafkaTransport:
         by_time: dict[int, int] | None = None
 
         def bounds(_committed: dict[int, int]) -> list[tuple[int | None, int]]:
-            return [kafka.bounds(src, c, p) for p in range(n)]
+            return kafka.bounds(src, c, n)
 
         def first_start(p: int, first: int | None, end: int) -> int:
             nonlocal by_time
