@@ -66,6 +66,31 @@ def submit(spark: Any, redis_url: str, client: Any, xml_path: Path, config: dict
                        tracking_on=tracking, run_id=run_id)
 
 
+def topic_copy_xml(name: str, *, topic: str = "events", spouts: int = 2, fields: str = "id word",
+                   config: dict[str, str] | None = None, dead: str = "") -> str:
+    """A workflow copying the JSON records of a Redis-stream topic into the jsonl sink out/copy:
+    spout `events` (`spouts` tasks), bolt `out` (2 tasks, shuffle); `config` its properties,
+    `dead` its <dead-letters> element."""
+    head = ""
+    if config:
+        props = "".join(f'    <property name="{k}" value="{v}"/>\n' for k, v in config.items())
+        head += f"  <config>\n{props}  </config>\n"
+    if dead:
+        head += f"  {dead}\n"
+    return f"""<?xml version="1.0" encoding="UTF-8"?>
+<workflow xmlns="urn:recovery:workflow:1" name="{name}">
+{head}  <spout id="events" parallelism="{spouts}">
+    <source type="redis-stream" topic="{topic}" format="jsonl"/>
+    <stream fields="{fields}"/>
+  </spout>
+  <bolt id="out" parallelism="2">
+    <sink type="jsonl" path="out/copy"/>
+    <input from="events" grouping="shuffle"/>
+  </bolt>
+</workflow>
+"""
+
+
 def sink_records(folder: Path) -> list[str]:
     """A jsonl sink's contents as a sorted list of canonical JSON lines (a multiset)."""
     import json

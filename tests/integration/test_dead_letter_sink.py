@@ -21,30 +21,15 @@ from recovery.jobs import follow_events as events
 from recovery.model.workflow import ClassImpl, Component, Input, SinkImpl, StreamDef, Workflow
 from recovery.model.xml import parse as workflow_xml
 from recovery.tracking import queue as failed_queue
-
-FOLLOW_XML = """<?xml version="1.0" encoding="UTF-8"?>
-<workflow xmlns="urn:recovery:workflow:1" name="{name}">
-  <config>
-    <property name="topology.max.spout.pending" value="1000"/>
-    <property name="recovery.auto" value="true"/>
-    <property name="recovery.max.attempts" value="{attempts}"/>
-    <property name="recovery.retry.delay.period.ms" value="0"/>
-{extra}  </config>
-{dead}  <spout id="events" parallelism="2">
-    <source type="redis-stream" topic="{name}" format="jsonl"/>
-    <stream fields="id word"/>
-  </spout>
-  <bolt id="out" parallelism="2">
-    <sink type="jsonl" path="out/copy"/>
-    <input from="events" grouping="shuffle"/>
-  </bolt>
-</workflow>
-"""
+from tests.integration.conftest import topic_copy_xml
 
 
-def _workflow(tmp_path: Path, name: str, attempts: int, dead: str = "", extra: str = "") -> tuple[Path, Workflow]:
+def _workflow(tmp_path: Path, name: str, attempts: int, dead: str = "",
+              extra: dict[str, str] | None = None) -> tuple[Path, Workflow]:
     xml = tmp_path / f"{name}.xml"
-    xml.write_text(FOLLOW_XML.format(name=name, attempts=attempts, dead=dead, extra=extra))
+    xml.write_text(topic_copy_xml(name, topic=name, dead=dead, config={
+        "topology.max.spout.pending": "1000", "recovery.auto": "true", "recovery.max.attempts": str(attempts),
+        "recovery.retry.delay.period.ms": "0", **(extra or {})}))
     return xml, workflow_xml.load(xml)
 
 
@@ -61,7 +46,7 @@ def _poison(batch: int) -> list[str]:
 def test_a_follow_run_writes_each_poison_record_to_its_dead_letter_sink_once(spark, redis_url, redis_client,
                                                                              tmp_path):
     xml, wf = _workflow(tmp_path, "dlq_jsonl", attempts=2,
-                        dead='  <dead-letters><sink type="jsonl" path="out/dead"/></dead-letters>\n')
+                        dead='<dead-letters><sink type="jsonl" path="out/dead"/></dead-letters>')
     _produce(redis_client, "dlq_jsonl", range(0, 50), _poison(0))
 
     def on_event(event: events.FollowEvent) -> None:
@@ -87,7 +72,7 @@ def test_a_follow_run_writes_each_poison_record_to_its_dead_letter_sink_once(spa
 def test_a_follow_run_caps_the_dead_letters_redis_keeps_and_status_says_what_was_dropped(spark, redis_url,
                                                                                          redis_client, tmp_path):
     xml, wf = _workflow(tmp_path, "dlq_cap", attempts=1,
-                        extra='    <property name="recovery.dead.retention" value="3"/>\n')
+                        extra={"recovery.dead.retention": "3"})
     _produce(redis_client, "dlq_cap", range(0, 40), _poison(0) + _poison(1))
     outcome = follow.follow(spark, redis_client, redis_url, wf, xml.read_text(), str(xml), max_batches=1)
     s = outcome.summary

@@ -28,22 +28,12 @@ from recovery.jobs import follow_events as events
 from recovery.model.xml import parse as workflow_xml
 from recovery.tracking import keys, runs
 from tests.helpers import wait_for
+from tests.integration.conftest import topic_copy_xml
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / "workflows"
 
-COPY_XML = """<?xml version="1.0" encoding="UTF-8"?>
-<workflow xmlns="urn:recovery:workflow:1" name="topic_copy">
-  <spout id="events" parallelism="3">
-    <source type="redis-stream" topic="events" format="jsonl"/>
-    <stream fields="id word"/>
-  </spout>
-  <bolt id="out" parallelism="2">
-    <sink type="jsonl" path="out/copy"/>
-    <input from="events" grouping="shuffle"/>
-  </bolt>
-</workflow>
-"""
+COPY_XML = topic_copy_xml("topic_copy", spouts=3)
 
 
 def _canon(records) -> list[str]:

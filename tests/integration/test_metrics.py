@@ -17,29 +17,15 @@ from recovery.jobs import follow, metrics, recover, reports
 from recovery.jobs import follow_events as events
 from recovery.model.xml import parse as workflow_xml
 from recovery.tracking import runs
+from tests.integration.conftest import topic_copy_xml
 from tests.ui_server import BackgroundServer
 from tests.unit.jobs.test_metrics import check_against_status, one, parse
 
 TOKEN = "integration-metrics-token"
 
-FLAKY_XML = """<?xml version="1.0" encoding="UTF-8"?>
-<workflow xmlns="urn:recovery:workflow:1" name="metrics_follow">
-  <config>
-    <property name="topology.max.spout.pending" value="1000"/>
-    <property name="recovery.retry.delay.period.ms" value="0"/>
-    <property name="recovery.inject.flaky.component" value="out"/>
-    <property name="recovery.inject.flaky.rate" value="0.05"/>
-  </config>
-  <spout id="events" parallelism="2">
-    <source type="redis-stream" topic="events" format="jsonl"/>
-    <stream fields="id word"/>
-  </spout>
-  <bolt id="out" parallelism="2">
-    <sink type="jsonl" path="out/copy"/>
-    <input from="events" grouping="shuffle"/>
-  </bolt>
-</workflow>
-"""
+FLAKY_XML = topic_copy_xml("metrics_follow", config={
+    "topology.max.spout.pending": "1000", "recovery.retry.delay.period.ms": "0",
+    "recovery.inject.flaky.component": "out", "recovery.inject.flaky.rate": "0.05"})
 
 
 def _records(start: int, n: int) -> list[tuple[str, bytes]]:

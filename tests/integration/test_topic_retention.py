@@ -17,30 +17,15 @@ from recovery.jobs import follow_events as events
 from recovery.model.failed import FailedTuple
 from recovery.model.xml import parse as workflow_xml
 from recovery.tracking import keys
+from tests.integration.conftest import topic_copy_xml
 
 CHUNKS = 20
 CHUNK = 300
 PARTITIONS = 3
 
-SOAK_XML = """<?xml version="1.0" encoding="UTF-8"?>
-<workflow xmlns="urn:recovery:workflow:1" name="retention_soak">
-  <config>
-    <property name="topology.max.spout.pending" value="2000"/>
-    <property name="recovery.auto" value="true"/>
-    <property name="recovery.retry.delay.period.ms" value="0"/>
-    <property name="recovery.inject.flaky.component" value="out"/>
-    <property name="recovery.inject.flaky.rate" value="0.02"/>
-  </config>
-  <spout id="events" parallelism="3">
-    <source type="redis-stream" topic="events" format="jsonl"/>
-    <stream fields="id word pad"/>
-  </spout>
-  <bolt id="out" parallelism="2">
-    <sink type="jsonl" path="out/copy"/>
-    <input from="events" grouping="shuffle"/>
-  </bolt>
-</workflow>
-"""
+SOAK_XML = topic_copy_xml("retention_soak", spouts=3, fields="id word pad", config={
+    "topology.max.spout.pending": "2000", "recovery.auto": "true", "recovery.retry.delay.period.ms": "0",
+    "recovery.inject.flaky.component": "out", "recovery.inject.flaky.rate": "0.02"})
 
 
 def _chunk(n: int) -> list[dict]:
