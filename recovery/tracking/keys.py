@@ -101,15 +101,9 @@ def hash_slot(key: str | bytes) -> int:
     return binascii.crc_hqx(raw, 0) % SLOTS
 
 
-def runs_index() -> str:
-    """Sorted set: run id -> start time."""
-    return f"{prefix()}runs"
-
-
-def run_record(run_id: str) -> str:
-    """Hash: xml, status, counters, start/end times, driver pid, and the run's generation (a
-    token set when the record is created: writers check it, so nothing writes into a run that
-    was cleared or created anew under the same id). In the run's home slot."""
+def run_home(run_id: str) -> str:
+    """`<prefix>run:{<run id>}`: the run's home slot. The run record's key (tracking/runs.py),
+    and what the run's other keys in that slot start with (`run_prefix`)."""
     return runs_base() + "{" + check_run_id(run_id) + "}"
 
 
@@ -125,7 +119,7 @@ def runs_pattern() -> str:
 
 def run_prefix(run_id: str) -> str:
     """What the run's keys in its home slot start with."""
-    return run_record(run_id) + ":"
+    return run_home(run_id) + ":"
 
 
 def run_pattern(run_id: str) -> str:
@@ -221,12 +215,6 @@ def default_sink(component_id: str) -> str:
 
 
 # Per run (all matched by run_pattern, so `clear` finds them with one SCAN pattern).
-def lease(run_id: str) -> str:
-    """String with an expiry: "host:pid:token" of the driver working on the run, refreshed while
-    it runs; a `running` run whose lease expired is crashed."""
-    return run_key(run_id, "lease")
-
-
 def ledger(run_id: str, bucket: int) -> str:
     """Hash: "compacted" (the folded XORs), "superseded:<round>", and the task attempts' pieces
     "<round>:<component>:<index>:<attempt token>:<part>" (ledger.py: folded only once the

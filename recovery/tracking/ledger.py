@@ -20,7 +20,7 @@ import numpy as np
 from redis import Redis
 
 from recovery.model.record import RunRecord
-from recovery.tracking import keys
+from recovery.tracking import keys, runs
 from recovery.tracking.queue import dead_among, forget_dead_roots, queued_roots  # noqa: F401 (importable from here, as they were)
 from recovery.tracking.queue import positions as queue_positions
 from recovery.tracking.queue import read as read_queue
@@ -123,7 +123,7 @@ class CommittedAttempts:
     def __init__(self, client: Redis, run_id: str):
         self.client = client
         self.run_id = run_id
-        raw = client.hget(keys.run_record(run_id), "round")
+        raw = client.hget(runs.record_key(run_id), "round")
         self.current_round = int(cast(bytes, raw)) if raw is not None else None
         self._rounds: dict[int, dict[str, str]] = {}
 

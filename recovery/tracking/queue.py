@@ -425,7 +425,7 @@ def take_for_flush(client: Redis, run_id: str, generation: str | None) -> int | 
     set that becomes one part of the dead-letter sink, whatever dies meanwhile. Returns its
     number, None when there was nothing to move (or the run is no longer this generation's)."""
     dead = keys.dead(run_id)
-    record = keys.run_record(run_id)
+    record = runs.record_key(run_id)
     seen: dict[str, Any] = {}
 
     def check(pipe: Any) -> None:
@@ -458,7 +458,7 @@ def flush_done(client: Redis, run_id: str, generation: str | None, flush: int) -
         pipe.delete(flush_key)
         pipe.srem(keys.dead_flushes(run_id), flush)
         if seen["n"]:
-            pipe.hincrby(keys.run_record(run_id), DEAD_WRITTEN, seen["n"])
+            pipe.hincrby(runs.record_key(run_id), DEAD_WRITTEN, seen["n"])
     return fenced_transaction(client, run_id, generation, drop, watch=(flush_key, keys.dead_flushes(run_id)),
                               read=check)
 
@@ -487,7 +487,7 @@ def drop_dead(client: Redis, run_id: str, generation: str | None, keep: int | No
     def remove(pipe: Any) -> None:
         if seen["drop"]:
             pipe.hdel(dead, *[f for f, _ in seen["drop"]])
-            pipe.hincrby(keys.run_record(run_id), DEAD_DROPPED, len(seen["drop"]))
+            pipe.hincrby(runs.record_key(run_id), DEAD_DROPPED, len(seen["drop"]))
     if not fenced_transaction(client, run_id, generation, remove, watch=(dead,), read=check):
         return []
     return [rec for _, rec in seen["drop"]]
@@ -495,5 +495,5 @@ def drop_dead(client: Redis, run_id: str, generation: str | None, keep: int | No
 
 def dead_totals(client: Redis, run_id: str) -> tuple[int, int]:
     """(dead letters written to the dead-letter sink, dropped by the retention cap) so far."""
-    written, dropped = client.hmget(keys.run_record(run_id), [DEAD_WRITTEN, DEAD_DROPPED])
+    written, dropped = client.hmget(runs.record_key(run_id), [DEAD_WRITTEN, DEAD_DROPPED])
     return int(written or 0), int(dropped or 0)

@@ -118,7 +118,7 @@ class TaskTracker:
         RunCleared), so nothing downstream of it runs in that driver either."""
         with self.client.pipeline(transaction=False) as pipe:
             pipe.hget(keys.task_done(self.run_id, self.round), self.field)
-            pipe.hget(keys.run_record(self.run_id), "generation")
+            pipe.hget(runs.record_key(self.run_id), "generation")
             raw, generation = pipe.execute()
         if self.generation is not None and generation != self.generation.encode():
             self._fence()
@@ -137,7 +137,7 @@ class TaskTracker:
         (connectors.sink_objects) is ordered after any a driver taken over may still publish."""
         if self.generation is None:
             return 0
-        current, retired = self.client.hmget(keys.run_record(self.run_id), ["generation", "retired_generations"])
+        current, retired = self.client.hmget(runs.record_key(self.run_id), ["generation", "retired_generations"])
         if current != self.generation.encode():
             self._fence()
             raise self.fenced_error()
@@ -182,7 +182,7 @@ class TaskTracker:
         """The run was cleared (or created anew): a spill write that failed is why, not a fault."""
         if self.generation is None:
             return False
-        return self.client.hget(keys.run_record(self.run_id), "generation") != self.generation.encode()
+        return self.client.hget(runs.record_key(self.run_id), "generation") != self.generation.encode()
 
     def _fence(self) -> None:
         if not self.fenced:

@@ -126,7 +126,7 @@ def test_a_master_killed_mid_run_stops_it_in_one_line_and_recover_is_exact_once_
     the run stays resumable; the node comes back with its AOF, and `recover` is exact."""
     xml = copy_workflow("wordcount", tmp_path)
     run_id = "master-killed"
-    home = redis_client.get_node_from_key(keys.run_record(run_id)).port
+    home = redis_client.get_node_from_key(runs.record_key(run_id)).port
     victim = next(n for n, p in enumerate(cluster.ports[:cluster.masters]) if p != home)
     proc = _spawn(["submit", str(xml), "--run-id", run_id, "-p", "recovery.inject.z.component=count",
                    "-p", "recovery.inject.z.mode=slow", "-p", "recovery.inject.z.delay.ms=2",

@@ -9,7 +9,7 @@ from pathlib import Path
 import msgpack
 
 from recovery.controlplane.connection import scan_keys
-from recovery.tracking import keys, ledger
+from recovery.tracking import keys, ledger, runs
 from tests.integration.conftest import copy_workflow, sink_records, submit
 
 
@@ -34,7 +34,7 @@ def fanout_reference(numbers: Path) -> tuple[list[str], list[str]]:
 
 def run_keys(client, run_id: str) -> set[str]:
     """Every key of the run but its record, on every master of a Redis Cluster."""
-    return {k.decode() for k in scan_keys(client, keys.run_pattern(run_id))} - {keys.run_record(run_id)}
+    return {k.decode() for k in scan_keys(client, keys.run_pattern(run_id))} - {runs.record_key(run_id)}
 
 
 def test_failure_free_wordcount_equals_plain_python_and_leaves_no_tracking_keys(spark, redis_url, redis_client, tmp_path):
@@ -47,7 +47,7 @@ def test_failure_free_wordcount_equals_plain_python_and_leaves_no_tracking_keys(
     # only the run record, the runs index and the bolt's keyed state remain: no tracking keys
     left = run_keys(redis_client, summary.run_id)
     assert left == {keys.state(summary.run_id, "count")}
-    assert redis_client.exists(keys.run_record(summary.run_id))
+    assert redis_client.exists(runs.record_key(summary.run_id))
 
 
 def test_tracking_off_gives_the_same_sink(spark, redis_url, redis_client, tmp_path):

@@ -101,9 +101,9 @@ def test_clear_removes_every_key_of_the_run_and_nothing_else(spark, redis_url, r
     before_b = {k: redis_client.dump(k) for k in run_keys(redis_client, b.run_id)}
     assert len(run_keys(redis_client, a.run_id)) > 2
     removed = clear.clear(redis_client, a.run_id).keys
-    assert keys.run_record(a.run_id) in removed
+    assert runs.record_key(a.run_id) in removed
     assert run_keys(redis_client, a.run_id) == set()
-    assert not redis_client.exists(keys.run_record(a.run_id))
+    assert not redis_client.exists(runs.record_key(a.run_id))
     assert a.run_id not in runs.list_ids(redis_client)
     assert {k: redis_client.dump(k) for k in run_keys(redis_client, b.run_id)} == before_b
     assert redis_client.get("unrelated:key") == b"1"

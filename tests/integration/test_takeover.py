@@ -140,7 +140,7 @@ def test_a_forced_take_over_of_a_live_recovery_is_exact_and_stops_the_first_driv
     assert (final.status, final.complete, final.in_flight) == ("completed", EVENTS, 0)
     assert ledger.pending_roots(redis_client, run_id) == set()
     assert run_keys(redis_client, run_id) == {keys.state(run_id, "aggregate")}
-    assert json.loads(redis_client.hget(keys.run_record(run_id), "summary"))["status"] == "completed"
+    assert json.loads(redis_client.hget(runs.record_key(run_id), "summary"))["status"] == "completed"
     # A: one line, a non-zero exit, never a summary saying completed
     assert first.returncode not in (0, None), (out, err)
     assert "completed" not in out, out

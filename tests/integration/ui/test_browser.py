@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from recovery.cli import main
-from recovery.tracking import keys
+from recovery.tracking import keys, runs
 from tests.helpers import pretend_running, wait_for
 from tests.integration.conftest import copy_workflow, submit
 from tests.ui_server import CHROMIUM_ARGS, chromium_path
@@ -159,7 +159,7 @@ def test_clear_removes_the_run(spark, redis_url, redis_client, tmp_path, ui_serv
     expect(page).to_have_url(re.compile(r"/\?message="))
     expect(page.locator(".flash")).to_contain_text(f"cleared {run}")
     expect(page.locator(f'#runs tr[data-run="{run}"]')).to_have_count(0)
-    assert not redis_client.exists(keys.run_record(run))
+    assert not redis_client.exists(runs.record_key(run))
     assert not list(redis_client.scan_iter(match=keys.run_pattern(run)))
     # the page of a run that is gone says so, as the CLI does
     page.goto(f"{ui_server.url}/runs/{run}")

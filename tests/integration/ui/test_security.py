@@ -18,7 +18,7 @@ import pytest
 from starlette.routing import Mount, Route
 from starlette.testclient import TestClient
 
-from recovery.tracking import keys
+from recovery.tracking import keys, runs
 from recovery.ui.app import create_app
 from recovery.ui.security import wants_json
 from tests.helpers import file_mode, wait_for
@@ -238,7 +238,7 @@ def test_every_route_refuses_foreign_hosts_origins_and_missing_tokens(dead_run_a
 
     assert redis_state(redis_client) == before
     assert app.state.ui.processes.state(run) is None
-    assert redis_client.hlen(keys.dead(run)) >= 2 and redis_client.exists(keys.run_record(run))
+    assert redis_client.hlen(keys.dead(run)) >= 2 and redis_client.exists(runs.record_key(run))
 
 
 def test_the_pages_forms_and_api_clients_with_the_token_are_admitted(dead_run_app, redis_client):
@@ -268,7 +268,7 @@ def test_the_pages_forms_and_api_clients_with_the_token_are_admitted(dead_run_ap
     r = client.post(f"/api/v1/runs/{run}/dead/requeue", headers={"Authorization": f"token {token}"})
     assert r.json()["requeued"] == len(dead) - 3
     r = client.delete(f"/api/v1/runs/{run}", headers={"Authorization": f"Bearer {token}"})
-    assert r.status_code == 200 and not redis_client.exists(keys.run_record(run))
+    assert r.status_code == 200 and not redis_client.exists(runs.record_key(run))
 
 
 def test_a_run_id_outside_the_alphabet_is_refused_before_anything(dead_run_app, redis_client, tmp_path):

@@ -173,5 +173,5 @@ def test_status_reads_the_run_record_once():
     driver = recording_client(server, log)
     status = reports.run_summary(driver, "r")
     assert status.failed == 8 and status.warnings is None
-    record = keys.run_record("r").encode()
+    record = runs.record_key("r").encode()
     assert [c[0].upper() for c in log if len(c) > 1 and c[1] == record] == [b"HGETALL"]

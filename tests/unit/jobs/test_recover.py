@@ -25,14 +25,14 @@ from tests.unit.run_records import ledger_pending
 
 def test_recover_refuses_a_live_run_and_force_takes_it_over(fake_redis):
     _create(fake_redis)
-    fake_redis.set(keys.lease("r1"), "elsewhere:4242:abcd", px=60_000)
+    fake_redis.set(runs.lease_key("r1"), "elsewhere:4242:abcd", px=60_000)
     with pytest.raises(RunError, match=r"still running \(driver pid 4242 on elsewhere.*--force"):
         recover.recover(None, fake_redis, "redis://fake", "r1")
     rec = runs.get(fake_redis, "r1")
     with pytest.raises(RunError, match="held by another driver"):
         runs.take_over(fake_redis, rec)             # without force a live holder keeps it
     lease = runs.take_over(fake_redis, rec, force=True)
-    assert fake_redis.get(keys.lease("r1")).decode() == lease.holder
+    assert fake_redis.get(runs.lease_key("r1")).decode() == lease.holder
     # the old driver's refresh learns it lost the lease, and stops
     old = runs.Lease(fake_redis, "r1", rec.generation)
     old.holder = "elsewhere:4242:abcd"
@@ -161,7 +161,7 @@ def test_a_forced_take_over_fences_the_first_driver_and_the_second_finishes_exac
     assert not fake_redis.exists(keys.failed_set("tk"))
     # nothing of either driver's rounds is left behind (A cleared nothing after the take-over,
     # and wrote nothing back)
-    left = {k.decode() for k in fake_redis.scan_iter(match=keys.run_pattern("tk"))} - {keys.run_record("tk")}
+    left = {k.decode() for k in fake_redis.scan_iter(match=keys.run_pattern("tk"))} - {runs.record_key("tk")}
     assert left <= {keys.state("tk", "out"), keys.log("tk")}, left
 
 

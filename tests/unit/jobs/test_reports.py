@@ -29,7 +29,7 @@ def run(fake_redis):
     wf = workflow_xml.load(WORKFLOWS / "wordcount.xml", check_paths=False)
     run_id = "wordcount-1"
     runs.create(fake_redis, run_id, "<workflow/>", wf.to_task_json(), None, "local[2]", True)
-    runs.update(fake_redis, run_id, status=runs.DEAD, ended=float(fake_redis.hget(keys.run_record(run_id), "started")) + 2)
+    runs.update(fake_redis, run_id, status=runs.DEAD, ended=float(fake_redis.hget(runs.record_key(run_id), "started")) + 2)
     for comp, task, tid, err in (("split", 6, 11, "ValueError: bad"), ("split", 7, 12, "not acked by split"),
                                  ("count", 1, 13, "failed by count")):
         field, packed = _dead_tuple(run_id, comp, task, tid, err)
@@ -55,7 +55,7 @@ def test_error_kinds():
 def test_runs_list_newest_first_with_workflow_and_duration(fake_redis, run):
     wf = workflow_xml.load(WORKFLOWS / "wordcount.xml", check_paths=False)
     runs.create(fake_redis, "wordcount-2", "<workflow/>", wf.to_task_json(), None, "local[2]", True)
-    fake_redis.zadd(keys.runs_index(), {"wordcount-2": 10**10})     # started later
+    fake_redis.zadd(runs.index_key(), {"wordcount-2": 10**10})     # started later
     rows = reports.runs_list(fake_redis)["runs"]
     assert [r["run_id"] for r in rows] == ["wordcount-2", run]
     assert rows[1]["workflow"] == "wordcount" and rows[1]["status"] == "dead" and rows[1]["duration"] == 2

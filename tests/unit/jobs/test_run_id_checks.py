@@ -92,7 +92,7 @@ def test_clear_all_removes_a_run_stored_under_an_id_no_command_accepts(fake_redi
     """A run an earlier version stored under an unsafe id: `clear --all` still removes it."""
     create_run(fake_redis, "kept")
     legacy = "a/../../b"
-    fake_redis.zadd(keys.runs_index(), {legacy: 1})
+    fake_redis.zadd(runs.index_key(), {legacy: 1})
     fake_redis.hset(keys.runs_base() + legacy, "status", "completed")
     fake_redis.hset(keys.runs_base() + legacy + ":done:0", "x:0", b"1")
     removed = jobs_clear.clear_all(fake_redis, force=True)

@@ -9,10 +9,10 @@ import pytest
 from redis.crc import key_slot
 
 from recovery.errors import RecoveryError
-from recovery.tracking import keys
+from recovery.tracking import keys, runs
 
 
-@pytest.mark.parametrize("build", [keys.run_record, keys.run_prefix, keys.lease, keys.failed_set, keys.dead,
+@pytest.mark.parametrize("build", [runs.record_key, keys.run_prefix, runs.lease_key, keys.failed_set, keys.dead,
                                    lambda r: keys.queue(r, "c", 1), lambda r: keys.task_done(r, 0)])
 @pytest.mark.parametrize("run_id", ["a/../../b", "*", "a:b", "x{y}", "", ".x"])
 def test_run_keys_refuse_an_unsafe_run_id(build, run_id):
@@ -21,13 +21,13 @@ def test_run_keys_refuse_an_unsafe_run_id(build, run_id):
 
 
 def test_a_run_s_keys_start_with_its_record_key():
-    assert keys.run_prefix("r-1").startswith(keys.run_record("r-1") + ":")
-    assert keys.run_record("r-1") == keys.runs_base() + "{r-1}"
+    assert keys.run_prefix("r-1").startswith(runs.record_key("r-1") + ":")
+    assert runs.record_key("r-1") == keys.runs_base() + "{r-1}"
     assert keys.runs_pattern() == keys.runs_base() + "*"
 
 
 def every_key_of(run_id: str) -> list[str]:
-    return ([keys.run_record(run_id), keys.lease(run_id), keys.failed_set(run_id), keys.dead(run_id),
+    return ([runs.record_key(run_id), runs.lease_key(run_id), keys.failed_set(run_id), keys.dead(run_id),
              keys.dead_roots(run_id), keys.queue_due(run_id), keys.task_done(run_id, 3),
              keys.task_commits(run_id, 3), keys.task_spill(run_id, 3), keys.state(run_id, "count"),
              keys.log(run_id), keys.queue(run_id, "split", 2), keys.queue_staged(run_id, "split", 2, 3, "ab12"),
@@ -44,12 +44,12 @@ def test_one_pattern_finds_every_key_of_a_run_and_none_of_another():
     for other in ("r-10", "r", "r-1.x"):
         assert not any(fnmatch.fnmatchcase(k, keys.run_pattern("r-1")) for k in every_key_of(other))
     assert keys.run_of_key(keys.runs_base() + "legacy:done:0") == "legacy"
-    assert keys.run_of_key(keys.runs_index()) is None
+    assert keys.run_of_key(runs.index_key()) is None
 
 
 def test_transactions_keys_share_a_slot_and_a_run_spreads_over_the_slot_range():
-    home = keys.hash_slot(keys.run_record("r-1"))
-    for key in (keys.lease("r-1"), keys.task_done("r-1", 0), keys.task_commits("r-1", 0), keys.failed_set("r-1"),
+    home = keys.hash_slot(runs.record_key("r-1"))
+    for key in (runs.lease_key("r-1"), keys.task_done("r-1", 0), keys.task_commits("r-1", 0), keys.failed_set("r-1"),
                 keys.queue_due("r-1"), keys.dead("r-1"), keys.dead_roots("r-1"), keys.task_spill("r-1", 0),
                 keys.state("r-1", "c"), keys.spout_messages("r-1", "s"), keys.log("r-1")):
         assert keys.hash_slot(key) == home, key
