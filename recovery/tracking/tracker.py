@@ -7,7 +7,7 @@ idempotent, so that it works the same on a single server and on a Redis Cluster:
 
 1. *pieces*, ahead of the commit point, under the attempt's own token: its ledger
    contributions (ledger.piece_fields, bounded parts, in the buckets' slots) and its writes
-   into failed positions' queues (tracking/queue.py stage, in each queue's slot). Nothing reads them
+   into failed positions' queues (tracking/queue stage, in each queue's slot). Nothing reads them
    as long as no commit record names the token.
 2. *the commit point*, one transaction in the run's home slot, fenced by the run's generation:
    the done marker, the commit record (token and staged positions), the spill reference, the

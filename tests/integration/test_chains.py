@@ -14,6 +14,7 @@ from recovery.model.run import RunSpec
 from recovery.model.synthesis import synthesize
 from recovery.model.xml import parse as workflow_xml
 from recovery.tracking import keys, ledger, runs
+from recovery.tracking import queue as failed_queue
 from tests.integration.conftest import copy_workflow, kill_when_round_0, sink_records, submit
 from tests.integration.test_engine import run_keys, wordcount_reference
 from tests.integration.test_recovery import _spawn_submit
@@ -75,7 +76,7 @@ def test_a_chained_run_writes_counts_fails_and_recovers_what_the_unchained_run_d
     assert positions(chained) == positions(plain) == {"split", "normalize"}
     queued = lambda s, comp: sorted(   # noqa: E731
         json.dumps(rec["values"]) for p in s.failed_positions if p.component == comp
-        for rec in map(_unpack, redis_client.hvals(keys.queue(s.run_id, comp, p.task))))
+        for rec in map(_unpack, redis_client.hvals(failed_queue.queue_key(s.run_id, comp, p.task))))
     for comp in ("split", "normalize"):
         assert queued(chained, comp) == queued(plain, comp) != []
     # a recovery round of split's failures alone: split fed from its queue, chained again with

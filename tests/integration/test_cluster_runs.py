@@ -18,6 +18,7 @@ from recovery.controlplane import connection
 from recovery.jobs import dead_letters, recover
 from recovery.model.run import TaskIdentity
 from recovery.tracking import keys, ledger, runs
+from recovery.tracking import queue as failed_queue
 from tests.clusters import RedisCluster
 from tests.helpers import wait_for
 from tests.integration import test_engine, test_recovery
@@ -195,14 +196,14 @@ def test_root_replay_selection_and_dead_requeue_split_by_slot_on_a_cluster(redis
         task.failure(FailedTuple(values=[r], id=1000 + r, roots=[r], stream="default", error="x",
                                  attempt=2 if r > 30 else 1))
     assert task.commit({r: r * 7 + 3 for r in roots}, {"executed": len(roots)})
-    assert redis_client.hlen(keys.queue("split-steps", "count", 7)) == 30
-    assert redis_client.hlen(keys.dead("split-steps")) == 10
+    assert redis_client.hlen(failed_queue.queue_key("split-steps", "count", 7)) == 30
+    assert redis_client.hlen(failed_queue.dead_letters_key("split-steps")) == 10
     runs.update(redis_client, "split-steps", lease.generation, status=runs.DEAD)   # its driver ended
     lease.release()
 
     assert dead_letters.requeue_dead(redis_client, "split-steps") == 10
-    assert redis_client.hlen(keys.queue("split-steps", "count", 7)) == 40
-    assert redis_client.hlen(keys.dead("split-steps")) == 0 and redis_client.scard(keys.dead_roots("split-steps")) == 0
+    assert redis_client.hlen(failed_queue.queue_key("split-steps", "count", 7)) == 40
+    assert redis_client.hlen(failed_queue.dead_letters_key("split-steps")) == 0 and redis_client.scard(failed_queue.dead_roots_key("split-steps")) == 0
 
     added = [ledger.supersede_bucket(redis_client, "split-steps", b, 1, lease.generation)
              for b in range(ledger.LEDGER_BUCKETS)]

@@ -10,6 +10,7 @@ import msgpack
 
 from recovery.controlplane.connection import scan_keys
 from recovery.tracking import keys, ledger, runs
+from recovery.tracking import queue as failed_queue
 from tests.integration.conftest import copy_workflow, sink_records, submit
 
 
@@ -99,7 +100,7 @@ def test_not_acked_tuples_fail_at_their_task(spark, redis_url, redis_client, tmp
     assert sorted(r["word"] for r in json.loads("[" + ",".join(sink_records(tmp_path / "out")) + "]")) == ["GOOD1", "GOOD2", "GOOD3"]
     queued = []
     for p in s.failed_positions:
-        for raw in redis_client.hvals(keys.queue(s.run_id, p.component, p.task)):
+        for raw in redis_client.hvals(failed_queue.queue_key(s.run_id, p.component, p.task)):
             queued.append(msgpack.unpackb(raw))
     assert sorted(q["values"][0] for q in queued) == ["bad1", "bad2"]
     assert all(q["src_component"] == "src" and q["attempt"] == 1 for q in queued)
@@ -117,7 +118,7 @@ def test_a_failed_tuple_emits_nothing_downstream_and_the_run_goes_on(spark, redi
     assert words == ["a", "b", "c"]          # no "half-emitted"
     assert s.failed == 1 and s.complete == 3
     [pos] = s.failed_positions
-    [raw] = redis_client.hvals(keys.queue(s.run_id, "explodes", pos.task))
+    [raw] = redis_client.hvals(failed_queue.queue_key(s.run_id, "explodes", pos.task))
     rec = msgpack.unpackb(raw)
     assert rec["values"] == ["boom"] and "RuntimeError: boom at explodes" in rec["error"]
     assert "Traceback" in rec["traceback"] and rec["task"] == pos.task
@@ -137,7 +138,7 @@ def test_undecodable_records_fail_at_the_spout_with_the_raw_record(spark, redis_
     raws = []
     for p in s.failed_positions:
         assert p.component == "src"
-        raws += [msgpack.unpackb(r)["raw"] for r in redis_client.hvals(keys.queue(s.run_id, "src", p.task))]
+        raws += [msgpack.unpackb(r)["raw"] for r in redis_client.hvals(failed_queue.queue_key(s.run_id, "src", p.task))]
     assert sorted(raws) == sorted([b"not json\n", b"\xff\xfe\n", b"[1, 2]\n", b'{"other": 1}\n'])
     assert sorted(json.loads(r)["word"] for r in sink_records(tmp_path / "out")) == ["ok1", "ok2"]
 

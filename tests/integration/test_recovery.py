@@ -12,6 +12,7 @@ import msgpack
 
 from recovery.jobs import clear, dead_letters, recover, summary
 from recovery.tracking import keys, runs
+from recovery.tracking import queue as failed_queue
 from tests.integration.conftest import copy_workflow, kill_when_round_0, sink_records, submit
 from tests.integration.test_engine import fanout_reference, run_keys, wordcount_reference
 
@@ -41,7 +42,7 @@ def test_transient_failures_at_two_positions_on_one_path_recover_exactly(spark, 
     assert r.rounds >= 2          # count's tuples fail their first two attempts
     # nothing lost, nothing twice; the fields-grouped aggregate equals the failure-free one
     assert sink_records(out) == wordcount_reference(tmp_path / "data" / "sentences.txt")
-    assert redis_client.scard(keys.failed_set(s.run_id)) == 0
+    assert redis_client.scard(failed_queue.failed_key(s.run_id)) == 0
     assert run_keys(redis_client, s.run_id) == {keys.state(s.run_id, "count")}
     state = {msgpack.unpackb(k): msgpack.unpackb(v)
              for k, v in redis_client.hgetall(keys.state(s.run_id, "count")).items()}
@@ -236,6 +237,6 @@ def test_root_replay_of_lines_that_never_parse_ends_them_dead_and_writes_every_o
     assert run.summary.status == "pending"
     testing.recover_local(run, strategy="root-replay", max_rounds=10)
     check_permanent_failures_dead_after_three_attempts(run)
-    assert redis_client.scard(keys.failed_set("never-parse")) == 0
+    assert redis_client.scard(failed_queue.failed_key("never-parse")) == 0
     # every round's replay set and attempts went with the round
     assert not list(redis_client.scan_iter(match=keys.run_key("never-parse", "rootreplay", "*")))

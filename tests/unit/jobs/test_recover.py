@@ -158,7 +158,7 @@ def test_a_forced_take_over_fences_the_first_driver_and_the_second_finishes_exac
     assert not s.warnings
     testing.assert_same_output(run, testing.failure_free_output(shouting(), inputs={"words": WORDS}))
     assert ledger.pending_roots(fake_redis, "tk") == set()
-    assert not fake_redis.exists(keys.failed_set("tk"))
+    assert not fake_redis.exists(failed_queue.failed_key("tk"))
     # nothing of either driver's rounds is left behind (A cleared nothing after the take-over,
     # and wrote nothing back)
     left = {k.decode() for k in fake_redis.scan_iter(match=keys.run_pattern("tk"))} - {runs.record_key("tk")}
@@ -242,13 +242,13 @@ def test_roots_in_flight_with_nothing_queued_are_said_never_completed(fake_redis
 
 def test_pruning_the_failed_set_of_a_driver_taken_over_removes_no_position(fake_redis):
     old = _create(fake_redis)
-    fake_redis.sadd(keys.failed_set("r1"), "out:1")           # its queue is empty: prunable
+    fake_redis.sadd(failed_queue.failed_key("r1"), "out:1")           # its queue is empty: prunable
     new = runs.take_over(fake_redis, runs.get(fake_redis, "r1"), force=True)
     with pytest.raises(RunTakenOver):
         failed_queue.prune_empty(fake_redis, "r1", old.generation)
-    assert fake_redis.smembers(keys.failed_set("r1")) == {b"out:1"}
+    assert fake_redis.smembers(failed_queue.failed_key("r1")) == {b"out:1"}
     failed_queue.prune_empty(fake_redis, "r1", new.generation)
-    assert not fake_redis.exists(keys.failed_set("r1"))
+    assert not fake_redis.exists(failed_queue.failed_key("r1"))
 
 
 # --- root replay and permanent failures ------------------------------------------

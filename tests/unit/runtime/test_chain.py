@@ -7,6 +7,7 @@ from recovery import BasicBolt, testing
 from recovery.model.graph import TaskMap
 from recovery.model.workflow import ClassImpl, Component, Grouping, Input, StreamDef, Workflow
 from recovery.tracking import keys, runs, tracker
+from recovery.tracking import queue as failed_queue
 
 N = 300
 
@@ -150,7 +151,7 @@ def test_a_chain_task_of_a_run_taken_over_while_it_ran_commits_no_member(fake_re
         testing.execute_round(wf, spec, fake_redis)
     assert fake_redis.hkeys(keys.task_done("fenced", 0)) == []
     assert not any(fake_redis.scan_iter(match=keys.run_prefix("fenced") + "*ledger*"))
-    assert not fake_redis.exists(keys.failed_set("fenced"))
+    assert not fake_redis.exists(failed_queue.failed_key("fenced"))
 
 
 def test_a_chain_task_keeps_each_members_commit_record_and_applies_its_staged_queue_writes(fake_redis):
@@ -171,7 +172,7 @@ def test_a_chain_task_keeps_each_members_commit_record_and_applies_its_staged_qu
     assert len({commits[f][0] for f in members}) == len(members)   # one attempt token each
     positions = {(c, t) for f in members for c, t in commits[f][1]}
     assert positions and {c for c, _ in positions} == {"flaky"}
-    assert sum(fake_redis.hlen(keys.queue("records", c, t)) for c, t in positions) == N // 10
+    assert sum(fake_redis.hlen(failed_queue.queue_key("records", c, t)) for c, t in positions) == N // 10
     assert not list(fake_redis.scan_iter(match="*staged*"))
 
 

@@ -13,6 +13,7 @@ from recovery.model.workflow import ClassImpl, Component, Grouping, Input, Strea
 from recovery.testing import execute_round
 from recovery.tracking import keys
 from recovery.tracking import ledger as tracking_ledger
+from recovery.tracking import queue as failed_queue
 from tests.unit import ledger_components as lc
 
 
@@ -53,10 +54,10 @@ def check_every_root(wf: Workflow, seed: int) -> tuple[int, int]:
     # every failed tuple (with roots) is in the queue of the position where it failed
     tm = TaskMap.of(wf)
     queued = {}
-    for pos in client.smembers(keys.failed_set("r1")):
+    for pos in client.smembers(failed_queue.failed_key("r1")):
         comp, task = pos.decode().rsplit(":", 1)
         assert int(task) in tm.task_ids(comp)
-        for raw in client.hvals(keys.queue("r1", comp, int(task))):
+        for raw in client.hvals(failed_queue.queue_key("r1", comp, int(task))):
             rec = msgpack.unpackb(raw)
             queued.setdefault((comp, int(task)), set()).update(rec["roots"])
     expected = {}

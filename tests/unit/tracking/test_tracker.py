@@ -8,6 +8,7 @@ from recovery import BasicBolt, testing
 from recovery.model.run import TaskIdentity
 from recovery.model.workflow import ClassImpl, Component, Input, StreamDef, Workflow
 from recovery.tracking import keys, ledger, tracker
+from recovery.tracking import queue as failed_queue
 
 STAGES = 5
 
@@ -91,7 +92,7 @@ def test_a_second_attempt_reaching_the_commit_point_commits_nothing_more(fake_re
     assert ledger.pending_roots(fake_redis, "t") == {3}
     commits = fake_redis.hgetall(keys.task_commits("t", 0))
     assert list(commits) == [b"split:0"] and first.token.encode() in commits[b"split:0"]
-    assert fake_redis.hkeys(keys.queue("t", "split", 10)) == [b"7"]
+    assert fake_redis.hkeys(failed_queue.queue_key("t", "split", 10)) == [b"7"]
 
 
 def test_staged_queue_writes_of_a_task_killed_after_its_commit_point_are_applied_by_the_driver(fake_redis, monkeypatch):
@@ -100,15 +101,15 @@ def test_staged_queue_writes_of_a_task_killed_after_its_commit_point_are_applied
     task.failure(failed(7))
     task.failure(failed(8, task=11))
     task.replay_done("split", 11, 9)
-    fake_redis.hset(keys.queue("t", "split", 11), "9", b"an earlier failure, replayed and acked here")
+    fake_redis.hset(failed_queue.queue_key("t", "split", 11), "9", b"an earlier failure, replayed and acked here")
     monkeypatch.setattr(tracker, "apply_staged", lambda *a, **k: 0)   # killed right after step 2
     assert task.commit({4: 44}, {"executed": 1})
-    assert fake_redis.smembers(keys.failed_set("t")) == {b"split:10", b"split:11"}
-    assert not fake_redis.exists(keys.queue("t", "split", 10))      # staged, not applied
+    assert fake_redis.smembers(failed_queue.failed_key("t")) == {b"split:10", b"split:11"}
+    assert not fake_redis.exists(failed_queue.queue_key("t", "split", 10))      # staged, not applied
     monkeypatch.undo()
     assert tracker.apply_round(fake_redis, "t", 0, lease.generation) == 3
-    assert fake_redis.hkeys(keys.queue("t", "split", 10)) == [b"7"]
-    assert fake_redis.hkeys(keys.queue("t", "split", 11)) == [b"8"]
+    assert fake_redis.hkeys(failed_queue.queue_key("t", "split", 10)) == [b"7"]
+    assert fake_redis.hkeys(failed_queue.queue_key("t", "split", 11)) == [b"8"]
     assert tracker.apply_round(fake_redis, "t", 0, lease.generation) == 0   # idempotent: done once
     assert not list(fake_redis.scan_iter(match="*staged*"))
 
