@@ -1,7 +1,8 @@
 """The layout of every Redis key the project writes: one prefix, one pattern per run, a hash slot
 for each; and the keys of what has no other owner. A concept's own keys are named by the module
 that owns it, built from this layout: the run record, its lease and the runs' index by
-tracking/runs.py, the failed-tuple queue and the dead letters by tracking/queue/.
+tracking/runs.py, the failed-tuple queue and the dead letters by tracking/queue/, the ledger's
+buckets by tracking/ledger.py, keyed state by tracking/state.py.
 
 Everything a run owns lives under `<prefix>run:{<run_id>` (its record `<prefix>run:{<run_id>}`,
 the keys `<prefix>run:{<run_id>}:...` and `<prefix>run:{<run_id>:...}...`) plus its entry in
@@ -217,14 +218,7 @@ def default_sink(component_id: str) -> str:
     return f"recovery:sink:{component_id}"
 
 
-# Per run (all matched by run_pattern, so `clear` finds them with one SCAN pattern).
-def ledger(run_id: str, bucket: int) -> str:
-    """Hash: "compacted" (the folded XORs), "superseded:<round>", and the task attempts' pieces
-    "<round>:<component>:<index>:<attempt token>:<part>" (ledger.py: folded only once the
-    task's commit record names that token). In the bucket's own slot (ledger_tags)."""
-    return spread_key(run_id, ledger_tags(run_id)[bucket])
-
-
+# Per run, of no one module (all matched by run_pattern, so `clear` finds them with one SCAN pattern).
 def task_commits(run_id: str, round_no: int) -> str:
     """Hash: "component:index" -> the committed attempt's token and the queue positions its
     commit staged writes into (written with the done marker, the commit point)."""
@@ -272,10 +266,6 @@ def round_counts(run_id: str, round_no: int) -> str:
     takes instead of running the per-bucket job (engine.rounds.resolve_ledger); dropped once the
     round is settled."""
     return run_key(run_id, "counts", round_no)
-
-
-def state(run_id: str, component: str) -> str:
-    return run_key(run_id, "state", component)
 
 
 def log(run_id: str) -> str:

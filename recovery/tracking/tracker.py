@@ -37,6 +37,7 @@ from recovery.tracking import keys, runs
 from recovery.tracking import queue as failed_queue
 from recovery.tracking.ledger import (
     LEDGER_BUCKETS,
+    bucket_key,
     count_round,
     fenced_transaction,
     pack_xors,
@@ -294,7 +295,7 @@ class TaskTracker:
             for b, blob in enumerate(pack_xors(contrib)):
                 if blob:
                     for field, piece in piece_fields(self.round, self.field, self.token, blob).items():
-                        pipe.hset(keys.ledger(rid, b), field, piece)
+                        pipe.hset(bucket_key(rid, b), field, piece)
                         queued += 1
                         if queued >= 64:   # (a bounded client buffer too)
                             pipe.execute()
@@ -315,7 +316,7 @@ class TaskTracker:
             return
         with self.client.pipeline(transaction=False) as pipe:
             for b in range(LEDGER_BUCKETS):
-                pipe.hlen(keys.ledger(self.run_id, b))
+                pipe.hlen(bucket_key(self.run_id, b))
             fields = pipe.execute()
         for b, n in enumerate(fields):
             if n > 1:   # (one field: compacted already, or one piece: folded when another comes)

@@ -19,6 +19,7 @@ from recovery.jobs import dead_letters, recover
 from recovery.model.run import TaskIdentity
 from recovery.tracking import keys, ledger, runs
 from recovery.tracking import queue as failed_queue
+from recovery.tracking.ledger import bucket_key
 from tests.clusters import RedisCluster
 from tests.helpers import wait_for
 from tests.integration import test_engine, test_recovery
@@ -96,7 +97,7 @@ def test_fanout_with_failures_on_three_masters_spreads_recovers_exactly_and_clea
     # the run's keys, on every master: its ledger buckets and its queues are not in one slot
     per_master = [[k.decode() for k in ks] for ks in cluster.keys_per_master(keys.run_pattern(run_id))]
     assert all(per_master), per_master
-    buckets = [sum(1 for k in ks for b in range(keys.LEDGER_BUCKETS) if k == keys.ledger(run_id, b))
+    buckets = [sum(1 for k in ks for b in range(keys.LEDGER_BUCKETS) if k == bucket_key(run_id, b))
                for ks in per_master]
     assert sum(buckets) > 0 and max(buckets) <= 1.5 * sum(buckets) / len(buckets), buckets
     queues = {k for ks in per_master for k in ks if "queue:" in k}

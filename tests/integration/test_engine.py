@@ -11,6 +11,7 @@ import msgpack
 from recovery.controlplane.connection import scan_keys
 from recovery.tracking import keys, ledger, runs
 from recovery.tracking import queue as failed_queue
+from recovery.tracking.state import state_key
 from tests.integration.conftest import copy_workflow, sink_records, submit
 
 
@@ -47,7 +48,7 @@ def test_failure_free_wordcount_equals_plain_python_and_leaves_no_tracking_keys(
     assert sink_records(tmp_path / "out" / "wordcount") == wordcount_reference(tmp_path / "data" / "sentences.txt")
     # only the run record, the runs index and the bolt's keyed state remain: no tracking keys
     left = run_keys(redis_client, summary.run_id)
-    assert left == {keys.state(summary.run_id, "count")}
+    assert left == {state_key(summary.run_id, "count")}
     assert redis_client.exists(runs.record_key(summary.run_id))
 
 
@@ -163,6 +164,6 @@ def test_spark_task_retries_change_no_result_and_no_ledger(spark, redis_url, red
     for k in ("roots", "complete", "pending", "failed"):
         assert getattr(base, k) == getattr(crashed, k)
     assert ledger.pending_roots(redis_client, base.run_id) == ledger.pending_roots(redis_client, crashed.run_id)
-    state = lambda rid: redis_client.hgetall(keys.state(rid, "count"))
+    state = lambda rid: redis_client.hgetall(state_key(rid, "count"))
     assert state(base.run_id) == state(crashed.run_id)
     assert base.components["count"].executed == crashed.components["count"].executed

@@ -23,6 +23,7 @@ from recovery.model.workflow import ClassImpl, Component, Input, SinkImpl, Strea
 from recovery.runtime import timeouts
 from recovery.tracking import keys, ledger
 from recovery.tracking import queue as failed_queue
+from recovery.tracking.state import state_key
 
 HERE = __name__ + ":"
 TIMEOUT = 0.5
@@ -109,7 +110,7 @@ def _errors(run: testing.LocalRun) -> dict[int, str]:
 
 
 def _state(run: testing.LocalRun) -> set[str]:
-    return {msgpack.unpackb(k) for k in run.client.hkeys(keys.state("r", "slow"))}
+    return {msgpack.unpackb(k) for k in run.client.hkeys(state_key("r", "slow"))}
 
 
 @pytest.mark.parametrize("at", ["before its emit", "after its emit"])

@@ -23,6 +23,7 @@ from recovery.testing import execute_round, feed, recover_local, run_local
 from recovery.testing.run import LIST_SINK
 from recovery.tracking import keys, ledger
 from recovery.tracking import queue as failed_queue
+from recovery.tracking.state import state_key
 
 SHAPED = "tests.unit.chunk_components:Shaped"
 SHAPED_BOLT = "tests.unit.chunk_components:ShapedBolt"
@@ -142,7 +143,7 @@ def stored(client: Any, run_id: str) -> dict[str, Any]:
         stats[field.decode()] = s
     for b in range(ledger.LEDGER_BUCKETS):
         ledger.resolve_bucket(client, run_id, b)
-    sinks = {k.decode(): sorted(client.hgetall(k).items()) for k in client.scan_iter(keys.state(run_id, "*"))}
+    sinks = {k.decode(): sorted(client.hgetall(k).items()) for k in client.scan_iter(state_key(run_id, "*"))}
     return {"failed": failed, "queues": queues, "stats": stats,
             "pending": sorted(ledger.pending_roots(client, run_id)), "sinks": sinks}
 

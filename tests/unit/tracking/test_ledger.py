@@ -14,6 +14,7 @@ from recovery.testing import execute_round
 from recovery.tracking import keys
 from recovery.tracking import ledger as tracking_ledger
 from recovery.tracking import queue as failed_queue
+from recovery.tracking.ledger import bucket_key
 from tests.unit import ledger_components as lc
 
 
@@ -104,14 +105,14 @@ def test_a_committed_task_is_replayed_not_executed_again():
     spec = RunSpec("r2", 0, wf.model_dump_json(), "fake://", True)
     lc.OUTCOMES.clear()
     first = execute_round(wf, spec, client)
-    ledger = {b: client.hgetall(keys.ledger("r2", b)) for b in range(tracking_ledger.LEDGER_BUCKETS)}
+    ledger = {b: client.hgetall(bucket_key("r2", b)) for b in range(tracking_ledger.LEDGER_BUCKETS)}
     n = len(lc.OUTCOMES)
     # every reader of s0 committed, so s0's stored output is gone already (it cannot be needed)
     assert not client.hexists(keys.task_spill("r2", 0), "s0:0")
     second = execute_round(wf, spec, client)
     assert len(lc.OUTCOMES) == n                 # no component code ran again
     assert first and all(not v for v in second.values())
-    assert ledger == {b: client.hgetall(keys.ledger("r2", b)) for b in range(tracking_ledger.LEDGER_BUCKETS)}
+    assert ledger == {b: client.hgetall(bucket_key("r2", b)) for b in range(tracking_ledger.LEDGER_BUCKETS)}
 
 
 @given(st.lists(st.dictionaries(st.integers(1, 40), st.integers(0, 2**64 - 1), max_size=30), max_size=5))

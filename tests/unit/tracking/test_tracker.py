@@ -9,6 +9,7 @@ from recovery.model.run import TaskIdentity
 from recovery.model.workflow import ClassImpl, Component, Input, StreamDef, Workflow
 from recovery.tracking import keys, ledger, tracker
 from recovery.tracking import queue as failed_queue
+from recovery.tracking.ledger import bucket_key
 
 STAGES = 5
 
@@ -37,7 +38,7 @@ def test_a_chain_holds_at_most_32_ledger_bytes_per_root_in_flight(fake_redis, mo
 
     def measured(self, *args, **kwargs):
         ok = commit(self, *args, **kwargs)
-        held = sum(len(v) for b in range(ledger.LEDGER_BUCKETS) for v in fake_redis.hvals(keys.ledger("c", b)))
+        held = sum(len(v) for b in range(ledger.LEDGER_BUCKETS) for v in fake_redis.hvals(bucket_key("c", b)))
         peak[0] = max(peak[0], held)
         return ok
     monkeypatch.setattr(tracker.TaskTracker, "commit", measured)
@@ -77,7 +78,7 @@ def test_pieces_of_an_attempt_that_never_reached_its_commit_point_count_for_noth
     assert ledger.pending_roots(fake_redis, "t") == {1, 2}     # once, not XORed twice (which is zero)
     assert [ledger.resolve_bucket(fake_redis, "t", b, lease.generation) for b in (1, 2)] == [1, 1]
     # the fold drops the dead attempt's pieces (another attempt committed) and folds the other's
-    fields = {f for b in range(ledger.LEDGER_BUCKETS) for f in fake_redis.hkeys(keys.ledger("t", b))}
+    fields = {f for b in range(ledger.LEDGER_BUCKETS) for f in fake_redis.hkeys(bucket_key("t", b))}
     assert fields == {b"compacted"}
     assert ledger.pending_roots(fake_redis, "t") == {1, 2}
 
@@ -119,7 +120,7 @@ def test_no_command_of_a_commit_carries_more_than_a_bounded_piece_of_ledger(fake
     n = ledger.PIECE_ROOTS * ledger.LEDGER_BUCKETS * 3
     task = attempt(fake_redis, lease)
     assert task.commit({r: r * 3 + 1 for r in range(1, n + 1)}, {"executed": n})
-    sizes = [len(v) for b in range(ledger.LEDGER_BUCKETS) for v in fake_redis.hvals(keys.ledger("t", b))]
+    sizes = [len(v) for b in range(ledger.LEDGER_BUCKETS) for v in fake_redis.hvals(bucket_key("t", b))]
     assert len(sizes) > ledger.LEDGER_BUCKETS and max(sizes) <= ledger.PIECE_ROOTS * 16
     assert len(ledger.pending_roots(fake_redis, "t")) == n
 
