@@ -111,7 +111,8 @@ def _master_info(urls: list[str]) -> list[dict[str, Any]]:
 def measure(masters: int, roots: int, tasks: int, workers: int, folder: Path) -> dict[str, Any]:
     """Start a cluster of `masters`, run both stages, return the figures."""
     from recovery.controlplane import connection
-    from recovery.tracking import keys, ledger, runs
+    from recovery.tracking import ledger, runs
+    from recovery.tracking.ledger import bucket_key
     from tests.clusters import RedisCluster
     cluster = RedisCluster(folder / f"m{masters}", masters).start()
     try:
@@ -137,7 +138,7 @@ def measure(masters: int, roots: int, tasks: int, workers: int, folder: Path) ->
         after = _master_info(cluster.master_urls)
         pending = sum(ledger.resolve_bucket(client, RUN_ID, b) for b in range(ledger.LEDGER_BUCKETS))
         assert pending == 0, pending   # stage 1 cancelled every root: the ledger is exact
-        bucket_masters = [client.get_node_from_key(keys.ledger(RUN_ID, b)).port for b in range(ledger.LEDGER_BUCKETS)]
+        bucket_masters = [client.get_node_from_key(bucket_key(RUN_ID, b)).port for b in range(ledger.LEDGER_BUCKETS)]
         client.close()
         seconds = sum(s["seconds"] for s in stages)
         commits = 2 * tasks

@@ -29,7 +29,8 @@ from redis import Redis
 from recovery.cli import main
 from recovery.connectors.sink_folders import read_jsonl_dir
 from recovery.controlplane import connection
-from recovery.tracking import keys, runs
+from recovery.tracking import runs
+from recovery.tracking.state import state_key
 
 REPO = Path(__file__).resolve().parent.parent
 INJECT = ["-p", "recovery.inject.flaky.component=aggregate", "-p", "recovery.inject.flaky.rate=0.02",
@@ -65,7 +66,7 @@ def table_records(path: Path) -> collections.Counter[str]:
 def keyed_state(client: Redis, run_id: str, component: str) -> dict[Any, Any]:
     """A bolt's keyed state as the run left it (Redis)."""
     return {msgpack.unpackb(cast(bytes, k), strict_map_key=False): msgpack.unpackb(cast(bytes, v), strict_map_key=False)
-            for k, v in client.hgetall(keys.state(run_id, component)).items()}
+            for k, v in client.hgetall(state_key(run_id, component)).items()}
 
 
 def totals_per_key(records: collections.Counter[str]) -> dict[str, list[int]]:

@@ -223,7 +223,7 @@ class Run:
         `spark_conf` are for `recover`, as at `submit`."""
         keys.check_run_id(run_id)
         client, url = client_for(redis)
-        if must_exist and not client.exists(keys.run_record(run_id)):   # (a report reads the record itself)
+        if must_exist and not client.exists(runs.record_key(run_id)):   # (a report reads the record itself)
             raise runs.not_found(run_id)
         return cls(run_id, client, url, SparkChoice(spark, master, dict(spark_conf or {})), redis_given=redis)
 

@@ -37,10 +37,10 @@ def pretend_running(client: Any, run_id: str) -> None:
     import os
     import socket
 
-    from recovery.tracking import keys
-    client.hset(keys.run_record(run_id), mapping={"status": "running", "driver_pid": os.getpid(),
+    from recovery.tracking import runs
+    client.hset(runs.record_key(run_id), mapping={"status": "running", "driver_pid": os.getpid(),
                                                   "driver_host": socket.gethostname()})
-    client.set(keys.lease(run_id), f"{socket.gethostname()}:{os.getpid()}:test", px=600_000)
+    client.set(runs.lease_key(run_id), f"{socket.gethostname()}:{os.getpid()}:test", px=600_000)
 
 
 NOBODY = 65534   # the uid of `nobody`: a state folder or file owned by another user

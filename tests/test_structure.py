@@ -183,53 +183,82 @@ def test_the_long_test_files_listed_exist():
 
 
 # --- one owner for the failed-tuple queue and the dead letters ----------------------------------
-QUEUE_OWNER = "recovery/tracking/queue.py"
-KEYS_MODULE = "recovery.tracking.keys"
+QUEUE_OWNER = "recovery/tracking/queue/"
+QUEUE_MODULES = ("recovery.tracking.queue", "recovery.tracking.queue.store")
+#: The run_key/spread_key segments of the queue's and the dead letters' keys (recovery/tracking/queue/store.py).
+QUEUE_SEGMENTS = ("failed", "due", "dead", "deadroots", "deadflush", "deadflushes", "gone")
+
+
+def _names_a_queue_segment(node: ast.Call) -> bool:
+    """`keys.run_key(run_id, "dead")`, `keys.spread_key(run_id, f"queue:{c}:{t}")`: a queue key
+    built from the layout instead of asked of its owner."""
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    if name not in ("run_key", "spread_key") or len(node.args) < 2:
+        return False
+    seg = node.args[1]
+    if isinstance(seg, ast.Constant) and isinstance(seg.value, str):
+        return seg.value in QUEUE_SEGMENTS or seg.value.startswith("queue:")
+    if isinstance(seg, ast.JoinedStr) and seg.values:
+        first = seg.values[0]
+        return isinstance(first, ast.Constant) and str(first.value).startswith("queue:")
+    return False
 
 
 def queue_key_uses_in(name: str, source: str, owned: tuple[str, ...]) -> list[tuple[str, int, str]]:
-    """(module, line, what) for each use of one of the `owned` key builders of tracking/keys.py:
-    `from recovery.tracking.keys import dead`, or `K.dead` where K is the keys module (however
-    it was imported or renamed)."""
+    """(module, line, what) for each use of one of the `owned` key builders of the queue package:
+    `from recovery.tracking.queue import dead_letters_key`, or `Q.dead_letters_key` where Q is the
+    package or its store module (however it was imported or renamed); and each queue key built
+    from tracking/keys.py's layout (`_names_a_queue_segment`)."""
     tree = ast.parse(source, name)
     aliases: set[str] = set()
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module == "recovery.tracking":
-            aliases.update(a.asname or a.name for a in node.names if a.name == "keys")
-        elif isinstance(node, ast.ImportFrom) and node.module == KEYS_MODULE:
-            found += [(name, node.lineno, f"from {KEYS_MODULE} import {a.name}") for a in node.names if a.name in owned]
+        if isinstance(node, ast.ImportFrom) and node.module in ("recovery.tracking", "recovery.tracking.queue"):
+            aliases.update(a.asname or a.name for a in node.names if a.name in ("queue", "store"))
+        if isinstance(node, ast.ImportFrom) and node.module in QUEUE_MODULES:
+            found += [(name, node.lineno, f"from {node.module} import {a.name}") for a in node.names if a.name in owned]
         elif isinstance(node, ast.Import):
-            aliases.update(a.asname for a in node.names if a.name == KEYS_MODULE and a.asname)
+            aliases.update(a.asname for a in node.names if a.name in QUEUE_MODULES and a.asname)
+        elif isinstance(node, ast.Call) and _names_a_queue_segment(node):
+            found.append((name, node.lineno, ast.unparse(node)))
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and node.attr in owned:
             value = node.value
             if isinstance(value, ast.Name) and value.id in aliases:
                 found.append((name, node.lineno, f"{value.id}.{node.attr}"))
-            elif ast.unparse(value) == KEYS_MODULE:
-                found.append((name, node.lineno, f"{KEYS_MODULE}.{node.attr}"))
+            elif ast.unparse(value) in QUEUE_MODULES:
+                found.append((name, node.lineno, f"{ast.unparse(value)}.{node.attr}"))
     return found
 
 
 def test_the_queue_key_finder_finds_every_way_of_naming_a_key():
-    source = """from recovery.tracking import keys as k, runs
-from recovery.tracking.keys import dead, lease
-import recovery.tracking.keys
-k.queue("r", "c", 1)
-k.lease("r")
-runs.queue
-recovery.tracking.keys.failed_set("r")
+    source = """from recovery.tracking import queue as q, runs
+from recovery.tracking.queue import dead_letters_key, read
+import recovery.tracking.queue.store
+q.queue_key("r", "c", 1)
+q.read
+runs.queue_key
+recovery.tracking.queue.store.failed_key("r")
+keys.run_key(run_id, "deadroots")
+keys.spread_key(run_id, f"queue:{c}:{t}")
+keys.run_key(run_id, "log")
 """
-    assert [(line, what) for _, line, what in queue_key_uses_in("m.py", source, ("dead", "queue", "failed_set"))] \
-        == [(2, "from recovery.tracking.keys import dead"), (4, "k.queue"), (7, "recovery.tracking.keys.failed_set")]
+    owned = ("dead_letters_key", "queue_key", "failed_key")
+    assert [(line, what) for _, line, what in queue_key_uses_in("m.py", source, owned)] == [
+        (2, "from recovery.tracking.queue import dead_letters_key"), (8, "keys.run_key(run_id, 'deadroots')"),
+        (9, "keys.spread_key(run_id, f'queue:{c}:{t}')"), (4, "q.queue_key"),
+        (7, "recovery.tracking.queue.store.failed_key")]
 
 
-def test_only_the_queue_module_names_the_queue_and_dead_letter_keys():
-    """Changing how failed tuples and dead letters are stored means changing one module."""
+def test_only_the_queue_package_names_the_queue_and_dead_letter_keys():
+    """Changing how failed tuples and dead letters are stored means changing one package."""
     from recovery.tracking import keys, queue
+    from recovery.tracking.queue import store
 
-    assert all(callable(getattr(keys, n, None)) for n in queue.OWNED_KEYS)
-    uses = [u for name, path in modules() if name not in (QUEUE_OWNER, "recovery/tracking/keys.py")
+    assert all(callable(getattr(store, n, None)) for n in queue.OWNED_KEYS)
+    assert not any(hasattr(keys, n) for n in (*queue.OWNED_KEYS, "failed_set", "queue", "dead", "dead_flush"))
+    uses = [u for name, path in modules() if not name.startswith(QUEUE_OWNER)
             for u in queue_key_uses_in(name, path.read_text(encoding="utf-8"), queue.OWNED_KEYS)]
     assert uses == []
 

@@ -242,7 +242,7 @@ def prepare_root_replay(spark: SparkSession, client: Redis, spec: RunSpec) -> No
     queues by key. Once per round (a record field says it was done): a driver killed in the
     middle does it again on resume, which the per-bucket tasks make idempotent; after the drop
     no queue entry of the round's own failures can be taken for an old one."""
-    record = keys.run_record(spec.run_id)
+    record = runs.record_key(spec.run_id)
     if client.hget(record, "root_replay_prepared") == str(spec.round).encode():
         return
     added = supersede_failed_roots(spark, spec)
@@ -312,7 +312,7 @@ def _tell_spout(spec: RunSpec, component_id: str, field: str) -> int:
     key = keys.spout_messages(spec.run_id, component_id)
     with client.pipeline(transaction=False) as pipe:
         pipe.hget(key, field)
-        pipe.hget(keys.run_record(spec.run_id), "generation")
+        pipe.hget(runs.record_key(spec.run_id), "generation")
         raw, generation = pipe.execute()
     if raw is None:
         return 0

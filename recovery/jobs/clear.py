@@ -77,17 +77,17 @@ def clear(client: Redis, run_id: str, force: bool = False, code_archives: bool =
         raise RunBusy(f"run {run_id} is still running ({runs.describe_driver(rec)}); "
                       "use --force to clear it anyway")
     removed = [k.decode() for k in scan_keys(client, keys.run_pattern(run_id))
-               if k.decode() != keys.run_record(run_id)]
-    if rec is None and not removed and client.zscore(keys.runs_index(), run_id) is None:
+               if k.decode() != runs.record_key(run_id)]
+    if rec is None and not removed and client.zscore(runs.index_key(), run_id) is None:
         raise runs.not_found(run_id)
     wf = _table_sinks_of(rec)
     # before any key goes: a database that cannot be reached refuses the clear (unless force)
     tables = table_sinks.clear_tables(wf, run_id, force) if wf is not None else []
     # the record first: a driver still working on the run sees it gone and writes nothing more
-    client.delete(keys.run_record(run_id))
+    client.delete(runs.record_key(run_id))
     for i in range(0, len(removed), 500):
         client.delete(*removed[i:i + 500])
-    client.zrem(keys.runs_index(), run_id)
+    client.zrem(runs.index_key(), run_id)
     # the files after the keys: a task still writing finds its run gone and removes its own file
     spill.SpillStore.at(spill.run_location(rec)).remove_run(run_id)
     if wf is not None:   # URI sink folders: the run's objects no marker names (its output stays)
@@ -97,7 +97,7 @@ def clear(client: Redis, run_id: str, force: bool = False, code_archives: bool =
             shipping.remove_archives([rec.code_digest])
     log.info("run %s cleared: %d keys and its spill folder removed%s", run_id, len(removed) + (rec is not None),
              " (its driver was running: --force)" if rec is not None and runs.status_of(rec) == runs.RUNNING else "")
-    return Cleared(([keys.run_record(run_id)] if rec is not None else []) + sorted(removed), tables)
+    return Cleared(([runs.record_key(run_id)] if rec is not None else []) + sorted(removed), tables)
 
 
 def clear_all(client: Redis, force: bool = False) -> dict[str, Cleared]:
@@ -120,7 +120,7 @@ def clear_all(client: Redis, force: bool = False) -> dict[str, Cleared]:
                if rid not in unsafe}
     removed = {rid: c.keys for rid, c in cleared.items()}
     if unsafe:
-        client.zrem(keys.runs_index(), *unsafe)
+        client.zrem(runs.index_key(), *unsafe)
         removed.update({rid: [] for rid in unsafe})
     known = [rid for rid in runs.list_ids(client) if keys.is_run_id(rid)]   # runs created meanwhile stay
     orphans: dict[str, list[str]] = {}

@@ -9,7 +9,7 @@ from redis import Redis
 
 from recovery.jobs.reports import Report, ShownTuple
 from recovery.model.failed import FailedTuple
-from recovery.tracking import keys, ledger, runs
+from recovery.tracking import ledger, runs
 from recovery.tracking import queue as failed_queue
 
 
@@ -28,7 +28,7 @@ def requeue_dead(client: Redis, run_id: str, component: str | None = None,
     rec = runs.get(client, run_id)
     runs.check_not_running(rec)
     gen = rec.generation
-    record = keys.run_record(run_id)
+    record = runs.record_key(run_id)
     counted = ledger.stored_counts(rec)[1] is not None
 
     def adjust_counts(pipe: Any, undead: int) -> None:

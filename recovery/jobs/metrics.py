@@ -36,8 +36,9 @@ from redis import Redis
 from recovery.errors import RecoveryError
 from recovery.jobs import follow_events, reports, summary
 from recovery.model.record import RoundRecord
-from recovery.tracking import keys, ledger, runs
+from recovery.tracking import ledger, runs
 from recovery.tracking import queue as failed_queue
+from recovery.tracking.ledger import bucket_key
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +183,7 @@ def _collect_run(client: Redis, run_id: str, fam: _Families) -> None:
 def run_bytes(client: Redis, run_id: str, positions: list[summary.FailedPosition]) -> float | None:
     """MEMORY USAGE of the keys that hold the bulk of a run: a few commands plus one per failed
     position, never a SCAN. None where the server refuses MEMORY USAGE."""
-    names = [keys.run_record(run_id), *(keys.ledger(run_id, b) for b in range(ledger.LEDGER_BUCKETS)),
+    names = [runs.record_key(run_id), *(bucket_key(run_id, b) for b in range(ledger.LEDGER_BUCKETS)),
              *failed_queue.storage_keys(run_id, [(p.component, p.task) for p in positions])]
     total = 0
     for name in names:

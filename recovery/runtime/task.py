@@ -41,7 +41,7 @@ from recovery.runtime.roots import SpoutRoots
 from recovery.runtime.routing import Router
 from recovery.runtime.timeouts import FINISH, MessageTimeouts
 from recovery.tracking import keys
-from recovery.tracking.state import KeyedState, LocalState
+from recovery.tracking.state import KeyedState, LocalState, state_key
 from recovery.tracking.tracker import TaskTracker
 
 log = logging.getLogger(__name__)
@@ -208,7 +208,7 @@ class TaskRunner:
 
     def _make_state(self) -> KeyedState:
         if self.tracker is not None:   # tracking
-            return KeyedState(self.tracker.client, keys.state(self.spec.run_id, self.component_id))
+            return KeyedState(self.tracker.client, state_key(self.spec.run_id, self.component_id))
         return LocalState()
 
     def instantiate(self) -> Any:

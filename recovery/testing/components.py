@@ -12,6 +12,7 @@ from redis import Redis
 from recovery.api.components import Bolt, Spout, Tuple
 from recovery.model.graph import ComponentContext
 from recovery.tracking import keys
+from recovery.tracking.state import state_key
 
 ITEMS_PROPERTY = "testing.items"   # a TestingSpout's items, JSON, in its component's config
 _SENTINEL_KEY = "$recovery.testing"
@@ -129,7 +130,7 @@ class TestingSpout(Spout):
 
 def sink_key(run_id: str, component_id: str) -> str:
     """Where a ListSink keeps its records: its keyed state (see ListSink)."""
-    return keys.state(run_id, component_id)
+    return state_key(run_id, component_id)
 
 
 class ListSink(Bolt):

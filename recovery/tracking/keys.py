@@ -1,4 +1,8 @@
-"""Every Redis key the project writes, in one place, under one prefix, with its hash slot.
+"""The layout of every Redis key the project writes: one prefix, one pattern per run, a hash slot
+for each; and the keys of what has no other owner. A concept's own keys are named by the module
+that owns it, built from this layout: the run record, its lease and the runs' index by
+tracking/runs.py, the failed-tuple queue and the dead letters by tracking/queue/, the ledger's
+buckets by tracking/ledger.py, keyed state by tracking/state.py.
 
 Everything a run owns lives under `<prefix>run:{<run_id>` (its record `<prefix>run:{<run_id>}`,
 the keys `<prefix>run:{<run_id>}:...` and `<prefix>run:{<run_id>:...}...`) plus its entry in
@@ -23,8 +27,8 @@ Lua script touches the keys of one slot only, chosen by a hash tag (the part bet
   over the masters (3 masters: 3, 3 and 2 buckets), and runs start on different masters. The
   ledger is the bulk of a run's bytes and writes.
 - **Each failed position's queue**, tag `{<run_id>:queue:<component>:<task>}`: the queue, and
-  the commits' staged writes into it (`queue_staged`: written ahead of the commit point, moved
-  into the queue after it), which only ever touch that queue.
+  the commits' staged writes into it (written ahead of the commit point, moved into the queue
+  after it), which only ever touch that queue.
 - Topics: tag `{<topic>}` (the metadata, every partition, its batch times and the consumers of
   one topic: the producer's script updates them together). Committed offsets: tag
   `{<consumer>:<topic>}` (offsets, owner and claimer: the claim is one WATCHed transaction).
@@ -61,8 +65,8 @@ class RunIdError(RunError, BadRequest):
 
 def check_run_id(run_id: str) -> str:
     """`run_id` if it is a valid run id, else RunIdError (exit 2) saying what a run id may be.
-    Every key of a run is built here, so every command and job that takes a run id is refused
-    here before anything is read or written; the CLI, the run API and the web view check it as
+    Every key of a run is built from `run_home` or `spread_key`, so every command and job that
+    takes a run id is refused here before anything is read or written; the CLI, the run API and the web view check it as
     it comes in."""
     if not isinstance(run_id, str) or not run_id:
         raise RunIdError("a run id cannot be empty")
@@ -101,15 +105,9 @@ def hash_slot(key: str | bytes) -> int:
     return binascii.crc_hqx(raw, 0) % SLOTS
 
 
-def runs_index() -> str:
-    """Sorted set: run id -> start time."""
-    return f"{prefix()}runs"
-
-
-def run_record(run_id: str) -> str:
-    """Hash: xml, status, counters, start/end times, driver pid, and the run's generation (a
-    token set when the record is created: writers check it, so nothing writes into a run that
-    was cleared or created anew under the same id). In the run's home slot."""
+def run_home(run_id: str) -> str:
+    """`<prefix>run:{<run id>}`: the run's home slot. The run record's key (tracking/runs.py),
+    and what the run's other keys in that slot start with (`run_prefix`)."""
     return runs_base() + "{" + check_run_id(run_id) + "}"
 
 
@@ -125,7 +123,7 @@ def runs_pattern() -> str:
 
 def run_prefix(run_id: str) -> str:
     """What the run's keys in its home slot start with."""
-    return run_record(run_id) + ":"
+    return run_home(run_id) + ":"
 
 
 def run_pattern(run_id: str) -> str:
@@ -220,50 +218,11 @@ def default_sink(component_id: str) -> str:
     return f"recovery:sink:{component_id}"
 
 
-# Per run (all matched by run_pattern, so `clear` finds them with one SCAN pattern).
-def lease(run_id: str) -> str:
-    """String with an expiry: "host:pid:token" of the driver working on the run, refreshed while
-    it runs; a `running` run whose lease expired is crashed."""
-    return run_key(run_id, "lease")
-
-
-def ledger(run_id: str, bucket: int) -> str:
-    """Hash: "compacted" (the folded XORs), "superseded:<round>", and the task attempts' pieces
-    "<round>:<component>:<index>:<attempt token>:<part>" (ledger.py: folded only once the
-    task's commit record names that token). In the bucket's own slot (ledger_tags)."""
-    return spread_key(run_id, ledger_tags(run_id)[bucket])
-
-
-def failed_set(run_id: str) -> str:
-    """Set of failed positions "component:task"."""
-    return run_key(run_id, "failed")
-
-
-def queue(run_id: str, component: str, task: int) -> str:
-    """Hash: tuple id -> the failed tuple (values, roots, error, attempt, ...). In the
-    position's own slot."""
-    return spread_key(run_id, f"queue:{component}:{task}")
-
-
-def queue_staged(run_id: str, component: str, task: int, round_no: int, token: str) -> str:
-    """Hash: what one task attempt's commit writes into a queue, staged ahead of its commit
-    point ("s:<tuple id>" -> the tuple to set, "d:<tuple id>" -> a tuple to remove), moved into
-    the queue once the attempt committed (tracker.apply_staged). In the queue's slot."""
-    return spread_key(run_id, f"queue:{component}:{task}", "staged", round_no, token)
-
-
+# Per run, of no one module (all matched by run_pattern, so `clear` finds them with one SCAN pattern).
 def task_commits(run_id: str, round_no: int) -> str:
     """Hash: "component:index" -> the committed attempt's token and the queue positions its
     commit staged writes into (written with the done marker, the commit point)."""
     return run_key(run_id, "commits", round_no)
-
-
-def queue_due(run_id: str) -> str:
-    """Sorted set: failed position "component:task" -> the earliest `not_before` of its queued
-    tuples (when the next of them may be replayed), kept with the queues: ZADD LT by the commit
-    that queues a tuple, reset to the exact minimum by the queue source that reads the queue.
-    A recovery round reads it instead of the tuples."""
-    return run_key(run_id, "due")
 
 
 def root_replay_set(run_id: str, round_no: int) -> str:
@@ -282,34 +241,6 @@ def root_replay_attempts(run_id: str, round_no: int) -> str:
 def replay_ranges(run_id: str) -> str:
     """List: every log-source plan a run read, for root replay (cleared with the run)."""
     return run_key(run_id, "logsource", "plans")
-
-
-def dead(run_id: str) -> str:
-    """Hash: "component:task:tuple id" -> a tuple that exhausted its attempts."""
-    return run_key(run_id, "dead")
-
-
-def dead_roots(run_id: str) -> str:
-    """Set: the roots of the dead letters (dead roots stay pending in the ledger)."""
-    return run_key(run_id, "deadroots")
-
-
-def dead_flush(run_id: str, flush: int) -> str:
-    """Hash: the dead letters of one flush to the run's dead-letter sink, as `dead` holds them,
-    until the sink committed their part (tracking/queue.py)."""
-    return run_key(run_id, "deadflush", flush)
-
-
-def dead_flushes(run_id: str) -> str:
-    """Set: the flushes to the dead-letter sink begun and not yet confirmed."""
-    return run_key(run_id, "deadflushes")
-
-
-def gone(run_id: str) -> str:
-    """Hash: "component:task:tuple id" (its dead letter's field) -> the error, for every dead
-    root whose message its source reported gone when a replay re-read it (`status` warns of
-    them). Written with the dead letter, removed with it by a requeue."""
-    return run_key(run_id, "gone")
 
 
 def task_spill(run_id: str, round_no: int) -> str:
@@ -335,10 +266,6 @@ def round_counts(run_id: str, round_no: int) -> str:
     takes instead of running the per-bucket job (engine.rounds.resolve_ledger); dropped once the
     round is settled."""
     return run_key(run_id, "counts", round_no)
-
-
-def state(run_id: str, component: str) -> str:
-    return run_key(run_id, "state", component)
 
 
 def log(run_id: str) -> str:

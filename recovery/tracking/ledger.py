@@ -20,7 +20,7 @@ import numpy as np
 from redis import Redis
 
 from recovery.model.record import RunRecord
-from recovery.tracking import keys
+from recovery.tracking import keys, runs
 from recovery.tracking.queue import dead_among, forget_dead_roots, queued_roots  # noqa: F401 (importable from here, as they were)
 from recovery.tracking.queue import positions as queue_positions
 from recovery.tracking.queue import read as read_queue
@@ -32,6 +32,13 @@ log = logging.getLogger(__name__)
 LEDGER_BUCKETS = keys.LEDGER_BUCKETS
 #: Roots per ledger piece (16 bytes each): the most one command of a commit carries.
 PIECE_ROOTS = 4096
+
+
+def bucket_key(run_id: str, bucket: int) -> str:
+    """Hash: "compacted" (the folded XORs), "superseded:<round>", and the task attempts' pieces
+    "<round>:<component>:<index>:<attempt token>:<part>" (folded only once the task's commit
+    record names that token). In the bucket's own slot (keys.ledger_tags)."""
+    return keys.spread_key(run_id, keys.ledger_tags(run_id)[bucket])
 
 
 def pack_xors(contrib: dict[int, int] | tuple[np.ndarray, np.ndarray]) -> list[bytes]:
@@ -123,7 +130,7 @@ class CommittedAttempts:
     def __init__(self, client: Redis, run_id: str):
         self.client = client
         self.run_id = run_id
-        raw = client.hget(keys.run_record(run_id), "round")
+        raw = client.hget(runs.record_key(run_id), "round")
         self.current_round = int(cast(bytes, raw)) if raw is not None else None
         self._rounds: dict[int, dict[str, str]] = {}
 
@@ -160,7 +167,7 @@ def resolve_bucket(client: Redis, run_id: str, bucket: int, generation: str | No
 
 def fold_bucket(client: Redis, run_id: str, bucket: int, generation: str | None = None) -> np.ndarray:
     """resolve_bucket, returning the bucket's pending roots (none when the run was cleared)."""
-    key = keys.ledger(run_id, bucket)
+    key = bucket_key(run_id, bucket)
     folded: dict[str, Any] = {}
     attempts = CommittedAttempts(client, run_id)
 
@@ -195,7 +202,7 @@ def pending_roots(client: Redis, run_id: str) -> set[int]:
     out: set[int] = set()
     attempts = CommittedAttempts(client, run_id)
     for b in range(LEDGER_BUCKETS):
-        roots, _ = fold(counted_blobs(attempts, client.hgetall(keys.ledger(run_id, b))))
+        roots, _ = fold(counted_blobs(attempts, client.hgetall(bucket_key(run_id, b))))
         out.update(int(r) for r in roots)
     return out
 
@@ -247,7 +254,7 @@ def pending_among(client: Redis, run_id: str, roots: Iterable[int]) -> set[int]:
     out: set[int] = set()
     attempts = CommittedAttempts(client, run_id)
     for b, wanted in by_bucket.items():
-        pending, _ = fold(counted_blobs(attempts, client.hgetall(keys.ledger(run_id, b))))
+        pending, _ = fold(counted_blobs(attempts, client.hgetall(bucket_key(run_id, b))))
         keep = np.isin(np.asarray(wanted, dtype=np.uint64), pending)
         out.update(r for r, k in zip(wanted, keep.tolist()) if k)
     return out
@@ -320,7 +327,7 @@ def supersede_bucket(client: Redis, run_id: str, bucket: int, round_no: int,
     the bucket's, the mark that the bucket is done. Done once per bucket and round: a bucket
     holding that blob is skipped, so a retried task or a resumed driver never cancels twice
     (the first step, repeated, adds the same roots). Returns the roots added."""
-    key = keys.ledger(run_id, bucket)
+    key = bucket_key(run_id, bucket)
     field = f"superseded:{round_no}"
     if client.hexists(key, field):
         return 0

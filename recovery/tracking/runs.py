@@ -110,6 +110,24 @@ return 0
 """
 
 
+def index_key() -> str:
+    """Sorted set: run id -> start time, the runs this Redis knows (a slot of its own)."""
+    return f"{keys.prefix()}runs"
+
+
+def record_key(run_id: str) -> str:
+    """Hash: xml, status, counters, start/end times, driver pid, and the run's generation (a
+    token set when the record is created: writers check it, so nothing writes into a run that
+    was cleared or created anew under the same id). In the run's home slot: the slot's tag."""
+    return keys.run_home(run_id)
+
+
+def lease_key(run_id: str) -> str:
+    """String with an expiry: "host:pid:token" of the driver working on the run, refreshed while
+    it runs; a `running` run whose lease expired is crashed. In the run's home slot."""
+    return keys.run_key(run_id, "lease")
+
+
 def new_run_id(name: str) -> str:
     """<workflow name>-<date>-<time>-<4 hex digits>, the name cut to keep it a valid run id."""
     return f"{name[:keys.RUN_ID_MAX - 21]}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
@@ -128,7 +146,7 @@ def fenced_out(client: redis.Redis, run_id: str, generation: str | None) -> RunF
     """Why a write of `generation` into the run was refused, as the error to raise: the run was
     taken over by another driver (`generation` is one the record retired), or it was cleared
     (or created anew)."""
-    record, lease = keys.run_record(run_id), keys.lease(run_id)
+    record, lease = record_key(run_id), lease_key(run_id)
     with client.pipeline(transaction=False) as pipe:
         pipe.hmget(record, ["generation", "retired_generations"])
         pipe.get(lease)
@@ -164,12 +182,12 @@ def create(client: redis.Redis, run_id: str, xml: str, wf_json: str, file: str |
         # stays as it was), then the record and the lease in one script of the run's slot. A
         # process killed in between leaves an entry without a record, which `runs` skips and
         # `clear` removes; never a run missing from the index.
-        client.zadd(keys.runs_index(), {run_id: now}, nx=True)
+        client.zadd(index_key(), {run_id: now}, nx=True)
         created = client.register_script(_CREATE_IN_SLOT)(
-            keys=[keys.run_record(run_id), keys.lease(run_id)], args=args)
+            keys=[record_key(run_id), lease_key(run_id)], args=args)
     else:
         created = client.register_script(_CREATE)(
-            keys=[keys.run_record(run_id), keys.lease(run_id), keys.runs_index()], args=args)
+            keys=[record_key(run_id), lease_key(run_id), index_key()], args=args)
     if not created:
         raise _exists(run_id)
     return lease
@@ -187,14 +205,14 @@ def _exists(run_id: str) -> RunExists:
 def check_absent(client: redis.Redis, run_id: str) -> None:
     """Refuse (RunExists) a run id this Redis has a run of: before anything starts for a new run
     (`create` refuses it again, atomically, when two submits race)."""
-    if client.exists(keys.run_record(run_id)):
+    if client.exists(record_key(run_id)):
         raise _exists(run_id)
 
 
 def get(client: redis.Redis, run_id: str) -> RunRecord:
     """The record, with its lease as read now (`lease_holder`, `lease_ms`: -2 when none).
     Raises RunNotFound for a run this Redis does not know, or a record that does not parse."""
-    record, lease = keys.run_record(run_id), keys.lease(run_id)
+    record, lease = record_key(run_id), lease_key(run_id)
     with client.pipeline(transaction=False) as pipe:
         pipe.hgetall(record)
         pipe.get(lease)
@@ -212,7 +230,7 @@ def update(client: redis.Redis, run_id: str, generation: str | None = None, **fi
     args: list[Any] = [generation or ""]
     for k, v in fields.items():
         args += [k, encode(v)]
-    if client.register_script(_UPDATE)(keys=[keys.run_record(run_id)], args=args) != 1:
+    if client.register_script(_UPDATE)(keys=[record_key(run_id)], args=args) != 1:
         raise fenced_out(client, run_id, generation)
 
 
@@ -227,12 +245,12 @@ def increment(client: redis.Redis, run_id: str, generation: str | None = None, *
     args: list[Any] = [generation or ""]
     for k, v in amounts.items():
         args += [k, int(v)]
-    if client.register_script(_INCREMENT)(keys=[keys.run_record(run_id)], args=args) != 1:
+    if client.register_script(_INCREMENT)(keys=[record_key(run_id)], args=args) != 1:
         raise fenced_out(client, run_id, generation)
 
 
 def list_ids(client: redis.Redis) -> list[str]:
-    return [_dec(r) for r in client.zrange(keys.runs_index(), 0, -1)]
+    return [_dec(r) for r in client.zrange(index_key(), 0, -1)]
 
 
 def _pid_alive(pid: int) -> bool:
@@ -317,7 +335,7 @@ class Lease:
         self._thread: threading.Thread | None = None
 
     def _keys(self) -> list[str]:
-        return [keys.run_record(self.run_id), keys.lease(self.run_id)]
+        return [record_key(self.run_id), lease_key(self.run_id)]
 
     def take_over(self, seen_holder: str | None = None, force: bool = False) -> None:
         """Take the lease: free, held by `seen_holder` (a driver found dead), or with `force`
@@ -360,7 +378,7 @@ class Lease:
             self._thread.join()
             self._thread = None
         try:
-            self.client.register_script(_RELEASE)(keys=[keys.lease(self.run_id)], args=[self.holder])
+            self.client.register_script(_RELEASE)(keys=[lease_key(self.run_id)], args=[self.holder])
         except redis.RedisError as err:   # Redis gone: the lease expires on its own
             log.debug("run %s: could not release the driver's lease: %s", self.run_id, err)
 
@@ -392,7 +410,7 @@ def take_over(client: redis.Redis, rec: RunRecord, force: bool = False) -> Lease
 def check_generation(client: redis.Redis, run_id: str, generation: str | None) -> None:
     """Raise RunCleared (or RunTakenOver) when the run was cleared, created anew or taken over
     since `generation` was read."""
-    if generation is not None and _dec(client.hget(keys.run_record(run_id), "generation")) != generation:
+    if generation is not None and _dec(client.hget(record_key(run_id), "generation")) != generation:
         raise fenced_out(client, run_id, generation)
 
 
@@ -417,7 +435,7 @@ def fenced_transaction(client: redis.Redis, run_id: str, generation: str | None,
     `clear` deletes the record first and the run's other keys after it, so it either fails
     that check or changes a watched key before EXEC; a take-over does neither, so only writes
     that are the same whichever driver makes them (folds, idempotent steps) go this way."""
-    record = keys.run_record(run_id)
+    record = record_key(run_id)
     home = keys.hash_slot(record)
     elsewhere = bool(watch) and is_cluster(client) and any(keys.hash_slot(k) != home for k in watch)
     watched = ((record,) if generation is not None and not elsewhere else ()) + watch

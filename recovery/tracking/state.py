@@ -13,7 +13,15 @@ from typing import Any, cast
 import msgpack
 from redis import Redis
 
+from recovery.tracking import keys
+
 _MISSING = object()
+
+
+def state_key(run_id: str, component: str) -> str:
+    """Hash: a component's keyed state (packed key -> packed value), in the run's home slot: a
+    task's state writes go in the transaction of its done marker."""
+    return keys.run_key(run_id, "state", component)
 
 
 class KeyedState:

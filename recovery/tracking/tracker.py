@@ -7,7 +7,7 @@ idempotent, so that it works the same on a single server and on a Redis Cluster:
 
 1. *pieces*, ahead of the commit point, under the attempt's own token: its ledger
    contributions (ledger.piece_fields, bounded parts, in the buckets' slots) and its writes
-   into failed positions' queues (tracking/queue.py stage, in each queue's slot). Nothing reads them
+   into failed positions' queues (tracking/queue stage, in each queue's slot). Nothing reads them
    as long as no commit record names the token.
 2. *the commit point*, one transaction in the run's home slot, fenced by the run's generation:
    the done marker, the commit record (token and staged positions), the spill reference, the
@@ -37,6 +37,7 @@ from recovery.tracking import keys, runs
 from recovery.tracking import queue as failed_queue
 from recovery.tracking.ledger import (
     LEDGER_BUCKETS,
+    bucket_key,
     count_round,
     fenced_transaction,
     pack_xors,
@@ -118,7 +119,7 @@ class TaskTracker:
         RunCleared), so nothing downstream of it runs in that driver either."""
         with self.client.pipeline(transaction=False) as pipe:
             pipe.hget(keys.task_done(self.run_id, self.round), self.field)
-            pipe.hget(keys.run_record(self.run_id), "generation")
+            pipe.hget(runs.record_key(self.run_id), "generation")
             raw, generation = pipe.execute()
         if self.generation is not None and generation != self.generation.encode():
             self._fence()
@@ -137,7 +138,7 @@ class TaskTracker:
         (connectors.sink_objects) is ordered after any a driver taken over may still publish."""
         if self.generation is None:
             return 0
-        current, retired = self.client.hmget(keys.run_record(self.run_id), ["generation", "retired_generations"])
+        current, retired = self.client.hmget(runs.record_key(self.run_id), ["generation", "retired_generations"])
         if current != self.generation.encode():
             self._fence()
             raise self.fenced_error()
@@ -182,7 +183,7 @@ class TaskTracker:
         """The run was cleared (or created anew): a spill write that failed is why, not a fault."""
         if self.generation is None:
             return False
-        return self.client.hget(keys.run_record(self.run_id), "generation") != self.generation.encode()
+        return self.client.hget(runs.record_key(self.run_id), "generation") != self.generation.encode()
 
     def _fence(self) -> None:
         if not self.fenced:
@@ -294,7 +295,7 @@ class TaskTracker:
             for b, blob in enumerate(pack_xors(contrib)):
                 if blob:
                     for field, piece in piece_fields(self.round, self.field, self.token, blob).items():
-                        pipe.hset(keys.ledger(rid, b), field, piece)
+                        pipe.hset(bucket_key(rid, b), field, piece)
                         queued += 1
                         if queued >= 64:   # (a bounded client buffer too)
                             pipe.execute()
@@ -315,7 +316,7 @@ class TaskTracker:
             return
         with self.client.pipeline(transaction=False) as pipe:
             for b in range(LEDGER_BUCKETS):
-                pipe.hlen(keys.ledger(self.run_id, b))
+                pipe.hlen(bucket_key(self.run_id, b))
             fields = pipe.execute()
         for b, n in enumerate(fields):
             if n > 1:   # (one field: compacted already, or one piece: folded when another comes)

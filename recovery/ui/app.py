@@ -147,7 +147,7 @@ class UI:
     def fingerprint(self, run_id: str) -> str:
         """Changes whenever what the run page shows can have changed (cheap to compute)."""
         rec = cast(list[bytes | None],
-                   self.client.hmget(keys.run_record(run_id), "status", "round", "summary", "ended", "rounds"))
+                   self.client.hmget(runs.record_key(run_id), "status", "round", "summary", "ended", "rounds"))
         if rec[0] is None:
             runs.get(self.client, run_id)   # raises: the run is gone
         process = self.processes.state(run_id)

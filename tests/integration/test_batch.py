@@ -9,7 +9,8 @@ from recovery import testing
 from recovery.jobs import dead_letters, recover
 from recovery.model.graph import TaskMap
 from recovery.model.xml import parse as workflow_xml
-from recovery.tracking import keys, ledger
+from recovery.tracking import ledger
+from recovery.tracking.state import state_key
 from tests.integration.conftest import copy_workflow, kill_when_round_0, sink_records, submit
 from tests.integration.test_recovery import _spawn_submit
 
@@ -39,7 +40,7 @@ def test_spark_task_retries_of_a_batch_task_change_no_result_and_no_ledger(spark
         assert getattr(base, k) == getattr(crashed, k)
     assert base.components["aggregate"].failed > 0
     assert ledger.pending_roots(redis_client, base.run_id) == ledger.pending_roots(redis_client, crashed.run_id)
-    state = lambda rid: redis_client.hgetall(keys.state(rid, "aggregate"))   # noqa: E731
+    state = lambda rid: redis_client.hgetall(state_key(rid, "aggregate"))   # noqa: E731
     assert state(base.run_id) == state(crashed.run_id)
     for rid in (base.run_id, crashed.run_id):
         assert recover.recover(spark, redis_client, redis_url, rid).status == "dead"   # the data's bad lines

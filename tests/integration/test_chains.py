@@ -13,7 +13,9 @@ from recovery.model.graph import ChainPlan, TaskMap
 from recovery.model.run import RunSpec
 from recovery.model.synthesis import synthesize
 from recovery.model.xml import parse as workflow_xml
-from recovery.tracking import keys, ledger, runs
+from recovery.tracking import ledger, runs
+from recovery.tracking import queue as failed_queue
+from recovery.tracking.state import state_key
 from tests.integration.conftest import copy_workflow, kill_when_round_0, sink_records, submit
 from tests.integration.test_engine import run_keys, wordcount_reference
 from tests.integration.test_recovery import _spawn_submit
@@ -75,7 +77,7 @@ def test_a_chained_run_writes_counts_fails_and_recovers_what_the_unchained_run_d
     assert positions(chained) == positions(plain) == {"split", "normalize"}
     queued = lambda s, comp: sorted(   # noqa: E731
         json.dumps(rec["values"]) for p in s.failed_positions if p.component == comp
-        for rec in map(_unpack, redis_client.hvals(keys.queue(s.run_id, comp, p.task))))
+        for rec in map(_unpack, redis_client.hvals(failed_queue.queue_key(s.run_id, comp, p.task))))
     for comp in ("split", "normalize"):
         assert queued(chained, comp) == queued(plain, comp) != []
     # a recovery round of split's failures alone: split fed from its queue, chained again with
@@ -90,7 +92,7 @@ def test_a_chained_run_writes_counts_fails_and_recovers_what_the_unchained_run_d
         r = recover.recover(spark, redis_client, redis_url, s.run_id)
         assert r.status == "dead" and r.pending == 0    # only the data's bad lines are dead
     assert _out(tmp_path, "chained") == _out(tmp_path, "plain")
-    state = lambda rid: redis_client.hgetall(keys.state(rid, "aggregate"))   # noqa: E731
+    state = lambda rid: redis_client.hgetall(state_key(rid, "aggregate"))   # noqa: E731
     assert state(chained.run_id) == state(plain.run_id)
     dead = lambda rid: sorted(json.dumps(d.values) for d in dead_letters.dead_letters(redis_client, rid))   # noqa: E731
     assert dead(chained.run_id) == dead(plain.run_id) != []
@@ -118,7 +120,7 @@ def test_a_failure_at_the_second_member_of_a_chain_is_recovered_from_its_queue_e
     r = recover.recover(spark, redis_client, redis_url, s.run_id)
     assert r.status == "completed" and r.rounds == 2 and r.pending == 0
     assert sink_records(tmp_path / "out" / "wordcount") == wordcount_reference(tmp_path / "data" / "sentences.txt")
-    assert run_keys(redis_client, s.run_id) == {keys.state(s.run_id, "count")}
+    assert run_keys(redis_client, s.run_id) == {state_key(s.run_id, "count")}
 
 
 def test_kill_9_of_a_chained_run_then_recover_is_exact_and_members_commit_together(spark, redis_url, redis_client, tmp_path):
@@ -144,7 +146,7 @@ def test_kill_9_of_a_chained_run_then_recover_is_exact_and_members_commit_togeth
     r = recover.recover(spark, redis_client, redis_url, run_id)
     assert r.status == "completed", r
     assert sink_records(tmp_path / "out" / "wordcount") == wordcount_reference(tmp_path / "data" / "sentences.txt")
-    assert run_keys(redis_client, run_id) == {keys.state(run_id, "count")}
+    assert run_keys(redis_client, run_id) == {state_key(run_id, "count")}
 
 
 def test_spark_retries_of_a_chain_task_change_no_result_and_no_ledger(spark, redis_url, redis_client, tmp_path):
@@ -167,5 +169,5 @@ def test_spark_retries_of_a_chain_task_change_no_result_and_no_ledger(spark, red
     for comp in ("sentences", "split", "count"):
         assert base.components[comp].executed == crashed.components[comp].executed
     assert ledger.pending_roots(redis_client, base.run_id) == ledger.pending_roots(redis_client, crashed.run_id)
-    state = lambda rid: redis_client.hgetall(keys.state(rid, "count"))   # noqa: E731
+    state = lambda rid: redis_client.hgetall(state_key(rid, "count"))   # noqa: E731
     assert state(base.run_id) == state(crashed.run_id)

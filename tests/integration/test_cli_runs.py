@@ -7,7 +7,7 @@ import json
 from click.testing import CliRunner
 
 from recovery.cli import main
-from recovery.tracking import keys
+from recovery.tracking import keys, runs
 from tests.integration.conftest import copy_workflow
 
 
@@ -51,7 +51,7 @@ def test_submit_status_plan_recover_dead_clear_as_json(spark, redis_url, redis_c
     assert len(dead) == 20 and {d["component"] for d in dead} == {"split", "normalize"}
 
     code, out, _ = cli(redis_url, "clear", run, "--json")
-    assert code == 0 and keys.run_record(run) in json.loads(out)["removed"][run]
+    assert code == 0 and runs.record_key(run) in json.loads(out)["removed"][run]
     assert not list(redis_client.scan_iter(match=keys.run_pattern(run)))
 
 

@@ -18,6 +18,8 @@ from recovery.controlplane import connection
 from recovery.jobs import dead_letters, recover
 from recovery.model.run import TaskIdentity
 from recovery.tracking import keys, ledger, runs
+from recovery.tracking import queue as failed_queue
+from recovery.tracking.ledger import bucket_key
 from tests.clusters import RedisCluster
 from tests.helpers import wait_for
 from tests.integration import test_engine, test_recovery
@@ -95,7 +97,7 @@ def test_fanout_with_failures_on_three_masters_spreads_recovers_exactly_and_clea
     # the run's keys, on every master: its ledger buckets and its queues are not in one slot
     per_master = [[k.decode() for k in ks] for ks in cluster.keys_per_master(keys.run_pattern(run_id))]
     assert all(per_master), per_master
-    buckets = [sum(1 for k in ks for b in range(keys.LEDGER_BUCKETS) if k == keys.ledger(run_id, b))
+    buckets = [sum(1 for k in ks for b in range(keys.LEDGER_BUCKETS) if k == bucket_key(run_id, b))
                for ks in per_master]
     assert sum(buckets) > 0 and max(buckets) <= 1.5 * sum(buckets) / len(buckets), buckets
     queues = {k for ks in per_master for k in ks if "queue:" in k}
@@ -126,7 +128,7 @@ def test_a_master_killed_mid_run_stops_it_in_one_line_and_recover_is_exact_once_
     the run stays resumable; the node comes back with its AOF, and `recover` is exact."""
     xml = copy_workflow("wordcount", tmp_path)
     run_id = "master-killed"
-    home = redis_client.get_node_from_key(keys.run_record(run_id)).port
+    home = redis_client.get_node_from_key(runs.record_key(run_id)).port
     victim = next(n for n, p in enumerate(cluster.ports[:cluster.masters]) if p != home)
     proc = _spawn(["submit", str(xml), "--run-id", run_id, "-p", "recovery.inject.z.component=count",
                    "-p", "recovery.inject.z.mode=slow", "-p", "recovery.inject.z.delay.ms=2",
@@ -195,14 +197,14 @@ def test_root_replay_selection_and_dead_requeue_split_by_slot_on_a_cluster(redis
         task.failure(FailedTuple(values=[r], id=1000 + r, roots=[r], stream="default", error="x",
                                  attempt=2 if r > 30 else 1))
     assert task.commit({r: r * 7 + 3 for r in roots}, {"executed": len(roots)})
-    assert redis_client.hlen(keys.queue("split-steps", "count", 7)) == 30
-    assert redis_client.hlen(keys.dead("split-steps")) == 10
+    assert redis_client.hlen(failed_queue.queue_key("split-steps", "count", 7)) == 30
+    assert redis_client.hlen(failed_queue.dead_letters_key("split-steps")) == 10
     runs.update(redis_client, "split-steps", lease.generation, status=runs.DEAD)   # its driver ended
     lease.release()
 
     assert dead_letters.requeue_dead(redis_client, "split-steps") == 10
-    assert redis_client.hlen(keys.queue("split-steps", "count", 7)) == 40
-    assert redis_client.hlen(keys.dead("split-steps")) == 0 and redis_client.scard(keys.dead_roots("split-steps")) == 0
+    assert redis_client.hlen(failed_queue.queue_key("split-steps", "count", 7)) == 40
+    assert redis_client.hlen(failed_queue.dead_letters_key("split-steps")) == 0 and redis_client.scard(failed_queue.dead_roots_key("split-steps")) == 0
 
     added = [ledger.supersede_bucket(redis_client, "split-steps", b, 1, lease.generation)
              for b in range(ledger.LEDGER_BUCKETS)]

@@ -9,7 +9,9 @@ from pathlib import Path
 import msgpack
 
 from recovery.controlplane.connection import scan_keys
-from recovery.tracking import keys, ledger
+from recovery.tracking import keys, ledger, runs
+from recovery.tracking import queue as failed_queue
+from recovery.tracking.state import state_key
 from tests.integration.conftest import copy_workflow, sink_records, submit
 
 
@@ -34,7 +36,7 @@ def fanout_reference(numbers: Path) -> tuple[list[str], list[str]]:
 
 def run_keys(client, run_id: str) -> set[str]:
     """Every key of the run but its record, on every master of a Redis Cluster."""
-    return {k.decode() for k in scan_keys(client, keys.run_pattern(run_id))} - {keys.run_record(run_id)}
+    return {k.decode() for k in scan_keys(client, keys.run_pattern(run_id))} - {runs.record_key(run_id)}
 
 
 def test_failure_free_wordcount_equals_plain_python_and_leaves_no_tracking_keys(spark, redis_url, redis_client, tmp_path):
@@ -46,8 +48,8 @@ def test_failure_free_wordcount_equals_plain_python_and_leaves_no_tracking_keys(
     assert sink_records(tmp_path / "out" / "wordcount") == wordcount_reference(tmp_path / "data" / "sentences.txt")
     # only the run record, the runs index and the bolt's keyed state remain: no tracking keys
     left = run_keys(redis_client, summary.run_id)
-    assert left == {keys.state(summary.run_id, "count")}
-    assert redis_client.exists(keys.run_record(summary.run_id))
+    assert left == {state_key(summary.run_id, "count")}
+    assert redis_client.exists(runs.record_key(summary.run_id))
 
 
 def test_tracking_off_gives_the_same_sink(spark, redis_url, redis_client, tmp_path):
@@ -99,7 +101,7 @@ def test_not_acked_tuples_fail_at_their_task(spark, redis_url, redis_client, tmp
     assert sorted(r["word"] for r in json.loads("[" + ",".join(sink_records(tmp_path / "out")) + "]")) == ["GOOD1", "GOOD2", "GOOD3"]
     queued = []
     for p in s.failed_positions:
-        for raw in redis_client.hvals(keys.queue(s.run_id, p.component, p.task)):
+        for raw in redis_client.hvals(failed_queue.queue_key(s.run_id, p.component, p.task)):
             queued.append(msgpack.unpackb(raw))
     assert sorted(q["values"][0] for q in queued) == ["bad1", "bad2"]
     assert all(q["src_component"] == "src" and q["attempt"] == 1 for q in queued)
@@ -117,7 +119,7 @@ def test_a_failed_tuple_emits_nothing_downstream_and_the_run_goes_on(spark, redi
     assert words == ["a", "b", "c"]          # no "half-emitted"
     assert s.failed == 1 and s.complete == 3
     [pos] = s.failed_positions
-    [raw] = redis_client.hvals(keys.queue(s.run_id, "explodes", pos.task))
+    [raw] = redis_client.hvals(failed_queue.queue_key(s.run_id, "explodes", pos.task))
     rec = msgpack.unpackb(raw)
     assert rec["values"] == ["boom"] and "RuntimeError: boom at explodes" in rec["error"]
     assert "Traceback" in rec["traceback"] and rec["task"] == pos.task
@@ -137,7 +139,7 @@ def test_undecodable_records_fail_at_the_spout_with_the_raw_record(spark, redis_
     raws = []
     for p in s.failed_positions:
         assert p.component == "src"
-        raws += [msgpack.unpackb(r)["raw"] for r in redis_client.hvals(keys.queue(s.run_id, "src", p.task))]
+        raws += [msgpack.unpackb(r)["raw"] for r in redis_client.hvals(failed_queue.queue_key(s.run_id, "src", p.task))]
     assert sorted(raws) == sorted([b"not json\n", b"\xff\xfe\n", b"[1, 2]\n", b'{"other": 1}\n'])
     assert sorted(json.loads(r)["word"] for r in sink_records(tmp_path / "out")) == ["ok1", "ok2"]
 
@@ -162,6 +164,6 @@ def test_spark_task_retries_change_no_result_and_no_ledger(spark, redis_url, red
     for k in ("roots", "complete", "pending", "failed"):
         assert getattr(base, k) == getattr(crashed, k)
     assert ledger.pending_roots(redis_client, base.run_id) == ledger.pending_roots(redis_client, crashed.run_id)
-    state = lambda rid: redis_client.hgetall(keys.state(rid, "count"))
+    state = lambda rid: redis_client.hgetall(state_key(rid, "count"))
     assert state(base.run_id) == state(crashed.run_id)
     assert base.components["count"].executed == crashed.components["count"].executed

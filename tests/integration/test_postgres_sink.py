@@ -24,7 +24,7 @@ from recovery.model.graph import ComponentContext, TaskMap
 from recovery.model.workflow import SinkImpl, Workflow
 from recovery.model.xml import parse as workflow_xml
 from recovery.runtime import batch as batch_runtime
-from recovery.tracking import keys
+from recovery.tracking import runs
 from tests.helpers import wait_for
 from tests.tables import FIELDS, commit_rows, delta_bolt, expected, postgres_bolt, postgres_rows
 from tests.tables import workflow_xml as write_xml
@@ -222,7 +222,7 @@ def test_clear_keeps_the_rows_drops_the_runs_commit_rows_and_a_rerun_of_the_id_w
     code, out, err = cli(redis_url, "clear", "again", "--json")
     assert code == 0, err
     result = json.loads(out)
-    assert keys.run_record("again") in result["removed"]["again"]
+    assert runs.record_key("again") in result["removed"]["again"]
     tables = {t["sink"]: t for t in result["tables"]["again"]}
     assert tables["pg"]["rows_kept"] and tables["pg"]["commit_rows_removed"] == 2
     assert tables["pg"]["commit_table"] == "public.recovery_commits"
@@ -258,7 +258,7 @@ def test_clear_refuses_while_the_database_cannot_be_reached_and_force_clears_the
         assert {k: redis_client.dump(k) for k in redis_client.keys("*")} == before
         code, out, err = cli(redis_url, "clear", "far", "--force")
         assert code == 0 and "commit rows stayed" in out, (out, err)
-        assert not redis_client.exists(keys.run_record("far"))
+        assert not redis_client.exists(runs.record_key("far"))
     finally:
         set_connections(postgres_server, database, True)
     assert [c[0] for c in commit_rows(postgres_url)] == ["far", "far"]   # as the output said

@@ -12,6 +12,8 @@ import msgpack
 
 from recovery.jobs import clear, dead_letters, recover, summary
 from recovery.tracking import keys, runs
+from recovery.tracking import queue as failed_queue
+from recovery.tracking.state import state_key
 from tests.integration.conftest import copy_workflow, kill_when_round_0, sink_records, submit
 from tests.integration.test_engine import fanout_reference, run_keys, wordcount_reference
 
@@ -41,10 +43,10 @@ def test_transient_failures_at_two_positions_on_one_path_recover_exactly(spark, 
     assert r.rounds >= 2          # count's tuples fail their first two attempts
     # nothing lost, nothing twice; the fields-grouped aggregate equals the failure-free one
     assert sink_records(out) == wordcount_reference(tmp_path / "data" / "sentences.txt")
-    assert redis_client.scard(keys.failed_set(s.run_id)) == 0
-    assert run_keys(redis_client, s.run_id) == {keys.state(s.run_id, "count")}
+    assert redis_client.scard(failed_queue.failed_key(s.run_id)) == 0
+    assert run_keys(redis_client, s.run_id) == {state_key(s.run_id, "count")}
     state = {msgpack.unpackb(k): msgpack.unpackb(v)
-             for k, v in redis_client.hgetall(keys.state(s.run_id, "count")).items()}
+             for k, v in redis_client.hgetall(state_key(s.run_id, "count")).items()}
     assert state == final_counts(out)
 
 
@@ -101,9 +103,9 @@ def test_clear_removes_every_key_of_the_run_and_nothing_else(spark, redis_url, r
     before_b = {k: redis_client.dump(k) for k in run_keys(redis_client, b.run_id)}
     assert len(run_keys(redis_client, a.run_id)) > 2
     removed = clear.clear(redis_client, a.run_id).keys
-    assert keys.run_record(a.run_id) in removed
+    assert runs.record_key(a.run_id) in removed
     assert run_keys(redis_client, a.run_id) == set()
-    assert not redis_client.exists(keys.run_record(a.run_id))
+    assert not redis_client.exists(runs.record_key(a.run_id))
     assert a.run_id not in runs.list_ids(redis_client)
     assert {k: redis_client.dump(k) for k in run_keys(redis_client, b.run_id)} == before_b
     assert redis_client.get("unrelated:key") == b"1"
@@ -147,7 +149,7 @@ def test_kill_9_of_the_driver_then_recover_gives_exact_output(spark, redis_url, 
     r = recover.recover(spark, redis_client, redis_url, run_id)
     assert r.status == "completed", r
     assert sink_records(tmp_path / "out" / "wordcount") == wordcount_reference(tmp_path / "data" / "sentences.txt")
-    assert run_keys(redis_client, run_id) == {keys.state(run_id, "count")}
+    assert run_keys(redis_client, run_id) == {state_key(run_id, "count")}
 
 
 REPLAY_MODULE = '''
@@ -236,6 +238,6 @@ def test_root_replay_of_lines_that_never_parse_ends_them_dead_and_writes_every_o
     assert run.summary.status == "pending"
     testing.recover_local(run, strategy="root-replay", max_rounds=10)
     check_permanent_failures_dead_after_three_attempts(run)
-    assert redis_client.scard(keys.failed_set("never-parse")) == 0
+    assert redis_client.scard(failed_queue.failed_key("never-parse")) == 0
     # every round's replay set and attempts went with the round
     assert not list(redis_client.scan_iter(match=keys.run_key("never-parse", "rootreplay", "*")))

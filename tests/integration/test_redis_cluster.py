@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from recovery.cli import main
 from recovery.controlplane import connection
 from recovery.tracking import keys
+from recovery.tracking.ledger import bucket_key
 
 WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"
 
@@ -31,9 +32,9 @@ def test_any_node_s_url_gives_a_cluster_client_that_reaches_every_master(redis_c
             assert connection.is_cluster(client)
             assert len(client.get_primaries()) == redis_cluster.masters
             for b in range(keys.LEDGER_BUCKETS):
-                client.hset(keys.ledger("r-1", b), "compacted", b"x")
+                client.hset(bucket_key("r-1", b), "compacted", b"x")
             found = sorted(k.decode() for k in connection.scan_keys(client, keys.run_pattern("r-1")))
-            assert found == sorted(keys.ledger("r-1", b) for b in range(keys.LEDGER_BUCKETS))
+            assert found == sorted(bucket_key("r-1", b) for b in range(keys.LEDGER_BUCKETS))
             client.delete(*found)
         finally:
             client.close()

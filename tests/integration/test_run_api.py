@@ -79,7 +79,7 @@ def test_submit_recover_status_in_the_callers_session_exact(spark, redis_url, re
 
     assert run.requeue("split") == sum(d.component == "split" for d in dead)
     cleared = run.clear()
-    assert keys.run_record(run.id) in cleared.keys
+    assert runs.record_key(run.id) in cleared.keys
     assert not list(redis_client.scan_iter(match=keys.run_pattern(run.id)))
     clean.clear()
 

@@ -189,7 +189,7 @@ def test_driver_killed_mid_round_counts_unknown_lease_and_force(spark, redis_url
     code, out, _ = cli(redis_url, "runs")
     assert "None" not in out and "roots unknown" in out
     # the same run as if its driver were alive on another host: refused, then taken over
-    redis_client.set(keys.lease("killed"), "otherhost:77:beef", px=600_000)
+    redis_client.set(runs.lease_key("killed"), "otherhost:77:beef", px=600_000)
     code, _, err = cli(redis_url, "recover", "killed")
     assert code == 2 and "still running (driver pid 77 on otherhost" in err and "--force" in err
     code, out, err = cli(redis_url, "recover", "killed", "--force", "--json")
@@ -197,7 +197,7 @@ def test_driver_killed_mid_round_counts_unknown_lease_and_force(spark, redis_url
     assert "warning: taking over run killed" in err
     assert json.loads(out)["status"] == "completed"
     assert gate.output() == sorted(LINES)
-    assert not redis_client.exists(keys.lease("killed"))
+    assert not redis_client.exists(runs.lease_key("killed"))
 
 
 # --- item 10 -------------------------------------------------------------------------------------
@@ -228,7 +228,7 @@ def test_clear_force_under_a_running_recover_leaves_no_key(spark, redis_url, red
     assert len(outcome) == 1 and isinstance(outcome[0], RunCleared), outcome
     assert "was cleared" in str(outcome[0])
     assert not list(redis_client.scan_iter(match=keys.run_pattern(run_id)))
-    assert not redis_client.exists(keys.run_record(run_id))
+    assert not redis_client.exists(runs.record_key(run_id))
 
 
 # --- item 16 -------------------------------------------------------------------------------------

@@ -21,7 +21,8 @@ from recovery.connectors import spark_source
 from recovery.jobs import recover
 from recovery.model.graph import TaskMap
 from recovery.model.xml import parse as workflow_xml
-from recovery.tracking import keys, runs
+from recovery.tracking import queue as failed_queue
+from recovery.tracking import runs
 from tests.integration.conftest import POSTGRES_JDBC_JAR, kill_when_round_0, sink_records, submit
 
 FILES, PER_FILE = 5, 40
@@ -303,7 +304,7 @@ def test_kill_9_of_the_driver_mid_submit_then_recover_is_exact(spark, redis_url,
     r = recover.recover(spark, redis_client, redis_url, run_id)
     assert r.status == "completed" and r.pending == 0, r
     assert sink_records(tmp_path / "out" / "events") == expected(FIELDS)
-    assert not redis_client.exists(keys.failed_set(run_id))
+    assert not redis_client.exists(failed_queue.failed_key(run_id))
 
 
 # --- jdbc ----------------------------------------------------------------------------------

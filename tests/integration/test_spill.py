@@ -162,7 +162,7 @@ def test_clear_leaves_no_spill_file_and_no_key(redis_client):
     assert spill.SpillStore(str(spill_dir)).run_files(run_id)
     # the location is in the run record: clear needs no flag
     clear.clear(redis_client, run_id)
-    assert run_keys(redis_client, run_id) == set() and not redis_client.exists(keys.run_record(run_id))
+    assert run_keys(redis_client, run_id) == set() and not redis_client.exists(runs.record_key(run_id))
     assert not (spill_dir / run_id).exists()
 
 

@@ -17,6 +17,7 @@ from recovery.jobs import follow_events as events
 from recovery.model.failed import FailedTuple
 from recovery.model.xml import parse as workflow_xml
 from recovery.tracking import keys
+from recovery.tracking import queue as failed_queue
 from tests.integration.conftest import topic_copy_xml
 
 CHUNKS = 20
@@ -47,9 +48,9 @@ def _topic_bytes(client) -> int:
 
 def _queued(client, run_id: str) -> list[FailedTuple]:
     out = []
-    for pos in client.smembers(keys.failed_set(run_id)):
+    for pos in client.smembers(failed_queue.failed_key(run_id)):
         comp, task = pos.decode().rsplit(":", 1)
-        out += [FailedTuple.unpack(raw) for raw in client.hvals(keys.queue(run_id, comp, int(task)))]
+        out += [FailedTuple.unpack(raw) for raw in client.hvals(failed_queue.queue_key(run_id, comp, int(task)))]
     return out
 
 

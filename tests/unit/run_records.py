@@ -5,7 +5,8 @@ import subprocess
 import sys
 
 from recovery.model.workflow import Component, Input, SinkImpl, SourceImpl, StreamDef, Workflow
-from recovery.tracking import keys, ledger, runs
+from recovery.tracking import ledger, runs
+from recovery.tracking.ledger import bucket_key
 
 WF = Workflow(name="wf", components=(
     Component(id="src", kind="spout", parallelism=1, impl=SourceImpl(type="file", params=(("path", "x"),)),
@@ -31,4 +32,4 @@ def ledger_pending(client, run_id, roots):
     """Ledger entries of a task that committed: these roots are pending (in flight)."""
     for b, blob in enumerate(ledger.pack_xors({r: r * 7 + 1 for r in roots})):
         if blob:
-            client.hset(keys.ledger(run_id, b), "0:src:0", blob)
+            client.hset(bucket_key(run_id, b), "0:src:0", blob)

@@ -7,7 +7,7 @@ import pytest
 from recovery.environment import Environment, environment, variables
 from recovery.errors import RecoveryError
 from recovery.home import state_home
-from recovery.tracking import keys, runs
+from recovery.tracking import runs
 
 
 def test_unset_or_empty_variables_take_their_defaults():
@@ -40,6 +40,6 @@ def test_readers_see_a_value_set_after_import(monkeypatch, tmp_path):
     monkeypatch.setenv("RECOVERY_KEY_PREFIX", "other:")
     monkeypatch.setenv("RECOVERY_HOME", str(tmp_path))
     monkeypatch.setenv("RECOVERY_LEASE_SECONDS", "4")
-    assert keys.runs_index() == "other:runs" and keys.run_record("r").startswith("other:run:{r}")
+    assert runs.index_key() == "other:runs" and runs.record_key("r").startswith("other:run:{r}")
     assert state_home() == tmp_path
     assert runs.Lease(None, "r", None).ttl_ms == 4000   # type: ignore[arg-type]

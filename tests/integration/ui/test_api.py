@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from starlette.testclient import TestClient
 
 from recovery.cli import main
-from recovery.tracking import keys
+from recovery.tracking import keys, runs
 from recovery.ui.access import is_loopback
 from recovery.ui.app import create_app
 from tests.helpers import pretend_running
@@ -84,7 +84,7 @@ def test_api_requeue_and_clear(spark, redis_url, redis_client, tmp_path, api):
     assert api.post(f"/api/v1/runs/{run}/dead/requeue").json()["requeued"] == len(dead) - 1
 
     r = api.delete(f"/api/v1/runs/{run}")
-    assert keys.run_record(run) in r.json()["removed"][run]
+    assert runs.record_key(run) in r.json()["removed"][run]
     assert not list(redis_client.scan_iter(match=keys.run_pattern(run)))
 
 
@@ -119,7 +119,7 @@ def test_actions_refuse_what_the_cli_refuses(spark, redis_url, redis_client, tmp
     assert r.status_code == 409 and refusal(r.json()["error"]) == refusal(err)
     r = api.post(f"/runs/{run}/recover", headers={"HX-Request": "true"})
     assert "still running" in r.text and 'class="flash error"' in r.text
-    assert redis_client.exists(keys.run_record(run))
+    assert redis_client.exists(runs.record_key(run))
 
 
 @pytest.mark.parametrize("host,loopback", [("127.0.0.1", True), ("::1", True), ("localhost", True),

@@ -15,7 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 from recovery.cli import main
-from recovery.tracking import keys
+from recovery.tracking import keys, runs
+from recovery.tracking import queue as failed_queue
 from tests.helpers import pretend_running, wait_for
 from tests.integration.conftest import copy_workflow, submit
 from tests.ui_server import CHROMIUM_ARGS, chromium_path
@@ -126,8 +127,8 @@ def test_requeue_from_the_dead_letters_page(spark, redis_url, redis_client, tmp_
     expect(page.locator("#message")).to_contain_text("requeued 1 dead tuple")
     expect(rows).to_have_count(len(dead) - 1)
     comp, task, tid = one.rsplit(":", 2)
-    assert redis_client.hexists(keys.queue(run, comp, int(task)), tid)
-    assert not redis_client.hexists(keys.dead(run), one)
+    assert redis_client.hexists(failed_queue.queue_key(run, comp, int(task)), tid)
+    assert not redis_client.hexists(failed_queue.dead_letters_key(run), one)
 
     # a selection
     picked = [rows.nth(i).get_attribute("data-key") for i in (0, 1)]
@@ -138,14 +139,14 @@ def test_requeue_from_the_dead_letters_page(spark, redis_url, redis_client, tmp_
     expect(rows).to_have_count(len(dead) - 3)
     for key in picked:
         comp, task, tid = key.rsplit(":", 2)
-        assert redis_client.hexists(keys.queue(run, comp, int(task)), tid)
+        assert redis_client.hexists(failed_queue.queue_key(run, comp, int(task)), tid)
 
     # all of them
     page.locator("#requeue-all").click()
     expect(page.locator("#no-dead")).to_be_visible()
-    assert redis_client.hlen(keys.dead(run)) == 0
-    queued = sum(redis_client.hlen(keys.queue(run, *pos.decode().rsplit(":", 1)))
-                 for pos in redis_client.smembers(keys.failed_set(run)))
+    assert redis_client.hlen(failed_queue.dead_letters_key(run)) == 0
+    queued = sum(redis_client.hlen(failed_queue.queue_key(run, *pos.decode().rsplit(":", 1)))
+                 for pos in redis_client.smembers(failed_queue.failed_key(run)))
     assert queued == len(dead)
     assert cli_json(redis_url, "status", run)["status"] == "pending"
 
@@ -159,7 +160,7 @@ def test_clear_removes_the_run(spark, redis_url, redis_client, tmp_path, ui_serv
     expect(page).to_have_url(re.compile(r"/\?message="))
     expect(page.locator(".flash")).to_contain_text(f"cleared {run}")
     expect(page.locator(f'#runs tr[data-run="{run}"]')).to_have_count(0)
-    assert not redis_client.exists(keys.run_record(run))
+    assert not redis_client.exists(runs.record_key(run))
     assert not list(redis_client.scan_iter(match=keys.run_pattern(run)))
     # the page of a run that is gone says so, as the CLI does
     page.goto(f"{ui_server.url}/runs/{run}")

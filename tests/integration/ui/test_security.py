@@ -18,7 +18,8 @@ import pytest
 from starlette.routing import Mount, Route
 from starlette.testclient import TestClient
 
-from recovery.tracking import keys
+from recovery.tracking import queue as failed_queue
+from recovery.tracking import runs
 from recovery.ui.app import create_app
 from recovery.ui.security import wants_json
 from tests.helpers import file_mode, wait_for
@@ -43,7 +44,7 @@ def dead_run(spark, redis_url, redis_client, tmp_path) -> str:
     with open(xml.parent / "data" / "cdn.log", "a") as log:
         log.write(XSS + "\n")
     run = submit(spark, redis_url, redis_client, xml, {"recovery.max.attempts": "1"}).run_id
-    assert redis_client.hlen(keys.dead(run)) >= 2
+    assert redis_client.hlen(failed_queue.dead_letters_key(run)) >= 2
     return run
 
 
@@ -238,13 +239,13 @@ def test_every_route_refuses_foreign_hosts_origins_and_missing_tokens(dead_run_a
 
     assert redis_state(redis_client) == before
     assert app.state.ui.processes.state(run) is None
-    assert redis_client.hlen(keys.dead(run)) >= 2 and redis_client.exists(keys.run_record(run))
+    assert redis_client.hlen(failed_queue.dead_letters_key(run)) >= 2 and redis_client.exists(runs.record_key(run))
 
 
 def test_the_pages_forms_and_api_clients_with_the_token_are_admitted(dead_run_app, redis_client):
     run, app, client = dead_run_app
     token = app.state.token
-    dead = sorted(k.decode() for k in redis_client.hkeys(keys.dead(run)))
+    dead = sorted(k.decode() for k in redis_client.hkeys(failed_queue.dead_letters_key(run)))
     expected = log_in(client, token)
     # a page fetched with the session holds its CSRF value in every form, and never the token
     for path in ("/", f"/runs/{run}", f"/runs/{run}/dead", f"/runs/{run}/clear", f"/runs/{run}/events"):
@@ -255,12 +256,12 @@ def test_the_pages_forms_and_api_clients_with_the_token_are_admitted(dead_run_ap
     assert 'name="token"' not in page
     r = client.post(f"/runs/{run}/dead/requeue", data={"one": dead[0], "csrf": csrf},
                     headers={"Origin": OWN}, follow_redirects=False)
-    assert r.status_code == 303 and not redis_client.hexists(keys.dead(run), dead[0])
+    assert r.status_code == 303 and not redis_client.hexists(failed_queue.dead_letters_key(run), dead[0])
     # a browser that sends a Referer but no Origin
     r = client.post(f"/runs/{run}/dead/requeue", data={"one": dead[1], "csrf": csrf},
                     headers={"Referer": f"{OWN}/runs/{run}/dead", "Sec-Fetch-Site": "same-origin"},
                     follow_redirects=False)
-    assert r.status_code == 303 and not redis_client.hexists(keys.dead(run), dead[1])
+    assert r.status_code == 303 and not redis_client.hexists(failed_queue.dead_letters_key(run), dead[1])
     client.cookies.clear()
     # curl or Python: no Origin, the token as a header, or as Authorization: Bearer / token
     r = client.post(f"/api/v1/runs/{run}/dead/requeue", headers={"X-Recovery-Token": token}, json={"keys": dead[2:3]})
@@ -268,7 +269,7 @@ def test_the_pages_forms_and_api_clients_with_the_token_are_admitted(dead_run_ap
     r = client.post(f"/api/v1/runs/{run}/dead/requeue", headers={"Authorization": f"token {token}"})
     assert r.json()["requeued"] == len(dead) - 3
     r = client.delete(f"/api/v1/runs/{run}", headers={"Authorization": f"Bearer {token}"})
-    assert r.status_code == 200 and not redis_client.exists(keys.run_record(run))
+    assert r.status_code == 200 and not redis_client.exists(runs.record_key(run))
 
 
 def test_a_run_id_outside_the_alphabet_is_refused_before_anything(dead_run_app, redis_client, tmp_path):

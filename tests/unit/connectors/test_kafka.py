@@ -17,7 +17,7 @@ from recovery.model.run import RunSpec
 from recovery.model.xml import parse as workflow_xml
 from recovery.model.xml.write import to_xml
 from recovery.runtime.roots import SpoutRoots
-from recovery.tracking import keys
+from recovery.tracking import queue as failed_queue
 
 XML = """<workflow xmlns="urn:recovery:workflow:1" name="k">
   <spout id="logs" parallelism="2">
@@ -56,9 +56,9 @@ def test_a_committed_offset_past_the_end_is_refused_unless_reset_decides():
 
 # --- the acked prefix ------------------------------------------------------------------------------
 def _queue(client, run_id: str, roots: list[int]) -> None:
-    client.sadd(keys.failed_set(run_id), "split:3")
+    client.sadd(failed_queue.failed_key(run_id), "split:3")
     for i, r in enumerate(roots):
-        client.hset(keys.queue(run_id, "split", 3), str(i), FailedTuple(id=100 + i, roots=[r]).pack())
+        client.hset(failed_queue.queue_key(run_id, "split", 3), str(i), FailedTuple(id=100 + i, roots=[r]).pack())
 
 
 @pytest.mark.parametrize("epoch", [0, 4])

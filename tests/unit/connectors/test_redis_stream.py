@@ -243,7 +243,7 @@ def test_one_reader_per_consumer(fake_redis):
     runs.create(fake_redis, "run-a", "<xml/>", "{}", None, "local", True)   # alive: this process
     with pytest.raises(RecoveryError, match="being read by run run-a"):
         offsets.plan_ranges(fake_redis, wf, "run-b")
-    fake_redis.delete(keys.lease("run-a"))                                    # crashed mid-round
+    fake_redis.delete(runs.lease_key("run-a"))                                    # crashed mid-round
     with pytest.raises(RecoveryError, match="crashed mid-round"):
         offsets.plan_ranges(fake_redis, wf, "run-b")
     runs.update(fake_redis, "run-a", status=runs.COMPLETED)

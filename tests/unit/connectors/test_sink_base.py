@@ -19,6 +19,7 @@ from recovery.model.run import RunSpec
 from recovery.model.workflow import ClassImpl, Component, Input, SinkImpl, StreamDef, Workflow
 from recovery.runtime import task, wire
 from recovery.tracking import keys, ledger
+from recovery.tracking import queue as failed_queue
 
 CHUNK = 10
 
@@ -100,7 +101,7 @@ def test_a_chunk_write_that_raises_fails_every_tuple_of_the_part_with_its_values
     assert len(calls) == 2                                   # nothing written after the failure
     assert (runner.stats["acked"], runner.stats["failed"]) == (0, 35)
     assert os.listdir(tmp_path / "out") == []                # no part, no staged file
-    queued = [msgpack.unpackb(v) for v in fake_redis.hvals(keys.queue("r", "out", 1))]
+    queued = [msgpack.unpackb(v) for v in fake_redis.hvals(failed_queue.queue_key("r", "out", 1))]
     assert sorted((q["values"][0], q["values"][1]) for q in queued) == list(enumerate(values))
     assert {q["error"] for q in queued} == {"out.finish raised OSError: disk full"}
 

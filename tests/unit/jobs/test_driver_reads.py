@@ -20,6 +20,7 @@ from recovery.model.workflow import ClassImpl, Component, Input, StreamDef, Work
 from recovery.runtime import task
 from recovery.testing.local_spark import LocalSession
 from recovery.tracking import keys, ledger, runs
+from recovery.tracking import queue as failed_queue
 
 NO_BACKOFF = {"recovery.retry.delay.period.ms": "0"}
 
@@ -82,7 +83,7 @@ def per_tuple_reads(log: list[tuple[bytes, ...]], run_id: str) -> list[tuple[byt
     """The commands in `log` that read queued tuples, the ledger or the dead roots' set."""
     queue = keys.run_key(run_id, "queue", "").encode()
     ledger_keys = keys.run_key(run_id, "ledger").encode()
-    dead_roots = keys.dead_roots(run_id).encode()
+    dead_roots = failed_queue.dead_roots_key(run_id).encode()
     bad = []
     for cmd in log:
         name, key = cmd[0].upper(), cmd[1] if len(cmd) > 1 else b""
@@ -128,7 +129,7 @@ def recount(client: Any, run_id: str) -> dict[str, int]:
     """The acker's counts from the ledger, the dead roots and the queues (what summarize did
     in the driver before: O(roots), for this test only)."""
     pending = ledger.pending_roots(client, run_id)
-    dead_roots = {int(r) for r in client.smembers(keys.dead_roots(run_id))}
+    dead_roots = {int(r) for r in client.smembers(failed_queue.dead_roots_key(run_id))}
     dead = len(pending & dead_roots)
     failed = len((pending - dead_roots) & ledger.queued_roots(client, run_id))
     return {"pending": len(pending) - dead, "failed": failed, "dead": dead,
@@ -173,5 +174,5 @@ def test_status_reads_the_run_record_once():
     driver = recording_client(server, log)
     status = reports.run_summary(driver, "r")
     assert status.failed == 8 and status.warnings is None
-    record = keys.run_record("r").encode()
+    record = runs.record_key("r").encode()
     assert [c[0].upper() for c in log if len(c) > 1 and c[1] == record] == [b"HGETALL"]

@@ -19,20 +19,21 @@ from recovery.runtime import task
 from recovery.testing.local_spark import LocalSession
 from recovery.tracking import keys, ledger, runs
 from recovery.tracking import queue as failed_queue
+from recovery.tracking.state import state_key
 from tests.unit.run_records import create_run as _create
 from tests.unit.run_records import ledger_pending
 
 
 def test_recover_refuses_a_live_run_and_force_takes_it_over(fake_redis):
     _create(fake_redis)
-    fake_redis.set(keys.lease("r1"), "elsewhere:4242:abcd", px=60_000)
+    fake_redis.set(runs.lease_key("r1"), "elsewhere:4242:abcd", px=60_000)
     with pytest.raises(RunError, match=r"still running \(driver pid 4242 on elsewhere.*--force"):
         recover.recover(None, fake_redis, "redis://fake", "r1")
     rec = runs.get(fake_redis, "r1")
     with pytest.raises(RunError, match="held by another driver"):
         runs.take_over(fake_redis, rec)             # without force a live holder keeps it
     lease = runs.take_over(fake_redis, rec, force=True)
-    assert fake_redis.get(keys.lease("r1")).decode() == lease.holder
+    assert fake_redis.get(runs.lease_key("r1")).decode() == lease.holder
     # the old driver's refresh learns it lost the lease, and stops
     old = runs.Lease(fake_redis, "r1", rec.generation)
     old.holder = "elsewhere:4242:abcd"
@@ -158,11 +159,11 @@ def test_a_forced_take_over_fences_the_first_driver_and_the_second_finishes_exac
     assert not s.warnings
     testing.assert_same_output(run, testing.failure_free_output(shouting(), inputs={"words": WORDS}))
     assert ledger.pending_roots(fake_redis, "tk") == set()
-    assert not fake_redis.exists(keys.failed_set("tk"))
+    assert not fake_redis.exists(failed_queue.failed_key("tk"))
     # nothing of either driver's rounds is left behind (A cleared nothing after the take-over,
     # and wrote nothing back)
-    left = {k.decode() for k in fake_redis.scan_iter(match=keys.run_pattern("tk"))} - {keys.run_record("tk")}
-    assert left <= {keys.state("tk", "out"), keys.log("tk")}, left
+    left = {k.decode() for k in fake_redis.scan_iter(match=keys.run_pattern("tk"))} - {runs.record_key("tk")}
+    assert left <= {state_key("tk", "out"), keys.log("tk")}, left
 
 
 def test_a_resumed_crashed_round_is_counted_in_the_summary(fake_redis, monkeypatch):
@@ -242,13 +243,13 @@ def test_roots_in_flight_with_nothing_queued_are_said_never_completed(fake_redis
 
 def test_pruning_the_failed_set_of_a_driver_taken_over_removes_no_position(fake_redis):
     old = _create(fake_redis)
-    fake_redis.sadd(keys.failed_set("r1"), "out:1")           # its queue is empty: prunable
+    fake_redis.sadd(failed_queue.failed_key("r1"), "out:1")           # its queue is empty: prunable
     new = runs.take_over(fake_redis, runs.get(fake_redis, "r1"), force=True)
     with pytest.raises(RunTakenOver):
         failed_queue.prune_empty(fake_redis, "r1", old.generation)
-    assert fake_redis.smembers(keys.failed_set("r1")) == {b"out:1"}
+    assert fake_redis.smembers(failed_queue.failed_key("r1")) == {b"out:1"}
     failed_queue.prune_empty(fake_redis, "r1", new.generation)
-    assert not fake_redis.exists(keys.failed_set("r1"))
+    assert not fake_redis.exists(failed_queue.failed_key("r1"))
 
 
 # --- root replay and permanent failures ------------------------------------------

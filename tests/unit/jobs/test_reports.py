@@ -12,7 +12,8 @@ import pytest
 from recovery.errors import RecoveryError, RunError
 from recovery.jobs import dead_letters, reports, summary
 from recovery.model.xml import parse as workflow_xml
-from recovery.tracking import keys, runs
+from recovery.tracking import queue as failed_queue
+from recovery.tracking import runs
 
 WORKFLOWS = Path(__file__).resolve().parents[3] / "workflows"
 
@@ -29,16 +30,16 @@ def run(fake_redis):
     wf = workflow_xml.load(WORKFLOWS / "wordcount.xml", check_paths=False)
     run_id = "wordcount-1"
     runs.create(fake_redis, run_id, "<workflow/>", wf.to_task_json(), None, "local[2]", True)
-    runs.update(fake_redis, run_id, status=runs.DEAD, ended=float(fake_redis.hget(keys.run_record(run_id), "started")) + 2)
+    runs.update(fake_redis, run_id, status=runs.DEAD, ended=float(fake_redis.hget(runs.record_key(run_id), "started")) + 2)
     for comp, task, tid, err in (("split", 6, 11, "ValueError: bad"), ("split", 7, 12, "not acked by split"),
                                  ("count", 1, 13, "failed by count")):
         field, packed = _dead_tuple(run_id, comp, task, tid, err)
-        fake_redis.hset(keys.dead(run_id), field, packed)
-        fake_redis.sadd(keys.dead_roots(run_id), str(tid))
+        fake_redis.hset(failed_queue.dead_letters_key(run_id), field, packed)
+        fake_redis.sadd(failed_queue.dead_roots_key(run_id), str(tid))
     queued = {"id": 21, "roots": [21], "component": "count", "task": 2, "values": ["w"], "attempt": 1,
               "error": "shell process `python x.py` (pid 7) exited with code 1", "traceback": ""}
-    fake_redis.hset(keys.queue(run_id, "count", 2), "21", msgpack.packb(queued))
-    fake_redis.sadd(keys.failed_set(run_id), "count:2")
+    fake_redis.hset(failed_queue.queue_key(run_id, "count", 2), "21", msgpack.packb(queued))
+    fake_redis.sadd(failed_queue.failed_key(run_id), "count:2")
     return run_id
 
 
@@ -55,7 +56,7 @@ def test_error_kinds():
 def test_runs_list_newest_first_with_workflow_and_duration(fake_redis, run):
     wf = workflow_xml.load(WORKFLOWS / "wordcount.xml", check_paths=False)
     runs.create(fake_redis, "wordcount-2", "<workflow/>", wf.to_task_json(), None, "local[2]", True)
-    fake_redis.zadd(keys.runs_index(), {"wordcount-2": 10**10})     # started later
+    fake_redis.zadd(runs.index_key(), {"wordcount-2": 10**10})     # started later
     rows = reports.runs_list(fake_redis)["runs"]
     assert [r["run_id"] for r in rows] == ["wordcount-2", run]
     assert rows[1]["workflow"] == "wordcount" and rows[1]["status"] == "dead" and rows[1]["duration"] == 2
@@ -90,10 +91,10 @@ def test_plan_report(fake_redis, run):
 
 def test_requeue_one_then_a_selection(fake_redis, run):
     assert dead_letters.requeue(fake_redis, run, tuple_keys=["split:7:12"]) == {"run_id": run, "requeued": 1}
-    assert fake_redis.hexists(keys.queue(run, "split", 7), "12")
-    assert msgpack.unpackb(fake_redis.hget(keys.queue(run, "split", 7), "12"))["attempt"] == 0
-    assert not fake_redis.sismember(keys.dead_roots(run), "12")
-    assert fake_redis.sismember(keys.failed_set(run), "split:7")
+    assert fake_redis.hexists(failed_queue.queue_key(run, "split", 7), "12")
+    assert msgpack.unpackb(fake_redis.hget(failed_queue.queue_key(run, "split", 7), "12"))["attempt"] == 0
+    assert not fake_redis.sismember(failed_queue.dead_roots_key(run), "12")
+    assert fake_redis.sismember(failed_queue.failed_key(run), "split:7")
     assert sorted(r.key or "" for r in dead_letters.dead(fake_redis, run).dead) == ["count:1:13", "split:6:11"]
     assert dead_letters.requeue(fake_redis, run, tuple_keys=["count:1:13", "split:6:11"])["requeued"] == 2
     assert dead_letters.dead(fake_redis, run).dead == []
@@ -127,10 +128,10 @@ class _Interleaved:
 
         def listed(key, *a, **kw):
             out = attr(key, *a, **kw)
-            if key == keys.dead(self._run_id) and not self._done:
+            if key == failed_queue.dead_letters_key(self._run_id) and not self._done:
                 self._done = True
                 dead_letters.requeue_dead(self._client, self._run_id, tuple_keys=["split:6:11"])
-                self._client.hdel(keys.queue(self._run_id, "split", 6), "11")   # replayed, acked
+                self._client.hdel(failed_queue.queue_key(self._run_id, "split", 6), "11")   # replayed, acked
             return out
         return listed
 
@@ -140,7 +141,7 @@ def test_a_tuple_requeued_meanwhile_is_not_requeued_again(fake_redis, run):
     replay already completed): that would replay it twice."""
     n = dead_letters.requeue_dead(_Interleaved(fake_redis, run), run)
     assert n == 2
-    assert not fake_redis.hexists(keys.queue(run, "split", 6), "11")
+    assert not fake_redis.hexists(failed_queue.queue_key(run, "split", 6), "11")
 
 
 def test_rounds_replayed_recovered_dead_and_duration(fake_redis, run):
@@ -173,8 +174,8 @@ def test_plan_shows_the_recovery_rounds_chains_in_its_report_drawings_and_xml(fa
     task = TaskMap.of(wf).task_id("split", 1)
     queued = {"id": 31, "roots": [31], "component": "split", "task": task, "values": ["x"], "attempt": 1,
               "error": "ValueError: bad line", "traceback": ""}
-    fake_redis.hset(keys.queue(run_id, "split", task), "31", msgpack.packb(queued))
-    fake_redis.sadd(keys.failed_set(run_id), f"split:{task}")
+    fake_redis.hset(failed_queue.queue_key(run_id, "split", task), "31", msgpack.packb(queued))
+    fake_redis.sadd(failed_queue.failed_key(run_id), f"split:{task}")
     p = reports.plan(fake_redis, run_id)
     assert p.chains == [["split", "normalize"]]
     monkeypatch.setattr("recovery.run.client_for", lambda redis_url: (fake_redis, "redis://fake"))
@@ -192,16 +193,16 @@ def test_a_dead_root_whose_message_was_gone_is_its_own_kind_warned_of_and_requeu
     error = "message gone: topic 'events' partition 1 offset 4 (entry id 4-1) was trimmed from the stream"
     rec = {"id": 31, "roots": [31], "component": "sentences", "task": 1, "message_id": [1, 4], "attempt": 1,
            "error": error, "gone": True, "dead": True}
-    fake_redis.hset(keys.dead(run), "sentences:1:31", msgpack.packb(rec))
-    fake_redis.sadd(keys.dead_roots(run), "31")
-    fake_redis.hset(keys.gone(run), "sentences:1:31", error)
+    fake_redis.hset(failed_queue.dead_letters_key(run), "sentences:1:31", msgpack.packb(rec))
+    fake_redis.sadd(failed_queue.dead_roots_key(run), "31")
+    fake_redis.hset(failed_queue.gone_key(run), "sentences:1:31", error)
     row = next(r for r in dead_letters.dead(fake_redis, run).to_json()["dead"] if r["key"] == "sentences:1:31")
     assert row["kind"] == "message gone" and row["gone"] is True
     (warning,) = summary.summarize(fake_redis, runs.get(fake_redis, run)).warnings
     assert warning.startswith("1 root is dead because its message was gone from the source when root "
                               f"replay read it again (e.g. {error})")
     assert dead_letters.requeue(fake_redis, run, tuple_keys=["sentences:1:31"])["requeued"] == 1
-    assert not fake_redis.exists(keys.gone(run)) and summary.summarize(fake_redis, runs.get(fake_redis, run)).warnings is None
+    assert not fake_redis.exists(failed_queue.gone_key(run)) and summary.summarize(fake_redis, runs.get(fake_redis, run)).warnings is None
 
 
 def test_component_report_lists_its_counters_per_round_and_its_failed_positions(fake_redis, run):

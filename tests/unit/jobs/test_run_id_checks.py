@@ -15,6 +15,7 @@ from recovery.jobs import recover as jobs_recover
 from recovery.jobs import submit as jobs_submit
 from recovery.model.xml.parse import parse_string
 from recovery.tracking import keys, runs
+from recovery.tracking import queue as failed_queue
 from tests.unit.run_records import create_run
 
 UNSAFE = ["a/../../b", "*", "a:b", "{x}", ".x", ""]
@@ -56,7 +57,7 @@ def files_under(folder: Path) -> set[str]:
         "reconfigure", "recover"])
 def test_each_job_refuses_an_unsafe_run_id_and_changes_nothing(fake_redis, job, run_id):
     create_run(fake_redis, "victim")
-    fake_redis.hset(keys.queue("victim", "out", 1), "7", b"a queued tuple")
+    fake_redis.hset(failed_queue.queue_key("victim", "out", 1), "7", b"a queued tuple")
     before = snapshot(fake_redis)
     with pytest.raises(keys.RunIdError):
         job(fake_redis, run_id)
@@ -92,7 +93,7 @@ def test_clear_all_removes_a_run_stored_under_an_id_no_command_accepts(fake_redi
     """A run an earlier version stored under an unsafe id: `clear --all` still removes it."""
     create_run(fake_redis, "kept")
     legacy = "a/../../b"
-    fake_redis.zadd(keys.runs_index(), {legacy: 1})
+    fake_redis.zadd(runs.index_key(), {legacy: 1})
     fake_redis.hset(keys.runs_base() + legacy, "status", "completed")
     fake_redis.hset(keys.runs_base() + legacy + ":done:0", "x:0", b"1")
     removed = jobs_clear.clear_all(fake_redis, force=True)

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from recovery.cli import main
 from recovery.jobs import summary
 from recovery.model.record import RoundRecord
-from recovery.tracking import keys, runs
+from recovery.tracking import runs
 from tests.unit.run_records import WF
 from tests.unit.run_records import create_run as _create
 from tests.unit.run_records import ledger_pending as _ledger_pending
@@ -17,7 +17,7 @@ from tests.unit.run_records import ledger_pending as _ledger_pending
 
 def test_a_crashed_unsettled_round_has_unknown_counts_never_negative(fake_redis):
     _create(fake_redis)
-    fake_redis.delete(keys.lease("r1"))             # the driver died in round 0
+    fake_redis.delete(runs.lease_key("r1"))             # the driver died in round 0
     _ledger_pending(fake_redis, "r1", range(1, 5001))
     s = summary.summarize(fake_redis, runs.get(fake_redis, "r1"))
     assert s.status == runs.CRASHED

@@ -8,7 +8,7 @@ from click.testing import CliRunner
 from recovery.cli import main
 from recovery.errors import RunError
 from recovery.model.record import ComponentStats, RoundRecord, RunRecord
-from recovery.tracking import keys, runs
+from recovery.tracking import runs
 from tests.unit.run_records import create_run
 
 ROUNDS = [{"round": 0, "components": {"src": {"executed": 0, "roots": 3}}, "started": 1.5, "ended": 2.5}]
@@ -22,7 +22,7 @@ def _submitted_and_settled(client) -> dict[bytes, bytes]:
     runs.update(client, "r1", lease.generation, settled_round=0)
     runs.update(client, "r1", lease.generation, summary={"status": "pending", "pending": 2},
                 status=runs.PENDING, ended=1700000000.25, follow=True, follow_batches=1, follow_messages=3)
-    return client.hgetall(keys.run_record("r1"))
+    return client.hgetall(runs.record_key("r1"))
 
 
 def test_a_real_record_hash_reads_typed_and_encodes_back_to_the_same_strings(fake_redis):
@@ -48,10 +48,10 @@ def test_runs_get_adds_the_lease_as_read_now(fake_redis):
     raw = _submitted_and_settled(fake_redis)
     rec = runs.get(fake_redis, "r1")
     assert rec.lease_holder and rec.lease_ms > 0 and runs.round_settled(rec)
-    fake_redis.delete(keys.lease("r1"))
+    fake_redis.delete(runs.lease_key("r1"))
     rec = runs.get(fake_redis, "r1")
     assert (rec.lease_holder, rec.lease_ms) == (None, -2)
-    assert "lease_holder" not in rec.to_hash() and fake_redis.hgetall(keys.run_record("r1")) == raw
+    assert "lease_holder" not in rec.to_hash() and fake_redis.hgetall(runs.record_key("r1")) == raw
 
 
 def test_a_record_from_before_leases_reads_with_defaults():
@@ -64,7 +64,7 @@ def test_a_record_from_before_leases_reads_with_defaults():
 
 def test_a_field_this_version_does_not_know_is_kept(fake_redis):
     create_run(fake_redis)
-    fake_redis.hset(keys.run_record("r1"), "added_later", "x")
+    fake_redis.hset(runs.record_key("r1"), "added_later", "x")
     rec = runs.get(fake_redis, "r1")
     assert rec.model_extra == {"added_later": "x"} and rec.to_hash()["added_later"] == "x"
     runs.update(fake_redis, "r1", round=1)        # an update leaves it stored
@@ -81,12 +81,12 @@ def test_a_field_this_version_does_not_know_is_kept(fake_redis):
 ])
 def test_a_field_that_does_not_parse_is_one_line_naming_the_key(fake_redis, field, value, says):
     create_run(fake_redis)
-    fake_redis.hset(keys.run_record("r1"), field, value)
-    before = fake_redis.hgetall(keys.run_record("r1"))
+    fake_redis.hset(runs.record_key("r1"), field, value)
+    before = fake_redis.hgetall(runs.record_key("r1"))
     with pytest.raises(RunError) as err:
         runs.get(fake_redis, "r1")
-    assert str(err.value).startswith(f"{keys.run_record('r1')}: {says}") and "\n" not in str(err.value)
-    assert fake_redis.hgetall(keys.run_record("r1")) == before     # reading stored nothing
+    assert str(err.value).startswith(f"{runs.record_key('r1')}: {says}") and "\n" not in str(err.value)
+    assert fake_redis.hgetall(runs.record_key("r1")) == before     # reading stored nothing
 
 
 def test_a_missing_field_is_named():
@@ -96,8 +96,8 @@ def test_a_missing_field_is_named():
 
 def test_status_of_a_bad_record_is_one_line_and_exit_2(fake_redis, monkeypatch):
     create_run(fake_redis)
-    fake_redis.hset(keys.run_record("r1"), "round", "three")
+    fake_redis.hset(runs.record_key("r1"), "round", "three")
     monkeypatch.setattr("recovery.run.client_for", lambda url: (fake_redis, "redis://fake"))
     r = CliRunner().invoke(main, ["status", "r1"])
     assert r.exit_code == 2 and r.stderr.count("\n") == 1
-    assert keys.run_record("r1") in r.stderr and "'round'" in r.stderr
+    assert runs.record_key("r1") in r.stderr and "'round'" in r.stderr

@@ -14,7 +14,7 @@ from recovery.api.loader import component_class
 from recovery.api.runnable import validate_file
 from recovery.model.xml.parse import load
 from recovery.testing.components import sink_key
-from recovery.tracking import keys
+from recovery.tracking.state import state_key
 
 WORKFLOWS = Path(__file__).resolve().parents[3] / "workflows"
 
@@ -37,7 +37,7 @@ def _observed(run: testing.LocalRun) -> dict:
     def tuples(ts):
         return sorted((t.component, t.task, t.id, tuple(t.roots), repr(t.values),
                        t.error, t.attempt) for t in ts)
-    state = {k: msgpack.unpackb(v) for k, v in run.client.hgetall(keys.state(run.run_id, "aggregate")).items()}
+    state = {k: msgpack.unpackb(v) for k, v in run.client.hgetall(state_key(run.run_id, "aggregate")).items()}
     sink = sorted((msgpack.unpackb(k), msgpack.unpackb(v))
                   for k, v in run.client.hgetall(sink_key(run.run_id, "output")).items())
     return {"queued": tuples(run.failed_tuples()), "dead": tuples(run.dead_tuples()), "state": state,

@@ -22,6 +22,8 @@ from recovery.model.run import RunSpec
 from recovery.model.workflow import ClassImpl, Component, Input, SinkImpl, StreamDef, Workflow
 from recovery.runtime import timeouts
 from recovery.tracking import keys, ledger
+from recovery.tracking import queue as failed_queue
+from recovery.tracking.state import state_key
 
 HERE = __name__ + ":"
 TIMEOUT = 0.5
@@ -108,7 +110,7 @@ def _errors(run: testing.LocalRun) -> dict[int, str]:
 
 
 def _state(run: testing.LocalRun) -> set[str]:
-    return {msgpack.unpackb(k) for k in run.client.hkeys(keys.state("r", "slow"))}
+    return {msgpack.unpackb(k) for k in run.client.hkeys(state_key("r", "slow"))}
 
 
 @pytest.mark.parametrize("at", ["before its emit", "after its emit"])
@@ -170,8 +172,8 @@ def test_a_stuck_batch_is_marked_before_its_worker_ends_and_the_retry_fails_its_
     for b in range(ledger.LEDGER_BUCKETS):
         ledger.resolve_bucket(fake_redis, "r", b)
     assert 3 not in StuckBatch.RAN and len(StuckBatch.RAN) == 8
-    queued = [msgpack.unpackb(v) for pos in fake_redis.smembers(keys.failed_set("r"))
-              for v in fake_redis.hvals(keys.queue("r", *_position(pos)))]
+    queued = [msgpack.unpackb(v) for pos in fake_redis.smembers(failed_queue.failed_key("r"))
+              for v in fake_redis.hvals(failed_queue.queue_key("r", *_position(pos)))]
     assert {q["id"] for q in queued} == stuck_ids
     assert all(q["error"] == f"TupleTimeout: tuple timed out after {TIMEOUT:g}s in slow (stuck: its worker was "
                "ended)" for q in queued)

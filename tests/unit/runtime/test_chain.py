@@ -6,7 +6,8 @@ from __future__ import annotations
 from recovery import BasicBolt, testing
 from recovery.model.graph import TaskMap
 from recovery.model.workflow import ClassImpl, Component, Grouping, Input, StreamDef, Workflow
-from recovery.tracking import keys, tracker
+from recovery.tracking import keys, runs, tracker
+from recovery.tracking import queue as failed_queue
 
 N = 300
 
@@ -110,7 +111,7 @@ def test_a_committed_chain_task_replays_its_spill_and_executes_no_member(fake_re
     from recovery.runtime import task
     wf = testing.feed(workflow(), "words", WORDS["words"])
     spec = RunSpec("again", 0, wf.to_task_json(), testing.run._url(fake_redis), True)
-    fake_redis.hset(keys.run_record("again"), "status", "running")
+    fake_redis.hset(runs.record_key("again"), "status", "running")
     # the spill files stay (as when the driver died before `out` committed and dropped them)
     monkeypatch.setattr(tracker.TaskTracker, "drop_outputs", lambda self, component, parallelism: None)
     first = testing.execute_round(wf, spec, fake_redis)
@@ -138,19 +139,19 @@ def test_a_chain_task_of_a_run_taken_over_while_it_ran_commits_no_member(fake_re
     from recovery.model.run import RunSpec
     wf = testing.feed(workflow(), "words", WORDS["words"])
     spec = RunSpec("fenced", 0, wf.to_task_json(), testing.run._url(fake_redis), True, generation="g1")
-    fake_redis.hset(keys.run_record("fenced"), mapping={"status": "running", "generation": "g1"})
+    fake_redis.hset(runs.record_key("fenced"), mapping={"status": "running", "generation": "g1"})
     staged = tracker.TaskTracker.staged_commit
 
     def taken_over(self, *args, **kwargs):
         if self.component == "words":   # the chain's head: its commit is about to be staged
-            fake_redis.hset(keys.run_record("fenced"), "generation", "g2")
+            fake_redis.hset(runs.record_key("fenced"), "generation", "g2")
         return staged(self, *args, **kwargs)
     monkeypatch.setattr(tracker.TaskTracker, "staged_commit", taken_over)
     with pytest.raises(RunFenced):
         testing.execute_round(wf, spec, fake_redis)
     assert fake_redis.hkeys(keys.task_done("fenced", 0)) == []
     assert not any(fake_redis.scan_iter(match=keys.run_prefix("fenced") + "*ledger*"))
-    assert not fake_redis.exists(keys.failed_set("fenced"))
+    assert not fake_redis.exists(failed_queue.failed_key("fenced"))
 
 
 def test_a_chain_task_keeps_each_members_commit_record_and_applies_its_staged_queue_writes(fake_redis):
@@ -162,7 +163,7 @@ def test_a_chain_task_keeps_each_members_commit_record_and_applies_its_staged_qu
     from recovery.model.run import RunSpec
     wf = testing.feed(workflow(), "words", WORDS["words"])
     spec = RunSpec("records", 0, wf.to_task_json(), testing.run._url(fake_redis), True)
-    fake_redis.hset(keys.run_record("records"), "status", "running")
+    fake_redis.hset(runs.record_key("records"), "status", "running")
     testing.execute_round(wf, spec, fake_redis)
     commits = {f.decode(): msgpack.unpackb(v) for f, v in fake_redis.hgetall(keys.task_commits("records", 0)).items()}
     done = {f.decode() for f in fake_redis.hkeys(keys.task_done("records", 0))}
@@ -171,7 +172,7 @@ def test_a_chain_task_keeps_each_members_commit_record_and_applies_its_staged_qu
     assert len({commits[f][0] for f in members}) == len(members)   # one attempt token each
     positions = {(c, t) for f in members for c, t in commits[f][1]}
     assert positions and {c for c, _ in positions} == {"flaky"}
-    assert sum(fake_redis.hlen(keys.queue("records", c, t)) for c, t in positions) == N // 10
+    assert sum(fake_redis.hlen(failed_queue.queue_key("records", c, t)) for c, t in positions) == N // 10
     assert not list(fake_redis.scan_iter(match="*staged*"))
 
 

@@ -22,6 +22,8 @@ from recovery.runtime import chunks, collector, wire
 from recovery.testing import execute_round, feed, recover_local, run_local
 from recovery.testing.run import LIST_SINK
 from recovery.tracking import keys, ledger
+from recovery.tracking import queue as failed_queue
+from recovery.tracking.state import state_key
 
 SHAPED = "tests.unit.chunk_components:Shaped"
 SHAPED_BOLT = "tests.unit.chunk_components:ShapedBolt"
@@ -119,11 +121,11 @@ def users_frames(tb: str) -> str:
 def stored(client: Any, run_id: str) -> dict[str, Any]:
     """Failed positions, their queue entries (without the times), task stats (without their
     seconds), the ledger's pending roots and each sink's records."""
-    failed = sorted(p.decode() for p in client.smembers(keys.failed_set(run_id)))
+    failed = sorted(p.decode() for p in client.smembers(failed_queue.failed_key(run_id)))
     queues = {}
     for pos in failed:
         comp, task = pos.rsplit(":", 1)
-        entries = [msgpack.unpackb(v, strict_map_key=False) for v in client.hvals(keys.queue(run_id, comp, int(task)))]
+        entries = [msgpack.unpackb(v, strict_map_key=False) for v in client.hvals(failed_queue.queue_key(run_id, comp, int(task)))]
         for e in entries:
             e.pop("time", None)
             e.pop("not_before", None)
@@ -141,7 +143,7 @@ def stored(client: Any, run_id: str) -> dict[str, Any]:
         stats[field.decode()] = s
     for b in range(ledger.LEDGER_BUCKETS):
         ledger.resolve_bucket(client, run_id, b)
-    sinks = {k.decode(): sorted(client.hgetall(k).items()) for k in client.scan_iter(keys.state(run_id, "*"))}
+    sinks = {k.decode(): sorted(client.hgetall(k).items()) for k in client.scan_iter(state_key(run_id, "*"))}
     return {"failed": failed, "queues": queues, "stats": stats,
             "pending": sorted(ledger.pending_roots(client, run_id)), "sinks": sinks}
 

@@ -15,6 +15,7 @@ from recovery.model.workflow import ClassImpl, Component, Grouping, Input, Shell
 from recovery.runtime import collector, timeouts
 from recovery.testing import execute_round
 from recovery.tracking import ids, keys, ledger
+from recovery.tracking import queue as failed_queue
 from tests.unit import runner_components as rc
 
 REF = "tests.unit.runner_components:"
@@ -30,9 +31,9 @@ def _run(wf: Workflow, run_id: str = "r"):
 
 def queued_positions(client, run_id="r"):
     out = []
-    for pos in client.smembers(keys.failed_set(run_id)):
+    for pos in client.smembers(failed_queue.failed_key(run_id)):
         comp, task = pos.decode().rsplit(":", 1)
-        out += [msgpack.unpackb(v) for v in client.hvals(keys.queue(run_id, comp, int(task)))]
+        out += [msgpack.unpackb(v) for v in client.hvals(failed_queue.queue_key(run_id, comp, int(task)))]
     return out
 
 

@@ -16,7 +16,8 @@ from recovery import Bolt, Spout
 from recovery.model.run import RunSpec
 from recovery.model.workflow import ClassImpl, Component, Input, StreamDef, Workflow
 from recovery.testing import execute_round
-from recovery.tracking import ids, keys, ledger
+from recovery.tracking import ids, ledger
+from recovery.tracking import queue as failed_queue
 
 # Found by brute force over "msg-" + 6 characters: same length, same crc32, so the old
 # `crc32 | len << 32` gave both the same root id.
@@ -149,9 +150,9 @@ def test_both_colliding_messages_are_queued_and_pending_when_both_fail():
     for bucket in range(ledger.LEDGER_BUCKETS):
         ledger.resolve_bucket(client, "r1", bucket)
     assert len(ledger.pending_roots(client, "r1")) == 2
-    [pos] = client.smembers(keys.failed_set("r1"))
+    [pos] = client.smembers(failed_queue.failed_key("r1"))
     comp, task = pos.decode().rsplit(":", 1)
-    queued = [msgpack.unpackb(v) for v in client.hvals(keys.queue("r1", comp, int(task)))]
+    queued = [msgpack.unpackb(v) for v in client.hvals(failed_queue.queue_key("r1", comp, int(task)))]
     assert sorted(rec["values"][0] for rec in queued) == sorted(CRC_TWINS)
 
 

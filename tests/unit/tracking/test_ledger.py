@@ -13,6 +13,8 @@ from recovery.model.workflow import ClassImpl, Component, Grouping, Input, Strea
 from recovery.testing import execute_round
 from recovery.tracking import keys
 from recovery.tracking import ledger as tracking_ledger
+from recovery.tracking import queue as failed_queue
+from recovery.tracking.ledger import bucket_key
 from tests.unit import ledger_components as lc
 
 
@@ -53,10 +55,10 @@ def check_every_root(wf: Workflow, seed: int) -> tuple[int, int]:
     # every failed tuple (with roots) is in the queue of the position where it failed
     tm = TaskMap.of(wf)
     queued = {}
-    for pos in client.smembers(keys.failed_set("r1")):
+    for pos in client.smembers(failed_queue.failed_key("r1")):
         comp, task = pos.decode().rsplit(":", 1)
         assert int(task) in tm.task_ids(comp)
-        for raw in client.hvals(keys.queue("r1", comp, int(task))):
+        for raw in client.hvals(failed_queue.queue_key("r1", comp, int(task))):
             rec = msgpack.unpackb(raw)
             queued.setdefault((comp, int(task)), set()).update(rec["roots"])
     expected = {}
@@ -103,14 +105,14 @@ def test_a_committed_task_is_replayed_not_executed_again():
     spec = RunSpec("r2", 0, wf.model_dump_json(), "fake://", True)
     lc.OUTCOMES.clear()
     first = execute_round(wf, spec, client)
-    ledger = {b: client.hgetall(keys.ledger("r2", b)) for b in range(tracking_ledger.LEDGER_BUCKETS)}
+    ledger = {b: client.hgetall(bucket_key("r2", b)) for b in range(tracking_ledger.LEDGER_BUCKETS)}
     n = len(lc.OUTCOMES)
     # every reader of s0 committed, so s0's stored output is gone already (it cannot be needed)
     assert not client.hexists(keys.task_spill("r2", 0), "s0:0")
     second = execute_round(wf, spec, client)
     assert len(lc.OUTCOMES) == n                 # no component code ran again
     assert first and all(not v for v in second.values())
-    assert ledger == {b: client.hgetall(keys.ledger("r2", b)) for b in range(tracking_ledger.LEDGER_BUCKETS)}
+    assert ledger == {b: client.hgetall(bucket_key("r2", b)) for b in range(tracking_ledger.LEDGER_BUCKETS)}
 
 
 @given(st.lists(st.dictionaries(st.integers(1, 40), st.integers(0, 2**64 - 1), max_size=30), max_size=5))

@@ -1,4 +1,4 @@
-"""tracking/queue.py on fakeredis: a task's commit puts failed tuples in their queues (staged,
+"""tracking/queue/ on fakeredis: a task's commit puts failed tuples in their queues (staged,
 then applied) or moves them to the dead letters; the readers see counts, chunks and samples;
 an empty position leaves the failed set; clear drops every queue; a requeue moves a dead
 letter back once; a flush and the retention cap take dead letters out of Redis."""

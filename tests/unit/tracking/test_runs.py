@@ -64,16 +64,16 @@ def test_submit_run_id_check_uses_the_key_prefix(fake_redis, monkeypatch, tmp_pa
 # --- leases ------------------------------------------------------------------------
 def test_a_driver_on_another_host_is_alive_while_its_lease_is_valid_then_crashed(fake_redis):
     _create(fake_redis)
-    fake_redis.set(keys.lease("r1"), "elsewhere:4242:abcd", px=60_000)
+    fake_redis.set(runs.lease_key("r1"), "elsewhere:4242:abcd", px=60_000)
     rec = runs.get(fake_redis, "r1")
     assert runs.status_of(rec) == runs.RUNNING
-    fake_redis.delete(keys.lease("r1"))             # the lease expired: nobody refreshed it
+    fake_redis.delete(runs.lease_key("r1"))             # the lease expired: nobody refreshed it
     assert runs.status_of(runs.get(fake_redis, "r1")) == runs.CRASHED
 
 
 def test_on_this_host_a_dead_pid_is_crashed_before_its_lease_expires(fake_redis):
     _create(fake_redis)
-    fake_redis.set(keys.lease("r1"), f"{socket.gethostname()}:{_dead_pid()}:abcd", px=60_000)
+    fake_redis.set(runs.lease_key("r1"), f"{socket.gethostname()}:{_dead_pid()}:abcd", px=60_000)
     assert runs.status_of(runs.get(fake_redis, "r1")) == runs.CRASHED
 
 
@@ -82,17 +82,17 @@ def test_on_this_host_a_driver_without_a_pid_is_not_alive(fake_redis):
     nothing to check, so not alive (it was read as pid 0, which os.kill takes for this
     process's own group: alive for ever)."""
     _create(fake_redis)
-    fake_redis.hdel(keys.run_record("r1"), "generation", "driver_pid")
-    fake_redis.delete(keys.lease("r1"))
+    fake_redis.hdel(runs.record_key("r1"), "generation", "driver_pid")
+    fake_redis.delete(runs.lease_key("r1"))
     assert runs.status_of(runs.get(fake_redis, "r1")) == runs.CRASHED
     _create(fake_redis, "r2")
-    fake_redis.set(keys.lease("r2"), f"{socket.gethostname()}:0:abcd", px=60_000)
+    fake_redis.set(runs.lease_key("r2"), f"{socket.gethostname()}:0:abcd", px=60_000)
     assert runs.status_of(runs.get(fake_redis, "r2")) == runs.CRASHED
 
 
 def test_two_takers_of_a_crashed_run_only_one_gets_it(fake_redis):
     _create(fake_redis)
-    fake_redis.set(keys.lease("r1"), f"{socket.gethostname()}:{_dead_pid()}:abcd", px=60_000)
+    fake_redis.set(runs.lease_key("r1"), f"{socket.gethostname()}:{_dead_pid()}:abcd", px=60_000)
     rec_a, rec_b = runs.get(fake_redis, "r1"), runs.get(fake_redis, "r1")
     runs.take_over(fake_redis, rec_a)
     with pytest.raises(RunError, match="held by another driver"):
@@ -103,8 +103,8 @@ def test_lease_is_refreshed_and_released(fake_redis):
     lease = _create(fake_redis)
     with lease:
         assert lease.refresh()
-        assert fake_redis.pttl(keys.lease("r1")) > 0
-    assert not fake_redis.exists(keys.lease("r1"))
+        assert fake_redis.pttl(runs.lease_key("r1")) > 0
+    assert not fake_redis.exists(runs.lease_key("r1"))
 
 
 # --- counts of an unsettled round ----------------------------------------------------
@@ -157,7 +157,7 @@ def test_a_take_over_draws_a_new_generation_and_the_old_driver_writes_nothing(fa
     new = runs.take_over(fake_redis, rec, force=True)
     assert new.generation != old.generation
     stored = runs.get(fake_redis, "r1")
-    assert stored.generation == new.generation and fake_redis.get(keys.lease("r1")).decode() == new.holder
+    assert stored.generation == new.generation and fake_redis.get(runs.lease_key("r1")).decode() == new.holder
     # every write of the old driver is refused, and says it was a take-over, not a clear
     with pytest.raises(RunTakenOver, match=r"^run r1 was taken over by another driver \(pid \d+ on .+\) "
                                            r"while this driver worked on it; this driver stopped") as err:
@@ -168,7 +168,7 @@ def test_a_take_over_draws_a_new_generation_and_the_old_driver_writes_nothing(fa
     with pytest.raises(RunTakenOver):
         runs.check_generation(fake_redis, "r1", old.generation)
     assert old.refresh() is False and old.lost.is_set()
-    assert fake_redis.get(keys.lease("r1")).decode() == new.holder      # its refresh took nothing
+    assert fake_redis.get(runs.lease_key("r1")).decode() == new.holder      # its refresh took nothing
     before = {k: fake_redis.dump(k) for k in fake_redis.keys("*")}
     t = _tracker(fake_redis, old.generation)
     t.failure(FailedTuple(id=1, roots=[5], values=["x"], attempt=1))
@@ -180,9 +180,9 @@ def test_a_take_over_draws_a_new_generation_and_the_old_driver_writes_nothing(fa
     # the new driver writes; taken over again, it is fenced in turn (the message names the taker)
     runs.update(fake_redis, "r1", new.generation, status=runs.PENDING)
     assert _tracker(fake_redis, new.generation).commit({5: 9}, {"executed": 1}) is True
-    fake_redis.set(keys.lease("r1"), "elsewhere:4242:abcd", px=60_000)
+    fake_redis.set(runs.lease_key("r1"), "elsewhere:4242:abcd", px=60_000)
     third = runs.take_over(fake_redis, runs.get(fake_redis, "r1"), force=True)
-    fake_redis.set(keys.lease("r1"), "elsewhere:4242:abcd", px=60_000)   # (as if held on another host)
+    fake_redis.set(runs.lease_key("r1"), "elsewhere:4242:abcd", px=60_000)   # (as if held on another host)
     for gen in (old.generation, new.generation):
         with pytest.raises(RunTakenOver, match=r"taken over by another driver \(pid 4242 on elsewhere\)"):
             runs.update(fake_redis, "r1", gen, status=runs.COMPLETED)
@@ -211,7 +211,7 @@ def test_a_take_over_of_a_crashed_run_fences_its_dead_driver_too(fake_redis):
     """A driver seen as dead (its lease expired: it may only be stalled) is fenced the same way:
     if it comes back, it writes nothing."""
     old = _create(fake_redis)
-    fake_redis.delete(keys.lease("r1"))
+    fake_redis.delete(runs.lease_key("r1"))
     new = runs.take_over(fake_redis, runs.get(fake_redis, "r1"))
     assert new.generation != old.generation
     with pytest.raises(RunTakenOver):

@@ -8,6 +8,8 @@ from recovery import BasicBolt, testing
 from recovery.model.run import TaskIdentity
 from recovery.model.workflow import ClassImpl, Component, Input, StreamDef, Workflow
 from recovery.tracking import keys, ledger, tracker
+from recovery.tracking import queue as failed_queue
+from recovery.tracking.ledger import bucket_key
 
 STAGES = 5
 
@@ -36,7 +38,7 @@ def test_a_chain_holds_at_most_32_ledger_bytes_per_root_in_flight(fake_redis, mo
 
     def measured(self, *args, **kwargs):
         ok = commit(self, *args, **kwargs)
-        held = sum(len(v) for b in range(ledger.LEDGER_BUCKETS) for v in fake_redis.hvals(keys.ledger("c", b)))
+        held = sum(len(v) for b in range(ledger.LEDGER_BUCKETS) for v in fake_redis.hvals(bucket_key("c", b)))
         peak[0] = max(peak[0], held)
         return ok
     monkeypatch.setattr(tracker.TaskTracker, "commit", measured)
@@ -76,7 +78,7 @@ def test_pieces_of_an_attempt_that_never_reached_its_commit_point_count_for_noth
     assert ledger.pending_roots(fake_redis, "t") == {1, 2}     # once, not XORed twice (which is zero)
     assert [ledger.resolve_bucket(fake_redis, "t", b, lease.generation) for b in (1, 2)] == [1, 1]
     # the fold drops the dead attempt's pieces (another attempt committed) and folds the other's
-    fields = {f for b in range(ledger.LEDGER_BUCKETS) for f in fake_redis.hkeys(keys.ledger("t", b))}
+    fields = {f for b in range(ledger.LEDGER_BUCKETS) for f in fake_redis.hkeys(bucket_key("t", b))}
     assert fields == {b"compacted"}
     assert ledger.pending_roots(fake_redis, "t") == {1, 2}
 
@@ -91,7 +93,7 @@ def test_a_second_attempt_reaching_the_commit_point_commits_nothing_more(fake_re
     assert ledger.pending_roots(fake_redis, "t") == {3}
     commits = fake_redis.hgetall(keys.task_commits("t", 0))
     assert list(commits) == [b"split:0"] and first.token.encode() in commits[b"split:0"]
-    assert fake_redis.hkeys(keys.queue("t", "split", 10)) == [b"7"]
+    assert fake_redis.hkeys(failed_queue.queue_key("t", "split", 10)) == [b"7"]
 
 
 def test_staged_queue_writes_of_a_task_killed_after_its_commit_point_are_applied_by_the_driver(fake_redis, monkeypatch):
@@ -100,15 +102,15 @@ def test_staged_queue_writes_of_a_task_killed_after_its_commit_point_are_applied
     task.failure(failed(7))
     task.failure(failed(8, task=11))
     task.replay_done("split", 11, 9)
-    fake_redis.hset(keys.queue("t", "split", 11), "9", b"an earlier failure, replayed and acked here")
+    fake_redis.hset(failed_queue.queue_key("t", "split", 11), "9", b"an earlier failure, replayed and acked here")
     monkeypatch.setattr(tracker, "apply_staged", lambda *a, **k: 0)   # killed right after step 2
     assert task.commit({4: 44}, {"executed": 1})
-    assert fake_redis.smembers(keys.failed_set("t")) == {b"split:10", b"split:11"}
-    assert not fake_redis.exists(keys.queue("t", "split", 10))      # staged, not applied
+    assert fake_redis.smembers(failed_queue.failed_key("t")) == {b"split:10", b"split:11"}
+    assert not fake_redis.exists(failed_queue.queue_key("t", "split", 10))      # staged, not applied
     monkeypatch.undo()
     assert tracker.apply_round(fake_redis, "t", 0, lease.generation) == 3
-    assert fake_redis.hkeys(keys.queue("t", "split", 10)) == [b"7"]
-    assert fake_redis.hkeys(keys.queue("t", "split", 11)) == [b"8"]
+    assert fake_redis.hkeys(failed_queue.queue_key("t", "split", 10)) == [b"7"]
+    assert fake_redis.hkeys(failed_queue.queue_key("t", "split", 11)) == [b"8"]
     assert tracker.apply_round(fake_redis, "t", 0, lease.generation) == 0   # idempotent: done once
     assert not list(fake_redis.scan_iter(match="*staged*"))
 
@@ -118,7 +120,7 @@ def test_no_command_of_a_commit_carries_more_than_a_bounded_piece_of_ledger(fake
     n = ledger.PIECE_ROOTS * ledger.LEDGER_BUCKETS * 3
     task = attempt(fake_redis, lease)
     assert task.commit({r: r * 3 + 1 for r in range(1, n + 1)}, {"executed": n})
-    sizes = [len(v) for b in range(ledger.LEDGER_BUCKETS) for v in fake_redis.hvals(keys.ledger("t", b))]
+    sizes = [len(v) for b in range(ledger.LEDGER_BUCKETS) for v in fake_redis.hvals(bucket_key("t", b))]
     assert len(sizes) > ledger.LEDGER_BUCKETS and max(sizes) <= ledger.PIECE_ROOTS * 16
     assert len(ledger.pending_roots(fake_redis, "t")) == n
 

@@ -1,33 +1,7 @@
-"""The failed-tuple queue and the dead letters of a run: the one module that knows how they are
-stored. Every other module reads and writes them through the functions below, with typed
-`FailedTuple` values (model/failed.py); tests/test_structure.py fails when another module names
-their keys.
-
-A *position* is a task where tuples failed, `(component, task id)`. Stored in Redis
-(tracking/keys.py says in which hash slot):
-
-- the failed set (`keys.failed_set`): the positions that may hold queued tuples;
-- each position's queue (`keys.queue`): tuple id -> the packed FailedTuple, and the writes a
-  task attempt's commit stages into it ahead of its commit point (`keys.queue_staged`);
-- the positions' earliest replay times (`keys.queue_due`), so a round reads no tuple to know
-  whether one is due;
-- the dead letters (`keys.dead`): "component:task:id" -> the packed FailedTuple that ran out
-  of attempts, and the dead roots (`keys.dead_roots`), the roots of those tuples;
-- the dead letters being written to the run's dead-letter sink (`keys.dead_flush`, one hash
-  per flush), and what the retention cap dropped (run-record counters).
-
-The interface, by who calls it:
-
-- reading (reports, status, metrics, the web view): `positions`, `counts`, `read`, `sample`,
-  `earliest_due`, `queued_roots`, `dead_count`, `dead_letters`, `dead_among`, `storage_keys`,
-  `fingerprint`;
-- a task's commit (tracking/tracker.py): `staged_writes` and `stage` (step 1), `record_failures`
-  (at the commit point: a tuple into the failed set, or *moved to dead*), `apply_staged` (step 3);
-- the queue source of a recovery round: `read`, then `reset_due`;
-- recovery: `prune_empty`, `clear` (root replay drops every queue), `forget_dead_roots`;
-- the dead letters: `requeue`, and for the dead-letter sink and the retention cap
-  `take_for_flush`, `pending_flushes`, `flush_done`, `drop_dead`.
-"""
+"""How the failed-tuple queue and the dead letters of a run are stored: their keys (named here
+and nowhere else), and every step on them but the dead letters' requeue and retention cap
+(tracking/queue/dead.py). The package's face (tracking/queue/__init__.py) says what is stored
+where and who calls what."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
@@ -37,15 +11,71 @@ import msgpack
 from redis import Redis
 
 from recovery.controlplane.connection import is_cluster
-from recovery.errors import RunError
 from recovery.model.failed import FailedTuple
 from recovery.tracking import keys, runs
 from recovery.tracking.runs import fenced_transaction
 
 Position = tuple[str, int]
-#: The key builders of tracking/keys.py for what this module owns: no other module names them.
-OWNED_KEYS = ("failed_set", "queue", "queue_staged", "queue_due", "dead", "dead_roots", "dead_flush",
-              "dead_flushes", "gone")
+#: The key builders below: no module outside this package names them (tests/test_structure.py).
+OWNED_KEYS = ("failed_key", "queue_key", "staged_key", "due_key", "dead_letters_key", "dead_roots_key",
+              "flush_key", "flushes_key", "gone_key")
+
+
+# --- the keys (tracking/keys.py: the layout and the hash slots) -------------------------------------
+def failed_key(run_id: str) -> str:
+    """Set of failed positions "component:task". In the run's home slot."""
+    return keys.run_key(run_id, "failed")
+
+
+def queue_key(run_id: str, component: str, task: int) -> str:
+    """Hash: tuple id -> the failed tuple (values, roots, error, attempt, ...). In the
+    position's own slot."""
+    return keys.spread_key(run_id, f"queue:{component}:{task}")
+
+
+def staged_key(run_id: str, component: str, task: int, round_no: int, token: str) -> str:
+    """Hash: what one task attempt's commit writes into a queue, staged ahead of its commit
+    point ("s:<tuple id>" -> the tuple to set, "d:<tuple id>" -> a tuple to remove), moved into
+    the queue once the attempt committed (`apply_staged`). In the queue's slot."""
+    return keys.spread_key(run_id, f"queue:{component}:{task}", "staged", round_no, token)
+
+
+def due_key(run_id: str) -> str:
+    """Sorted set: failed position "component:task" -> the earliest `not_before` of its queued
+    tuples (when the next of them may be replayed), kept with the queues: ZADD LT by the commit
+    that queues a tuple, reset to the exact minimum by the queue source that reads the queue.
+    A recovery round reads it instead of the tuples."""
+    return keys.run_key(run_id, "due")
+
+
+def dead_letters_key(run_id: str) -> str:
+    """Hash: "component:task:tuple id" -> a tuple that exhausted its attempts."""
+    return keys.run_key(run_id, "dead")
+
+
+def dead_roots_key(run_id: str) -> str:
+    """Set: the roots of the dead letters (dead roots stay pending in the ledger)."""
+    return keys.run_key(run_id, "deadroots")
+
+
+def flush_key(run_id: str, flush: int) -> str:
+    """Hash: the dead letters of one flush to the run's dead-letter sink, as the dead letters
+    hold them, until the sink committed their part."""
+    return keys.run_key(run_id, "deadflush", flush)
+
+
+def flushes_key(run_id: str) -> str:
+    """Set: the flushes to the dead-letter sink begun and not yet confirmed."""
+    return keys.run_key(run_id, "deadflushes")
+
+
+def gone_key(run_id: str) -> str:
+    """Hash: "component:task:tuple id" (its dead letter's field) -> the error, for every dead
+    root whose message its source reported gone when a replay re-read it (`status` warns of
+    them). Written with the dead letter, removed with it by a requeue."""
+    return keys.run_key(run_id, "gone")
+
+
 #: (SMISMEMBER in batches of this many)
 READ_BATCH = 10_000
 
@@ -74,7 +104,7 @@ def _batches(items: list[Any], n: int = READ_BATCH) -> Iterator[list[Any]]:
 # --- reading -------------------------------------------------------------------------------------
 def positions(client: Redis, run_id: str) -> list[Position]:
     """The failed positions, sorted (their queues may be empty: `prune_empty` drops those)."""
-    return sorted(parse_position(cast(bytes, p)) for p in client.smembers(keys.failed_set(run_id)))
+    return sorted(parse_position(cast(bytes, p)) for p in client.smembers(failed_key(run_id)))
 
 
 def counts(client: Redis, run_id: str) -> list[tuple[str, int, int]]:
@@ -83,7 +113,7 @@ def counts(client: Redis, run_id: str) -> list[tuple[str, int, int]]:
     parsed = positions(client, run_id)
     with client.pipeline(transaction=False) as pipe:
         for comp, task in parsed:
-            pipe.hlen(keys.queue(run_id, comp, task))
+            pipe.hlen(queue_key(run_id, comp, task))
         lengths = pipe.execute() if parsed else []
     return [(comp, task, int(n)) for (comp, task), n in zip(parsed, lengths)]
 
@@ -91,7 +121,7 @@ def counts(client: Redis, run_id: str) -> list[tuple[str, int, int]]:
 def read(client: Redis, run_id: str, component: str, task: int) -> list[FailedTuple]:
     """A position's whole queue (the chunk one replay task reads), in the order of its ids'
     keys."""
-    entries = client.hgetall(keys.queue(run_id, component, task))
+    entries = client.hgetall(queue_key(run_id, component, task))
     return [FailedTuple.unpack(cast(bytes, raw)) for _, raw in sorted(entries.items())]
 
 
@@ -100,7 +130,7 @@ def sample(client: Redis, run_id: str, component: str, task: int, limit: int | N
     out: list[FailedTuple] = []
     if limit is not None and limit <= 0:
         return out
-    for _, raw in client.hscan_iter(keys.queue(run_id, component, task), count=limit or 1000):
+    for _, raw in client.hscan_iter(queue_key(run_id, component, task), count=limit or 1000):
         out.append(FailedTuple.unpack(raw))
         if limit is not None and len(out) >= limit:
             break
@@ -110,7 +140,7 @@ def sample(client: Redis, run_id: str, component: str, task: int, limit: int | N
 def earliest_due(client: Redis, run_id: str) -> float:
     """When the next queued tuple may be replayed (0: now, or nothing recorded), from the
     positions' earliest times, not from the tuples."""
-    first = client.zrange(keys.queue_due(run_id), 0, 0, withscores=True)
+    first = client.zrange(due_key(run_id), 0, 0, withscores=True)
     return float(first[0][1]) if first else 0.0
 
 
@@ -119,7 +149,7 @@ def queued_roots(client: Redis, run_id: str, bucket: int | None = None) -> set[i
     per bucket; O(queued tuples), which grows with failures only."""
     out: set[int] = set()
     for comp, task in positions(client, run_id):
-        for _, raw in client.hscan_iter(keys.queue(run_id, comp, task), count=1000):
+        for _, raw in client.hscan_iter(queue_key(run_id, comp, task), count=1000):
             for r in msgpack.unpackb(raw, strict_map_key=False).get("roots") or ():
                 if bucket is None or r % keys.LEDGER_BUCKETS == bucket:
                     out.add(int(r))
@@ -128,17 +158,17 @@ def queued_roots(client: Redis, run_id: str, bucket: int | None = None) -> set[i
 
 def dead_count(client: Redis, run_id: str) -> int:
     """The dead letters Redis holds (those being written to the dead-letter sink included)."""
-    n = int(client.hlen(keys.dead(run_id)))
-    for flush_key in _flush_keys(client, run_id):
-        n += int(client.hlen(flush_key))
+    n = int(client.hlen(dead_letters_key(run_id)))
+    for key in _flush_keys(client, run_id):
+        n += int(client.hlen(key))
     return n
 
 
 def dead_letters(client: Redis, run_id: str, component: str | None = None) -> list[FailedTuple]:
     """The dead letters Redis holds (of `component`), in the order of their keys."""
-    entries = dict(client.hgetall(keys.dead(run_id)))
-    for flush_key in _flush_keys(client, run_id):
-        entries.update(client.hgetall(flush_key))
+    entries = dict(client.hgetall(dead_letters_key(run_id)))
+    for key in _flush_keys(client, run_id):
+        entries.update(client.hgetall(key))
     out = []
     for _, raw in sorted(entries.items()):
         rec = FailedTuple.unpack(cast(bytes, raw))
@@ -151,7 +181,7 @@ def dead_among(client: Redis, run_id: str, roots: list[int]) -> set[int]:
     """Those of `roots` that are dead (SMISMEMBER, in batches)."""
     out: set[int] = set()
     for batch in _batches(roots):
-        flags = client.smismember(keys.dead_roots(run_id), batch)
+        flags = client.smismember(dead_roots_key(run_id), batch)
         out.update(r for r, f in zip(batch, flags) if f)
     return out
 
@@ -159,13 +189,13 @@ def dead_among(client: Redis, run_id: str, roots: list[int]) -> set[int]:
 def storage_keys(run_id: str, where: Iterable[Position]) -> list[str]:
     """The keys that hold the bulk of the queue and the dead letters (for MEMORY USAGE):
     the dead letters, the failed set and the queues of `where`."""
-    return [keys.dead(run_id), keys.failed_set(run_id), *(keys.queue(run_id, c, t) for c, t in where)]
+    return [dead_letters_key(run_id), failed_key(run_id), *(queue_key(run_id, c, t) for c, t in where)]
 
 
 def fingerprint(client: Redis, run_id: str) -> list[bytes]:
     """What changes whenever the dead letters or the failed positions change (cheap to read)."""
     return [str(dead_count(client, run_id)).encode(),
-            b",".join(sorted(cast(set[bytes], client.smembers(keys.failed_set(run_id)))))]
+            b",".join(sorted(cast(set[bytes], client.smembers(failed_key(run_id)))))]
 
 
 # --- a task's commit (tracking/tracker.py's three steps) ---------------------------------------
@@ -189,7 +219,7 @@ def stage(pipe: Any, run_id: str, round_no: int, token: str, staged: dict[Positi
     """Step 1: an attempt's queue writes under its token, ahead of its commit point, in each
     queue's slot (nothing reads them until a commit record names the token)."""
     for (comp, task), writes in staged.items():
-        key = keys.queue_staged(run_id, comp, task, round_no, token)
+        key = staged_key(run_id, comp, task, round_no, token)
         items = list(writes.items())
         for i in range(0, len(items), batch):
             pipe.hset(key, mapping=dict(items[i:i + batch]))
@@ -202,17 +232,17 @@ def record_failures(pipe: Any, run_id: str, failures: Iterable[FailedTuple]) -> 
     due: dict[str, float] = {}   # position -> its earliest not_before among these
     for rec in failures:
         if rec.dead:
-            pipe.hset(keys.dead(run_id), dead_key(rec), rec.pack())
+            pipe.hset(dead_letters_key(run_id), dead_key(rec), rec.pack())
             if rec.gone:   # its message was gone from its source when a replay re-read it
-                pipe.hset(keys.gone(run_id), dead_key(rec), rec.error)
+                pipe.hset(gone_key(run_id), dead_key(rec), rec.error)
             if rec.roots:
-                pipe.sadd(keys.dead_roots(run_id), *[str(r) for r in rec.roots])
+                pipe.sadd(dead_roots_key(run_id), *[str(r) for r in rec.roots])
         else:
             pos = position_name(rec.component, rec.task)
-            pipe.sadd(keys.failed_set(run_id), pos)
+            pipe.sadd(failed_key(run_id), pos)
             due[pos] = min(due.get(pos, float("inf")), rec.not_before or 0.0)
     if due:   # LT: a position's earliest time only moves earlier here (reset_due sets it exactly)
-        pipe.zadd(keys.queue_due(run_id), due, lt=True)
+        pipe.zadd(due_key(run_id), due, lt=True)
 
 
 # KEYS: a staging hash, its queue. Moves what one committed attempt staged into the queue
@@ -239,8 +269,8 @@ def apply_staged(client: Redis, run_id: str, round_no: int, token: str, where: l
     script = client.register_script(_APPLY)
     n = 0
     for comp, task in where:
-        n += int(cast(int, script(keys=[keys.queue_staged(run_id, comp, task, round_no, token),
-                                        keys.queue(run_id, comp, task)])))
+        n += int(cast(int, script(keys=[staged_key(run_id, comp, task, round_no, token),
+                                        queue_key(run_id, comp, task)])))
     return n
 
 
@@ -249,7 +279,7 @@ def reset_due(client: Redis, run_id: str, generation: str | None, component: str
               earliest: float | None) -> None:
     """The position's earliest replay time is now exactly `earliest`, that of the tuples left
     waiting (None: none left), fenced by the run's generation."""
-    due, position = keys.queue_due(run_id), position_name(component, task)
+    due, position = due_key(run_id), position_name(component, task)
 
     def write(pipe: Any) -> None:
         if earliest is None:
@@ -268,7 +298,7 @@ def prune_empty(client: Redis, run_id: str, generation: str | None = None) -> No
     empty = [(comp, task) for comp, task, n in counts(client, run_id) if n == 0]
     if not empty:
         return
-    queues = tuple(keys.queue(run_id, comp, task) for comp, task in empty)
+    queues = tuple(queue_key(run_id, comp, task) for comp, task in empty)
     still_empty: list[str] = []
 
     # On a Redis Cluster the queues are in other slots than the failed set: they are read
@@ -282,8 +312,8 @@ def prune_empty(client: Redis, run_id: str, generation: str | None = None) -> No
 
     def drop(pipe: Any) -> None:
         if still_empty:
-            pipe.srem(keys.failed_set(run_id), *still_empty)
-            pipe.zrem(keys.queue_due(run_id), *still_empty)
+            pipe.srem(failed_key(run_id), *still_empty)
+            pipe.zrem(due_key(run_id), *still_empty)
     if not fenced_transaction(client, run_id, generation, drop, watch=() if cluster else queues, read=check):
         raise runs.fenced_out(client, run_id, generation)
 
@@ -295,12 +325,12 @@ def clear(client: Redis, run_id: str, generation: str | None, also: Callable[[An
     positions dropped."""
     runs.check_generation(client, run_id, generation)
     where = positions(client, run_id)
-    queues = [keys.queue(run_id, c, t) for c, t in where]
+    queues = [queue_key(run_id, c, t) for c, t in where]
     for batch in _batches(queues, 500):
         client.delete(*batch)
 
     def drop(pipe: Any) -> None:
-        pipe.delete(keys.failed_set(run_id), keys.queue_due(run_id))
+        pipe.delete(failed_key(run_id), due_key(run_id))
         if also is not None:
             also(pipe)
     if not fenced_transaction(client, run_id, generation, drop):
@@ -311,88 +341,15 @@ def clear(client: Redis, run_id: str, generation: str | None, also: Callable[[An
 def forget_dead_roots(pipe: Any, run_id: str, roots: list[int]) -> None:
     """These roots are not dead (any more): a superseded root's replay is a new root."""
     if roots:
-        pipe.srem(keys.dead_roots(run_id), *roots)
+        pipe.srem(dead_roots_key(run_id), *roots)
 
 
 # --- the dead letters --------------------------------------------------------------------------------
-def requeue(client: Redis, run_id: str, generation: str | None, component: str | None = None,
-            tuple_keys: list[str] | None = None,
-            adjust_counts: Callable[[Any, int], None] | None = None) -> int:
-    """Dead tuples back in their queues (attempts reset): all of them, a component's, or those
-    named by `tuple_keys` (`dead_key`). Each tuple moves in one transaction that only commits if
-    it is still dead (WATCH) and the run holds `generation`, so an interrupted or concurrent
-    requeue neither loses nor doubles a tuple. `adjust_counts(pipe, n)` runs in that
-    transaction with the dead roots it made pending again. Returns the tuples requeued.
-    Only the dead letters Redis holds outside a flush can be requeued: those written to the
-    dead-letter sink are the sink's."""
-    dead = keys.dead(run_id)
-    dead_roots = keys.dead_roots(run_id)
-    if tuple_keys is not None:
-        unknown = [k for k in tuple_keys if not client.hexists(dead, k)]
-        if unknown:
-            flushing = any(client.hexists(keys.dead_flush(run_id, n), unknown[0])
-                           for n in pending_flushes(client, run_id))
-            raise RunError(f"run {run_id}: dead tuple {unknown[0]!r} is being written to the run's dead-letter "
-                           "sink (its part is not confirmed yet; the run's next round writes it), so it cannot "
-                           "be requeued" if flushing else
-                           f"run {run_id} has no dead tuple {unknown[0]!r} (see `recovery dead {run_id}`)")
-        fields: list[bytes] = [k.encode() for k in tuple_keys]
-    else:
-        fields = cast(list[bytes], client.hkeys(dead))
-    n = 0
-    # On a Redis Cluster the queue is in another slot than the dead letters: the tuple goes into
-    # its queue first (the same entry whoever writes it), then leaves the dead letters in a
-    # transaction of the run's slot; an interrupted requeue does both again.
-    cluster = is_cluster(client)
-    for field in fields:
-        seen: dict[str, Any] = {}
-        if cluster:
-            raw = client.hget(dead, field)
-            early = FailedTuple.unpack(cast(bytes, raw)) if raw is not None else None
-            if early is not None and component in (None, early.component):
-                runs.check_generation(client, run_id, generation)
-                back = early.requeued()
-                client.hset(keys.queue(run_id, back.component, back.task), str(back.id), back.pack())
-
-        def check(pipe: Any, field: bytes = field, seen: dict[str, Any] = seen) -> None:
-            raw = pipe.hget(dead, field)
-            tup = FailedTuple.unpack(raw) if raw is not None else None
-            # gone: requeued meanwhile by someone else; another component's: not asked for
-            seen["tuple"] = tup if tup is not None and component in (None, tup.component) else None
-            # the dead roots the SREM below removes (WATCHed): they are queued (failed) again
-            roots = sorted({str(r) for r in (tup.roots if tup is not None else ())})
-            seen["undead"] = sum(pipe.smismember(dead_roots, roots)) if seen["tuple"] and roots else 0
-
-        def move(pipe: Any, field: bytes = field, seen: dict[str, Any] = seen) -> None:
-            was: FailedTuple | None = seen["tuple"]
-            if was is None:
-                return
-            tup = was.requeued()
-            if not cluster:
-                pipe.hset(keys.queue(run_id, tup.component, tup.task), str(tup.id), tup.pack())
-            position = position_name(tup.component, tup.task)
-            pipe.sadd(keys.failed_set(run_id), position)
-            pipe.zadd(keys.queue_due(run_id), {position: 0}, lt=True)   # ready now
-            pipe.hdel(dead, field)
-            if was.gone:   # (a replay finds its message gone again, and says so again)
-                pipe.hdel(keys.gone(run_id), field)
-            if tup.roots:
-                pipe.srem(dead_roots, *[str(r) for r in tup.roots])
-            if seen["undead"] and adjust_counts is not None:
-                adjust_counts(pipe, seen["undead"])
-
-        if not fenced_transaction(client, run_id, generation, move, watch=(dead, dead_roots), read=check):
-            runs.check_generation(client, run_id, generation)
-        if seen.get("tuple") is not None:
-            n += 1
-    return n
-
-
 def gone_roots(client: Redis, run_id: str) -> tuple[int, str]:
     """(how many dead letters are roots whose message was gone from its source when a replay
     re-read it, the error of one of them)."""
-    n = int(client.hlen(keys.gone(run_id)))
-    sample = next((cast(bytes, v) for _, v in client.hscan_iter(keys.gone(run_id), count=1)), b"") if n else b""
+    n = int(client.hlen(gone_key(run_id)))
+    sample = next((cast(bytes, v) for _, v in client.hscan_iter(gone_key(run_id), count=1)), b"") if n else b""
     return n, sample.decode("utf-8", "replace")
 
 
@@ -405,18 +362,18 @@ DEAD_FLUSHES = "dead_flushes"
 
 
 def _flush_keys(client: Redis, run_id: str) -> list[str]:
-    return [keys.dead_flush(run_id, n) for n in pending_flushes(client, run_id)]
+    return [flush_key(run_id, n) for n in pending_flushes(client, run_id)]
 
 
 def pending_flushes(client: Redis, run_id: str) -> list[int]:
     """The flushes begun (`take_for_flush`) whose part the sink has not confirmed (`flush_done`)."""
-    raw = client.smembers(keys.dead_flushes(run_id))
+    raw = client.smembers(flushes_key(run_id))
     return sorted(int(cast(bytes, n)) for n in raw)
 
 
 def flush_of(client: Redis, run_id: str, flush: int) -> list[FailedTuple]:
     """The dead letters of one flush, in the order of their keys."""
-    entries = client.hgetall(keys.dead_flush(run_id, flush))
+    entries = client.hgetall(flush_key(run_id, flush))
     return [FailedTuple.unpack(cast(bytes, raw)) for _, raw in sorted(entries.items())]
 
 
@@ -424,8 +381,8 @@ def take_for_flush(client: Redis, run_id: str, generation: str | None) -> int | 
     """The dead letters Redis holds, moved (one fenced transaction) into a new flush: a fixed
     set that becomes one part of the dead-letter sink, whatever dies meanwhile. Returns its
     number, None when there was nothing to move (or the run is no longer this generation's)."""
-    dead = keys.dead(run_id)
-    record = keys.run_record(run_id)
+    dead = dead_letters_key(run_id)
+    record = runs.record_key(run_id)
     seen: dict[str, Any] = {}
 
     def check(pipe: Any) -> None:
@@ -436,9 +393,9 @@ def take_for_flush(client: Redis, run_id: str, generation: str | None) -> int | 
         if not seen["entries"]:
             return
         n = seen["flush"]
-        pipe.hset(keys.dead_flush(run_id, n), mapping=seen["entries"])
+        pipe.hset(flush_key(run_id, n), mapping=seen["entries"])
         pipe.hdel(dead, *seen["entries"])
-        pipe.sadd(keys.dead_flushes(run_id), n)
+        pipe.sadd(flushes_key(run_id), n)
         pipe.hset(record, DEAD_FLUSHES, n)
     if not fenced_transaction(client, run_id, generation, move, watch=(dead,), read=check):
         return None
@@ -448,52 +405,16 @@ def take_for_flush(client: Redis, run_id: str, generation: str | None) -> int | 
 def flush_done(client: Redis, run_id: str, generation: str | None, flush: int) -> bool:
     """The sink committed the flush's part: its dead letters leave Redis (their roots stay
     dead), counted as written. Idempotent: a flush already done counts nothing again."""
-    flush_key = keys.dead_flush(run_id, flush)
+    this = flush_key(run_id, flush)
     seen: dict[str, int] = {}
 
     def check(pipe: Any) -> None:
-        seen["n"] = int(pipe.hlen(flush_key)) if pipe.sismember(keys.dead_flushes(run_id), flush) else 0
+        seen["n"] = int(pipe.hlen(this)) if pipe.sismember(flushes_key(run_id), flush) else 0
 
     def drop(pipe: Any) -> None:
-        pipe.delete(flush_key)
-        pipe.srem(keys.dead_flushes(run_id), flush)
+        pipe.delete(this)
+        pipe.srem(flushes_key(run_id), flush)
         if seen["n"]:
-            pipe.hincrby(keys.run_record(run_id), DEAD_WRITTEN, seen["n"])
-    return fenced_transaction(client, run_id, generation, drop, watch=(flush_key, keys.dead_flushes(run_id)),
+            pipe.hincrby(runs.record_key(run_id), DEAD_WRITTEN, seen["n"])
+    return fenced_transaction(client, run_id, generation, drop, watch=(this, flushes_key(run_id)),
                               read=check)
-
-
-def drop_dead(client: Redis, run_id: str, generation: str | None, keep: int | None = None,
-              older_than: float | None = None) -> list[FailedTuple]:
-    """The retention cap: dead letters Redis holds beyond the newest `keep`, or that died
-    before `older_than` (a time), removed (their roots stay dead) and counted as dropped, in
-    one fenced transaction. Returns what was dropped. A flush under way (at most one, while
-    the sink refuses it) is not dropped: its part may be in the sink already."""
-    dead = keys.dead(run_id)
-    seen: dict[str, list[tuple[bytes, FailedTuple]]] = {}
-
-    def check(pipe: Any) -> None:
-        held = [(cast(bytes, f), FailedTuple.unpack(cast(bytes, raw))) for f, raw in pipe.hgetall(dead).items()]
-        held.sort(key=lambda e: (e[1].time or 0.0, e[0]))   # oldest first
-        drop = []
-        if older_than is not None:
-            drop = [e for e in held if (e[1].time or 0.0) < older_than]
-        if keep is not None and len(held) - len(drop) > keep:
-            dropped = {f for f, _ in drop}
-            rest = [e for e in held if e[0] not in dropped]
-            drop += rest[:len(rest) - keep]
-        seen["drop"] = drop
-
-    def remove(pipe: Any) -> None:
-        if seen["drop"]:
-            pipe.hdel(dead, *[f for f, _ in seen["drop"]])
-            pipe.hincrby(keys.run_record(run_id), DEAD_DROPPED, len(seen["drop"]))
-    if not fenced_transaction(client, run_id, generation, remove, watch=(dead,), read=check):
-        return []
-    return [rec for _, rec in seen["drop"]]
-
-
-def dead_totals(client: Redis, run_id: str) -> tuple[int, int]:
-    """(dead letters written to the dead-letter sink, dropped by the retention cap) so far."""
-    written, dropped = client.hmget(keys.run_record(run_id), [DEAD_WRITTEN, DEAD_DROPPED])
-    return int(written or 0), int(dropped or 0)
