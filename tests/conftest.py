@@ -74,19 +74,21 @@ _INTEGRATION_DIR = _TESTS_DIR / "integration"
 # other file is short (under 10 s) and keeps pytest-randomly's place, as do the tests within a
 # file. Not a bound on anything: a file listed wrong only makes the suite end a little later.
 LONG_FILES = {
-    "integration/test_launcher.py": 60, "integration/test_run_api.py": 15,
-    "integration/test_spark_source.py": 61, "integration/test_cluster_isolated.py": 57,
-    "integration/test_cluster.py": 51, "integration/test_cluster_runs.py": 35,
-    "integration/test_takeover.py": 31, "integration/ui/test_browser.py": 23,
-    "integration/test_cdn_logs_tables.py": 22, "integration/test_spill_s3.py": 22,
-    "integration/test_spill.py": 21, "integration/test_run_lifecycle.py": 17,
-    "integration/test_recovery.py": 16, "integration/test_timeout_kill.py": 16,
-    "integration/test_logsource.py": 14, "integration/test_batch.py": 13,
-    "integration/test_table_sinks.py": 13, "unit/multilang/test_multilang_misbehaviour.py": 12,
-    "integration/test_chains.py": 12, "integration/test_embedded_server.py": 12,
-    "integration/test_sinks_s3.py": 12, "integration/ui/test_security.py": 11,
-    "integration/test_topic_retention.py": 11, "integration/test_kafka_source.py": 40,
-    "unit/runtime/test_chunks.py": 15,
+    "integration/test_cluster_isolated.py": 122, "integration/test_spark_source.py": 112,
+    "integration/test_cluster.py": 92, "integration/test_launcher.py": 84,
+    "integration/test_kafka_source.py": 79, "integration/test_cluster_worker_lost.py": 64,
+    "integration/test_spill_s3.py": 52, "integration/ui/test_browser.py": 44,
+    "integration/test_cdn_logs_tables.py": 42, "integration/test_cluster_runs.py": 41,
+    "integration/test_spill.py": 40, "integration/test_batch.py": 32, "integration/test_takeover.py": 31,
+    "integration/test_embedded_server.py": 27, "integration/test_timeout_kill.py": 26,
+    "integration/test_run_lifecycle.py": 25, "integration/test_recovery.py": 24,
+    "integration/test_logsource.py": 24, "integration/test_table_sinks.py": 23,
+    "integration/test_topic_retention.py": 22, "integration/ui/test_security.py": 21,
+    "unit/model/test_synthesis.py": 20, "integration/test_chains.py": 20,
+    "integration/test_sinks_s3.py": 19, "unit/connectors/test_sink_memory.py": 16,
+    "unit/multilang/test_multilang_misbehaviour.py": 14, "unit/model/test_xml.py": 13,
+    "integration/test_spout_failures.py": 12, "unit/testing/test_example_workflows.py": 11,
+    "test_docs.py": 10, "test_packaging.py": 10,
 }
 
 
