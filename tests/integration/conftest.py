@@ -2,6 +2,7 @@
 of the example workflows in a temporary folder (sinks write next to the XML)."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -89,6 +90,23 @@ def topic_copy_xml(name: str, *, topic: str = "events", spouts: int = 2, fields:
   </bolt>
 </workflow>
 """
+
+
+def valid_cdn_lines(lines: list[str]) -> list[list]:
+    """[key, host, minute, code, bytes, dltime] of each cdn.log line the cdn_logs workflow accepts
+    (its own functions, workflows/cdn_logs/components.py, loaded as plain Python)."""
+    spec = importlib.util.spec_from_file_location("_cdn_reference", WORKFLOWS / "cdn_logs" / "components.py")
+    assert spec is not None and spec.loader is not None
+    comp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(comp)
+    out = []
+    for line in lines:
+        try:
+            f = comp.parse_line(line)
+            out.append(comp.normalize(f[3], f[1], f[7], f[8], f[9]))
+        except ValueError:
+            pass
+    return out
 
 
 def sink_records(folder: Path) -> list[str]:

@@ -8,7 +8,6 @@ Every test has topics and groups of its own (the broker lives for the whole test
 from __future__ import annotations
 
 import collections
-import importlib.util
 import json
 import os
 import secrets
@@ -31,6 +30,7 @@ from recovery.jobs import summary as jobs_summary
 from recovery.model.xml import parse as workflow_xml
 from recovery.tracking import keys, runs
 from tests.helpers import wait_for
+from tests.integration.conftest import valid_cdn_lines
 from tests.kafka import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,29 +45,10 @@ def _names() -> tuple[str, str]:
     return f"cdn_logs_{tag}", f"cdn_logs_kafka_{tag}"
 
 
-def _cdn_components():
-    spec = importlib.util.spec_from_file_location("_cdn_reference_k", WORKFLOWS / "cdn_logs" / "components.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def _valid(lines: list[str]) -> list[list]:
-    comp = _cdn_components()
-    out = []
-    for line in lines:
-        try:
-            f = comp.parse_line(line)
-            out.append(comp.normalize(f[3], f[1], f[7], f[8], f[9]))
-        except ValueError:
-            pass
-    return out
-
-
 def _expected(lines: list[str]) -> collections.Counter:
     """The aggregate bolt emits each accepted line's share [key, 1, bytes]: each line's effect
     exactly once is exactly these records (a multiset)."""
-    return collections.Counter((v[0], 1, v[4]) for v in _valid(lines))
+    return collections.Counter((v[0], 1, v[4]) for v in valid_cdn_lines(lines))
 
 
 def _got(records) -> collections.Counter:
@@ -122,7 +103,7 @@ def test_a_bounded_submit_with_failures_then_recover_is_exact_and_the_group_show
     held = kafka_broker.committed(group, topic, 4)
     assert all(0 <= held[p] <= ends[p] for p in ends) and held != ends
     rs = recover.recover(spark, redis_client, redis_url, s.run_id)
-    assert rs.pending == 0 and rs.dead == len(lines) - len(_valid(lines))
+    assert rs.pending == 0 and rs.dead == len(lines) - len(valid_cdn_lines(lines))
     assert _got(read_jsonl_dir(str(tmp_path / "out" / "cdn_logs_kafka"))) == _expected(lines)
     # every root complete or dead: the group's lag is 0, as kcat or Burrow would read it
     assert kafka_broker.committed(group, topic, 4) == ends
@@ -230,7 +211,7 @@ def test_a_follow_run_fed_while_running_killed_twice_then_restarted_is_exact(
     assert log_offsets.committed_offsets(redis_client, group, f"kafka.{topic}") == ends
     assert summary["roots"] == len(fed)
     rs = recover.recover(spark, redis_client, redis_url, run_id)
-    assert rs.pending == 0 and rs.dead == len(fed) - len(_valid(fed))
+    assert rs.pending == 0 and rs.dead == len(fed) - len(valid_cdn_lines(fed))
     assert _got(read_jsonl_dir(str(tmp_path / "out" / "cdn_logs_kafka"))) == _expected(fed)
     assert kafka_broker.committed(group, topic, 4) == ends
 
@@ -362,7 +343,7 @@ def test_root_replay_re_reads_the_failed_roots_by_offset(spark, redis_url, redis
     are left to the localized strategy's dead-letter path."""
     topic, group = _names()
     kafka_broker.create_topic(topic, 2)
-    lines = [x for x in LINES if _valid([x])][:200]
+    lines = [x for x in LINES if valid_cdn_lines([x])][:200]
     _feed(kafka_broker, topic, lines, 2)
     xml = _workflow(tmp_path, kafka_broker.bootstrap, topic, group)
     s = submit.submit(spark, redis_client, redis_url, _load(xml, TRANSIENT), xml.read_text(), str(xml))

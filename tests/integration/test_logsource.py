@@ -8,7 +8,6 @@ checkout. The `spark` fixture (one session for the whole test session) is tests/
 from __future__ import annotations
 
 import collections
-import importlib.util
 import json
 import os
 import shutil
@@ -28,7 +27,7 @@ from recovery.jobs import follow_events as events
 from recovery.model.xml import parse as workflow_xml
 from recovery.tracking import keys, runs
 from tests.helpers import wait_for
-from tests.integration.conftest import topic_copy_xml
+from tests.integration.conftest import topic_copy_xml, valid_cdn_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / "workflows"
@@ -40,32 +39,11 @@ def _canon(records) -> list[str]:
     return sorted(json.dumps(r, sort_keys=True) for r in records)
 
 
-def _cdn_components():
-    """workflows/cdn_logs/components.py, loaded under its own name (plain Python reference)."""
-    spec = importlib.util.spec_from_file_location("_cdn_reference", WORKFLOWS / "cdn_logs" / "components.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def _copy_cdn_stream(dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copy(WORKFLOWS / "cdn_logs_stream.xml", dest / "cdn_logs_stream.xml")
     shutil.copytree(WORKFLOWS / "cdn_logs", dest / "cdn_logs", ignore=shutil.ignore_patterns("__pycache__"))
     return dest / "cdn_logs_stream.xml"
-
-
-def _valid(lines: list[str]) -> list[list]:
-    """[key, host, minute, code, bytes, dltime] of each line the cdn workflow accepts."""
-    comp = _cdn_components()
-    out = []
-    for line in lines:
-        try:
-            f = comp.parse_line(line)
-            out.append(comp.normalize(f[3], f[1], f[7], f[8], f[9]))
-        except ValueError:
-            pass
-    return out
 
 
 def _assert_aggregates_exactly_once(sink: list[dict], valid: list[list]) -> None:
@@ -159,7 +137,7 @@ def test_a_poison_message_at_the_head_of_a_partition_does_not_hold_the_stream(sp
     wf = wf.with_config({"topology.max.spout.pending": "1000", "recovery.auto": "true",
                          "recovery.max.attempts": "2", "recovery.retry.delay.period.ms": "0"})
     lines = [x for x in (WORKFLOWS / "data" / "cdn.log").read_text().splitlines() if x.strip()]
-    valid_lines = [x for x in lines if _valid([x])]
+    valid_lines = [x for x in lines if valid_cdn_lines([x])]
     first, second = valid_lines[:300], valid_lines[300:400]
     poison_key = next(k for k in (f"poison{i}" for i in range(100)) if topics.partition_of(k, 2) == 0)
     topics.produce(redis_client, "cdn_logs", [(poison_key, b"this is not a log line")], 2)
@@ -191,7 +169,7 @@ def test_a_poison_message_at_the_head_of_a_partition_does_not_hold_the_stream(sp
     assert outcome.follow["recovery_rounds"] >= 1
     assert _committed_to_end(redis_client, wf)
     sink = read_jsonl_dir(str(tmp_path / "out" / "cdn_logs_stream"))
-    _assert_aggregates_exactly_once(sink, _valid(first + second))
+    _assert_aggregates_exactly_once(sink, valid_cdn_lines(first + second))
     part0 = [f for f in os.listdir(tmp_path / "out" / "cdn_logs_stream") if "-r0000-" in f]
     assert sum(1 for f in part0 for _ in open(tmp_path / "out" / "cdn_logs_stream" / f)) == len(first)
 
@@ -250,7 +228,7 @@ def test_kill_9_of_a_follow_driver_then_restart_gives_every_effect_exactly_once(
     assert summary["follow"]["resumed"] == [run_id]
     assert summary["round"] > killed_round
     assert _committed_to_end(redis_client, wf)
-    valid = _valid(lines)
+    valid = valid_cdn_lines(lines)
     # every root complete, or queued at the task where it failed: nothing lost
     assert summary["roots"] == len(lines)
     assert summary["pending"] == summary["failed"] == len(lines) - len(valid) and summary["dead"] == 0
