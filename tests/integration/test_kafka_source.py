@@ -346,9 +346,11 @@ def test_root_replay_re_reads_the_failed_roots_by_offset(spark, redis_url, redis
     lines = [x for x in LINES if valid_cdn_lines([x])][:200]
     _feed(kafka_broker, topic, lines, 2)
     xml = _workflow(tmp_path, kafka_broker.bootstrap, topic, group)
-    s = submit.submit(spark, redis_client, redis_url, _load(xml, TRANSIENT), xml.read_text(), str(xml))
+    # (the rate chooses among the new ids again: enough attempts that no root is chosen every time)
+    wf = _load(xml, {**TRANSIENT, "recovery.max.attempts": "8"})
+    s = submit.submit(spark, redis_client, redis_url, wf, xml.read_text(), str(xml))
     assert s.failed_positions
-    rs = recover.recover(spark, redis_client, redis_url, s.run_id, strategy="root-replay", max_rounds=4)
+    rs = recover.recover(spark, redis_client, redis_url, s.run_id, strategy="root-replay", max_rounds=6)
     assert rs.pending == 0 and rs.dead == 0
     assert _got(read_jsonl_dir(str(tmp_path / "out" / "cdn_logs_kafka"))) == _expected(lines)
     assert kafka_broker.committed(group, topic, 2) == _ends(kafka_broker, topic, 2)

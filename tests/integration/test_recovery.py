@@ -77,7 +77,10 @@ def test_permanent_failures_end_dead_after_max_attempts_and_recover_terminates(s
 def test_localized_recovery_writes_no_duplicates_where_root_replay_does(spark, redis_url, redis_client, tmp_path):
     """fanout: a failure in `cube`. Localized recovery re-runs cube, join, out; root replay
     re-runs the whole tree, so the branch that succeeded (archive) is written twice."""
-    inject = {"recovery.inject.f.component": "cube", "recovery.inject.f.rate": "0.05", **FAST_RETRY}
+    # (a root replay gives the roots new ids, and the rate chooses among them again: enough
+    # attempts that no root is chosen every time)
+    inject = {"recovery.inject.f.component": "cube", "recovery.inject.f.rate": "0.05", "recovery.max.attempts": "8",
+              **FAST_RETRY}
     results = {}
     for strategy in ("localized", "root-replay"):
         xml = copy_workflow("fanout", tmp_path / strategy)

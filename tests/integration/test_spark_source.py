@@ -258,7 +258,10 @@ def test_a_format_without_file_positions_needs_an_id_field(spark, redis_url, red
 
 # --- failures, retries, crashes, root replay -----------------------------------------------
 FIELDS = "id host bytes tags maybe"
-FAIL_PASS = {"recovery.inject.f.component": "pass", "recovery.inject.f.rate": "0.1", **FAST_RETRY}
+# (a root replay gives the roots new ids, and the rate chooses among them again: enough attempts
+# that no root is chosen every time)
+FAIL_PASS = {"recovery.inject.f.component": "pass", "recovery.inject.f.rate": "0.1", "recovery.max.attempts": "8",
+             **FAST_RETRY}
 
 
 @pytest.mark.parametrize("strategy", ["localized", "root-replay"])
