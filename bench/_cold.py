@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
-from bench._env import REPO, copy_workflow
+from bench._env import REPO, copy_workflow, scratch
 from bench._machine import MachineMonitor, count_as_bench, stat_fields
 from bench._meters import redis_cpu_seconds
 from bench._printing import verdict
@@ -65,8 +62,7 @@ def cold_submit(lines: int = COLD_LINES, keep: bool = False) -> dict[str, Any]:
     tree (this process is a child subreaper meanwhile, so the JVM the driver leaves behind stays
     countable) and of the Redis server over the submit."""
     import redis as redis_py  # the client library
-    tmp = Path(tempfile.mkdtemp(prefix="recovery-bench-cold-", dir="/tmp"))
-    try:
+    with scratch("recovery-bench-cold-", keep) as tmp:
         xml = copy_workflow("cdn_logs", tmp / "wf")
         sys.path.insert(0, str(tmp / "wf"))
         try:
@@ -99,11 +95,6 @@ def cold_submit(lines: int = COLD_LINES, keep: bool = False) -> dict[str, Any]:
         subprocess.run(cli("server", "stop", "--json"), env=env, cwd=str(REPO), capture_output=True, check=False)
         return {"lines": lines, "server_start_wall_s": round(server_s, 2), "submit_wall_s": round(submit_s, 2),
                 "wall_s": round(server_s + submit_s, 2), "submit_cpu_s": round(cpu, 2), "status": status}
-    finally:
-        if keep:
-            print(f"kept {tmp}", file=sys.stderr)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def print_cold_submit(cold: dict[str, Any]) -> str:

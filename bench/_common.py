@@ -43,6 +43,7 @@ from bench._env import (  # noqa: F401 (the benches' names, importable from here
     copy_workflow,
     load_workflow,
     redis_for,
+    scratch,
     sink_multiset,
     spark_session,
     submit,

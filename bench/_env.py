@@ -25,19 +25,26 @@ if str(REPO) not in sys.path:
 # --------------------------------------------------------------------------- environment
 
 @contextlib.contextmanager
-def bench_home(keep: bool = False, prefix: str = "recovery-bench-") -> Iterator[Path]:
-    """A temporary RECOVERY_HOME, set before anything reads it; removed at the end."""
-    home = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
-    os.environ["RECOVERY_HOME"] = str(home)
-    from recovery.engine.session import prepare_environment
-    prepare_environment(home)          # PYSPARK_PYTHON, SPARK_LOCAL_IP, PYTHONHASHSEED, log4j
+def scratch(prefix: str, keep: bool = False) -> Iterator[Path]:
+    """A temporary folder under /tmp: removed at the end, or kept (and said) with `keep`."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
     try:
-        yield home
+        yield folder
     finally:
         if keep:
-            print(f"kept {home}", file=sys.stderr)
+            print(f"kept {folder}", file=sys.stderr)
         else:
-            shutil.rmtree(home, ignore_errors=True)
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def bench_home(keep: bool = False, prefix: str = "recovery-bench-") -> Iterator[Path]:
+    """A temporary RECOVERY_HOME, set before anything reads it; removed at the end."""
+    with scratch(prefix, keep) as home:
+        os.environ["RECOVERY_HOME"] = str(home)
+        from recovery.engine.session import prepare_environment
+        prepare_environment(home)          # PYSPARK_PYTHON, SPARK_LOCAL_IP, PYTHONHASHSEED, log4j
+        yield home
 
 
 @contextlib.contextmanager

@@ -194,19 +194,13 @@ def run_bytewax(data: Path, out: Path, folder: Path, work: Path, processes: bool
 
 def cold_bytewax(keep: bool) -> dict[str, Any]:
     """bytewax's cold start: the same dataflow on 1,000 lines, a new process, recovery on."""
-    import tempfile
-
     from bench._env import generate_input
-    tmp = Path(tempfile.mkdtemp(prefix="recovery-bench-cold-bytewax-", dir="/tmp"))
-    try:
+    with C.scratch("recovery-bench-cold-bytewax-", keep) as tmp:
         folder = tmp / "wf"
         C.copy_workflow("cdn_logs", folder)
         data = generate_input("cdn_logs", folder, C.COLD_LINES, 0.0)
         wall, cpu = run_bytewax(data, tmp / "out", folder, tmp, processes=False)
         return {"lines": C.COLD_LINES, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2)}
-    finally:
-        if not keep:
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- the bench

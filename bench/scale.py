@@ -49,7 +49,6 @@ import resource
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -537,21 +536,17 @@ def main(argv: list[str] | None = None) -> int:
         print("bench/scale.py: Linux only (/proc, prctl)", file=sys.stderr)
         return 2
     load0 = os.getloadavg()[0]
-    tmp = Path(tempfile.mkdtemp(prefix="recovery-bench-scale-", dir="/tmp"))
     set_subreaper(True)
     cases: list[Case] = []
     try:
-        for n in args.roots:
-            for rate in args.rates:
-                cases.append(run_case(args, n, rate, tmp))
+        with C.scratch("recovery-bench-scale-", args.keep) as tmp:
+            for n in args.roots:
+                for rate in args.rates:
+                    cases.append(run_case(args, n, rate, tmp))
     except DriverFailed as exc:
         print(f"bench/scale.py: {exc}", file=sys.stderr)
         return 1
     finally:
-        if args.keep:
-            print(f"kept {tmp}", file=sys.stderr)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
         if cases:
             print(report(cases, args, (load0, os.getloadavg()[0])))
     results.write({"cases": [case_figures(c) for c in cases], "goals": goals(cases)})

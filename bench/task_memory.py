@@ -34,7 +34,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -233,20 +232,15 @@ def main(argv: list[str] | None = None) -> int:
     results = C.Results("task_memory", args, {"workflow": "cdn_logs", "lines": list(args.lines),
                                               "master": args.master, "tracking": True,
                                               "redis": "embedded, fresh per size"})
-    tmp = Path(tempfile.mkdtemp(prefix="recovery-bench-task-memory-", dir="/tmp"))
     scale.set_subreaper(True)
     cases: list[Case] = []
     try:
-        for n in args.lines:
-            cases.append(run_case(args, n, tmp))
+        with C.scratch("recovery-bench-task-memory-", args.keep) as tmp:
+            for n in args.lines:
+                cases.append(run_case(args, n, tmp))
     except scale.DriverFailed as exc:
         print(f"bench/task_memory.py: {exc}", file=sys.stderr)
         return 1
-    finally:
-        if args.keep:
-            print(f"kept {tmp}", file=sys.stderr)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
     print(report(cases))
     figures: dict[str, Any] = {"cases": [asdict(c) for c in cases], "goals": goals(cases)}
     results.write(figures)
