@@ -272,12 +272,9 @@ class TaskCollector:
         """One record of a built-in source: a root tuple, or a failure at the spout position
         with the raw record kept when it cannot be decoded. `root`: a queued record's own root
         id (the one its queue entry is under), else derived from the message id."""
-        roots = self.roots
-        if not roots.selected(message_id):
-            return
+        root = self._record_root(message_id, replayed, root)
         if root is None:
-            root = roots.root_id(message_id)
-        roots.count(replayed)
+            return
         try:
             values = decode()
         # a record's decoder (JSON, text, a shell spout's refused emit) raises many types
@@ -295,17 +292,23 @@ class TaskCollector:
         base = ids.derive3(root, self.router.salts.get(stream, 0), 0)
         self._emit(values, stream, (root,), base, None, hold=None, root_xor=root)
 
+    def _record_root(self, message_id: Any, replayed: bool, root: int | None) -> int | None:
+        """A built-in source's record's root id (`root` when its queue entry gives it), counted;
+        None when this round does not emit it (a root replay's unselected message)."""
+        roots = self.roots
+        if not roots.selected(message_id):
+            return None
+        roots.count(replayed)
+        return roots.root_id(message_id) if root is None else root
+
     def message_gone(self, message_id: Any, reason: str, stream: str = "default", fmt: str = "",
                      attempt: int = 1, replayed: bool = False, root: int | None = None) -> None:
         """A message a replay needs can no longer be read (SourceRunner.message_gone): when it
         is one the round re-emits (a root replay's failed root, a queued record), its root is
         made pending and dead at once with `reason` as its error, never counted complete."""
-        roots = self.roots
-        if not roots.selected(message_id):
-            return
+        root = self._record_root(message_id, replayed, root)
         if root is None:
-            root = roots.root_id(message_id)
-        roots.count(replayed)
+            return
         self.stats["failed"] += 1
         self.stats["dead"] += 1
         self.stats["gone"] = self.stats.get("gone", 0) + 1
