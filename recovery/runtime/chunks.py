@@ -227,11 +227,7 @@ class ChunkLoop:
 
     def run(self, records: Records) -> Iterator[Output]:
         collector = self.collector
-        collector.rows = self.emits
-        # the component's emits go straight to the chunk's columns (one call less per emit)
-        bound = isinstance(self.bolt, Component)
-        if bound:
-            self.bolt.bind(self.emits, self.bolt.conf, self.bolt.context)
+        self.emit_to_chunk()
         try:
             for _, blob in records:
                 src, src_task, recs = wire.unpack_rows(blob)
@@ -253,26 +249,31 @@ class ChunkLoop:
                     yield from collector.take_ready()
         finally:
             self.runner.timeouts.running = None
-            collector.rows = None
-            if bound:
-                self.bolt.bind(collector, self.bolt.conf, self.bolt.context)
+            self.emit_to_collector()
+
+    def emit_to_chunk(self) -> None:
+        """The chunk path's emits go to the chunk's columns (the component's straight there: one
+        call less per emit)."""
+        self.collector.rows = self.emits
+        if isinstance(self.bolt, Component):
+            self.bolt.bind(self.emits, self.bolt.conf, self.bolt.context)
+
+    def emit_to_collector(self) -> None:
+        """The per-tuple path's emits go to the collector."""
+        self.collector.rows = None
+        if isinstance(self.bolt, Component):
+            self.bolt.bind(self.collector, self.bolt.conf, self.bolt.context)
 
     def small(self, src: str, src_task: int, recs: list) -> Iterator[Output]:
         """A small chunk by the per-tuple path (its emits go to the collector, the component is
         bound to it meanwhile). The chunk path resumes at the next chunk unless a Bolt still
         holds a tuple: then, as after an escape, the per-tuple path goes on."""
-        collector, bolt = self.collector, self.bolt
-        bound = isinstance(bolt, Component)
-        collector.rows = None
-        if bound:
-            bolt.bind(collector, bolt.conf, bolt.context)
+        self.emit_to_collector()
         yield from self.per_tuple(src, src_task, recs)
-        if collector.outstanding:
+        if self.collector.outstanding:
             self.escaped = True
             return
-        collector.rows = self.emits
-        if bound:
-            bolt.bind(self.emits, bolt.conf, bolt.context)
+        self.emit_to_chunk()
 
     def per_tuple(self, src: str, src_task: int, recs: list) -> Iterator[Output]:
         collector, execute = self.collector, self.execute
@@ -372,9 +373,7 @@ class ChunkLoop:
         if row_failed:
             emits.failed.pop()
         flush(collector, emits, self.recs[:i])
-        collector.rows = None
-        if isinstance(self.bolt, Component):
-            self.bolt.bind(collector, self.bolt.conf, self.bolt.context)
+        self.emit_to_collector()
         self.escaped = True
         if row_failed:
             return
