@@ -138,6 +138,15 @@ def bounds(src: KafkaSource, c: Consumer, partitions: int) -> list[tuple[int | N
     at: dict[int, int] = {}
     hinted: set[int] = set()     # sent to their high watermark's last record
     out: dict[int, tuple[int | None, int]] = {}
+
+    def from_first(p: int) -> None:   # the hint led past the end, or nowhere: read on from the first record
+        hinted.discard(p)
+        c.seek(TopicPartition(topic, p, first[p] + 1))
+
+    def ended(p: int, first_offset: int | None, end: int) -> None:
+        out[p] = (first_offset, end)
+        c.pause([TopicPartition(topic, p)])
+
     c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
     deadline = time.monotonic() + src.timeout
     try:
@@ -146,10 +155,8 @@ def bounds(src: KafkaSource, c: Consumer, partitions: int) -> list[tuple[int | N
             if m is None:
                 stuck = [p for p in sorted(hinted) if p not in out and at[p] == first[p]]
                 if stuck:
-                    # a hint that led nowhere: read on from the first record instead
                     for p in stuck:
-                        hinted.discard(p)
-                        c.seek(TopicPartition(topic, p, first[p] + 1))
+                        from_first(p)
                     deadline = time.monotonic() + src.timeout
                     continue
                 p = min(q for q in range(partitions) if q not in out)
@@ -163,8 +170,7 @@ def bounds(src: KafkaSource, c: Consumer, partitions: int) -> list[tuple[int | N
                 continue     # produced since its end was seen: the round ends where it saw it
             if p not in first:
                 if m.error() is not None:
-                    out[p] = (None, offset_of(m))      # its end at once: nothing stored
-                    c.pause([TopicPartition(topic, p)])
+                    ended(p, None, offset_of(m))      # its end at once: nothing stored
                     continue
                 first[p] = at[p] = offset_of(m)
                 _, high = c.get_watermark_offsets(TopicPartition(topic, p), cached=True)
@@ -174,14 +180,11 @@ def bounds(src: KafkaSource, c: Consumer, partitions: int) -> list[tuple[int | N
                 continue
             if m.error() is not None and not is_eof(m):
                 if p in hinted and at[p] == first[p]:
-                    # the hint led past the end: read on from the first record instead
-                    hinted.discard(p)
-                    c.seek(TopicPartition(topic, p, first[p] + 1))
+                    from_first(p)
                     continue
                 raise TopicError(f"kafka {src.where()}: partition {p} reported no end within {src.timeout:g} s")
             if m.error() is not None:
-                out[p] = (first[p], offset_of(m))
-                c.pause([TopicPartition(topic, p)])
+                ended(p, first[p], offset_of(m))
                 continue
             at[p] = offset_of(m)
     finally:
