@@ -3,7 +3,7 @@ topological order, and the failed positions (`RunSummary`, built by `summarize`)
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol
 
 from pydantic import BaseModel
 from redis import Redis
@@ -16,8 +16,6 @@ from recovery.model.record import ComponentStats, RoundRecord, RunRecord
 from recovery.model.workflow import Workflow
 from recovery.tracking import ledger, runs
 from recovery.tracking import queue as failed_queue
-
-T = TypeVar("T")
 
 
 class FailedPosition(BaseModel):
