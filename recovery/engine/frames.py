@@ -9,13 +9,17 @@ the emitting task writes, for target task i, a key k_i whose hash lands there
 (`routing_keys(p)[i]`). A repartition with an explicit number is never coalesced by adaptive
 query execution, so task i of the consumer is partition i.
 
-The task index of a stage is its partition id (`TaskContext.partitionId()`); the in-process
-test kit, which has no TaskContext, sets it by `partition_of`.
+A stage's task learns its index from its input, never from `TaskContext.partitionId()`: Spark
+pipelines a stage's mapInArrow into the union that feeds the next stage, and there the
+partition id is the union's (the second input's tasks would be p..2p-1). A spout's input is
+`spark.range(0, p, 1, p)`, whose partition i holds the one row i; a bolt's is its upstream rows
+plus one marker row per task (`markers`: key k_i, no chunk), so that a task no tuple goes to
+still runs, and every row of partition i has `pmod(hash(k), p) = i`.
 """
 from __future__ import annotations
 
-import contextlib
 import functools
+import itertools
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -73,22 +77,8 @@ def routing_keys(partitions: int) -> tuple[int, ...]:
 
 
 # --- the task index ---------------------------------------------------------------------------
-_partition_override: list[int] = []
-
-
-@contextlib.contextmanager
-def partition_of(index: int) -> Iterator[None]:
-    """While inside, partition_id() is `index` (the test kit's tasks, which have no TaskContext)."""
-    _partition_override.append(index)
-    try:
-        yield
-    finally:
-        _partition_override.pop()
-
-
 def partition_id() -> int:
-    if _partition_override:
-        return _partition_override[-1]
+    """The Spark partition this task computes (a reader's partition of a spark source)."""
     from pyspark import TaskContext
     ctx = TaskContext.get()
     if ctx is None:
@@ -96,13 +86,30 @@ def partition_id() -> int:
     return ctx.partitionId()
 
 
+def markers(spark: Any, stage: int, partitions: int) -> Any:
+    """One STAGE_SCHEMA row per task of a stage, with no chunk: unioned into its input."""
+    keys = routing_keys(partitions)
+    return spark.createDataFrame([(stage, keys[i], b"") for i in range(partitions)], STAGE_SCHEMA)
+
+
+def _task_index(first: Any, partitions: int) -> int:
+    """The task index a stage's first input batch says (module doc)."""
+    names = first.schema.names
+    if "k" in names:
+        return spark_hash_long(first.column(names.index("k"))[0].as_py()) % partitions
+    return int(first.column(names.index("id"))[0].as_py())
+
+
 # --- rows in, rows out ------------------------------------------------------------------------
 def input_records(batches: Iterable[Any]) -> Iterator[tuple[None, bytes]]:
-    """A stage's input rows as the runtime's (key, chunk) records, a batch at a time."""
+    """A stage's input rows as the runtime's (key, chunk) records, a batch at a time (a
+    spout's range row and the task markers carry no chunk)."""
     for batch in batches:
-        column = batch.column(batch.schema.get_field_index("chunk"))
-        for chunk in column.to_pylist():
-            yield None, chunk
+        if "chunk" not in batch.schema.names:
+            continue
+        for chunk in batch.column(batch.schema.get_field_index("chunk")).to_pylist():
+            if chunk:
+                yield None, chunk
 
 
 def output_batches(outputs: Iterable[tuple[Any, Any]], consumers: dict[str, tuple[int, int]]
@@ -133,14 +140,20 @@ def _stage_batch(cs: list[int], ks: list[int], chunks: list[bytes]) -> Any:
 
 
 def stage_function(task: Callable[[int, Iterator[Any]], Iterable[tuple[Any, Any]]],
-                   consumers: dict[str, tuple[int, int]]) -> Callable[[Iterator[Any]], Iterator[Any]]:
-    """The mapInArrow function of a stage whose task `index` is `task(index, records)`."""
-    return functools.partial(_run_stage, task, consumers)
+                   consumers: dict[str, tuple[int, int]], partitions: int
+                   ) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """The mapInArrow function of a stage of `partitions` tasks whose task `index` is
+    `task(index, records)`."""
+    return functools.partial(_run_stage, task, consumers, partitions)
 
 
 def _run_stage(task: Callable[[int, Iterator[Any]], Iterable[tuple[Any, Any]]],
-               consumers: dict[str, tuple[int, int]], batches: Iterator[Any]) -> Iterator[Any]:
-    yield from output_batches(task(partition_id(), input_records(batches)), consumers)
+               consumers: dict[str, tuple[int, int]], partitions: int, batches: Iterator[Any]) -> Iterator[Any]:
+    first = next((b for b in batches if b.num_rows), None)
+    if first is None:   # (every task has a row: a marker, or its range row)
+        raise RuntimeError("a stage's task got no input row to tell its index")
+    records = input_records(itertools.chain([first], batches))
+    yield from output_batches(task(_task_index(first, partitions), records), consumers)
 
 
 def result_function(each: Callable[[int], bytes]) -> Callable[[Iterator[Any]], Iterator[Any]]:
@@ -149,7 +162,7 @@ def result_function(each: Callable[[int], bytes]) -> Callable[[Iterator[Any]], I
 
 
 def _run_result(each: Callable[[int], bytes], batches: Iterator[Any]) -> Iterator[Any]:
-    for _ in batches:   # (its input is one row of spark.range: read, not used)
-        pass
     import pyarrow as pa
-    yield pa.RecordBatch.from_arrays([pa.array([each(partition_id())], pa.binary())], names=["result"])
+    for batch in batches:   # (its input is spark.range: task i's one row is i)
+        for i in batch.column(0).to_pylist():
+            yield pa.RecordBatch.from_arrays([pa.array([each(int(i))], pa.binary())], names=["result"])

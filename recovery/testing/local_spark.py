@@ -1,12 +1,11 @@
 """An in-process stand-in for the few SparkSession/DataFrame calls the engine makes, so that
 the engine's own code (engine.build, run_round, resolve_ledger, tell_spouts) runs without a
-JVM: `range`, `mapInArrow`, `filter` on the consumer column, `repartition(n, "k")` (Spark's
+JVM: `range`, `createDataFrame` of a few rows, `mapInArrow`, `filter` on the consumer column, `repartition(n, "k")` (Spark's
 hash partitioning: a row goes to `pmod(hash(k), n)`), `unionByName`, `persist`/`unpersist`,
 `collect` and the `noop` write that runs a round.
 
 It keeps the semantics the engine relies on: a partition is computed by one call of its
-function, with that partition's id as the task's (engine.frames.partition_of); a persisted
-frame is computed once; `repartition` is a barrier (every parent partition is computed before
+function; a persisted frame is computed once; `repartition` is a barrier (every parent partition is computed before
 any consumer task runs, as a shuffle map stage is); an exception in a task fails the job.
 Tasks run one after another, in partition order: no retries, no parallelism.
 """
@@ -82,10 +81,9 @@ class LocalFrame:
         def part(i: int) -> Rows:
             rows = self._partition(i)
             batch = pa.RecordBatch.from_pylist([dict(zip(self.columns, r)) for r in rows]) if rows else None
-            with frames.partition_of(i):
-                out: Rows = []
-                for got in f(iter([batch] if batch is not None else [])):
-                    out.extend(tuple(row[c] for c in columns) for row in got.to_pylist())
+            out: Rows = []
+            for got in f(iter([batch] if batch is not None else [])):
+                out.extend(tuple(row[c] for c in columns) for row in got.to_pylist())
             return out
         return self._derived(part, columns)
 
@@ -178,11 +176,16 @@ class LocalSession:
             return [(x,) for x in items[bounds[i]:bounds[i + 1]]]
         return LocalFrame(self, [functools.partial(part, i) for i in range(n)], ["id"], "range")
 
+    def createDataFrame(self, rows: list[tuple], schema: str) -> LocalFrame:
+        data = [tuple(r) for r in rows]
+        return LocalFrame(self, [lambda: list(data)], _columns(schema), "rows")
+
     def permute(self, rows: Rows, columns: list[str]) -> Rows:
         """Another arrival order of one consumer task's input, tuple by tuple: each chunk
         (runtime.wire: a row chunk or an Arrow chunk) is split into one-tuple chunks."""
         assert self.arrival is not None
         at = columns.index("chunk")
-        single = [row[:at] + (one,) + row[at + 1:] for row in rows for one in wire.split(row[at])]
+        single = [row[:at] + (one,) + row[at + 1:] for row in rows
+                  for one in (wire.split(row[at]) if row[at] else [row[at]])]   # (a task marker: kept)
         self.arrival.shuffle(single)
         return single
