@@ -13,6 +13,7 @@ its executors' Python is checked and the workflow's code shipped as for a sessio
 """
 from __future__ import annotations
 
+import dataclasses
 import html
 import os
 from collections.abc import Callable, Iterable, Mapping
@@ -126,6 +127,13 @@ class SparkChoice:
             return "local[*]" if connect.on_this_host(self.remote) else self.remote
         return self.master or environment().spark_master
 
+    @property
+    def recorded_master(self) -> str:
+        """What the run record keeps as its master: a Connect server's URL, else the master."""
+        if self.given is not None and connect.is_connect(self.given):
+            return connect.remote_of(self.given)
+        return self.remote or self.effective_master
+
     def session(self, redis_url: str | None = None) -> Any:
         """The session (started now if it was not); a Connect server is checked once to run
         recovery's tasks and reach `redis_url`."""
@@ -201,6 +209,7 @@ def submit(workflow: Topology | Workflow | str | os.PathLike[str], *, spark: Any
         return Run(rid, client, url, choice, summary=outcome.summary, follow=outcome, redis_given=redis)
     plan = jobs_submit.prepare(wf, xml, file, tracking_on=tracking, master=choice.effective_master,
                                run_id=run_id, spill_dir=spill_dir, reset=reset)
+    plan = dataclasses.replace(plan, master=choice.recorded_master)
     client, url = client_for(redis)
     jobs_submit.check_redis(client, plan)
     summary = follow_mod.submit_bounded(choice.session(url), client, url, plan, progress, on_resumed)

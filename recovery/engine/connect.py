@@ -89,12 +89,17 @@ def check_version(spark: Any, remote: str) -> None:
                            f"Spark {MIN_SPARK[0]}.{MIN_SPARK[1]} or later")
 
 
+def is_connect(spark: Any) -> bool:
+    """A Spark Connect client's session (pyspark.sql.connect): no SparkContext, no JVM here."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
 def remote_of(spark: Any) -> str:
-    """What to call a Connect session's server in messages."""
+    """A Connect session's server, as sc://HOST:PORT."""
     try:
-        return str(spark.client._builder.url)
+        return f"sc://{spark.client._builder.endpoint}"
     except AttributeError:
-        return "the Spark Connect server"
+        return "sc://(unknown)"
 
 
 # --- the server's side ---------------------------------------------------------------------

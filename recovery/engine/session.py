@@ -236,9 +236,7 @@ def _cluster_session(builder: Any, conf: dict[str, str]) -> Any:
     return spark
 
 
-def is_connect(spark: Any) -> bool:
-    """A Spark Connect client's session (pyspark.sql.connect): no SparkContext, no JVM here."""
-    return type(spark).__module__.startswith("pyspark.sql.connect")
+is_connect = connect.is_connect
 
 
 def is_classic(spark: Any) -> bool:

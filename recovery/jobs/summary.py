@@ -221,6 +221,9 @@ def round_warnings(rec: RunRecord, status: str) -> list[str]:
     (engine/executor_watch.py), or why the round failed (status `error`)."""
     if status == runs.RUNNING and rec.executors_waiting:
         return [rec.executors_waiting]
+    if status == runs.RUNNING and rec.master.startswith("sc://"):
+        return [f"running on the Spark Connect server at {rec.master}: its executors are not watched from "
+                "here (a round left without executors waits without a word; the server's own UI shows them)"]
     if status == runs.ERROR and rec.error:
         return [f"round {rec.round} failed: {rec.error} (`recovery recover {rec.run_id}` resumes it)"]
     return []

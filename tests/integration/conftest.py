@@ -153,3 +153,58 @@ def kill_when_round_0(proc: subprocess.Popen, client: Any, run_id: str,
     # the state they leave, once they are gone.
     wait_for(lambda: not any(running(p) for p in left), 120, "the killed driver's JVM and workers to end")
     return done()
+
+
+WHERE_MODULE = '''
+import os
+from recovery import BasicBolt
+
+
+class Where(BasicBolt):
+    """Each word with the task that got it, and the folder its code was loaded from."""
+
+    def process(self, tup):
+        self.emit([tup.values[0], tup.task, os.path.dirname(os.path.abspath(__file__))])
+'''
+
+WHERE_XML = '''<workflow xmlns="urn:recovery:workflow:1" name="where">
+  <spout id="words" parallelism="2">
+    <source type="file" path="words.txt" format="text"/>
+    <stream fields="word"/>
+  </spout>
+  <bolt id="where" parallelism="{parallelism}" class="where_code.where:Where">
+    <input from="words" grouping="fields" fields="word"/>
+    <stream fields="word task folder"/>
+  </bolt>
+  <bolt id="out" parallelism="1">
+    <sink type="jsonl" path="out"/>
+    <input from="where" grouping="shuffle"/>
+  </bolt>
+</workflow>
+'''
+
+
+def where_workflow(folder: Path, parallelism: int, n: int = 600) -> tuple[Path, list[str]]:
+    """A workflow whose `where` bolt (fields grouping on the word, `parallelism` tasks) writes
+    each word with the task that got it; its XML and its words."""
+    (folder / "where_code").mkdir(parents=True)
+    (folder / "where_code" / "__init__.py").write_text("")
+    (folder / "where_code" / "where.py").write_text(WHERE_MODULE)
+    words = [f"w{i % 97}-{i % 13}" for i in range(n)]
+    (folder / "words.txt").write_text("\n".join(words) + "\n")
+    (folder / "where.xml").write_text(WHERE_XML.format(parallelism=parallelism))
+    return folder / "where.xml", words
+
+
+def assert_router_tasks(xml: Path, records: list[dict], parallelism: int) -> None:
+    """Every record of the `where` workflow came from the task the per-tuple router picks for
+    its word, and every task got some."""
+    from recovery.model.graph import TaskMap
+    from recovery.runtime.routing import Router
+    wf = workflow_xml.load(xml)
+    tm = TaskMap.of(wf)
+    router = Router(wf, tm, "words")
+    for r in records:
+        (_, index), _, _ = router.route("default", [r["word"]], 0, None)[0]
+        assert r["task"] == tm.task_id("where", index), r
+    assert len({r["task"] for r in records}) == parallelism

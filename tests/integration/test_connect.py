@@ -18,13 +18,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from recovery.connectors.sink_folders import read_jsonl_dir
-from recovery.model.graph import TaskMap
-from recovery.model.xml import parse as workflow_xml
-from recovery.runtime.routing import Router
 from recovery.tracking import keys, runs
 from tests.connect import ConnectServer, OldSparkServer
 from tests.helpers import wait_for
-from tests.integration.conftest import copy_workflow, sink_records
+from tests.integration.conftest import assert_router_tasks, copy_workflow, sink_records, where_workflow
 from tests.integration.test_engine import wordcount_reference
 
 TRANSIENT_SPLIT = {"recovery.inject.s.component": "split", "recovery.inject.s.rate": "0.05",
@@ -119,57 +116,16 @@ def test_the_run_api_uses_a_connect_session_as_it_is_and_never_stops_it(connect_
     assert sink_records(tmp_path / "out" / "fanout" / "joined") == joined
 
 
-WHERE_MODULE = '''
-import os
-from recovery import BasicBolt
-
-
-class Where(BasicBolt):
-    """Each word with the task that got it, and the folder its code was loaded from."""
-
-    def process(self, tup):
-        self.emit([tup.values[0], tup.task, os.path.dirname(os.path.abspath(__file__))])
-'''
-
-WHERE_XML = '''<workflow xmlns="urn:recovery:workflow:1" name="where">
-  <spout id="words" parallelism="2">
-    <source type="file" path="words.txt" format="text"/>
-    <stream fields="word"/>
-  </spout>
-  <bolt id="where" parallelism="4" class="where_code.where:Where">
-    <input from="words" grouping="fields" fields="word"/>
-    <stream fields="word task folder"/>
-  </bolt>
-  <bolt id="out" parallelism="1">
-    <sink type="jsonl" path="out"/>
-    <input from="where" grouping="shuffle"/>
-  </bolt>
-</workflow>
-'''
-
-
 def test_fields_grouping_lands_each_key_where_the_router_says_with_code_the_server_never_had(
         connect_server, redis_url, redis_client, tmp_path):
     folder = tmp_path / "wf"
-    (folder / "where_code").mkdir(parents=True)
-    (folder / "where_code" / "__init__.py").write_text("")
-    (folder / "where_code" / "where.py").write_text(WHERE_MODULE)
-    words = [f"w{i % 97}-{i % 13}" for i in range(600)]
-    (folder / "words.txt").write_text("\n".join(words) + "\n")
-    (folder / "where.xml").write_text(WHERE_XML)
-    got = cli(env_for(redis_url, tmp_path / "home"), "submit", str(folder / "where.xml"), "--remote",
-              connect_server.url, "--json")
+    xml, words = where_workflow(folder, 4)
+    got = cli(env_for(redis_url, tmp_path / "home"), "submit", str(xml), "--remote", connect_server.url, "--json")
     assert got.returncode == 0, got.stderr
     assert json.loads(got.stdout)["status"] == "completed"
     records = list(read_jsonl_dir(str(folder / "out")))
     assert sorted(r["word"] for r in records) == sorted(words)
-    wf = workflow_xml.load(folder / "where.xml")
-    tm = TaskMap.of(wf)
-    router = Router(wf, tm, "words")
-    for r in records:
-        (_, index), _, _ = router.route("default", [r["word"]], 0, None)[0]
-        assert r["task"] == tm.task_id("where", index), r
-    assert len({r["task"] for r in records}) == 4
+    assert_router_tasks(xml, records, 4)
     # the workflow's code ran from what shipped with the job, not from its folder
     assert all(not r["folder"].startswith(str(folder)) for r in records), records[0]
 

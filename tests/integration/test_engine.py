@@ -167,3 +167,23 @@ def test_spark_task_retries_change_no_result_and_no_ledger(spark, redis_url, red
     state = lambda rid: redis_client.hgetall(state_key(rid, "count"))
     assert state(base.run_id) == state(crashed.run_id)
     assert base.components["count"].executed == crashed.components["count"].executed
+
+
+def test_every_task_of_a_wide_stage_runs_with_adaptive_execution_coalescing(spark, redis_url, redis_client,
+                                                                           tmp_path):
+    """A stage's repartition names its number of tasks: adaptive query execution, told to
+    coalesce small partitions, leaves it, so each key reaches the task the router picks and
+    every one of the eight tasks runs."""
+    from recovery.connectors.sink_folders import read_jsonl_dir
+    from recovery.connectors.spark_source import session_settings
+    from tests.integration.conftest import assert_router_tasks, where_workflow
+    xml, words = where_workflow(tmp_path / "wf", 8, n=200)
+    with session_settings(spark, {"spark.sql.adaptive.enabled": "true",
+                                  "spark.sql.adaptive.coalescePartitions.enabled": "true",
+                                  "spark.sql.adaptive.advisoryPartitionSizeInBytes": "256m",
+                                  "spark.sql.adaptive.coalescePartitions.minPartitionSize": "64m"}):
+        s = submit(spark, redis_url, redis_client, xml)
+    assert s.status == "completed"
+    records = list(read_jsonl_dir(str(tmp_path / "wf" / "out")))
+    assert sorted(r["word"] for r in records) == sorted(words)
+    assert_router_tasks(xml, records, 8)
