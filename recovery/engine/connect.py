@@ -73,6 +73,7 @@ def connect_session(remote: str, conf: dict[str, str] | None = None) -> Any:
     except Exception as err:   # pyspark's and gRPC's errors: worded as one line
         raise ConnectError(f"cannot open a Spark Connect session at {remote}: {_one_line(str(err))}") from None
     check_version(spark, remote)
+    _urls[str(spark.session_id)] = remote
     log.info("Spark Connect session at %s (Spark %s, master %s)", remote, spark.version,
              spark.conf.get("spark.master", "?"))
     return spark
@@ -94,10 +95,16 @@ def is_connect(spark: Any) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
+_urls: dict[str, str] = {}   # the URL each session of ours was opened with, by session id
+
+
 def remote_of(spark: Any) -> str:
-    """A Connect session's server, as sc://HOST:PORT."""
+    """A Connect session's server: the URL it was opened with here, else sc://HOST."""
+    url = _urls.get(str(getattr(spark, "session_id", "")))
+    if url is not None:
+        return url
     try:
-        return f"sc://{spark.client._builder.endpoint}"
+        return f"sc://{spark.client.host}"
     except AttributeError:
         return "sc://(unknown)"
 
