@@ -44,8 +44,9 @@ def recover(run_id: str, max_rounds: int | None, strategy: str, master: str | No
     round (a crashed round that resumes too). Use it to mend a bad value a run was
     submitted with, or to allow more attempts before `recovery dead --requeue`."""
     spark_settings = common.spark_settings(spark_conf, properties_file)
+    # (before Redis is read: --remote with --master, or the embedded Redis with a cluster's tasks)
+    api.refuse_embedded_redis_on_cluster(redis_url, api.SparkChoice(None, master, {}, remote).effective_master)
     run = api.Run.get(run_id, redis=redis_url, master=master, spark_conf=spark_settings, remote=remote)
-    api.refuse_embedded_redis_on_cluster(redis_url, run.spark_choice.effective_master)
 
     def prepared(plan: RecoverPlan) -> None:   # checked; Spark not started yet
         if plan.driver_alive:   # (force)
