@@ -23,17 +23,19 @@ from recovery.connectors import files
 from recovery.controlplane import connection
 from recovery.engine.session import adopt, is_local_master, session
 from recovery.environment import environment
-from recovery.errors import RecoveryError
+from recovery.errors import BadRequest, RecoveryError
 from recovery.jobs import clear as jobs_clear
 from recovery.jobs import dead_letters as jobs_dead
 from recovery.jobs import follow as follow_mod
 from recovery.jobs import follow_events, reports
 from recovery.jobs import recover as jobs_recover
 from recovery.jobs import submit as jobs_submit
+from recovery.jobs import trace as jobs_trace
 from recovery.jobs.recover import RecoveryRound
 from recovery.jobs.reports import RecoveryPlan, RoundReport
 from recovery.jobs.settle import Progress
 from recovery.jobs.summary import RunSummary
+from recovery.jobs.trace import RootTrace
 from recovery.model import config as config_decl
 from recovery.model.failed import FailedTuple
 from recovery.model.workflow import Workflow
@@ -251,6 +253,15 @@ class Run:
 
     def workflow(self) -> Workflow:
         return runs.get(self.client, self.id).original_workflow()
+
+    def trace(self, root: int | str | None = None, tree: bool = False, *, message: str | None = None) -> RootTrace:
+        """One root followed (`recovery trace`): its message id, state, failures, replays,
+        requeues and dead letter. `root` is its id (as `dead_letters()` show in `roots`), or
+        `message` its message id in its source's terms (FILE:OFFSET, PARTITION:OFFSET, an
+        id-field value)."""
+        if tree:
+            raise BadRequest("trace(tree=True) is not available yet: the tuple tree is not re-derived")
+        return jobs_trace.trace(self.client, self.id, root, message)
 
     # --- actions ----------------------------------------------------------------------------
     def recover(self, *, max_rounds: int | None = None, strategy: str = "localized",

@@ -64,7 +64,9 @@ def _on_sys_path(base_dir: str | None) -> Iterator[None]:
 def _forget_shadowed(module_name: str, base_dir: str | None) -> None:
     """Two workflows may ship packages of the same name from different folders (copies of
     one example, say). If the package already imported is not the one under base_dir, drop
-    it from sys.modules so this workflow gets its own code."""
+    it from sys.modules so this workflow gets its own code. Nor is one kept whose files
+    changed on disk since it was imported (a component fixed for `recover --code-changed`,
+    while Spark reuses the Python worker that imported the old code)."""
     if not base_dir:
         return
     top = module_name.split(".")[0]
@@ -75,10 +77,38 @@ def _forget_shadowed(module_name: str, base_dir: str | None) -> None:
     if not (os.path.isdir(os.path.join(root, top)) or os.path.isfile(os.path.join(root, top + ".py"))):
         return
     files = [getattr(loaded, "__file__", None) or ""] + list(getattr(loaded, "__path__", []) or [])
-    if any(os.path.abspath(f).startswith(root + os.sep) for f in files if f):
+    mine = [m for m in sys.modules if m == top or m.startswith(top + ".")]
+    if any(os.path.abspath(f).startswith(root + os.sep) for f in files if f) and \
+            all(_stamp(sys.modules[m]) == _imported.get(m) for m in mine):
         return
-    for name in [m for m in sys.modules if m == top or m.startswith(top + ".")]:
+    for name in mine:
         del sys.modules[name]
+        _imported.pop(name, None)
+
+
+#: What each workflow module's file was when it was imported (`_stamp`): a module whose file
+#: changed since is imported again.
+_imported: dict[str, tuple[int, int] | None] = {}
+
+
+def _stamp(module: object) -> tuple[int, int] | None:
+    """(mtime in ns, size) of a module's file, None when it has none or it is gone."""
+    path = getattr(module, "__file__", None)
+    try:
+        st = os.stat(path) if path else None
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size) if st is not None else None
+
+
+def _remember(module_name: str, base_dir: str | None) -> None:
+    """The stamps of the package of `module_name` as imported now (those not stamped yet)."""
+    if not base_dir:
+        return
+    top = module_name.split(".")[0]
+    for name in [m for m in sys.modules if m == top or m.startswith(top + ".")]:
+        if name not in _imported:
+            _imported[name] = _stamp(sys.modules[name])
 
 
 def _who(component: str | None, ref: str) -> str:
@@ -105,6 +135,7 @@ def load_class(ref: str, base_dir: str | None = None, *, component: str | None =
         _forget_shadowed(module_name, base_dir)
         try:
             module = importlib.import_module(module_name)
+            _remember(module_name, base_dir)
         except ModuleNotFoundError as err:
             if err.name and (module_name == err.name or module_name.startswith(err.name + ".")):
                 where = f" (searched {os.path.abspath(base_dir)} first)" if base_dir else ""

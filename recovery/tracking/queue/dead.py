@@ -37,7 +37,8 @@ def requeue(client: Redis, run_id: str, generation: str | None, component: str |
     named by `tuple_keys` (`dead_key`). Each tuple moves in one transaction that only commits if
     it is still dead (WATCH) and the run holds `generation`, so an interrupted or concurrent
     requeue neither loses nor doubles a tuple; each requeue is an event of the tuple's history.
-    `adjust_counts(pipe, n)` runs in that transaction with the dead roots it made pending again. Returns the tuples requeued.
+    `adjust_counts(pipe, n)` runs in that transaction with the dead roots it made pending again.
+    Returns the tuples requeued.
     Only the dead letters Redis holds outside a flush can be requeued: those written to the
     dead-letter sink are the sink's."""
     dead = dead_letters_key(run_id)

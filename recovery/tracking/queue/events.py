@@ -3,7 +3,7 @@ the commit's staged writes (store.staged_writes) and a requeue build them here."
 from __future__ import annotations
 
 import time
-from typing import Any, cast
+from typing import Any
 
 import msgpack
 
@@ -26,7 +26,7 @@ def failure_event(rec: FailedTuple) -> bytes:
         event["gone"] = True
     if rec.message_id is not None:   # a source's record that failed: its message id is known here
         event["message_id"] = rec.message_id
-    return cast(bytes, msgpack.packb(event, default=repr))
+    return msgpack.packb(event, default=repr)
 
 
 def replay_field(tuple_id: int, round_no: int) -> str:
@@ -34,7 +34,7 @@ def replay_field(tuple_id: int, round_no: int) -> str:
 
 
 def replay_event(round_no: int) -> bytes:
-    return cast(bytes, msgpack.packb({"round": round_no, "time": time.time()}))
+    return msgpack.packb({"round": round_no, "time": time.time()})
 
 
 def requeue_field(rec: FailedTuple) -> str:
@@ -44,4 +44,4 @@ def requeue_field(rec: FailedTuple) -> str:
 
 
 def requeue_event(when: float) -> bytes:
-    return cast(bytes, msgpack.packb({"time": when}))
+    return msgpack.packb({"time": when})
