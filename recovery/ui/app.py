@@ -34,6 +34,7 @@ from recovery.environment import environment
 from recovery.errors import BadRequest, NotFound, RecoveryError
 from recovery.jobs import clear as jobs_clear
 from recovery.jobs import dead_letters, metrics, reports
+from recovery.jobs import trace as trace_job
 from recovery.tracking import keys, runs
 from recovery.tracking import queue as failed_queue
 from recovery.ui import svg
@@ -251,6 +252,25 @@ def dead_page(request: Request) -> Response:
         "message": request.query_params.get("message")})
 
 
+def _trace_of(request: Request) -> trace_job.RootTrace:
+    """The trace a page or the API asks for: ?root=ID, or ?message=VALUE (its message id)."""
+    q = request.query_params
+    root, message = q.get("root") or None, q.get("message") or None
+    if (root is None) == (message is None):
+        raise BadRequest("give ?root=ID (as the dead letters show roots) or ?message=VALUE")
+    return trace_job.trace(_ui(request).client, request.path_params["run_id"], root, message)
+
+
+def trace_page(request: Request) -> Response:
+    ui = _ui(request)
+    result = _trace_of(request)
+    return ui.templates.TemplateResponse(request, "trace.html", {"run_id": result.run_id, "trace": result})
+
+
+def api_trace(request: Request) -> Response:
+    return _json(_trace_of(request).to_json())
+
+
 def clear_page(request: Request) -> Response:
     ui = _ui(request)
     run_id = request.path_params["run_id"]
@@ -466,6 +486,7 @@ def create_app(client: Redis, redis_url: str, log_dir: Path, *, host: str = "127
         _route(run + "/dead", dead_page),
         _route(run + "/dead/requeue", requeue_action, methods=["POST"]),
         _route(run + "/recover", recover_action, methods=["POST"]),
+        _route(run + "/trace", trace_page),
         _route(run + "/clear", clear_page),
         _route(run + "/clear", clear_action, methods=["POST"]),
         _route("/metrics", metrics_page),
@@ -477,6 +498,7 @@ def create_app(client: Redis, redis_url: str, log_dir: Path, *, host: str = "127
         _route(api + "/failed", _api_report(reports.failed)),
         _route(api + "/dead", api_dead),
         _route(api + "/dead/requeue", api_requeue, methods=["POST"]),
+        _route(api + "/trace", api_trace),
         _route(api + "/plan", _api_report(reports.plan)),
         _route(api + "/partitions", _api_report(reports.partitions)),
         _route(api + "/recover", api_recover, methods=["POST"]),
