@@ -12,7 +12,7 @@ synthesized workflow, the same engine, the code as it is now), under a scratch r
 - The scratch run is cleared at the end (its keys and spill files: jobs/clear.py), whatever
   happened; one a killed process left is cleared by the next sandbox of the run, or `clear`.
 
-`run_sandboxed` is the one entry point (`recovery preview` calls it)."""
+`run_sandboxed` is the one entry point (`recovery preview`, jobs/preview.py, calls it)."""
 from __future__ import annotations
 
 import logging
@@ -113,12 +113,13 @@ def remove_stale(client: Redis, run_id: str) -> list[str]:
     return gone
 
 
-def run_sandboxed(spark: SparkSession, client: Redis, redis_url: str, run_id: str, *, dead: bool = False,
-                  component: str | None = None, limit: int | None = None,
+def run_sandboxed(spark: SparkSession | Callable[[], SparkSession], client: Redis, redis_url: str, run_id: str,
+                  *, dead: bool = False, component: str | None = None, limit: int | None = None,
                   select: Callable[[FailedTuple], bool] | None = None,
                   progress: Progress | None = None) -> SandboxResult:
     """Run the run's next recovery round in a sandbox (module doc) and say what it did. Writes
-    nothing of the run; the scratch run it makes is gone when this returns or raises."""
+    nothing of the run; the scratch run it makes is gone when this returns or raises. `spark`
+    may be a function that starts the session: a run with nothing to replay needs none."""
     rec = runs.get(client, run_id)
     if not rec.tracking:
         raise RunError(f"run {run_id} ran with tracking off: there is nothing to preview")
@@ -146,7 +147,9 @@ def run_sandboxed(spark: SparkSession, client: Redis, redis_url: str, run_id: st
             log.info("run %s: previewing round %d in scratch run %s (%d tuples at %d positions)", run_id,
                      round_no, scratch_id, len(replay), sum(len(t) for t in failed.values()))
             try:
-                engine_rounds.run_round(spark, wf, spec, (lambda d, t: progress("preview", d, t)) if progress else None)
+                session = spark() if callable(spark) else spark
+                engine_rounds.run_round(session, wf, spec,
+                                        (lambda d, t: progress("preview", d, t)) if progress else None)
             except Exception as err:
                 if not is_spark_failure(err):
                     raise
