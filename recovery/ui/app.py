@@ -38,7 +38,7 @@ from recovery.tracking import keys, runs
 from recovery.tracking import queue as failed_queue
 from recovery.ui import svg
 from recovery.ui.access import check_token
-from recovery.ui.actions import RecoverProcess, RecoverProcesses
+from recovery.ui.actions import PreviewProcesses, RecoverProcess, RecoverProcesses
 from recovery.ui.login import login_action, login_page
 from recovery.ui.security import (
     CSRF_FIELD,
@@ -88,6 +88,7 @@ class UI:
         self.redis_url = redis_url
         self.guard = guard
         self.processes = RecoverProcesses(redis_url, log_dir)
+        self.previews = PreviewProcesses(redis_url, log_dir)
         # every form of the pages carries its session's CSRF value (security.py), never the token
         self.templates = Jinja2Templates(directory=str(HERE / "templates"), context_processors=[
             lambda request: {"csrf": getattr(request.state, CSRF_FIELD, "")}])
@@ -282,6 +283,27 @@ def recover_action(request: Request) -> Response:
     return RedirectResponse(f"/runs/{quote(run_id)}", status_code=303)
 
 
+async def preview_action(request: Request) -> Response:
+    """Start `recovery preview RUN` as a separate process; its page shows the result."""
+    ui = _ui(request)
+    run_id = request.path_params["run_id"]
+    form = await _form(request)
+    dead = form.get("dead") == ["1"]
+    await anyio.to_thread.run_sync(lambda: ui.previews.start(ui.client, run_id, dead))
+    return RedirectResponse(f"/runs/{quote(run_id)}/preview", status_code=303)
+
+
+def preview_page(request: Request) -> Response:
+    """The last preview started from this server: running, failed, or its result per position
+    and per sink, with the Recover and Requeue buttons after it."""
+    ui = _ui(request)
+    run_id = request.path_params["run_id"]
+    summary = reports.run_summary(ui.client, run_id)
+    return ui.templates.TemplateResponse(request, "preview.html", {
+        "run_id": run_id, "summary": summary, "process": ui.previews.state(run_id),
+        "dead_count": len(dead_letters.dead(ui.client, run_id).dead)})
+
+
 async def requeue_action(request: Request) -> Response:
     ui = _ui(request)
     run_id = request.path_params["run_id"]
@@ -466,6 +488,8 @@ def create_app(client: Redis, redis_url: str, log_dir: Path, *, host: str = "127
         _route(run + "/dead", dead_page),
         _route(run + "/dead/requeue", requeue_action, methods=["POST"]),
         _route(run + "/recover", recover_action, methods=["POST"]),
+        _route(run + "/preview", preview_page),
+        _route(run + "/preview", preview_action, methods=["POST"]),
         _route(run + "/clear", clear_page),
         _route(run + "/clear", clear_action, methods=["POST"]),
         _route("/metrics", metrics_page),
