@@ -28,6 +28,7 @@ from recovery.jobs import clear as jobs_clear
 from recovery.jobs import dead_letters as jobs_dead
 from recovery.jobs import follow as follow_mod
 from recovery.jobs import follow_events, reports
+from recovery.jobs import preview as jobs_preview
 from recovery.jobs import recover as jobs_recover
 from recovery.jobs import submit as jobs_submit
 from recovery.jobs import trace as jobs_trace
@@ -262,6 +263,21 @@ class Run:
         if tree:
             raise BadRequest("trace(tree=True) is not available yet: the tuple tree is not re-derived")
         return jobs_trace.trace(self.client, self.id, root, message)
+
+    def preview(self, dead: bool = False, component: str | None = None, limit: int | None = None, *,
+                progress: Progress | None = None) -> jobs_preview.Preview:
+        """What the next `recover` round would do, with the code as it is now, run in a sandbox
+        that writes nothing of the run: per failed position, how many queued tuples would
+        succeed and how many fail again (their errors grouped); per sink, how many records it
+        would get, with a sample. `dead`: the dead letters, as if requeued; `component`: only
+        its positions; `limit`: at most that many tuples per position."""
+        rec = runs.get(self.client, self.id)
+        master = self._spark.effective_master
+        refuse_embedded_redis_on_cluster(self._redis_given, master)
+        files.check_paths_reach_executors(rec.original_workflow(), master, rec.file)
+        spill.check_reaches_executors(None, rec.spill_dir, master)
+        return jobs_preview.preview(self._spark.session, self.client, self.redis_url, self.id, dead=dead,
+                                    component=component, limit=limit, progress=progress)
 
     # --- actions ----------------------------------------------------------------------------
     def recover(self, *, max_rounds: int | None = None, strategy: str = "localized",

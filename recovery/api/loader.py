@@ -64,9 +64,7 @@ def _on_sys_path(base_dir: str | None) -> Iterator[None]:
 def _forget_shadowed(module_name: str, base_dir: str | None) -> None:
     """Two workflows may ship packages of the same name from different folders (copies of
     one example, say). If the package already imported is not the one under base_dir, drop
-    it from sys.modules so this workflow gets its own code. Nor is one kept whose files
-    changed on disk since it was imported (a component fixed for `recover --code-changed`,
-    while Spark reuses the Python worker that imported the old code)."""
+    it from sys.modules so this workflow gets its own code."""
     if not base_dir:
         return
     top = module_name.split(".")[0]
@@ -77,38 +75,60 @@ def _forget_shadowed(module_name: str, base_dir: str | None) -> None:
     if not (os.path.isdir(os.path.join(root, top)) or os.path.isfile(os.path.join(root, top + ".py"))):
         return
     files = [getattr(loaded, "__file__", None) or ""] + list(getattr(loaded, "__path__", []) or [])
-    mine = [m for m in sys.modules if m == top or m.startswith(top + ".")]
-    if any(os.path.abspath(f).startswith(root + os.sep) for f in files if f) and \
-            all(_stamp(sys.modules[m]) == _imported.get(m) for m in mine):
+    if any(os.path.abspath(f).startswith(root + os.sep) for f in files if f):
         return
-    for name in mine:
+    for name in [m for m in sys.modules if m == top or m.startswith(top + ".")]:
         del sys.modules[name]
-        _imported.pop(name, None)
 
 
-#: What each workflow module's file was when it was imported (`_stamp`): a module whose file
-#: changed since is imported again.
-_imported: dict[str, tuple[int, int] | None] = {}
+# The source files of the workflow modules imported, as they were then (mtime, size).
+_IMPORTED: dict[str, tuple[int, int]] = {}
 
 
-def _stamp(module: object) -> tuple[int, int] | None:
-    """(mtime in ns, size) of a module's file, None when it has none or it is gone."""
-    path = getattr(module, "__file__", None)
+def _stamp(path: str) -> tuple[int, int] | None:
     try:
-        st = os.stat(path) if path else None
+        st = os.stat(path)
     except OSError:
         return None
-    return (st.st_mtime_ns, st.st_size) if st is not None else None
+    return st.st_mtime_ns, st.st_size
+
+
+def _workflow_package(module_name: str, base_dir: str | None) -> str | None:
+    """The top package of `module_name` when it is the workflow's own (in `base_dir`)."""
+    top = module_name.split(".")[0]
+    if not base_dir:
+        return None
+    root = os.path.abspath(base_dir)
+    if os.path.isdir(os.path.join(root, top)) or os.path.isfile(os.path.join(root, top + ".py")):
+        return top
+    return None
+
+
+def _modules_of(top: str) -> list[str]:
+    return [m for m in sys.modules if m == top or m.startswith(top + ".")]
+
+
+def _forget_changed(module_name: str, base_dir: str | None) -> None:
+    """A long-lived process (a reused Spark worker, a notebook's driver) imported a workflow's
+    package before its code was changed on disk (a bug fixed, then `recover --code-changed`):
+    drop the package from sys.modules so the code as it is now is imported."""
+    top = _workflow_package(module_name, base_dir)
+    if top is None:
+        return
+    names = _modules_of(top)
+    paths = [getattr(sys.modules[n], "__file__", None) for n in names]
+    if any(p in _IMPORTED and _stamp(p) != _IMPORTED[p] for p in paths if p):
+        for name, path in zip(names, paths):
+            del sys.modules[name]
+            _IMPORTED.pop(path or "", None)
 
 
 def _remember(module_name: str, base_dir: str | None) -> None:
-    """The stamps of the package of `module_name` as imported now (those not stamped yet)."""
-    if not base_dir:
-        return
-    top = module_name.split(".")[0]
-    for name in [m for m in sys.modules if m == top or m.startswith(top + ".")]:
-        if name not in _imported:
-            _imported[name] = _stamp(sys.modules[name])
+    top = _workflow_package(module_name, base_dir)
+    for name in _modules_of(top) if top else ():
+        path = getattr(sys.modules[name], "__file__", None)
+        if path and path not in _IMPORTED and (stamp := _stamp(path)) is not None:
+            _IMPORTED[path] = stamp
 
 
 def _who(component: str | None, ref: str) -> str:
@@ -133,6 +153,7 @@ def load_class(ref: str, base_dir: str | None = None, *, component: str | None =
         raise ClassLoadError(f'{who}: expected "package.module:ClassName"', component, ref)
     with _on_sys_path(base_dir):
         _forget_shadowed(module_name, base_dir)
+        _forget_changed(module_name, base_dir)
         try:
             module = importlib.import_module(module_name)
             _remember(module_name, base_dir)

@@ -197,7 +197,7 @@ class TaskRunner:
 
     def _needs_redis(self) -> bool:
         impl = self.comp.impl
-        return impl.kind == "sink" and impl.type == "redis" or (
+        return impl.kind == "sink" and impl.type in ("redis", "capture") or (
             impl.kind == "source" and impl.type in ("queue", "redis-stream", "kafka"))
 
     # -- component set-up -----------------------------------------------------------------

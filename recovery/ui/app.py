@@ -34,12 +34,11 @@ from recovery.environment import environment
 from recovery.errors import BadRequest, NotFound, RecoveryError
 from recovery.jobs import clear as jobs_clear
 from recovery.jobs import dead_letters, metrics, reports
-from recovery.jobs import trace as trace_job
 from recovery.tracking import keys, runs
 from recovery.tracking import queue as failed_queue
 from recovery.ui import svg
 from recovery.ui.access import check_token
-from recovery.ui.actions import RecoverProcess, RecoverProcesses
+from recovery.ui.actions import PreviewProcesses, RecoverProcess, RecoverProcesses
 from recovery.ui.login import login_action, login_page
 from recovery.ui.security import (
     CSRF_FIELD,
@@ -49,6 +48,7 @@ from recovery.ui.security import (
     SecurityMiddleware,
     wants_json,
 )
+from recovery.ui.trace import api_trace, trace_page
 from recovery.visible import visible
 
 HERE = Path(__file__).resolve().parent
@@ -89,6 +89,7 @@ class UI:
         self.redis_url = redis_url
         self.guard = guard
         self.processes = RecoverProcesses(redis_url, log_dir)
+        self.previews = PreviewProcesses(redis_url, log_dir)
         # every form of the pages carries its session's CSRF value (security.py), never the token
         self.templates = Jinja2Templates(directory=str(HERE / "templates"), context_processors=[
             lambda request: {"csrf": getattr(request.state, CSRF_FIELD, "")}])
@@ -252,25 +253,6 @@ def dead_page(request: Request) -> Response:
         "message": request.query_params.get("message")})
 
 
-def _trace_of(request: Request) -> trace_job.RootTrace:
-    """The trace a page or the API asks for: ?root=ID, or ?message=VALUE (its message id)."""
-    q = request.query_params
-    root, message = q.get("root") or None, q.get("message") or None
-    if (root is None) == (message is None):
-        raise BadRequest("give ?root=ID (as the dead letters show roots) or ?message=VALUE")
-    return trace_job.trace(_ui(request).client, request.path_params["run_id"], root, message)
-
-
-def trace_page(request: Request) -> Response:
-    ui = _ui(request)
-    result = _trace_of(request)
-    return ui.templates.TemplateResponse(request, "trace.html", {"run_id": result.run_id, "trace": result})
-
-
-def api_trace(request: Request) -> Response:
-    return _json(_trace_of(request).to_json())
-
-
 def clear_page(request: Request) -> Response:
     ui = _ui(request)
     run_id = request.path_params["run_id"]
@@ -300,6 +282,27 @@ def recover_action(request: Request) -> Response:
     if _wants_fragment(request):
         return HTMLResponse(_flash_html(message) + ui.render_live_run_body(run_id))
     return RedirectResponse(f"/runs/{quote(run_id)}", status_code=303)
+
+
+async def preview_action(request: Request) -> Response:
+    """Start `recovery preview RUN` as a separate process; its page shows the result."""
+    ui = _ui(request)
+    run_id = request.path_params["run_id"]
+    form = await _form(request)
+    dead = form.get("dead") == ["1"]
+    await anyio.to_thread.run_sync(lambda: ui.previews.start(ui.client, run_id, dead))
+    return RedirectResponse(f"/runs/{quote(run_id)}/preview", status_code=303)
+
+
+def preview_page(request: Request) -> Response:
+    """The last preview started from this server: running, failed, or its result per position
+    and per sink, with the Recover and Requeue buttons after it."""
+    ui = _ui(request)
+    run_id = request.path_params["run_id"]
+    summary = reports.run_summary(ui.client, run_id)
+    return ui.templates.TemplateResponse(request, "preview.html", {
+        "run_id": run_id, "summary": summary, "process": ui.previews.state(run_id),
+        "dead_count": len(dead_letters.dead(ui.client, run_id).dead)})
 
 
 async def requeue_action(request: Request) -> Response:
@@ -487,6 +490,8 @@ def create_app(client: Redis, redis_url: str, log_dir: Path, *, host: str = "127
         _route(run + "/dead/requeue", requeue_action, methods=["POST"]),
         _route(run + "/recover", recover_action, methods=["POST"]),
         _route(run + "/trace", trace_page),
+        _route(run + "/preview", preview_page),
+        _route(run + "/preview", preview_action, methods=["POST"]),
         _route(run + "/clear", clear_page),
         _route(run + "/clear", clear_action, methods=["POST"]),
         _route("/metrics", metrics_page),

@@ -30,6 +30,7 @@ The interface, by who calls it:
   (at the commit point: a tuple into the failed set, or *moved to dead*), `apply_staged` (step 3);
 - the queue source of a recovery round: `read`, then `reset_due`;
 - recovery: `prune_empty`, `clear` (root replay drops every queue), `forget_dead_roots`;
+- a sandbox (`recovery preview`): `holds_failures` (what it does not copy), `enqueue`;
 - the dead letters (tracking/queue/dead.py): `requeue`, the retention cap `drop_dead`, `dead_totals`;
   for the dead-letter sink `take_for_flush`, `flush_of`, `pending_flushes`, `flush_done`.
 """
@@ -52,6 +53,7 @@ from recovery.tracking.queue.store import (
     dead_roots_key,
     due_key,
     earliest_due,
+    enqueue,
     failed_key,
     fingerprint,
     flush_done,
@@ -63,6 +65,7 @@ from recovery.tracking.queue.store import (
     gone_roots,
     history_key,
     history_positions_key,
+    holds_failures,
     parse_position,
     pending_flushes,
     position_name,

@@ -322,6 +322,32 @@ def apply_staged(client: Redis, run_id: str, round_no: int, token: str, where: l
     return n
 
 
+# --- a sandbox (recovery preview) -------------------------------------------------------------------
+def holds_failures(run_id: str, key: str) -> bool:
+    """Whether `key` (a key of the run) is one of the keys above: a queue, its staged writes,
+    the failed set, the due times, the dead letters and what belongs to them. A sandbox copies
+    a run without these, then queues the tuples it previews itself (`enqueue`)."""
+    own = (failed_key(run_id), due_key(run_id), dead_letters_key(run_id), dead_roots_key(run_id),
+           flushes_key(run_id), gone_key(run_id))
+    queues = keys.spread_key(run_id, "queue:")[:-1]   # every queue's tag starts so (and its staged keys')
+    return key in own or key.startswith(keys.run_key(run_id, "deadflush", "")) or key.startswith(queues)
+
+
+def enqueue(client: Redis, run_id: str, tuples: Iterable[FailedTuple]) -> int:
+    """Put `tuples` into their positions' queues, ready now (each as it is given), their positions
+    into the failed set: what a sandbox replays. Returns the tuples queued."""
+    n = 0
+    with client.pipeline(transaction=False) as pipe:
+        for rec in tuples:
+            pos = position_name(rec.component, rec.task)
+            pipe.hset(queue_key(run_id, rec.component, rec.task), str(rec.id), rec.pack())
+            pipe.sadd(failed_key(run_id), pos)
+            pipe.zadd(due_key(run_id), {pos: 0.0})
+            n += 1
+        pipe.execute()
+    return n
+
+
 # --- the queue source ------------------------------------------------------------------------------
 def reset_due(client: Redis, run_id: str, generation: str | None, component: str, task: int,
               earliest: float | None) -> None:

@@ -171,18 +171,17 @@ def test_loading_a_class_refreshes_the_workflow_folders_finders_only(pkg, monkey
     assert elsewhere.invalidated == 0 and inside.invalidated == 1
 
 
-def test_a_module_changed_on_disk_since_it_was_imported_is_imported_again(tmp_path):
-    """A reused worker process loads a component fixed on disk (`recover --code-changed`),
-    and keeps the module it has while its files stay as they were."""
-    name = f"changing_{next(_counter)}"
-    (tmp_path / name).mkdir()
-    (tmp_path / name / "__init__.py").write_text("")
-    bolt = tmp_path / name / "bolts.py"
-    bolt.write_text("from recovery import BasicBolt\n\nclass B(BasicBolt):\n    FIXED = False\n")
-    first = load_class(f"{name}.bolts:B", str(tmp_path))
-    assert first.FIXED is False and load_class(f"{name}.bolts:B", str(tmp_path)) is first
-    bolt.write_text("from recovery import BasicBolt\n\nclass B(BasicBolt):\n    FIXED = 'yes'\n")
-    fixed = load_class(f"{name}.bolts:B", str(tmp_path))
-    assert fixed.FIXED == "yes" and load_class(f"{name}.bolts:B", str(tmp_path)) is fixed
-    for mod in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
-        del sys.modules[mod]
+def test_a_workflow_module_changed_on_disk_is_imported_again(tmp_path):
+    """A reused Spark worker (or a notebook's driver) loads the code as it is now after a fix."""
+    (tmp_path / "changing_pkg").mkdir()
+    (tmp_path / "changing_pkg" / "__init__.py").write_text("")
+    module = tmp_path / "changing_pkg" / "bolts.py"
+    module.write_text("from recovery import BasicBolt\n\nclass B(BasicBolt):\n    VERSION = 1\n")
+    try:
+        assert load_class("changing_pkg.bolts:B", str(tmp_path)).VERSION == 1
+        assert load_class("changing_pkg.bolts:B", str(tmp_path)).VERSION == 1   # unchanged: the same module
+        module.write_text("from recovery import BasicBolt\n\nclass B(BasicBolt):\n    VERSION = 2  # fixed\n")
+        assert load_class("changing_pkg.bolts:B", str(tmp_path)).VERSION == 2
+    finally:
+        for name in [m for m in sys.modules if m.startswith("changing_pkg")]:
+            del sys.modules[name]
