@@ -205,6 +205,12 @@ def test_root_replay_selection_and_dead_requeue_split_by_slot_on_a_cluster(redis
     assert dead_letters.requeue_dead(redis_client, "split-steps") == 10
     assert redis_client.hlen(failed_queue.queue_key("split-steps", "count", 7)) == 40
     assert redis_client.hlen(failed_queue.dead_letters_key("split-steps")) == 0 and redis_client.scard(failed_queue.dead_roots_key("split-steps")) == 0
+    # the history of the position, in its queue's slot: each failure, and each requeue once
+    from recovery.tracking.queue import history
+    events = history.read(redis_client, "split-steps", "count", 7).events
+    assert sorted(e.kind for e in events) == ["failed"] * 40 + ["requeued"] * 10
+    assert dead_letters.requeue_dead(redis_client, "split-steps") == 0
+    assert len(history.read(redis_client, "split-steps", "count", 7).events) == 50
 
     added = [ledger.supersede_bucket(redis_client, "split-steps", b, 1, lease.generation)
              for b in range(ledger.LEDGER_BUCKETS)]

@@ -99,3 +99,9 @@ def test_clear_removes_the_history_with_the_run(fake_redis):
     clear.clear(fake_redis, RUN, force=True)
     assert not list(fake_redis.scan_iter(match=keys.run_pattern(RUN)))
     assert fake_redis.get("unrelated") == b"1"
+
+
+def test_a_positions_history_is_in_its_queues_hash_slot_and_the_positions_in_the_runs():
+    for comp, task in (("split", 3), ("count", 11)):
+        assert keys.hash_slot(queue.history_key(RUN, comp, task)) == keys.hash_slot(queue.queue_key(RUN, comp, task))
+    assert keys.hash_slot(queue.history_positions_key(RUN)) == keys.hash_slot(queue.failed_key(RUN))
