@@ -23,7 +23,7 @@ from recovery.connectors import files
 from recovery.controlplane import connection
 from recovery.engine.session import adopt, is_local_master, session
 from recovery.environment import environment
-from recovery.errors import BadRequest, RecoveryError
+from recovery.errors import RecoveryError
 from recovery.jobs import clear as jobs_clear
 from recovery.jobs import dead_letters as jobs_dead
 from recovery.jobs import follow as follow_mod
@@ -32,6 +32,7 @@ from recovery.jobs import preview as jobs_preview
 from recovery.jobs import recover as jobs_recover
 from recovery.jobs import submit as jobs_submit
 from recovery.jobs import trace as jobs_trace
+from recovery.jobs import trace_tree as jobs_trace_tree
 from recovery.jobs.recover import RecoveryRound
 from recovery.jobs.reports import RecoveryPlan, RoundReport
 from recovery.jobs.settle import Progress
@@ -259,10 +260,19 @@ class Run:
         """One root followed (`recovery trace`): its message id, state, failures, replays,
         requeues and dead letter. `root` is its id (as `dead_letters()` show in `roots`), or
         `message` its message id in its source's terms (FILE:OFFSET, PARTITION:OFFSET, an
-        id-field value)."""
+        id-field value). `tree`: its tuple tree too, re-derived on Spark in a sandbox that
+        writes nothing of the run, and checked against what the run recorded."""
+        found = jobs_trace.trace(self.client, self.id, root, message)
         if tree:
-            raise BadRequest("trace(tree=True) is not available yet: the tuple tree is not re-derived")
-        return jobs_trace.trace(self.client, self.id, root, message)
+            rec = runs.get(self.client, self.id)
+            master = self._spark.effective_master
+            refuse_embedded_redis_on_cluster(self._redis_given, master)
+            files.check_paths_reach_executors(rec.original_workflow(), master, rec.file)
+            derived = jobs_trace_tree.derive_tree(self._spark.session, self.client, self.redis_url, self.id,
+                                                  found.root)
+            found = found.model_copy(update={"tree": [n.model_dump() for n in derived.nodes],
+                                             "nondeterministic": derived.nondeterministic})
+        return found
 
     def preview(self, dead: bool = False, component: str | None = None, limit: int | None = None, *,
                 progress: Progress | None = None) -> jobs_preview.Preview:

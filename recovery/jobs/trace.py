@@ -73,12 +73,14 @@ class RootTrace(Report):
     requeued: list[float] = []
     dead_letter: dict[str, Any] | None = None
     dropped: int = 0
-    tree: list[dict[str, Any]] | None = None
+    tree: list[dict[str, Any]] | None = None   # with --tree (jobs/trace_tree.py)
+    nondeterministic: list[str] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        out = self.model_dump(exclude={"tree"})
+        out = self.model_dump(exclude={"tree", "nondeterministic"})
         if self.tree is not None:
             out["tree"] = self.tree
+            out["nondeterministic"] = self.nondeterministic or []
         return out
 
     def _repr_html_(self) -> str:
@@ -310,9 +312,16 @@ def trace_lines(t: RootTrace) -> list[str]:
         lines.append(f"dead letter: {d.get('key')}  attempts {d.get('attempt')}  error: {d.get('error')}")
     if t.dropped:
         lines.append(f"({t.dropped} events of these tasks were over recovery.history.max.events and not kept)")
-    for node in t.tree or ():
-        lines.append(f"  tuple {node['id']}  {node['component']} task {node['task']}  stream {node['stream']}  "
-                     f"parent {node['parent']}  recorded {node['recorded']}")
+    if t.tree is not None:
+        lines.append(f"tree ({len(t.tree)} tuples, re-derived in a sandbox with the code as it is now):")
+        for node in t.tree:
+            agrees = {True: "agrees with the run", False: "DIFFERS from the run",
+                      None: "not recorded"}[node["recorded"]]
+            records = f"  records {node['records']}" if node.get("records") else ""
+            lines.append(f"  tuple {node['id']}  {node['component']} task {node['task']}  stream {node['stream']}  "
+                         f"parent {node['parent']}  {agrees}{records}")
+        if t.nondeterministic:
+            lines.append("not deterministic: " + ", ".join(t.nondeterministic))
     return lines
 
 

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 import recovery
 from recovery.cli import main
 from recovery.tracking import keys
+from recovery.tracking import queue as failed_queue
 from tests.integration.conftest import sink_records
 
 WORKFLOW = """<workflow xmlns="urn:recovery:workflow:1" name="traced">
@@ -130,5 +131,43 @@ def test_trace_refuses_bad_input_in_one_line(spark, redis_url, redis_client, tmp
             (["trace", run.id, "12", "--message", "lines.txt:0"], "give ROOT or --message VALUE")]:
         code, out, err = cli(*args, "--redis", redis_url)
         assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and says in err, (args, err)
+    assert {k: redis_client.dump(k) for k in redis_client.scan_iter()} == before
+    run.clear()
+
+
+def test_trace_tree_re_derives_the_roots_tuples_in_a_sandbox_and_checks_them_against_the_run(
+        spark, redis_url, redis_client, tmp_path):
+    xml = workflow(tmp_path)
+    run = recovery.submit(str(xml), spark=spark, redis=redis_url, run_id="traced-3")
+    run = recovery.Run.get(run.id, redis=redis_url, spark=spark)
+    queued = [t for comp, task in failed_queue.positions(redis_client, run.id)
+              for t in failed_queue.read(redis_client, run.id, comp, task) if t.values == ["poison two"]]
+    assert len(queued) == 1
+    failed = queued[0]
+    root = failed.roots[0]
+    before = {k: redis_client.dump(k) for k in redis_client.scan_iter()}
+    out_before = sorted(sink_records(tmp_path / "out" / "lines"))
+
+    shown = run.trace(root, tree=True).to_json()
+    nodes = {(n["component"], n["id"]): n for n in shown["tree"]}
+    assert set(n["component"] for n in shown["tree"]) == {"lines", "check"}   # the bolt fails it still
+    spout = nodes[("lines", root)]
+    assert spout["parent"] is None
+    at_check = nodes[("check", failed.id)]
+    assert (at_check["task"], at_check["stream"], at_check["parent"], at_check["recorded"]) == \
+        (failed.task, "default", root, True)
+    assert shown["nondeterministic"] == []
+    # nothing of the run was written: its keys and its sink as they were
+    assert {k: redis_client.dump(k) for k in redis_client.scan_iter()} == before
+    assert sorted(sink_records(tmp_path / "out" / "lines")) == out_before
+
+    # fixed, the tree reaches the sink with the record it would write
+    (tmp_path / "traced_components.py").write_text(BOLT.format(fixed=True))
+    code, out, err = cli("trace", run.id, str(root), "--tree", "--json", "--redis", redis_url)
+    assert code == 0, err
+    tree = json.loads(out)["tree"]
+    sink = [n for n in tree if n["component"] == "out"]
+    assert len(sink) == 1 and sink[0]["records"] == [["poison two"]] and sink[0]["recorded"] is None
+    assert {n["id"]: n["parent"] for n in tree}[sink[0]["parent"]] == root
     assert {k: redis_client.dump(k) for k in redis_client.scan_iter()} == before
     run.clear()

@@ -325,10 +325,11 @@ def apply_staged(client: Redis, run_id: str, round_no: int, token: str, where: l
 # --- a sandbox (recovery preview) -------------------------------------------------------------------
 def holds_failures(run_id: str, key: str) -> bool:
     """Whether `key` (a key of the run) is one of the keys above: a queue, its staged writes,
-    the failed set, the due times, the dead letters and what belongs to them. A sandbox copies
+    the failed set, the due times, the dead letters and what belongs to them, the history of the
+    failures (each position's is in its queue's slot, under its tag). A sandbox copies
     a run without these, then queues the tuples it previews itself (`enqueue`)."""
     own = (failed_key(run_id), due_key(run_id), dead_letters_key(run_id), dead_roots_key(run_id),
-           flushes_key(run_id), gone_key(run_id))
+           flushes_key(run_id), gone_key(run_id), history_positions_key(run_id))
     queues = keys.spread_key(run_id, "queue:")[:-1]   # every queue's tag starts so (and its staged keys')
     return key in own or key.startswith(keys.run_key(run_id, "deadflush", "")) or key.startswith(queues)
 
