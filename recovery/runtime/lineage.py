@@ -10,6 +10,7 @@ from typing import Any
 import msgpack
 from redis import Redis
 
+from recovery.model.run import RunSpec
 from recovery.runtime import wire
 from recovery.tracking import keys
 
@@ -19,11 +20,10 @@ def lineage_key(run_id: str) -> str:
     return keys.run_key(run_id, "lineage")
 
 
-def recording(client: Redis, run_id: str, component: str, task_id: int, roots: tuple[int, ...],
-              records: Any) -> Iterator[Any]:
-    """`records` (a bolt task's input chunks) as they are, each tuple of `roots` among them written
-    down on the way."""
-    wanted = set(roots)
+def recording(client: Redis, spec: RunSpec, component: str, task_id: int, records: Any) -> Iterator[Any]:
+    """`records` (a bolt task's input chunks) as they are, each tuple of the spec's
+    `lineage_roots` among them written down on the way, in the round's run."""
+    wanted, run_id = set(spec.lineage_roots), spec.run_id
     for item in records:
         _, blob = item
         if not wire.is_arrow(blob):

@@ -238,8 +238,7 @@ class TaskRunner:
     # -- bolts ----------------------------------------------------------------------------
     def run_bolt(self, records: Records) -> Iterator[Output]:
         if self.spec.lineage_roots:   # a sandbox's tree of these roots (runtime/lineage.py)
-            records = lineage.recording(redis_of(self.spec), self.spec.run_id, self.component_id, self.task_id,
-                                        self.spec.lineage_roots, records)
+            records = lineage.recording(redis_of(self.spec), self.spec, self.component_id, self.task_id, records)
         with relaxed_gc():
             yield from self._run_bolt(records)
 
