@@ -59,21 +59,21 @@ class Tree(BaseModel):
     nondeterministic: list[str] = []
 
 
-def _recorded(client: Redis, run_id: str, root: int) -> dict[tuple[str, int], set[int]]:
-    """The tuple ids the run recorded of `root`, per (component, task): its history's failures,
-    its queued tuples and its dead letters."""
-    out: dict[tuple[str, int], set[int]] = {}
+def _recorded(client: Redis, run_id: str, root: int) -> dict[tuple[str, int], dict[int, str]]:
+    """The tuple ids the run recorded of `root`, per (component, task), with who sent each (""
+    when not known): its history's failures, its queued tuples and its dead letters."""
+    out: dict[tuple[str, int], dict[int, str]] = {}
     for p in history.of_root(client, run_id, root):
         for e in p.events:
             if e.kind == history.FAILED:
-                out.setdefault((e.component, e.task), set()).add(e.tuple_id)
+                out.setdefault((e.component, e.task), {})[e.tuple_id] = e.src_component
     for comp, task in failed_queue.positions(client, run_id):
         for t in failed_queue.read(client, run_id, comp, task):
             if root in t.roots:
-                out.setdefault((comp, task), set()).add(t.id)
+                out.setdefault((comp, task), {})[t.id] = t.src_component
     for d in failed_queue.dead_letters(client, run_id):
         if root in d.roots:
-            out.setdefault((d.component, d.task), set()).add(d.id)
+            out.setdefault((d.component, d.task), {})[d.id] = d.src_component
     return out
 
 
@@ -138,10 +138,12 @@ def derive_tree(spark: SparkSession | Callable[[], SparkSession], client: Redis,
     for node in nodes:
         seen = recorded.get((node.component, node.task))
         node.recorded = None if seen is None else node.id in seen
+    # a tuple the run recorded at a component the tree reached, missing from the tree: its sender
+    # made other tuples from the same input this time
+    reached = {n.component for n in nodes}
     odd: set[str] = set()
-    for position, seen in recorded.items():
-        derived = by_position.get(position)
-        if derived is not None and not seen <= derived:
-            # the same input gave other tuples here: their sender made them otherwise this time
-            odd.update(sender.get((position[0], position[1], tid), position[0]) for tid in derived)
+    for (component, task), seen in recorded.items():
+        if component in reached:
+            derived = by_position.get((component, task), set())
+            odd.update(src or component for tid, src in seen.items() if tid not in derived)
     return Tree(nodes=nodes, nondeterministic=sorted(odd))

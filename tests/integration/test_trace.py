@@ -171,3 +171,60 @@ def test_trace_tree_re_derives_the_roots_tuples_in_a_sandbox_and_checks_them_aga
     assert {n["id"]: n["parent"] for n in tree}[sink[0]["parent"]] == root
     assert {k: redis_client.dump(k) for k in redis_client.scan_iter()} == before
     run.clear()
+
+
+PICKING = """<workflow xmlns="urn:recovery:workflow:1" name="picking">
+  <spout id="lines" parallelism="1">
+    <source type="file" path="lines.txt" format="text"/>
+    <stream fields="line"/>
+  </spout>
+  <bolt id="pick" parallelism="1" class="picking_components:Pick">
+    <input from="lines" grouping="shuffle"/>
+    <stream fields="word"/>
+  </bolt>
+  <bolt id="down" parallelism="3" class="picking_components:Down">
+    <input from="pick" grouping="fields" fields="word"/>
+  </bolt>
+</workflow>
+"""
+PICK = '''import os
+
+from recovery import BasicBolt
+
+MARK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "picked-again")
+
+
+class Pick(BasicBolt):
+    """Not deterministic: what it emits depends on a file beside it, not only on its input."""
+    def process(self, tup):
+        self.emit([{second!r} if os.path.exists(MARK) else {first!r}])
+
+
+class Down(BasicBolt):
+    def process(self, tup):
+        raise ValueError("down")
+'''
+
+
+def test_trace_tree_names_a_component_that_made_other_tuples_from_the_same_input(spark, redis_url, redis_client,
+                                                                                 tmp_path):
+    from recovery.tracking import ids
+    words = [f"w{i}" for i in range(20)]
+    first = words[0]
+    second = next(w for w in words if ids.fields_hash([w]) % 3 != ids.fields_hash([first]) % 3)
+    (tmp_path / "picking_components.py").write_text(PICK.format(first=first, second=second))
+    (tmp_path / "lines.txt").write_text("only line\n")
+    (tmp_path / "picking.xml").write_text(PICKING)
+    run = recovery.submit(str(tmp_path / "picking.xml"), spark=spark, redis=redis_url, run_id="picking-1")
+    [(component, _, n)] = failed_queue.counts(redis_client, run.id)
+    assert (component, n) == ("down", 1)
+    [queued] = failed_queue.read(redis_client, run.id, "down", failed_queue.positions(redis_client, run.id)[0][1])
+    root_id = queued.roots[0]
+    run = recovery.Run.get(run.id, redis=redis_url, spark=spark)
+    assert run.trace(root_id, tree=True).nondeterministic == []   # as it was: the tree agrees
+    (tmp_path / "picked-again").write_text("")
+    again = run.trace(root_id, tree=True)
+    assert again.nondeterministic == ["pick"]
+    at_down = [n for n in again.tree or [] if n["component"] == "down"]
+    assert len(at_down) == 1 and at_down[0]["recorded"] is None and at_down[0]["task"] != queued.task
+    run.clear()

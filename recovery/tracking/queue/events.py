@@ -24,6 +24,8 @@ def failure_event(rec: FailedTuple) -> bytes:
         event["dead"] = True
     if rec.gone:
         event["gone"] = True
+    if rec.src_component:   # who sent it (trace --tree names a sender whose tuples differ)
+        event["src_component"] = rec.src_component
     if rec.message_id is not None:   # a source's record that failed: its message id is known here
         event["message_id"] = rec.message_id
     return msgpack.packb(event, default=repr)

@@ -54,6 +54,7 @@ class HistoryEvent(BaseModel):
     dead: bool = False
     gone: bool = False
     message_id: Any = None
+    src_component: str = ""
 
 
 def write_requeue(pipe: Any, run_id: str, rec: FailedTuple, when: float) -> None:
