@@ -100,8 +100,11 @@ def test_fanout_with_failures_on_three_masters_spreads_recovers_exactly_and_clea
     buckets = [sum(1 for k in ks for b in range(keys.LEDGER_BUCKETS) if k == bucket_key(run_id, b))
                for ks in per_master]
     assert sum(buckets) > 0 and max(buckets) <= 1.5 * sum(buckets) / len(buckets), buckets
-    queues = {k for ks in per_master for k in ks if "queue:" in k}
+    queues = {k for ks in per_master for k in ks if "queue:" in k and not k.endswith(":history")}
     assert queues and len({keys.hash_slot(q) for q in queues}) == len(queues)
+    # the history of each failed position is in its queue's slot: it spreads as the queues do
+    histories = {k for ks in per_master for k in ks if "queue:" in k and k.endswith(":history")}
+    assert {keys.hash_slot(h) for h in histories} == {keys.hash_slot(q) for q in queues}
 
     r = recover.recover(spark, redis_client, redis_url, run_id)
     assert r.status == "completed" and r.pending == 0 and r.dead == 0
