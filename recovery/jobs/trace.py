@@ -149,13 +149,13 @@ def shown_message(message_id: Any) -> Any:
     return message_id
 
 
-def message_roots(wf: Workflow, rec: RunRecord, text: str) -> list[tuple[int, Any]]:
-    """(root id, message id) of every spout and root epoch `text` can name a message of;
+def message_roots(wf: Workflow, rec: RunRecord, text: str) -> list[tuple[int, Any, str]]:
+    """(root id, message id, spout) of every spout and root epoch `text` can name a message of;
     BadRequest when it is in no spout's form."""
     out = []
     for spout in _spouts(wf):
         for mid in message_candidates(spout, text):
-            out += [(ids.root_id(salt, mid), mid) for salt in _salts(spout.id, rec)]
+            out += [(ids.root_id(salt, mid), mid, spout.id) for salt in _salts(spout.id, rec)]
     if not out:
         forms = sorted({_form(s) for s in _spouts(wf)})
         shown = text if len(text) <= 60 else text[:57] + "..."
@@ -172,10 +172,10 @@ def _form(spout: Component) -> str:
     return "the id-field value"
 
 
-def search_message(client: Redis, wf: Workflow, rec: RunRecord, root: int) -> Any:
-    """The message id of `root`, found by deriving the root ids of the positions the run's file
-    and log sources read (vectorized, in batches); None when none of them is it (a spark or
-    class spout's messages are not searched: their ids are the data's)."""
+def search_message(client: Redis, wf: Workflow, rec: RunRecord, root: int) -> tuple[Any, str] | None:
+    """(the message id of `root`, its spout), found by deriving the root ids of the positions
+    the run's file and log sources read (vectorized, in batches); None when none of them is it
+    (a spark or class spout's messages are not searched: their ids are the data's)."""
     wanted = np.uint64(root)
     for spout in _spouts(wf):
         impl = spout.impl
@@ -189,7 +189,7 @@ def search_message(client: Redis, wf: Workflow, rec: RunRecord, root: int) -> An
             else:
                 continue
             if found is not None:
-                return found
+                return found, spout.id
     return None
 
 
@@ -238,10 +238,10 @@ def trace(client: Redis, run_id: str, root: str | int | None = None, message: st
     rec = runs.get(client, run_id)
     if (root is None) == (message is None):
         raise BadRequest("give a root id or --message, not both")
-    candidates = [(parse_root(root), None)] if root is not None else \
-        message_roots(rec.original_workflow(), rec, str(message))
-    for root_id, message_id in candidates:
-        found = _trace_of(client, rec, root_id, message_id)
+    candidates: list[tuple[int, Any, str | None]] = [(parse_root(root), None, None)] if root is not None else \
+        list(message_roots(rec.original_workflow(), rec, str(message)))
+    for root_id, message_id, spout in candidates:
+        found = _trace_of(client, rec, root_id, message_id, spout)
         if found is not None:
             return found
     shown = f"message {message!r} (root {candidates[0][0]})" if message is not None else f"root {candidates[0][0]}"
@@ -249,13 +249,28 @@ def trace(client: Redis, run_id: str, root: str | int | None = None, message: st
                        "of its tree fails or while it is pending (see `recovery dead --json` for roots)")
 
 
-def _trace_of(client: Redis, rec: RunRecord, root: int, message_id: Any) -> RootTrace | None:
+def _trace_of(client: Redis, rec: RunRecord, root: int, message_id: Any, spout: str | None) -> RootTrace | None:
     run_id = rec.run_id
-    where = history.of_root(client, run_id, root)
+    if message_id is None:   # a source's record that failed carries it; else the source's positions
+        for e in (e for p in history.of_root(client, run_id, root) for e in p.events):
+            if e.message_id is not None:
+                message_id, spout = (tuple(e.message_id) if isinstance(e.message_id, list) else e.message_id,
+                                     e.src_component or None)
+                break
+    if message_id is None:
+        found = search_message(client, rec.original_workflow(), rec, root)
+        if found is not None:
+            message_id, spout = found
+    # a root replay re-emits a message under a root id of its round's epoch: the message's roots
+    # of every epoch the run used are this root's story
+    aliases = [root]
+    if message_id is not None and spout is not None and len(_salts(spout, rec)) > 1:
+        aliases += [r for r in (ids.root_id(salt, message_id) for salt in _salts(spout, rec)) if r != root]
+    where = [p for r in aliases for p in history.of_root(client, run_id, r)]
     events = sorted((e for p in where for e in p.events), key=lambda e: (e.time or 0.0, e.round or 0))
-    letters = _dead_letters_of(client, run_id, root)
-    dead = bool(failed_queue.dead_among(client, run_id, [root]))
-    pending = not dead and bool(ledger.pending_among(client, run_id, [root]))
+    letters = [d for r in aliases for d in _dead_letters_of(client, run_id, r)]
+    dead = bool(failed_queue.dead_among(client, run_id, aliases))
+    pending = not dead and bool(ledger.pending_among(client, run_id, aliases))
     if not events and not letters and not dead and not pending:
         return None
     failures, replays, requeued = [], [], []
@@ -278,11 +293,7 @@ def _trace_of(client: Redis, rec: RunRecord, root: int, message_id: Any) -> Root
         gone = any(d.gone for d in letters) or any(e.gone for e in events if e.kind == history.FAILED)
         reason = MESSAGE_GONE if gone else RETRIES_EXHAUSTED
     if message_id is None:
-        message_id = next((e.message_id for e in events if e.message_id is not None), None)
-    if message_id is None:
         message_id = next((d.message_id for d in letters if d.message_id is not None), None)
-    if message_id is None:
-        message_id = search_message(client, rec.original_workflow(), rec, root)
     letter = letters[0] if letters else None
     return RootTrace(run_id=run_id, root=root, message_id=shown_message(message_id), state=state, reason=reason,
                      failures=failures, replays=sorted(replays, key=lambda r: (r.round, r.component, r.task)),

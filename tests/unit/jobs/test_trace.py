@@ -91,5 +91,21 @@ def test_a_file_sources_root_is_found_back_among_its_lines(tmp_path):
                   streams=(StreamDef(id="default", fields=("line",)),)),))
     rec = RunRecord.model_validate({"run_id": "w1", "xml": "", "workflow_json": wf.to_task_json(), "status": "completed"})
     root = ids.root_id(ids.name_salt("lines"), ("in.txt", 7))
-    assert trace.search_message(None, wf, rec, root) == ("in.txt", 7)
+    assert trace.search_message(None, wf, rec, root) == (("in.txt", 7), "lines")
     assert trace.search_message(None, wf, rec, 12345) is None
+
+
+def test_a_root_replayed_under_a_new_id_is_one_story(fake_redis):
+    """Root replay re-emits a message under its round's root id: the trace of either id gathers
+    the message's failures under both."""
+    lease = log_run(fake_redis)
+    old = ids.root_id(ids.name_salt("events"), (0, 7))
+    new = ids.root_id(ids.name_salt("events", "2"), (0, 7))
+    failure(fake_redis, "t1", old, 0, 1)
+    runs.update(fake_redis, "t1", lease.generation, root_epoch=2, root_epochs=[0])
+    failure(fake_redis, "t1", new, 2, 2, dead=True)
+    for asked in (str(old), str(new)):
+        t = trace.trace(fake_redis, "t1", asked)
+        assert [(f.round, f.attempt) for f in t.failures] == [(0, 1), (2, 2)] and t.state == "dead", asked
+        assert t.message_id == "0:7"
+    assert trace.trace(fake_redis, "t1", message="0:7").failures == t.failures
