@@ -96,9 +96,15 @@ def test_preview_of_a_permanent_failure_then_of_its_fix_says_what_recover_does(s
     assert r.status == "dead" and r.dead_tuples == len(bad)
     written = sink_records(tmp_path / "out" / "shout")
 
-    # nothing queued now
+    # nothing queued now: the command says so (exit 0), and its JSON has the keys scripts read
     nothing = previewed(spark, redis_client, redis_url, s.run_id, tmp_path)
     assert nothing.tuples == 0 and nothing.positions == [] and "nothing queued" in (nothing.message or "")
+    said = CliRunner().invoke(main, ["preview", s.run_id, "--redis", redis_url])
+    assert said.exit_code == 0 and said.output == f"run {s.run_id} has nothing queued: there is nothing to preview\n"
+    as_json = CliRunner().invoke(main, ["preview", s.run_id, "--redis", redis_url, "--json"])
+    obj = json.loads(as_json.stdout)
+    assert as_json.exit_code == 0 and {"run_id", "code_changed", "positions", "sinks"} <= set(obj)
+    assert obj["positions"] == [] and obj["sinks"] == [] and obj["run_id"] == s.run_id
 
     # fixed on disk: the dead letters, as if requeued, would now succeed, and the sink would get them
     (tmp_path / "shout" / "bolts.py").write_text(FIXED)
