@@ -92,6 +92,13 @@ def test_preview_of_a_permanent_failure_then_of_its_fix_says_what_recover_does(s
     assert {e.count for pos in p.positions for e in pos.errors} == {1}
     assert [(x.component, x.records) for x in p.sinks] == [("out", 0)]
 
+    # one position's first tuple only; a component the run does not have is one line, exit 2
+    positions = {(pos.component, pos.task) for pos in p.positions}
+    one = previewed(spark, redis_client, redis_url, s.run_id, tmp_path, component="upper", limit=1)
+    assert one.tuples == len(positions) and all(pos.tuples == 1 for pos in one.positions)
+    refused = CliRunner().invoke(main, ["preview", s.run_id, "--component", "nope", "--redis", redis_url])
+    assert refused.exit_code == 2 and refused.output == f"error: run {s.run_id} has no component 'nope'\n"
+
     r = recover.recover(spark, redis_client, redis_url, s.run_id)
     assert r.status == "dead" and r.dead_tuples == len(bad)
     written = sink_records(tmp_path / "out" / "shout")

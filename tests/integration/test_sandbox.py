@@ -111,3 +111,24 @@ def test_a_component_that_no_longer_imports_is_previewed_failing_with_its_error(
     assert all(f.error.startswith("count could not start: ClassLoadError") and "broken on purpose" in f.error
                for f in result.failures)
     assert redis_dump(redis_client) == before and scratch.all_ids(redis_client) == []
+
+
+@pytest.mark.parametrize("redis_cluster", [3], indirect=True)
+def test_a_sandboxed_round_on_a_redis_cluster_writes_nothing_of_the_run(spark, redis_cluster, tmp_path):
+    """The scratch run's keys spread over the masters as a run's do (its ledger buckets, its
+    queues): each copied, queued and cleared in its own slot, the run's keys as they were."""
+    from recovery.controlplane.connection import connect
+    client = connect(redis_cluster.url)
+    try:
+        xml = copy_workflow("wordcount", tmp_path)
+        s = submit(spark, redis_cluster.url, client, xml, PERMANENT_COUNT)
+
+        def dump() -> dict:
+            return {k: (client.type(k), client.dump(k)) for ks in redis_cluster.keys_per_master() for k in ks}
+        before = dump()
+        result = sandbox.run_sandboxed(spark, client, redis_cluster.url, s.run_id)
+        assert dump() == before and scratch.all_ids(client) == []
+        assert result.replayed and all(result.failed_again(t) for t in result.replayed)
+        clear.clear(client, s.run_id)
+    finally:
+        client.close()
