@@ -123,6 +123,10 @@ def run_sandboxed(spark: SparkSession | Callable[[], SparkSession], client: Redi
     rec = runs.get(client, run_id)
     if not rec.tracking:
         raise RunError(f"run {run_id} ran with tracking off: there is nothing to preview")
+    if rec.status in (runs.RUNNING, runs.ERROR) and rec.settled_round != rec.round:
+        # `recover` would resume that round first, and its queues are in flux until it settles
+        raise RunError(f"run {run_id} has round {rec.round} under way or to resume: `recovery recover {run_id}` "
+                       "resumes it; preview the round after it once it settled")
     changed = code_changed(rec)
     remove_stale(client, run_id)
     replay = pick(client, rec, dead, component, limit, select)
