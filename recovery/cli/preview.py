@@ -12,6 +12,10 @@ from recovery.cli.options import echo_json, json_option, redis_option
 from recovery.cli.safe_text import plain
 
 
+def _tuples(n: int) -> str:
+    return f"{n} tuple" if n == 1 else f"{n} tuples"
+
+
 @click.command()
 @click.argument("run_id", callback=common.run_id_arg)
 @click.option("--dead", is_flag=True, help="Preview the dead letters, as if requeued (`dead --requeue`).")
@@ -45,9 +49,9 @@ def preview(run_id: str, dead: bool, component: str | None, limit: int | None, m
         click.echo(plain(p.message))
         return
     what = "dead letters, as if requeued" if p.dead else "queued tuples"
-    click.echo(f"preview of run {run_id} round {p.round}: {p.tuples} {what}; nothing was written")
+    click.echo(f"preview of run {run_id} round {p.round}: {p.tuples} {what}; nothing of the run was written")
     for pos in p.positions:
-        click.echo(plain(f"{pos.component} task {pos.task}: {pos.tuples} tuples, would succeed {pos.would_succeed}, "
+        click.echo(plain(f"{pos.component} task {pos.task}: {_tuples(pos.tuples)}, would succeed {pos.would_succeed}, "
                          f"would fail {pos.would_fail}"))
         for err in pos.errors:
             click.echo(plain(f"    {err.count} x {err.error[:300]}"))
