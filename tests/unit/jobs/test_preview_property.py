@@ -35,8 +35,11 @@ def with_jsonl_sink(wf: Workflow, folder: str) -> Workflow:
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(shaped_workflows())
 def test_a_preview_says_what_the_next_recover_round_does(drawn: tuple[Workflow, Any]):
-    folder = tempfile.mkdtemp(prefix="preview-sink-")
-    wf = with_jsonl_sink(drawn[0], folder)
+    with tempfile.TemporaryDirectory(prefix="preview-sink-") as folder:
+        check_preview_against_recover(with_jsonl_sink(drawn[0], folder), folder)
+
+
+def check_preview_against_recover(wf: Workflow, folder: str) -> None:
     client = fakeredis.FakeRedis()
     run = run_local(wf, client, list_sinks=False)
     dead_before = {outcome(t) for t in failed_queue.dead_letters(client, run.run_id)}
