@@ -36,6 +36,7 @@ BATCH_SOURCES: dict[str, Callable[[BatchSourceRunner], Iterator[None]]] = {"file
 # Planning a round on the driver: a Spark source's partitions are read by Spark.
 reads_with_spark = spark_source.reads_with_spark
 read_partitions = spark_source.read_partitions
+planning_settings_of = spark_source.planning_settings_of
 
 
 def source_for(source_type: str, spark_input: Iterable[Any]) -> SourceFunction:

@@ -53,7 +53,6 @@ from recovery.model.workflow import (
 from recovery.tracking import ids
 
 if TYPE_CHECKING:
-    from pyspark import RDD
     from pyspark.sql import Column, DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
@@ -124,7 +123,7 @@ def _require_spark(spark: Any, comp: Component) -> None:
 
 
 @contextmanager
-def _session_settings(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
+def session_settings(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
     """`settings` set on the session while inside, then what was there before."""
     saved: dict[str, str | None] = {}
     try:
@@ -194,7 +193,6 @@ def plan(spark: SparkSession, wf: Workflow, comp: Component, file: str | None = 
     """(the selected DataFrame, its ReadPlan, the id columns): the stream's fields checked
     against the columns (one line naming the field, the source and the columns there are), the
     message ids' columns chosen. Call inside _session_settings."""
-    from pyspark.sql import functions as F  # lazy: see the module docstring
     impl = comp.impl
     assert isinstance(impl, SourceImpl)
     df = dataframe(spark, wf, comp, file, line)
@@ -210,9 +208,9 @@ def plan(spark: SparkSession, wf: Workflow, comp: Component, file: str | None = 
                                f"{', '.join(columns) or 'none'})", file, line)
         return found
 
-    selected: list[Column] = [F.col(_quoted(column(f, "field"))).alias(f"_v{i}") for i, f in enumerate(fields)]
+    selected: list[Column] = [df[_quoted(column(f, "field"))].alias(f"_v{i}") for i, f in enumerate(fields)]
     id_columns = [column(f, "id-field") for f in id_fields]
-    selected += [F.col(_quoted(c)).alias(f"_id{i}") for i, c in enumerate(id_columns)]
+    selected += [df[_quoted(c)].alias(f"_id{i}") for i, c in enumerate(id_columns)]
     position = None
     if not id_fields:
         fmt = impl.param("format") or ""
@@ -239,35 +237,71 @@ def plan(spark: SparkSession, wf: Workflow, comp: Component, file: str | None = 
     return out, rp, id_columns
 
 
-def read_partitions(spark: SparkSession, wf: Workflow, comp: Component) -> RDD:
-    """The source read by Spark tasks: an RDD of (owning spout task index, msgpack chunk of
-    [[message id, values], ...]), partition i of the reader owned by task i mod parallelism."""
+def read_partitions(spark: SparkSession, wf: Workflow, comp: Component,
+                    owner_keys: tuple[int, ...], partition_id: Callable[[], int]) -> DataFrame:
+    """The source read by Spark tasks (a mapInArrow over its DataFrame, no row on the driver):
+    rows (c, k, chunk), each chunk a msgpack [[message id, values], ...] of reader partition i,
+    owned by spout task i mod parallelism, whose routing key is owner_keys[i mod parallelism].
+    The partitions are planned when the round runs, under planning_settings_of (the engine sets
+    them); `partition_id` gives the reading task's partition."""
     _require_spark(spark, comp)
-    with _session_settings(spark, planning_settings(comp)):
+    with session_settings(spark, planning_settings(comp)):
         out, rp, _ = plan(spark, wf, comp)
-        rdd = out.rdd   # plans the scan now: its partitions are fixed under these settings
-        log.info("spout %s reads %d partitions of %s into %d tasks", comp.id, rdd.getNumPartitions(),
-                 _describe(comp), comp.parallelism)
-    return rdd.mapPartitionsWithIndex(functools.partial(chunks_of_partition, rp))
+    log.info("spout %s reads %s into %d tasks", comp.id, _describe(comp), comp.parallelism)
+    return out.mapInArrow(functools.partial(arrow_chunks_of_partition, rp, owner_keys, partition_id),
+                          "c int, k long, chunk binary")
+
+
+def planning_settings_of(wf: Workflow) -> dict[str, str]:
+    """The session settings a round that reads `wf`'s spark sources runs under (one action plans
+    them all): each source's planning_settings; the split count is the largest spark source's
+    parallelism, and a spark.sql.* option two sources set differently is refused by check_options."""
+    merged: dict[str, str] = {}
+    for comp in wf.spouts:
+        if not reads_with_spark(comp):
+            continue
+        for key, value in planning_settings(comp).items():
+            if key == MIN_PARTITION_NUM and key in merged:
+                value = str(max(int(merged[key]), int(value)))
+            merged[key] = value
+    return merged
+
+
+def check_options(wf: Workflow, file: str | None = None) -> None:
+    """Spark sources of one workflow share one round's session settings: two that set one
+    spark.sql.* option to different values are refused, naming both."""
+    seen: dict[str, tuple[str, str]] = {}
+    for comp in wf.spouts:
+        if not reads_with_spark(comp):
+            continue
+        assert isinstance(comp.impl, SourceImpl)
+        for key, value in comp.impl.options:
+            if not key.startswith(SESSION_OPTION):
+                continue
+            other = seen.setdefault(key, (comp.id, value))
+            if other[1] != value:
+                raise WorkflowError(f"spouts {other[0]!r} and {comp.id!r} set the session option {key} to "
+                                    f"{other[1]!r} and {value!r}: spark sources of one workflow are planned "
+                                    "in one Spark job, give them the same value", file, None)
 
 
 def check(spark: SparkSession, wf: Workflow, file: str | None = None, xml: str | bytes | None = None) -> None:
     """Before anything is stored (submit): each spark source's data can be read, the stream's
     fields are columns of it, and its id-field values are unique (a Spark job over the id
     columns; only a duplicate, if any, comes back)."""
-    from pyspark.sql import functions as F  # lazy: see the module docstring
+    check_options(wf, file)
     for comp in wf.spouts:
         if not reads_with_spark(comp):
             continue
         line = _source_line(xml, comp.id, file) if xml is not None else None
         _require_spark(spark, comp)
-        with _session_settings(spark, planning_settings(comp)):
+        with session_settings(spark, planning_settings(comp)):
             out, rp, id_columns = plan(spark, wf, comp, file, line)
             if not id_columns:
                 continue
-            keys = [F.col(f"_id{i}") for i in range(len(id_columns))]
+            keys = [f"_id{i}" for i in range(len(id_columns))]
             try:
-                dup = out.groupBy(*keys).count().where(F.col("count") > 1).limit(1).collect()
+                dup = out.groupBy(*keys).count().where("`count` > 1").limit(1).collect()
             except Exception as err:   # pyspark's and py4j's errors: worded as one line, named
                 raise _error(comp, f"cannot read it: {spark_error_line(err)}", file, line) from None
         if dup:
@@ -354,16 +388,19 @@ def converter(kind: Kind) -> Callable[[Any], Any] | None:
     if kind[0] == "map":
         key, value = converter(kind[1]), converter(kind[2])
 
-        def convert_map(v: dict) -> dict:
-            # msgpack's readers take only string map keys (strict_map_key): as JSON does
+        def convert_map(v: Any) -> dict:
+            # msgpack's readers take only string map keys (strict_map_key): as JSON does;
+            # (Arrow gives a map as its (key, value) pairs, a Row as a dict)
+            pairs = v.items() if isinstance(v, dict) else v
             return {(k if isinstance(k, str) else str(k if key is None else key(k))):
-                    (x if x is None or value is None else value(x)) for k, x in v.items()}
+                    (x if x is None or value is None else value(x)) for k, x in pairs}
         return convert_map
     names, kinds = kind[1], kind[2]
     fields = [converter(k) for k in kinds]
 
     def convert_struct(v: Any) -> dict:
-        return {n: (x if x is None or f is None else f(x)) for n, f, x in zip(names, fields, v)}
+        items = v.values() if isinstance(v, dict) else v   # (Arrow gives a struct as a dict)
+        return {n: (x if x is None or f is None else f(x)) for n, f, x in zip(names, fields, items)}
     return convert_struct
 
 
@@ -375,6 +412,24 @@ def _row_converter(kinds: tuple[Kind, ...], start: int) -> Callable[[Any], list]
         return lambda row: list(row[start:end])
     pairs = list(enumerate(convs, start))
     return lambda row: [row[i] if c is None or row[i] is None else c(row[i]) for i, c in pairs]
+
+
+def arrow_chunks_of_partition(rp: ReadPlan, owner_keys: tuple[int, ...], partition_id: Callable[[], int],
+                              batches: Iterable[Any]) -> Iterator[Any]:
+    """mapInArrow over the source's DataFrame: one reader partition's rows as (c, k, chunk)
+    batches, k the routing key of the spout task that owns the partition."""
+    import pyarrow as pa
+    index = partition_id()
+    key = owner_keys[index % rp.tasks]
+    for _, blob in chunks_of_partition(rp, index, _rows_of(batches)):
+        yield pa.RecordBatch.from_arrays([pa.array([0], pa.int32()), pa.array([key], pa.int64()),
+                                          pa.array([blob], pa.binary())], names=["c", "k", "chunk"])
+
+
+def _rows_of(batches: Iterable[Any]) -> Iterator[tuple]:
+    """The rows of Arrow batches, as tuples of Python values."""
+    for batch in batches:
+        yield from zip(*(column.to_pylist() for column in batch.columns))
 
 
 def chunks_of_partition(rp: ReadPlan, index: int, rows: Iterable[Any]) -> Iterator[tuple[int, bytes]]:

@@ -59,16 +59,21 @@ def workers_python(spark: Any) -> str | None:
         rows = spark.range(1, numPartitions=1).selectExpr(
             "reflect('java.lang.System', 'getenv', 'PYSPARK_PYTHON') AS python").collect()
     except Exception as err:   # a JVM job cannot fail here but by the cluster being unusable
-        raise ExecutorPythonError(f"the Spark cluster at {spark.sparkContext.master} cannot run a job: "
+        raise ExecutorPythonError(f"the Spark cluster at {spark.conf.get('spark.master', '?')} cannot run a job: "
                                   f"{_last_error_line(str(err))}") from None
     value = rows[0]["python"] if rows else None
     return value or None
 
 
-def probe(_: Iterator[Any]) -> Iterator[tuple[str, str, str]]:
-    """Runs on an executor: (recovery's version, Python's major.minor, the interpreter)."""
+def probe(batches: Iterator[Any]) -> Iterator[Any]:
+    """Runs on an executor (mapInArrow): recovery's version, Python's major.minor, the interpreter."""
+    import pyarrow as pa
+
     import recovery
-    yield recovery.__version__, "%d.%d" % sys.version_info[:2], sys.executable
+    for _ in batches:
+        pass
+    row = [recovery.__version__, "%d.%d" % sys.version_info[:2], sys.executable]
+    yield pa.RecordBatch.from_arrays([pa.array([v]) for v in row], names=["version", "python", "executable"])
 
 
 def check(spark: Any, python: str) -> None:
@@ -78,7 +83,7 @@ def check(spark: Any, python: str) -> None:
     want = recovery.__version__
     install = f"install recovery=={want} on the cluster's Python ({python}), {SHIP_A_VENV}"
     try:
-        got = spark.sparkContext.parallelize([0], 1).mapPartitions(probe).collect()
+        got = spark.range(0, 1, 1, 1).mapInArrow(probe, "version string, python string, executable string").collect()
     except Exception as err:
         raise ExecutorPythonError(executor_failure(str(err), python, want)) from None
     version, py, executable = got[0]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import pickle
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
@@ -24,7 +25,7 @@ from redis import Redis
 from recovery.api.components import Spout, Tuple
 from recovery.connectors import sources
 from recovery.controlplane import connection
-from recovery.engine import session, shipping
+from recovery.engine import frames, session, shipping
 from recovery.engine.executor_watch import ExecutorWatch, executor_ids
 from recovery.errors import ExecutorsLost
 from recovery.model.graph import ChainPlan, ComponentContext
@@ -86,68 +87,73 @@ def _supersede_bucket(spec: RunSpec, bucket: int) -> int:
     return ledger.supersede_bucket(task.redis_of(spec), spec.run_id, bucket, spec.round, spec.generation)
 
 
-def _target_index(key: tuple) -> int:
-    return key[1]
-
-
-def _owner_index(task_index: int) -> int:
-    """A spark source's chunk is keyed by the spout task index that owns its partition."""
-    return task_index
-
-
-def _noop(_: Any) -> None:
-    pass
+class Stage(NamedTuple):
+    """One stage of a round (a chain of components): its name and its output DataFrame."""
+    name: str
+    frame: Any
 
 
 class RoundGraph(NamedTuple):
-    """The RDDs of one round's stages (one per chain)."""
-    leaves: list[Any]       # the stages nothing reads: the round's job runs them
-    outputs: list[Any]      # every other stage's output, in topological order
-    persisted: list[Any]    # of `outputs`, those read by more than one stage
+    """The stages of one round (one per chain)."""
+    leaves: list[Stage]       # the stages nothing reads: the round's job runs them
+    outputs: list[Stage]      # every other stage, in topological order
+    persisted: list[Stage]    # of `outputs`, those read by more than one stage
+
+
+def _consumers(wf: Workflow, plan: ChainPlan) -> dict[str, tuple[int, int]]:
+    """Every component -> (its stage's number, its parallelism): where a chunk for it goes."""
+    number = {chain.head: n for n, chain in enumerate(plan.chains)}
+    return {c.id: (number[plan.chain_of(c.id).head], c.parallelism) for c in wf.components}
 
 
 def build(spark: SparkSession, wf: Workflow, spec: RunSpec) -> RoundGraph:
-    """The RDD graph of one round. One stage per chain (model.graph.ChainPlan; most chains are
+    """The DataFrames of one round. One stage per chain (model.graph.ChainPlan; most chains are
     one component): its head reads the stage's input, and only what its members send out of
-    the chain leaves it."""
-    from pyspark import StorageLevel  # lazy: the CLI imports the engine; pyspark costs seconds
-    sc = spark.sparkContext
+    the chain leaves it. Each stage is a mapInArrow over its input: the upstream stages' rows
+    for it and one marker row per task, hash-partitioned to their target tasks (a spout's: one
+    range row per task; engine/frames.py)."""
     plan = ChainPlan.of_workflow(wf)
-    outputs: dict[str, Any] = {}     # chain head -> the stage's output RDD
+    consumers = _consumers(wf, plan)
+    outputs: dict[str, Stage] = {}     # chain head -> the stage
     leaves, persisted = [], []
     for chain in plan.chains:
         cid = chain.head
         comp = wf.component(cid)
         p = comp.parallelism
-        run_task = functools.partial(_stage_task, spec, chain.members)
+        run_task = frames.stage_function(functools.partial(_stage_task, spec, chain.members), consumers, p)
         if sources.reads_with_spark(comp):
             # the reader's partitions are read by tasks; partition i's chunks go to spout task
-            # i mod p (connectors.spark_source.chunks_of_partition keys them so), through one shuffle
-            rdd = sources.read_partitions(spark, wf, comp).partitionBy(p, _owner_index) \
-                .mapPartitionsWithIndex(run_task)
+            # i mod p (connectors.spark_source keys them so), through one shuffle
+            parts = [sources.read_partitions(spark, wf, comp, frames.routing_keys(p), frames.partition_id)]
         elif comp.is_spout:
-            rdd = sc.parallelize(range(p), p).mapPartitionsWithIndex(run_task)
-        else:
             parts = []
-            for src in dict.fromkeys(plan.chain_of(i.source).head for i in comp.inputs):
-                parts.append(outputs[src].filter(lambda kv, cid=cid: kv[0][0] == cid))
-            joined = parts[0] if len(parts) == 1 else sc.union(parts)
-            rdd = joined.partitionBy(p, _target_index).mapPartitionsWithIndex(run_task)
-        rdd.setName(chain.name)
+        else:
+            parts = [outputs[src].frame.filter(f"c = {consumers[cid][0]}")
+                     for src in dict.fromkeys(plan.chain_of(i.source).head for i in comp.inputs)]
+        if parts:
+            parts.append(frames.markers(spark, consumers[cid][0], p))
+            frame = functools.reduce(lambda a, b: a.unionByName(b), parts).repartition(p, "k")
+        else:
+            frame = spark.range(0, p, 1, p)
+        out = Stage(chain.name, frame.mapInArrow(run_task, frames.STAGE_SCHEMA))
         if not plan.consumers[cid]:
-            leaves.append(rdd)
+            leaves.append(out)
             continue
-        outputs[cid] = rdd
+        outputs[cid] = out
         if len(plan.consumers[cid]) > 1:   # (each reader is a chain's head: one stage each)
-            rdd.persist(StorageLevel.MEMORY_AND_DISK)
-            persisted.append(rdd)
+            out.frame.persist(_memory_and_disk())
+            persisted.append(out)
     return RoundGraph(leaves, list(outputs.values()), persisted)
+
+
+def _memory_and_disk() -> Any:
+    from pyspark import StorageLevel  # lazy: the CLI imports the engine; pyspark costs seconds
+    return StorageLevel.MEMORY_AND_DISK
 
 
 def run_round(spark: SparkSession, wf: Workflow, spec: RunSpec,
               on_progress: Callable[[int, int], None] | None = None) -> None:
-    """Run one round to the end (its counters are in the tasks' commits)."""
-    sc = spark.sparkContext
+    """Run one round to the end, as one Spark action (its counters are in the tasks' commits)."""
     spec = shipping.with_code(spark, wf, spec)
     leaves, _, persisted = build(spark, wf, spec)
     total_tasks = sum(c.parallelism for c in wf.components)
@@ -164,42 +170,52 @@ def run_round(spark: SparkSession, wf: Workflow, spec: RunSpec,
                     log.debug("progress of run %s: %s", spec.run_id, err)
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
-    tag = f"recovery-{spec.run_id}-round-{spec.round}"   # what the executors' watch cancels
-    executors = _executor_watch(sc, wf, spec, tag)
+    tag = f"recovery-{spec.run_id}-round-{spec.round}"   # what cancels the round's jobs
+    executors = _executor_watch(spark, wf, spec, tag)
+    job = functools.reduce(lambda a, b: a.unionByName(b), [s.frame for s in leaves])
     try:
-        sc.setJobDescription(f"recovery {spec.run_id} round {spec.round}")
-        if executors is not None:
-            sc.addJobTag(tag)
-        with executors or contextlib.nullcontext():
-            (leaves[0] if len(leaves) == 1 else sc.union(leaves)).foreach(_noop)
+        with session.job_tag(spark, tag, f"recovery {spec.run_id} round {spec.round}"), \
+                _round_settings(spark, wf, spec), executors or contextlib.nullcontext():
+            job.write.format("noop").mode("overwrite").save()
     except Exception:
         if executors is not None and executors.failure is not None:   # cancelled by the watch: say why
             raise ExecutorsLost(executors.failure) from None
         raise
     finally:
-        if executors is not None:
-            sc.removeJobTag(tag)
         stop.set()
         if watcher is not None:
             watcher.join()
-        for rdd in persisted:
-            rdd.unpersist()
+        for stage in persisted:
+            stage.frame.unpersist()
     if on_progress is not None:
         on_progress(total_tasks, total_tasks)
 
 
-def _executor_watch(sc: Any, wf: Workflow, spec: RunSpec, tag: str) -> ExecutorWatch | None:
+def _round_settings(spark: SparkSession, wf: Workflow, spec: RunSpec) -> contextlib.AbstractContextManager[None]:
+    """The session settings while a round runs: its tasks are handed their input a few chunks
+    at a time (a task holds one batch), and its spark sources' partitions are planned as the
+    submitted workflow says (connectors.spark_source.planning_settings_of: the same in every
+    round, whichever of its spouts a round runs)."""
+    settings = {frames.ARROW_BATCH_SETTING: frames.INPUT_BATCH_ROWS}
+    original = Workflow.from_task_json(spec.original_json) if spec.original_json else wf
+    settings.update(sources.planning_settings_of(original))
+    return session.settings(spark, settings)
+
+
+def _executor_watch(spark: Any, wf: Workflow, spec: RunSpec, tag: str) -> ExecutorWatch | None:
     """The watch of a round's executors on a cluster (engine/executor_watch.py); None in local
-    mode, whose executors are the driver's own threads."""
-    if session.is_local_master(sc.master):
+    mode, whose executors are the driver's own threads, and under Spark Connect, whose client
+    cannot see the server's executors."""
+    if not session.is_classic(spark) or session.is_local_master(session.master_of(spark)):
         return None
+    sc = spark.sparkContext
     client = connection.connect(spec.redis_url, start=False) if spec.redis_url else None
 
     def on_state(line: str | None) -> None:   # what `status` shows while the round waits
         if client is not None:
             runs.update(client, spec.run_id, spec.generation, executors_waiting=line or "")
     return ExecutorWatch(f"run {spec.run_id} round {spec.round}", wf.settings().executors_wait_secs,
-                         lambda: executor_ids(sc), lambda: sc.cancelJobsWithTag(tag), on_state)
+                         lambda: executor_ids(sc), lambda: spark.interruptTag(tag), on_state)
 
 
 def collect_stats(client: Redis, run_id: str, round_no: int) -> dict[str, dict]:
@@ -259,8 +275,20 @@ def prepare_root_replay(spark: SparkSession, client: Redis, spec: RunSpec) -> No
 
 def _per_bucket(spark: SparkSession, each: Callable[[int], Any]) -> list[Any]:
     """`each(bucket)` in one Spark task per ledger bucket; their results, in bucket order."""
-    n = ledger.LEDGER_BUCKETS
-    return spark.sparkContext.parallelize(range(n), n).map(each).collect()
+    return small_job(spark, ledger.LEDGER_BUCKETS, each)
+
+
+def small_job(spark: SparkSession, n: int, each: Callable[[int], Any]) -> list[Any]:
+    """`each(i)` for i in range(n), in one Spark task each (a driver's small job: what comes
+    back is a small value per task, pickled as an RDD's collect pickles it); the results in
+    task order."""
+    function = frames.result_function(functools.partial(_pickled, each))
+    rows = spark.range(0, n, 1, n).mapInArrow(function, frames.RESULT_SCHEMA).collect()
+    return [pickle.loads(row[0]) for row in rows]
+
+
+def _pickled(each: Callable[[int], Any], i: int) -> bytes:
+    return pickle.dumps(each(i))
 
 
 def clear_round(client: Redis, run_id: str, round_no: int, spill_dir: str | None = None,
@@ -363,5 +391,4 @@ def tell_spouts(spark: SparkSession, client: Redis, spec: RunSpec) -> int:
     base = RunSpec(spec.run_id, spec.round, spec.original_json or spec.workflow_json, spec.redis_url, True,
                    generation=spec.generation)
     base = shipping.with_code(spark, original, base)
-    sc = spark.sparkContext
-    return sum(sc.parallelize(jobs_, len(jobs_)).map(lambda j: _tell_spout(base, j[0], j[1])).collect())
+    return sum(small_job(spark, len(jobs_), lambda i: _tell_spout(base, *jobs_[i])))

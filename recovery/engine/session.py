@@ -12,10 +12,13 @@ import logging
 import os
 import re
 import sys
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from recovery.engine import class_archive, executors
+from recovery.connectors.spark_source import session_settings
+from recovery.engine import class_archive, connect, executors
 from recovery.environment import environment
 from recovery.errors import RecoveryError
 from recovery.home import private_dir, private_file, read_private, state_home
@@ -156,18 +159,26 @@ def session(master: str | None = None, conf: dict[str, str] | None = None, home:
     settings.set("spark.executorEnv.PYTHONPATH", pythonpath)
     for k, v in conf.items():
         settings.set(k, v)
-    # Spark SQL's session is made when something first needs it (a spark source, a DataFrame):
-    # its JVM side takes about a third of a cold start, and the engine's jobs are RDDs
+    from pyspark.sql import SparkSession
     sc = SparkContext.getOrCreate(settings)
     sc.setLogLevel("ERROR")
-    log.info("Spark context on %s (Spark %s)", sc.master, sc.version)
-    return LazySession(sc)
+    log.info("Spark session on %s (Spark %s)", sc.master, sc.version)
+    return SparkSession(sc)
 
 
-def adopt(spark: Any) -> Any:
-    """A session the caller made (a notebook's, spark-submit's, a managed platform's), used as
-    it is: its master, settings and archives are left alone and it is never stopped here. On a
-    cluster its executors' Python is checked as for a session of ours (once per context)."""
+def adopt(spark: Any, redis_url: str | None = None) -> Any:
+    """A session the caller made (a notebook's, spark-submit's, a managed platform's, a Spark
+    Connect client's), used as it is: its master, settings and artifacts are left alone and it
+    is never stopped here. On a cluster, and always under Spark Connect, its executors' Python
+    is checked as for a session of ours (once per application or Connect session)."""
+    if is_connect(spark):
+        key = f"connect:{spark.session_id}"
+        if key not in _CHECKED_APPS:
+            connect.check_server(spark, redis_url)
+            _CHECKED_APPS.add(key)
+        return spark
+    if not is_classic(spark):   # (the test kit's in-process engine)
+        return spark
     sc = spark.sparkContext
     if not is_local_master(str(sc.master)) and sc.applicationId not in _CHECKED_APPS:
         python = sc.pythonExec or executors.workers_python(spark) or executors.SPARK_DEFAULT_PYTHON
@@ -225,31 +236,48 @@ def _cluster_session(builder: Any, conf: dict[str, str]) -> Any:
     return spark
 
 
-class LazySession:
-    """A SparkSession whose Spark SQL side is made on first use: `sparkContext` at once (what
-    the engine's RDD jobs use); any other attribute (read, conf, createDataFrame, ...) builds
-    the SparkSession over that context first. stop() stops the context."""
+def is_connect(spark: Any) -> bool:
+    """A Spark Connect client's session (pyspark.sql.connect): no SparkContext, no JVM here."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
 
-    def __init__(self, sc: Any):
-        self.sparkContext = sc
-        self._session: Any = None
 
-    def session(self) -> Any:
-        """The SparkSession over this context, made now if it was not yet."""
-        if self._session is None:
-            from pyspark.sql import SparkSession
-            self._session = SparkSession(self.sparkContext)
-        return self._session
+def is_classic(spark: Any) -> bool:
+    """A classic SparkSession, whose SparkContext and JVM live in this process."""
+    return type(spark).__module__ == "pyspark.sql.session"
 
-    @property
-    def version(self) -> str:
-        return str(self.sparkContext.version)
 
-    def stop(self) -> None:
-        if self._session is not None:
-            self._session.stop()
-        else:
-            self.sparkContext.stop()
+def master_of(spark: Any) -> str:
+    """The session's Spark master: a Connect server answers with its own; the test kit's
+    in-process engine is `local`."""
+    if is_classic(spark):
+        return str(spark.sparkContext.master)
+    if is_connect(spark):
+        return str(spark.conf.get("spark.master", "local"))
+    return str(getattr(spark, "master", "local"))
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.session(), name)
+
+@contextmanager
+def job_tag(spark: Any, tag: str, description: str) -> Iterator[None]:
+    """The jobs started inside carry `tag` (`spark.interruptTag(tag)` cancels them, on a classic
+    session and under Spark Connect alike); a classic session's also carry `description`,
+    which Spark's UI shows."""
+    if not (is_classic(spark) or is_connect(spark)):
+        yield
+        return
+    if is_classic(spark):
+        spark.sparkContext.setJobDescription(description)
+    spark.addTag(tag)
+    try:
+        yield
+    finally:
+        spark.removeTag(tag)
+        if is_classic(spark):
+            spark.sparkContext.setJobDescription(None)
+
+
+def settings(spark: Any, values: dict[str, str]) -> AbstractContextManager[None]:
+    """`values` set on the session while inside, then what was there before (the test kit's
+    engine has no settings)."""
+    if not (is_classic(spark) or is_connect(spark)):
+        return nullcontext()
+    return session_settings(spark, values)

@@ -4,7 +4,9 @@ its SparkFiles folder, named by the code's digest. Tasks then import classes and
 scripts from that copy (RunSpec.code), never from the driver's folder.
 
 In local mode the executors are this machine's processes: they use the workflow's own folder,
-as relative data paths in shell arguments expect; nothing is shipped.
+as relative data paths in shell arguments expect; nothing is shipped. Under Spark Connect the
+server's workers may never see that folder: the zip always ships, as a session artifact
+(`addArtifacts(..., archive=True)`), unpacked in the same place as a classic archive.
 
 A zip is 0600 (it holds the workflow's code and whatever `<include>` adds) and belongs to the runs
 that record its digest (RunRecord.code_digest): `clear` removes it with the last of them.
@@ -17,6 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from recovery.engine import session
 from recovery.home import private_dir, state_home
 from recovery.model import code
 from recovery.model.run import RunSpec
@@ -29,9 +32,9 @@ log = logging.getLogger(__name__)
 
 
 def is_local(spark: SparkSession) -> bool:
-    """Local mode (the test kit's in-process engine, which has no master, counts as local)."""
-    master = getattr(spark.sparkContext, "master", None) or "local"
-    return master == "local" or master.startswith("local[")
+    """Local mode of a classic session, whose executors are this process's children (the test
+    kit's in-process engine counts as local); never a Spark Connect session's."""
+    return not session.is_connect(spark) and session.is_local_master(session.master_of(spark))
 
 
 def code_folder(home: Path | None = None) -> Path:
@@ -63,18 +66,30 @@ def archives_except(digests: Iterable[str], home: Path | None = None) -> list[st
                   if p.name not in kept)
 
 
+# the code each Spark Connect session was given (its artifacts cannot be listed from the client)
+_connect_shipped: dict[str, set[str]] = {}
+
+
 def ship(spark: SparkSession, wf: Workflow, home: Path | None = None) -> str | None:
     """Ship `wf`'s code to the executors (once per SparkContext and digest); the name tasks find
     it under (RunSpec.code), or None when nothing is shipped (local mode, no code to ship)."""
     bundle = code.bundle(wf)
     if not bundle.files:
         return None
-    sc = spark.sparkContext
-    if any(Path(a.split("#", 1)[0]).name == f"{bundle.name}.zip" for a in sc.listArchives):
+    connect = session.is_connect(spark)
+    if connect:
+        shipped = _connect_shipped.setdefault(spark.session_id, set())
+        if bundle.name in shipped:
+            return bundle.name
+    elif any(Path(a.split("#", 1)[0]).name == f"{bundle.name}.zip" for a in spark.sparkContext.listArchives):
         return bundle.name
     folder = private_dir(code_folder(home))
     packed = code.pack(bundle, folder)
-    sc.addArchive(f"{packed.path}#{bundle.name}")
+    if connect:
+        spark.addArtifacts(f"{packed.path}#{bundle.name}", archive=True)
+        shipped.add(bundle.name)
+    else:
+        spark.sparkContext.addArchive(f"{packed.path}#{bundle.name}")
     log.info("shipped the workflow's code to the executors: %d files from %s (sha256 %s)",
              len(bundle.files), bundle.base_dir, bundle.digest[:16])
     return bundle.name

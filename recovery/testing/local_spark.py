@@ -1,115 +1,160 @@
-"""An in-process stand-in for the few SparkContext/RDD calls the engine makes, so that the
-engine's own code (engine.build, run_round, resolve_ledger, tell_spouts) runs without a JVM.
+"""An in-process stand-in for the few SparkSession/DataFrame calls the engine makes, so that
+the engine's own code (engine.build, run_round, resolve_ledger, tell_spouts) runs without a
+JVM: `range`, `createDataFrame` of a few rows, `mapInArrow`, `filter` on the consumer column, `repartition(n, "k")` (Spark's
+hash partitioning: a row goes to `pmod(hash(k), n)`), `unionByName`, `persist`/`unpersist`,
+`collect` and the `noop` write that runs a round.
 
 It keeps the semantics the engine relies on: a partition is computed by one call of its
-function; a persisted RDD is computed once; `partitionBy` is a barrier (every parent partition
-is computed before any consumer task runs, as a shuffle map stage is); an exception in a task
-fails the job. Tasks run one after another, in partition order: no retries, no parallelism.
+function; a persisted frame is computed once; `repartition` is a barrier (every parent partition is computed before
+any consumer task runs, as a shuffle map stage is); an exception in a task fails the job.
+Tasks run one after another, in partition order: no retries, no parallelism.
 """
 from __future__ import annotations
 
 import functools
 import random
-from collections.abc import Callable, Iterable, Iterator
+import re
+from collections.abc import Callable, Iterator
 from typing import Any
 
+from recovery.engine import frames
 from recovery.errors import JobFailed
 from recovery.runtime import wire
 
-Partition = Callable[[], list]
+Rows = list[tuple]
+Partition = Callable[[], Rows]
 
 
 class LocalJobFailed(JobFailed):
     """A task raised: the job fails, as a Spark job whose task failed for good does."""
 
 
-def _run_task(ctx: LocalContext, rdd_name: str, index: int, compute: Partition) -> list:
-    if not ctx.wrap_failures:
-        return compute()
-    try:
-        return compute()
-    except LocalJobFailed:   # an upstream task's failure, named once
-        raise
-    except Exception as err:
-        raise LocalJobFailed(f"task {index} of {rdd_name} failed: {type(err).__name__}: {err}") from err
+def _columns(schema: str) -> list[str]:
+    """The column names of a DDL schema string ("c int, k long, chunk binary")."""
+    return [part.split()[0] for part in schema.split(",")]
 
 
-class LocalRDD:
-    def __init__(self, ctx: LocalContext, parts: list[Partition], name: str = "rdd"):
+class LocalFrame:
+    def __init__(self, ctx: LocalSession, parts: list[Partition], columns: list[str], name: str = "frame"):
         self.ctx = ctx
         self._parts = parts
-        self._cache: list[list] | None = None
+        self.columns = columns
+        self._cache: list[Rows] | None = None
         self._persist = False
         self.name = name
 
     # -- evaluation ------------------------------------------------------------------------
-    def _partition(self, i: int) -> list:
+    def _partition(self, i: int) -> Rows:
         if self._persist:
             if self._cache is None:
-                self._cache = [_run_task(self.ctx, self.name, j, p) for j, p in enumerate(self._parts)]
+                self._cache = [self._run_task(j, p) for j, p in enumerate(self._parts)]
             return self._cache[i]
-        return _run_task(self.ctx, self.name, i, self._parts[i])
+        return self._run_task(i, self._parts[i])
 
-    def getNumPartitions(self) -> int:
+    def _run_task(self, index: int, compute: Partition) -> Rows:
+        if not self.ctx.wrap_failures:
+            return compute()
+        try:
+            return compute()
+        except LocalJobFailed:   # an upstream task's failure, named once
+            raise
+        except Exception as err:
+            raise LocalJobFailed(f"task {index} of {self.name} failed: {type(err).__name__}: {err}") from err
+
+    @property
+    def num_partitions(self) -> int:
         return len(self._parts)
 
+    @property
+    def is_cached(self) -> bool:
+        return self._persist
+
     # -- transformations -------------------------------------------------------------------
-    def _derived(self, part: Callable[[int], list]) -> LocalRDD:
-        """An RDD with as many partitions, partition i computed by part(i)."""
-        return LocalRDD(self.ctx, [functools.partial(part, i) for i in range(len(self._parts))], self.name)
+    def _derived(self, part: Callable[[int], Rows], columns: list[str] | None = None) -> LocalFrame:
+        return LocalFrame(self.ctx, [functools.partial(part, i) for i in range(len(self._parts))],
+                          columns or self.columns, self.name)
 
-    def mapPartitionsWithIndex(self, f: Callable[[int, Iterator], Iterable]) -> LocalRDD:
-        def part(i: int) -> list:
-            return list(f(i, iter(self._partition(i))))
+    def mapInArrow(self, f: Callable[[Iterator[Any]], Iterator[Any]], schema: str) -> LocalFrame:
+        import pyarrow as pa
+        columns = _columns(schema)
+
+        def part(i: int) -> Rows:
+            rows = self._partition(i)
+            batch = pa.RecordBatch.from_pylist([dict(zip(self.columns, r)) for r in rows]) if rows else None
+            out: Rows = []
+            for got in f(iter([batch] if batch is not None else [])):
+                out.extend(tuple(row[c] for c in columns) for row in got.to_pylist())
+            return out
+        return self._derived(part, columns)
+
+    def filter(self, condition: str) -> LocalFrame:
+        match = re.fullmatch(r"\s*(\w+)\s*=\s*(-?\d+)\s*", condition)
+        if match is None:
+            raise ValueError(f"the test kit's filter takes `column = number`, not {condition!r}")
+        at, value = self.columns.index(match[1]), int(match[2])
+
+        def part(i: int) -> Rows:
+            return [r for r in self._partition(i) if r[at] == value]
         return self._derived(part)
 
-    def map(self, f: Callable[[Any], Any]) -> LocalRDD:
-        def part(i: int) -> list:
-            return [f(x) for x in self._partition(i)]
-        return self._derived(part)
+    def repartition(self, n: int, column: str) -> LocalFrame:
+        at = self.columns.index(column)
+        buckets: list[Rows] | None = None
 
-    def filter(self, f: Callable[[Any], bool]) -> LocalRDD:
-        def part(i: int) -> list:
-            return [x for x in self._partition(i) if f(x)]
-        return self._derived(part)
-
-    def partitionBy(self, n: int, partition_func: Callable[[Any], int]) -> LocalRDD:
-        buckets: list[list] | None = None
-
-        def bucket(i: int) -> list:
+        def bucket(i: int) -> Rows:
             nonlocal buckets
             if buckets is None:   # the shuffle: every parent partition first
                 buckets = [[] for _ in range(n)]
                 for j in range(len(self._parts)):
-                    for kv in self._partition(j):
-                        buckets[partition_func(kv[0]) % n].append(kv)
+                    for row in self._partition(j):
+                        buckets[frames.spark_hash_long(row[at]) % n].append(row)
                 if self.ctx.arrival is not None:
-                    buckets = [self.ctx.permute(b) for b in buckets]
+                    buckets = [self.ctx.permute(b, self.columns) for b in buckets]
             return buckets[i]
-        return LocalRDD(self.ctx, [functools.partial(bucket, i) for i in range(n)], self.name)
+        return LocalFrame(self.ctx, [functools.partial(bucket, i) for i in range(n)], self.columns, self.name)
 
-    def setName(self, name: str) -> LocalRDD:
-        self.name = name
-        return self
+    def unionByName(self, other: LocalFrame) -> LocalFrame:
+        parts: list[Partition] = ([functools.partial(self._partition, i) for i in range(len(self._parts))]
+                                  + [functools.partial(other._partition, i) for i in range(len(other._parts))])
+        return LocalFrame(self.ctx, parts, self.columns, "union")
 
-    def persist(self, _level: Any = None) -> LocalRDD:
+    def persist(self, _level: Any = None) -> LocalFrame:
         self._persist = True
         return self
 
-    def unpersist(self, *_: Any) -> LocalRDD:
+    def unpersist(self, *_: Any) -> LocalFrame:
         self._persist, self._cache = False, None
         return self
 
     # -- actions ---------------------------------------------------------------------------
-    def collect(self) -> list:
-        return [x for i in range(len(self._parts)) for x in self._partition(i)]
+    def collect(self) -> Rows:
+        return [r for i in range(len(self._parts)) for r in self._partition(i)]
 
-    def foreach(self, f: Callable[[Any], None]) -> None:
-        for x in self.collect():
-            f(x)
+    @property
+    def write(self) -> _NoopWriter:
+        return _NoopWriter(self)
 
 
-class LocalContext:
+class _NoopWriter:
+    """`frame.write.format("noop").mode(...).save()`: every partition computed, nothing kept."""
+
+    def __init__(self, frame: LocalFrame):
+        self.frame = frame
+
+    def format(self, name: str) -> _NoopWriter:
+        if name != "noop":
+            raise ValueError(f"the test kit writes only the noop format, not {name!r}")
+        return self
+
+    def mode(self, _: str) -> _NoopWriter:
+        return self
+
+    def save(self) -> None:
+        self.frame.collect()
+
+
+class LocalSession:
+    """What the engine uses of a SparkSession, in this process (module doc)."""
     master = "local"   # (its tasks run in this process: no executor to lose)
 
     def __init__(self, arrival: random.Random | None = None, wrap_failures: bool = True):
@@ -117,36 +162,30 @@ class LocalContext:
         # a failed task fails the job as LocalJobFailed (what Spark raises has the same
         # one-line reason); False: the task's own exception, for tests of the runtime
         self.wrap_failures = wrap_failures
-        self.job_description: str | None = None
 
-    def parallelize(self, data: Iterable, num_slices: int) -> LocalRDD:
-        items = list(data)
-        n = max(1, num_slices)
+    def range(self, start: int, end: int | None = None, step: int = 1, numPartitions: int | None = None
+              ) -> LocalFrame:
+        if end is None:
+            start, end = 0, start
+        items = list(range(start, end, step))
+        n = max(1, numPartitions or 1)
         # Spark's slicing: partition i holds items [i*len/n, (i+1)*len/n)
         bounds = [len(items) * i // n for i in range(n + 1)]
 
-        def part(i: int) -> list:
-            return items[bounds[i]:bounds[i + 1]]
-        return LocalRDD(self, [functools.partial(part, i) for i in range(n)])
+        def part(i: int) -> Rows:
+            return [(x,) for x in items[bounds[i]:bounds[i + 1]]]
+        return LocalFrame(self, [functools.partial(part, i) for i in range(n)], ["id"], "range")
 
-    def union(self, rdds: list[LocalRDD]) -> LocalRDD:
-        parts: list[Partition] = [functools.partial(r._partition, i) for r in rdds for i in range(len(r._parts))]
-        return LocalRDD(self, parts, "union")
+    def createDataFrame(self, rows: list[tuple], schema: str) -> LocalFrame:
+        data = [tuple(r) for r in rows]
+        return LocalFrame(self, [lambda: list(data)], _columns(schema), "rows")
 
-    def setJobDescription(self, text: str) -> None:
-        self.job_description = text
-
-    def permute(self, records: list) -> list:
+    def permute(self, rows: Rows, columns: list[str]) -> Rows:
         """Another arrival order of one consumer task's input, tuple by tuple: each chunk
         (runtime.wire: a row chunk or an Arrow chunk) is split into one-tuple chunks."""
         assert self.arrival is not None
-        single = [(key, one) for key, blob in records for one in wire.split(blob)]
+        at = columns.index("chunk")
+        single = [row[:at] + (one,) + row[at + 1:] for row in rows
+                  for one in (wire.split(row[at]) if row[at] else [row[at]])]   # (a task marker: kept)
         self.arrival.shuffle(single)
         return single
-
-
-class LocalSession:
-    """What the engine uses of a SparkSession: its `sparkContext`."""
-
-    def __init__(self, arrival: random.Random | None = None, wrap_failures: bool = True):
-        self.sparkContext = LocalContext(arrival, wrap_failures)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from redis import Redis
 
-from recovery.engine import rounds
+from recovery.engine import frames, rounds
 from recovery.errors import RunError
 from recovery.faults import PREFIX as INJECT_PREFIX
 from recovery.jobs import dead_letters, submit
@@ -20,6 +20,7 @@ from recovery.jobs import recover as jobs_recover
 from recovery.jobs import summary as jobs_summary
 from recovery.jobs.summary import RunSummary
 from recovery.model.failed import FailedTuple
+from recovery.model.graph import ChainPlan
 from recovery.model.run import RunSpec
 from recovery.model.workflow import ClassImpl, Component, Workflow
 from recovery.model.xml.write import to_xml
@@ -196,14 +197,18 @@ def execute_round(wf: Workflow, spec: RunSpec, client: Redis, arrival: random.Ra
     exception propagates as it is."""
     session = LocalSession(arrival, wrap_failures=False)
     received: dict[tuple[str, int], list[bytes]] = collections.defaultdict(list)
+    plan = ChainPlan.of_workflow(wf)
+    heads = [chain.head for chain in plan.chains]
     with task.injected_client(spec.redis_url, client):
         # LocalSession stands in for the SparkSession: it has the part of its API build uses
         leaves, outputs, _ = rounds.build(cast("SparkSession", session), wf, spec)
-        for rdd in outputs:   # (each stage's tasks run once: its output is read here and downstream)
-            rdd.persist()
-        for rdd in outputs + leaves:
-            for key, blob in rdd.collect():
-                received[tuple(key)].append(blob)
+        for stage in outputs:   # (each stage's tasks run once: its output is read here and downstream)
+            stage.frame.persist()
+        for stage in outputs + leaves:
+            for consumer, key, blob in stage.frame.collect():
+                head = heads[consumer]
+                index = frames.routing_keys(wf.component(head).parallelism).index(key)
+                received[(head, index)].append(blob)
     return received
 
 

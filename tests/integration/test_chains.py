@@ -42,13 +42,13 @@ def test_a_chain_is_one_stage_with_nothing_persisted_between_its_members(spark, 
     wf = workflow_xml.load(_cdn(tmp_path, "a"))
     spec = RunSpec("plan-only", 0, wf.to_task_json(), None, False)
     graph = rounds.build(spark, wf, spec)
-    assert [r.name() for r in graph.outputs] == ["logs -> split -> normalize", "aggregate"]
-    assert [r.name() for r in graph.leaves] == ["output"]
+    assert [s.name for s in graph.outputs] == ["logs -> split -> normalize", "aggregate"]
+    assert [s.name for s in graph.leaves] == ["output"]
     # (each stage's output is read by one stage: Spark computes it once without persisting it)
-    assert graph.persisted == [] and not any(r.is_cached for r in graph.outputs + graph.leaves)
+    assert graph.persisted == [] and not any(s.frame.is_cached for s in graph.outputs + graph.leaves)
     unchained = wf.with_config(UNCHAINED)
     graph = rounds.build(spark, unchained, RunSpec("plan-only", 0, unchained.to_task_json(), None, False))
-    assert [r.name() for r in graph.outputs] == ["logs", "split", "normalize", "aggregate"]
+    assert [s.name for s in graph.outputs] == ["logs", "split", "normalize", "aggregate"]
     assert graph.persisted == []
 
 
@@ -56,8 +56,10 @@ def test_a_stage_read_by_several_stages_is_persisted_and_computed_once(spark, tm
     """fanout's source feeds two stages: its output is persisted (its tasks run once for both)."""
     wf = workflow_xml.load(copy_workflow("fanout", tmp_path / "f"))
     graph = rounds.build(spark, wf, RunSpec("plan-only", 0, wf.to_task_json(), None, False))
-    shared = [r.name() for r in graph.persisted]
-    assert shared and all(r.is_cached for r in graph.persisted)
+    shared = [s.name for s in graph.persisted]
+    assert shared and all(s.frame.is_cached for s in graph.persisted)
+    for stage in graph.persisted:
+        stage.frame.unpersist()
     plan = ChainPlan.of_workflow(wf)
     assert shared == [ch.name for ch in plan.chains if len(plan.consumers[ch.head]) > 1]
 

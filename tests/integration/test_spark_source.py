@@ -18,6 +18,7 @@ from click.testing import CliRunner
 
 from recovery.cli import main
 from recovery.connectors import spark_source
+from recovery.engine import frames
 from recovery.jobs import recover
 from recovery.model.graph import TaskMap
 from recovery.model.xml import parse as workflow_xml
@@ -114,15 +115,24 @@ def parquet_source(datasets: Path, folder: Path, extra: str = "") -> str:
 
 def chunks(spark: Any, xml: Path) -> list[tuple[int, int, Any, list]]:
     """What the reading tasks send the spout tasks: (reader partition, owning task, message id,
-    values) per row."""
+    values) per row (the routing key of task t is t here), read as a round reads them."""
     wf = workflow_xml.load(xml)
-    rdd = spark_source.read_partitions(spark, wf, wf.component("events"))
-    import msgpack
+    comp = wf.component("events")
+    frame = spark_source.read_partitions(spark, wf, comp, tuple(range(comp.parallelism)), frames.partition_id)
 
-    def tag(i: int, it: Any) -> list:
-        return [(i, task, tuple(m) if isinstance(m, list) else m, v) for task, blob in it
+    def tag(batches: Any) -> Any:
+        import pickle
+
+        import msgpack
+        import pyarrow as pa
+        i = frames.partition_id()
+        rows = [(i, task, tuple(m) if isinstance(m, list) else m, v) for b in batches
+                for task, blob in zip(b.column(1).to_pylist(), b.column(2).to_pylist())
                 for m, v in msgpack.unpackb(blob)]
-    return rdd.mapPartitionsWithIndex(tag).collect()
+        yield pa.RecordBatch.from_arrays([pa.array([pickle.dumps(rows)], pa.binary())], names=["rows"])
+    import pickle
+    with spark_source.session_settings(spark, spark_source.planning_settings_of(wf)):
+        return [r for row in frame.mapInArrow(tag, "rows binary").collect() for r in pickle.loads(row[0])]
 
 
 def cli(redis_url: str, *args: str) -> tuple[int, str, str]:

@@ -193,7 +193,7 @@ def test_the_test_kits_engine_says_it_cannot_read_with_spark():
     from recovery.testing.local_spark import LocalSession
     wf = workflow('<source type="spark" format="parquet" path="x"/>')
     with pytest.raises(RecoveryError, match=r"spout 'events' reads with Spark .* inputs=\{'events': \[\.\.\.\]\}"):
-        spark_source.read_partitions(LocalSession(), wf, wf.component("events"))  # type: ignore[arg-type]
+        spark_source.read_partitions(LocalSession(), wf, wf.component("events"), (0,), lambda: 0)  # type: ignore[arg-type]
 
 
 def test_spark_error_line_is_the_java_exceptions_or_the_first_line():
