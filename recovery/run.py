@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from recovery.connectors import files
 from recovery.controlplane import connection
-from recovery.engine.session import adopt, is_local_master, session
+from recovery.engine import connect
+from recovery.engine.session import adopt, is_local_master, master_of, session
 from recovery.environment import environment
 from recovery.errors import RecoveryError
 from recovery.jobs import clear as jobs_clear
@@ -59,6 +60,11 @@ def start_session(master: str | None, conf: dict[str, str]) -> Any:
     return session(master, conf)
 
 
+def start_connect_session(remote: str, conf: dict[str, str]) -> Any:
+    """A Spark Connect session, as `--remote` (or SPARK_REMOTE) starts one (engine/connect.py)."""
+    return connect.connect_session(remote, conf)
+
+
 def refuse_embedded_redis_on_cluster(redis_url: str | None, master: str | None) -> None:
     """The embedded Redis listens on a unix socket under RECOVERY_HOME: executors on other
     hosts cannot reach it. With a cluster's master, a Redis URL every executor reaches is
@@ -83,29 +89,52 @@ def use_session(spark: Any) -> None:
 
 @dataclass
 class SparkChoice:
-    """The caller's session, or how to start one (a master and settings), started on first use."""
+    """The caller's session, or how to start one (a master, or a Spark Connect server's URL,
+    and settings), started on first use. Without either, Spark's own SPARK_REMOTE names a
+    Connect server, as for `pyspark`."""
     given: Any = None
     master: str | None = None
     conf: dict[str, str] = field(default_factory=dict)
+    remote: str | None = None
 
     def __post_init__(self) -> None:
         if self.given is None and _ambient_spark:
-            if self.master is not None or self.conf:
+            if self.master is not None or self.conf or self.remote is not None:
                 raise RecoveryError("running inside spark-submit: its own flags (--master, --conf) choose the "
-                                    "Spark session, not --master or --conf after the command")
+                                    "Spark session, not --master, --remote or --conf after the command")
             self.given = _ambient_spark[0]
+        if self.given is not None:
+            return
+        if self.remote is not None and self.master is not None:
+            raise RecoveryError("--remote and --master both given: a Spark Connect server runs on its own "
+                                "master; give one of them")
+        env_remote = os.environ.get(connect.REMOTE_ENV)
+        if self.remote is None and env_remote:
+            if self.master is not None:
+                raise RecoveryError(f"--master {self.master} given while ${connect.REMOTE_ENV} names a Spark "
+                                    f"Connect server ({env_remote}): unset one of them")
+            self.remote = env_remote
 
     @property
     def effective_master(self) -> str:
+        """The master the checks before Spark starts hold the run to: a Connect server's on this
+        host counts as local (its executors share this host's files and Redis socket), any
+        other as a cluster's."""
         if self.given is not None:
-            return str(self.given.sparkContext.master)
+            return master_of(self.given)
+        if self.remote is not None:
+            return "local[*]" if connect.on_this_host(self.remote) else self.remote
         return self.master or environment().spark_master
 
-    def session(self) -> Any:
-        if self.given is not None:
-            return adopt(self.given)
-        self.given = start_session(self.master, self.conf)
-        return self.given
+    def session(self, redis_url: str | None = None) -> Any:
+        """The session (started now if it was not); a Connect server is checked once to run
+        recovery's tasks and reach `redis_url`."""
+        if self.given is None:
+            if self.remote is not None:
+                self.given = start_connect_session(self.remote, self.conf)
+            else:
+                self.given = start_session(self.master, self.conf)
+        return adopt(self.given, redis_url)
 
 
 def _workflow_of(workflow: Topology | Workflow | str | os.PathLike[str]
@@ -138,7 +167,8 @@ def _workflow_of(workflow: Topology | Workflow | str | os.PathLike[str]
 
 def submit(workflow: Topology | Workflow | str | os.PathLike[str], *, spark: Any = None, redis: str | None = None,
            config: Mapping[str, Any] | Iterable[str] | None = None, follow: bool = False, master: str | None = None,
-           spark_conf: Mapping[str, str] | None = None, run_id: str | None = None, tracking: bool = True,
+           spark_conf: Mapping[str, str] | None = None, remote: str | None = None,
+           run_id: str | None = None, tracking: bool = True,
            spill_dir: str | None = None, progress: Progress | None = None,
            on_resumed: Callable[[RunSummary], None] | None = None,
            max_batches: int | None = None, idle_exit: float | None = None,
@@ -155,7 +185,7 @@ def submit(workflow: Topology | Workflow | str | os.PathLike[str], *, spark: Any
     wf, xml, file = _workflow_of(workflow)
     wf = wf.with_config(config_decl.parse_assignments(_assignments(config), config_option, dict(wf.config),
                                                       [c.id for c in wf.components]))
-    choice = SparkChoice(spark, master, dict(spark_conf or {}))
+    choice = SparkChoice(spark, master, dict(spark_conf or {}), remote)
     refuse_embedded_redis_on_cluster(redis, choice.effective_master)
     if follow:
         follow_plan = follow_mod.prepare(wf, xml, file, choice.effective_master, run_id, tracking, reset)
@@ -164,7 +194,7 @@ def submit(workflow: Topology | Workflow | str | os.PathLike[str], *, spark: Any
                                 "property recovery.spill.dir instead")
         client, url = client_for(redis)
         follow_mod.check_redis(client, follow_plan)
-        outcome = follow_mod.run(choice.session(), client, url, follow_plan, max_batches=max_batches,
+        outcome = follow_mod.run(choice.session(url), client, url, follow_plan, max_batches=max_batches,
                                  idle_exit=idle_exit, on_event=on_event)
         # (no message came: no run was started, `run.summary` is None and its id "")
         rid = outcome.summary.run_id if outcome.summary is not None else (follow_plan.run_id or "")
@@ -173,7 +203,7 @@ def submit(workflow: Topology | Workflow | str | os.PathLike[str], *, spark: Any
                                run_id=run_id, spill_dir=spill_dir, reset=reset)
     client, url = client_for(redis)
     jobs_submit.check_redis(client, plan)
-    summary = follow_mod.submit_bounded(choice.session(), client, url, plan, progress, on_resumed)
+    summary = follow_mod.submit_bounded(choice.session(url), client, url, plan, progress, on_resumed)
     return Run(summary.run_id, client, url, choice, summary=summary, redis_given=redis)
 
 
@@ -218,19 +248,25 @@ class Run:
 
     @classmethod
     def get(cls, run_id: str, *, redis: str | None = None, spark: Any = None, master: str | None = None,
-            spark_conf: Mapping[str, str] | None = None, must_exist: bool = True) -> Run:
+            spark_conf: Mapping[str, str] | None = None, must_exist: bool = True, remote: str | None = None) -> Run:
         """The run `run_id` (RunNotFound when this Redis has none, unless not `must_exist`:
-        `clear` removes what a run left without its record too). `spark`, `master` and
-        `spark_conf` are for `recover`, as at `submit`."""
+        `clear` removes what a run left without its record too). `spark`, `master`, `remote`
+        and `spark_conf` are for `recover`, as at `submit`."""
         keys.check_run_id(run_id)
         client, url = client_for(redis)
         if must_exist and not client.exists(runs.record_key(run_id)):   # (a report reads the record itself)
             raise runs.not_found(run_id)
-        return cls(run_id, client, url, SparkChoice(spark, master, dict(spark_conf or {})), redis_given=redis)
+        return cls(run_id, client, url, SparkChoice(spark, master, dict(spark_conf or {}), remote),
+                   redis_given=redis)
 
     @property
     def run_id(self) -> str:
         return self.id
+
+    @property
+    def spark_choice(self) -> SparkChoice:
+        """The session this run's `recover` uses, or how it starts one."""
+        return self._spark
 
     # --- reports (read-only) ----------------------------------------------------------------
     def status(self) -> RunSummary:
@@ -291,8 +327,9 @@ class Run:
         if config:
             jobs_recover.reconfigure(self.client, self.id, config_decl.parse_assignments(
                 _assignments(config), config_option, dict(original.config), [c.id for c in original.components]))
-        self.summary = jobs_recover.run(self._spark.session(), self.client, self.redis_url, plan, max_rounds,
-                                        strategy, progress, on_round)
+        spark = self._spark.session(self.redis_url)
+        self.summary = jobs_recover.run(spark, self.client, self.redis_url, plan, max_rounds, strategy, progress,
+                                        on_round)
         return self.summary
 
     def requeue(self, component: str | None = None, tuple_keys: Iterable[str] | None = None) -> int:

@@ -31,6 +31,13 @@ def properties_file_option(f: Command) -> Command:
                         "shown; the file must be mode 0600. --conf wins over it.")(f)
 
 
+def remote_option(f: Command) -> Command:
+    """--remote sc://HOST:PORT: a Spark Connect server, as `pyspark --remote` takes it."""
+    return click.option("--remote", default=None, metavar="sc://HOST:PORT",
+                        help="Run on this Spark Connect server (default: $SPARK_REMOTE, else a Spark "
+                        "session of our own on --master); not with --master.")(f)
+
+
 def spark_settings(conf_pairs: tuple[str, ...], properties_file: str | None) -> dict[str, str]:
     """The Spark settings of a command: its --properties-file's, then its --conf's, which win
     (as spark-submit's do). Read before anything starts: a refusal has no effect."""

@@ -17,6 +17,7 @@ from recovery.tracking import runs
 @click.option("--strategy", type=click.Choice(["localized", "root-replay"]), default="localized",
               show_default=True, help="root-replay replays failed roots from their spout (Storm).")
 @click.option("--master", default=None, help="Spark master URL (default local[*]).")
+@common.remote_option
 @click.option("--conf", "spark_conf", multiple=True, metavar="K=V", help="A Spark setting (repeatable).")
 @common.properties_file_option
 @click.option("--property", "-p", "props", multiple=True, metavar="K=V",
@@ -32,7 +33,7 @@ from recovery.tracking import runs
               "submitted (a bug fixed); without it such a recover is refused.")
 @redis_option
 @json_option
-def recover(run_id: str, max_rounds: int | None, strategy: str, master: str | None,
+def recover(run_id: str, max_rounds: int | None, strategy: str, master: str | None, remote: str | None,
             spark_conf: tuple[str, ...], properties_file: str | None, props: tuple[str, ...], force: bool,
             spill_dir: str | None,
             code_changed: bool, redis_url: str | None, as_json: bool) -> None:
@@ -43,8 +44,8 @@ def recover(run_id: str, max_rounds: int | None, strategy: str, master: str | No
     round (a crashed round that resumes too). Use it to mend a bad value a run was
     submitted with, or to allow more attempts before `recovery dead --requeue`."""
     spark_settings = common.spark_settings(spark_conf, properties_file)
-    api.refuse_embedded_redis_on_cluster(redis_url, master)
-    run = api.Run.get(run_id, redis=redis_url, master=master, spark_conf=spark_settings)
+    run = api.Run.get(run_id, redis=redis_url, master=master, spark_conf=spark_settings, remote=remote)
+    api.refuse_embedded_redis_on_cluster(redis_url, run.spark_choice.effective_master)
 
     def prepared(plan: RecoverPlan) -> None:   # checked; Spark not started yet
         if plan.driver_alive:   # (force)

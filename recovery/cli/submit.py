@@ -54,6 +54,7 @@ def echo_events(as_json: bool, also: events.Event | None = None) -> events.Event
 @click.command()
 @click.argument("file")
 @click.option("--master", default=None, help="Spark master URL (default local[*]).")
+@common.remote_option
 @click.option("--conf", "spark_conf", multiple=True, metavar="K=V", help="A Spark setting (repeatable).")
 @click.option("--property", "-p", "props", multiple=True, metavar="K=V",
               help="Set a workflow config property (repeatable; `recovery properties` "
@@ -82,7 +83,7 @@ def echo_events(as_json: bool, also: events.Event | None = None) -> events.Event
 @common.properties_file_option
 @redis_option
 @json_option
-def submit(file: str, master: str | None, spark_conf: tuple[str, ...], props: tuple[str, ...],
+def submit(file: str, master: str | None, remote: str | None, spark_conf: tuple[str, ...], props: tuple[str, ...],
            no_tracking: bool, run_id: str | None, spill_dir: str | None, follow: bool,
            max_batches: int | None, idle_exit: float | None, reset: str | None, metrics_port: int | None,
            metrics_host: str, metrics_allow_hosts: tuple[str, ...], metrics_token_file: str | None,
@@ -100,6 +101,7 @@ def submit(file: str, master: str | None, spark_conf: tuple[str, ...], props: tu
                   if metrics_port is not None else None)
         try:
             run = api.submit(file, redis=redis_url, config=props, config_option="-p", follow=True, master=master,
+                             remote=remote,
                              spark_conf=spark_conf_kv, run_id=run_id, tracking=not no_tracking,
                              max_batches=max_batches, idle_exit=idle_exit, reset=reset,
                              on_event=echo_events(as_json, served[1].on_event if served else None))
@@ -122,7 +124,7 @@ def submit(file: str, master: str | None, spark_conf: tuple[str, ...], props: tu
         if not as_json:
             click.echo(f"resumed crashed run {plain(summary.run_id)} of the same consumer first", err=True)
     with common.RoundProgress(not as_json) as progress:
-        run = api.submit(file, redis=redis_url, config=props, config_option="-p", master=master,
+        run = api.submit(file, redis=redis_url, config=props, config_option="-p", master=master, remote=remote,
                          spark_conf=spark_conf_kv, run_id=run_id, tracking=not no_tracking, spill_dir=spill_dir,
                          progress=progress, on_resumed=resumed, reset=reset)
     summary = run.summary

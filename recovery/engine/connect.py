@@ -8,6 +8,7 @@ executors must reach the run's Redis. One small job on the server checks both (`
 """
 from __future__ import annotations
 
+import ipaddress
 import logging
 import re
 import socket
@@ -36,7 +37,20 @@ def endpoint(remote: str) -> tuple[str, int]:
     except Exception as err:   # pyspark's own validation of the URL: its words, on one line
         raise ConnectError(f"--remote {remote}: not a Spark Connect URL ({_one_line(str(err))}); "
                            "expected sc://HOST:PORT") from None
-    return builder.host, int(builder.port)
+    host, _, port = builder.endpoint.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def on_this_host(remote: str) -> bool:
+    """A server started in this process (`local[...]`) or listening on a loopback address."""
+    if remote.startswith("local"):
+        return True
+    host = endpoint(remote)[0]
+    try:
+        return all(ipaddress.ip_address(info[4][0]).is_loopback
+                   for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP))
+    except (OSError, ValueError):
+        return False
 
 
 def connect_session(remote: str, conf: dict[str, str] | None = None) -> Any:

@@ -78,7 +78,7 @@ def ship(spark: SparkSession, wf: Workflow, home: Path | None = None) -> str | N
         return None
     connect = session.is_connect(spark)
     if connect:
-        shipped = _connect_shipped.setdefault(spark.session_id, set())
+        shipped = _connect_shipped.setdefault(str(getattr(spark, "session_id", "")), set())
         if bundle.name in shipped:
             return bundle.name
     elif any(Path(a.split("#", 1)[0]).name == f"{bundle.name}.zip" for a in spark.sparkContext.listArchives):

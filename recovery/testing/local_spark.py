@@ -1,8 +1,8 @@
 """An in-process stand-in for the few SparkSession/DataFrame calls the engine makes, so that
 the engine's own code (engine.build, run_round, resolve_ledger, tell_spouts) runs without a
-JVM: `range`, `createDataFrame` of a few rows, `mapInArrow`, `filter` on the consumer column, `repartition(n, "k")` (Spark's
-hash partitioning: a row goes to `pmod(hash(k), n)`), `unionByName`, `persist`/`unpersist`,
-`collect` and the `noop` write that runs a round.
+JVM: `range`, `createDataFrame` of a few rows, `mapInArrow`, `filter` on the consumer column,
+`repartition(n, "k")` (Spark's hash partitioning: a row goes to `pmod(hash(k), n)`),
+`unionByName`, `persist`/`unpersist`, `collect` and the `noop` write that runs a round.
 
 It keeps the semantics the engine relies on: a partition is computed by one call of its
 function; a persisted frame is computed once; `repartition` is a barrier (every parent partition is computed before
