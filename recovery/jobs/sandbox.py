@@ -20,11 +20,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from redis import Redis
+from redis import Redis, RedisError
 
 from recovery.connectors.capture_sink import Captured, captured
 from recovery.engine import rounds as engine_rounds
-from recovery.errors import BadRequest, RunError
+from recovery.errors import BadRequest, RecoveryError, RunError
 from recovery.jobs import clear as clear_job
 from recovery.jobs.settle import Progress, is_spark_failure, spark_failure_reason
 from recovery.model import code
@@ -167,4 +167,8 @@ def run_sandboxed(spark: SparkSession | Callable[[], SparkSession], client: Redi
                              [c.id for c in wf.components if isinstance(c.impl, SinkImpl)])
         return SandboxResult(run_id, round_no, changed, replay, failures, sinks, scratch_id, wf)
     finally:
-        clear_job.clear(client, scratch_id, force=True, code_archives=False)
+        try:
+            clear_job.clear(client, scratch_id, force=True, code_archives=False)
+        except (RedisError, RecoveryError) as err:   # (Redis lost: what raised before this is the story)
+            log.warning("run %s: scratch run %s could not be cleared (%s); the next preview of the run, or "
+                        "`recovery clear %s`, removes it", run_id, scratch_id, err, run_id)
