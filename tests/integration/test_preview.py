@@ -138,3 +138,32 @@ def test_preview_of_a_run_this_redis_does_not_know_is_one_line_exit_2(redis_url)
     result = CliRunner().invoke(main, ["preview", "no-such-run", "--redis", redis_url])
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == ["error: no run 'no-such-run' in this Redis (see `recovery runs`)"]
+
+
+def test_a_preview_leaves_a_postgres_table_and_a_delta_table_as_they_were(postgres_url, redis_client, tmp_path):
+    """The sinks into a user's tables are captured too: the table's rows, its commit rows and the
+    Delta log stay as they were, and each sink's count is what the round would write. (In
+    process, with the test kit's engine, on the real Redis and PostgreSQL.)"""
+    from recovery import testing
+    from recovery.jobs import sandbox
+    from recovery.model.xml import parse as workflow_xml
+    from recovery.runtime import task
+    from tests.tables import commit_rows, delta_bolt, postgres_bolt, postgres_rows
+    from tests.tables import workflow_xml as tables_xml
+
+    xml = tables_xml(tmp_path, postgres_bolt(postgres_url) + delta_bolt(), n=60,
+                     config={"recovery.inject.e.component": "enrich", "recovery.inject.e.rate": "0.1",
+                             "recovery.retry.delay.period.ms": "0"})
+    run = testing.run_local(workflow_xml.load(xml), redis_client, list_sinks=False)
+    assert run.summary.failed > 0
+    rows, commits = postgres_rows(postgres_url), commit_rows(postgres_url)
+    keys_before, files_before = redis_dump(redis_client), folder_bytes(tmp_path)
+
+    with task.injected_client(run.redis_url, redis_client):
+        result = sandbox.run_sandboxed(testing.LocalSession(), redis_client, run.redis_url, run.run_id)
+
+    assert postgres_rows(postgres_url) == rows and commit_rows(postgres_url) == commits
+    assert redis_dump(redis_client) == keys_before and folder_bytes(tmp_path) == files_before
+    assert result.failures == []   # a transient failure: its replay succeeds
+    assert sorted((s.component, s.records) for s in result.sinks) == [("lake", len(result.replayed)),
+                                                                      ("pg", len(result.replayed))]
