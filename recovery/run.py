@@ -322,8 +322,8 @@ class Run:
         refuse_embedded_redis_on_cluster(self._redis_given, master)
         files.check_paths_reach_executors(rec.original_workflow(), master, rec.file)
         spill.check_reaches_executors(None, rec.spill_dir, master)
-        return jobs_preview.preview(self._spark.session, self.client, self.redis_url, self.id, dead=dead,
-                                    component=component, limit=limit, progress=progress)
+        return jobs_preview.preview(lambda: self._spark.session(self.redis_url), self.client, self.redis_url,
+                                    self.id, dead=dead, component=component, limit=limit, progress=progress)
 
     # --- actions ----------------------------------------------------------------------------
     def recover(self, *, max_rounds: int | None = None, strategy: str = "localized",

@@ -126,7 +126,13 @@ def clear_all(client: Redis, force: bool = False) -> dict[str, Cleared]:
     if unsafe:
         client.zrem(runs.index_key(), *unsafe)
         removed.update({rid: [] for rid in unsafe})
+    # scratch runs (listed nowhere) whose run is gone: with their spill files; a live preview's
+    # only with force
+    for sid in scratch.all_ids(client):
+        if force or scratch.stale(client, sid):
+            removed.setdefault(sid, []).extend(clear(client, sid, force=True, code_archives=False).keys)
     known = [rid for rid in runs.list_ids(client) if keys.is_run_id(rid)]   # runs created meanwhile stay
+    known += [sid for sid in scratch.all_ids(client) if sid not in removed]   # a live preview's
     orphans: dict[str, list[str]] = {}
     for raw in scan_keys(client, keys.runs_pattern()):
         name = raw.decode()

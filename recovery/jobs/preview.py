@@ -7,6 +7,7 @@ import html
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from pydantic import computed_field
 from redis import Redis
 
 from recovery.jobs import sandbox
@@ -57,6 +58,7 @@ class Preview(Report):
     sinks: list[PreviewSink]
     caveat: str = CAVEAT
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def message(self) -> str | None:
         """What a preview of nothing says (None when something was previewed)."""

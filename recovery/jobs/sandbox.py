@@ -20,11 +20,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from redis import Redis
+from redis import Redis, RedisError
 
 from recovery.connectors.capture_sink import Captured, captured
 from recovery.engine import rounds as engine_rounds
-from recovery.errors import BadRequest, RunError
+from recovery.errors import BadRequest, RecoveryError, RunError
 from recovery.jobs import clear as clear_job
 from recovery.jobs.settle import Progress, is_spark_failure, spark_failure_reason
 from recovery.model import code
@@ -123,6 +123,10 @@ def run_sandboxed(spark: SparkSession | Callable[[], SparkSession], client: Redi
     rec = runs.get(client, run_id)
     if not rec.tracking:
         raise RunError(f"run {run_id} ran with tracking off: there is nothing to preview")
+    if rec.status in (runs.RUNNING, runs.ERROR) and rec.settled_round != rec.round:
+        # `recover` would resume that round first, and its queues are in flux until it settles
+        raise RunError(f"run {run_id} has round {rec.round} under way or to resume: `recovery recover {run_id}` "
+                       "resumes it; preview the round after it once it settled")
     changed = code_changed(rec)
     remove_stale(client, run_id)
     replay = pick(client, rec, dead, component, limit, select)
@@ -163,4 +167,8 @@ def run_sandboxed(spark: SparkSession | Callable[[], SparkSession], client: Redi
                              [c.id for c in wf.components if isinstance(c.impl, SinkImpl)])
         return SandboxResult(run_id, round_no, changed, replay, failures, sinks, scratch_id, wf)
     finally:
-        clear_job.clear(client, scratch_id, force=True, code_archives=False)
+        try:
+            clear_job.clear(client, scratch_id, force=True, code_archives=False)
+        except (RedisError, RecoveryError) as err:   # (Redis lost: what raised before this is the story)
+            log.warning("run %s: scratch run %s could not be cleared (%s); the next preview of the run, or "
+                        "`recovery clear %s`, removes it", run_id, scratch_id, err, run_id)

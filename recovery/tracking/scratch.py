@@ -50,6 +50,12 @@ def scratch_ids(client: Redis, run_id: str) -> list[str]:
     return sorted(r for r in found if r and r.startswith(prefix_of(run_id)))
 
 
+def all_ids(client: Redis) -> list[str]:
+    """Every scratch run this Redis holds keys of, of any run, sorted."""
+    found = {keys.run_of_key(k.decode()) for k in scan_keys(client, keys.runs_base() + "{" + PREFIX + "*")}
+    return sorted(r for r in found if r and r.startswith(PREFIX))
+
+
 def stale(client: Redis, scratch_id: str) -> bool:
     """A scratch run no live process works on: its lease gone (or its record gone)."""
     try:

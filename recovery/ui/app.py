@@ -40,6 +40,7 @@ from recovery.ui import svg
 from recovery.ui.access import check_token
 from recovery.ui.actions import PreviewProcesses, RecoverProcess, RecoverProcesses
 from recovery.ui.login import login_action, login_page
+from recovery.ui.preview import preview_action, preview_page
 from recovery.ui.security import (
     CSRF_FIELD,
     LOGIN_PATH,
@@ -282,27 +283,6 @@ def recover_action(request: Request) -> Response:
     if _wants_fragment(request):
         return HTMLResponse(_flash_html(message) + ui.render_live_run_body(run_id))
     return RedirectResponse(f"/runs/{quote(run_id)}", status_code=303)
-
-
-async def preview_action(request: Request) -> Response:
-    """Start `recovery preview RUN` as a separate process; its page shows the result."""
-    ui = _ui(request)
-    run_id = request.path_params["run_id"]
-    form = await _form(request)
-    dead = form.get("dead") == ["1"]
-    await anyio.to_thread.run_sync(lambda: ui.previews.start(ui.client, run_id, dead))
-    return RedirectResponse(f"/runs/{quote(run_id)}/preview", status_code=303)
-
-
-def preview_page(request: Request) -> Response:
-    """The last preview started from this server: running, failed, or its result per position
-    and per sink, with the Recover and Requeue buttons after it."""
-    ui = _ui(request)
-    run_id = request.path_params["run_id"]
-    summary = reports.run_summary(ui.client, run_id)
-    return ui.templates.TemplateResponse(request, "preview.html", {
-        "run_id": run_id, "summary": summary, "process": ui.previews.state(run_id),
-        "dead_count": len(dead_letters.dead(ui.client, run_id).dead)})
 
 
 async def requeue_action(request: Request) -> Response:

@@ -92,13 +92,26 @@ def test_preview_of_a_permanent_failure_then_of_its_fix_says_what_recover_does(s
     assert {e.count for pos in p.positions for e in pos.errors} == {1}
     assert [(x.component, x.records) for x in p.sinks] == [("out", 0)]
 
+    # one position's first tuple only; a component the run does not have is one line, exit 2
+    positions = {(pos.component, pos.task) for pos in p.positions}
+    one = previewed(spark, redis_client, redis_url, s.run_id, tmp_path, component="upper", limit=1)
+    assert one.tuples == len(positions) and all(pos.tuples == 1 for pos in one.positions)
+    refused = CliRunner().invoke(main, ["preview", s.run_id, "--component", "nope", "--redis", redis_url])
+    assert refused.exit_code == 2 and refused.output == f"error: run {s.run_id} has no component 'nope'\n"
+
     r = recover.recover(spark, redis_client, redis_url, s.run_id)
     assert r.status == "dead" and r.dead_tuples == len(bad)
     written = sink_records(tmp_path / "out" / "shout")
 
-    # nothing queued now
+    # nothing queued now: the command says so (exit 0), and its JSON has the keys scripts read
     nothing = previewed(spark, redis_client, redis_url, s.run_id, tmp_path)
     assert nothing.tuples == 0 and nothing.positions == [] and "nothing queued" in (nothing.message or "")
+    said = CliRunner().invoke(main, ["preview", s.run_id, "--redis", redis_url])
+    assert said.exit_code == 0 and said.output == f"run {s.run_id} has nothing queued: there is nothing to preview\n"
+    as_json = CliRunner().invoke(main, ["preview", s.run_id, "--redis", redis_url, "--json"])
+    obj = json.loads(as_json.stdout)
+    assert as_json.exit_code == 0 and {"run_id", "code_changed", "positions", "sinks"} <= set(obj)
+    assert obj["positions"] == [] and obj["sinks"] == [] and obj["run_id"] == s.run_id
 
     # fixed on disk: the dead letters, as if requeued, would now succeed, and the sink would get them
     (tmp_path / "shout" / "bolts.py").write_text(FIXED)
@@ -125,3 +138,32 @@ def test_preview_of_a_run_this_redis_does_not_know_is_one_line_exit_2(redis_url)
     result = CliRunner().invoke(main, ["preview", "no-such-run", "--redis", redis_url])
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == ["error: no run 'no-such-run' in this Redis (see `recovery runs`)"]
+
+
+def test_a_preview_leaves_a_postgres_table_and_a_delta_table_as_they_were(postgres_url, redis_client, tmp_path):
+    """The sinks into a user's tables are captured too: the table's rows, its commit rows and the
+    Delta log stay as they were, and each sink's count is what the round would write. (In
+    process, with the test kit's engine, on the real Redis and PostgreSQL.)"""
+    from recovery import testing
+    from recovery.jobs import sandbox
+    from recovery.model.xml import parse as workflow_xml
+    from recovery.runtime import task
+    from tests.tables import commit_rows, delta_bolt, postgres_bolt, postgres_rows
+    from tests.tables import workflow_xml as tables_xml
+
+    xml = tables_xml(tmp_path, postgres_bolt(postgres_url) + delta_bolt(), n=60,
+                     config={"recovery.inject.e.component": "enrich", "recovery.inject.e.rate": "0.1",
+                             "recovery.retry.delay.period.ms": "0"})
+    run = testing.run_local(workflow_xml.load(xml), redis_client, list_sinks=False)
+    assert run.summary.failed > 0
+    rows, commits = postgres_rows(postgres_url), commit_rows(postgres_url)
+    keys_before, files_before = redis_dump(redis_client), folder_bytes(tmp_path)
+
+    with task.injected_client(run.redis_url, redis_client):
+        result = sandbox.run_sandboxed(testing.LocalSession(), redis_client, run.redis_url, run.run_id)
+
+    assert postgres_rows(postgres_url) == rows and commit_rows(postgres_url) == commits
+    assert redis_dump(redis_client) == keys_before and folder_bytes(tmp_path) == files_before
+    assert result.failures == []   # a transient failure: its replay succeeds
+    assert sorted((s.component, s.records) for s in result.sinks) == [("lake", len(result.replayed)),
+                                                                      ("pg", len(result.replayed))]

@@ -163,6 +163,7 @@ def test_every_route_refuses_foreign_hosts_origins_and_missing_tokens(dead_run_a
     requests = concrete_requests(app, run, failed_queue.dead_letters(redis_client, run)[0].roots[0])
     unsafe = [(m, p, r) for m, p, r in requests if m not in ("GET", "HEAD")]
     assert {(m, r) for m, _, r in unsafe} >= {("POST", "/runs/{run_id:str}/recover"),
+                                              ("POST", "/runs/{run_id:str}/preview"),
                                               ("POST", "/runs/{run_id:str}/dead/requeue"),
                                               ("POST", "/runs/{run_id:str}/clear"),
                                               ("POST", "/api/v1/runs/{run_id:str}/recover"),

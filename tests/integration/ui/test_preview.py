@@ -1,6 +1,6 @@
-"""The run page's "Preview recovery" in a real headless Chromium: a separate `recovery preview`
-process, then its result per position and per sink before the Recover and Requeue buttons,
-every value from the data escaped; the run's keys untouched."""
+"""The run page's "Preview recovery" (recovery/ui/preview.py) in a real headless Chromium: a
+separate `recovery preview` process, then its result per position and per sink before the
+Recover and Requeue buttons, every value from the data escaped; the run's keys untouched."""
 from __future__ import annotations
 
 import pytest
