@@ -74,7 +74,8 @@ def refuse_embedded_redis_on_cluster(redis_url: str | None, master: str | None) 
     required (docs/cluster.md)."""
     master = master or environment().spark_master
     if master and not is_local_master(master) and not (redis_url or environment().redis_url):
-        raise RecoveryError(f"master {master} runs tasks on other hosts, which cannot reach the embedded Redis "
+        where = (f"the Spark Connect server at {master}" if master.startswith("sc://") else f"master {master}")
+        raise RecoveryError(f"{where} runs tasks on other hosts, which cannot reach the embedded Redis "
                             "(a unix socket under RECOVERY_HOME): give --redis redis://HOST:PORT (or "
                             f"${connection.URL_ENV}) of a Redis every executor reaches, its password in "
                             f"${connection.PASSWORD_FILE_ENV} or ${connection.PASSWORD_ENV} (docs/cluster.md)")
