@@ -36,7 +36,7 @@ from recovery.jobs import clear as jobs_clear
 from recovery.jobs import dead_letters, metrics, reports
 from recovery.tracking import keys, runs
 from recovery.tracking import queue as failed_queue
-from recovery.ui import svg
+from recovery.ui import svg, trace
 from recovery.ui.access import check_token
 from recovery.ui.actions import PreviewProcesses, RecoverProcess, RecoverProcesses
 from recovery.ui.login import login_action, login_page
@@ -49,7 +49,6 @@ from recovery.ui.security import (
     SecurityMiddleware,
     wants_json,
 )
-from recovery.ui.trace import api_trace, trace_page
 from recovery.visible import visible
 
 HERE = Path(__file__).resolve().parent
@@ -469,7 +468,7 @@ def create_app(client: Redis, redis_url: str, log_dir: Path, *, host: str = "127
         _route(run + "/dead", dead_page),
         _route(run + "/dead/requeue", requeue_action, methods=["POST"]),
         _route(run + "/recover", recover_action, methods=["POST"]),
-        _route(run + "/trace", trace_page),
+        _route(run + "/trace", trace.trace_page),
         _route(run + "/preview", preview_page),
         _route(run + "/preview", preview_action, methods=["POST"]),
         _route(run + "/clear", clear_page),
@@ -483,7 +482,7 @@ def create_app(client: Redis, redis_url: str, log_dir: Path, *, host: str = "127
         _route(api + "/failed", _api_report(reports.failed)),
         _route(api + "/dead", api_dead),
         _route(api + "/dead/requeue", api_requeue, methods=["POST"]),
-        _route(api + "/trace", api_trace),
+        _route(api + "/trace", trace.api_trace),
         _route(api + "/plan", _api_report(reports.plan)),
         _route(api + "/partitions", _api_report(reports.partitions)),
         _route(api + "/recover", api_recover, methods=["POST"]),
