@@ -30,12 +30,16 @@ from recovery.jobs import clear as jobs_clear
 from recovery.jobs import dead_letters as jobs_dead
 from recovery.jobs import follow as follow_mod
 from recovery.jobs import follow_events, reports
+from recovery.jobs import preview as jobs_preview
 from recovery.jobs import recover as jobs_recover
 from recovery.jobs import submit as jobs_submit
+from recovery.jobs import trace as jobs_trace
+from recovery.jobs import trace_tree as jobs_trace_tree
 from recovery.jobs.recover import RecoveryRound
 from recovery.jobs.reports import RecoveryPlan, RoundReport
 from recovery.jobs.settle import Progress
 from recovery.jobs.summary import RunSummary
+from recovery.jobs.trace import RootTrace
 from recovery.model import config as config_decl
 from recovery.model.failed import FailedTuple
 from recovery.model.workflow import Workflow
@@ -297,6 +301,39 @@ class Run:
 
     def workflow(self) -> Workflow:
         return runs.get(self.client, self.id).original_workflow()
+
+    def trace(self, root: int | str | None = None, tree: bool = False, *, message: str | None = None) -> RootTrace:
+        """One root followed (`recovery trace`): its message id, state, failures, replays,
+        requeues and dead letter. `root` is its id (as `dead_letters()` show in `roots`), or
+        `message` its message id in its source's terms (FILE:OFFSET, PARTITION:OFFSET, an
+        id-field value). `tree`: its tuple tree too, re-derived on Spark in a sandbox that
+        writes nothing of the run, and checked against what the run recorded."""
+        found = jobs_trace.trace(self.client, self.id, root, message)
+        if tree:
+            rec = runs.get(self.client, self.id)
+            master = self._spark.effective_master
+            refuse_embedded_redis_on_cluster(self._redis_given, master)
+            files.check_paths_reach_executors(rec.original_workflow(), master, rec.file)
+            derived = jobs_trace_tree.derive_tree(self._spark.session, self.client, self.redis_url, self.id,
+                                                  found.root)
+            found = found.model_copy(update={"tree": [n.model_dump() for n in derived.nodes],
+                                             "nondeterministic": derived.nondeterministic})
+        return found
+
+    def preview(self, dead: bool = False, component: str | None = None, limit: int | None = None, *,
+                progress: Progress | None = None) -> jobs_preview.Preview:
+        """What the next `recover` round would do, with the code as it is now, run in a sandbox
+        that writes nothing of the run: per failed position, how many queued tuples would
+        succeed and how many fail again (their errors grouped); per sink, how many records it
+        would get, with a sample. `dead`: the dead letters, as if requeued; `component`: only
+        its positions; `limit`: at most that many tuples per position."""
+        rec = runs.get(self.client, self.id)
+        master = self._spark.effective_master
+        refuse_embedded_redis_on_cluster(self._redis_given, master)
+        files.check_paths_reach_executors(rec.original_workflow(), master, rec.file)
+        spill.check_reaches_executors(None, rec.spill_dir, master)
+        return jobs_preview.preview(lambda: self._spark.session(self.redis_url), self.client, self.redis_url,
+                                    self.id, dead=dead, component=component, limit=limit, progress=progress)
 
     # --- actions ----------------------------------------------------------------------------
     def recover(self, *, max_rounds: int | None = None, strategy: str = "localized",

@@ -81,6 +81,56 @@ def _forget_shadowed(module_name: str, base_dir: str | None) -> None:
         del sys.modules[name]
 
 
+# The source files of the workflow modules imported, as they were then (mtime, size).
+_IMPORTED: dict[str, tuple[int, int]] = {}
+
+
+def _stamp(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
+def _workflow_package(module_name: str, base_dir: str | None) -> str | None:
+    """The top package of `module_name` when it is the workflow's own (in `base_dir`)."""
+    top = module_name.split(".")[0]
+    if not base_dir:
+        return None
+    root = os.path.abspath(base_dir)
+    if os.path.isdir(os.path.join(root, top)) or os.path.isfile(os.path.join(root, top + ".py")):
+        return top
+    return None
+
+
+def _modules_of(top: str) -> list[str]:
+    return [m for m in sys.modules if m == top or m.startswith(top + ".")]
+
+
+def _forget_changed(module_name: str, base_dir: str | None) -> None:
+    """A long-lived process (a reused Spark worker, a notebook's driver) imported a workflow's
+    package before its code was changed on disk (a bug fixed, then `recover --code-changed`):
+    drop the package from sys.modules so the code as it is now is imported."""
+    top = _workflow_package(module_name, base_dir)
+    if top is None:
+        return
+    names = _modules_of(top)
+    paths = [getattr(sys.modules[n], "__file__", None) for n in names]
+    if any(p in _IMPORTED and _stamp(p) != _IMPORTED[p] for p in paths if p):
+        for name, path in zip(names, paths):
+            del sys.modules[name]
+            _IMPORTED.pop(path or "", None)
+
+
+def _remember(module_name: str, base_dir: str | None) -> None:
+    top = _workflow_package(module_name, base_dir)
+    for name in _modules_of(top) if top else ():
+        path = getattr(sys.modules[name], "__file__", None)
+        if path and path not in _IMPORTED and (stamp := _stamp(path)) is not None:
+            _IMPORTED[path] = stamp
+
+
 def _who(component: str | None, ref: str) -> str:
     return f"component {component!r}: class {ref!r}" if component else f"class {ref!r}"
 
@@ -103,8 +153,10 @@ def load_class(ref: str, base_dir: str | None = None, *, component: str | None =
         raise ClassLoadError(f'{who}: expected "package.module:ClassName"', component, ref)
     with _on_sys_path(base_dir):
         _forget_shadowed(module_name, base_dir)
+        _forget_changed(module_name, base_dir)
         try:
             module = importlib.import_module(module_name)
+            _remember(module_name, base_dir)
         except ModuleNotFoundError as err:
             if err.name and (module_name == err.name or module_name.startswith(err.name + ".")):
                 where = f" (searched {os.path.abspath(base_dir)} first)" if base_dir else ""

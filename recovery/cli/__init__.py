@@ -15,6 +15,7 @@ from recovery.cli.clear import clear
 from recovery.cli.dead import dead
 from recovery.cli.launcher import launcher
 from recovery.cli.plan import plan
+from recovery.cli.preview import preview
 from recovery.cli.produce import produce
 from recovery.cli.recover import recover
 from recovery.cli.runs import runs_cmd
@@ -22,6 +23,7 @@ from recovery.cli.server import server
 from recovery.cli.status import status
 from recovery.cli.submit import submit
 from recovery.cli.topics import topics
+from recovery.cli.trace import trace
 from recovery.cli.ui import ui
 from recovery.cli.validate import graph, properties, validate
 from recovery.errors import RecoveryError
@@ -101,6 +103,6 @@ def log_to_stderr(verbose: int) -> Callable[[], None]:
 
 
 # The commands, each a module-level click command of its own module.
-for _command in (validate, graph, properties, submit, runs_cmd, status, plan, recover, dead, clear, produce,
-                 topics, server, ui, launcher):
+for _command in (validate, graph, properties, submit, runs_cmd, status, plan, preview, recover, dead, trace,
+                 clear, produce, topics, server, ui, launcher):
     main.add_command(_command)

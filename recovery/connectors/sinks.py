@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 from recovery.api.components import Bolt
 from recovery.connectors.arrow_encoding import json_lines
+from recovery.connectors.capture_sink import CaptureSink
 from recovery.connectors.delta import DeltaSink
 from recovery.connectors.file_sinks import JsonlSink, ParquetSink
 from recovery.connectors.postgres import PostgresSink
@@ -40,15 +41,17 @@ from recovery.connectors.sink_folders import (
 from recovery.connectors.table_sinks import TableClear, TableSink, check_tables, clear_tables, table_sinks
 from recovery.model.workflow import SinkImpl, Workflow
 
-__all__ = ["PART", "SINKS", "BufferedSink", "DeltaSink", "FileSink", "JsonlSink", "ParquetSink", "PostgresSink",
-           "RedisHashSink", "SinkFolderError", "SinkTableError", "TableClear", "TableSink", "check_file_folders",
-           "check_folders", "check_tables", "clear_tables", "committed_parts", "file_sinks", "json_lines", "make_sink",
-           "part_files", "part_name", "read_jsonl_dir", "replace_other_runs", "table_sinks"]
+__all__ = ["PART", "SINKS", "BufferedSink", "CaptureSink", "DeltaSink", "FileSink", "JsonlSink", "ParquetSink",
+           "PostgresSink", "RedisHashSink", "SinkFolderError", "SinkTableError", "TableClear", "TableSink",
+           "check_file_folders", "check_folders", "check_tables", "clear_tables", "committed_parts", "file_sinks",
+           "json_lines", "make_sink", "part_files", "part_name", "read_jsonl_dir", "replace_other_runs",
+           "table_sinks"]
 
 # Sink type (a key of model.workflow.SINK_TYPES) -> its class (psycopg and deltalake are
 # imported by the table sinks' tasks only).
 SINKS: dict[str, Callable[[SinkImpl, str], BufferedSink]] = {
-    "jsonl": JsonlSink, "parquet": ParquetSink, "redis": RedisHashSink, "postgres": PostgresSink, "delta": DeltaSink}
+    "jsonl": JsonlSink, "parquet": ParquetSink, "redis": RedisHashSink, "postgres": PostgresSink, "delta": DeltaSink,
+    "capture": CaptureSink}
 
 
 def make_sink(impl: SinkImpl, base_dir: str) -> Bolt:

@@ -28,7 +28,7 @@ from recovery.engine import shipping
 from recovery.errors import RunBusy, RunError
 from recovery.model.record import RunRecord
 from recovery.model.workflow import Workflow
-from recovery.tracking import keys, runs, spill
+from recovery.tracking import keys, runs, scratch, spill
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +95,10 @@ def clear(client: Redis, run_id: str, force: bool = False, code_archives: bool =
     if code_archives and rec is not None and rec.code_digest:   # its code's zip, unless another run shipped it too
         if not any(d[:16] == rec.code_digest[:16] for d in _code_in_use(client)):
             shipping.remove_archives([rec.code_digest])
+    # the scratch runs a preview of this run left (a killed one's; a live one's only with force)
+    for sid in scratch.scratch_ids(client, run_id):
+        if force or scratch.stale(client, sid):
+            removed += clear(client, sid, force=True, code_archives=False).keys
     log.info("run %s cleared: %d keys and its spill folder removed%s", run_id, len(removed) + (rec is not None),
              " (its driver was running: --force)" if rec is not None and runs.status_of(rec) == runs.RUNNING else "")
     return Cleared(([runs.record_key(run_id)] if rec is not None else []) + sorted(removed), tables)
@@ -122,7 +126,13 @@ def clear_all(client: Redis, force: bool = False) -> dict[str, Cleared]:
     if unsafe:
         client.zrem(runs.index_key(), *unsafe)
         removed.update({rid: [] for rid in unsafe})
+    # scratch runs (listed nowhere) whose run is gone: with their spill files; a live preview's
+    # only with force
+    for sid in scratch.all_ids(client):
+        if force or scratch.stale(client, sid):
+            removed.setdefault(sid, []).extend(clear(client, sid, force=True, code_archives=False).keys)
     known = [rid for rid in runs.list_ids(client) if keys.is_run_id(rid)]   # runs created meanwhile stay
+    known += [sid for sid in scratch.all_ids(client) if sid not in removed]   # a live preview's
     orphans: dict[str, list[str]] = {}
     for raw in scan_keys(client, keys.runs_pattern()):
         name = raw.decode()

@@ -31,7 +31,7 @@ ERROR_KINDS = ("exception", "fail", "not acked", "timeout", "shell process lost"
 FAILED_TUPLES_SHOWN = 50
 
 
-def _text(v: Any) -> Any:
+def as_text(v: Any) -> Any:
     """bytes (a spout's raw record) as text, so that every shape is JSON."""
     return v.decode("utf-8", "replace") if isinstance(v, bytes) else v
 
@@ -204,11 +204,11 @@ class ShownTuple(BaseModel):
     @property
     def shown_values(self) -> Any:
         """Its values, or for a record that did not decode, that record (as text)."""
-        return _text(self.record.values if self.record.values is not None else self.record.raw)
+        return as_text(self.record.values if self.record.values is not None else self.record.raw)
 
     @model_serializer
     def to_json(self) -> dict[str, Any]:
-        row = {k: _text(v) for k, v in self.record.model_dump(exclude_unset=True).items()}
+        row = {k: as_text(v) for k, v in self.record.model_dump(exclude_unset=True).items()}
         row["kind"] = self.kind
         if self.key is not None:
             row["key"] = self.key

@@ -118,6 +118,11 @@ class Settings(BaseModel):
                     "died within this age (30s, 15m, 12h, 7d); it drops the rest, oldest first, "
                     "and `status` counts them. With a dead-letter sink, only what the sink could "
                     "not take yet is in Redis to drop. Default: all are kept.")
+    history_max_events: int = Field(
+        10000, alias="recovery.history.max.events", ge=0,
+        description="What `recovery trace` reads: per failed task, at most this many of its "
+                    "tuples' failures and replays are kept after they leave its queue (the rest "
+                    "are counted as dropped); 0 keeps none. Written only when tuples fail.")
     executors_wait_secs: float = Field(
         120, alias="recovery.executors.wait.secs", gt=0, allow_inf_nan=False,
         description="On a cluster (any master but local), a round left without a single executor "

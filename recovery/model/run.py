@@ -39,6 +39,9 @@ class RunSpec:
     code: str | None = None                         # the workflow's code shipped with the job: the
                                                     # folder SparkFiles unpacks it into (None: its
                                                     # own folder, local mode)
+    lineage_roots: tuple[int, ...] = ()             # a sandbox's tree of these roots: every bolt
+                                                    # task records their tuples it receives
+                                                    # (runtime/lineage.py)
 
     def round_json(self) -> str:
         """What resuming this round needs besides its workflows (the run record's

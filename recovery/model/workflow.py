@@ -173,6 +173,7 @@ SINK_TYPES: dict[str, SinkType] = {
     "redis": SinkType(("key",), "stream", dead_letters=False),
     "postgres": SinkType(("url", "table"), "table"),
     "delta": SinkType(("path",), "table"),
+    "capture": SinkType((), "stream", dead_letters=False),
 }
 FILE_SINK_TYPES = tuple(name for name, t in SINK_TYPES.items() if t.kind == "path")
 # Sinks into a user's table: always appended to (mode "append", the default, is the only one).

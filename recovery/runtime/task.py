@@ -35,7 +35,7 @@ from recovery.model.graph import ChainPlan, ComponentContext, TaskMap
 from recovery.model.run import RunSpec, TaskIdentity
 from recovery.model.workflow import Component, Workflow
 from recovery.multilang.bolt import ShellBolt
-from recovery.runtime import blocks, chunks, factory, timeouts, wire
+from recovery.runtime import blocks, chunks, factory, lineage, timeouts, wire
 from recovery.runtime.collector import Output, TaskCollector, format_error
 from recovery.runtime.roots import SpoutRoots
 from recovery.runtime.routing import Router
@@ -197,7 +197,7 @@ class TaskRunner:
 
     def _needs_redis(self) -> bool:
         impl = self.comp.impl
-        return impl.kind == "sink" and impl.type == "redis" or (
+        return impl.kind == "sink" and impl.type in ("redis", "capture") or (
             impl.kind == "source" and impl.type in ("queue", "redis-stream", "kafka"))
 
     # -- component set-up -----------------------------------------------------------------
@@ -237,6 +237,8 @@ class TaskRunner:
 
     # -- bolts ----------------------------------------------------------------------------
     def run_bolt(self, records: Records) -> Iterator[Output]:
+        if self.spec.lineage_roots:   # a sandbox's tree of these roots (runtime/lineage.py)
+            records = lineage.recording(redis_of(self.spec), self.spec, self.component_id, self.task_id, records)
         with relaxed_gc():
             yield from self._run_bolt(records)
 

@@ -193,6 +193,22 @@ def create(client: redis.Redis, run_id: str, xml: str, wf_json: str, file: str |
     return lease
 
 
+def create_unlisted(client: redis.Redis, run_id: str, fields: dict[str, Any]) -> Lease:
+    """Create a record with `fields` and its lease (held by this process), outside the runs'
+    index: a scratch run (tracking/scratch.py) that `runs` and the web view never list. A run
+    id that exists already is refused."""
+    now = time.time()
+    lease = Lease(client, run_id, secrets.token_hex(8))
+    fields = {"run_id": run_id, "status": RUNNING, "started": now, "driver_pid": os.getpid(),
+              "driver_host": socket.gethostname(), **fields}
+    args: list[Any] = [lease.generation, lease.holder, lease.ttl_ms, now, run_id]
+    for k, v in fields.items():
+        args += [k, encode(v)]
+    if not client.register_script(_CREATE_IN_SLOT)(keys=[record_key(run_id), lease_key(run_id)], args=args):
+        raise _exists(run_id)
+    return lease
+
+
 def not_found(run_id: str) -> RunNotFound:
     """The refusal of a run id this Redis has no run of."""
     return RunNotFound(f"no run {run_id!r} in this Redis (see `recovery runs`)")

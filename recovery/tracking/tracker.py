@@ -102,6 +102,7 @@ class TaskTracker:
         self.conf = conf
         settings = config_decl.settings(conf)
         self.max_attempts = settings.max_attempts
+        self.history_cap = settings.history_max_events   # (tracking/queue/history.py)
         self.field = f"{task.component_id}:{task.index}"
         self.token = secrets.token_hex(6)   # this attempt's: names its pieces (module doc)
         # the run's spill location; None (a run record from before it was kept): the property's
@@ -269,7 +270,7 @@ class TaskTracker:
         def build(pipe: Any) -> None:
             if found["done"]:
                 return
-            failed_queue.record_failures(pipe, rid, self.failures)
+            failed_queue.record_failures(pipe, rid, self.failures, history=self.history_cap > 0)
             if state is not None:
                 state.write_to(pipe)
             if extra is not None:
@@ -289,7 +290,7 @@ class TaskTracker:
         """Step 1 of the commit (module doc): the ledger pieces and the staged queue writes of
         this attempt; returns the queue positions it staged writes for."""
         rid = self.run_id
-        staged = failed_queue.staged_writes(self.replays_done, self.failures)
+        staged = failed_queue.staged_writes(self.replays_done, self.failures, self.round, self.history_cap)
         with self.client.pipeline(transaction=False) as pipe:
             queued = 0
             for b, blob in enumerate(pack_xors(contrib)):

@@ -4,6 +4,7 @@ shows while it runs. The log folder is private (0700) and the logs too (0600), w
 umask: they hold tracebacks with tuple values."""
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -11,6 +12,7 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from redis import Redis
 
@@ -105,3 +107,73 @@ class RecoverProcesses:
     def forget(self, run_id: str) -> None:
         with self._lock:
             self._procs.pop(run_id, None)
+
+
+@dataclass(frozen=True)
+class PreviewProcess:
+    """A preview this server started: pid, running, exit code (None while it runs), its result
+    (`preview --json`'s object, once it ended well) and the last lines of its log."""
+    pid: int
+    running: bool
+    exit_code: int | None
+    result: dict[str, Any] | None
+    output: list[str]
+
+
+class PreviewProcesses:
+    """The `recovery preview` processes this server started, by run id: each a separate process
+    with its own Spark, as a recover is; its JSON and its log in the private log folder."""
+
+    def __init__(self, redis_url: str, log_dir: Path):
+        self.redis_url = redis_url
+        self.log_dir = log_dir
+        self._procs: dict[str, tuple[subprocess.Popen[bytes], Path, Path]] = {}
+        self._lock = threading.Lock()
+
+    def start(self, client: Redis, run_id: str, dead: bool = False) -> int:
+        """Start previewing `run_id` (its dead letters, as if requeued, with `dead`); refuses an
+        unknown run and a run this server is previewing already."""
+        name = keys.check_run_id(run_id)
+        out_path, log_path = self.log_dir / f"{name}.preview.json", self.log_dir / f"{name}.preview.log"
+        with self._lock:
+            runs.get(client, run_id)   # RunNotFound: the CLI's message
+            known = self._procs.get(run_id)
+            if known is not None and known[0].poll() is None:
+                raise RunBusy(f"run {run_id} is being previewed already (preview pid {known[0].pid})")
+            private_dir(self.log_dir, "web view folder")
+            private_file(out_path, "preview result")
+            private_file(log_path, "preview log")
+            env = dict(os.environ)
+            env.setdefault("PYSPARK_PYTHON", sys.executable)
+            env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+            env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+            env.setdefault("PYTHONHASHSEED", "0")
+            cmd = [sys.executable, "-m", "recovery", "preview", run_id, "--json", "--redis", self.redis_url]
+            with open(out_path, "wb") as out, open(log_path, "wb") as err:
+                proc = subprocess.Popen([*cmd, *(["--dead"] if dead else [])], stdin=subprocess.DEVNULL,
+                                        stdout=out, stderr=err, env=env, start_new_session=True)
+            log.info("started a preview of %s: pid %s, output in %s", run_id, proc.pid, log_path)
+            self._procs[run_id] = (proc, out_path, log_path)
+            return proc.pid
+
+    def state(self, run_id: str) -> PreviewProcess | None:
+        """The last preview this server started for `run_id`; None when it started none."""
+        with self._lock:
+            known = self._procs.get(run_id)
+        if known is None:
+            return None
+        proc, out_path, log_path = known
+        code = proc.poll()
+        result = None
+        if code == 0:
+            try:
+                result = json.loads(out_path.read_text())
+            except (OSError, ValueError) as err:
+                log.warning("preview of %s: its result cannot be read: %s", run_id, err)
+        try:
+            lines = [line.rsplit("\r", 1)[-1] for line in log_path.read_text(errors="replace").splitlines()
+                     if line.strip()]
+        except OSError as err:
+            lines = [f"(cannot read {log_path}: {err})"]
+        return PreviewProcess(pid=proc.pid, running=code is None, exit_code=code, result=result,
+                              output=lines[-LOG_LINES:])

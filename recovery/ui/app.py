@@ -36,10 +36,11 @@ from recovery.jobs import clear as jobs_clear
 from recovery.jobs import dead_letters, metrics, reports
 from recovery.tracking import keys, runs
 from recovery.tracking import queue as failed_queue
-from recovery.ui import svg
+from recovery.ui import svg, trace
 from recovery.ui.access import check_token
-from recovery.ui.actions import RecoverProcess, RecoverProcesses
+from recovery.ui.actions import PreviewProcesses, RecoverProcess, RecoverProcesses
 from recovery.ui.login import login_action, login_page
+from recovery.ui.preview import preview_action, preview_page
 from recovery.ui.security import (
     CSRF_FIELD,
     LOGIN_PATH,
@@ -88,6 +89,7 @@ class UI:
         self.redis_url = redis_url
         self.guard = guard
         self.processes = RecoverProcesses(redis_url, log_dir)
+        self.previews = PreviewProcesses(redis_url, log_dir)
         # every form of the pages carries its session's CSRF value (security.py), never the token
         self.templates = Jinja2Templates(directory=str(HERE / "templates"), context_processors=[
             lambda request: {"csrf": getattr(request.state, CSRF_FIELD, "")}])
@@ -466,6 +468,9 @@ def create_app(client: Redis, redis_url: str, log_dir: Path, *, host: str = "127
         _route(run + "/dead", dead_page),
         _route(run + "/dead/requeue", requeue_action, methods=["POST"]),
         _route(run + "/recover", recover_action, methods=["POST"]),
+        _route(run + "/trace", trace.trace_page),
+        _route(run + "/preview", preview_page),
+        _route(run + "/preview", preview_action, methods=["POST"]),
         _route(run + "/clear", clear_page),
         _route(run + "/clear", clear_action, methods=["POST"]),
         _route("/metrics", metrics_page),
@@ -477,6 +482,7 @@ def create_app(client: Redis, redis_url: str, log_dir: Path, *, host: str = "127
         _route(api + "/failed", _api_report(reports.failed)),
         _route(api + "/dead", api_dead),
         _route(api + "/dead/requeue", api_requeue, methods=["POST"]),
+        _route(api + "/trace", trace.api_trace),
         _route(api + "/plan", _api_report(reports.plan)),
         _route(api + "/partitions", _api_report(reports.partitions)),
         _route(api + "/recover", api_recover, methods=["POST"]),

@@ -17,7 +17,7 @@ from recovery.tracking import ledger, runs
 from recovery.tracking import queue as failed_queue
 from recovery.tracking.state import state_key
 from tests.integration.conftest import copy_workflow, kill_when_round_0, sink_records, submit
-from tests.integration.test_engine import run_keys, wordcount_reference
+from tests.integration.test_engine import tracking_keys, wordcount_reference
 from tests.integration.test_recovery import _spawn_submit
 
 FAST_RETRY = {"recovery.retry.delay.period.ms": "10"}
@@ -122,7 +122,7 @@ def test_a_failure_at_the_second_member_of_a_chain_is_recovered_from_its_queue_e
     r = recover.recover(spark, redis_client, redis_url, s.run_id)
     assert r.status == "completed" and r.rounds == 2 and r.pending == 0
     assert sink_records(tmp_path / "out" / "wordcount") == wordcount_reference(tmp_path / "data" / "sentences.txt")
-    assert run_keys(redis_client, s.run_id) == {state_key(s.run_id, "count")}
+    assert tracking_keys(redis_client, s.run_id) == {state_key(s.run_id, "count")}
 
 
 def test_kill_9_of_a_chained_run_then_recover_is_exact_and_members_commit_together(spark, redis_url, redis_client, tmp_path):
@@ -148,7 +148,7 @@ def test_kill_9_of_a_chained_run_then_recover_is_exact_and_members_commit_togeth
     r = recover.recover(spark, redis_client, redis_url, run_id)
     assert r.status == "completed", r
     assert sink_records(tmp_path / "out" / "wordcount") == wordcount_reference(tmp_path / "data" / "sentences.txt")
-    assert run_keys(redis_client, run_id) == {state_key(run_id, "count")}
+    assert tracking_keys(redis_client, run_id) == {state_key(run_id, "count")}
 
 
 def test_spark_retries_of_a_chain_task_change_no_result_and_no_ledger(spark, redis_url, redis_client, tmp_path):

@@ -100,8 +100,11 @@ def test_fanout_with_failures_on_three_masters_spreads_recovers_exactly_and_clea
     buckets = [sum(1 for k in ks for b in range(keys.LEDGER_BUCKETS) if k == bucket_key(run_id, b))
                for ks in per_master]
     assert sum(buckets) > 0 and max(buckets) <= 1.5 * sum(buckets) / len(buckets), buckets
-    queues = {k for ks in per_master for k in ks if "queue:" in k}
+    queues = {k for ks in per_master for k in ks if "queue:" in k and not k.endswith(":history")}
     assert queues and len({keys.hash_slot(q) for q in queues}) == len(queues)
+    # the history of each failed position is in its queue's slot: it spreads as the queues do
+    histories = {k for ks in per_master for k in ks if "queue:" in k and k.endswith(":history")}
+    assert {keys.hash_slot(h) for h in histories} == {keys.hash_slot(q) for q in queues}
 
     r = recover.recover(spark, redis_client, redis_url, run_id)
     assert r.status == "completed" and r.pending == 0 and r.dead == 0
@@ -205,6 +208,12 @@ def test_root_replay_selection_and_dead_requeue_split_by_slot_on_a_cluster(redis
     assert dead_letters.requeue_dead(redis_client, "split-steps") == 10
     assert redis_client.hlen(failed_queue.queue_key("split-steps", "count", 7)) == 40
     assert redis_client.hlen(failed_queue.dead_letters_key("split-steps")) == 0 and redis_client.scard(failed_queue.dead_roots_key("split-steps")) == 0
+    # the history of the position, in its queue's slot: each failure, and each requeue once
+    from recovery.tracking.queue import history
+    events = history.read(redis_client, "split-steps", "count", 7).events
+    assert sorted(e.kind for e in events) == ["failed"] * 40 + ["requeued"] * 10
+    assert dead_letters.requeue_dead(redis_client, "split-steps") == 0
+    assert len(history.read(redis_client, "split-steps", "count", 7).events) == 50
 
     added = [ledger.supersede_bucket(redis_client, "split-steps", b, 1, lease.generation)
              for b in range(ledger.LEDGER_BUCKETS)]

@@ -39,6 +39,16 @@ def run_keys(client, run_id: str) -> set[str]:
     return {k.decode() for k in scan_keys(client, keys.run_pattern(run_id))} - {runs.record_key(run_id)}
 
 
+def tracking_keys(client, run_id: str) -> set[str]:
+    """`run_keys` but the history of the run's failures (what `recovery trace` reads, kept until
+    `clear`): what a run recovered to the end may hold besides its keyed state."""
+    from recovery.tracking import queue as failed_queue
+    from recovery.tracking.queue import history
+    kept = {failed_queue.history_positions_key(run_id),
+            *(failed_queue.history_key(run_id, c, t) for c, t in history.positions(client, run_id))}
+    return run_keys(client, run_id) - kept
+
+
 def test_failure_free_wordcount_equals_plain_python_and_leaves_no_tracking_keys(spark, redis_url, redis_client, tmp_path):
     xml = copy_workflow("wordcount", tmp_path)
     summary = submit(spark, redis_url, redis_client, xml)

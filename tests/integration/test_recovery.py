@@ -15,7 +15,7 @@ from recovery.tracking import keys, runs
 from recovery.tracking import queue as failed_queue
 from recovery.tracking.state import state_key
 from tests.integration.conftest import copy_workflow, kill_when_round_0, sink_records, submit
-from tests.integration.test_engine import fanout_reference, run_keys, wordcount_reference
+from tests.integration.test_engine import fanout_reference, run_keys, tracking_keys, wordcount_reference
 
 TRANSIENT_SPLIT = {"recovery.inject.s.component": "split", "recovery.inject.s.rate": "0.03"}
 TRANSIENT_COUNT = {"recovery.inject.c.component": "count", "recovery.inject.c.rate": "0.02",
@@ -44,7 +44,7 @@ def test_transient_failures_at_two_positions_on_one_path_recover_exactly(spark, 
     # nothing lost, nothing twice; the fields-grouped aggregate equals the failure-free one
     assert sink_records(out) == wordcount_reference(tmp_path / "data" / "sentences.txt")
     assert redis_client.scard(failed_queue.failed_key(s.run_id)) == 0
-    assert run_keys(redis_client, s.run_id) == {state_key(s.run_id, "count")}
+    assert tracking_keys(redis_client, s.run_id) == {state_key(s.run_id, "count")}
     state = {msgpack.unpackb(k): msgpack.unpackb(v)
              for k, v in redis_client.hgetall(state_key(s.run_id, "count")).items()}
     assert state == final_counts(out)
@@ -152,7 +152,7 @@ def test_kill_9_of_the_driver_then_recover_gives_exact_output(spark, redis_url, 
     r = recover.recover(spark, redis_client, redis_url, run_id)
     assert r.status == "completed", r
     assert sink_records(tmp_path / "out" / "wordcount") == wordcount_reference(tmp_path / "data" / "sentences.txt")
-    assert run_keys(redis_client, run_id) == {state_key(run_id, "count")}
+    assert tracking_keys(redis_client, run_id) == {state_key(run_id, "count")}
 
 
 REPLAY_MODULE = '''

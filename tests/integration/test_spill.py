@@ -21,7 +21,7 @@ from recovery.model.graph import TaskMap
 from recovery.model.xml import parse as workflow_xml
 from recovery.tracking import keys, runs, spill
 from tests.integration.conftest import kill_when_round_0, sink_records
-from tests.integration.test_engine import run_keys
+from tests.integration.test_engine import run_keys, tracking_keys
 
 PAD = 400          # bytes added to each line: outputs big enough to fill frames before a crash
 LINES = 12_000
@@ -145,7 +145,7 @@ def test_kill_9_after_commits_then_recover_is_exact_and_a_missing_or_corrupt_spi
     r = recover.recover(spark, redis_client, redis_url, run_id)
     assert r.status == "completed", r
     assert sink_records(tmp_path / "out") == _expected()
-    assert run_keys(redis_client, run_id) == set()
+    assert tracking_keys(redis_client, run_id) == set()
     assert spill.SpillStore(str(spill_dir)).run_files(run_id) == []
 
 

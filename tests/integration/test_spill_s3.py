@@ -22,7 +22,7 @@ from recovery.model.run import TaskIdentity
 from recovery.model.xml import parse as workflow_xml
 from recovery.tracking import keys, runs, spill, tracker
 from tests.integration.conftest import sink_records
-from tests.integration.test_engine import run_keys
+from tests.integration.test_engine import run_keys, tracking_keys
 from tests.integration.test_spill import _crashed_submit, _expected, _pad_done, _refs, _workflow
 from tests.unit.run_records import create_run
 
@@ -231,7 +231,7 @@ def test_kill_9_then_recover_with_spill_files_on_s3_is_exact(spark, redis_url, r
     r = recover.recover(spark, redis_client, redis_url, run_id)
     assert r.status == "completed", r
     assert sink_records(tmp_path / "out") == _expected()
-    assert run_keys(redis_client, run_id) == set()
+    assert tracking_keys(redis_client, run_id) == set()
     assert s3_bucket.files(f"spill/{run_id}/") == []
 
 

@@ -28,7 +28,7 @@ from recovery.tracking import keys, ledger, runs
 from recovery.tracking.state import state_key
 from tests.helpers import wait_for
 from tests.integration.conftest import WORKFLOWS, copy_workflow, sink_records, submit
-from tests.integration.test_engine import run_keys
+from tests.integration.test_engine import tracking_keys
 
 EVENTS = 400
 WAIT = 300.0   # seconds a state may take on a loaded machine (bounds a hang only)
@@ -140,7 +140,7 @@ def test_a_forced_take_over_of_a_live_recovery_is_exact_and_stops_the_first_driv
     final = summary.summarize(redis_client, runs.get(redis_client, run_id))
     assert (final.status, final.complete, final.in_flight) == ("completed", EVENTS, 0)
     assert ledger.pending_roots(redis_client, run_id) == set()
-    assert run_keys(redis_client, run_id) == {state_key(run_id, "aggregate")}
+    assert tracking_keys(redis_client, run_id) == {state_key(run_id, "aggregate")}
     assert json.loads(redis_client.hget(runs.record_key(run_id), "summary"))["status"] == "completed"
     # A: one line, a non-zero exit, never a summary saying completed
     assert first.returncode not in (0, None), (out, err)

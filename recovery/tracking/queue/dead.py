@@ -3,6 +3,7 @@ their queues (`requeue`), or dropped by the retention cap (`drop_dead`), and the
 those written and dropped. Stored as tracking/queue/store.py says."""
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -12,6 +13,7 @@ from recovery.controlplane.connection import is_cluster
 from recovery.errors import RunError
 from recovery.model.failed import FailedTuple
 from recovery.tracking import runs
+from recovery.tracking.queue import history
 from recovery.tracking.queue.store import (
     DEAD_DROPPED,
     DEAD_WRITTEN,
@@ -34,8 +36,9 @@ def requeue(client: Redis, run_id: str, generation: str | None, component: str |
     """Dead tuples back in their queues (attempts reset): all of them, a component's, or those
     named by `tuple_keys` (`dead_key`). Each tuple moves in one transaction that only commits if
     it is still dead (WATCH) and the run holds `generation`, so an interrupted or concurrent
-    requeue neither loses nor doubles a tuple. `adjust_counts(pipe, n)` runs in that
-    transaction with the dead roots it made pending again. Returns the tuples requeued.
+    requeue neither loses nor doubles a tuple; each requeue is an event of the tuple's history.
+    `adjust_counts(pipe, n)` runs in that transaction with the dead roots it made pending again.
+    Returns the tuples requeued.
     Only the dead letters Redis holds outside a flush can be requeued: those written to the
     dead-letter sink are the sink's."""
     dead = dead_letters_key(run_id)
@@ -66,6 +69,7 @@ def requeue(client: Redis, run_id: str, generation: str | None, component: str |
                 runs.check_generation(client, run_id, generation)
                 back = early.requeued()
                 client.hset(queue_key(run_id, back.component, back.task), str(back.id), back.pack())
+                history.write_requeue(client, run_id, early, time.time())
 
         def check(pipe: Any, field: bytes = field, seen: dict[str, Any] = seen) -> None:
             raw = pipe.hget(dead, field)
@@ -83,6 +87,7 @@ def requeue(client: Redis, run_id: str, generation: str | None, component: str |
             tup = was.requeued()
             if not cluster:
                 pipe.hset(queue_key(run_id, tup.component, tup.task), str(tup.id), tup.pack())
+                history.write_requeue(pipe, run_id, was, time.time())
             position = position_name(tup.component, tup.task)
             pipe.sadd(failed_key(run_id), position)
             pipe.zadd(due_key(run_id), {position: 0}, lt=True)   # ready now

@@ -13,12 +13,13 @@ from redis import Redis
 from recovery.controlplane.connection import is_cluster
 from recovery.model.failed import FailedTuple
 from recovery.tracking import keys, runs
+from recovery.tracking.queue import events
 from recovery.tracking.runs import fenced_transaction
 
 Position = tuple[str, int]
 #: The key builders below: no module outside this package names them (tests/test_structure.py).
 OWNED_KEYS = ("failed_key", "queue_key", "staged_key", "due_key", "dead_letters_key", "dead_roots_key",
-              "flush_key", "flushes_key", "gone_key")
+              "flush_key", "flushes_key", "gone_key", "history_key", "history_positions_key")
 
 
 # --- the keys (tracking/keys.py: the layout and the hash slots) -------------------------------------
@@ -74,6 +75,20 @@ def gone_key(run_id: str) -> str:
     root whose message its source reported gone when a replay re-read it (`status` warns of
     them). Written with the dead letter, removed with it by a requeue."""
     return keys.run_key(run_id, "gone")
+
+
+def history_key(run_id: str, component: str, task: int) -> str:
+    """Hash: what happened to the tuples that failed at a position, kept after they left its
+    queue (tracking/queue/history.py: one field per failure, successful replay and requeue,
+    and "dropped", the events the cap turned away). In the position's queue's slot, written by
+    the same script that applies a commit's staged queue writes."""
+    return keys.spread_key(run_id, f"queue:{component}:{task}", "history")
+
+
+def history_positions_key(run_id: str) -> str:
+    """Set: the positions "component:task" that have a history (`history_key`), written at the
+    commit point with the failures; unlike the failed set, never pruned. In the run's home slot."""
+    return keys.run_key(run_id, "history")
 
 
 #: (SMISMEMBER in batches of this many)
@@ -199,11 +214,15 @@ def fingerprint(client: Redis, run_id: str) -> list[bytes]:
 
 
 # --- a task's commit (tracking/tracker.py's three steps) ---------------------------------------
-def staged_writes(replays_done: Iterable[tuple[str, int, int]], failures: Iterable[FailedTuple]
-                  ) -> dict[Position, dict[str, bytes]]:
+def staged_writes(replays_done: Iterable[tuple[str, int, int]], failures: Iterable[FailedTuple],
+                  round_no: int | None = None, history_cap: int = 0) -> dict[Position, dict[str, bytes]]:
     """What one task attempt writes into queues: a tuple replayed and acked here leaves its
-    queue ("d:<id>"), a failed one goes in ("s:<id>", the tuple) or, dead, leaves it."""
+    queue ("d:<id>"), a failed one goes in ("s:<id>", the tuple) or, dead, leaves it. With a
+    `history_cap` (the events a position's history keeps), each failure and each successful
+    replay of round `round_no` is also an event of its position's history ("h:<field>", applied
+    with the rest: tracking/queue/history.py), and "c:" carries the cap."""
     staged: dict[Position, dict[str, bytes]] = {}
+    failures = list(failures)
     for comp, task, tid in replays_done:
         staged.setdefault((comp, task), {})[f"d:{tid}"] = b""
     for rec in failures:
@@ -211,6 +230,16 @@ def staged_writes(replays_done: Iterable[tuple[str, int, int]], failures: Iterab
         staged.setdefault(pos, {})[f"d:{rec.id}" if rec.dead else f"s:{rec.id}"] = b"" if rec.dead else rec.pack()
         if not rec.dead:
             staged[pos].pop(f"d:{rec.id}", None)
+    if history_cap > 0:
+        for pos, writes in staged.items():
+            for field in list(writes):
+                if field.startswith("d:") and round_no is not None:   # acked here, unless it died here
+                    writes["h:" + events.replay_field(int(field[2:]), round_no)] = events.replay_event(round_no)
+        for rec in failures:
+            staged[(rec.component, rec.task)]["h:" + events.failure_field(rec)] = events.failure_event(rec)
+            staged[(rec.component, rec.task)].pop("h:" + events.replay_field(rec.id, rec.round or 0), None)
+        for writes in staged.values():
+            writes["c:"] = str(history_cap).encode()
     return staged
 
 
@@ -225,11 +254,15 @@ def stage(pipe: Any, run_id: str, round_no: int, token: str, staged: dict[Positi
             pipe.hset(key, mapping=dict(items[i:i + batch]))
 
 
-def record_failures(pipe: Any, run_id: str, failures: Iterable[FailedTuple]) -> None:
+def record_failures(pipe: Any, run_id: str, failures: Iterable[FailedTuple], history: bool = False) -> None:
     """Step 2, inside the commit point's transaction (the run's home slot): each failed
     tuple's position into the failed set with its earliest replay time, or the tuple, out of
-    attempts, moved to the dead letters with its roots."""
+    attempts, moved to the dead letters with its roots; with `history`, the positions among
+    those that have a history (`history_positions_key`)."""
     due: dict[str, float] = {}   # position -> its earliest not_before among these
+    failures = list(failures)
+    if history and failures:
+        pipe.sadd(history_positions_key(run_id), *{position_name(r.component, r.task) for r in failures})
     for rec in failures:
         if rec.dead:
             pipe.hset(dead_letters_key(run_id), dead_key(rec), rec.pack())
@@ -245,32 +278,74 @@ def record_failures(pipe: Any, run_id: str, failures: Iterable[FailedTuple]) -> 
         pipe.zadd(due_key(run_id), due, lt=True)
 
 
-# KEYS: a staging hash, its queue. Moves what one committed attempt staged into the queue
-# ("s:<id>" set, "d:<id>" removed) and drops the staging hash; nothing to do when it is gone
-# (applied already). Returns the entries applied.
+# KEYS: a staging hash, its queue, its history. Moves what one committed attempt staged into
+# the queue ("s:<id>" set, "d:<id>" removed) and its history ("h:<field>", while the history
+# holds fewer than the cap "c:" gives; beyond it counted in its "dropped" field), and drops the
+# staging hash; nothing to do when it is gone (applied already). Returns the queue entries applied.
 _APPLY = """
 local kv = redis.call('HGETALL', KEYS[1])
+local cap = 0
 for i = 1, #kv, 2 do
+  if kv[i] == 'c:' then cap = tonumber(kv[i + 1]) end
+end
+local n = 0
+for i = 1, #kv, 2 do
+  local kind = string.sub(kv[i], 1, 2)
   local id = string.sub(kv[i], 3)
-  if string.sub(kv[i], 1, 2) == 's:' then
+  if kind == 's:' then
     redis.call('HSET', KEYS[2], id, kv[i + 1])
-  else
+    n = n + 1
+  elseif kind == 'd:' then
     redis.call('HDEL', KEYS[2], id)
+    n = n + 1
+  elseif kind == 'h:' then
+    if redis.call('HEXISTS', KEYS[3], id) == 1 or redis.call('HLEN', KEYS[3]) < cap then
+      redis.call('HSET', KEYS[3], id, kv[i + 1])
+    else
+      redis.call('HINCRBY', KEYS[3], 'dropped', 1)
+    end
   end
 end
 redis.call('DEL', KEYS[1])
-return #kv / 2
+return n
 """
 
 
 def apply_staged(client: Redis, run_id: str, round_no: int, token: str, where: list[Position]) -> int:
-    """Step 3: a committed attempt's staged queue writes into their queues, one script per
-    position (in its slot). Idempotent."""
+    """Step 3: a committed attempt's staged queue writes into their queues (and their history),
+    one script per position (in its slot). Idempotent."""
     script = client.register_script(_APPLY)
     n = 0
     for comp, task in where:
         n += int(cast(int, script(keys=[staged_key(run_id, comp, task, round_no, token),
-                                        queue_key(run_id, comp, task)])))
+                                        queue_key(run_id, comp, task), history_key(run_id, comp, task)])))
+    return n
+
+
+# --- a sandbox (recovery preview) -------------------------------------------------------------------
+def holds_failures(run_id: str, key: str) -> bool:
+    """Whether `key` (a key of the run) is one of the keys above: a queue, its staged writes,
+    the failed set, the due times, the dead letters and what belongs to them, the history of the
+    failures (each position's is in its queue's slot, under its tag). A sandbox copies
+    a run without these, then queues the tuples it previews itself (`enqueue`)."""
+    own = (failed_key(run_id), due_key(run_id), dead_letters_key(run_id), dead_roots_key(run_id),
+           flushes_key(run_id), gone_key(run_id), history_positions_key(run_id))
+    queues = keys.spread_key(run_id, "queue:")[:-1]   # every queue's tag starts so (and its staged keys')
+    return key in own or key.startswith(keys.run_key(run_id, "deadflush", "")) or key.startswith(queues)
+
+
+def enqueue(client: Redis, run_id: str, tuples: Iterable[FailedTuple]) -> int:
+    """Put `tuples` into their positions' queues, ready now (each as it is given), their positions
+    into the failed set: what a sandbox replays. Returns the tuples queued."""
+    n = 0
+    with client.pipeline(transaction=False) as pipe:
+        for rec in tuples:
+            pos = position_name(rec.component, rec.task)
+            pipe.hset(queue_key(run_id, rec.component, rec.task), str(rec.id), rec.pack())
+            pipe.sadd(failed_key(run_id), pos)
+            pipe.zadd(due_key(run_id), {pos: 0.0})
+            n += 1
+        pipe.execute()
     return n
 
 

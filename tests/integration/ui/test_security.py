@@ -133,14 +133,16 @@ def test_cross_site_rebinding_and_get_attacks_are_refused_and_change_nothing(spa
 
 
 # --- every route ------------------------------------------------------------------------------
-def concrete_requests(app, run: str) -> list[tuple[str, str, str]]:
+def concrete_requests(app, run: str, root: int) -> list[tuple[str, str, str]]:
     """(method, path, route) for every route and method of the app, with the run's id and a
-    component of it filled in; static files by one file."""
+    component of it filled in, and a trace's root (a dead root of the run); static files by one file."""
     out = []
     for route in app.routes:
         if isinstance(route, Route):
             path = route.path.replace("{run_id:str}", run).replace("{component:str}", "split")
             assert "{" not in path, f"a path parameter the test does not know: {route.path}"
+            if path.endswith("/trace"):
+                path += f"?root={root}"
             out += [(m, path, route.path) for m in sorted(route.methods or ()) if m != "HEAD"]
         elif isinstance(route, Mount):
             out.append(("GET", route.path + "/style.css", route.path))
@@ -158,9 +160,10 @@ def test_every_route_refuses_foreign_hosts_origins_and_missing_tokens(dead_run_a
     csrf = log_in(client, token)
     session = dict(client.cookies)
     client.cookies.clear()
-    requests = concrete_requests(app, run)
+    requests = concrete_requests(app, run, failed_queue.dead_letters(redis_client, run)[0].roots[0])
     unsafe = [(m, p, r) for m, p, r in requests if m not in ("GET", "HEAD")]
     assert {(m, r) for m, _, r in unsafe} >= {("POST", "/runs/{run_id:str}/recover"),
+                                              ("POST", "/runs/{run_id:str}/preview"),
                                               ("POST", "/runs/{run_id:str}/dead/requeue"),
                                               ("POST", "/runs/{run_id:str}/clear"),
                                               ("POST", "/api/v1/runs/{run_id:str}/recover"),

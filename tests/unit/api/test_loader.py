@@ -169,3 +169,19 @@ def test_loading_a_class_refreshes_the_workflow_folders_finders_only(pkg, monkey
     (Path(base) / name / "later.py").write_text(MODULE)
     assert load_class(f"{name}.later:Passthrough", base, kind="bolt").__name__ == "Passthrough"
     assert elsewhere.invalidated == 0 and inside.invalidated == 1
+
+
+def test_a_workflow_module_changed_on_disk_is_imported_again(tmp_path):
+    """A reused Spark worker (or a notebook's driver) loads the code as it is now after a fix."""
+    (tmp_path / "changing_pkg").mkdir()
+    (tmp_path / "changing_pkg" / "__init__.py").write_text("")
+    module = tmp_path / "changing_pkg" / "bolts.py"
+    module.write_text("from recovery import BasicBolt\n\nclass B(BasicBolt):\n    VERSION = 1\n")
+    try:
+        assert load_class("changing_pkg.bolts:B", str(tmp_path)).VERSION == 1
+        assert load_class("changing_pkg.bolts:B", str(tmp_path)).VERSION == 1   # unchanged: the same module
+        module.write_text("from recovery import BasicBolt\n\nclass B(BasicBolt):\n    VERSION = 2  # fixed\n")
+        assert load_class("changing_pkg.bolts:B", str(tmp_path)).VERSION == 2
+    finally:
+        for name in [m for m in sys.modules if m.startswith("changing_pkg")]:
+            del sys.modules[name]

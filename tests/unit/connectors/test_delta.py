@@ -257,7 +257,7 @@ def test_the_sink_parses_and_its_path_is_a_folder_relative_to_the_xml_or_a_uri(t
 
 def test_the_sink_type_is_registered():
     from recovery.connectors.sinks import SINKS
-    assert "delta" in SINKS and SINKS["delta"] is delta.DeltaSink and list(SINKS)[-2:] == ["postgres", "delta"]
+    assert "delta" in SINKS and SINKS["delta"] is delta.DeltaSink and list(SINKS)[-3:-1] == ["postgres", "delta"]
 
 
 def test_a_mode_other_than_append_is_refused_with_file_and_line():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from recovery.connectors import sinks
+from recovery.connectors.capture_sink import CaptureSink
 from recovery.connectors.delta import DeltaSink
 from recovery.connectors.file_sinks import JsonlSink, ParquetSink
 from recovery.connectors.postgres import PostgresSink
@@ -16,14 +17,14 @@ from recovery.model.xml.parse import parse_string
 
 def test_each_sink_type_is_its_class_in_the_order_the_xml_reference_lists_them():
     assert list(sinks.SINKS.items()) == [("jsonl", JsonlSink), ("parquet", ParquetSink), ("redis", RedisHashSink),
-                                         ("postgres", PostgresSink), ("delta", DeltaSink)]
+                                         ("postgres", PostgresSink), ("delta", DeltaSink), ("capture", CaptureSink)]
     assert all(issubclass(cls, BufferedSink) for cls in sinks.SINKS.values())
 
 
 def test_make_sink_builds_the_types_class_and_refuses_an_unknown_type_naming_the_known_ones(tmp_path):
     sink = sinks.make_sink(SinkImpl(type="jsonl", params=(("path", "out"),)), str(tmp_path))
     assert type(sink) is JsonlSink and sink.base_dir == str(tmp_path)
-    with pytest.raises(ValueError, match=r"^unknown sink type 'csv' \(known: jsonl, parquet, redis, postgres, delta\)$"):
+    with pytest.raises(ValueError, match=r"^unknown sink type 'csv' \(known: jsonl, parquet, redis, postgres, delta, capture\)$"):
         sinks.make_sink(SinkImpl(type="csv"), ".")
 
 

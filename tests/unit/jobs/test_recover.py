@@ -19,6 +19,7 @@ from recovery.runtime import task
 from recovery.testing.local_spark import LocalSession
 from recovery.tracking import keys, ledger, runs
 from recovery.tracking import queue as failed_queue
+from recovery.tracking.queue import history as queue_history
 from recovery.tracking.state import state_key
 from tests.unit.run_records import create_run as _create
 from tests.unit.run_records import ledger_pending
@@ -163,7 +164,9 @@ def test_a_forced_take_over_fences_the_first_driver_and_the_second_finishes_exac
     # nothing of either driver's rounds is left behind (A cleared nothing after the take-over,
     # and wrote nothing back)
     left = {k.decode() for k in fake_redis.scan_iter(match=keys.run_pattern("tk"))} - {runs.record_key("tk")}
-    assert left <= {state_key("tk", "out"), keys.log("tk")}, left
+    history = {failed_queue.history_positions_key("tk"),
+               *(failed_queue.history_key("tk", c, t) for c, t in queue_history.positions(fake_redis, "tk"))}
+    assert left - history <= {state_key("tk", "out"), keys.log("tk")}, left
 
 
 def test_a_resumed_crashed_round_is_counted_in_the_summary(fake_redis, monkeypatch):
