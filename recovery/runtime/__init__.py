@@ -1,6 +1,10 @@
 """What runs inside a Spark task, one module per job:
 
+- modes.py: each component's execution mode (row, chunk, batch, and the spout, source and sink
+  forms), decided once and stored in the chain plan;
+- stage.py: the task function of a stage, dispatched on its components' modes;
 - task.py: TaskRunner, which sets up a task, drives its component over its input and commits;
+- chunks.py: the chunk mode's loop (a Python bolt's input a chunk at a time);
 - collector.py: TaskCollector, the OutputCollector a component is bound to (emits with their
   anchors, ids and routes, acks, fails, logs, output chunks, ledger contributions);
 - timeouts.py: MessageTimeouts, the message timeout and its last-resort watchdog;

@@ -1,4 +1,4 @@
-"""The chunk path: a BasicBolt runs an input chunk of tuples as one unit.
+"""The chunk mode (runtime.modes): a Python bolt runs an input chunk of tuples as one unit.
 
 A BasicBolt's contract (each input anchors what process() emits for it and is acked when
 process() returns, failed when it raises) lets the runtime keep the per-emit bookkeeping out of
@@ -10,8 +10,15 @@ bit (tracking.ids), routes them (runtime.routing's route_many), XORs the ledger 
 root, and the output records are buffered per consumer task as the per-tuple path buffers them:
 the same ids, routes, chunks, contributions, failures and queues.
 
-A Bolt (explicit anchors and acks), a shell bolt, a bolt with tick tuples keep the per-tuple
-path (runtime.task): both share the collector's buffers, ledger and failure records.
+A Bolt (explicit anchors and acks) runs here too, as long as each row's emits are anchored to
+that row alone and the row is acked or failed by the end of its process(). The switch to the
+row mode's loop (`execute`, runtime.task) in mid-task is made in two cases, and the rows it
+runs are counted in the task's stats as `per_tuple_rows`:
+- a chunk of fewer than SMALL_CHUNK rows (numpy's fixed cost per chunk is more than the row
+  loop's for a few rows); the next chunk is run as a chunk again;
+- a Bolt that keeps its tuple past process() or emits other than anchored to it alone (an
+  escape): from that row on, the task goes on tuple by tuple.
+Both modes share the collector's buffers, ledger and failure records.
 """
 from __future__ import annotations
 
@@ -53,8 +60,8 @@ class ChunkHost(Protocol):
 
     def fields(self, src: str, stream: str) -> tuple[str, ...]: ...
 
-# The chunk path is on for every BasicBolt; off, every bolt takes the per-tuple path (what the
-# equivalence tests compare it with).
+# The chunk mode is on for every Python bolt (runtime.modes); off, every bolt takes the row
+# mode (what the equivalence tests compare it with).
 ENABLED = True
 # A chunk of fewer rows goes by the per-tuple path: numpy's fixed cost per chunk is
 # more than that path's cost for a few rows (a recovery round's replays arrive a few at a time).
@@ -276,7 +283,10 @@ class ChunkLoop:
         self.emit_to_chunk()
 
     def per_tuple(self, src: str, src_task: int, recs: list) -> Iterator[Output]:
-        collector, execute = self.collector, self.execute
+        """`recs` by the row mode's loop: the switch counted (per_tuple_rows)."""
+        collector, execute, stats = self.collector, self.execute, self.runner.stats
+        if recs:
+            stats["per_tuple_rows"] = stats.get("per_tuple_rows", 0) + len(recs)
         for rec in recs:
             execute(src, src_task, rec)
             if collector.ready:

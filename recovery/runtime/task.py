@@ -31,11 +31,11 @@ from recovery.api.tuples import SYSTEM_COMPONENT, TICK_STREAM, Tuple
 from recovery.controlplane import connection
 from recovery.faults import injections
 from recovery.model import config as config_decl
-from recovery.model.graph import ChainPlan, ComponentContext, TaskMap
+from recovery.model.graph import ChainPlan, ComponentContext, Mode, TaskMap
 from recovery.model.run import RunSpec, TaskIdentity
 from recovery.model.workflow import Component, Workflow
 from recovery.multilang.bolt import ShellBolt
-from recovery.runtime import blocks, chunks, factory, timeouts, wire
+from recovery.runtime import blocks, chunks, factory, modes, timeouts, wire
 from recovery.runtime.collector import Output, TaskCollector, format_error
 from recovery.runtime.roots import SpoutRoots
 from recovery.runtime.routing import Router
@@ -51,7 +51,7 @@ Records = Iterable[tuple[Any, wire.Chunk]]   # a task's input: (key, chunk) pair
 
 # --- per-process caches (a Python worker runs many tasks) --------------------------------
 _workflows: dict[str, tuple[Workflow, TaskMap, Workflow]] = {}
-_plans: dict[str, ChainPlan] = {}
+_plans: dict[tuple[str, bool], ChainPlan] = {}
 _clients: dict[str, Redis] = {}
 
 
@@ -83,10 +83,12 @@ def shipped_code_dir(name: str | None) -> str | None:
 
 
 def chain_plan_of(spec: RunSpec) -> ChainPlan:
-    """The chains (stages) of the workflow this round runs (model.graph.ChainPlan), cached."""
-    plan = _plans.get(spec.workflow_json)
+    """The chains (stages) of the workflow this round runs and its components' execution modes
+    (model.graph.ChainPlan, runtime.modes), cached (per setting of the chunk mode's switch)."""
+    key = (spec.workflow_json, chunks.ENABLED)
+    plan = _plans.get(key)
     if plan is None:
-        plan = _plans[spec.workflow_json] = ChainPlan.of_workflow(workflow_of(spec)[0])
+        plan = _plans[key] = modes.plan_of(workflow_of(spec)[0])
     return plan
 
 
@@ -161,6 +163,7 @@ class TaskRunner:
         self.task = TaskIdentity(spec.run_id, spec.round, component_id, index, self.task_id)
         self.conf = self.wf.conf(component_id)
         self.plan = chain_plan_of(spec)
+        self.mode = self.plan.mode(component_id)   # what the task runs by (runtime.modes)
         chain = self.plan.chain_of(component_id)
         # the members this one feeds in its chain: their task `index` gets its tuples (routing)
         chained = frozenset(m for m in chain.members[1:] if self.wf.component(m).inputs[0].source == component_id)
@@ -252,14 +255,13 @@ class TaskRunner:
         collector.auto_anchor = getattr(bolt, "auto_anchor", False)
         auto_ack = getattr(bolt, "auto_ack", False)
         tick_every = config_decl.settings(self.conf).tick_tuple_freq_secs
-        # shell bolts send ticks to their program themselves
+        # shell bolts send ticks to their program themselves (a bolt with ticks: the row mode)
         ticks = tick_every > 0 and not isinstance(bolt, ShellBolt)
         next_tick = time.monotonic() + tick_every
         self.timeouts.start(bolt)
         execute = self._executor(bolt, auto_ack)
         try:
-            # a built-in sink holds every tuple until its commit: the per-tuple path from the start
-            if chunks.ENABLED and not ticks and not isinstance(bolt, ShellBolt) and self.comp.impl.kind != "sink":
+            if self.mode is Mode.CHUNK:
                 # its input chunk by chunk, its bookkeeping once a chunk (a Bolt that holds a
                 # tuple goes on by the per-tuple path, `execute`)
                 yield from chunks.run_chunks(self, bolt, records, execute)
@@ -443,8 +445,8 @@ class TaskRunner:
     def spout_block(self, name: str, offsets: list[int], raws: list[bytes], decode: Callable[[bytes], list],
                     stream: str = "default", fmt: str = "") -> None:
         """Lines of a file source (message ids (name, offset)): what spout_record does for
-        each, the bookkeeping done once for the block (runtime.chunks)."""
-        if not chunks.ENABLED:
+        each, the bookkeeping done once for the block (runtime.chunks) in the block-source mode."""
+        if self.mode is not Mode.BLOCK_SOURCE:
             for offset, raw in zip(offsets, raws):
                 self.spout_record((name, offset), functools.partial(decode, raw), raw, stream, fmt)
             return
