@@ -31,9 +31,9 @@ import numpy as np
 
 from recovery.api.components import Component
 from recovery.api.tuples import Tuple
-from recovery.runtime import timeouts, wire
+from recovery.runtime import guard, timeouts, wire
 from recovery.runtime.blocks import Block, route_blocks
-from recovery.runtime.collector import Output, format_error
+from recovery.runtime.collector import Output
 from recovery.tracking import ids
 
 if TYPE_CHECKING:
@@ -56,6 +56,7 @@ class ChunkHost(Protocol):
     component_id: str
     task_id: int
     injections: list[Any]
+    user_code: guard.UserCode
     fields_of: dict[tuple[str, str], tuple[str, ...]]
 
     def fields(self, src: str, stream: str) -> tuple[str, ...]: ...
@@ -296,12 +297,11 @@ class ChunkLoop:
         """The rows of one chunk; returns where it escaped to the per-tuple path (that row
         finished there), or len(recs)."""
         runner, collector, emits = self.runner, self.collector, self.emits
-        limits, tracker = runner.timeouts, runner.tracker
+        limits, tracker, user_code = runner.timeouts, runner.tracker, runner.user_code
         component_id, task_id = runner.component_id, runner.task_id
-        inject = runner.injections
-        timed, timeout, timed_out = limits.timed, limits.timeout, limits.timed_out
+        inject = bool(runner.injections)
+        guarded, stuck, ok = user_code.call, user_code.stuck, guard.OK
         process = self.bolt.process
-        clock = timeouts.clock
         getrefcount = sys.getrefcount
         fields_of, fields = runner.fields_of, runner.fields
         auto_ack, outstanding = self.auto_ack, collector.outstanding
@@ -318,43 +318,20 @@ class ChunkLoop:
             replayed = len(rec) > 4   # replayed from a failed position's queue
             tup.attempt = rec[4] if replayed else 1
             emits.row, emits.tid, emits.open, emits.n, emits.mark = i, tid, True, 0, len(emits.values)
-            if timed_out and tid in timed_out:
-                # an earlier attempt of this task was killed running it (MessageTimeouts'
-                # watchdog): it fails with the timeout it had, and is not run again
-                collector.fail(tup, f"TupleTimeout: {limits.text()} (stuck: its worker was ended)")
+            if stuck(tid):
+                collector.fail(tup, user_code.stuck_error())
                 continue
-            running = limits.running = (tid, clock() + timeout) if timed else None
-            try:
-                if inject:
-                    for inj in inject:
-                        inj.before_process(tup)
-                process(tup)
-            # user code (process) can raise anything: a bolt's bug fails its tuple, never the task
-            except (Exception, SystemExit) as err:  # broad-except: user code
-                limits.running = None
-                msg, tb = format_error(err)
-                if (tid in outstanding) if self.escaped else emits.open:
-                    collector.fail(tup, msg, tb)
-                else:   # acked (or failed) before: as in Storm, that stands
-                    collector.log(f"{component_id}.process raised {msg} after tuple {tid:#x} was "
-                                  "acked or failed", "warn")
-            else:
-                limits.running = None
-                is_open = (tid in outstanding) if self.escaped else emits.open
-                if running is not None and clock() > running[1]:
-                    # it returned late without a collector call to raise at (between tuples)
-                    if is_open:
-                        collector.fail(tup, f"TupleTimeout: {limits.text()}")
-                    else:   # acked (or failed) in time: as in Storm, that stands
-                        collector.log(f"tuple {tid:#x} was acked, then {component_id}.process "
-                                      f"ran past the {timeout:g}s timeout", "warn")
-                elif is_open and not auto_ack and not self.escaped:
-                    self.escape()   # a Bolt holds it past process(): it waits for its ack as before
-                elif is_open and auto_ack:
-                    if self.escaped:
-                        collector.ack(tup)
-                    else:
-                        emits.open = False
+            outcome = guarded(tid, process, tup, (tup,) if inject else ())
+            is_open = (tid in outstanding) if self.escaped else emits.open
+            if outcome != ok:
+                user_code.settle_row(outcome, tup, is_open, collector)
+            elif is_open and not auto_ack and not self.escaped:
+                self.escape()   # a Bolt holds it past process(): it waits for its ack as before
+            elif is_open and auto_ack:
+                if self.escaped:
+                    collector.ack(tup)
+                else:
+                    emits.open = False
             if self.escaped:
                 return i
             if replayed and tracker is not None and (not emits.failed or emits.failed[-1] != i):

@@ -35,11 +35,11 @@ from recovery.model.graph import ChainPlan, ComponentContext, Mode, TaskMap
 from recovery.model.run import RunSpec, TaskIdentity
 from recovery.model.workflow import Component, Workflow
 from recovery.multilang.bolt import ShellBolt
-from recovery.runtime import blocks, chunks, factory, modes, timeouts, wire
+from recovery.runtime import blocks, chunks, factory, guard, modes, wire
 from recovery.runtime.collector import Output, TaskCollector, format_error
 from recovery.runtime.roots import SpoutRoots
 from recovery.runtime.routing import Router
-from recovery.runtime.timeouts import FINISH, MessageTimeouts
+from recovery.runtime.timeouts import MessageTimeouts
 from recovery.tracking import keys
 from recovery.tracking.state import KeyedState, LocalState, state_key
 from recovery.tracking.tracker import TaskTracker
@@ -186,6 +186,8 @@ class TaskRunner:
         self.state: KeyedState | None = None
         timeout = config_decl.settings(self.conf).message_timeout_secs
         self.timeouts = MessageTimeouts(self.task, timeout, self.tracker, builtin_sink=self.comp.impl.kind == "sink")
+        # every call of the component's code goes through it (runtime.guard)
+        self.user_code = guard.UserCode(component_id, self.timeouts, self.injections)
         self.roots = SpoutRoots(spec, component_id, self.stats, lambda: self.client or redis_of(self.spec))
         self.collector = self._make_collector()
         # a built-in source calls these per record (SourceRunner): the collector's, bound once
@@ -277,7 +279,7 @@ class TaskRunner:
                         yield from collector.take_ready()
             if ticks:   # a last tick at the end of the input, so windowing bolts can flush
                 self._tick(bolt, tick_every)
-            self._run_finish(bolt)
+            self.user_code.finish(bolt, collector)
         finally:
             self.timeouts.stop()
         for tup in list(collector.outstanding.values()):
@@ -318,14 +320,15 @@ class TaskRunner:
         return iter(())
 
     def _executor(self, bolt: Any, auto_ack: bool) -> Callable[[str, int, list], None]:
-        """The execution of one input tuple by `bolt` (its process(), under the message
-        timeout; its ack when `auto_ack`). Made once per task, after the timeouts started: it
-        runs once per tuple, so what it uses of the task is read here, once."""
-        collector, limits = self.collector, self.timeouts
+        """The execution of one input tuple by `bolt` (its process(), the guarded call of
+        runtime.guard; its ack when `auto_ack`). Made once per task, after the timeouts
+        started: it runs once per tuple, so what it uses of the task is read here, once."""
+        collector, user_code = self.collector, self.user_code
         outstanding, replayed, stats = collector.outstanding, collector.replayed, self.stats
-        fields_of, fields, task_id, component_id = self.fields_of, self.fields, self.task_id, self.component_id
-        inject = self.injections
-        timed, timeout, timed_out = limits.timed, limits.timeout, limits.timed_out
+        fields_of, fields, task_id = self.fields_of, self.fields, self.task_id
+        inject = bool(self.injections)
+        guarded, stuck, process = user_code.call, user_code.stuck, bolt.process
+        ok = guard.OK
 
         def execute(src: str, src_task: int, rec: list) -> None:
             tid, roots, stream, values = rec[0], rec[1], rec[2], rec[3]
@@ -339,66 +342,19 @@ class TaskRunner:
             tup = Tuple(tid, src, stream, task_id, values, f, roots, src_task, attempt)
             outstanding[tid] = tup
             stats["executed"] += 1
-            if timed_out and tid in timed_out:
-                # an earlier attempt of this task was killed running it (MessageTimeouts'
-                # watchdog): it fails with the timeout it had, and is not run again
-                collector.fail(tup, f"TupleTimeout: {limits.text()} (stuck: its worker was ended)")
+            if stuck(tid):
+                collector.fail(tup, user_code.stuck_error())
                 return
             collector.current = tup
-            running = limits.running = (tid, timeouts.clock() + timeout) if timed else None
             try:
-                if inject:
-                    for inj in inject:
-                        inj.before_process(tup)
-                bolt.process(tup)
-            # user code (process) can raise anything: a bolt's bug fails its tuple, never the task
-            except (Exception, SystemExit) as err:  # broad-except: user code
-                limits.running = None
-                msg, tb = format_error(err)
-                if tid in outstanding:
-                    collector.fail(tup, msg, tb)
-                else:   # acked (or failed) before: as in Storm, that stands
-                    collector.log(f"{component_id}.process raised {msg} after tuple {tid:#x} was "
-                                  "acked or failed", "warn")
-            else:
-                limits.running = None
-                if running is not None and timeouts.clock() > running[1]:
-                    # it returned late without a collector call to raise at (between tuples)
-                    if tid in outstanding:
-                        collector.fail(tup, f"TupleTimeout: {limits.text()}")
-                    else:   # acked (or failed) in time: as in Storm, that stands
-                        collector.log(f"tuple {tid:#x} was acked, then {component_id}.process "
-                                      f"ran past the {timeout:g}s timeout", "warn")
-                elif auto_ack and tid in outstanding:
-                    collector.ack(tup)
+                outcome = guarded(tid, process, tup, (tup,) if inject else ())
             finally:
-                limits.running = None
                 collector.current = None
+            if outcome != ok:
+                user_code.settle_row(outcome, tup, tid in outstanding, collector)
+            elif auto_ack and tid in outstanding:
+                collector.ack(tup)
         return execute
-
-    def _run_finish(self, bolt: Any) -> None:
-        """finish() under the message timeout too: past it, what is outstanding fails."""
-        limits, collector = self.timeouts, self.collector
-        timeout_error = f"{self.component_id}.finish raised TupleTimeout: {limits.text()}"
-        if FINISH in limits.timed_out:   # an earlier attempt was killed in it: never again
-            for tup in list(collector.outstanding.values()):
-                collector.fail(tup, timeout_error)
-            return
-        running = limits.running = (FINISH, timeouts.clock() + limits.timeout) if limits.timed else None
-        try:
-            bolt.finish()
-        except Exception as err:   # broad-except: user code (finish) can raise anything
-            limits.running = None
-            msg, tb = format_error(err)
-            for tup in list(collector.outstanding.values()):
-                collector.fail(tup, f"{self.component_id}.finish raised {msg}", tb)
-        else:
-            limits.running = None
-            if running is not None and timeouts.clock() > running[1]:
-                for tup in list(collector.outstanding.values()):
-                    collector.fail(tup, timeout_error)
-        finally:
-            limits.running = None
 
     def _tick(self, bolt: Any, secs: float) -> None:
         tick = Tuple(0, SYSTEM_COMPONENT, TICK_STREAM, -1, [int(secs)])
