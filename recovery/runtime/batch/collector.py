@@ -22,8 +22,7 @@ from typing import Any
 import numpy as np
 
 from recovery.api.batch import message_ids_as_list
-from recovery.model.workflow import Grouping
-from recovery.runtime import routing, timeouts, wire
+from recovery.runtime import timeouts, wire
 from recovery.runtime.batch.rows import Rows, occurrences
 from recovery.runtime.collector import CHUNK, TaskCollector
 from recovery.tracking import ids, ledger
@@ -255,18 +254,9 @@ class BatchCollector(TaskCollector):
         return emitted
 
     def _targets(self, r: Any, base: np.ndarray, out: Any) -> list[np.ndarray]:
-        """The target task indices of route `r` per output row (runtime.Router's choices)."""
-        m = len(base)
-        g = r.grouping
-        if r.kind == routing.LOCAL:   # a chained edge: task i of the consumer (runtime.routing)
-            return [np.full(m, r.local, dtype=np.int64)]
-        if g is Grouping.ALL:
-            return [np.full(m, i, dtype=np.int64) for i in range(r.p)]
-        if g is Grouping.FIELDS:
-            return [(_key_hashes(out, r.idx) % np.uint64(r.p)).astype(np.int64)]
-        if g is Grouping.GLOBAL:
-            return [np.zeros(m, dtype=np.int64)]
-        return [(base % np.uint64(r.p)).astype(np.int64)]   # shuffle, none, local_or_shuffle
+        """The target task indices of route `r` per output row, one array per copy: the
+        grouping kernel (runtime.routing), the keys hashed from the Arrow columns."""
+        return r.indices(base, lambda: _key_hashes(out, r.idx))
 
     def _ship_arrow(self, consumer: str, stream: str, idx: np.ndarray, tids: np.ndarray, root_off: np.ndarray,
                     root_flat: np.ndarray, out: Any) -> None:
