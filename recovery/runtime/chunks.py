@@ -12,7 +12,7 @@ the same ids, routes, chunks, contributions, failures and queues.
 
 A Bolt (explicit anchors and acks) runs here too, as long as each row's emits are anchored to
 that row alone and the row is acked or failed by the end of its process(). The switch to the
-row mode's loop (`execute`, runtime.task) in mid-task is made in two cases, and the rows it
+row mode's loop (`execute`, runtime.row_loop) in mid-task is made in two cases, and the rows it
 runs are counted in the task's stats as `per_tuple_rows`:
 - a chunk of fewer than SMALL_CHUNK rows (numpy's fixed cost per chunk is more than the row
   loop's for a few rows); the next chunk is run as a chunk again;
@@ -25,7 +25,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import chain
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,32 +34,16 @@ from recovery.api.tuples import Tuple
 from recovery.runtime import guard, timeouts, wire
 from recovery.runtime.blocks import Block, route_blocks
 from recovery.runtime.collector import Output
+from recovery.runtime.row_loop import LoopHost
 from recovery.tracking import ids
 
 if TYPE_CHECKING:
     from recovery.runtime.collector import TaskCollector
     from recovery.runtime.routing import Router
-    from recovery.runtime.timeouts import MessageTimeouts
-    from recovery.tracking.tracker import TaskTracker
 
 U64 = np.uint64
 Records = Iterable[tuple[Any, wire.Chunk]]   # a task's input: (key, chunk) pairs
 
-
-class ChunkHost(Protocol):
-    """What the chunk path uses of its task (runtime.task.TaskRunner)."""
-
-    collector: TaskCollector
-    timeouts: MessageTimeouts
-    tracker: TaskTracker | None
-    stats: dict[str, float]
-    component_id: str
-    task_id: int
-    injections: list[Any]
-    user_code: guard.UserCode
-    fields_of: dict[tuple[str, str], tuple[str, ...]]
-
-    def fields(self, src: str, stream: str) -> tuple[str, ...]: ...
 
 # The chunk mode is on for every Python bolt (runtime.modes); off, every bolt takes the row
 # mode (what the equivalence tests compare it with).
@@ -210,7 +194,7 @@ class RowEmits:
         self.failed.append(self.row)
 
 
-def run_chunks(runner: ChunkHost, bolt: Any, records: Records,
+def run_chunks(runner: LoopHost, bolt: Any, records: Records,
                execute: Callable[[str, int, list], None]) -> Iterator[Output]:
     """`bolt`'s process() over the task's input, chunk by chunk (the caller has started the
     message timeouts; the finish and the end of the task are its own). A Bolt that keeps a
@@ -222,7 +206,7 @@ def run_chunks(runner: ChunkHost, bolt: Any, records: Records,
 class ChunkLoop:
     """The chunk path's loop over one task's input."""
 
-    def __init__(self, runner: ChunkHost, bolt: Any, execute: Callable[[str, int, list], None]):
+    def __init__(self, runner: LoopHost, bolt: Any, execute: Callable[[str, int, list], None]):
         self.runner = runner
         self.collector = runner.collector
         self.bolt = bolt

@@ -7,8 +7,10 @@ into the task's spill file (tracking/spill.py) as its in-flight tuples.
 A TaskRunner owns the parts of a task, each with one job: the component it builds and binds,
 its collector (runtime.collector: emits, acks, fails, the output chunks and ledger
 contributions), its message timeout (runtime.timeouts), its spout roots (runtime.roots) and
-its tracker (tracking.tracker: what the task commits). The runner drives the component over
-its input and commits at the end.
+its tracker (tracking.tracker: what the task commits), its guarded calls of the component's
+code (runtime.guard). The runner hosts the loop of its component's execution mode (the row
+mode's runtime.row_loop, the chunk mode's runtime.chunks; runtime.batch's for the batch modes)
+over its input and commits at the end.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ import msgpack
 from redis import Redis
 
 from recovery.api.components import Component as UserComponent
-from recovery.api.tuples import SYSTEM_COMPONENT, TICK_STREAM, Tuple
+from recovery.api.tuples import Tuple
 from recovery.controlplane import connection
 from recovery.faults import injections
 from recovery.model import config as config_decl
@@ -35,7 +37,7 @@ from recovery.model.graph import ChainPlan, ComponentContext, Mode, TaskMap
 from recovery.model.run import RunSpec, TaskIdentity
 from recovery.model.workflow import Component, Workflow
 from recovery.multilang.bolt import ShellBolt
-from recovery.runtime import blocks, chunks, factory, guard, modes, wire
+from recovery.runtime import blocks, chunks, factory, guard, modes, row_loop, wire
 from recovery.runtime.collector import Output, TaskCollector, format_error
 from recovery.runtime.roots import SpoutRoots
 from recovery.runtime.routing import Router
@@ -256,29 +258,18 @@ class TaskRunner:
         collector = self.collector
         collector.auto_anchor = getattr(bolt, "auto_anchor", False)
         auto_ack = getattr(bolt, "auto_ack", False)
-        tick_every = config_decl.settings(self.conf).tick_tuple_freq_secs
-        # shell bolts send ticks to their program themselves (a bolt with ticks: the row mode)
-        ticks = tick_every > 0 and not isinstance(bolt, ShellBolt)
-        next_tick = time.monotonic() + tick_every
         self.timeouts.start(bolt)
-        execute = self._executor(bolt, auto_ack)
+        execute = row_loop.executor(self, bolt, auto_ack)
         try:
             if self.mode is Mode.CHUNK:
                 # its input chunk by chunk, its bookkeeping once a chunk (a Bolt that holds a
-                # tuple goes on by the per-tuple path, `execute`)
+                # tuple goes on by the row mode's `execute`)
                 yield from chunks.run_chunks(self, bolt, records, execute)
-                records = ()
-            for _, blob in records:
-                src, src_task, recs = wire.unpack_rows(blob)
-                for rec in recs:
-                    if ticks and time.monotonic() >= next_tick:
-                        self._tick(bolt, tick_every)
-                        next_tick = time.monotonic() + tick_every
-                    execute(src, src_task, rec)
-                    if collector.ready:
-                        yield from collector.take_ready()
-            if ticks:   # a last tick at the end of the input, so windowing bolts can flush
-                self._tick(bolt, tick_every)
+            else:
+                # the row mode; a shell bolt sends ticks to its program itself
+                tick_every = config_decl.settings(self.conf).tick_tuple_freq_secs
+                yield from row_loop.run_rows(self, bolt, records, execute,
+                                             0.0 if isinstance(bolt, ShellBolt) else tick_every)
             self.user_code.finish(bolt, collector)
         finally:
             self.timeouts.stop()
@@ -318,50 +309,6 @@ class TaskRunner:
                 self.stats["executed"] += 1
                 collector.fail(tup, error, tb)
         return iter(())
-
-    def _executor(self, bolt: Any, auto_ack: bool) -> Callable[[str, int, list], None]:
-        """The execution of one input tuple by `bolt` (its process(), the guarded call of
-        runtime.guard; its ack when `auto_ack`). Made once per task, after the timeouts
-        started: it runs once per tuple, so what it uses of the task is read here, once."""
-        collector, user_code = self.collector, self.user_code
-        outstanding, replayed, stats = collector.outstanding, collector.replayed, self.stats
-        fields_of, fields, task_id = self.fields_of, self.fields, self.task_id
-        inject = bool(self.injections)
-        guarded, stuck, process = user_code.call, user_code.stuck, bolt.process
-        ok = guard.OK
-
-        def execute(src: str, src_task: int, rec: list) -> None:
-            tid, roots, stream, values = rec[0], rec[1], rec[2], rec[3]
-            attempt = 1
-            if len(rec) > 4:   # replayed from a failed position's queue
-                attempt = rec[4]
-                replayed.add(tid)
-            f = fields_of.get((src, stream))
-            if f is None:
-                f = fields(src, stream)
-            tup = Tuple(tid, src, stream, task_id, values, f, roots, src_task, attempt)
-            outstanding[tid] = tup
-            stats["executed"] += 1
-            if stuck(tid):
-                collector.fail(tup, user_code.stuck_error())
-                return
-            collector.current = tup
-            try:
-                outcome = guarded(tid, process, tup, (tup,) if inject else ())
-            finally:
-                collector.current = None
-            if outcome != ok:
-                user_code.settle_row(outcome, tup, tid in outstanding, collector)
-            elif auto_ack and tid in outstanding:
-                collector.ack(tup)
-        return execute
-
-    def _tick(self, bolt: Any, secs: float) -> None:
-        tick = Tuple(0, SYSTEM_COMPONENT, TICK_STREAM, -1, [int(secs)])
-        try:
-            bolt.process_tick(tick)
-        except Exception as err:   # broad-except: user code (process_tick) can raise anything
-            self.collector.log(f"process_tick raised {format_error(err)[0]}", "error")
 
     # -- spouts ---------------------------------------------------------------------------
     def run_spout(self, emit_source: Callable[[Self], Iterable[object]] | None) -> Iterator[Output]:
