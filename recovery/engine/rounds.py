@@ -30,7 +30,8 @@ from recovery.errors import ExecutorsLost
 from recovery.model.graph import ChainPlan, ComponentContext
 from recovery.model.run import RunSpec
 from recovery.model.workflow import Workflow
-from recovery.runtime import factory, stage, task
+from recovery.runtime import factory, task
+from recovery.runtime import stage as runtime_stage
 from recovery.tracking import keys, ledger, runs, spill
 from recovery.tracking import queue as failed_queue
 
@@ -43,12 +44,12 @@ log = logging.getLogger(__name__)
 # --- task entry points (pickled into Spark tasks: module-level functions) --------------
 def _start(spec: RunSpec, component_id: str, index: int, it: Any) -> tuple[task.TaskRunner, Iterator[Any]]:
     """One component's task, by its execution mode (runtime.stage)."""
-    return stage.start(spec, component_id, index, it)
+    return runtime_stage.start(spec, component_id, index, it)
 
 
 def _stage_task(spec: RunSpec, members: tuple[str, ...], index: int, it: Any) -> Iterator[Any]:
     """Task `index` of a stage: one component's task, or a chain's (runtime.stage)."""
-    return stage.stage_task(spec, members, index, it)
+    return runtime_stage.stage_task(spec, members, index, it)
 
 
 def _resolve_bucket(spec: RunSpec, bucket: int) -> ledger.RootCounts:
