@@ -18,7 +18,9 @@ The message timeout (runtime.timeouts) bounds each process_batch call as one exe
 collector calls past the deadline raise TupleTimeout, and a call that raises it or returns late
 fails its batch's rows with the timeout, without bisection (a timeout is no row's fault, and
 halves would each wait again). The watchdog marks every row of a call that never returns; the
-task's retry fails the marked rows without running them.
+task's retry fails the marked rows without running them. Each call, and finish(), is the
+guarded call of user code every mode makes (runtime.guard): finish() is bounded by the message
+timeout too, and one an earlier attempt was killed in is not run again.
 """
 from __future__ import annotations
 
