@@ -93,7 +93,9 @@ class Bolt(Component):
 
     def finish(self) -> None:
         """Called once the task's input is exhausted (asynchronous bolts resolve what is
-        outstanding here)."""
+        outstanding here), under the message timeout. If it raises or runs past the timeout,
+        every tuple still outstanding fails with that error (with none outstanding, as for a
+        BatchBolt, whose rows are settled by their calls, the error is logged)."""
 
     def cleanup(self) -> None:
         pass

@@ -38,7 +38,7 @@ def plan(run_id: str, fmt: str, redis_url: str | None) -> None:
         original = run.workflow()
         dim = {c.id for c in original.components} - set(p.rerun)
         # component names and marks come from the run: escaped, the drawing's lines kept
-        click.echo(visible(render.render(original, fmt, p.marks, dim, chains=p.chains), multiline=True))
+        click.echo(visible(render.render(original, fmt, p.marks, dim, chains=p.chains, modes=p.modes), multiline=True))
         return
     if p.xml is None:
         raise RecoveryError(f"run {run_id} has no failed positions: nothing to recover")

@@ -12,10 +12,11 @@ from recovery.cli.options import echo_json
 from recovery.cli.safe_text import plain
 from recovery.errors import WorkflowError
 from recovery.model.config import describe
-from recovery.model.graph import ChainPlan, TaskMap, topological_order
+from recovery.model.graph import ChainPlan, Mode, TaskMap, topological_order
 from recovery.model.render import render
 from recovery.model.workflow import Workflow
 from recovery.model.xml.parse import load
+from recovery.runtime.modes import shown_modes
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,10 @@ def properties(as_json: bool) -> None:
         click.echo(f"{name}  ({accepts}{', default ' + default if default else ''})")
         click.echo(f"    {help_text}")
 
+def _value(mode: Mode | None) -> str | None:
+    return mode.value if mode is not None else None
+
+
 @click.command()
 @click.argument("file", type=str)
 @click.option("--format", "-f", "fmt", type=click.Choice(["text", "dot", "mermaid"]),
@@ -113,7 +118,8 @@ def graph(file: str, fmt: str, ascii_only: bool, color: bool | None, as_json: bo
     wf = load(file, check_paths=False)   # drawing needs no input data
     if color is None:
         color = fmt == "text" and not as_json and sys.stdout.isatty()
-    drawing = render(wf, fmt, color=color and fmt == "text", ascii_only=ascii_only)
+    modes = shown_modes(wf)   # how each component's tasks run (None: its class does not load here)
+    drawing = render(wf, fmt, color=color and fmt == "text", ascii_only=ascii_only, modes=modes)
     if not as_json:
         click.echo(drawing, nl=False, color=bool(color))
         return
@@ -122,7 +128,7 @@ def graph(file: str, fmt: str, ascii_only: bool, color: bool | None, as_json: bo
         "workflow": wf.name, "file": file, "format": fmt, "drawing": drawing,
         "order": topological_order(wf),
         "components": [{"id": c.id, "kind": c.kind, "parallelism": c.parallelism,
-                        "implementation": c.impl.kind, "tasks": tasks.task_ids(c.id),
+                        "implementation": c.impl.kind, "mode": _value(modes[c.id]), "tasks": tasks.task_ids(c.id),
                         "streams": [s.model_dump() for s in c.streams]}
                        for c in wf.components],
         "edges": [{"from": i.source, "to": c.id, "stream": i.stream,

@@ -1,5 +1,5 @@
 """The text file source, a block of lines at a time, for a source whose every subscriber is a
-batch component (runtime.batch.checks.reads_in_batches): the same records as
+batch component (runtime.modes.reads_in_batches): the same records as
 connectors.files.file_source, read with numpy and emitted as Arrow columns."""
 from __future__ import annotations
 

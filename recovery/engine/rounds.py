@@ -30,9 +30,9 @@ from recovery.engine.executor_watch import ExecutorWatch, executor_ids
 from recovery.errors import ExecutorsLost
 from recovery.model.graph import ChainPlan, ComponentContext
 from recovery.model.run import RunSpec
-from recovery.model.workflow import SourceImpl, Workflow
-from recovery.runtime import batch, factory, task
-from recovery.runtime.chain import ChainTask
+from recovery.model.workflow import Workflow
+from recovery.runtime import factory, task
+from recovery.runtime import stage as runtime_stage
 from recovery.tracking import keys, ledger, runs, spill
 from recovery.tracking import queue as failed_queue
 
@@ -44,37 +44,13 @@ log = logging.getLogger(__name__)
 
 # --- task entry points (pickled into Spark tasks: module-level functions) --------------
 def _start(spec: RunSpec, component_id: str, index: int, it: Any) -> tuple[task.TaskRunner, Iterator[Any]]:
-    """One component's task: (its runner, the iterator of its output). `it` is its input: a
-    bolt's chunks; for a spout nothing, or for a spark source the chunks of the reader
-    partitions this task owns."""
-    wf, _, _ = task.workflow_of(spec)
-    comp = wf.component(component_id)
-    if not comp.is_spout:
-        if batch.is_batch_component(comp, wf):
-            runner: task.TaskRunner = batch.BatchTaskRunner(spec, component_id, index)
-        else:
-            runner = task.TaskRunner(spec, component_id, index)
-        return runner, runner.run_bolt(it)
-    if batch.reads_in_batches(comp, wf):
-        runner = batch.BatchTaskRunner(spec, component_id, index)
-        assert isinstance(comp.impl, SourceImpl)   # (reads_in_batches: a file source)
-        return runner, runner.run_spout(sources.batch_source_for(comp.impl.type))
-    if batch.is_batch_component(comp, wf):   # a BatchSpout
-        runner = batch.BatchTaskRunner(spec, component_id, index)
-        return runner, runner.run_spout(None)
-    runner = task.TaskRunner(spec, component_id, index)
-    impl = runner.comp.impl
-    if impl.kind == "source":
-        return runner, runner.run_spout(sources.source_for(impl.type, it))
-    return runner, runner.run_spout(None)
+    """One component's task, by its execution mode (runtime.stage)."""
+    return runtime_stage.start(spec, component_id, index, it)
 
 
 def _stage_task(spec: RunSpec, members: tuple[str, ...], index: int, it: Any) -> Iterator[Any]:
-    """Task `index` of a stage: one component's task, or a chain's (runtime.chain)."""
-    if len(members) == 1:
-        return _start(spec, members[0], index, it)[1]
-    chain = task.chain_plan_of(spec).chain_of(members[0])
-    return ChainTask(chain, index, lambda cid, feed: _start(spec, cid, index, feed)).run(it)
+    """Task `index` of a stage: one component's task, or a chain's (runtime.stage)."""
+    return runtime_stage.stage_task(spec, members, index, it)
 
 
 def _resolve_bucket(spec: RunSpec, bucket: int) -> ledger.RootCounts:

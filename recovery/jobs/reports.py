@@ -16,11 +16,13 @@ from recovery.connectors.redis_stream import report as stream_reader
 from recovery.errors import NoSuchComponent, RecoveryError
 from recovery.jobs import summary
 from recovery.model.failed import FailedTuple
+from recovery.model.graph import Mode
 from recovery.model.partition import PartitionRow
 from recovery.model.record import ComponentStats, RunRecord
 from recovery.model.render import chains_of
 from recovery.model.synthesis import plan_marks, synthesize
 from recovery.model.xml.write import to_xml
+from recovery.runtime.modes import shown_modes
 from recovery.tracking import queue as failed_queue
 from recovery.tracking import runs
 
@@ -244,14 +246,16 @@ def failed(client: Redis, run_id: str, limit: int = FAILED_TUPLES_SHOWN) -> Fail
 
 class RecoveryPlan(Report):
     """What the next recovery round would run (`recovery plan`): the failed tasks per
-    component, the components that run again, the marks per component, its chains and the
-    synthesized workflow's XML (None when nothing failed)."""
+    component, the components that run again, the marks per component, its chains, the
+    execution mode of each component that runs again (None: its class does not load here) and
+    the synthesized workflow's XML (None when nothing failed)."""
     run_id: str
     workflow: str
     failed: dict[str, list[int]]
     marks: dict[str, str]
     rerun: list[str]
     chains: list[list[str]]
+    modes: dict[str, Mode | None]
     xml: str | None
 
 
@@ -270,8 +274,11 @@ def plan(client: Redis, run_id: str) -> RecoveryPlan:
     xml = to_xml(recovery_wf) if recovery_wf is not None else None
     # the recovery round's chains (one Spark stage each), as `recovery graph` shows a run's
     chains = [list(c) for c in chains_of(recovery_wf)] if recovery_wf is not None else []
+    rerun = [c.id for c in original.components if c.id not in dim]
+    # how the round runs each of them (a sink fed by its queue, say, is a row sink there)
+    modes = {c: m for c, m in shown_modes(recovery_wf).items() if c in rerun} if recovery_wf is not None else {}
     return RecoveryPlan(run_id=run_id, workflow=original.name, failed=failed_tasks, marks=marks,
-                        rerun=[c.id for c in original.components if c.id not in dim], chains=chains, xml=xml)
+                        rerun=rerun, chains=chains, modes=modes, xml=xml)
 
 
 class PartitionsReport(Report):

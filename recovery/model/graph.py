@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from recovery.model.workflow import Component, Grouping, Input, Workflow
@@ -164,15 +165,42 @@ def chained_input(wf: Workflow, c: Component) -> Input | None:
     return inp if upstream.parallelism == c.parallelism else None
 
 
+class Mode(str, Enum):
+    """How a component's task calls its code and keeps its books: decided once per component
+    from what implements it and what it reads or feeds (runtime.modes), stored in the chain
+    plan, and what the task dispatches on."""
+    ROW = "row"                    # a bolt, one tuple at a time: a shell bolt, a bolt with tick tuples
+    CHUNK = "chunk"                # a Python bolt, an input chunk at a time (bookkeeping by array)
+    BATCH = "batch"                # a BatchBolt, Arrow batches
+    SINK = "sink"                  # a built-in sink fed rows: each tuple held until its commit
+    BATCH_SINK = "batch-sink"      # a built-in sink fed by batch components only: their columns
+    SPOUT = "spout"                # a Spout class or a shell spout: one next_tuple at a time
+    BATCH_SPOUT = "batch-spout"    # a BatchSpout: one next_batch at a time
+    SOURCE = "source"              # a built-in source, one record at a time
+    BLOCK_SOURCE = "block-source"  # a text or JSON file source, a block of lines at a time
+    BATCH_SOURCE = "batch-source"  # a text file source feeding batch components: Arrow batches
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def is_batch(self) -> bool:
+        """Run by the batch runtime (its collector settles Arrow batches)."""
+        return self in (Mode.BATCH, Mode.BATCH_SINK, Mode.BATCH_SPOUT, Mode.BATCH_SOURCE)
+
+
 @dataclass(frozen=True)
 class ChainPlan:
-    """A workflow's stages: every component in exactly one chain (most in a chain of one)."""
+    """A workflow's stages: every component in exactly one chain (most in a chain of one), and
+    each component's execution mode when the plan was made with them (runtime.modes.plan_of:
+    deciding them loads the workflow's classes, which the model does not)."""
     chains: tuple[Chain, ...]        # in topological order of their heads
     of: dict[str, Chain]             # component id -> its chain
     consumers: dict[str, tuple[str, ...]]   # chain head -> components outside it that read it
+    modes: dict[str, Mode] = field(default_factory=dict)   # component id -> its execution mode
 
     @classmethod
-    def of_workflow(cls, wf: Workflow) -> ChainPlan:
+    def of_workflow(cls, wf: Workflow, mode_of: Callable[[Component], Mode] | None = None) -> ChainPlan:
         order = topological_order(wf)
         parent: dict[str, str] = {}
         for cid in order:
@@ -192,7 +220,12 @@ class ChainPlan:
         consumers = {ch.head: tuple(dict.fromkeys(
             c.id for m in ch.members for c, _ in subscribers(wf, m) if by_id[c.id] is not ch))
             for ch in chains}
-        return cls(chains, by_id, consumers)
+        modes = {cid: mode_of(wf.component(cid)) for cid in order} if mode_of is not None else {}
+        return cls(chains, by_id, consumers, modes)
+
+    def mode(self, component_id: str) -> Mode:
+        """The component's execution mode (KeyError: the plan was made without modes)."""
+        return self.modes[component_id]
 
     def chain_of(self, component_id: str) -> Chain:
         return self.of[component_id]

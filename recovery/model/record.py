@@ -37,7 +37,9 @@ class ComponentStats(BaseModel):
     (the slowest task's), `spill_bytes` what it wrote to the spill store, `replayed_roots` the
     roots a root replay re-emitted, `trimmed` and `idle_tasks` a log source's messages gone
     before they were read and its tasks with nothing to read, `gone` the roots whose message
-    was gone at replay, `bisect_*` a batch bolt's bisection. Counters a newer task reports are
+    was gone at replay, `bisect_*` a batch bolt's bisection, `per_tuple_rows` the rows a bolt
+    in the chunk mode ran one at a time (a small chunk; a Bolt that kept a tuple past its
+    process(): runtime.chunks). Counters a newer task reports are
     kept as they are. Its JSON holds the counters reported, in the order reported."""
 
     model_config = ConfigDict(extra="allow")
@@ -57,6 +59,7 @@ class ComponentStats(BaseModel):
     bisect_runs: int = 0
     bisect_rows: int = 0
     bisect_isolated: int = 0
+    per_tuple_rows: int = 0
     _reported: tuple[str, ...] = PrivateAttr(default=())   # the counters given, in their order
 
     @model_validator(mode="wrap")

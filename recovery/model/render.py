@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Literal
 
-from recovery.model.graph import ChainPlan, subscribers, topological_order
+from recovery.model.graph import ChainPlan, Mode, subscribers, topological_order
 from recovery.model.workflow import (
     DEFAULT_STREAM,
     ClassImpl,
@@ -30,6 +30,8 @@ __all__ = ["FORMATS", "render", "render_text", "render_dot", "render_mermaid", "
            "stages", "chains_of"]
 
 Chains = Iterable[Iterable[str]]   # each chain's members, head first (model.graph.ChainPlan)
+# component id -> its execution mode (runtime.modes.shown_modes; None: its class does not load)
+Modes = Mapping[str, Mode | None]
 
 
 def chains_of(wf: Workflow) -> list[tuple[str, ...]]:
@@ -39,11 +41,12 @@ def chains_of(wf: Workflow) -> list[tuple[str, ...]]:
 
 def render(wf: Workflow, fmt: str = "text", marks: Mapping[str, str] | None = None,
            dim: Iterable[str] | None = None, *, color: bool = False,
-           ascii_only: bool = False, chains: Chains | None = None) -> str:
+           ascii_only: bool = False, chains: Chains | None = None, modes: Modes | None = None) -> str:
     """The workflow drawn in `fmt` ("text", "dot" or "mermaid"). `color` adds ANSI colours to
     the text format; `ascii_only` draws it without box-drawing characters. `chains`: the
     chains to draw (Flink's chained operators), by default those `wf` makes; `recovery plan`
-    passes the recovery workflow's."""
+    passes the recovery workflow's. `modes`: the execution mode the text format gives each
+    component it names (deciding them loads classes: the caller's part)."""
     chain_list = [tuple(c) for c in (chains_of(wf) if chains is None else chains)]
     known = {c.id for c in wf.components}
     chain_list = [tuple(m for m in c if m in known) for c in chain_list]
@@ -55,7 +58,8 @@ def render(wf: Workflow, fmt: str = "text", marks: Mapping[str, str] | None = No
     if unknown:
         raise ValueError(f"not components of workflow {wf.name!r}: {', '.join(unknown)}")
     if fmt == "text":
-        return render_text(wf, marks, dim_set, color=color, ascii_only=ascii_only, chains=chain_list)
+        return render_text(wf, marks, dim_set, color=color, ascii_only=ascii_only, chains=chain_list,
+                           modes=modes)
     if fmt == "dot":
         return render_dot(wf, marks, dim_set, chains=chain_list)
     if fmt == "mermaid":
@@ -127,8 +131,9 @@ _RED, _BOLD, _GREY, _RESET = "\x1b[31;1m", "\x1b[1m", "\x1b[90m", "\x1b[0m"
 
 def render_text(wf: Workflow, marks: Mapping[str, str] | None = None,
                 dim: Iterable[str] | None = None, *, color: bool = False,
-                ascii_only: bool = False, chains: Chains | None = None) -> str:
+                ascii_only: bool = False, chains: Chains | None = None, modes: Modes | None = None) -> str:
     marks = dict(marks or {})
+    modes = dict(modes or {})
     dim = set(dim or ())
     chain_list = [tuple(c) for c in (chains_of(wf) if chains is None else chains)]
     chain_of = {m: c for c in chain_list for m in c}
@@ -173,6 +178,10 @@ def render_text(wf: Workflow, marks: Mapping[str, str] | None = None,
         bar = ch["bar"]
         if cid in marks:
             lines.append(f"{bar}  " + paint(f"{ch['note']} {marks[cid]}", _RED))
+        if cid in modes:
+            mode = modes[cid]
+            lines.append(paint(f"{bar}  mode    {mode if mode is not None else '? (its class does not load)'}",
+                               style))
         for key, value in c.config:
             lines.append(paint(f"{bar}  config  {key}={value}", style))
         src_w = max((len(i.source) for i in c.inputs), default=0)

@@ -27,8 +27,8 @@ from recovery.runtime.task import TaskRunner
 from recovery.tracking import ledger
 from recovery.tracking.tracker import commit_together
 
-# start(component id, input) -> (its runner, the iterator of its output): the engine's choice
-# of runner (row or batch, spout or bolt); `input` is the head's Spark input, or a member's
+# start(component id, input) -> (its runner, the iterator of its output): the runner of the
+# member's execution mode (runtime.stage); `input` is the head's Spark input, or a member's
 # chunks from its upstream member
 Start = Callable[[str, Any], tuple[TaskRunner, Iterator[Output]]]
 

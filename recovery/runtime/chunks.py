@@ -1,4 +1,4 @@
-"""The chunk path: a BasicBolt runs an input chunk of tuples as one unit.
+"""The chunk mode (runtime.modes): a Python bolt runs an input chunk of tuples as one unit.
 
 A BasicBolt's contract (each input anchors what process() emits for it and is acked when
 process() returns, failed when it raises) lets the runtime keep the per-emit bookkeeping out of
@@ -10,51 +10,43 @@ bit (tracking.ids), routes them (runtime.routing's route_many), XORs the ledger 
 root, and the output records are buffered per consumer task as the per-tuple path buffers them:
 the same ids, routes, chunks, contributions, failures and queues.
 
-A Bolt (explicit anchors and acks), a shell bolt, a bolt with tick tuples keep the per-tuple
-path (runtime.task): both share the collector's buffers, ledger and failure records.
+A Bolt (explicit anchors and acks) runs here too, as long as each row's emits are anchored to
+that row alone and the row is acked or failed by the end of its process(). The switch to the
+row mode's loop (`execute`, runtime.row_loop) in mid-task is made in two cases, and the rows it
+runs are counted in the task's stats as `per_tuple_rows`:
+- a chunk of fewer than SMALL_CHUNK rows (numpy's fixed cost per chunk is more than the row
+  loop's for a few rows); the next chunk is run as a chunk again;
+- a Bolt that keeps its tuple past process() or emits other than anchored to it alone (an
+  escape): from that row on, the task goes on tuple by tuple.
+Both modes share the collector's buffers, ledger and failure records.
 """
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import chain
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from recovery.api.components import Component
 from recovery.api.tuples import Tuple
-from recovery.runtime import timeouts, wire
+from recovery.runtime import guard, timeouts, wire
 from recovery.runtime.blocks import Block, route_blocks
-from recovery.runtime.collector import Output, format_error
+from recovery.runtime.collector import Output
+from recovery.runtime.row_loop import LoopHost
 from recovery.tracking import ids
 
 if TYPE_CHECKING:
     from recovery.runtime.collector import TaskCollector
     from recovery.runtime.routing import Router
-    from recovery.runtime.timeouts import MessageTimeouts
-    from recovery.tracking.tracker import TaskTracker
 
 U64 = np.uint64
 Records = Iterable[tuple[Any, wire.Chunk]]   # a task's input: (key, chunk) pairs
 
 
-class ChunkHost(Protocol):
-    """What the chunk path uses of its task (runtime.task.TaskRunner)."""
-
-    collector: TaskCollector
-    timeouts: MessageTimeouts
-    tracker: TaskTracker | None
-    stats: dict[str, float]
-    component_id: str
-    task_id: int
-    injections: list[Any]
-    fields_of: dict[tuple[str, str], tuple[str, ...]]
-
-    def fields(self, src: str, stream: str) -> tuple[str, ...]: ...
-
-# The chunk path is on for every BasicBolt; off, every bolt takes the per-tuple path (what the
-# equivalence tests compare it with).
+# The chunk mode is on for every Python bolt (runtime.modes); off, every bolt takes the row
+# mode (what the equivalence tests compare it with).
 ENABLED = True
 # A chunk of fewer rows goes by the per-tuple path: numpy's fixed cost per chunk is
 # more than that path's cost for a few rows (a recovery round's replays arrive a few at a time).
@@ -202,7 +194,7 @@ class RowEmits:
         self.failed.append(self.row)
 
 
-def run_chunks(runner: ChunkHost, bolt: Any, records: Records,
+def run_chunks(runner: LoopHost, bolt: Any, records: Records,
                execute: Callable[[str, int, list], None]) -> Iterator[Output]:
     """`bolt`'s process() over the task's input, chunk by chunk (the caller has started the
     message timeouts; the finish and the end of the task are its own). A Bolt that keeps a
@@ -214,7 +206,7 @@ def run_chunks(runner: ChunkHost, bolt: Any, records: Records,
 class ChunkLoop:
     """The chunk path's loop over one task's input."""
 
-    def __init__(self, runner: ChunkHost, bolt: Any, execute: Callable[[str, int, list], None]):
+    def __init__(self, runner: LoopHost, bolt: Any, execute: Callable[[str, int, list], None]):
         self.runner = runner
         self.collector = runner.collector
         self.bolt = bolt
@@ -276,7 +268,10 @@ class ChunkLoop:
         self.emit_to_chunk()
 
     def per_tuple(self, src: str, src_task: int, recs: list) -> Iterator[Output]:
-        collector, execute = self.collector, self.execute
+        """`recs` by the row mode's loop: the switch counted (per_tuple_rows)."""
+        collector, execute, stats = self.collector, self.execute, self.runner.stats
+        if recs:
+            stats["per_tuple_rows"] = stats.get("per_tuple_rows", 0) + len(recs)
         for rec in recs:
             execute(src, src_task, rec)
             if collector.ready:
@@ -286,12 +281,11 @@ class ChunkLoop:
         """The rows of one chunk; returns where it escaped to the per-tuple path (that row
         finished there), or len(recs)."""
         runner, collector, emits = self.runner, self.collector, self.emits
-        limits, tracker = runner.timeouts, runner.tracker
+        limits, tracker, user_code = runner.timeouts, runner.tracker, runner.user_code
         component_id, task_id = runner.component_id, runner.task_id
-        inject = runner.injections
-        timed, timeout, timed_out = limits.timed, limits.timeout, limits.timed_out
+        inject = bool(runner.injections)
+        guarded, stuck, ok = user_code.call, user_code.stuck, guard.OK
         process = self.bolt.process
-        clock = timeouts.clock
         getrefcount = sys.getrefcount
         fields_of, fields = runner.fields_of, runner.fields
         auto_ack, outstanding = self.auto_ack, collector.outstanding
@@ -308,43 +302,20 @@ class ChunkLoop:
             replayed = len(rec) > 4   # replayed from a failed position's queue
             tup.attempt = rec[4] if replayed else 1
             emits.row, emits.tid, emits.open, emits.n, emits.mark = i, tid, True, 0, len(emits.values)
-            if timed_out and tid in timed_out:
-                # an earlier attempt of this task was killed running it (MessageTimeouts'
-                # watchdog): it fails with the timeout it had, and is not run again
-                collector.fail(tup, f"TupleTimeout: {limits.text()} (stuck: its worker was ended)")
+            if stuck(tid):
+                collector.fail(tup, user_code.stuck_error())
                 continue
-            running = limits.running = (tid, clock() + timeout) if timed else None
-            try:
-                if inject:
-                    for inj in inject:
-                        inj.before_process(tup)
-                process(tup)
-            # user code (process) can raise anything: a bolt's bug fails its tuple, never the task
-            except (Exception, SystemExit) as err:  # broad-except: user code
-                limits.running = None
-                msg, tb = format_error(err)
-                if (tid in outstanding) if self.escaped else emits.open:
-                    collector.fail(tup, msg, tb)
-                else:   # acked (or failed) before: as in Storm, that stands
-                    collector.log(f"{component_id}.process raised {msg} after tuple {tid:#x} was "
-                                  "acked or failed", "warn")
-            else:
-                limits.running = None
-                is_open = (tid in outstanding) if self.escaped else emits.open
-                if running is not None and clock() > running[1]:
-                    # it returned late without a collector call to raise at (between tuples)
-                    if is_open:
-                        collector.fail(tup, f"TupleTimeout: {limits.text()}")
-                    else:   # acked (or failed) in time: as in Storm, that stands
-                        collector.log(f"tuple {tid:#x} was acked, then {component_id}.process "
-                                      f"ran past the {timeout:g}s timeout", "warn")
-                elif is_open and not auto_ack and not self.escaped:
-                    self.escape()   # a Bolt holds it past process(): it waits for its ack as before
-                elif is_open and auto_ack:
-                    if self.escaped:
-                        collector.ack(tup)
-                    else:
-                        emits.open = False
+            outcome = guarded(tid, process, tup, (tup,) if inject else ())
+            is_open = (tid in outstanding) if self.escaped else emits.open
+            if outcome != ok:
+                user_code.settle_row(outcome, tup, is_open, collector)
+            elif is_open and not auto_ack and not self.escaped:
+                self.escape()   # a Bolt holds it past process(): it waits for its ack as before
+            elif is_open and auto_ack:
+                if self.escaped:
+                    collector.ack(tup)
+                else:
+                    emits.open = False
             if self.escaped:
                 return i
             if replayed and tracker is not None and (not emits.failed or emits.failed[-1] != i):

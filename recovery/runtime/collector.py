@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from recovery.api.tuples import Tuple
 from recovery.model.failed import FailedTuple
 from recovery.runtime import timeouts, wire
-from recovery.tracking import ids, ledger
+from recovery.tracking import ids
+from recovery.tracking.xors import XorAccumulator
 
 if TYPE_CHECKING:
     from recovery.model.graph import TaskMap
@@ -26,8 +27,6 @@ if TYPE_CHECKING:
     from recovery.tracking.tracker import TaskTracker
 
 CHUNK = 2048          # tuples per blob
-ACK_FOLD_EVERY = 1 << 22   # ack_many's pending (root, id) pairs folded at once: 64 MB at most
-FOLD_EVERY = 64       # chunks' contribution arrays kept before they are folded into one
 ERROR_CAP = 4000      # characters of an error/traceback kept with a failed tuple
 
 Output = tuple[tuple[str, int], wire.Chunk]   # ((consumer, consumer task index), chunk)
@@ -73,7 +72,10 @@ class TaskCollector:
         self.roots = roots
         self.stats = stats            # counts, shared with the task runner
         self.auto_anchor = False      # a BasicBolt's: unanchored emits go to `current`
-        self.contrib: dict[int, int] = {}                 # root -> XOR of this task's ids
+        # the task's ledger contributions (tracking.xors): `contrib`, root -> XOR of this
+        # task's ids, is its dict of one-id updates; arrays (a chunk's, ack_many's) go to `xors`
+        self.xors = XorAccumulator()
+        self.contrib: dict[int, int] = self.xors.scalar
         self.out: dict[tuple[str, int], list] = {}        # (consumer, index) -> records
         self.ready: list[Output] = []                     # sealed chunks, not yet handed on
         self.replays: dict[tuple, list] = {}
@@ -82,10 +84,6 @@ class TaskCollector:
         self.outstanding: dict[int, Tuple] = {}
         self.held: dict[int, list] = {}
         self.emit_counts: dict[int, int] = {}
-        # ack_many's contributions: (roots, ids) arrays, folded per root in bulk (not a dict
-        # entry of about 100 bytes per root: a sink task of 10M roots would hold a gigabyte)
-        self.acked_xors: list[tuple[Any, Any]] = []
-        self.acked_pending = 0
         self.unanchored_seq = 0
         self.spout_emits = 0          # emit calls of a spout, selected or not
         # in a chain (runtime.chain): chunks for `local` consumers stay in the stage, in memory,
@@ -95,7 +93,6 @@ class TaskCollector:
         # the chunk path (runtime.chunks): while `rows` is set, a BasicBolt's input chunk runs
         # as one unit; its emits wait in `rows` until the chunk ends
         self.rows: Rows | None = None
-        self.contrib_parts: list[tuple[Any, Any]] = []   # (roots, xors) arrays of chunks
 
     # -- the OutputCollector protocol ----------------------------------------------------------
     def emit(self, component: Any, values: Any, stream: str, anchors: tuple, direct_task: int | None,
@@ -243,11 +240,9 @@ class TaskCollector:
             for tid in tids.tolist():
                 self.emit_counts.pop(tid, None)
         if self.tracker is not None:   # untracked, no ledger reads the contributions
-            self.acked_xors.append((root_flat, np.repeat(tids, np.diff(root_off))))
-            self.acked_pending += len(root_flat)
-            if self.acked_pending >= ACK_FOLD_EVERY:
-                self.acked_xors = [ledger.combine(self.acked_xors)]
-                self.acked_pending = len(self.acked_xors[0][0])
+            # as arrays, folded in bulk (not a dict entry of about 100 bytes per root: a sink
+            # task of 10M roots would hold a gigabyte)
+            self.xors.add(root_flat, np.repeat(tids, np.diff(root_off)))
             if self.replayed:
                 for tid in tids.tolist():
                     if tid in self.replayed:
@@ -359,18 +354,11 @@ class TaskCollector:
 
     def contributions(self) -> dict[int, int] | tuple[Any, Any]:
         """The task's XOR contributions per root, as its commit stores them."""
-        parts = [*self.acked_xors, *self.contrib_parts]
-        if parts:
-            return ledger.combine([self.contrib, *parts])
-        return self.contrib
+        return self.xors.result()
 
     def add_contributions(self, roots: Any, xors: Any) -> None:
-        """XOR contributions of a chunk, as arrays (one entry per root of each row): folded
-        per root now and then, so that they stay about one entry per root."""
-        parts = self.contrib_parts
-        parts.append((roots, xors))
-        if len(parts) >= FOLD_EVERY:
-            self.contrib_parts = [ledger.combine(parts)]
+        """XOR contributions of a chunk, as arrays (one entry per root of each row)."""
+        self.xors.add(roots, xors)
 
     def add_records(self, key: tuple[str, int], records: list) -> None:
         """Records for consumer task `key`, in order, buffered and sealed CHUNK at a time,

@@ -1,6 +1,16 @@
 """Storm's groupings at emit time: which consumer tasks a tuple goes to, so that emit can return
-them and the ids it creates can be XORed into the ledger."""
+them and the ids it creates can be XORed into the ledger.
+
+One kernel decides it (_Route.indices): from each emit's base id and, for a fields grouping,
+its key's hash (tracking.ids.fields_hash), the target task index of every copy, for many emits
+at once. Every loop routes through it: the chunk mode's chunks and a file source's blocks
+(route_many), the batch runtime's outputs (its collector), the targets that depend on no
+emit (fixed_targets). The per-tuple entry (route, one emit of the row mode) is its scalar
+form, the same arithmetic on one base id and key: numpy's cost per call is more than a
+tuple's whole routing. tests/unit/runtime/test_routing.py holds them equal."""
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
@@ -29,6 +39,39 @@ class _Route:
             self.kind = LOCAL
         # the (consumer, index) output keys, made once: an emit reuses them
         self.keys = tuple((consumer, i) for i in range(p))
+
+    @property
+    def fixed(self) -> bool:
+        """Whether its targets depend on neither an emit's id nor its values."""
+        return self.kind in (LOCAL, _GLOBAL, _ALL)
+
+    def indices(self, bases: np.ndarray, key_hashes: Callable[[], np.ndarray] | None = None) -> list[np.ndarray]:
+        """The grouping kernel: the consumer's task index of each emit, one array per copy an
+        emit makes (all: one per task). `bases`: the emits' base ids; `key_hashes`: their
+        fields-grouping keys' hashes, asked for only by a fields grouping."""
+        n = len(bases)
+        kind = self.kind
+        if kind == _SPREAD:   # shuffle, none, local_or_shuffle: evenly and deterministically
+            return [(bases % np.uint64(self.p)).astype(np.intp)]
+        if kind == _FIELDS:
+            assert key_hashes is not None, "a fields grouping routes by its key's hash"
+            return [(key_hashes() % np.uint64(self.p)).astype(np.intp)]
+        if kind == LOCAL:
+            return [np.full(n, self.local, dtype=np.intp)]
+        if kind == _GLOBAL:
+            return [np.zeros(n, dtype=np.intp)]
+        return [np.full(n, i, dtype=np.intp) for i in range(self.p)]   # all
+
+    def index(self, base: int, values: list) -> int:
+        """The kernel for one emit of a route whose emits make one copy (all but `all`)."""
+        kind = self.kind
+        if kind == _SPREAD:
+            return base % self.p
+        if kind == LOCAL:
+            return self.local
+        if kind == _FIELDS:
+            return ids.fields_hash([values[j] for j in self.idx]) % self.p
+        return 0   # global
 
 
 class Router:
@@ -78,19 +121,11 @@ class Router:
             return [(r.keys[i], t, derive2(base, t))]
         out: list[tuple[tuple[str, int], int, int]] = []
         for r in routes:
-            kind = r.kind
-            if kind == _SPREAD:   # shuffle, none, local_or_shuffle: evenly and deterministically
-                i = base % r.p
-            elif kind == LOCAL:
-                i = r.local
-            elif kind == _FIELDS:
-                i = ids.fields_hash([values[j] for j in r.idx]) % r.p
-            elif kind == _GLOBAL:
-                i = 0
-            else:   # all
+            if r.kind == _ALL:
                 first = r.first
                 out.extend((key, first + i, derive2(base, first + i)) for i, key in enumerate(r.keys))
                 continue
+            i = r.index(base, values)
             t = r.first + i
             out.append((r.keys[i], t, derive2(base, t)))
         return out
@@ -104,19 +139,10 @@ class Router:
         """The task ids every emit on `stream` goes to when they depend on neither its id nor
         its values (chained, global and all groupings only); None otherwise."""
         routes = self.routes.get(stream)
-        if routes is None:
+        if routes is None or not all(r.fixed for r in routes):
             return None
-        out: list[int] = []
-        for r in routes:
-            if r.kind == LOCAL:
-                out.append(r.first + r.local)
-            elif r.kind == _GLOBAL:
-                out.append(r.first)
-            elif r.kind == _ALL:
-                out.extend(r.first + i for i in range(r.p))
-            else:
-                return None
-        return tuple(out)
+        one = np.zeros(1, dtype=np.uint64)   # any emit: they all go the same way
+        return tuple(r.first + int(idx[0]) for r in routes for idx in r.indices(one))
 
     def route_many(self, stream: str, bases: np.ndarray, values: list[list]
                    ) -> list[tuple[tuple[tuple[str, int], ...], np.ndarray, np.ndarray]]:
@@ -129,19 +155,12 @@ class Router:
         n = len(bases)
         out: list[tuple[tuple[tuple[str, int], ...], np.ndarray, np.ndarray]] = []
         for r in routes:
-            kind = r.kind
-            if kind == _ALL:
-                for i, key in enumerate(r.keys):
-                    out.append(((key,), np.zeros(n, dtype=np.intp), ids.derive_many(bases, r.first + i)))
-                continue
-            if kind == _SPREAD:
-                idx = (bases % np.uint64(r.p)).astype(np.intp)
-            elif kind == _FIELDS:
-                columns = [[v[j] for v in values] for j in r.idx]
-                idx = (ids.fields_hash_many(columns) % np.uint64(r.p)).astype(np.intp)
-            else:   # chained or global: one task
-                one = r.local if kind == LOCAL else 0
-                out.append(((r.keys[one],), np.zeros(n, dtype=np.intp), ids.derive_many(bases, r.first + one)))
-                continue
-            out.append((r.keys, idx, ids.derive_many(bases, idx.astype(np.uint64) + np.uint64(r.first))))
+            def key_hashes(r: _Route = r) -> np.ndarray:
+                return ids.fields_hash_many([[v[j] for v in values] for j in r.idx])
+            for idx in r.indices(bases, key_hashes):
+                if r.fixed:   # one task for every emit of this copy: its one key
+                    i = int(idx[0]) if n else 0
+                    out.append(((r.keys[i],), np.zeros(n, dtype=np.intp), ids.derive_many(bases, r.first + i)))
+                else:
+                    out.append((r.keys, idx, ids.derive_many(bases, idx.astype(np.uint64) + np.uint64(r.first))))
         return out

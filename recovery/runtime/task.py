@@ -7,8 +7,10 @@ into the task's spill file (tracking/spill.py) as its in-flight tuples.
 A TaskRunner owns the parts of a task, each with one job: the component it builds and binds,
 its collector (runtime.collector: emits, acks, fails, the output chunks and ledger
 contributions), its message timeout (runtime.timeouts), its spout roots (runtime.roots) and
-its tracker (tracking.tracker: what the task commits). The runner drives the component over
-its input and commits at the end.
+its tracker (tracking.tracker: what the task commits), its guarded calls of the component's
+code (runtime.guard). The runner hosts the loop of its component's execution mode (the row
+mode's runtime.row_loop, the chunk mode's runtime.chunks; runtime.batch's for the batch modes)
+over its input and commits at the end.
 """
 from __future__ import annotations
 
@@ -27,19 +29,19 @@ import msgpack
 from redis import Redis
 
 from recovery.api.components import Component as UserComponent
-from recovery.api.tuples import SYSTEM_COMPONENT, TICK_STREAM, Tuple
+from recovery.api.tuples import Tuple
 from recovery.controlplane import connection
 from recovery.faults import injections
 from recovery.model import config as config_decl
-from recovery.model.graph import ChainPlan, ComponentContext, TaskMap
+from recovery.model.graph import ChainPlan, ComponentContext, Mode, TaskMap
 from recovery.model.run import RunSpec, TaskIdentity
 from recovery.model.workflow import Component, Workflow
 from recovery.multilang.bolt import ShellBolt
-from recovery.runtime import blocks, chunks, factory, lineage, timeouts, wire
+from recovery.runtime import blocks, chunks, factory, guard, lineage, modes, row_loop, wire
 from recovery.runtime.collector import Output, TaskCollector, format_error
 from recovery.runtime.roots import SpoutRoots
 from recovery.runtime.routing import Router
-from recovery.runtime.timeouts import FINISH, MessageTimeouts
+from recovery.runtime.timeouts import MessageTimeouts
 from recovery.tracking import keys
 from recovery.tracking.state import KeyedState, LocalState, state_key
 from recovery.tracking.tracker import TaskTracker
@@ -51,7 +53,7 @@ Records = Iterable[tuple[Any, wire.Chunk]]   # a task's input: (key, chunk) pair
 
 # --- per-process caches (a Python worker runs many tasks) --------------------------------
 _workflows: dict[str, tuple[Workflow, TaskMap, Workflow]] = {}
-_plans: dict[str, ChainPlan] = {}
+_plans: dict[tuple[str, bool], ChainPlan] = {}
 _clients: dict[str, Redis] = {}
 
 
@@ -83,10 +85,12 @@ def shipped_code_dir(name: str | None) -> str | None:
 
 
 def chain_plan_of(spec: RunSpec) -> ChainPlan:
-    """The chains (stages) of the workflow this round runs (model.graph.ChainPlan), cached."""
-    plan = _plans.get(spec.workflow_json)
+    """The chains (stages) of the workflow this round runs and its components' execution modes
+    (model.graph.ChainPlan, runtime.modes), cached (per setting of the chunk mode's switch)."""
+    key = (spec.workflow_json, chunks.ENABLED)
+    plan = _plans.get(key)
     if plan is None:
-        plan = _plans[spec.workflow_json] = ChainPlan.of_workflow(workflow_of(spec)[0])
+        plan = _plans[key] = modes.plan_of(workflow_of(spec)[0])
     return plan
 
 
@@ -161,6 +165,7 @@ class TaskRunner:
         self.task = TaskIdentity(spec.run_id, spec.round, component_id, index, self.task_id)
         self.conf = self.wf.conf(component_id)
         self.plan = chain_plan_of(spec)
+        self.mode = self.plan.mode(component_id)   # what the task runs by (runtime.modes)
         chain = self.plan.chain_of(component_id)
         # the members this one feeds in its chain: their task `index` gets its tuples (routing)
         chained = frozenset(m for m in chain.members[1:] if self.wf.component(m).inputs[0].source == component_id)
@@ -183,6 +188,8 @@ class TaskRunner:
         self.state: KeyedState | None = None
         timeout = config_decl.settings(self.conf).message_timeout_secs
         self.timeouts = MessageTimeouts(self.task, timeout, self.tracker, builtin_sink=self.comp.impl.kind == "sink")
+        # every call of the component's code goes through it (runtime.guard)
+        self.user_code = guard.UserCode(component_id, self.timeouts, self.injections)
         self.roots = SpoutRoots(spec, component_id, self.stats, lambda: self.client or redis_of(self.spec))
         self.collector = self._make_collector()
         # a built-in source calls these per record (SourceRunner): the collector's, bound once
@@ -253,31 +260,19 @@ class TaskRunner:
         collector = self.collector
         collector.auto_anchor = getattr(bolt, "auto_anchor", False)
         auto_ack = getattr(bolt, "auto_ack", False)
-        tick_every = config_decl.settings(self.conf).tick_tuple_freq_secs
-        # shell bolts send ticks to their program themselves
-        ticks = tick_every > 0 and not isinstance(bolt, ShellBolt)
-        next_tick = time.monotonic() + tick_every
         self.timeouts.start(bolt)
-        execute = self._executor(bolt, auto_ack)
+        execute = row_loop.executor(self, bolt, auto_ack)
         try:
-            # a built-in sink holds every tuple until its commit: the per-tuple path from the start
-            if chunks.ENABLED and not ticks and not isinstance(bolt, ShellBolt) and self.comp.impl.kind != "sink":
+            if self.mode is Mode.CHUNK:
                 # its input chunk by chunk, its bookkeeping once a chunk (a Bolt that holds a
-                # tuple goes on by the per-tuple path, `execute`)
+                # tuple goes on by the row mode's `execute`)
                 yield from chunks.run_chunks(self, bolt, records, execute)
-                records = ()
-            for _, blob in records:
-                src, src_task, recs = wire.unpack_rows(blob)
-                for rec in recs:
-                    if ticks and time.monotonic() >= next_tick:
-                        self._tick(bolt, tick_every)
-                        next_tick = time.monotonic() + tick_every
-                    execute(src, src_task, rec)
-                    if collector.ready:
-                        yield from collector.take_ready()
-            if ticks:   # a last tick at the end of the input, so windowing bolts can flush
-                self._tick(bolt, tick_every)
-            self._run_finish(bolt)
+            else:
+                # the row mode; a shell bolt sends ticks to its program itself
+                tick_every = config_decl.settings(self.conf).tick_tuple_freq_secs
+                yield from row_loop.run_rows(self, bolt, records, execute,
+                                             0.0 if isinstance(bolt, ShellBolt) else tick_every)
+            self.user_code.finish(bolt, collector)
         finally:
             self.timeouts.stop()
         for tup in list(collector.outstanding.values()):
@@ -317,96 +312,6 @@ class TaskRunner:
                 collector.fail(tup, error, tb)
         return iter(())
 
-    def _executor(self, bolt: Any, auto_ack: bool) -> Callable[[str, int, list], None]:
-        """The execution of one input tuple by `bolt` (its process(), under the message
-        timeout; its ack when `auto_ack`). Made once per task, after the timeouts started: it
-        runs once per tuple, so what it uses of the task is read here, once."""
-        collector, limits = self.collector, self.timeouts
-        outstanding, replayed, stats = collector.outstanding, collector.replayed, self.stats
-        fields_of, fields, task_id, component_id = self.fields_of, self.fields, self.task_id, self.component_id
-        inject = self.injections
-        timed, timeout, timed_out = limits.timed, limits.timeout, limits.timed_out
-
-        def execute(src: str, src_task: int, rec: list) -> None:
-            tid, roots, stream, values = rec[0], rec[1], rec[2], rec[3]
-            attempt = 1
-            if len(rec) > 4:   # replayed from a failed position's queue
-                attempt = rec[4]
-                replayed.add(tid)
-            f = fields_of.get((src, stream))
-            if f is None:
-                f = fields(src, stream)
-            tup = Tuple(tid, src, stream, task_id, values, f, roots, src_task, attempt)
-            outstanding[tid] = tup
-            stats["executed"] += 1
-            if timed_out and tid in timed_out:
-                # an earlier attempt of this task was killed running it (MessageTimeouts'
-                # watchdog): it fails with the timeout it had, and is not run again
-                collector.fail(tup, f"TupleTimeout: {limits.text()} (stuck: its worker was ended)")
-                return
-            collector.current = tup
-            running = limits.running = (tid, timeouts.clock() + timeout) if timed else None
-            try:
-                if inject:
-                    for inj in inject:
-                        inj.before_process(tup)
-                bolt.process(tup)
-            # user code (process) can raise anything: a bolt's bug fails its tuple, never the task
-            except (Exception, SystemExit) as err:  # broad-except: user code
-                limits.running = None
-                msg, tb = format_error(err)
-                if tid in outstanding:
-                    collector.fail(tup, msg, tb)
-                else:   # acked (or failed) before: as in Storm, that stands
-                    collector.log(f"{component_id}.process raised {msg} after tuple {tid:#x} was "
-                                  "acked or failed", "warn")
-            else:
-                limits.running = None
-                if running is not None and timeouts.clock() > running[1]:
-                    # it returned late without a collector call to raise at (between tuples)
-                    if tid in outstanding:
-                        collector.fail(tup, f"TupleTimeout: {limits.text()}")
-                    else:   # acked (or failed) in time: as in Storm, that stands
-                        collector.log(f"tuple {tid:#x} was acked, then {component_id}.process "
-                                      f"ran past the {timeout:g}s timeout", "warn")
-                elif auto_ack and tid in outstanding:
-                    collector.ack(tup)
-            finally:
-                limits.running = None
-                collector.current = None
-        return execute
-
-    def _run_finish(self, bolt: Any) -> None:
-        """finish() under the message timeout too: past it, what is outstanding fails."""
-        limits, collector = self.timeouts, self.collector
-        timeout_error = f"{self.component_id}.finish raised TupleTimeout: {limits.text()}"
-        if FINISH in limits.timed_out:   # an earlier attempt was killed in it: never again
-            for tup in list(collector.outstanding.values()):
-                collector.fail(tup, timeout_error)
-            return
-        running = limits.running = (FINISH, timeouts.clock() + limits.timeout) if limits.timed else None
-        try:
-            bolt.finish()
-        except Exception as err:   # broad-except: user code (finish) can raise anything
-            limits.running = None
-            msg, tb = format_error(err)
-            for tup in list(collector.outstanding.values()):
-                collector.fail(tup, f"{self.component_id}.finish raised {msg}", tb)
-        else:
-            limits.running = None
-            if running is not None and timeouts.clock() > running[1]:
-                for tup in list(collector.outstanding.values()):
-                    collector.fail(tup, timeout_error)
-        finally:
-            limits.running = None
-
-    def _tick(self, bolt: Any, secs: float) -> None:
-        tick = Tuple(0, SYSTEM_COMPONENT, TICK_STREAM, -1, [int(secs)])
-        try:
-            bolt.process_tick(tick)
-        except Exception as err:   # broad-except: user code (process_tick) can raise anything
-            self.collector.log(f"process_tick raised {format_error(err)[0]}", "error")
-
     # -- spouts ---------------------------------------------------------------------------
     def run_spout(self, emit_source: Callable[[Self], Iterable[object]] | None) -> Iterator[Output]:
         """`emit_source` drives a built-in source over this runner (its SourceRunner); None
@@ -445,8 +350,8 @@ class TaskRunner:
     def spout_block(self, name: str, offsets: list[int], raws: list[bytes], decode: Callable[[bytes], list],
                     stream: str = "default", fmt: str = "") -> None:
         """Lines of a file source (message ids (name, offset)): what spout_record does for
-        each, the bookkeeping done once for the block (runtime.chunks)."""
-        if not chunks.ENABLED:
+        each, the bookkeeping done once for the block (runtime.chunks) in the block-source mode."""
+        if self.mode is not Mode.BLOCK_SOURCE:
             for offset, raw in zip(offsets, raws):
                 self.spout_record((name, offset), functools.partial(decode, raw), raw, stream, fmt)
             return

@@ -25,6 +25,9 @@ from recovery.tracking.queue import dead_among, forget_dead_roots, queued_roots 
 from recovery.tracking.queue import positions as queue_positions
 from recovery.tracking.queue import read as read_queue
 from recovery.tracking.runs import fenced_transaction  # noqa: F401 (importable from here, as it was)
+from recovery.tracking.xors import as_arrays  # noqa: F401 (importable from here, as it was)
+from recovery.tracking.xors import combine as combine_contributions
+from recovery.tracking.xors import fold as fold_parts
 
 log = logging.getLogger(__name__)
 
@@ -55,14 +58,6 @@ def pack_xors(contrib: dict[int, int] | tuple[np.ndarray, np.ndarray]) -> list[b
     return out
 
 
-def as_arrays(contrib: dict[int, int] | tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Per-root contributions, a dict or (roots, xors) arrays, as the arrays."""
-    if isinstance(contrib, tuple):
-        return contrib
-    return (np.fromiter(contrib.keys(), dtype=np.uint64, count=len(contrib)),
-            np.fromiter(contrib.values(), dtype=np.uint64, count=len(contrib)))
-
-
 def unpack_xors(blob: bytes) -> tuple[np.ndarray, np.ndarray]:
     arr = np.frombuffer(blob, dtype=np.uint64)
     n = len(arr) // 2
@@ -71,30 +66,14 @@ def unpack_xors(blob: bytes) -> tuple[np.ndarray, np.ndarray]:
 
 def fold(blobs: Iterable[bytes]) -> tuple[np.ndarray, np.ndarray]:
     """XOR all contributions per root; returns (roots, xors) of the roots not yet complete."""
-    return _fold_parts([unpack_xors(b) for b in blobs if b])
+    return fold_parts(unpack_xors(b) for b in blobs if b)
 
 
 def combine(contribs: Iterable[dict[int, int] | tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
     """Several tasks' per-root contributions (pack_xors' forms) XORed into one (roots, xors),
     the roots whose trees they complete between them left out: what the ledger holds after
     folding their pieces, for tasks that commit at once (a chain's members)."""
-    return _fold_parts([as_arrays(c) for c in contribs])
-
-
-def _fold_parts(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    parts = [p for p in parts if len(p[0])]
-    if not parts:
-        empty = np.zeros(0, dtype=np.uint64)
-        return empty, empty
-    roots = np.concatenate([p[0] for p in parts])
-    xors = np.concatenate([p[1] for p in parts])
-    order = np.argsort(roots, kind="stable")
-    roots, xors = roots[order], xors[order]
-    starts = np.flatnonzero(np.r_[True, roots[1:] != roots[:-1]])
-    folded = np.bitwise_xor.reduceat(xors, starts)
-    roots = roots[starts]
-    keep = folded != 0
-    return roots[keep], folded[keep]
+    return combine_contributions(contribs)
 
 
 def piece_fields(round_no: int, task_field: str, token: str, blob: bytes) -> dict[str, bytes]:

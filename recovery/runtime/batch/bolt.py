@@ -18,7 +18,9 @@ The message timeout (runtime.timeouts) bounds each process_batch call as one exe
 collector calls past the deadline raise TupleTimeout, and a call that raises it or returns late
 fails its batch's rows with the timeout, without bisection (a timeout is no row's fault, and
 halves would each wait again). The watchdog marks every row of a call that never returns; the
-task's retry fails the marked rows without running them.
+task's retry fails the marked rows without running them. Each call, and finish(), is the
+guarded call of user code every mode makes (runtime.guard): finish() is bounded by the message
+timeout too, and one an earlier attempt was killed in is not run again.
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from recovery.runtime import timeouts
+from recovery.runtime import guard, timeouts
 from recovery.runtime.batch.collector import BatchCall
 from recovery.runtime.batch.host import BatchHost
 from recovery.runtime.batch.rows import Rows, pieces
@@ -65,12 +67,11 @@ def run(runner: BatchHost, records: Records) -> Iterator[Output]:
                 yield from collector.take_ready()
         for parts, _ in pending.values():
             loop.run_batch(Rows.concat(parts))
+        # every row is acked or failed by its call: a finish that raises fails nothing (it
+        # is logged), but it is bounded by the message timeout as every bolt's is
+        runner.user_code.finish(bolt, collector)
     finally:
         runner.timeouts.stop()
-    try:
-        bolt.finish()
-    except Exception as err:   # broad-except: user code (finish) can raise anything
-        collector.log(f"{runner.component_id}.finish raised {format_error(err)[0]}", "error")
     try:
         bolt.cleanup()
     except Exception as err:   # broad-except: user code (cleanup) can raise anything
@@ -98,62 +99,64 @@ class _BatchBoltLoop:
             stuck = np.isin(rows.tids, marked)
             if stuck.any():
                 for i in np.flatnonzero(stuck).tolist():
-                    self.collector.fail_row(rows, i, f"TupleTimeout: {limits.text()} (stuck: its worker was ended)", "")
+                    self.collector.fail_row(rows, i, self.runner.user_code.stuck_error(), "")
                 rows = rows.take(np.flatnonzero(~stuck))
                 if not len(rows):
                     return
         self._attempt(rows, isolating=False)
 
     def _attempt(self, rows: Rows, isolating: bool) -> None:
-        """One process_batch call over `rows`, under the message timeout; on an exception,
-        its halves (bisection)."""
+        """One process_batch call over `rows`, the guarded call of runtime.guard (the message
+        timeout bounds it as one execution); on an exception, its halves (bisection)."""
         runner, collector, state = self.runner, self.collector, self.runner.state
+        user_code = runner.user_code
         saved = state.snapshot() if state is not None else None
         call = collector.call = BatchCall()
-        limits = runner.timeouts
-        running = limits.running = (tuple(rows.tids.tolist()), timeouts.clock() + limits.timeout) \
-            if limits.timed else None
-        try:
-            if runner.injections:   # recovery.faults acts per tuple, as at a row bolt
-                fields = runner.fields(rows.src, rows.stream)
-                for i in range(len(rows)):
-                    tup = rows.as_tuple(i, runner.task_id, fields)
-                    for inj in runner.injections:
-                        inj.before_process(tup)
+        outputs: list[tuple[str, Any, Any]] = []
+
+        def process(rows: Rows) -> None:
             self.bolt.process_batch(self._record_batch(rows))
-            outputs = [self._resolve(stream, out, anchors, len(rows)) for stream, out, anchors in call.emits]
+            outputs.extend(self._resolve(stream, out, anchors, len(rows)) for stream, out, anchors in call.emits)
             for r in call.failed:
                 if not 0 <= r < len(rows):
                     raise IndexError(f"fail_rows: row {r} is not in a batch of {len(rows)}")
-        # user code (process_batch) can raise anything: it fails the rows that cause it
-        except (Exception, SystemExit) as err:  # broad-except: user code
-            limits.running = None
-            if state is not None:
-                state.restore(saved)
-            if isinstance(err, timeouts.TupleTimeout) or _late(running):
-                self._time_out(rows, call)
-                return
-            if len(rows) == 1:
-                msg, tb = format_error(err)
-                if isolating:
-                    self.stats["bisect_isolated"] += 1
-                collector.fail_row(rows, 0, msg, tb)
-                return
-            mid = len(rows) // 2
-            self.stats["bisect_runs"] += 2
-            self.stats["bisect_rows"] += len(rows)
-            self._attempt(rows.part(0, mid), True)
-            self._attempt(rows.part(mid, len(rows)), True)
-            return
+        running = tuple(rows.tids.tolist()) if runner.timeouts.timed else ()
+        try:
+            # (recovery.faults acts per tuple, as at a row bolt)
+            outcome = user_code.call(running, process, rows, self._tuples(rows) if runner.injections else ())
         finally:
-            limits.running = None
             collector.call = None
-        if _late(running):   # it returned past its deadline, with no collector call to raise at
-            if state is not None:
-                state.restore(saved)
+        if outcome == guard.OK:
+            collector.settle(rows, call.failed, outputs)
+            return
+        if state is not None:   # nothing of a call that raised or returned late stays
+            state.restore(saved)
+        if outcome == guard.LATE:   # it returned past its deadline, with no collector call to raise at
             self._time_out(rows, call)
             return
-        collector.settle(rows, call.failed, outputs)
+        raised = user_code.error
+        if isinstance(raised, timeouts.TupleTimeout) or user_code.late:
+            user_code.error = None
+            self._time_out(rows, call)
+            return
+        if len(rows) == 1:
+            msg, tb = user_code.take_error()
+            if isolating:
+                self.stats["bisect_isolated"] += 1
+            collector.fail_row(rows, 0, msg, tb)
+            return
+        user_code.error = None
+        mid = len(rows) // 2
+        self.stats["bisect_runs"] += 2
+        self.stats["bisect_rows"] += len(rows)
+        self._attempt(rows.part(0, mid), True)
+        self._attempt(rows.part(mid, len(rows)), True)
+
+    def _tuples(self, rows: Rows) -> Iterator[Any]:
+        """The batch's rows as Tuples (what an injected fault is given)."""
+        fields = self.runner.fields(rows.src, rows.stream)
+        for i in range(len(rows)):
+            yield rows.as_tuple(i, self.runner.task_id, fields)
 
     def _time_out(self, rows: Rows, call: BatchCall) -> None:
         """A call over `rows` passed the message timeout: its outputs are discarded and its rows
@@ -220,8 +223,3 @@ class _BatchBoltLoop:
             raise IndexError(f"{cid!r}: an anchor is not a row of the input batch "
                              f"of {n_in} rows")
         return stream, out, multi
-
-
-def _late(running: tuple[Any, float] | None) -> bool:
-    """Whether the call timed as `running` (None: untimed) is past its deadline."""
-    return running is not None and timeouts.clock() > running[1]

@@ -6,10 +6,10 @@ contributions and routes a row bolt's emits would, computed over arrays:
   base id `derive(a.id, stream salt, n)` with n its index among the call's outputs anchored to
   `a` (the row path's emit count), one copy per route with id `derive(base, target task)`;
   ids.derive_many computes these bit for bit;
-- fields/shuffle/all/global groupings pick the tasks runtime.Router would (ids.fields_hash_many,
-  base % parallelism);
-- XOR contributions (every released copy and every acked input, per root) are combined per
-  root with numpy before they reach the task's commit.
+- the groupings pick their tasks by the one grouping kernel (runtime.routing), the keys
+  hashed from the Arrow columns;
+- XOR contributions (every released copy and every acked input, per root) go to the task's
+  accumulator as arrays (tracking.xors), folded per root before they reach its commit.
 
 Copies for batch consumers travel as Arrow chunks, copies for row consumers as row chunks
 (runtime.wire).
@@ -22,13 +22,10 @@ from typing import Any
 import numpy as np
 
 from recovery.api.batch import message_ids_as_list
-from recovery.model.workflow import Grouping
-from recovery.runtime import routing, timeouts, wire
+from recovery.runtime import timeouts, wire
 from recovery.runtime.batch.rows import Rows, occurrences
 from recovery.runtime.collector import CHUNK, TaskCollector
-from recovery.tracking import ids, ledger
-
-XOR_FOLD_EVERY = 1 << 22   # pending (root, id) pairs folded at once: 64 MB of arrays at most
+from recovery.tracking import ids
 
 
 class BatchCall:
@@ -53,10 +50,6 @@ class BatchCollector(TaskCollector):
         self.fields = fields          # (source, stream) -> declared fields
         self.call: BatchCall | None = None
         self.spout_rows = 0           # rows a BatchSpout task emitted: default message ids' positions
-        # XOR contributions not yet in the folded arrays (see combine)
-        self._xor_parts: list[tuple[np.ndarray, np.ndarray]] = []
-        self._xor_pending = 0
-        self._xor_roots = self._xor_vals = np.zeros(0, dtype=np.uint64)
 
     # -- what a BatchBolt calls ------------------------------------------------------------------
     def emit_batch(self, batch: Any, anchors: Any, stream: str) -> None:
@@ -255,18 +248,9 @@ class BatchCollector(TaskCollector):
         return emitted
 
     def _targets(self, r: Any, base: np.ndarray, out: Any) -> list[np.ndarray]:
-        """The target task indices of route `r` per output row (runtime.Router's choices)."""
-        m = len(base)
-        g = r.grouping
-        if r.kind == routing.LOCAL:   # a chained edge: task i of the consumer (runtime.routing)
-            return [np.full(m, r.local, dtype=np.int64)]
-        if g is Grouping.ALL:
-            return [np.full(m, i, dtype=np.int64) for i in range(r.p)]
-        if g is Grouping.FIELDS:
-            return [(_key_hashes(out, r.idx) % np.uint64(r.p)).astype(np.int64)]
-        if g is Grouping.GLOBAL:
-            return [np.zeros(m, dtype=np.int64)]
-        return [(base % np.uint64(r.p)).astype(np.int64)]   # shuffle, none, local_or_shuffle
+        """The target task indices of route `r` per output row, one array per copy: the
+        grouping kernel (runtime.routing), the keys hashed from the Arrow columns."""
+        return r.indices(base, lambda: _key_hashes(out, r.idx))
 
     def _ship_arrow(self, consumer: str, stream: str, idx: np.ndarray, tids: np.ndarray, root_off: np.ndarray,
                     root_flat: np.ndarray, out: Any) -> None:
@@ -336,37 +320,10 @@ class BatchCollector(TaskCollector):
 
     # -- ledger contributions, by array ----------------------------------------------------------
     def combine(self, roots: np.ndarray, tids: np.ndarray) -> None:
-        """XOR `tids` into `roots`' contributions. They are kept as arrays and combined per
-        root in bulk (_fold_xors), not a dict update per root and batch: that update was the
-        batch path's largest framework cost (16% of a tracked cdn_logs_batch run's worker CPU)."""
-        if len(roots) == 0:
-            return
-        self._xor_parts.append((roots, tids))
-        self._xor_pending += len(roots)
-        if self._xor_pending >= XOR_FOLD_EVERY:   # bounds the arrays kept: about a task's roots
-            self._fold_xors()
-
-    def _fold_xors(self) -> None:
-        """The pending contributions XORed per root into one sorted (roots, xors) pair."""
-        if not self._xor_parts:
-            return
-        roots = np.concatenate([self._xor_roots, *(r for r, _ in self._xor_parts)])
-        tids = np.concatenate([self._xor_vals, *(t for _, t in self._xor_parts)])
-        self._xor_parts, self._xor_pending = [], 0
-        order = np.argsort(roots)   # XOR needs no stable order; 3x faster than a stable sort of uint64
-        r, t = roots[order], tids[order]
-        starts = np.r_[0, np.flatnonzero(r[1:] != r[:-1]) + 1]
-        self._xor_roots, self._xor_vals = r[starts], np.bitwise_xor.reduceat(t, starts)
-
-    def contributions(self) -> tuple[np.ndarray, np.ndarray]:
-        """(roots, xors), one entry per root the task touched, with the XOR the row path's
-        updates would leave: the folded arrays and the row path's contrib map (a source's
-        undecodable line...) together; the commit packs the arrays without a dict."""
-        if self.contrib:
-            self.combine(*ledger.as_arrays(self.contrib))
-            self.contrib = {}
-        self._fold_xors()
-        return self._xor_roots, self._xor_vals
+        """XOR `tids` into `roots`' contributions, as arrays (tracking.xors folds them per root
+        in bulk: a dict update per root and batch was the batch path's largest framework
+        cost, 16% of a tracked cdn_logs_batch run's worker CPU)."""
+        self.xors.add(roots, tids)
 
 
 def _key_hashes(out: Any, columns: tuple[int, ...]) -> np.ndarray:

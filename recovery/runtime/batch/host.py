@@ -10,6 +10,7 @@ from recovery.faults import Injection
 from recovery.model.workflow import Component
 from recovery.runtime.batch.collector import BatchCollector
 from recovery.runtime.collector import Output
+from recovery.runtime.guard import UserCode
 from recovery.runtime.routing import Router
 from recovery.runtime.task import Records
 from recovery.runtime.timeouts import MessageTimeouts
@@ -39,6 +40,9 @@ class BatchHost(Protocol):
 
     @property
     def timeouts(self) -> MessageTimeouts: ...
+
+    @property
+    def user_code(self) -> UserCode: ...
 
     @property
     def stats(self) -> dict[str, float]: ...

@@ -11,10 +11,10 @@ import numpy as np
 
 from recovery.api.batch import BatchSpout
 from recovery.model import config as config_decl
+from recovery.model.graph import Mode
 from recovery.model.run import RunSpec
 from recovery.runtime.batch import bolt as batch_bolt
 from recovery.runtime.batch import sink as batch_sink
-from recovery.runtime.batch.checks import is_batch_component
 from recovery.runtime.batch.collector import BatchCollector
 from recovery.runtime.batch.rows import pieces
 from recovery.runtime.collector import Output
@@ -36,7 +36,7 @@ class BatchTaskRunner(TaskRunner):
     def _make_collector(self) -> BatchCollector:
         # consumers that are batch components get Arrow chunks (runtime.wire)
         arrow_to = {r.consumer for routes in self.router.routes.values() for r in routes
-                    if is_batch_component(self.wf.component(r.consumer), self.wf)}
+                    if self.plan.mode(r.consumer).is_batch}
         return BatchCollector(self.task, self.tm, self.comp.is_spout,
                               self.router, self.tracker, self.timeouts, self.roots, self.stats,
                               arrow_to=arrow_to, fields=self.fields)
@@ -55,7 +55,7 @@ class BatchTaskRunner(TaskRunner):
         if not self.in_chain and self.tracker is not None and self.tracker.committed() is not None:
             yield from self.tracker.stored_output()
             return
-        if self.comp.impl.kind == "sink":
+        if self.mode is Mode.BATCH_SINK:
             yield from batch_sink.run(self, records)
         else:
             yield from batch_bolt.run(self, records)

@@ -1,5 +1,5 @@
 """The batch sink's task loop: a built-in sink whose inputs are all batch components
-(runtime.batch.checks.is_batch_sink) gets their Arrow chunks and writes the columns as they
+(runtime.modes.is_batch_sink) gets their Arrow chunks and writes the columns as they
 are, with the row sink's bytes and guarantees.
 
 The task streams its rows into its part as they come (connectors.sink_base: a bounded chunk at

@@ -212,3 +212,12 @@ def test_graph_shows_the_chains_in_text_and_json():
     assert doc["chains"] == [{"name": "logs -> split -> normalize", "members": ["logs", "split", "normalize"],
                               "parallelism": 2}]
     assert json.loads(run("graph", str(WORKFLOWS / "wordcount.xml"), "--json").stdout)["chains"] == []
+
+
+def test_graph_gives_each_components_execution_mode_in_text_and_json():
+    doc = json.loads(run("graph", str(WORKFLOWS / "cdn_logs_batch.xml"), "--json").stdout)
+    assert {c["id"]: c["mode"] for c in doc["components"]} == {
+        "logs": "batch-source", "split": "batch", "normalize": "batch", "aggregate": "batch", "output": "batch-sink"}
+    text = run("graph", str(WORKFLOWS / "wordcount_shell.xml"), "--ascii").stdout
+    modes = re.findall(r"^\* (\w+) .*\n(?:\|  .*\n)*?\|  mode    (\S+)", text, re.MULTILINE)
+    assert dict(modes) == {"sentences": "spout", "split": "row", "count": "chunk", "out": "sink"}

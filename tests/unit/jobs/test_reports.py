@@ -218,3 +218,27 @@ def test_component_report_lists_its_counters_per_round_and_its_failed_positions(
     assert (shown["kind"], shown["failed_positions"][0]["count"]) == ("bolt", 1)
     with pytest.raises(RecoveryError, match="no component 'nope'"):
         reports.component(fake_redis, run, "nope")
+
+
+def test_plan_gives_the_mode_of_each_component_the_recovery_round_runs(fake_redis, monkeypatch):
+    """cdn_logs with tuples queued at aggregate: its recovery round runs aggregate from its
+    queue in the chunk mode, and the sink after it; the plan's report and its text drawing say
+    so, and name no mode for what does not run again."""
+    from click.testing import CliRunner
+
+    from recovery.cli import main
+    from recovery.model.graph import Mode, TaskMap
+    wf = workflow_xml.load(WORKFLOWS / "cdn_logs.xml", check_paths=False)
+    run_id = "cdn-2"
+    runs.create(fake_redis, run_id, "<workflow/>", wf.to_task_json(), None, "local[2]", True)
+    task = TaskMap.of(wf).task_id("aggregate", 0)
+    queued = {"id": 32, "roots": [32], "component": "aggregate", "task": task, "values": ["x"], "attempt": 1,
+              "error": "ValueError: bad", "traceback": ""}
+    fake_redis.hset(failed_queue.queue_key(run_id, "aggregate", task), "32", msgpack.packb(queued))
+    fake_redis.sadd(failed_queue.failed_key(run_id), f"aggregate:{task}")
+    p = reports.plan(fake_redis, run_id)
+    assert p.modes == {"aggregate": Mode.CHUNK, "output": Mode.SINK}
+    assert p.to_json()["modes"] == {"aggregate": "chunk", "output": "sink"}
+    monkeypatch.setattr("recovery.run.client_for", lambda redis_url: (fake_redis, "redis://fake"))
+    text = CliRunner().invoke(main, ["plan", run_id, "-f", "text"], catch_exceptions=False).stdout
+    assert text.count("mode    ") == 2 and "mode    chunk" in text and "mode    sink" in text

@@ -148,3 +148,61 @@ def test_a_chained_edge_sends_task_i_tuples_to_task_i_with_ids_derived_from_that
     # not chained: spread over the tasks as before
     spread = Router(wf, tm, "a", 0, frozenset())
     assert len({spread.deliver("default", [str(i), i], ids.derive(i), None)[0][1] for i in range(200)}) == 4
+
+
+# --- one grouping kernel: the same task for an emit, whichever loop routes it ------------------
+@st.composite
+def _fanned_out(draw):
+    """An emitter whose stream [k, v] feeds 1 to 3 consumers by drawn groupings (chained too),
+    and emits drawn on it: keys of one type, as a column of a batch holds them."""
+    groupings = [Grouping.SHUFFLE, Grouping.FIELDS, Grouping.LOCAL_OR_SHUFFLE, Grouping.ALL, Grouping.GLOBAL,
+                 Grouping.NONE]
+    consumers = []
+    for c in range(draw(st.integers(1, 3))):
+        g = draw(st.sampled_from(groupings))
+        consumers.append(Component(id=f"c{c}", kind="bolt", parallelism=draw(st.integers(1, 5)),
+                                   impl=ClassImpl(ref="m:B"),
+                                   inputs=(Input(source="a", grouping=g, fields=("k",) if g == Grouping.FIELDS else ()),)))
+    wf = Workflow(name="g", components=(Component(id="a", kind="spout", parallelism=2, impl=ClassImpl(ref="m:S"),
+                                                  streams=(StreamDef(fields=("k", "v")),)), *consumers))
+    chained = frozenset(c.id for c in consumers if draw(st.booleans()) and c.inputs[0].grouping == Grouping.LOCAL_OR_SHUFFLE
+                        and c.parallelism == 2)
+    keys = draw(st.one_of(st.lists(st.integers(-2**63, 2**63 - 1), min_size=1, max_size=30),
+                          st.lists(st.text(max_size=6), min_size=1, max_size=30)))
+    bases = draw(st.lists(st.integers(1, 2**64 - 1), min_size=len(keys), max_size=len(keys)))
+    return wf, chained, keys, bases
+
+
+@settings(max_examples=150, deadline=None)
+@given(_fanned_out())
+def test_every_loop_routes_an_emit_to_the_same_tasks_with_the_same_ids(drawn):
+    import numpy as np
+    import pyarrow as pa
+
+    from recovery.runtime.batch.collector import BatchCollector
+    wf, chained, keys, bases = drawn
+    tm = TaskMap.of(wf)
+    router = Router(wf, tm, "a", 1, chained)
+    values = [[k, j] for j, k in enumerate(keys)]
+    # the row mode: one emit at a time
+    per_tuple = [sorted((t, tid) for _, t, tid in router.route("default", v, b, None)) for v, b in zip(values, bases)]
+    # the chunk mode and the block sources: every emit at once
+    arr = np.asarray(bases, dtype=np.uint64)
+    many = [[] for _ in values]
+    for keys_, idx, oids in router.route_many("default", arr, values):
+        for e, (i, oid) in enumerate(zip(idx.tolist(), oids.tolist())):
+            many[e].append((tm.first[keys_[i][0]] + keys_[i][1], oid))
+    assert [sorted(m) for m in many] == per_tuple
+    # the batch runtime: the keys hashed from an Arrow column
+    out = pa.record_batch([pa.array(keys), pa.array(range(len(keys)))], names=["k", "v"])
+    batch = [[] for _ in values]
+    for r in router.routes["default"]:
+        for idx in BatchCollector._targets(None, r, arr, out):   # (it reads nothing of its collector)
+            tids = ids.derive_many(arr, (idx + r.first).astype(np.uint64))
+            for e, (i, tid) in enumerate(zip(idx.tolist(), tids.tolist())):
+                batch[e].append((r.first + i, tid))
+    assert [sorted(b) for b in batch] == per_tuple
+    # the targets that depend on no emit, as emit returns them
+    fixed = router.fixed_targets("default")
+    if fixed is not None:
+        assert all(sorted(fixed) == [t for t, _ in row] for row in per_tuple)
