@@ -73,7 +73,7 @@ def connect_session(remote: str, conf: dict[str, str] | None = None) -> Any:
     except Exception as err:   # pyspark's and gRPC's errors: worded as one line
         raise ConnectError(f"cannot open a Spark Connect session at {remote}: {_one_line(str(err))}") from None
     check_version(spark, remote)
-    _urls[str(spark.session_id)] = remote
+    _urls[str(getattr(spark, "session_id", ""))] = remote
     log.info("Spark Connect session at %s (Spark %s, master %s)", remote, spark.version,
              spark.conf.get("spark.master", "?"))
     return spark

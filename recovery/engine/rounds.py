@@ -1,12 +1,12 @@
-"""The Spark engine: turns a Workflow into a PySpark job and runs one round of it.
+"""The Spark engine: turns a Workflow into a Spark job and runs one round of it, with the
+DataFrame API only, so that a classic SparkSession and a Spark Connect session run it alike.
 
-One chain of components (most chains are one component) is one stage; its parallelism is its
-number of Spark partitions (= Storm tasks). A stage's output read by several stages is
-persisted, so it is computed once however many subscribe to it; one read by a single stage is
-not (Spark computes it once in the job anyway, and PySpark then pipelines the reader's filter
-and shuffle keys into the stage's Python worker: the output crosses into the JVM once).
-Routing happens in the emitting task (runtime.Router), so a consumer's input is the upstream
-outputs filtered by consumer and partitioned by target task index.
+One chain of components (most chains are one component) is one stage, a mapInArrow; its
+parallelism is its number of Spark partitions (= Storm tasks). A stage's output read by
+several stages is persisted, so it is computed once however many subscribe to it; one read by
+a single stage is not (Spark computes it once in the job anyway). Routing happens in the
+emitting task (runtime.Router), so a consumer's input is the upstream rows filtered by
+consumer and hash-partitioned to their target tasks (engine/frames.py).
 The driver only sees counters: sources are read by tasks, tuples move through Spark's shuffle.
 """
 from __future__ import annotations
