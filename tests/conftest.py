@@ -74,6 +74,8 @@ _INTEGRATION_DIR = _TESTS_DIR / "integration"
 # other file is short (under 10 s) and keeps pytest-randomly's place, as do the tests within a
 # file. Not a bound on anything: a file listed wrong only makes the suite end a little later.
 LONG_FILES = {
+    "integration/test_connect.py": 200, "integration/test_preview.py": 60, "integration/test_trace.py": 50,
+    "integration/test_sandbox.py": 40,
     "integration/test_cluster_isolated.py": 122, "integration/test_spark_source.py": 112,
     "integration/test_cluster.py": 92, "integration/test_launcher.py": 84,
     "integration/test_kafka_source.py": 79, "integration/test_cluster_worker_lost.py": 64,
