@@ -12,9 +12,11 @@ query execution, so task i of the consumer is partition i.
 A stage's task learns its index from its input, never from `TaskContext.partitionId()`: Spark
 pipelines a stage's mapInArrow into the union that feeds the next stage, and there the
 partition id is the union's (the second input's tasks would be p..2p-1). A spout's input is
-`spark.range(0, p, 1, p)`, whose partition i holds the one row i; a bolt's is its upstream rows
-plus one marker row per task (`markers`: key k_i, no chunk), so that a task no tuple goes to
-still runs, and every row of partition i has `pmod(hash(k), p) = i`.
+`spark.range(0, p, 1, p)`, whose partition i holds the one row i; a bolt's is its upstream rows,
+among them one marker row (key k_i, no chunk) from each upstream task for each of its tasks,
+so that a task no tuple goes to still runs, and every row of partition i has
+`pmod(hash(k), p) = i`. A spark source's spout tasks get theirs from `markers`, rows made in
+the JVM (a dataset may have fewer partitions than the spout has tasks).
 """
 from __future__ import annotations
 
@@ -87,9 +89,22 @@ def partition_id() -> int:
 
 
 def markers(spark: Any, stage: int, partitions: int) -> Any:
-    """One STAGE_SCHEMA row per task of a stage, with no chunk: unioned into its input."""
-    keys = routing_keys(partitions)
-    return spark.createDataFrame([(stage, keys[i], b"") for i in range(partitions)], STAGE_SCHEMA)
+    """One STAGE_SCHEMA row per task of a stage, with no chunk, made in the JVM (a DataFrame of
+    local rows would be a Python RDD on a classic session)."""
+    keys = ", ".join(f"CAST({k} AS BIGINT)" for k in routing_keys(partitions))
+    return spark.range(0, partitions, 1, 1).selectExpr(
+        f"CAST({stage} AS INT) AS c", f"element_at(array({keys}), CAST(id AS INT) + 1) AS k",
+        "CAST(X'' AS BINARY) AS chunk")
+
+
+def marker_batch(feeds: Iterable[tuple[int, int]]) -> Any:
+    """A batch of one marker row for every task of each (stage, parallelism) in `feeds`."""
+    cs: list[int] = []
+    ks: list[int] = []
+    for stage, partitions in feeds:
+        cs.extend([stage] * partitions)
+        ks.extend(routing_keys(partitions))
+    return _stage_batch(cs, ks, [b""] * len(cs))
 
 
 def _task_index(first: Any, partitions: int) -> int:
@@ -140,20 +155,23 @@ def _stage_batch(cs: list[int], ks: list[int], chunks: list[bytes]) -> Any:
 
 
 def stage_function(task: Callable[[int, Iterator[Any]], Iterable[tuple[Any, Any]]],
-                   consumers: dict[str, tuple[int, int]], partitions: int
-                   ) -> Callable[[Iterator[Any]], Iterator[Any]]:
+                   consumers: dict[str, tuple[int, int]], partitions: int,
+                   feeds: tuple[tuple[int, int], ...] = ()) -> Callable[[Iterator[Any]], Iterator[Any]]:
     """The mapInArrow function of a stage of `partitions` tasks whose task `index` is
-    `task(index, records)`."""
-    return functools.partial(_run_stage, task, consumers, partitions)
+    `task(index, records)`, and which feeds the (stage, parallelism) of `feeds`."""
+    return functools.partial(_run_stage, task, consumers, partitions, feeds)
 
 
 def _run_stage(task: Callable[[int, Iterator[Any]], Iterable[tuple[Any, Any]]],
-               consumers: dict[str, tuple[int, int]], partitions: int, batches: Iterator[Any]) -> Iterator[Any]:
+               consumers: dict[str, tuple[int, int]], partitions: int, feeds: tuple[tuple[int, int], ...],
+               batches: Iterator[Any]) -> Iterator[Any]:
     first = next((b for b in batches if b.num_rows), None)
     if first is None:   # (every task has a row: a marker, or its range row)
         raise RuntimeError("a stage's task got no input row to tell its index")
     records = input_records(itertools.chain([first], batches))
     yield from output_batches(task(_task_index(first, partitions), records), consumers)
+    if feeds:
+        yield marker_batch(feeds)
 
 
 def result_function(each: Callable[[int], bytes]) -> Callable[[Iterator[Any]], Iterator[Any]]:

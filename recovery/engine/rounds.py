@@ -86,8 +86,8 @@ def build(spark: SparkSession, wf: Workflow, spec: RunSpec) -> RoundGraph:
     """The DataFrames of one round. One stage per chain (model.graph.ChainPlan; most chains are
     one component): its head reads the stage's input, and only what its members send out of
     the chain leaves it. Each stage is a mapInArrow over its input: the upstream stages' rows
-    for it and one marker row per task, hash-partitioned to their target tasks (a spout's: one
-    range row per task; engine/frames.py)."""
+    for it (their tasks' marker rows among them), hash-partitioned to their target tasks (a
+    spout's: one range row per task; engine/frames.py)."""
     plan = ChainPlan.of_workflow(wf)
     consumers = _consumers(wf, plan)
     outputs: dict[str, Stage] = {}     # chain head -> the stage
@@ -96,21 +96,21 @@ def build(spark: SparkSession, wf: Workflow, spec: RunSpec) -> RoundGraph:
         cid = chain.head
         comp = wf.component(cid)
         p = comp.parallelism
-        run_task = frames.stage_function(functools.partial(_stage_task, spec, chain.members), consumers, p)
+        # (every task of each stage this one feeds gets a marker row from each of its tasks)
+        feeds = tuple(consumers[reader] for reader in plan.consumers[cid])
+        run_task = frames.stage_function(functools.partial(_stage_task, spec, chain.members), consumers, p, feeds)
         if sources.reads_with_spark(comp):
             # the reader's partitions are read by tasks; partition i's chunks go to spout task
-            # i mod p (connectors.spark_source keys them so), through one shuffle
-            parts = [sources.read_partitions(spark, wf, comp, frames.routing_keys(p), frames.partition_id)]
+            # i mod p (connectors.spark_source keys them so), through one shuffle; a marker row
+            # per task, as a dataset may have fewer partitions than the spout has tasks
+            reader = sources.read_partitions(spark, wf, comp, frames.routing_keys(p), frames.partition_id)
+            frame = reader.unionByName(frames.markers(spark, consumers[cid][0], p)).repartition(p, "k")
         elif comp.is_spout:
-            parts = []
+            frame = spark.range(0, p, 1, p)
         else:
             parts = [outputs[src].frame.filter(f"c = {consumers[cid][0]}")
                      for src in dict.fromkeys(plan.chain_of(i.source).head for i in comp.inputs)]
-        if parts:
-            parts.append(frames.markers(spark, consumers[cid][0], p))
             frame = functools.reduce(lambda a, b: a.unionByName(b), parts).repartition(p, "k")
-        else:
-            frame = spark.range(0, p, 1, p)
         out = Stage(chain.name, frame.mapInArrow(run_task, frames.STAGE_SCHEMA))
         if not plan.consumers[cid]:
             leaves.append(out)

@@ -1,6 +1,6 @@
 """An in-process stand-in for the few SparkSession/DataFrame calls the engine makes, so that
 the engine's own code (engine.build, run_round, resolve_ledger, tell_spouts) runs without a
-JVM: `range`, `createDataFrame` of a few rows, `mapInArrow`, `filter` on the consumer column,
+JVM: `range`, `mapInArrow`, `filter` on the consumer column,
 `repartition(n, "k")` (Spark's hash partitioning: a row goes to `pmod(hash(k), n)`),
 `unionByName`, `persist`/`unpersist`, `collect` and the `noop` write that runs a round.
 
@@ -175,10 +175,6 @@ class LocalSession:
         def part(i: int) -> Rows:
             return [(x,) for x in items[bounds[i]:bounds[i + 1]]]
         return LocalFrame(self, [functools.partial(part, i) for i in range(n)], ["id"], "range")
-
-    def createDataFrame(self, rows: list[tuple], schema: str) -> LocalFrame:
-        data = [tuple(r) for r in rows]
-        return LocalFrame(self, [lambda: list(data)], _columns(schema), "rows")
 
     def permute(self, rows: Rows, columns: list[str]) -> Rows:
         """Another arrival order of one consumer task's input, tuple by tuple: each chunk

@@ -56,3 +56,12 @@ def test_a_spouts_task_reads_its_index_from_its_range_row():
         return iter(())
     list(frames.stage_function(task, {}, 3)(iter([pa.RecordBatch.from_pylist([{"id": 2}])])))
     assert seen == [(2, [])]
+
+
+def test_a_task_ends_with_a_marker_row_for_every_task_of_each_stage_it_feeds():
+    batch = pa.RecordBatch.from_pylist([{"id": 0}])
+    out = list(frames.stage_function(lambda i, records: iter(()), {}, 1, ((4, 3), (5, 2)))(iter([batch])))
+    rows = [r for b in out for r in b.to_pylist()]
+    assert [(r["c"], frames.spark_hash_long(r["k"]) % (3 if r["c"] == 4 else 2)) for r in rows] == \
+        [(4, 0), (4, 1), (4, 2), (5, 0), (5, 1)]
+    assert all(r["chunk"] == b"" for r in rows)
