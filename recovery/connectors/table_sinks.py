@@ -129,8 +129,34 @@ def clear_tables(wf: Workflow, run_id: str, force: bool = False, reach_only: boo
             else:
                 how = (f"DeltaTable(path).delete(\"{run_col} = '{run_id}'\") removes them" if run_col else
                        "they carry no run id: the sink has no run-column")
+                stale = _remove_delta_data(s, wf, run_id)
                 done = TableClear(s.component, s.type, s.where, note=(
                     f"rows in Delta table {s.where} kept ({how}); its log keeps the run's app transactions "
-                    f"for good, so submitting again under run id {run_id} is refused"))
+                    f"for good, so submitting again under run id {run_id} is refused"
+                    + (f"; {len(stale)} data files no commit named removed" if stale else "")))
             out.append(done)
     return out
+
+
+def _remove_delta_data(s: TableSink, wf: Workflow, run_id: str) -> list[str]:
+    from deltalake.exceptions import DeltaError
+    uri = delta.location(s.impl, wf.base_dir or ".")
+    try:
+        return delta.remove_uncommitted(uri, run_id, [s.component])
+    except (DeltaError, OSError) as err:
+        why = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise SinkTableError(f"sink {s.component!r} (delta): cannot remove run {run_id}'s uncommitted data "
+                             f"files from {uri}: {why}") from None
+
+
+def remove_uncommitted_data(wf: Workflow, run_id: str) -> list[str]:
+    """At the end of `recover`: at each Delta sink, the run's data files that no commit names
+    (delta.remove_uncommitted); a table that cannot be reached is left for `clear`."""
+    removed: list[str] = []
+    for s in table_sinks(wf):
+        if s.type == "delta":
+            try:
+                removed += _remove_delta_data(s, wf, run_id)
+            except SinkTableError as err:
+                log.warning("run %s: %s", run_id, err)
+    return removed
