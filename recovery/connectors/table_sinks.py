@@ -129,11 +129,9 @@ def clear_tables(wf: Workflow, run_id: str, force: bool = False, reach_only: boo
             else:
                 how = (f"DeltaTable(path).delete(\"{run_col} = '{run_id}'\") removes them" if run_col else
                        "they carry no run id: the sink has no run-column")
-                stale = _remove_delta_data(s, wf, run_id)
                 done = TableClear(s.component, s.type, s.where, note=(
                     f"rows in Delta table {s.where} kept ({how}); its log keeps the run's app transactions "
-                    f"for good, so submitting again under run id {run_id} is refused"
-                    + (f"; {len(stale)} data files no commit named removed" if stale else "")))
+                    f"for good, so submitting again under run id {run_id} is refused"))
             out.append(done)
     return out
 
@@ -150,8 +148,10 @@ def _remove_delta_data(s: TableSink, wf: Workflow, run_id: str) -> list[str]:
 
 
 def remove_uncommitted_data(wf: Workflow, run_id: str) -> list[str]:
-    """At the end of `recover`: at each Delta sink, the run's data files that no commit names
-    (delta.remove_uncommitted); a table that cannot be reached is left for `clear`."""
+    """At the end of `recover`, and at `clear` once the run's keys are gone: at each Delta sink,
+    the run's data files that no commit names (delta.remove_uncommitted). Best effort: a table
+    that cannot be reached is logged (they are never read), and the next recover or clear tries
+    again."""
     removed: list[str] = []
     for s in table_sinks(wf):
         if s.type == "delta":
