@@ -229,7 +229,7 @@ def test_a_hung_broker_is_said_on_stderr_in_status_and_the_metrics_and_the_run_r
     from recovery.jobs import metrics
     from tests.kafka import Broker
 
-    broker = Broker()   # its own: the session's broker is not stopped under other tests
+    broker = Broker()   # its own: the broker the other tests share is never stopped
     broker.start()
     topic, group = _names()
     broker.create_topic(topic, 4)
