@@ -25,12 +25,16 @@ class NotFound(RecoveryError):
 
 
 class WorkflowError(RecoveryError):
-    """A workflow file is wrong: names the file, the line (when known) and what is wrong."""
+    """A workflow file is wrong: names the file, the line (when known) and what is wrong.
+    `component`: the id of the component at fault, when there is one (a workflow built in
+    Python places such an error at the line that added that component)."""
 
-    def __init__(self, message: str, file: str | None = None, line: int | None = None):
+    def __init__(self, message: str, file: str | None = None, line: int | None = None, *,
+                 component: str | None = None):
         self.message = message
         self.file = file
         self.line = line
+        self.component = component
         where = file or "<workflow>"
         if line:
             where = f"{where}:{line}"

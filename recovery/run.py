@@ -16,7 +16,8 @@ from __future__ import annotations
 import dataclasses
 import html
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +26,7 @@ from recovery.controlplane import connection
 from recovery.engine import connect
 from recovery.engine.session import adopt, is_local_master, master_of, session
 from recovery.environment import environment
-from recovery.errors import RecoveryError
+from recovery.errors import RecoveryError, WorkflowError
 from recovery.jobs import clear as jobs_clear
 from recovery.jobs import dead_letters as jobs_dead
 from recovery.jobs import follow as follow_mod
@@ -177,6 +178,18 @@ def _workflow_of(workflow: Topology | Workflow | str | os.PathLike[str]
     return wf, f"{head}{sep}<!-- {note} -->\n{rest}", None
 
 
+@contextmanager
+def _placed_in_python(workflow: Topology | Workflow | str | os.PathLike[str]) -> Iterator[None]:
+    """An error about a component of a topology built in Python, placed at the line that
+    added that component (the checks made at submit know the model, not the Python)."""
+    try:
+        yield
+    except WorkflowError as err:
+        if isinstance(workflow, Topology):
+            raise workflow.placed(err) from None
+        raise
+
+
 def submit(workflow: Topology | Workflow | str | os.PathLike[str], *, spark: Any = None, redis: str | None = None,
            config: Mapping[str, Any] | Iterable[str] | None = None, follow: bool = False, master: str | None = None,
            spark_conf: Mapping[str, str] | None = None, remote: str | None = None,
@@ -200,7 +213,8 @@ def submit(workflow: Topology | Workflow | str | os.PathLike[str], *, spark: Any
     choice = SparkChoice(spark, master, dict(spark_conf or {}), remote)
     refuse_embedded_redis_on_cluster(redis, choice.effective_master)
     if follow:
-        follow_plan = follow_mod.prepare(wf, xml, file, choice.effective_master, run_id, tracking, reset)
+        with _placed_in_python(workflow):
+            follow_plan = follow_mod.prepare(wf, xml, file, choice.effective_master, run_id, tracking, reset)
         if spill_dir is not None:
             raise RecoveryError("spill_dir (--spill-dir) does not apply to follow runs: set the workflow "
                                 "property recovery.spill.dir instead")
@@ -211,8 +225,9 @@ def submit(workflow: Topology | Workflow | str | os.PathLike[str], *, spark: Any
         # (no message came: no run was started, `run.summary` is None and its id "")
         rid = outcome.summary.run_id if outcome.summary is not None else (follow_plan.run_id or "")
         return Run(rid, client, url, choice, summary=outcome.summary, follow=outcome, redis_given=redis)
-    plan = jobs_submit.prepare(wf, xml, file, tracking_on=tracking, master=choice.effective_master,
-                               run_id=run_id, spill_dir=spill_dir, reset=reset)
+    with _placed_in_python(workflow):
+        plan = jobs_submit.prepare(wf, xml, file, tracking_on=tracking, master=choice.effective_master,
+                                   run_id=run_id, spill_dir=spill_dir, reset=reset)
     plan = dataclasses.replace(plan, master=choice.recorded_master)
     client, url = client_for(redis)
     jobs_submit.check_redis(client, plan)

@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from recovery.api.loader import ClassLoadError, class_errors
 from recovery.errors import WorkflowError
 from recovery.model.workflow import (
     DEFAULT_STREAM,
@@ -267,16 +268,33 @@ class Topology:
         as the topology stands: `workflow()` (and `submit`) check it, as `validate` checks a file."""
         return to_xml(self._draft())
 
-    def workflow(self, base_dir: str | None = None) -> Workflow:
+    def workflow(self, base_dir: str | None = None, *, check_classes: bool = True) -> Workflow:
         """The checked model, exactly what the XML parser builds from `to_xml()`; relative
         paths resolve against `base_dir` (default: the file's folder for a topology read from
-        one, else none: `submit` gives the working directory). A problem is a WorkflowError
-        naming the component and the line of Python that added it."""
+        one, else none: `submit` gives the working directory). With `check_classes` (the
+        default) every `cls=` is imported now, from the code folder first, as `submit` does;
+        False builds a workflow whose code is not importable here. A problem is a
+        WorkflowError naming the component and the line of Python that added it."""
         text = to_xml(self._draft())
         try:
-            return workflow_xml.parse_string(text, base_dir=base_dir or self.base_dir)
+            wf = workflow_xml.parse_string(text, base_dir=base_dir or self.base_dir)
         except WorkflowError as err:
             raise self._python_error(err, text) from None
+        problems = class_errors(wf) if check_classes else []
+        if problems:
+            raise self.placed(problems[0])
+        return wf
+
+    def placed(self, err: WorkflowError) -> WorkflowError:
+        """`err` placed at the Python line that added its component, when it names one of
+        this topology's components and no file of its own (a check made after the model was
+        built: a class that does not import, a path executors cannot reach); else `err`."""
+        spec = next((s for s in self._specs if s.id == err.component), None)
+        if spec is None or spec.where is None or err.file is not None:
+            return err
+        if isinstance(err, ClassLoadError):
+            return ClassLoadError(err.message, err.component, err.ref, spec.where[0], spec.where[1])
+        return WorkflowError(err.message, spec.where[0], spec.where[1], component=err.component)
 
     def _python_error(self, err: WorkflowError, text: str) -> WorkflowError:
         """The parser's error on the written XML, placed at the Python call that wrote the
@@ -344,7 +362,7 @@ class Topology:
         """The topology drawn as the web view draws it (a notebook shows it)."""
         from recovery.ui import svg
         try:
-            wf = self.workflow()
+            wf = self.workflow(check_classes=False)   # (drawing needs no code)
         except WorkflowError as err:
             return f"<pre>{html.escape(str(err))}</pre>"
         return f'<div class="recovery-topology">{svg.topology(wf)}</div>'

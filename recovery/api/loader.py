@@ -19,7 +19,7 @@ from recovery.api.components import Bolt, Spout
 from recovery.errors import WorkflowError
 from recovery.model.workflow import ClassImpl, Component, Workflow
 
-__all__ = ["ClassLoadError", "load_class", "check_classes", "component_class"]
+__all__ = ["ClassLoadError", "load_class", "check_classes", "class_errors", "component_class"]
 
 
 class ClassLoadError(WorkflowError):
@@ -28,9 +28,8 @@ class ClassLoadError(WorkflowError):
 
     def __init__(self, message: str, component: str | None = None, ref: str | None = None,
                  file: str | None = None, line: int | None = None):
-        self.component = component
         self.ref = ref
-        super().__init__(message, file, line)
+        super().__init__(message, file, line, component=component)
 
 
 @contextmanager
@@ -202,13 +201,19 @@ def component_class(wf: Workflow, component: Component | str) -> type:
     return load_class(c.impl.ref, wf.code_folder, component=c.id, kind=c.kind)
 
 
-def check_classes(wf: Workflow) -> list[str]:
-    """One message per component whose class does not load; [] when all do."""
+def class_errors(wf: Workflow) -> list[ClassLoadError]:
+    """One error per component whose class does not load (each naming its component); [] when
+    all do."""
     problems = []
     for c in wf.components:
         if isinstance(c.impl, ClassImpl):
             try:
                 component_class(wf, c)
             except ClassLoadError as err:
-                problems.append(err.message)
+                problems.append(err)
     return problems
+
+
+def check_classes(wf: Workflow) -> list[str]:
+    """One message per component whose class does not load; [] when all do."""
+    return [err.message for err in class_errors(wf)]

@@ -41,6 +41,11 @@ def echo_events(as_json: bool, also: events.Event | None = None) -> events.Event
             line = f"recovery: {event.rounds} round(s); pending {event.pending}, dead {event.dead}"
         elif isinstance(event, events.Trimmed):
             line = f"warning: {event.line}"
+        elif isinstance(event, events.SourceWaiting):
+            line = (f"waiting: {event.place} has not answered within {event.timeout:g} s; asking again until it "
+                    f"does ({event.error})")
+        elif isinstance(event, events.SourceAnswered):
+            line = f"{event.place} answers again after {event.seconds:.0f} s: reading on"
         elif isinstance(event, events.Stopping):
             line = f"{event.signal}: stopping after this batch (again to abort)"
         else:

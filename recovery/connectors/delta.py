@@ -16,8 +16,11 @@ repeated round) and nothing is written. The commit is made against the snapshot 
 read, so a concurrent attempt of the same part (Spark speculation) that committed in between
 makes delta-rs refuse it (a concurrent-transaction conflict); concurrent appends of other tasks
 are retried by delta-rs, and any conflict by this sink, after reading the app id again (only
-the commit is retried: its data files stay). A task that dies before its commit leaves its data
-files unreferenced: never read, removed by `DeltaTable.vacuum`.
+the commit is retried: its data files stay). A part's data files are named by run, round, sink,
+task and attempt (`data_file_stem`): a task that dies before its commit leaves its data files
+named by no commit, never read, and `recover` (at its end) and `clear` remove the run's
+(`remove_uncommitted`). A plain `DeltaTable.vacuum()` removes only files a commit removed; files
+no commit ever named are what `vacuum(full=True)` removes, once older than the retention.
 
 A missing table is created by the first part (its columns' types from its first chunk's values, as
 a parquet sink's: int64, double, string, bool, lists and structs; a column of nulls only is a
@@ -31,6 +34,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -49,6 +53,18 @@ COMMIT_ATTEMPTS = 30   # conflicts a part's commit outlasts (each one: another t
 def app_id(run_id: str, sink: str, task_id: int) -> str:
     """The application transaction id of a sink task's parts: "<run id>:<sink id>:<task id>"."""
     return f"{run_id}:{sink}:{task_id}"
+
+
+def data_file_stem(run_id: str, round_no: int, sink: str, task_id: int) -> str:
+    """The start of the names of a part's data files (each adds an attempt's token and a chunk
+    number): whose a data file is, once its attempt died before its commit."""
+    return f"part-{run_id}-r{round_no:04d}-{sink}-t{task_id:04d}"
+
+
+def _run_data_files(run_id: str, sinks: Sequence[str]) -> re.Pattern[str]:
+    comps = "|".join(re.escape(c) for c in sinks)
+    return re.compile(rf"^part-{re.escape(run_id)}-r\d{{4,}}-(?:{comps})-t\d{{4,}}-[0-9a-f]{{16}}-\d+"
+                      r"\.snappy\.parquet$")
 
 
 def is_uri(path: str) -> bool:
@@ -114,13 +130,16 @@ class DeltaPart:
     (invisible: no commit names them), then one commit adding them all with the part's app
     transaction (`commit`). `done`: the table holds the part already, nothing is written."""
 
-    def __init__(self, uri: str, app: str, version: int, what: str, first: Any):
+    def __init__(self, uri: str, app: str, version: int, what: str, first: Any, stem: str = "part"):
+        import secrets
+
         from deltalake import DeltaTable
         from deltalake.exceptions import CommitFailedError, DeltaError
         from deltalake.fs import DeltaStorageHandler
         from pyarrow import fs as pafs
         self.uri, self.app, self.version, self.what = uri, app, version, what
         self.adds: list[Any] = []
+        self._names = f"{stem}-{secrets.token_hex(8)}"   # this attempt's data files: stem, token, chunk
         dt = open_table(uri)
         if dt is None:   # created empty first, so that the part's commit is checked against a snapshot
             try:
@@ -138,14 +157,13 @@ class DeltaPart:
     def write(self, chunk: Any) -> None:
         """One data file of the chunk's rows, cast to the table's types."""
         import json
-        import uuid
 
         import pyarrow.parquet as pq
         from deltalake.transaction import AddAction
         if self.done or chunk.num_rows == 0:
             return
         data = conform(chunk, self.schema, self.what, self.uri)
-        name = f"part-{uuid.uuid4()}-c000.snappy.parquet"
+        name = f"{self._names}-{len(self.adds)}.snappy.parquet"
         with self.fs.open_output_stream(name) as stream:
             pq.write_table(data, stream, compression="snappy")
         size = self.fs.get_file_info(name).size
@@ -252,8 +270,9 @@ class DeltaSink(ParquetSink):
         ctx = self.context
         from deltalake.exceptions import DeltaError
         try:
+            stem = data_file_stem(ctx.run_id, ctx.round, ctx.component_id, ctx.task_id)
             return DeltaPart(self.uri, app_id(ctx.run_id, ctx.component_id, ctx.task_id), ctx.round, self._what(),
-                             self._with_run(chunk))
+                             self._with_run(chunk), stem)
         except (DeltaError, OSError) as err:
             raise SinkTableError(f"{self._what()}: cannot open Delta table {self.uri}: {_one_line(err)}") from None
 
@@ -278,6 +297,32 @@ class DeltaSink(ParquetSink):
 
 
 # --- the driver's side -----------------------------------------------------------------------
+def remove_uncommitted(uri: str, run_id: str, sinks: Sequence[str]) -> list[str]:
+    """The data files of the run's `sinks` (by name, `data_file_stem`) that no commit of the
+    table's log names: attempts that died before their commit. Only while no task of the run
+    writes (the end of `recover`, `clear`). Files a commit removed since (time travel's) are the
+    table's retention's, and any other writer's files are left alone. Returns their names."""
+    from deltalake.fs import DeltaStorageHandler
+    from pyarrow import fs as pafs
+    dt = open_table(uri)
+    if dt is None:
+        return []
+    # every file of the folder the log does not reference now, then those a commit removed
+    unreferenced = set(dt.vacuum(dry_run=True, full=True, retention_hours=0, enforce_retention_duration=False))
+    removed_by_commits = set(dt.vacuum(dry_run=True, retention_hours=0, enforce_retention_duration=False))
+    ours = _run_data_files(run_id, sinks)
+    stale = sorted(n for n in unreferenced - removed_by_commits if ours.match(n))
+    fs = pafs.PyFileSystem(DeltaStorageHandler(uri))
+    for name in stale:
+        try:
+            fs.delete_file(name)
+        except FileNotFoundError:
+            pass
+    if stale:
+        log.info("run %s: removed %d data files no commit names from Delta table %s", run_id, len(stale), uri)
+    return stale
+
+
 def check(wf: Workflow, component: str, impl: SinkImpl, fields: Sequence[str], run_id: str | None) -> None:
     """Before a run starts: the table's place can be written (no file in the way, a writable
     folder), an existing table has a column for every field (and the run column), and holds no

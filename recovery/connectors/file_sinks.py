@@ -11,7 +11,7 @@ from typing import Any
 from recovery.api.tuples import Tuple
 from recovery.connectors.arrow_encoding import joined, json_lines, pylist_typed
 from recovery.connectors.sink_base import StreamingSink
-from recovery.connectors.sink_folders import StagedFile, atomic_write, folder_of, part_name_of
+from recovery.connectors.sink_folders import StagedFile, atomic_write, folder_of, part_name_of, staged_of
 from recovery.connectors.sink_objects import ObjectFolder
 from recovery.tracking.spill_files import local_path
 
@@ -29,7 +29,8 @@ class FilePart:
         self.attempt: Any = None
         if local is not None:
             self.path = os.path.join(local, name)
-            self.staged = StagedFile(local)
+            ctx = sink.context
+            self.staged = StagedFile(local, name, staged_of(ctx.run_id, [ctx.component_id], ctx.task_id))
             self.stream: Any = self.staged.file
         else:
             self.path = name
@@ -108,7 +109,7 @@ class ParquetPart:
         assert old is not None
         old.file.close()
         folder = os.path.dirname(self.file.path)
-        self.file.staged = StagedFile(folder)
+        self.file.staged = StagedFile(folder, os.path.basename(self.file.path), old.stale)
         self.file.stream = self.file.staged.file
         self.writer = pq.ParquetWriter(self.file.stream, schema)
         try:

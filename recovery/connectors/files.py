@@ -58,7 +58,8 @@ def check_paths_reach_executors(wf: Workflow, master: str, file: str | None = No
         if path and not is_uri(path) and not os.path.isabs(path):
             raise WorkflowError(f"{what}: path {path!r} is relative to the workflow's folder on this host, "
                                 f"which executors of master {master} do not reach: give an absolute path on "
-                                "storage every executor mounts, or a URI (s3://, hdfs://, gs://, file:///)", file)
+                                "storage every executor mounts, or a URI (s3://, hdfs://, gs://, file:///)", file,
+                                component=c.id)
 
 
 def _hidden(name: str) -> bool:

@@ -23,6 +23,7 @@ import importlib
 import json
 import logging
 import os
+import re
 import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -41,6 +42,48 @@ log = logging.getLogger(__name__)
 
 class TopicError(RecoveryError):
     """A topic that does not exist, or is used inconsistently (exit code 2)."""
+
+
+class SourceUnanswered(TopicError):
+    """The log's server (a Kafka broker) did not answer within the source's timeout: it may
+    be down or hung, and answer again later. `partition` None: its metadata did not come."""
+
+    def __init__(self, message: str, server: str, topic: str, partition: int | None, timeout: float):
+        super().__init__(message)
+        self.server, self.topic, self.partition, self.timeout = server, topic, partition, timeout
+
+    def place(self, partitions: int | None = None) -> str:
+        """The server and what of the topic it did not answer for, as the lines say it; its
+        metadata: every partition (`partitions`, the topic's count when known)."""
+        if self.partition is not None:
+            what = f"partition {self.partition}"
+        elif partitions:
+            what = f"partitions 0-{partitions - 1}" if partitions > 1 else "partition 0"
+        else:
+            what = "metadata"
+        return f"broker {self.server} (topic {self.topic!r} {what})"
+
+    @classmethod
+    def raised_by(cls, err: BaseException) -> SourceUnanswered | None:
+        """The SourceUnanswered that made `err` (a failed round): in its chain, or, from a
+        Spark task, named in the worker's traceback that Spark's error carries (its text is all
+        that crosses), rebuilt from its message. None: `err` is something else."""
+        seen: BaseException | None = err
+        while seen is not None:
+            if isinstance(seen, SourceUnanswered):
+                return seen
+            seen = seen.__cause__ or seen.__context__
+        m = _UNANSWERED_TEXT.search(str(err))
+        if m is None:
+            return None
+        return cls(m["message"], m["server"], m["topic"], int(m["partition"]) if m["partition"] else None,
+                   float(m["timeout"]) if m["timeout"] else 0.0)
+
+
+# a kafka SourceUnanswered's message as a Spark task's traceback shows it (kafka/client.py words it)
+_UNANSWERED_TEXT = re.compile(
+    rf"{SourceUnanswered.__name__}: (?P<message>kafka topic '(?P<topic>[^']*)' at (?P<server>\S+) \(spout [^)]*\): "
+    r"(?:partition (?P<partition>\d+) )?[^\n]*?(?:within (?P<timeout>[\d.]+) s)?[^\n]*)")
 
 
 def text_of(v: Any) -> str:

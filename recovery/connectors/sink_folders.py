@@ -26,7 +26,7 @@ import json
 import logging
 import os
 import re
-import tempfile
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -64,20 +64,55 @@ def folder_of(impl: SinkImpl, base_dir: str | None) -> str:
     return os.path.abspath(local) if local is not None else where
 
 
-class StagedFile:
-    """A part being written into a local folder as its chunks come: a hidden temporary file of
-    the part's folder (readers skip names starting with "." or "_"), which `atomic_write`
-    renames over the part, or `discard` removes."""
+STAGED_PREFIX = ".tmp-"   # hidden: readers skip names starting with "." or "_"
 
-    def __init__(self, folder: str):
+
+def staged_name(part: str) -> str:
+    """The staged file of one attempt at `part`: the part's name (run, round, sink, task) and a
+    token of the attempt's own, so whose it is can be told after the attempt died."""
+    return f"{STAGED_PREFIX}{part}.{secrets.token_hex(8)}"
+
+
+def staged_of(run_id: str, components: list[str], task_id: int | None = None) -> re.Pattern[str]:
+    """The names of the staged files of the run's `components` (of one task of theirs: `task_id`)."""
+    comps = "|".join(re.escape(c) for c in components)
+    task = f"{task_id:04d}" if task_id is not None else r"\d{4,}"
+    return re.compile(rf"^{re.escape(STAGED_PREFIX)}part-{re.escape(run_id)}-r\d{{4,}}-(?:{comps})-t{task}"
+                      r"\.(?:jsonl|parquet)\.[0-9a-f]{16}$")
+
+
+class StagedFile:
+    """A part being written into a local folder as its chunks come: a hidden file of the part's
+    folder named by the part and the attempt (staged_name), which `atomic_write` renames over
+    the part, or `discard` removes. `stale`: the names of the task's other staged files (of
+    attempts that were killed before they could remove theirs), removed once the part is in."""
+
+    def __init__(self, folder: str, part: str, stale: re.Pattern[str] | None = None):
         os.makedirs(folder, exist_ok=True)
-        fd, self.path = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+        self.folder = folder
+        self.stale = stale
+        self.path = os.path.join(folder, staged_name(part))
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         self.file = os.fdopen(fd, "wb")
 
     def discard(self) -> None:
         self.file.close()
         if os.path.exists(self.path):
             os.unlink(self.path)
+
+    def remove_stale(self) -> list[str]:
+        """The task's other staged files (`stale`), once its part is in: an attempt at it that
+        still runs has nothing left to publish (the part is written, the same on every attempt)."""
+        if self.stale is None:
+            return []
+        mine = os.path.basename(self.path)
+        gone = [n for n in os.listdir(self.folder) if self.stale.match(n) and n != mine]
+        for name in gone:
+            try:
+                os.unlink(os.path.join(self.folder, name))
+            except FileNotFoundError:   # its attempt removed it meanwhile
+                pass
+        return gone
 
 
 def atomic_write(path: str, write: Callable[[Any], None] | StagedFile,
@@ -88,7 +123,7 @@ def atomic_write(path: str, write: Callable[[Any], None] | StagedFile,
     run; it is checked and the part renamed under a lock on the folder, so a task of a driver
     that was taken over can never put its part over the one its successor's task wrote after it."""
     folder = os.path.dirname(path)
-    staged = write if isinstance(write, StagedFile) else StagedFile(folder)
+    staged = write if isinstance(write, StagedFile) else StagedFile(folder, os.path.basename(path))
     try:
         with staged.file as fh:
             if not isinstance(write, StagedFile):
@@ -108,6 +143,7 @@ def atomic_write(path: str, write: Callable[[Any], None] | StagedFile,
     except BaseException:
         staged.discard()
         raise
+    staged.remove_stale()
     _fsync_dir(folder)
 
 
@@ -240,25 +276,42 @@ def _replace_at_uri(folder: str, own: re.Pattern[str], own_attempts: re.Pattern[
 
 
 def remove_uncommitted(wf: Workflow, run_id: str) -> list[str]:
-    """For `recovery clear RUN`: at each URI folder of the workflow's file sinks, the run's
-    objects that no counting marker names (attempts that died before their commit, or that a
-    retry replaced) and its markers that do not count (written by a driver taken over). Committed
-    parts are the user's output and stay, as in a local folder (where a part that is not
-    committed was never renamed into place). Returns what it removed."""
+    """For `recovery clear RUN`: in each local folder of the workflow's file sinks, the run's
+    staged files (of attempts killed before their part was renamed into place); at each URI
+    folder, the run's objects that no counting marker names (attempts that died before their
+    commit, or that a retry replaced), its markers that do not count (written by a driver taken
+    over) and its attempts' unfinished uploads. Committed parts are the user's output and stay.
+    Returns what it removed."""
     sinks = file_sinks(wf)
     own = _own(run_id, [s.component for s in sinks])
     own_attempts = _own(run_id, [s.component for s in sinks], attempts=True)
     removed: list[str] = []
+    staged = staged_of(run_id, [s.component for s in sinks])
+    for folder in sorted({local for s in sinks if (local := local_path(s.folder)) is not None}):
+        try:
+            names = [n for n in os.listdir(folder) if staged.match(n)]
+        except FileNotFoundError:
+            continue
+        for name in names:
+            try:
+                os.unlink(os.path.join(folder, name))
+            except FileNotFoundError:
+                pass
+            except OSError as err:
+                raise SinkFolderError(f"sink folder {folder}: cannot remove run {run_id}'s staged file "
+                                      f"{name}: {err.strerror} (remove it by hand)") from None
+            removed.append(os.path.join(folder, name))
     for folder in sorted({s.folder for s in sinks if local_path(s.folder) is None}):
         at = ObjectFolder(folder)
         try:
             stale = at.remove_uncounted(own.match, own_attempts.match)
+            stale += at.abort_uploads(f"part-{run_id}-", own_attempts.match)
         except (OSError, ValueError) as err:
             raise SinkFolderError(f"sink folder {at.shown}: cannot remove run {run_id}'s uncommitted "
                                   f"parts: {at.why(err)} (remove them by hand)") from None
         removed += [f"{at.shown}/{n}" for n in stale]
     if removed:
-        log.info("run %s: removed %d objects of uncommitted sink parts", run_id, len(removed))
+        log.info("run %s: removed %d staged files and objects of uncommitted sink parts", run_id, len(removed))
     return removed
 
 

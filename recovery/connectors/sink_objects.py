@@ -25,14 +25,21 @@ was taken over) is never read, and `clear` removes it.
 
 Readers that list a folder (Spark, pyarrow.dataset) skip `_committed/` but would read every
 attempt: read such a folder through its markers.
+
+On S3 an attempt killed while its object was uploading leaves an unfinished multipart upload,
+which S3 keeps (and bills) until it is aborted, and which no listing of objects shows. A part's
+commit aborts the unfinished uploads of its other attempts, and `clear` the run's
+(`abort_uploads`, through boto3 when it is installed: pyarrow has no call for it).
 """
 from __future__ import annotations
 
+import importlib
 import logging
 import re
 import secrets
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import parse_qs, unquote, urlparse
 
 from recovery.tracking.spill_files import ArrowFiles, bare_uri, error_text, location_secrets
 
@@ -59,6 +66,26 @@ def part_of(attempt: str) -> str:
 
 def marker_name(part: str, drivers: int) -> str:
     return f"{part}.d{drivers}"
+
+
+def _s3_client(uri: str) -> Any:
+    """A boto3 client of the S3 service an s3:// URI names, with pyarrow's options of the URI
+    (endpoint_override, scheme, region, credentials in the user info or the query), else
+    boto3's own chain (the environment, ~/.aws); None without boto3."""
+    try:
+        boto3 = importlib.import_module("boto3")   # (optional: the `s3` extra)
+    except ImportError:
+        return None
+    parsed = urlparse(uri)
+    query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
+    endpoint = query.get("endpoint_override")
+    if endpoint and "://" not in endpoint:
+        endpoint = f"{query.get('scheme', 'https')}://{endpoint}"
+    key = unquote(parsed.username) if parsed.username else query.get("access_key")
+    secret = unquote(parsed.password) if parsed.password else query.get("secret_key")
+    return boto3.client("s3", endpoint_url=endpoint, region_name=query.get("region"),
+                        aws_access_key_id=key or None, aws_secret_access_key=secret or None,
+                        aws_session_token=query.get("session_token"))
 
 
 class ObjectFolder:
@@ -155,6 +182,31 @@ class ObjectFolder:
         except (OSError, ValueError) as err:
             log.info("sink folder %s: %s not removed: %s", self.shown, name, self.why(err))
 
+    def abort_uploads(self, prefix: str, match: Callable[[str], Any], keep: str | None = None) -> list[str]:
+        """On S3: abort the unfinished multipart uploads of the objects whose names start with
+        `prefix` and that `match` accepts, but `keep` (an attempt's own). Returns their names;
+        [] on another store, or without boto3 (an S3 lifecycle rule that aborts incomplete
+        uploads does it then)."""
+        if self.fs.type_name != "s3" or not self.base:
+            return []
+        client = _s3_client(self.uri)
+        if client is None:
+            log.info("sink folder %s: unfinished uploads not looked for (boto3 is not installed)", self.shown)
+            return []
+        bucket, _, key_base = self.base.partition("/")
+        key_prefix = f"{key_base}/{prefix}" if key_base else prefix
+        aborted = []
+        try:
+            for page in client.get_paginator("list_multipart_uploads").paginate(Bucket=bucket, Prefix=key_prefix):
+                for upload in page.get("Uploads", ()):
+                    name = upload["Key"][len(key_base) + 1 if key_base else 0:]
+                    if "/" not in name and match(name) and name != keep:
+                        client.abort_multipart_upload(Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
+                        aborted.append(name)
+        except Exception as err:   # botocore's errors are its own: as the store's other errors
+            raise OSError(f"unfinished uploads under {self.shown}/{prefix}: {self.why(err)}") from None
+        return aborted
+
     def remove_parts(self, match: Callable[[str], Any], attempts: list[str]) -> list[str]:
         """The parts `match` accepts (all their markers first, so no marker ever names a
         removed object, then the objects they named) and attempts' objects; missing ones are
@@ -204,6 +256,11 @@ class Attempt:
             raise
         if previous is not None and previous != name and ATTEMPT.match(previous) and part_of(previous) == part:
             folder.remove_quietly(previous)   # a retry's: no marker names it any more
+        stem = part.rsplit(".", 1)[0]
+        try:   # the part's attempts killed while uploading: nothing of theirs is needed now
+            folder.abort_uploads(f"{stem}-", lambda n: ATTEMPT.match(n) and part_of(n) == part, keep=name)
+        except OSError as err:   # best effort: `clear` looks again
+            log.info("sink folder %s: unfinished uploads of %s not aborted: %s", folder.shown, part, folder.why(err))
         return name
 
     def abort(self) -> None:

@@ -134,3 +134,29 @@ def clear_tables(wf: Workflow, run_id: str, force: bool = False, reach_only: boo
                     f"for good, so submitting again under run id {run_id} is refused"))
             out.append(done)
     return out
+
+
+def _remove_delta_data(s: TableSink, wf: Workflow, run_id: str) -> list[str]:
+    from deltalake.exceptions import DeltaError
+    uri = delta.location(s.impl, wf.base_dir or ".")
+    try:
+        return delta.remove_uncommitted(uri, run_id, [s.component])
+    except (DeltaError, OSError) as err:
+        why = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise SinkTableError(f"sink {s.component!r} (delta): cannot remove run {run_id}'s uncommitted data "
+                             f"files from {uri}: {why}") from None
+
+
+def remove_uncommitted_data(wf: Workflow, run_id: str) -> list[str]:
+    """At the end of `recover`, and at `clear` once the run's keys are gone: at each Delta sink,
+    the run's data files that no commit names (delta.remove_uncommitted). Best effort: a table
+    that cannot be reached is logged (they are never read), and the next recover or clear tries
+    again."""
+    removed: list[str] = []
+    for s in table_sinks(wf):
+        if s.type == "delta":
+            try:
+                removed += _remove_delta_data(s, wf, run_id)
+            except SinkTableError as err:
+                log.warning("run %s: %s", run_id, err)
+    return removed

@@ -19,6 +19,7 @@ from typing import Any
 
 from recovery.connectors.spark_source import session_settings
 from recovery.engine import class_archive, connect, executors
+from recovery.engine.submit_args import SECRET_PROPERTY, secrets_off_the_command_line
 from recovery.environment import environment
 from recovery.errors import RecoveryError
 from recovery.home import private_dir, private_file, read_private, state_home
@@ -98,8 +99,6 @@ def _import_meanwhile(modules: tuple[str, ...]) -> None:
 DRIVER_DEFAULT_JAVA_OPTIONS = "spark.driver.defaultJavaOptions"
 
 
-# Spark's own spark.redaction.regex (its default): the properties whose values are secrets
-SECRET_PROPERTY = re.compile(r"secret|password|token|access[.]?key", re.IGNORECASE)
 # a line of a properties file: the key, then white space, "=" or ":", then the value
 _PROPERTY_LINE = re.compile(r"(?P<key>[^\s=:]+)\s*(?:[=:]|\s)\s*(?P<value>.*)")
 
@@ -151,16 +150,18 @@ def session(master: str | None = None, conf: dict[str, str] | None = None, home:
     class_archive.finish_at_exit()
     if not is_local_master(master):
         from pyspark.sql import SparkSession
-        return _cluster_session(SparkSession.builder.config(conf=_settings(master, home, app_name)), conf)
+        with secrets_off_the_command_line(conf, home) as conf:
+            return _cluster_session(SparkSession.builder.config(conf=_settings(master, home, app_name)), conf)
     settings = _settings(master, home, app_name)
     # local mode: the executors are the driver's children and run its interpreter and sys.path
     settings.set("spark.executorEnv.PYSPARK_PYTHON", os.environ["PYSPARK_PYTHON"])
     pythonpath = os.pathsep.join(p for p in sys.path if p)
     settings.set("spark.executorEnv.PYTHONPATH", pythonpath)
-    for k, v in conf.items():
-        settings.set(k, v)
     from pyspark.sql import SparkSession
-    sc = SparkContext.getOrCreate(settings)
+    with secrets_off_the_command_line(conf, home) as conf:
+        for k, v in conf.items():
+            settings.set(k, v)
+        sc = SparkContext.getOrCreate(settings)
     sc.setLogLevel("ERROR")
     log.info("Spark session on %s (Spark %s)", sc.master, sc.version)
     return SparkSession(sc)

@@ -1,7 +1,9 @@
 """Clearing runs: every key a run owns, refused while the run is alive unless forced.
 
-A run's file sinks keep their committed parts (the user's output); at a URI folder, the objects
-of the run's attempts that no marker names go (recovery/connectors/sink_objects.py). A run's
+A run's file sinks keep their committed parts (the user's output); its staged files in a local
+folder go, and at a URI folder the objects of the run's attempts that no marker names and their
+unfinished uploads (recovery/connectors/sink_objects.py); so do the data files of its Delta
+sinks that no commit names. A run's
 table sinks keep their rows: `clear` never deletes rows of a user's table. It drops the
 run's rows of a PostgreSQL sink's commit table (first, so that a database that cannot be
 reached refuses the clear before anything is removed; `force` clears the keys anyway and says
@@ -90,8 +92,9 @@ def clear(client: Redis, run_id: str, force: bool = False, code_archives: bool =
     client.zrem(runs.index_key(), run_id)
     # the files after the keys: a task still writing finds its run gone and removes its own file
     spill.SpillStore.at(spill.run_location(rec)).remove_run(run_id)
-    if wf is not None:   # URI sink folders: the run's objects no marker names (its output stays)
+    if wf is not None:   # the run's staged files, objects and data files no commit names (its output stays)
         sink_folders.remove_uncommitted(wf, run_id)
+        table_sinks.remove_uncommitted_data(wf, run_id)
     if code_archives and rec is not None and rec.code_digest:   # its code's zip, unless another run shipped it too
         if not any(d[:16] == rec.code_digest[:16] for d in _code_in_use(client)):
             shipping.remove_archives([rec.code_digest])

@@ -16,6 +16,7 @@ the sinks exactly once.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -203,20 +204,87 @@ def _round_stats(client: Redis, run_id: str, round_no: int) -> dict[str, Compone
     return {}
 
 
+def _plan_waiting(client: Redis, wf: Workflow, run_id: str, reset: str | None, gen: str | None, poll: float,
+                  stop: Stopper, emit: Event, known: str | None = None) -> str | None:
+    """The next batch's ranges (log_offsets.plan_ranges). While a topic's server does not
+    answer within its source's timeout (down, or hung), ask again every `poll` seconds until it
+    does (`_Waiting` says so; `known`: the last plan). None: a stop was asked for meanwhile."""
+    waiting: _Waiting | None = None
+    while True:
+        try:
+            source_json = log_offsets.plan_ranges(client, wf, run_id, follow=True, reset=reset)
+        except log_offsets.SourceUnanswered as err:
+            if waiting is None:
+                waiting = _Waiting(client, run_id, gen, emit)
+                waiting.begin(err, known)
+            if stop.event.wait(poll):
+                return None
+            continue
+        if waiting is not None:
+            waiting.over()
+        return source_json
+
+
 def _run_micro_batch(spark: SparkSession, client: Redis, wf: Workflow, spec: RunSpec, stop: Stopper,
-               emit: Event) -> RunSummary:
-    try:
-        return settle.run_and_settle(spark, client, wf, spec)
-    except Exception as err:
-        # Ctrl-C in a terminal reaches Spark's Python workers too (same process group), which
-        # fails the job. A clean stop finishes the batch: run the round again (committed tasks
-        # replay their output, the rest run on the same ranges).
-        if not stop.requested:
-            raise
-        log.debug("run %s batch round %d failed under a stop request; running it again", spec.run_id,
-                  spec.round, exc_info=err)
-        emit(events.Retry(spec.round, type(err).__name__))
-        return settle.run_and_settle(spark, client, wf, spec)
+                     emit: Event, poll: float = 0.5) -> RunSummary:
+    waiting: _Waiting | None = None
+    while True:
+        try:
+            summary = settle.run_and_settle(spark, client, wf, spec)
+            if waiting is not None:
+                waiting.over()
+            return summary
+        except Exception as err:
+            # Ctrl-C in a terminal reaches Spark's Python workers too (same process group), which
+            # fails the job. A clean stop finishes the batch: run the round again (committed tasks
+            # replay their output, the rest run on the same ranges).
+            if stop.requested:
+                log.debug("run %s batch round %d failed under a stop request; running it again", spec.run_id,
+                          spec.round, exc_info=err)
+                emit(events.Retry(spec.round, type(err).__name__))
+                return settle.run_and_settle(spark, client, wf, spec)
+            # a task whose topic's server stopped answering mid-read: the same round again, the
+            # same ranges, once it may answer (each try waits the source's timeout at most)
+            unanswered = log_offsets.SourceUnanswered.raised_by(err)
+            if unanswered is None:
+                raise
+            if waiting is None:
+                waiting = _Waiting(client, spec.run_id, spec.generation, emit)
+                waiting.begin(unanswered)
+            if stop.event.wait(poll):
+                emit(events.Retry(spec.round, type(err).__name__))
+                return settle.run_and_settle(spark, client, wf, spec)
+
+
+class _Waiting:
+    """A wait for a topic's server that did not answer within its source's timeout: said once
+    on the way in (a warning, the event, and on the run record when the run exists (`gen`):
+    `status` shows it, the metrics count it) and once on the way out."""
+
+    def __init__(self, client: Redis, run_id: str, gen: str | None, emit: Event):
+        self.client, self.run_id, self.gen, self.emit = client, run_id, gen, emit
+        self.since = 0.0
+        self.place = ""
+
+    def begin(self, err: log_offsets.SourceUnanswered, known: str | None = None) -> None:
+        """`known`: the last plan (its topics' partition counts name what metadata covers)."""
+        counts = {p.get("topic"): p.get("partitions") for p in (json.loads(known).values() if known else ())}
+        self.since, self.place = time.time(), err.place(counts.get(err.topic))
+        log.warning("run %s: %s has not answered within %g s; asking again until it does: %s",
+                    self.run_id, self.place, err.timeout, err)
+        self.emit(events.SourceWaiting(self.run_id if self.gen else None, self.place, err.timeout, str(err)))
+        if self.gen is not None:
+            runs.update(self.client, self.run_id, self.gen, source_waiting={
+                "server": err.server, "topic": err.topic, "partition": err.partition, "place": self.place,
+                "timeout": err.timeout, "since": self.since, "error": str(err)})
+            runs.increment(self.client, self.run_id, self.gen, source_stalls=1)
+
+    def over(self) -> None:
+        waited = time.time() - self.since
+        log.warning("run %s: %s answers again after %.0f s", self.run_id, self.place, waited)
+        self.emit(events.SourceAnswered(self.run_id if self.gen else None, self.place, waited))
+        if self.gen is not None:
+            runs.update(self.client, self.run_id, self.gen, source_waiting=None)
 
 
 def submit_bounded(spark: SparkSession, client: Redis, redis_url: str, plan: SubmitPlan,
@@ -286,6 +354,7 @@ def run(spark: SparkSession, client: Redis, redis_url: str, plan: FollowPlan, ma
     batches = messages = recovery_rounds = 0
     reason = "signal"
     last_activity = time.monotonic()
+    last_plan: str | None = None
     stop = stop or Stopper(lambda why: emit(events.Stopping(why)))
     with held, stop:
         while True:
@@ -295,7 +364,12 @@ def run(spark: SparkSession, client: Redis, redis_url: str, plan: FollowPlan, ma
             if max_batches is not None and batches >= max_batches:
                 reason = "max-batches"
                 break
-            source_json = log_offsets.plan_ranges(client, wf, run_id, follow=True, reset=reset)
+            source_json = _plan_waiting(client, wf, run_id, reset, gen if created else None, poll, stop, emit,
+                                        last_plan)
+            if source_json is None:   # stopped while the topic's server did not answer
+                reason = "signal"
+                break
+            last_plan = source_json
             planned, trimmed = log_offsets.planned_messages(source_json)
             for line in log_offsets.trimmed_lines(source_json):
                 log.info("run %s: %s", run_id, line)
@@ -316,7 +390,7 @@ def run(spark: SparkSession, client: Redis, redis_url: str, plan: FollowPlan, ma
                 # counted when the batch starts: a resumed batch is not counted twice
                 runs.increment(client, run_id, gen, follow_batches=1, follow_messages=planned)
                 started = time.time()
-                summary = _run_micro_batch(spark, client, wf, spec, stop, emit)
+                summary = _run_micro_batch(spark, client, wf, spec, stop, emit, poll)
                 failed_queue.prune_empty(client, run_id, gen)
                 dropped = dead_sink.enforce_retention(client, wf, run_id, gen)
                 stats = _round_stats(client, run_id, next_round)

@@ -69,6 +69,26 @@ class Trimmed:
 
 
 @dataclass(frozen=True)
+class SourceWaiting:
+    """A topic's server (a Kafka broker) did not answer within the source's timeout: the run
+    waits for it, asking again, and says so once (`place`: the broker and the partition)."""
+    kind: ClassVar[str] = "waiting"
+    run_id: str | None
+    place: str
+    timeout: float
+    error: str
+
+
+@dataclass(frozen=True)
+class SourceAnswered:
+    """The server that did not answer does again, after `seconds`: the run reads on."""
+    kind: ClassVar[str] = "answered"
+    run_id: str | None
+    place: str
+    seconds: float
+
+
+@dataclass(frozen=True)
 class Stopping:
     """A stop was asked for (a signal): the run stops after the batch under way."""
     kind: ClassVar[str] = "stopping"
@@ -83,5 +103,6 @@ class Retry:
     error: str
 
 
-FollowEvent = Resumed | Continued | Started | Batch | Recovered | Trimmed | Stopping | Retry
+FollowEvent = (Resumed | Continued | Started | Batch | Recovered | Trimmed | SourceWaiting | SourceAnswered
+               | Stopping | Retry)
 Event = Callable[[FollowEvent], None]

@@ -115,6 +115,13 @@ class _Families:
                                            "offset", labels=[*RUN, "topic", "partition"])
         self.end = GaugeMetricFamily("recovery_partition_end_offset", "One past the partition's last offset",
                                      labels=[*RUN, "topic", "partition"])
+        self.waiting = GaugeMetricFamily(
+            "recovery_source_waiting", "1 while a follow run waits for a topic's server (a Kafka broker) that did "
+            "not answer within its source's timeout (partition \"\": its metadata)",
+            labels=[*RUN, "server", "topic", "partition"])
+        self.stalls = CounterMetricFamily("recovery_source_stalls", "Times a follow run began to wait for a "
+                                          "topic's server that did not answer within its source's timeout",
+                                          labels=RUN)
         self.bytes = GaugeMetricFamily("recovery_run_redis_bytes", "Bytes of the run's record, ledger, queues and "
                                        "dead letters in Redis (MEMORY USAGE; other keys of the run not counted)",
                                        labels=RUN)
@@ -122,7 +129,8 @@ class _Families:
     def all(self) -> list[Metric]:
         return [self.up, self.runs, self.status, self.round, self.started, self.counts_known, self.roots_total,
                 self.roots, *self.tuples.values(), self.positions, self.queued, self.dead, self.recovery_rounds,
-                self.recovery_seconds, self.last_recovery, self.lag, self.committed, self.end, self.bytes]
+                self.recovery_seconds, self.last_recovery, self.lag, self.committed, self.end, self.waiting,
+                self.stalls, self.bytes]
 
 
 def is_recovery_round(round_record: RoundRecord, original_ids: set[str]) -> bool:
@@ -175,6 +183,12 @@ def _collect_run(client: Redis, run_id: str, fam: _Families) -> None:
         fam.lag.add_metric(part, float(offsets.lag))
         fam.committed.add_metric(part, float(offsets.committed))
         fam.end.add_metric(part, float(offsets.end))
+    if rec.follow:
+        fam.stalls.add_metric(labels, float(rec.source_stalls))
+        w = rec.source_waiting
+        if w and not rec.follow_stopped:
+            where = "" if w.get("partition") is None else str(w["partition"])
+            fam.waiting.add_metric([*labels, str(w.get("server")), str(w.get("topic")), where], 1)
     used = run_bytes(client, run_id, status.failed_positions)
     if used is not None:
         fam.bytes.add_metric(labels, used)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from redis import Redis
 
+from recovery.connectors import table_sinks
 from recovery.errors import RunBusy, RunError
 from recovery.jobs.settle import Progress, redis_lost_is_resumable, run_and_settle
 from recovery.jobs.summary import RunSummary, summarize, with_own_rounds
@@ -242,6 +243,8 @@ def _recover(spark: SparkSession, client: Redis, redis_url: str, rec: RunRecord,
             on_round(RecoveryRound(round_no, queued, summary))
     # (a round that raised left the run in `error` or, killed, `running`: the next recover
     # resumes exactly that round, so the status is only settled here, after a clean loop)
+    # no task of the run writes now: the Delta data files its killed attempts left go
+    table_sinks.remove_uncommitted_data(original.with_dead_letter_sink(), run_id)
     settled = runs.get(client, run_id)
     final = summarize(client, settled, settled=True)
     runs.update(client, run_id, gen, status=final.status, summary=final.to_json(), ended=time.time())

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 
 import redis
 
-from recovery.api.loader import check_classes as check
+from recovery.api.loader import class_errors
 from recovery.api.runnable import check_runnable
 from recovery.connectors import files, log_offsets, sinks, spark_source
-from recovery.errors import RecoveryError, WorkflowError
+from recovery.errors import RecoveryError
 from recovery.jobs.clear import clear
 from recovery.jobs.settle import Progress, redis_lost_is_resumable, run_and_settle
 from recovery.jobs.summary import RunSummary
@@ -35,9 +35,9 @@ log = logging.getLogger(__name__)
 
 def check_classes(wf: Workflow) -> None:
     """At submit a `class=` that does not import is an error, not a warning."""
-    problems = check(wf)
+    problems = class_errors(wf)
     if problems:
-        raise WorkflowError(problems[0])
+        raise problems[0]
 
 
 @dataclass(frozen=True)

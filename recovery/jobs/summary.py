@@ -2,6 +2,7 @@
 topological order, and the failed positions (`RunSummary`, built by `summarize`)."""
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any, NamedTuple, Protocol
 
@@ -182,7 +183,7 @@ def summarize(client: Redis, rec: RunRecord, rounds: list[RoundRecord] | None = 
         out.warnings = [f"{rec.dead_dropped} dead letters were dropped from Redis by recovery.dead.retention "
                         "(oldest first); they are in no dead-letter sink"]
     round_no = out.round
-    out.warnings = [*(out.warnings or []), *round_warnings(rec, out.status),
+    out.warnings = [*(out.warnings or []), *waiting_warnings(rec), *round_warnings(rec, out.status),
                     *gone_warnings(run_id, gone, gone_sample)] or None
     counted_round, counts = ledger.stored_counts(rec)
     if (not settled and not runs.round_settled(rec)) or counts is None or counted_round != round_no:
@@ -214,6 +215,16 @@ def summarize(client: Redis, rec: RunRecord, rounds: list[RoundRecord] | None = 
             f"(see `recovery status {run_id} --json`; `recovery clear {run_id}` and a new submit "
             "start it over)"]
     return out
+
+
+def waiting_warnings(rec: RunRecord) -> list[str]:
+    """A follow run waiting for a topic's server that does not answer (jobs/follow.py)."""
+    w = rec.source_waiting
+    if not w or rec.follow_stopped:
+        return []
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(w.get("since") or 0)))
+    return [f"waiting: {w.get('place')} has not answered within {float(w.get('timeout') or 0):g} s "
+            f"(since {since}); the run reads on when it does"]
 
 
 def round_warnings(rec: RunRecord, status: str) -> list[str]:

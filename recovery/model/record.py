@@ -26,7 +26,7 @@ from recovery.errors import RunError
 from recovery.model.workflow import Workflow
 
 # Fields stored as JSON text (a dict or list in the model).
-JSON_FIELDS = ("stats", "rounds", "summary", "root_epochs")
+JSON_FIELDS = ("stats", "rounds", "summary", "root_epochs", "source_waiting")
 # Read with the record, not stored in its hash: the driver's lease as read at the same moment.
 LEASE_FIELDS = ("lease_holder", "lease_ms")
 
@@ -147,6 +147,11 @@ class RunRecord(BaseModel):
     follow_batches: int = 0
     follow_messages: int = 0
     follow_stopped: float | None = None
+    # a follow run whose log server does not answer now: {"server", "topic", "partition" (None:
+    # its metadata), "place" (both, as lines say it), "timeout", "since", "error"}; and how many
+    # times that began, so far
+    source_waiting: dict[str, Any] | None = None
+    source_stalls: int = 0
     # where its tasks spill their outputs (tracking.spill.location); None: a record from before
     spill_dir: str | None = None
     # sha256 of the workflow's code shipped with its tasks (model.code): recover ships the same

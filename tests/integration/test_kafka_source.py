@@ -2,7 +2,9 @@
 tests/kafka.py for where it differs from Kafka) with a real Redis and a real local Spark:
 bounded submits with failures then recover, exact into jsonl and PostgreSQL sinks; the group's
 committed offsets as lag tools read them; a follow run fed while it runs, its driver killed
-with SIGKILL at two moments and restarted, exact; and every bad input, one line, exit 2.
+with SIGKILL at two moments and restarted, exact; a follow run whose broker hangs (SIGSTOP),
+said on stderr, in `status` and in the metrics, exact once it answers; and every bad input, one
+line, exit 2.
 
 Every test has topics and groups of its own (the broker lives for the whole test process)."""
 from __future__ import annotations
@@ -214,6 +216,78 @@ def test_a_follow_run_fed_while_running_killed_twice_then_restarted_is_exact(
     assert rs.pending == 0 and rs.dead == len(fed) - len(valid_cdn_lines(fed))
     assert _got(read_jsonl_dir(str(tmp_path / "out" / "cdn_logs_kafka"))) == _expected(fed)
     assert kafka_broker.committed(group, topic, 4) == ends
+
+
+# --- a broker that hangs under a follow run ------------------------------------------------------
+def test_a_hung_broker_is_said_on_stderr_in_status_and_the_metrics_and_the_run_reads_on_exact(
+        spark, redis_url, redis_client, tmp_path):
+    from click.testing import CliRunner
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from recovery.cli import main
+    from recovery.jobs import metrics
+    from tests.kafka import Broker
+
+    broker = Broker()   # its own: the broker the other tests share is never stopped
+    broker.start()
+    topic, group = _names()
+    broker.create_topic(topic, 4)
+    xml = _workflow(tmp_path, broker.bootstrap, topic, group, timeout="3")
+    fed = LINES[:120]
+    _feed(broker, topic, fed)
+    err = tmp_path / "follow.err"
+    cmd = [sys.executable, "-m", "recovery", "submit", str(xml), "--follow", "-p", "recovery.auto=false"]
+    with open(err, "wb") as fh:
+        proc = subprocess.Popen(cmd, env=_cli_env(redis_url, tmp_path / "home"), stdout=subprocess.DEVNULL,
+                                stderr=fh, start_new_session=True)
+
+    def said(text: str):
+        def seen():
+            assert proc.poll() is None, f"the follow driver ended: {err.read_text()[-2000:]}"
+            return [x for x in err.read_text().splitlines() if text in x]
+        return seen
+
+    place = f"broker {broker.bootstrap} (topic {topic!r} partition"
+    stopped = False
+    try:
+        wait_for(said("batch round 0:"), 240, "the follow run's first batch")
+        run_id = next(x.split()[1] for x in err.read_text().splitlines() if x.startswith("run "))
+        os.kill(broker.proc.pid, signal.SIGSTOP)
+        stopped = True
+        line = wait_for(said("waiting: "), 240, "the follow run to say it waits for the broker")[0]
+        assert place in line and "has not answered within 3 s" in line
+        status = CliRunner().invoke(main, ["status", run_id], env={"RECOVERY_REDIS_URL": redis_url})
+        assert status.exit_code == 0, status.output
+        assert any(x.startswith("warning: waiting: ") and place in x for x in status.output.splitlines())
+        scraped = {(s.name, s.labels.get("partition")): s.value for f in text_string_to_metric_families(
+            generate_latest(metrics.registry_for(redis_client, lambda: [run_id])).decode()) for s in f.samples
+            if s.name.startswith("recovery_source_")}
+        assert scraped[("recovery_source_stalls_total", None)] == 1
+        assert [k for k, v in scraped.items() if k[0] == "recovery_source_waiting" and v == 1]
+        os.kill(broker.proc.pid, signal.SIGCONT)
+        stopped = False
+        wait_for(said("answers again"), 240, "the follow run to say the broker answers again")
+        more = LINES[120:240]
+        _feed(broker, topic, more)
+        fed += more
+        ends = _ends(broker, topic)
+        wait_for(lambda: said("batch round")() and
+                 log_offsets.committed_offsets(redis_client, group, f"kafka.{topic}") == ends,
+                 240, "the follow run to read on to the topic's end")
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=240) == 0, err.read_text()[-2000:]
+        assert runs.get(redis_client, run_id).source_waiting is None
+        rs = recover.recover(spark, redis_client, redis_url, run_id)
+        assert rs.pending == 0
+        assert _got(read_jsonl_dir(str(tmp_path / "out" / "cdn_logs_kafka"))) == _expected(fed)
+    finally:
+        if stopped:
+            os.kill(broker.proc.pid, signal.SIGCONT)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=60)
+        broker.stop()
 
 
 # --- bad input: one line, exit 2, nothing stored --------------------------------------------------

@@ -92,6 +92,29 @@ def test_a_folder_s_runs_overwrite_and_clear_at_an_s3_folder(tmp_path, s3_bucket
     assert paths == [f"{s3_bucket.name}/out/j/{mine}"] and fs.type_name == "s3"
 
 
+def _killed_upload(s3_bucket, key: str) -> None:
+    """What an attempt killed while uploading its object leaves: a multipart upload never ended."""
+    client = s3_bucket.endpoint.client()
+    upload = client.create_multipart_upload(Bucket=s3_bucket.name, Key=key)
+    client.upload_part(Bucket=s3_bucket.name, Key=key, UploadId=upload["UploadId"], PartNumber=1, Body=b"half")
+
+
+def test_killed_attempts_unfinished_uploads_go_when_their_part_commits_and_at_clear(tmp_path, s3_bucket):
+    jsonl = s3_bucket.uri("out/j")
+    wf = parse_string(_xml(s3_bucket.uri("in"), jsonl, s3_bucket.uri("out/p")), base_dir=str(tmp_path))
+    same_part = attempt_name(part_name("run-a", 0, "j", 1, "jsonl"))
+    other_task = attempt_name(part_name("run-a", 0, "j", 2, "jsonl"))
+    other_run = attempt_name(part_name("run-b", 0, "j", 1, "jsonl"))
+    for name in (same_part, other_task, other_run):
+        _killed_upload(s3_bucket, f"out/j/{name}")
+    assert len(s3_bucket.uploads("out/")) == 3
+    _commit(jsonl, "run-a", 1)                      # the part's own killed attempt: aborted
+    assert s3_bucket.uploads("out/") == sorted([f"out/j/{other_task}", f"out/j/{other_run}"])
+    assert f"s3://{s3_bucket.name}/out/j/{other_task}" in remove_uncommitted(wf, "run-a")   # the run's, at clear
+    assert s3_bucket.uploads("out/") == [f"out/j/{other_run}"]
+    assert read_jsonl_dir(jsonl) == [{"line": "x"}]
+
+
 def test_the_file_source_lists_an_s3_folder_or_glob_and_splits_its_objects(s3_bucket):
     for key in ("in/a.txt", "in/b.txt", "in/_SUCCESS", "in/.hidden", "in/sub/c.txt"):
         s3_bucket.put(key, b"one\ntwo\nthree\n")

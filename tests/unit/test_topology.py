@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from lxml import etree
 
+import recovery
 from recovery import Topology
 from recovery.errors import WorkflowError
 from recovery.model.workflow import ClassImpl, ShellImpl, SinkImpl, SourceImpl, Workflow
@@ -44,7 +45,7 @@ def test_workflows_cdn_logs_py_builds_the_model_of_cdn_logs_xml():
 
 def test_every_builder_call_lands_in_the_model_and_the_default_grouping_is_shuffle():
     t = cdn_logs_as_the_issue_writes_it()
-    wf = t.workflow()
+    wf = t.workflow(check_classes=False)   # (its classes live in workflows/, not on the path)
     assert [c.id for c in wf.components] == ["logs", "split", "aggregate", "output", "len"]
     assert wf.config == (("recovery.max.attempts", "3"),)
     logs, split, agg, out, length = wf.components
@@ -74,7 +75,7 @@ def test_streams_config_resources_spark_options_and_sink_modes():
                                                                                           stream="errors")
     t.bolt("pick", "m.c:Pick").input("route", "direct", stream="picked")
     t.bolt("all", "m.c:All").input(src, "all").input(split, "none")
-    wf = t.workflow()
+    wf = t.workflow(check_classes=False)
     assert wf.config == (("topology.message.timeout.secs", "30"), ("recovery.tracking", "true"))
     assert wf.resources.include == ("lookup.csv",) and wf.resources.exclude == ("*.tmp",)
     assert wf.component("rows").impl.options == (("header", "true"), ("sep", ";"))
@@ -114,6 +115,32 @@ def test_errors_name_the_component_and_the_python_line_that_added_it():
     with pytest.raises(WorkflowError, match="recovery.max.attempts") as info:
         t3.workflow()
     assert info.value.line == _line_of("# a bad property")
+
+
+def test_a_class_that_does_not_import_is_named_at_the_line_that_added_it():
+    t = Topology("w")
+    t.spout("s", source={"type": "file", "path": "x"}, fields="a")
+    t.bolt("b", "nosuch_mod:Nope", fields="x").input("s")   # a module that does not exist
+    with pytest.raises(WorkflowError) as info:
+        t.workflow()
+    assert (info.value.file, info.value.line) == (HERE, _line_of("# a module that does not exist"))
+    assert str(info.value) == (f"{HERE}:{info.value.line}: component 'b': class 'nosuch_mod:Nope': "
+                               "no module named 'nosuch_mod'")
+    # submit refuses it the same way, before Redis or Spark is reached
+    with pytest.raises(WorkflowError) as info:
+        recovery.submit(t, redis="redis://127.0.0.1:1")
+    assert (info.value.file, info.value.line) == (HERE, _line_of("# a module that does not exist"))
+    # a workflow whose code is importable elsewhere only is still built when asked
+    assert t.workflow(check_classes=False).component("b").impl == ClassImpl(ref="nosuch_mod:Nope")
+
+
+def test_a_check_made_at_submit_names_the_line_that_added_the_component():
+    t = Topology("w")
+    t.spout("s", source={"type": "file", "path": "in.txt"}, fields="a")   # a path a cluster cannot reach
+    t.bolt("b", "recovery.testing.components:ListSink").input("s")
+    with pytest.raises(WorkflowError, match="spout 's' .*relative to the workflow's folder") as info:
+        recovery.submit(t, master="spark://127.0.0.1:1", redis="redis://127.0.0.1:1")
+    assert (info.value.file, info.value.line) == (HERE, _line_of("# a path a cluster cannot reach"))
 
 
 def test_mistakes_made_in_one_call_are_refused_by_that_call():
@@ -172,10 +199,10 @@ def test_a_random_topology_round_trips_through_its_xml(wf):
     assume(not any(k in ("options", "mode") for c in wf.components
                    for k, _ in getattr(c.impl, "params", ())))
     t = _rebuilt(wf)
-    assert t.workflow() == wf
+    assert t.workflow(check_classes=False) == wf
     assert t.to_xml() == to_xml(wf)
     back = Topology.from_xml(t.to_xml())
-    assert back == t and back.workflow() == wf and back.to_xml() == t.to_xml()
+    assert back == t and back.workflow(check_classes=False) == wf and back.to_xml() == t.to_xml()
 
 
 def test_a_topology_draws_itself_as_well_formed_escaped_html():

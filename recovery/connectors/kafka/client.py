@@ -12,7 +12,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from recovery.connectors.kafka.settings import KafkaSource
-from recovery.connectors.log_offsets import TopicError
+from recovery.connectors.log_offsets import SourceUnanswered, TopicError
 
 POLL = 1.0      # seconds per poll while waiting for a record or the EOF
 
@@ -56,7 +56,8 @@ def error_line(src: KafkaSource, err: Any) -> str:
     return src.mask((text or type(err).__name__).splitlines()[0])
 
 
-def refusal(src: KafkaSource, err: Any, doing: str, c: Consumer | None = None) -> TopicError:
+def refusal(src: KafkaSource, err: Any, doing: str, c: Consumer | None = None,
+            partition: int | None = None) -> TopicError:
     code = err.args[0].code() if isinstance(err, KafkaException) and err.args and isinstance(err.args[0], KafkaError) \
         else err.code() if isinstance(err, KafkaError) else None
     why = "authentication or authorization failed" if code in _AUTH else "cannot reach the cluster" \
@@ -67,7 +68,15 @@ def refusal(src: KafkaSource, err: Any, doing: str, c: Consumer | None = None) -
     if last and _AUTH_TEXT.search(last):
         why = "authentication failed"
     cause = f" ({src.mask(last.splitlines()[0])})" if last else ""
-    return TopicError(f"kafka {src.where()}: {why} while {doing}: {error_line(src, err)}{cause}")
+    message = f"kafka {src.where()}: {why} while {doing}: {error_line(src, err)}{cause}"
+    if code in _UNREACHABLE:   # down or hung: it may answer again
+        return SourceUnanswered(message, src.bootstrap, src.topic, partition, src.timeout)
+    return TopicError(message)
+
+
+def unanswered(src: KafkaSource, partition: int, what: str) -> SourceUnanswered:
+    return SourceUnanswered(f"kafka {src.where()}: partition {partition} {what}", src.bootstrap, src.topic,
+                            partition, src.timeout)
 
 
 def consumer(src: KafkaSource, **extra: Any) -> Consumer:
@@ -123,7 +132,8 @@ def _next_event(src: KafkaSource, c: Consumer, deadline: float, partition: int |
             return m
         if err.code() == AUTO_OFFSET_RESET or err.code() == KafkaError.OFFSET_OUT_OF_RANGE:
             return m
-        raise refusal(src, err, f"reading partition {m.partition() if partition is None else partition}", c)
+        p = m.partition() if partition is None else partition
+        raise refusal(src, err, f"reading partition {p}", c, p)
     return None
 
 
@@ -161,7 +171,7 @@ def bounds(src: KafkaSource, c: Consumer, partitions: int) -> list[tuple[int | N
                     continue
                 p = min(q for q in range(partitions) if q not in out)
                 what = "no end" if p in first else "neither a record nor its end"
-                raise TopicError(f"kafka {src.where()}: partition {p} reported {what} within {src.timeout:g} s")
+                raise unanswered(src, p, f"reported {what} within {src.timeout:g} s")
             pid = m.partition()
             if pid is None:
                 continue
@@ -182,7 +192,7 @@ def bounds(src: KafkaSource, c: Consumer, partitions: int) -> list[tuple[int | N
                 if p in hinted and at[p] == first[p]:
                     from_first(p)
                     continue
-                raise TopicError(f"kafka {src.where()}: partition {p} reported no end within {src.timeout:g} s")
+                raise unanswered(src, p, f"reported no end within {src.timeout:g} s")
             if m.error() is not None:
                 ended(p, first[p], offset_of(m))
                 continue
@@ -207,8 +217,7 @@ def read(src: KafkaSource, c: Consumer, partition: int, start: int, end: int,
         while True:
             m = _next_event(src, c, deadline, partition)
             if m is None:
-                raise TopicError(f"kafka {src.where()}: partition {partition} stopped answering at offset "
-                                 f"{expected} (planned up to {end})")
+                raise unanswered(src, partition, f"stopped answering at offset {expected} (planned up to {end})")
             deadline = time.monotonic() + src.timeout
             err = m.error()
             if err is not None and err.code() != PARTITION_EOF:

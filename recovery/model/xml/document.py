@@ -2,9 +2,10 @@
 
 `parse_tree` refuses any DOCTYPE before libxml2 sees the document (so no entity can resolve
 or expand: XXE and "billion laughs" are refused), then parses without DTD loading, network or
-huge trees; `validate` checks the tree against recovery/model/xml/workflow.xsd (namespace
-``urn:recovery:workflow:1``), with friendlier messages first for the mistakes the schema would
-report cryptically. Each problem is a WorkflowError naming the file and line.
+huge trees (an item over 10 MB or nesting over 256 levels is refused, in words); `validate`
+checks the tree against recovery/model/xml/workflow.xsd (namespace ``urn:recovery:workflow:1``),
+with friendlier messages first for the mistakes the schema would report cryptically. Each
+problem is a WorkflowError naming the file and line.
 """
 from __future__ import annotations
 
@@ -87,6 +88,28 @@ def _reject_doctype(data: bytes | str, file: str | None) -> None:
 _ENCODING_DECL = re.compile(r"""^(\ufeff?<\?xml[^>]*?)\s+encoding\s*=\s*(["'])[^"']*\2""")
 
 
+# The safe parser's size limits (libxml2's defaults without its "huge" mode, which stays off so
+# that a hostile file cannot make the parser take unbounded memory).
+MAX_ITEM_BYTES = 10_000_000
+MAX_DEPTH = 256
+
+
+def _limit_hit(msg: str) -> str | None:
+    """The words for a size limit the parser stopped at (libxml2 words them with a flag a user
+    cannot set), or None when `msg` is another error."""
+    if re.search(r"(Comment|PI .*) too big", msg):
+        return (f"a comment or processing instruction is longer than {MAX_ITEM_BYTES:,} bytes, the "
+                "most a workflow file may hold in one item: shorten it")
+    if "Excessive depth" in msg:
+        return (f"elements are nested more than {MAX_DEPTH} levels deep, the most a workflow file "
+                "may nest: a workflow needs a few levels")
+    if "Resource limit exceeded" in msg or "XML_PARSE_HUGE" in msg:
+        return (f"an attribute value, element text or name is longer than {MAX_ITEM_BYTES:,} bytes, "
+                "the most a workflow file may hold in one item: keep large data in a file the "
+                "workflow reads, not in the XML")
+    return None
+
+
 def parse_tree(data: bytes | str, file: str | None) -> etree._Element:
     _reject_doctype(data, file)
     if isinstance(data, str):
@@ -96,7 +119,10 @@ def parse_tree(data: bytes | str, file: str | None) -> etree._Element:
         root = etree.fromstring(data, _parser())
     except etree.XMLSyntaxError as err:
         msg = err.msg or str(err)
-        msg = re.sub(r",? line \d+, column \d+$", "", msg)
+        msg = " ".join(re.sub(r",? line \d+, column \d+$", "", msg).split())   # one line
+        limit = _limit_hit(msg)
+        if limit is not None:
+            raise WorkflowError(limit, file, err.lineno or None) from None
         raise WorkflowError(f"malformed XML: {msg}", file, err.lineno or None) from None
     except ValueError as err:
         raise WorkflowError(f"malformed XML: {err}", file, None) from None

@@ -122,6 +122,37 @@ def test_a_driver_crash_mid_run_then_recover_writes_each_row_once(tmp_path):
     assert set(DeltaTable(str(tmp_path / "out" / "t")).to_pandas()["run_id"]) == {"c1"}
 
 
+def test_data_files_of_attempts_killed_before_their_commit_go_at_recover_and_at_clear(tmp_path):
+    import pyarrow.parquet as pq
+
+    from recovery.jobs import clear
+    items = list(range(N // 2)) + [testing.CRASH] + list(range(N // 2, N))
+    r = run(workflow(tmp_path), items, run_id="c1")
+    table = tmp_path / "out" / "t"
+    table.mkdir(parents=True, exist_ok=True)   # (the crash may come before the table's first commit)
+    task = TaskMap.of(r.workflow).task_ids("out")[0]
+
+    def killed_attempt(run_id: str, round_no: int) -> Path:
+        """A data file as an attempt killed before its commit leaves it: named by run, round,
+        sink, task and attempt, in no commit."""
+        path = table / f"{delta.data_file_stem(run_id, round_no, 'out', task)}-{'ab' * 8}-0.snappy.parquet"
+        pq.write_table(pa.table({"n": [1]}), path)
+        return path
+
+    ours, other_run, foreign = killed_attempt("c1", 0), killed_attempt("c2", 0), table / "not-ours.parquet"
+    pq.write_table(pa.table({"n": [1]}), foreign)
+    testing.recover_local(r)
+    assert r.summary.status == "completed"
+    assert not ours.exists() and other_run.exists() and foreign.exists()
+    assert table_rows(table) == expected()       # every committed file is there
+    assert all(Path(u).name.startswith(("part-c1-r0000-out-t", "part-c1-r0001-out-t"))
+               for u in DeltaTable(str(table)).file_uris())   # a part's files: named by run, round, sink, task
+    later = killed_attempt("c1", 1)
+    clear.clear(r.client, "c1")
+    assert not later.exists() and other_run.exists() and foreign.exists()
+    assert table_rows(table) == expected()       # the rows stay
+
+
 def test_a_replayed_part_writes_nothing_version_0_included(tmp_path):
     uri = str(tmp_path / "t")
     part = pa.table({"n": [1, 2]})

@@ -142,3 +142,28 @@ def test_the_journal_gives_back_its_pieces_in_order():
     j.add({"b": [2]})
     assert list(j.pieces()) == [[(1, "a")], {"b": [2]}]
     j.close()
+
+
+def test_a_staged_file_names_its_part_and_a_killed_attempts_goes_when_the_task_commits(tmp_path, fake_redis):
+    from recovery.connectors.sink_folders import staged_name
+    folder = tmp_path / "out"
+    folder.mkdir()
+    seen_names: list[str] = []
+
+    def seen(i: int) -> None:
+        if i == 2 * CHUNK:
+            seen_names.extend(n for n in os.listdir(folder) if n.startswith(".tmp-"))
+
+    # what attempts killed before their commit left: this task's (of this round and of an earlier
+    # one), another task's and another run's
+    part = "part-r-r0000-out-t0001.jsonl"
+    killed = [staged_name(part), staged_name("part-r-r0001-out-t0001.jsonl")]
+    others = [staged_name("part-r-r0000-out-t0002.jsonl"), staged_name("part-r2-r0000-out-t0001.jsonl")]
+    for name in killed + others:
+        (folder / name).write_text("half a part")
+    run_sink_task(tmp_path, fake_redis, SinkImpl(type="jsonl", params=(("path", "out"),)),
+                  [f"v{i}" for i in range(35)], seen)
+    assert part_files(str(folder)) == [part]
+    ours = [n for n in seen_names if n not in killed + others]
+    assert len(ours) == 1 and ours[0].startswith(f".tmp-{part}.")   # named by run, round, sink, task, attempt
+    assert sorted(n for n in os.listdir(folder) if n.startswith(".tmp-")) == sorted(others)

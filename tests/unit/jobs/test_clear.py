@@ -73,3 +73,26 @@ def test_a_runs_shipped_code_archive_goes_with_the_last_run_that_shipped_it(fake
     r = CliRunner().invoke(main, ["clear", "--all"])
     assert r.exit_code == 0, r.stderr
     assert not os.listdir(shipping.code_folder())      # r3's, and the one no run records
+
+
+def test_clear_removes_the_runs_staged_sink_files_and_nothing_else(fake_redis, tmp_path):
+    from recovery.connectors.sink_folders import staged_name
+    from recovery.model.workflow import Input, SinkImpl, SourceImpl
+    wf = Workflow(name="w", base_dir=str(tmp_path), components=(
+        Component(id="src", kind="spout", impl=SourceImpl(type="file", params=(("path", "x"),)),
+                  streams=(StreamDef(id="default", fields=("line",)),)),
+        Component(id="out", kind="bolt", impl=SinkImpl(type="jsonl", params=(("path", "o"),)),
+                  inputs=(Input(source="src"),))),
+        dead_letters=SinkImpl(type="jsonl", params=(("path", "dead"),)))
+    runs.create(fake_redis, "r1", "<xml/>", wf.to_task_json(), None, "local", True).release()
+    out, dead = tmp_path / "o", tmp_path / "dead"
+    out.mkdir()
+    dead.mkdir()
+    mine = [out / staged_name("part-r1-r0000-out-t0001.jsonl"), dead / staged_name("part-r1-r0002-dead-letters-t0003.jsonl")]
+    kept = [out / "part-r1-r0000-out-t0002.jsonl", out / staged_name("part-r10-r0000-out-t0001.jsonl"),
+            out / ".tmp-abc123"]
+    for path in mine + kept:
+        path.write_text("x")
+    clear.clear(fake_redis, "r1")
+    assert [p.exists() for p in mine] == [False, False]
+    assert [p.exists() for p in kept] == [True, True, True]

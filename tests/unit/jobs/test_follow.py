@@ -43,3 +43,37 @@ def test_the_first_stop_request_is_kept_and_reported_once():
     stopper.request("SIGTERM")
     stopper.request("SIGINT")
     assert stopper.requested and stopper.signal == "SIGTERM" and heard == ["SIGTERM"]
+
+
+def test_a_round_whose_task_found_its_broker_unanswering_runs_again_once_it_answers(monkeypatch):
+    from recovery.connectors.log_offsets import SourceUnanswered
+    from recovery.jobs import follow_events, settle
+    # what crosses from a Spark task: the worker's traceback, as text
+    spark_error = RuntimeError(
+        "Job aborted due to stage failure: ... Traceback (most recent call last):\n  File ...\n"
+        "recovery.connectors.log_offsets.SourceUnanswered: kafka topic 'cdn' at 127.0.0.1:9092 (spout 'logs'): "
+        "partition 2 stopped answering at offset 17 (planned up to 40)\n")
+    found = SourceUnanswered.raised_by(spark_error)
+    assert found is not None and (found.server, found.topic, found.partition) == ("127.0.0.1:9092", "cdn", 2)
+    assert found.place() == "broker 127.0.0.1:9092 (topic 'cdn' partition 2)"
+    assert SourceUnanswered.raised_by(RuntimeError("a bolt raised ValueError")) is None
+
+    tries: list[int] = []
+
+    def round_that_fails_twice(spark, client, wf, spec):
+        tries.append(spec.round)
+        if len(tries) < 3:
+            raise spark_error
+        return "settled"
+
+    monkeypatch.setattr(settle, "run_and_settle", round_that_fails_twice)
+    said: list = []
+    spec = type("Spec", (), {"run_id": "r", "round": 4, "generation": None})()
+    got = follow._run_micro_batch(None, None, None, spec, follow.Stopper(), said.append, poll=0)
+    assert got == "settled" and tries == [4, 4, 4]
+    assert [type(e) for e in said] == [follow_events.SourceWaiting, follow_events.SourceAnswered]
+    assert said[0].place == "broker 127.0.0.1:9092 (topic 'cdn' partition 2)"
+    # anything else still ends the run
+    monkeypatch.setattr(settle, "run_and_settle", lambda *a: (_ for _ in ()).throw(ValueError("no")))
+    with pytest.raises(ValueError):
+        follow._run_micro_batch(None, None, None, spec, follow.Stopper(), said.append, poll=0)

@@ -264,6 +264,25 @@ def test_doctype_is_rejected_even_when_the_prescan_cannot_see_it():
     assert "DOCTYPE" in info.value.message or "malformed" in info.value.message
 
 
+@pytest.mark.parametrize("doc, said", [
+    (f'<?xml version="1.0"?>\n<workflow {NS} name="{"x" * 11_000_000}"/>',
+     "an attribute value, element text or name is longer than 10,000,000 bytes"),
+    (f'<workflow {NS} name="w"><!--{"x" * 11_000_000}--></workflow>',
+     "a comment or processing instruction is longer than 10,000,000 bytes"),
+    (f'<workflow {NS} name="w">' + "<a>" * 300 + "</a>" * 300 + "</workflow>",
+     "elements are nested more than 256 levels deep"),
+], ids=["attribute", "comment", "depth"])
+def test_a_size_limit_is_said_in_words_on_one_line(tmp_path, doc, said):
+    path = tmp_path / "big.xml"
+    path.write_text(doc)
+    with pytest.raises(WorkflowError) as info:
+        load(path)
+    text = str(info.value)
+    assert said in text and text.startswith(f"{path}:")
+    assert "XML_PARSE_HUGE" not in text and "\\n" not in text and "\n" not in text
+    assert "malformed" not in text        # the file is well-formed: it is only too big
+
+
 def test_external_schema_location_and_xinclude_are_not_followed(tmp_path):
     secret = _file_url_target(tmp_path)
     doc = (f'<workflow {NS} xmlns:xi="http://www.w3.org/2001/XInclude" name="w">'
