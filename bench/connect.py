@@ -12,7 +12,7 @@ Each worker runs one submit per turn and reports its wall time; CPU is the worke
 tree, plus the Connect server's for the connect variant (its executors do the work there).
 Every run's keys are removed after it. Prints the medians, the goals (a Connect session at
 most 1.15x the classic one in wall; the classic session after this change at most 1.0x the one
-before it), each met or how far off, and writes them as JSON (bench/results/connect.json).
+before it), each met or how far off, and writes them as JSON into bench/results/ (or --json PATH).
 
     .venv/bin/python bench/connect.py [--tuples 1000000] [--repeats 3] [--before PATH]
         [--json PATH] [--note TEXT] [--busy-ok]

@@ -191,7 +191,7 @@ def _executor_watch(spark: Any, wf: Workflow, spec: RunSpec, tag: str) -> Execut
         if client is not None:
             runs.update(client, spec.run_id, spec.generation, executors_waiting=line or "")
     return ExecutorWatch(f"run {spec.run_id} round {spec.round}", wf.settings().executors_wait_secs,
-                         lambda: executor_ids(sc), lambda: spark.interruptTag(tag), on_state)
+                         lambda: executor_ids(sc), functools.partial(session.interrupt, spark, tag), on_state)
 
 
 def collect_stats(client: Redis, run_id: str, round_no: int) -> dict[str, dict]:

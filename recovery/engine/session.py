@@ -257,21 +257,36 @@ def master_of(spark: Any) -> str:
 
 @contextmanager
 def job_tag(spark: Any, tag: str, description: str) -> Iterator[None]:
-    """The jobs started inside carry `tag` (`spark.interruptTag(tag)` cancels them, on a classic
-    session and under Spark Connect alike); a classic session's also carry `description`,
-    which Spark's UI shows."""
-    if not (is_classic(spark) or is_connect(spark)):
+    """The jobs started inside carry `tag`, so that `interrupt(spark, tag)` cancels them: a
+    Spark Connect session's operation tag (addTag), a classic session's job tag of this
+    thread (SparkContext.addJobTag: the adaptive planner's stage jobs carry it too); a classic
+    session's jobs also carry `description`, which Spark's UI shows."""
+    if is_connect(spark):
+        spark.addTag(tag)
+        try:
+            yield
+        finally:
+            spark.removeTag(tag)
+        return
+    if not is_classic(spark):
         yield
         return
-    if is_classic(spark):
-        spark.sparkContext.setJobDescription(description)
-    spark.addTag(tag)
+    sc = spark.sparkContext
+    sc.setJobDescription(description)
+    sc.addJobTag(tag)
     try:
         yield
     finally:
-        spark.removeTag(tag)
-        if is_classic(spark):
-            spark.sparkContext.setJobDescription(None)
+        sc.removeJobTag(tag)
+        sc.setJobDescription(None)
+
+
+def interrupt(spark: Any, tag: str) -> None:
+    """Cancel the jobs tagged `tag` by job_tag, from any thread."""
+    if is_connect(spark):
+        spark.interruptTag(tag)
+    elif is_classic(spark):
+        spark.sparkContext.cancelJobsWithTag(tag)
 
 
 def settings(spark: Any, values: dict[str, str]) -> AbstractContextManager[None]:

@@ -14,6 +14,7 @@ import pyarrow.dataset as pads
 
 from recovery import demo, testing
 from recovery.connectors import spark_source
+from recovery.engine import frames
 from recovery.jobs import recover
 from recovery.model.xml import parse as workflow_xml
 from recovery.tracking import runs
@@ -55,8 +56,12 @@ def test_failures_at_a_bolt_then_recover_leave_exactly_a_failure_free_runs_recor
     assert sum(want.values()) == 1000 - POISON
     xml = copy_example(tmp_path / "failing")
     wf = workflow_xml.load(xml)     # the four part files are four partitions, two per spout task
-    partitions = spark_source.read_partitions(spark, wf, wf.component("logs"))
-    assert partitions.getNumPartitions() == 4 and sorted(partitions.keys().collect()) == [0, 0, 1, 1]
+    logs = wf.component("logs")
+    # (each chunk keyed by its owning spout task's index here: the reader's partition i goes to i mod 2)
+    partitions = spark_source.read_partitions(spark, wf, logs, tuple(range(logs.parallelism)), frames.partition_id)
+    with spark_source.session_settings(spark, spark_source.planning_settings_of(wf)):
+        owners = partitions.selectExpr("spark_partition_id() AS part", "k").distinct().collect()
+    assert sorted((r["part"], r["k"]) for r in owners) == [(0, 0), (1, 1), (2, 0), (3, 1)]
     inject = {"recovery.inject.a.component": "aggregate", "recovery.inject.a.rate": "0.05", **FAST}
     s = submit(spark, redis_url, redis_client, xml, inject)
     assert s.status == "pending"
