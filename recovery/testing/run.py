@@ -206,6 +206,8 @@ def execute_round(wf: Workflow, spec: RunSpec, client: Redis, arrival: random.Ra
             stage.frame.persist()
         for stage in outputs + leaves:
             for consumer, key, blob in stage.frame.collect():
+                if not blob:   # (a task marker: no tuples)
+                    continue
                 head = heads[consumer]
                 index = frames.routing_keys(wf.component(head).parallelism).index(key)
                 received[(head, index)].append(blob)
