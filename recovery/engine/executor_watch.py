@@ -31,7 +31,9 @@ NOTICE_SECS = 3.0
 
 
 def executor_ids(sc: Any) -> set[str]:
-    """The ids of the executors the application has now (the driver is none of them)."""
+    """The ids of the executors the application has now (the driver is none of them). Classic
+    sessions only: it asks the driver's JVM, which a Spark Connect client does not have (the
+    engine builds no watch there: rounds._executor_watch)."""
     ids = sc._jsc.sc().getExecutorIds()   # a Scala Seq
     return {str(ids.apply(i)) for i in range(ids.size())}
 

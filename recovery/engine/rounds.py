@@ -184,7 +184,7 @@ def _executor_watch(spark: Any, wf: Workflow, spec: RunSpec, tag: str) -> Execut
     cannot see the server's executors."""
     if not session.is_classic(spark) or session.is_local_master(session.master_of(spark)):
         return None
-    sc = spark.sparkContext
+    sc = spark.sparkContext   # (a classic session's, from here on)
     client = connection.connect(spec.redis_url, start=False) if spec.redis_url else None
 
     def on_state(line: str | None) -> None:   # what `status` shows while the round waits

@@ -180,7 +180,7 @@ def adopt(spark: Any, redis_url: str | None = None) -> Any:
         return spark
     if not is_classic(spark):   # (the test kit's in-process engine)
         return spark
-    sc = spark.sparkContext
+    sc = spark.sparkContext   # (a classic session's: its executors' Python, checked once)
     if not is_local_master(str(sc.master)) and sc.applicationId not in _CHECKED_APPS:
         python = sc.pythonExec or executors.workers_python(spark) or executors.SPARK_DEFAULT_PYTHON
         executors.check(spark, python)
@@ -209,6 +209,7 @@ def _settings(master: str, home: Path, app_name: str) -> Any:
 
 def _cluster_session(builder: Any, conf: dict[str, str]) -> Any:
     """A session whose executors run the cluster's Python (module doc), checked by a first job.
+    A classic session (the command line's own, on --master): its SparkContext is set here.
 
     PySpark takes the executors' interpreter from the driver's PYSPARK_PYTHON when the context
     starts (and the JVM from its own environment, inherited from this process): while the
@@ -268,10 +269,10 @@ def job_tag(spark: Any, tag: str, description: str) -> Iterator[None]:
         finally:
             spark.removeTag(tag)
         return
-    if not is_classic(spark):
+    if not is_classic(spark):   # (the test kit's in-process engine)
         yield
         return
-    sc = spark.sparkContext
+    sc = spark.sparkContext   # (a classic session's: its thread's job tags and description)
     sc.setJobDescription(description)
     sc.addJobTag(tag)
     try:
@@ -285,7 +286,7 @@ def interrupt(spark: Any, tag: str) -> None:
     """Cancel the jobs tagged `tag` by job_tag, from any thread."""
     if is_connect(spark):
         spark.interruptTag(tag)
-    elif is_classic(spark):
+    elif is_classic(spark):   # (the SparkContext: classic sessions only)
         spark.sparkContext.cancelJobsWithTag(tag)
 
 

@@ -81,6 +81,7 @@ def ship(spark: SparkSession, wf: Workflow, home: Path | None = None) -> str | N
         shipped = _connect_shipped.setdefault(str(getattr(spark, "session_id", "")), set())
         if bundle.name in shipped:
             return bundle.name
+    # (a classic session's SparkContext lists and adds archives; a Connect client has none)
     elif any(Path(a.split("#", 1)[0]).name == f"{bundle.name}.zip" for a in spark.sparkContext.listArchives):
         return bundle.name
     folder = private_dir(code_folder(home))
