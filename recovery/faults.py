@@ -2,13 +2,14 @@
 `recovery submit -p KEY=VALUE`). Each injection has a name and these properties:
 
     recovery.inject.<name>.component   the component it acts at (required)
-    recovery.inject.<name>.mode        transient | permanent | crash | slow   (default transient)
+    recovery.inject.<name>.mode        transient | permanent | crash | slow | hold   (default transient)
     recovery.inject.<name>.rate        fraction of tuples chosen, by tuple id (default 0.01)
     recovery.inject.<name>.match       or: choose tuples whose values contain this text
     recovery.inject.<name>.attempts    transient: fail the first N attempts (default 1)
     recovery.inject.<name>.task        crash: the global task id whose process dies ...
     recovery.inject.<name>.after       ... after this many tuples, on Spark's first attempt only
-    recovery.inject.<name>.marker      crash: a file created just before the process dies
+    recovery.inject.<name>.marker      crash: a file created just before the process dies;
+                                       hold: the file whose creation lets the held tuples go
     recovery.inject.<name>.delay.ms    slow: sleep this long per chosen tuple
 
 Choices are deterministic (a hash of the derived tuple id), so a re-run chooses the same tuples.
@@ -27,6 +28,9 @@ from typing import Any
 from recovery.model import config
 
 PREFIX = config.INJECT_PREFIX
+
+
+HOLD_POLL_SECONDS = 0.05
 
 
 class InjectedFailure(RuntimeError):
@@ -59,6 +63,11 @@ class Injection:
         if self.mode == "slow":
             if self.chosen(tup):   # only the chosen fraction (rate or match) is slowed
                 self.sleep(self.delay_ms / 1000.0)
+            return
+        if self.mode == "hold":
+            # a test's deterministic mid-round point: nothing past here commits until it says so
+            while self.chosen(tup) and self.marker and not os.path.exists(self.marker):
+                self.sleep(HOLD_POLL_SECONDS)
             return
         if self.mode == "crash":
             if tup.task == self.task and self.seen > self.after and _first_spark_attempt():

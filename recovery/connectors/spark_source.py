@@ -475,7 +475,7 @@ def spark_source(chunks: Iterable[tuple[int, bytes]], runner: SourceRunner) -> I
     id_fields = spark_id_fields(impl)
     seen: set[int] | None = set() if id_fields else None
     hooks = [inj for inj in injections(runner.wf.conf(runner.component_id), runner.component_id)
-             if inj.mode in ("crash", "slow")]
+             if inj.mode in ("crash", "slow", "hold")]
     for _, blob in chunks:
         for mid, values in msgpack.unpackb(blob):
             if type(mid) is list:   # msgpack gives tuples back as lists

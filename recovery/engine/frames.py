@@ -28,12 +28,28 @@ from typing import Any
 STAGE_SCHEMA = "c int, k long, chunk binary"
 RESULT_SCHEMA = "result binary"   # a driver's small job: one value per task
 
+
+@functools.cache
+def schema_of(ddl: str) -> Any:
+    """`ddl` ("name type, ...", of the types used here) as a StructType: a DDL string given to
+    mapInArrow is parsed by the JVM at every call, a few of them per stage of every round."""
+    from pyspark.sql import types  # lazy: the command line imports the engine, not pyspark
+    kinds = {"int": types.IntegerType(), "long": types.LongType(), "binary": types.BinaryType()}
+    return types.StructType([types.StructField(name, kinds[kind])
+                             for name, kind in (column.split() for column in ddl.split(","))])
+
 # an output batch is sealed at this many chunks or bytes, whichever comes first
 BATCH_CHUNKS = 64
 BATCH_BYTES = 8 << 20
 # rows (chunks) per batch handed to a stage's task: a task holds one batch at a time
 INPUT_BATCH_ROWS = "64"
 ARROW_BATCH_SETTING = "spark.sql.execution.arrow.maxRecordsPerBatch"
+# The adaptive planner runs a plan one shuffle at a time, a Spark job each, and may merge or
+# split the partitions a round routes to: a round's plan is fixed, so it runs as one job.
+ADAPTIVE_SETTING = "spark.sql.adaptive.enabled"
+# Compiling each stage's generated code costs more than a round's few rows gain from it (a
+# spark source's own scan keeps it)
+CODEGEN_SETTING = "spark.sql.codegen.wholeStage"
 
 _MASK = 0xFFFFFFFF
 
@@ -172,6 +188,10 @@ def _run_stage(task: Callable[[int, Iterator[Any]], Iterable[tuple[Any, Any]]],
     yield from output_batches(task(_task_index(first, partitions), records), consumers)
     if feeds:
         yield marker_batch(feeds)
+    # PySpark reuses a worker only once it has read its input to the end (a spout's task reads
+    # one range row); a worker left mid-stream exits, and the next task pays a new one's start
+    for _ in batches:
+        pass
 
 
 def result_function(each: Callable[[int], bytes]) -> Callable[[Iterator[Any]], Iterator[Any]]:

@@ -111,7 +111,7 @@ def build(spark: SparkSession, wf: Workflow, spec: RunSpec) -> RoundGraph:
             parts = [outputs[src].frame.filter(f"c = {consumers[cid][0]}")
                      for src in dict.fromkeys(plan.chain_of(i.source).head for i in comp.inputs)]
             frame = functools.reduce(lambda a, b: a.unionByName(b), parts).repartition(p, "k")
-        out = Stage(chain.name, frame.mapInArrow(run_task, frames.STAGE_SCHEMA))
+        out = Stage(chain.name, frame.mapInArrow(run_task, frames.schema_of(frames.STAGE_SCHEMA)))
         if not plan.consumers[cid]:
             leaves.append(out)
             continue
@@ -169,10 +169,14 @@ def run_round(spark: SparkSession, wf: Workflow, spec: RunSpec,
 
 def _round_settings(spark: SparkSession, wf: Workflow, spec: RunSpec) -> contextlib.AbstractContextManager[None]:
     """The session settings while a round runs: its tasks are handed their input a few chunks
-    at a time (a task holds one batch), and its spark sources' partitions are planned as the
-    submitted workflow says (connectors.spark_source.planning_settings_of: the same in every
-    round, whichever of its spouts a round runs)."""
-    settings = {frames.ARROW_BATCH_SETTING: frames.INPUT_BATCH_ROWS}
+    at a time (a task holds one batch); its plan runs as planned, in one job (no adaptive
+    planning), without generated code unless it reads a spark source; and its spark sources'
+    partitions are planned as the submitted workflow says
+    (connectors.spark_source.planning_settings_of: the same in every round, whichever of its
+    spouts a round runs)."""
+    settings = {frames.ARROW_BATCH_SETTING: frames.INPUT_BATCH_ROWS, frames.ADAPTIVE_SETTING: "false"}
+    if not any(sources.reads_with_spark(c) for c in wf.components):
+        settings[frames.CODEGEN_SETTING] = "false"
     original = Workflow.from_task_json(spec.original_json) if spec.original_json else wf
     settings.update(sources.planning_settings_of(original))
     return session.settings(spark, settings)
@@ -259,7 +263,7 @@ def small_job(spark: SparkSession, n: int, each: Callable[[int], Any]) -> list[A
     back is a small value per task, pickled as an RDD's collect pickles it); the results in
     task order."""
     function = frames.result_function(functools.partial(_pickled, each))
-    rows = spark.range(0, n, 1, n).mapInArrow(function, frames.RESULT_SCHEMA).collect()
+    rows = spark.range(0, n, 1, n).mapInArrow(function, frames.schema_of(frames.RESULT_SCHEMA)).collect()
     return [pickle.loads(row[0]) for row in rows]
 
 

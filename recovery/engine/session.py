@@ -157,6 +157,12 @@ def session(master: str | None = None, conf: dict[str, str] | None = None, home:
     settings.set("spark.executorEnv.PYSPARK_PYTHON", os.environ["PYSPARK_PYTHON"])
     pythonpath = os.pathsep.join(p for p in sys.path if p)
     settings.set("spark.executorEnv.PYTHONPATH", pythonpath)
+    # the JVM talks to its Python workers over Unix sockets in a folder only this user can
+    # enter (a worker takes no password on one): loopback TCP adds tens of ms to each stage
+    sockets = worker_socket_dir()
+    if sockets is not None:
+        settings.set("spark.python.unix.domain.socket.enabled", "true")
+        settings.set("spark.python.unix.domain.socket.dir", sockets)
     from pyspark.sql import SparkSession
     with secrets_off_the_command_line(conf, home) as conf:
         for k, v in conf.items():
@@ -165,6 +171,38 @@ def session(master: str | None = None, conf: dict[str, str] | None = None, home:
     sc.setLogLevel("ERROR")
     log.info("Spark session on %s (Spark %s)", sc.master, sc.version)
     return SparkSession(sc)
+
+
+SOCKET_DIR_PREFIX = "recovery-sockets-"
+
+
+def worker_socket_dir() -> str | None:
+    """A new private folder (mode 0700) for this process's local Python workers' sockets, in
+    the temporary folder, removed at exit; those left by processes that are gone (a kill -9)
+    are removed first. None where the temporary folder's path is too long for a socket's."""
+    import atexit
+    import shutil
+    import tempfile
+    tmp = tempfile.gettempdir()
+    if len(tmp) > 30:   # (a socket's path has at most 107 bytes; the folder and file add 77)
+        return None
+    for entry in os.scandir(tmp):
+        owner = entry.name[len(SOCKET_DIR_PREFIX):].partition("-")[0]
+        if entry.name.startswith(SOCKET_DIR_PREFIX) and owner.isdigit() and not _alive(int(owner)):
+            shutil.rmtree(entry.path, ignore_errors=True)
+    folder = tempfile.mkdtemp(prefix=f"{SOCKET_DIR_PREFIX}{os.getpid()}-", dir=tmp)
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:   # another user's process
+        return True
+    return True
 
 
 def adopt(spark: Any, redis_url: str | None = None) -> Any:

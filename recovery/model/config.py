@@ -152,7 +152,7 @@ class InjectionSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore", validate_default=True)
 
     component: str | None = Field(None, description="The component it acts at (required).")
-    mode: Literal["transient", "permanent", "crash", "slow"] = Field(
+    mode: Literal["transient", "permanent", "crash", "slow", "hold"] = Field(
         "transient", description="What happens to a chosen tuple.")
     rate: float = Field(0.01, ge=0, le=1, allow_inf_nan=False,
                         description="Fraction of tuples chosen, by tuple id.")
@@ -160,7 +160,8 @@ class InjectionSettings(BaseModel):
     attempts: int = Field(1, ge=0, description="transient: fail the first N attempts.")
     task: int | None = Field(None, ge=1, description="crash: the global task id that dies...")
     after: int = Field(0, ge=0, description="...after this many tuples.")
-    marker: str | None = Field(None, description="crash: a file created just before dying.")
+    marker: str | None = Field(None, description="crash: a file created just before dying; "
+                                                "hold: the file whose creation lets the tuples go.")
     delay_ms: float = Field(0, alias="delay.ms", ge=0, allow_inf_nan=False,
                             description="slow: sleep this long per chosen tuple.")
 
@@ -373,7 +374,12 @@ def injections(conf: Mapping[str, Any] | None) -> dict[str, InjectionSettings]:
             inj = name[len(INJECT_PREFIX):].partition(".")[0]
             check_property(name, raw)
             by_name.setdefault(inj, {})[attr] = raw
-    return {inj: InjectionSettings.model_validate(attrs) for inj, attrs in sorted(by_name.items())}
+    typed = {inj: InjectionSettings.model_validate(attrs) for inj, attrs in sorted(by_name.items())}
+    for inj, settings in typed.items():
+        if settings.mode == "hold" and not settings.marker:
+            name = f"{INJECT_PREFIX}{inj}.marker"
+            raise PropertyError(f"{name} must be set: a hold lets its tuples go once that file exists", name)
+    return typed
 
 
 def describe() -> list[tuple[str, str, str, str]]:

@@ -302,9 +302,9 @@ def test_a_spark_retry_of_a_spout_task_changes_nothing(spark, redis_url, redis_c
 def test_kill_9_of_the_driver_mid_submit_then_recover_is_exact(spark, redis_url, redis_client, tmp_path, datasets):
     xml = workflow(tmp_path, parquet_source(datasets, tmp_path), FIELDS, pass_bolt="Pass")
     run_id = "spark-source-crash"
-    props = {"recovery.inject.z.component": "pass", "recovery.inject.z.mode": "slow",
-             "recovery.inject.z.rate": "1",
-             "recovery.inject.z.delay.ms": "25", **FAIL_PASS}
+    go = tmp_path / "let-pass-go"     # pass holds every tuple until then: no task of it commits
+    props = {"recovery.inject.z.component": "pass", "recovery.inject.z.mode": "hold",
+             "recovery.inject.z.rate": "1", "recovery.inject.z.marker": str(go), **FAIL_PASS}
     cmd = [sys.executable, "-m", "recovery", "submit", str(xml), "--run-id", run_id, "--json"]
     for k, v in props.items():
         cmd += ["-p", f"{k}={v}"]
@@ -312,8 +312,9 @@ def test_kill_9_of_the_driver_mid_submit_then_recover_is_exact(spark, redis_url,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     done = kill_when_round_0(proc, redis_client, run_id,
                              lambda d: any(f.startswith("events:") for f in d), "a spout task committed")
-    assert not any(f.startswith("out:") for f in done), done
+    assert not any(f.startswith(("pass:", "out:")) for f in done), done
     assert runs.status_of(runs.get(redis_client, run_id)) == runs.CRASHED
+    go.touch()
     r = recover.recover(spark, redis_client, redis_url, run_id)
     assert r.status == "completed" and r.pending == 0, r
     assert sink_records(tmp_path / "out" / "events") == expected(FIELDS)

@@ -47,3 +47,26 @@ def test_a_chosen_tuple_still_fails_in_the_failing_modes():
     chosen = next(t for t in tuples() if Injection("p", "c", rate=0.01).chosen(t))
     with pytest.raises(InjectedFailure, match="permanent"):
         Injection("p", "c", mode="permanent", rate=0.01).before_process(chosen)
+
+
+def test_a_hold_keeps_its_chosen_tuples_until_the_marker_exists(tmp_path):
+    marker = tmp_path / "go"
+    batch = tuples(40)
+    hold = Injection("h", "count", mode="hold", match="line 3", marker=str(marker))
+    polls: list[float] = []
+
+    def sleep(seconds: float) -> None:   # the marker appears on the third wait
+        polls.append(seconds)
+        if len(polls) == 3:
+            marker.touch()
+    hold.sleep = sleep
+    for tup in batch:
+        hold.before_process(tup)
+    assert len(polls) == 3 and hold.seen == 40    # held once, at line 3, then everything went by
+
+
+def test_a_hold_without_its_marker_is_refused_naming_the_property():
+    from recovery.model import config
+    with pytest.raises(config.PropertyError, match=r"recovery\.inject\.h\.marker must be set") as err:
+        config.injections({"recovery.inject.h.component": "count", "recovery.inject.h.mode": "hold"})
+    assert err.value.property == "recovery.inject.h.marker"

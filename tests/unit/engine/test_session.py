@@ -3,10 +3,16 @@ starting one: its files under RECOVERY_HOME are private."""
 from __future__ import annotations
 
 import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator
 
 import pytest
 
+from recovery.engine import session
 from recovery.engine.session import prepare_environment
 from tests.helpers import file_mode
 
@@ -50,3 +56,29 @@ def test_the_driver_jvm_gets_our_log_settings_by_option_unless_the_user_has_a_co
     assert f"-Dlog4j2.configurationFile={log4j}" in driver_java_options(log4j, str(tmp_path / "spark"))
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path / "theirs"))
     assert driver_java_options(log4j, str(tmp_path / "spark")) == ""
+
+
+def test_the_workers_socket_folder_is_private_and_those_of_ended_drivers_are_swept(monkeypatch):
+    short = tempfile.mkdtemp(prefix="rs-", dir="/tmp")   # (a pytest folder is too long for sockets)
+    try:
+        monkeypatch.setattr(tempfile, "tempdir", short)
+        ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+        left = os.path.join(short, f"{session.SOCKET_DIR_PREFIX}{ended}-abc")
+        os.mkdir(left)
+        open(os.path.join(left, ".x.sock"), "w").close()
+        alive = os.path.join(short, f"{session.SOCKET_DIR_PREFIX}{os.getpid()}-abc")
+        os.mkdir(alive)
+        folder = session.worker_socket_dir()
+        assert folder is not None and os.path.dirname(folder) == short
+        assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+        assert not os.path.exists(left) and os.path.exists(alive)
+    finally:
+        shutil.rmtree(short)
+
+
+def test_no_socket_folder_where_the_temporary_folder_is_too_long_for_a_socket(tmp_path, monkeypatch):
+    deep = tmp_path / ("d" * 40)
+    deep.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    assert session.worker_socket_dir() is None
