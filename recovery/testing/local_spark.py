@@ -29,8 +29,10 @@ class LocalJobFailed(JobFailed):
     """A task raised: the job fails, as a Spark job whose task failed for good does."""
 
 
-def _columns(schema: str) -> list[str]:
-    """The column names of a DDL schema string ("c int, k long, chunk binary")."""
+def _columns(schema: Any) -> list[str]:
+    """The column names of a DDL schema string ("c int, k long, chunk binary") or a StructType."""
+    if not isinstance(schema, str):
+        return list(schema.names)
     return [part.split()[0] for part in schema.split(",")]
 
 
@@ -74,7 +76,7 @@ class LocalFrame:
         return LocalFrame(self.ctx, [functools.partial(part, i) for i in range(len(self._parts))],
                           columns or self.columns, self.name)
 
-    def mapInArrow(self, f: Callable[[Iterator[Any]], Iterator[Any]], schema: str) -> LocalFrame:
+    def mapInArrow(self, f: Callable[[Iterator[Any]], Iterator[Any]], schema: Any) -> LocalFrame:
         import pyarrow as pa
         columns = _columns(schema)
 
