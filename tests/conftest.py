@@ -36,16 +36,12 @@ if TYPE_CHECKING:   # annotations only: fakeredis is imported by the fixture tha
     from tests.clusters import RedisCluster
     from tests.s3 import Bucket, S3Endpoint
 
-from tests.helpers import wait_for
+from tests.helpers import SHORT_LIVED_JVM, wait_for
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 os.environ.setdefault("PYTHONHASHSEED", "0")
-# Every JVM of the suite (the session's, a CLI's, a standalone cluster's) lives seconds to
-# minutes: the C1 compiler alone and the serial collector cost it about 40% less CPU to start and
-# run than the default tiered C2 and G1, and the suite is CPU-bound on two cores.
-SHORT_LIVED_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 os.environ.setdefault("PYSPARK_SUBMIT_ARGS", f"--driver-java-options '{SHORT_LIVED_JVM}' "
                       f"--conf 'spark.executor.extraJavaOptions={SHORT_LIVED_JVM}' pyspark-shell")
 os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", SHORT_LIVED_JVM)

@@ -18,7 +18,7 @@ from concurrent import futures
 from pathlib import Path
 from typing import Any
 
-from tests.helpers import running, wait_for
+from tests.helpers import SHORT_LIVED_JVM, running, wait_for
 
 
 def free_port() -> int:
@@ -47,6 +47,18 @@ class ConnectServer:
                     SPARK_PID_DIR=str(self.folder), SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=self.python,
                     PYSPARK_DRIVER_PYTHON=self.python, SPARK_IDENT_STRING=f"recovery-tests-{self.port}")
 
+    def _speedups(self) -> list[str]:
+        """What the suite's own sessions have (tests/conftest.py, engine/session.py): a JVM
+        for a short life, and, where the workers' Python has recovery, its daemon that forks
+        them with the runtime loaded, over Unix sockets. A server whose Python lacks recovery
+        keeps PySpark's own daemon (ours would not start there)."""
+        options = ["--driver-java-options", SHORT_LIVED_JVM]
+        if self.python == sys.executable:
+            options += ["--conf", "spark.python.daemon.module=recovery.engine.worker_daemon",
+                        "--conf", "spark.python.unix.domain.socket.enabled=true",
+                        "--conf", f"spark.python.unix.domain.socket.dir={self.folder}"]
+        return options
+
     def start(self, timeout: float = 180) -> None:
         script = Path(_pyspark_home()) / "sbin" / "start-connect-server.sh"
         subprocess.run(["bash", str(script), "--master", "local[2]",
@@ -54,7 +66,7 @@ class ConnectServer:
                         "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
                         "--conf", "spark.ui.enabled=false",
                         "--conf", f"spark.local.dir={self.folder / 'tmp'}",
-                        "--conf", "spark.executorEnv.PYTHONHASHSEED=0"],
+                        "--conf", "spark.executorEnv.PYTHONHASHSEED=0", *self._speedups()],
                        env=self._env(), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         pids = list(self.folder.glob("*.pid"))
         self.pid = int(pids[0].read_text().strip()) if pids else None

@@ -64,13 +64,13 @@ def preload() -> None:
     stops them around each fork. A failure is left for the worker to meet and report, as it
     would without this."""
     try:
-        import pyspark.worker  # noqa: F401  (what each forked worker imports first)
-
-        import recovery.engine.rounds  # noqa: F401
-        import pyarrow  # noqa: F401
         # a mapInArrow task's worker imports pandas as it ends its first task: a second of
         # every new worker's, once here instead
         import pandas  # noqa: F401
+        import pyarrow  # noqa: F401
+        import pyspark.worker  # noqa: F401  (what each forked worker imports first)
+
+        import recovery.engine.rounds  # noqa: F401
     except Exception:   # broad-except: the worker's own import will report it
         pass
     # What is loaded now lives as long as the workers: out of the cyclic collector's sight, the
