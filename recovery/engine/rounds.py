@@ -5,8 +5,8 @@ One chain of components (most chains are one component) is one stage, a mapInArr
 parallelism is its number of Spark partitions (= Storm tasks). A stage's output read by
 several stages is persisted, so it is computed once however many subscribe to it; one read by
 a single stage is not (Spark computes it once in the job anyway). Routing happens in the
-emitting task (runtime.Router), so a consumer's input is the upstream rows filtered by
-consumer and hash-partitioned to their target tasks (engine/frames.py).
+emitting task (runtime.Router), so a consumer's input is the upstream rows (filtered by
+consumer where they feed several) hash-partitioned to their target tasks (engine/frames.py).
 The driver only sees counters: sources are read by tasks, tuples move through Spark's shuffle.
 """
 from __future__ import annotations
@@ -108,7 +108,9 @@ def build(spark: SparkSession, wf: Workflow, spec: RunSpec) -> RoundGraph:
         elif comp.is_spout:
             frame = spark.range(0, p, 1, p)
         else:
-            parts = [outputs[src].frame.filter(f"c = {consumers[cid][0]}")
+            # (an upstream stage that feeds only this one sends it every row it has)
+            parts = [outputs[src].frame if len(plan.consumers[src]) == 1
+                     else outputs[src].frame.filter(f"c = {consumers[cid][0]}")
                      for src in dict.fromkeys(plan.chain_of(i.source).head for i in comp.inputs)]
             frame = functools.reduce(lambda a, b: a.unionByName(b), parts).repartition(p, "k")
         out = Stage(chain.name, frame.mapInArrow(run_task, frames.schema_of(frames.STAGE_SCHEMA)))
