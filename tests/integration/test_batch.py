@@ -57,14 +57,16 @@ def test_kill_9_of_a_batch_run_then_recover_gives_what_the_row_workflow_gives(sp
     want = sink_records(tmp_path / "row" / "out" / "cdn_logs")
 
     run_id = "batch-crash"
-    slow = {"recovery.inject.z.component": "aggregate", "recovery.inject.z.mode": "slow",
-            "recovery.inject.z.delay.ms": "5", "recovery.inject.z.rate": "1",
+    go = tmp_path / "let-aggregate-go"    # aggregate holds its rows until then: output never commits
+    slow = {"recovery.inject.z.component": "aggregate", "recovery.inject.z.mode": "hold",
+            "recovery.inject.z.marker": str(go), "recovery.inject.z.rate": "1",
             **TRANSIENT}
     proc = _spawn_submit(batch_copy(tmp_path / "batch"), redis_url, run_id, slow)
 
     done = kill_when_round_0(proc, redis_client, run_id, lambda done: {"split:0", "split:1"} <= done,
                              "split being done")
     assert "output:0" not in done
+    go.touch()
     r = recover.recover(spark, redis_client, redis_url, run_id)
     assert r.status == "dead" and r.pending == 0       # only the data's bad lines are dead
     assert sink_records(tmp_path / "batch" / "out" / "cdn_logs_batch") == want

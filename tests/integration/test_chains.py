@@ -128,8 +128,9 @@ def test_a_failure_at_the_second_member_of_a_chain_is_recovered_from_its_queue_e
 def test_kill_9_of_a_chained_run_then_recover_is_exact_and_members_commit_together(spark, redis_url, redis_client, tmp_path):
     xml = copy_workflow("wordcount", tmp_path)
     run_id = "chain-crash"
-    slow = {"recovery.inject.z.component": "count", "recovery.inject.z.mode": "slow",
-            "recovery.inject.z.delay.ms": "2", "recovery.inject.z.rate": "1",
+    go = tmp_path / "let-count-go"    # count holds every word until then: out never commits
+    slow = {"recovery.inject.z.component": "count", "recovery.inject.z.mode": "hold",
+            "recovery.inject.z.marker": str(go), "recovery.inject.z.rate": "1",
             "recovery.inject.s.component": "split",
             "recovery.inject.s.rate": "0.03", **CHAIN_SHUFFLE, **FAST_RETRY}
     proc = _spawn_submit(xml, redis_url, run_id, slow)
@@ -145,6 +146,7 @@ def test_kill_9_of_a_chained_run_then_recover_is_exact_and_members_commit_togeth
         for i in (0, 1):
             assert (f"sentences:{i}" in markers) == (f"split:{i}" in markers), markers
     assert runs.status_of(runs.get(redis_client, run_id)) == runs.CRASHED
+    go.touch()
     r = recover.recover(spark, redis_client, redis_url, run_id)
     assert r.status == "completed", r
     assert sink_records(tmp_path / "out" / "wordcount") == wordcount_reference(tmp_path / "data" / "sentences.txt")

@@ -139,8 +139,9 @@ def test_kill_9_of_the_driver_then_recover_gives_exact_output(spark, redis_url, 
     tests/unit/jobs/test_recover.py.)"""
     xml = copy_workflow("wordcount", tmp_path)
     run_id = "crash-mid-round-0"
-    slow = {"recovery.inject.z.component": "count", "recovery.inject.z.mode": "slow",
-            "recovery.inject.z.delay.ms": "2", "recovery.inject.z.rate": "1",
+    go = tmp_path / "let-count-go"    # count holds every word until then: out never commits
+    slow = {"recovery.inject.z.component": "count", "recovery.inject.z.mode": "hold",
+            "recovery.inject.z.marker": str(go), "recovery.inject.z.rate": "1",
             **TRANSIENT_SPLIT, **FAST_RETRY}
     proc = _spawn_submit(xml, redis_url, run_id, slow)
 
@@ -149,6 +150,7 @@ def test_kill_9_of_the_driver_then_recover_gives_exact_output(spark, redis_url, 
     assert "out:0" not in done, done
     rec = runs.get(redis_client, run_id)
     assert rec.status == runs.RUNNING and runs.status_of(rec) == runs.CRASHED, rec
+    go.touch()
     r = recover.recover(spark, redis_client, redis_url, run_id)
     assert r.status == "completed", r
     assert sink_records(tmp_path / "out" / "wordcount") == wordcount_reference(tmp_path / "data" / "sentences.txt")
