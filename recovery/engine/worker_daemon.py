@@ -66,7 +66,7 @@ def preload() -> None:
     try:
         # a mapInArrow task's worker imports pandas as it ends its first task: a second of
         # every new worker's, once here instead
-        import pandas  # noqa: F401
+        import pandas  # type: ignore[import-untyped]  # noqa: F401
         import pyarrow  # noqa: F401
         import pyspark.worker  # noqa: F401  (what each forked worker imports first)
 

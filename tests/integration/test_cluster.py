@@ -179,12 +179,14 @@ def test_a_diamond_with_failures_on_two_workers_spilling_to_s3_recovers_exactly(
     assert runs.get(client, run_id).spill_dir == uri
     # the driver made the run's folder on S3 (a marker object), the executors spilled there
     assert s3_bucket.keys(f"spill/{run_id}/") and not (Path(spill.location()) / run_id).exists()
-    # both workers launched an executor for the submit, and both executors ran tasks
+    # both workers launched an executor for the submit, and on both an executor ran tasks (on
+    # a loaded machine Spark may replace an executor that was slow to register: a worker then
+    # has two folders)
     (app_id,) = _apps(cluster.work_dirs) - apps_before
     executors = _executors(cluster.work_dirs, app_id)
-    assert [len(e) for e in executors] == [1] * WORKERS, executors
-    for (folder,) in executors:
-        assert "Running task" in (folder / "stderr").read_text(errors="replace"), folder
+    assert len(executors) == WORKERS and all(executors), executors
+    for folders in executors:
+        assert any("Running task" in (f / "stderr").read_text(errors="replace") for f in folders), folders
     joined = tmp_path / "out" / "fanout" / "joined"
     assert len(sink_records(joined)) < len(numbers)
 

@@ -55,9 +55,10 @@ def _expected() -> list[str]:
     return sorted(json.dumps({"line": f"line-{i}" + "." * PAD}, sort_keys=True) for i in range(LINES))
 
 
-# `out` is slowed down, so that the driver is killed well before it can commit
-SLOW_OUT = {"recovery.inject.z.component": "out", "recovery.inject.z.mode": "slow",
-            "recovery.inject.z.rate": "1", "recovery.inject.z.delay.ms": "0.25"}
+def _hold_out(tmp_path: Path) -> dict[str, str]:
+    """`out` holds every line until the marker exists: the driver is killed before it commits."""
+    return {"recovery.inject.z.component": "out", "recovery.inject.z.mode": "hold",
+            "recovery.inject.z.rate": "1", "recovery.inject.z.marker": str(tmp_path / "let-out-go")}
 
 
 def _crashed_submit(tmp_path: Path, redis_url: str, client, run_id: str, spill_dir: Path | str,
@@ -66,13 +67,14 @@ def _crashed_submit(tmp_path: Path, redis_url: str, client, run_id: str, spill_d
     xml = _workflow(tmp_path)
     cmd = [sys.executable, "-m", "recovery", "submit", str(xml), "--run-id", run_id, "--json",
            "--master", "local[2,3]", "--spill-dir", str(spill_dir)]
-    for k, v in {**SLOW_OUT, **(props or {})}.items():
+    for k, v in {**_hold_out(tmp_path), **(props or {})}.items():
         cmd += ["-p", f"{k}={v}"]
     proc = subprocess.Popen(cmd, env=dict(os.environ, RECOVERY_REDIS_URL=redis_url),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     done = kill_when_round_0(proc, client, run_id, until, "the kill point")
     assert "out:0" not in done
+    (tmp_path / "let-out-go").touch()   # (the driver and its workers are gone: for the recover)
     return xml
 
 

@@ -72,7 +72,8 @@ def test_kill_9_of_the_driver_mid_submit_then_recover_writes_every_row_once(spar
     then recovers the failures."""
     xml = write_xml(tmp_path, both_sinks(postgres_url), n=N)
     run_id = "tables-crash"
-    slow = {"recovery.inject.z.component": "lake", "recovery.inject.z.mode": "slow", "recovery.inject.z.delay.ms": "15",
+    go = tmp_path / "let-lake-go"     # the Delta sink holds its rows until then: it never commits
+    slow = {"recovery.inject.z.component": "lake", "recovery.inject.z.mode": "hold", "recovery.inject.z.marker": str(go),
             "recovery.inject.z.rate": "1",
             "recovery.inject.e.component": "enrich", "recovery.inject.e.rate": "0.05", **FAST}
     proc = _spawn_submit(xml, redis_url, run_id, slow)
@@ -81,6 +82,7 @@ def test_kill_9_of_the_driver_mid_submit_then_recover_writes_every_row_once(spar
     assert not {"lake:0", "lake:1"} <= done, done
     rec = runs.get(redis_client, run_id)
     assert rec.status == runs.RUNNING and runs.status_of(rec) == runs.CRASHED, rec
+    go.touch()
     r = recover.recover(spark, redis_client, redis_url, run_id)
     assert r.status == "completed", r
     assert postgres_rows(postgres_url) == expected(N)
