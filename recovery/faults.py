@@ -66,8 +66,9 @@ class Injection:
             return
         if self.mode == "hold":
             # a test's deterministic mid-round point: nothing past here commits until it says so
-            while self.chosen(tup) and self.marker and not os.path.exists(self.marker):
-                self.sleep(HOLD_POLL_SECONDS)
+            if self.marker and self.chosen(tup):
+                while not os.path.exists(self.marker):
+                    self.sleep(HOLD_POLL_SECONDS)
             return
         if self.mode == "crash":
             if tup.task == self.task and self.seen > self.after and _first_spark_attempt():

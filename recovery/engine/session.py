@@ -23,6 +23,7 @@ from recovery.engine.submit_args import SECRET_PROPERTY, secrets_off_the_command
 from recovery.environment import environment
 from recovery.errors import RecoveryError
 from recovery.home import private_dir, private_file, read_private, state_home
+from recovery.tracking import runs
 from recovery.visible import hide, visible
 
 log = logging.getLogger(__name__)
@@ -136,6 +137,8 @@ def is_local_master(master: str) -> bool:
 
 def session(master: str | None = None, conf: dict[str, str] | None = None, home: Path | None = None,
             app_name: str = "recovery"):
+    """A classic session of ours, local or on `master`: its SparkContext and JVM are made here,
+    in this process (a Spark Connect session is connect.connect_session's)."""
     home = Path(home or state_home())
     log4j = prepare_environment(home)
     master = master or environment().spark_master
@@ -188,21 +191,11 @@ def worker_socket_dir() -> str | None:
         return None
     for entry in os.scandir(tmp):
         owner = entry.name[len(SOCKET_DIR_PREFIX):].partition("-")[0]
-        if entry.name.startswith(SOCKET_DIR_PREFIX) and owner.isdigit() and not _alive(int(owner)):
+        if entry.name.startswith(SOCKET_DIR_PREFIX) and owner.isdigit() and not runs.local_pid_alive(int(owner)):
             shutil.rmtree(entry.path, ignore_errors=True)
     folder = tempfile.mkdtemp(prefix=f"{SOCKET_DIR_PREFIX}{os.getpid()}-", dir=tmp)
     atexit.register(shutil.rmtree, folder, True)
     return folder
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:   # another user's process
-        return True
-    return True
 
 
 def adopt(spark: Any, redis_url: str | None = None) -> Any:
@@ -267,7 +260,7 @@ def _cluster_session(builder: Any, conf: dict[str, str]) -> Any:
         os.environ.pop("PYSPARK_PYTHON", None)
         if saved is not None:
             os.environ["PYSPARK_PYTHON"] = saved
-    spark.sparkContext.setLogLevel("ERROR")
+    spark.sparkContext.setLogLevel("ERROR")   # (a classic session, built here: its SparkContext)
     python = chosen or executors.workers_python(spark) or executors.SPARK_DEFAULT_PYTHON
     spark.sparkContext.pythonExec = python
     log.info("Spark session on %s (Spark %s); executors' Python: %s", spark.sparkContext.master,
@@ -287,7 +280,7 @@ def is_classic(spark: Any) -> bool:
 def master_of(spark: Any) -> str:
     """The session's Spark master: a Connect server answers with its own; the test kit's
     in-process engine is `local`."""
-    if is_classic(spark):
+    if is_classic(spark):   # (the SparkContext: classic sessions only)
         return str(spark.sparkContext.master)
     if is_connect(spark):
         return str(spark.conf.get("spark.master", "local"))

@@ -25,6 +25,17 @@ log = logging.getLogger(__name__)
 LOG_LINES = 12
 
 
+def _child_env() -> dict[str, str]:
+    """The environment of a `recover` or `preview` the page starts: this one's, with what a
+    driver of ours needs where it is unset (this interpreter for Spark's Python)."""
+    env = dict(os.environ)
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    env.setdefault("PYTHONHASHSEED", "0")
+    return env
+
+
 @dataclass(frozen=True)
 class RecoverProcess:
     """A recover this server started: pid, running, exit code (None while it runs), the last
@@ -58,11 +69,7 @@ class RecoverProcesses:
                               "started from this page)")
             private_dir(self.log_dir, "web view folder")
             private_file(log_path, "recover log")
-            env = dict(os.environ)
-            env.setdefault("PYSPARK_PYTHON", sys.executable)
-            env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-            env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-            env.setdefault("PYTHONHASHSEED", "0")
+            env = _child_env()
             with open(log_path, "wb") as out:
                 proc = subprocess.Popen(
                     [sys.executable, "-m", "recovery", "recover", run_id, "--redis", self.redis_url],
@@ -143,11 +150,7 @@ class PreviewProcesses:
             private_dir(self.log_dir, "web view folder")
             private_file(out_path, "preview result")
             private_file(log_path, "preview log")
-            env = dict(os.environ)
-            env.setdefault("PYSPARK_PYTHON", sys.executable)
-            env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-            env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-            env.setdefault("PYTHONHASHSEED", "0")
+            env = _child_env()
             cmd = [sys.executable, "-m", "recovery", "preview", run_id, "--json", "--redis", self.redis_url]
             with open(out_path, "wb") as out, open(log_path, "wb") as err:
                 proc = subprocess.Popen([*cmd, *(["--dead"] if dead else [])], stdin=subprocess.DEVNULL,

@@ -55,11 +55,11 @@ def test_a_hold_keeps_its_chosen_tuples_until_the_marker_exists(tmp_path):
     hold = Injection("h", "count", mode="hold", match="line 3", marker=str(marker))
     polls: list[float] = []
 
-    def sleep(seconds: float) -> None:   # the marker appears on the third wait
+    def count_poll(seconds: float) -> None:   # the marker appears on the third wait
         polls.append(seconds)
         if len(polls) == 3:
             marker.touch()
-    hold.sleep = sleep
+    hold.sleep = count_poll
     for tup in batch:
         hold.before_process(tup)
     assert len(polls) == 3 and hold.seen == 40    # held once, at line 3, then everything went by
